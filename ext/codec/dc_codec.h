@@ -1,0 +1,190 @@
+/*
+** dc_codec.h — the deltacells tile codec and threaded decoder (public API).
+**
+** Pure C: no SQLite and no HDF5 here, so the codec is tested and fuzzed alone.
+** Layout, as zstd's lib/: common (errors, header, checksums, pool), compress
+** (encoder) and decompress (decoder) live in separate files of ext/codec/.
+** The byte format is written down in docs/format.md; the threading rules in
+** docs/threading.md.
+**
+** A tile is a CSR block of up to about 10,000 cells.  Gene indices are in the
+** dataset's numbering (gene 0 = most total counts), strictly increasing within
+** a cell.  Counts are unsigned 32-bit.  A tile is split into independently
+** compressed chunks (8 by default) of consecutive cells.
+**
+** Ownership: every output buffer of a decode is owned by the caller and may be
+** reused across calls.  Functions never call exit() or abort() on bad data;
+** they return a DC_E* code and fill a dc_error with a message.
+*/
+#ifndef DC_CODEC_H
+#define DC_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- errors */
+enum {
+  DC_OK = 0,
+  DC_ECORRUPT = 1,     /* bad magic, version, length, checksum or payload   */
+  DC_ENOMEM = 2,       /* allocation failed                                 */
+  DC_EARG = 3,         /* caller passed something invalid                   */
+  DC_EUNSUPPORTED = 4  /* unknown codec id or format version                */
+};
+
+typedef struct dc_error {
+  int code;            /* DC_OK or a DC_E* code */
+  char msg[256];       /* names the thing and the reason, e.g. "chunk 3: checksum mismatch" */
+} dc_error;
+
+void dc_error_set(dc_error *err, int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+const char *dc_strerror(int code);
+
+/* ---------------------------------------------------------------- codecs */
+enum {
+  DC_CODEC_RANS = 1,   /* the default: context-modelled entropy coder (docs/format.md) */
+  DC_CODEC_ZSTD = 2    /* the published design: zstd over byte planes, per chunk  */
+};
+const char *dc_codec_name(int codec_id);          /* "rans", "zstd", or NULL */
+int dc_codec_from_name(const char *name);         /* id, or 0 if unknown     */
+
+typedef struct dc_encode_opts {
+  int codec;           /* DC_CODEC_*; default DC_CODEC_RANS                  */
+  int level;           /* compression level (meaning is codec specific)      */
+  uint32_t n_chunks;   /* chunks per tile; default 8; clamped to n_cells     */
+  int threads;         /* encoder threads across chunks; 0 = one per core    */
+} dc_encode_opts;
+void dc_encode_opts_default(dc_encode_opts *o);
+
+/* A CSR tile given to the encoder.  indptr has n_cells+1 entries, indptr[0]
+** need not be 0 (the tile may be a window of a larger CSR); indices and data
+** are indexed by indptr.  indices must be < n_genes and strictly increasing
+** within each cell (the encoder checks and fails with DC_EARG otherwise). */
+typedef struct dc_csr {
+  uint32_t n_cells;
+  uint32_t n_genes;
+  const uint64_t *indptr;
+  const uint32_t *indices;
+  const uint32_t *data;
+} dc_csr;
+
+/* Encodes one tile.  *out is allocated with malloc() and owned by the caller. */
+int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o,
+                   uint8_t **out, size_t *out_len, dc_error *err);
+
+/* ---------------------------------------------------------------- header */
+typedef struct dc_chunk_info {
+  uint32_t first_cell;   /* first cell of the chunk, relative to the tile */
+  uint32_t n_cells;
+  uint64_t nnz_before;   /* nonzeros of the tile before this chunk        */
+  uint64_t nnz;
+  uint64_t offset;       /* byte offset of the chunk payload in the tile  */
+  uint64_t length;       /* byte length of the chunk payload              */
+} dc_chunk_info;
+
+#define DC_MAX_CHUNKS 256
+
+typedef struct dc_tile_hdr {
+  uint32_t version;      /* format version                                */
+  uint32_t codec;        /* DC_CODEC_*                                    */
+  uint32_t n_cells;
+  uint32_t n_genes;
+  uint64_t nnz;
+  uint32_t n_chunks;     /* 0 only for an empty tile (n_cells == 0)        */
+  uint64_t hdr_len;      /* bytes of header before the first payload      */
+  dc_chunk_info chunk[DC_MAX_CHUNKS];
+} dc_tile_hdr;
+
+/* Parses and validates the header (every length and offset checked against
+** len).  Reads only the header bytes; payloads are checked when decoded. */
+int dc_tile_parse(const uint8_t *buf, size_t len, dc_tile_hdr *h, dc_error *err);
+
+/* Bytes needed to parse the header of a tile, given its first `have` bytes:
+** returns 0 when `have` suffices, else a byte count to read first (lets a
+** reader fetch just the header of a blob). */
+size_t dc_tile_header_need(const uint8_t *buf, size_t have);
+
+/* ---------------------------------------------------------------- decode */
+/* Tile-wide output buffers owned by the caller.  indptr has n_cells+1
+** entries, indices and values nnz entries (sizes from the header).  A chunk
+** decode writes indptr[first_cell+1 .. first_cell+n_cells] (chunk 0 also
+** writes indptr[0] = 0) and indices/values at [nnz_before, nnz_before+nnz).
+** So chunks of one tile can be decoded in parallel into the same buffers. */
+typedef struct dc_out {
+  int64_t *indptr;
+  int32_t *indices;
+  void *values;          /* int32_t* or float* (values_f32)               */
+  int values_f32;        /* 1: write counts as float32                     */
+} dc_out;
+
+/* Per-thread decoding context (holds scratch and codec state); reusable. */
+typedef struct dc_decoder dc_decoder;
+dc_decoder *dc_decoder_new(void);
+void dc_decoder_free(dc_decoder *d);
+
+/* Decodes chunk `c` of a parsed tile.  Verifies the chunk checksum first. */
+int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
+                    const dc_tile_hdr *h, uint32_t c, const dc_out *out,
+                    dc_error *err);
+
+/* Parses and decodes a whole tile on the calling thread. */
+int dc_tile_decode(dc_decoder *d, const uint8_t *buf, size_t len,
+                   const dc_out *out, dc_error *err);
+
+/* ---------------------------------------------------------------- threads */
+/* A pool of worker threads; the calling thread works too.  No function of
+** the pool calls SQLite or any callback other than the one given. */
+typedef struct dc_pool dc_pool;
+dc_pool *dc_pool_new(int n_threads);              /* 0: one per online core */
+void dc_pool_free(dc_pool *p);
+int dc_pool_size(const dc_pool *p);               /* threads incl. caller   */
+/* Runs fn(arg, i) for i in [0, n) across the pool and waits for all. */
+void dc_pool_for(dc_pool *p, size_t n, void (*fn)(void *arg, size_t i), void *arg);
+
+/* One decoding job: chunk `chunk` of tile buf/len (already parsed into hdr). */
+typedef struct dc_job {
+  const uint8_t *buf;
+  size_t len;
+  const dc_tile_hdr *hdr;
+  uint32_t chunk;
+  dc_out out;
+  int rc;                /* out: DC_OK or error code                       */
+  dc_error err;          /* out                                            */
+} dc_job;
+/* Decodes all jobs in parallel; returns DC_OK or the rc of the first failed
+** job (in job order); every job's rc/err is filled. */
+int dc_pool_decode(dc_pool *p, dc_job *jobs, size_t n_jobs);
+
+/* ---------------------------------------------------------------- gather */
+/* A decoded tile (or the decoded chunks of one), as dc_out filled it. */
+typedef struct dc_decoded {
+  uint32_t n_cells;
+  const int64_t *indptr;
+  const int32_t *indices;
+  const int32_t *values;
+} dc_decoded;
+
+/* Gathers n cells, cell i being cell cell[i] of tile src[tile[i]], into one
+** CSR batch in the given order: indptr_out has n+1 entries (indptr_out[0]=0),
+** indices_out/values_out must hold dc_gather_nnz() entries. */
+uint64_t dc_gather_nnz(const dc_decoded *src, const uint32_t *tile,
+                       const uint32_t *cell, size_t n);
+void dc_gather(dc_pool *p, const dc_decoded *src, const uint32_t *tile,
+               const uint32_t *cell, size_t n, int64_t *indptr_out,
+               int32_t *indices_out, int32_t *values_out);
+
+/* ---------------------------------------------------------------- misc */
+/* The per-chunk checksum: low 32 bits of XXH3-64 (Debian's libxxhash). */
+uint32_t dc_checksum(const void *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DC_CODEC_H */
