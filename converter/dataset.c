@@ -88,6 +88,9 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
     w->tmp_path = NULL;
     return r;
   }
+  mode_t um = umask(0);
+  umask(um);
+  if (fchmod(fd, 0666 & ~um) != 0) { /* mkstemp made it 0600 */ }
   close(fd);
   if (sqlite3_open_v2(w->tmp_path, &w->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
     int r = db_fail(w, e, "open");
@@ -205,8 +208,22 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
     return r;
   }
   sqlite3_free(msg);
-  for (size_t i = 0; sqlite3_deltacells_init && i < sizeof VTABS / sizeof *VTABS; i++)
+  for (size_t i = 0; sqlite3_deltacells_init && i < sizeof VTABS / sizeof *VTABS; i++) {
+    /* a build whose extension lacks a module (during development) says so */
+    const char *mod = strstr(VTABS[i], "USING ") + 6;
+    sqlite3_stmt *q = NULL;
+    int have = 0;
+    if (sqlite3_prepare_v2(w->db, "SELECT 1 FROM pragma_module_list WHERE name=?", -1, &q, NULL) == SQLITE_OK) {
+      sqlite3_bind_text(q, 1, mod, -1, SQLITE_STATIC);
+      have = sqlite3_step(q) == SQLITE_ROW;
+    }
+    sqlite3_finalize(q);
+    if (!have) {
+      fprintf(stderr, "deltacells: warning: this build's extension has no module %s; not declared\n", mod);
+      continue;
+    }
     if (exec(w, VTABS[i], e)) return -1;
+  }
   if (exec(w, "COMMIT;", e)) return -1;
   sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gene, &w->ins_meta};
   for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {
