@@ -542,6 +542,8 @@ static int ocols_build(h5file *files, int nf, int var, int with_index, int with_
       uint32_t code;
       if (c[i].is_source) {
         if (add_label(&c[i], files[f].path, &code, e)) goto fail;
+        if (!(c[i].remap[f] = malloc(sizeof(int32_t)))) goto oom;
+        c[i].remap[f][0] = (int32_t)code; /* a file given twice has one label */
         continue;
       }
       const h5col *s = c[i].src[f];
@@ -585,7 +587,7 @@ static int cast_into(const ocol *c, int f, const h5col *sc, const colbuf *src, c
     size_t tl = 0;
     char buf[64];
     if (c->is_source) {
-      out->codes[o] = (int32_t)f;
+      out->codes[o] = c->remap[f][0];
       continue;
     }
     if (src) {
