@@ -36,20 +36,26 @@ static const char *VTABS[] = {
     "CREATE VIRTUAL TABLE dc_batch USING deltacells_batch",
 };
 
-static int db_fail(dsw *w, cv_err *e, const char *what) {
-  int rc = sqlite3_extended_errcode(w->db);
-  const char *m = sqlite3_errmsg(w->db);
+/* Names the output (the temporary file is an implementation detail) and the reason. */
+static int db_fail_rc(dsw *w, cv_err *e, const char *what, int rc, const char *m) {
+  const char *out = w->out_path ? w->out_path : w->tmp_path;
   if ((rc & 0xff) == SQLITE_FULL)
-    return cv_fail(e, "%s: %s: disk full (%s)", w->tmp_path, what, m);
+    return cv_fail(e, "%s: %s: disk full (%s); nothing was written", out, what, m);
   if ((rc & 0xff) == SQLITE_IOERR)
-    return cv_fail(e, "%s: %s: I/O error: %s (%s)", w->tmp_path, what, m, strerror(errno));
-  return cv_fail(e, "%s: %s: %s", w->tmp_path, what, m);
+    return cv_fail(e, "%s: %s: I/O error (%s: %s); nothing was written", out, what, m, strerror(errno));
+  return cv_fail(e, "%s: %s: %s", out, what, m);
+}
+
+static int db_fail(dsw *w, cv_err *e, const char *what) {
+  return db_fail_rc(w, e, what, sqlite3_extended_errcode(w->db), sqlite3_errmsg(w->db));
 }
 
 static int exec(dsw *w, const char *sql, cv_err *e) {
   char *msg = NULL;
   if (sqlite3_exec(w->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-    int r = cv_fail(e, "%s: %.200s: %s", w->tmp_path, sql, msg ? msg : sqlite3_errmsg(w->db));
+    char what[128];
+    snprintf(what, sizeof what, "%.100s", sql);
+    int r = db_fail_rc(w, e, what, sqlite3_extended_errcode(w->db), msg ? msg : sqlite3_errmsg(w->db));
     sqlite3_free(msg);
     return r;
   }
@@ -74,8 +80,10 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
   size_t n = strlen(out_path);
   char *dup = strdup(out_path), *dup2 = strdup(out_path);
   w->tmp_path = malloc(n + 64);
-  if (!dup || !dup2 || !w->tmp_path) {
-    free(dup); free(dup2);
+  w->out_path = strdup(out_path);
+  if (!dup || !dup2 || !w->tmp_path || !w->out_path) {
+    free(dup); free(dup2); free(w->tmp_path); free(w->out_path);
+    w->tmp_path = w->out_path = NULL;
     return cv_fail(e, "out of memory");
   }
   snprintf(w->tmp_path, n + 64, "%s/.%s.tmp-XXXXXX", dirname(dup), basename(dup2));
@@ -86,6 +94,8 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
     int r = cv_fail(e, "%s: cannot create a temporary file beside it: %s", out_path, strerror(errno));
     free(w->tmp_path);
     w->tmp_path = NULL;
+    free(w->out_path);
+    w->out_path = NULL;
     return r;
   }
   mode_t um = umask(0);
@@ -254,6 +264,8 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   }
   free(w->tmp_path);
   w->tmp_path = NULL;
+  free(w->out_path);
+  w->out_path = NULL;
   return 0;
 }
 
@@ -280,6 +292,8 @@ void dsw_abort(dsw *w) {
   }
   free(w->tmp_path);
   w->tmp_path = NULL;
+  free(w->out_path);
+  w->out_path = NULL;
 }
 
 int64_t cv_file_size(const char *path) {

@@ -15,6 +15,7 @@
 typedef struct dsw {
   sqlite3 *db;
   char *tmp_path;
+  char *out_path;
   sqlite3_stmt *ins_tile, *ins_block, *ins_dict, *ins_col, *ins_gene, *ins_meta;
   int n_gene_cols;     /* var columns of the genes table */
 } dsw;
