@@ -479,7 +479,7 @@ static void fill_block(void *arg, size_t b) {
       int32_t p = k->map[rw->idx[e]];
       if (p >= 0) tmp[o++] = (uint64_t)(uint32_t)p << 32 | (uint32_t)rw->val[e];
     }
-    qsort(tmp, (size_t)o, sizeof *tmp, cmp_u64);
+    if (o > 1) qsort(tmp, (size_t)o, sizeof *tmp, cmp_u64);
     for (int64_t e = 0; e < o; e++) { di[e] = (int32_t)(tmp[e] >> 32); dv[e] = (int32_t)(uint32_t)tmp[e]; }
   }
   free(tmp);
