@@ -250,7 +250,7 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
     size_t need = dc_tile_header_need(buf, (size_t)have);
     if (need == 0) break;
     if (need <= have || need > len || need > MAX_PREFIX) {
-      set_err(pzErr, "%s: tile %u: corrupt header (needs %zu bytes, blob has %llu)", r->what, tile, need,
+      set_err(pzErr, "%s: tile %u: corrupt header (needs %llu bytes, blob has %llu)", r->what, tile, (unsigned long long)need,
               (unsigned long long)len);
       rc = SQLITE_CORRUPT_VTAB;
       goto fail;
@@ -262,7 +262,7 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
     have = need;
   }
   if (dc_tile_parse(buf, (size_t)len, &h->hdr, &err) != DC_OK) {
-    set_err(pzErr, "%s: tile %u: corrupt header: %s", r->what, tile, err.msg);
+    set_err(pzErr, "%s: tile %u: corrupt %s", r->what, tile, err.msg[0] ? err.msg : "tile header");
     rc = err.code == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB;
     goto fail;
   }
