@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""The training-input pipeline: deltacells.CellDataset against in-memory and anndata loaders.
+
+    PYTHONPATH=python /usr/bin/python3 bench/bench_pipeline.py [--workers 0,1,2]
+        [--batch-size 512,5000] [--cells 100000] [--genes 61497] [--prefetch-tiles 2] [--json]
+
+Data: scripts/gen_h5ad.py --cells N --genes 61497 (counts shaped like the reference tile),
+converted by build/deltacells; both cached in build/bench-data/.
+
+Each configuration runs in its own process (so its memory is its own) and reports
+  cells/s    cells delivered to the training process / wall time of the epoch (from
+             constructing the loader; `steady` excludes the first batch)
+  rss_mb     peak RSS of the whole process tree (the process + its DataLoader workers,
+             sampled every 20 ms, summed); pss_mb the same with PSS (shared pages counted once)
+  first_s    time to first batch, from constructing the Dataset
+Baselines in the same run (all shuffled random batches turned into torch CSR):
+  ceiling      the whole matrix as scipy CSR in RAM, random batches -> torch sparse CSR
+  anndata_mem  anndata.read_h5ad in memory, adata[idx].X -> torch sparse CSR
+  anndata_backed  anndata.read_h5ad(backed='r'), adata[sorted idx].X (a few batches)
+Targets (2 cores, batch 5,000, shuffled): deltacells >= 3x the ceiling's cells/s;
+peak RSS <= 1.5 GB with prefetch_tiles=2; time to first batch <= 0.3 s.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+PY = sys.executable
+
+
+# --- measuring ---------------------------------------------------------------------
+def _tree(pid):
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                kids.setdefault(ppid, []).append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def _mem(pid):
+    rss = pss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
+
+
+class PeakMemory:
+    """Samples the summed RSS/PSS of this process and its descendants."""
+
+    def __init__(self, interval=0.02):
+        self.interval = interval
+        self.rss = self.pss = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self):
+        rss = pss = 0
+        for p in _tree(os.getpid()):
+            r, s = _mem(p)
+            rss += r
+            pss += s
+        self.rss = max(self.rss, rss)
+        self.pss = max(self.pss, pss)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        self._sample()
+        with open("/proc/self/status") as f:   # the process's own high-water mark
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    self.rss = max(self.rss, int(line.split()[1]))
+
+
+# --- the data -------------------------------------------------------------------------
+def ensure_data(cells, genes, seed=1):
+    d = os.path.join(ROOT, "build", "bench-data")
+    os.makedirs(d, exist_ok=True)
+    h5 = os.path.join(d, f"bench_{cells}x{genes}_s{seed}.h5ad")
+    db = h5[:-5] + ".dcdb"
+    if not os.path.exists(h5):
+        print(f"generating {h5} ...", file=sys.stderr)
+        subprocess.run([PY, os.path.join(ROOT, "scripts", "gen_h5ad.py"), "--cells", str(cells),
+                        "--genes", str(genes), "--seed", str(seed), "-o", h5], check=True)
+    if not os.path.exists(db) or os.path.getmtime(db) < os.path.getmtime(h5):
+        print(f"converting into {db} ...", file=sys.stderr)
+        t = time.perf_counter()
+        subprocess.run([os.path.join(ROOT, "build", "deltacells"), "convert", h5, "-o", db, "--force"],
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"  converted in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+    return h5, db
+
+
+# --- one configuration (child process) ---------------------------------------------------
+def _touch(X):
+    return X.values().numel()
+
+
+def child(cfg):
+    import numpy as np
+    import torch
+    kind, bs = cfg["kind"], cfg["batch_size"]
+    torch.set_num_threads(cfg.get("torch_threads", 2))
+    res = dict(cfg)
+    if kind == "deltacells":
+        from torch.utils.data import DataLoader
+        import deltacells
+        with PeakMemory() as mem:
+            t0 = time.perf_counter()
+            ds = deltacells.CellDataset(cfg["db"], batch_size=bs, shuffle=True, seed=0,
+                                        prefetch_tiles=cfg["prefetch_tiles"], output="csr")
+            loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"])
+            n = nnz = 0
+            first = None
+            for b in loader:
+                if first is None:
+                    first = time.perf_counter()
+                n += b["X"].shape[0]
+                nnz += _touch(b["X"])
+            t1 = time.perf_counter()
+        assert n == ds.n_cells, (n, ds.n_cells)
+        res.update(cells=n, nnz=nnz, seconds=t1 - t0, first_s=first - t0,
+                   cells_per_s=n / (t1 - t0),
+                   steady_cells_per_s=(n - min(n, bs)) / max(1e-9, t1 - first),
+                   rss_mb=mem.rss / 1024, pss_mb=mem.pss / 1024)
+        return res
+
+    import anndata
+    import scipy.sparse
+    max_batches = cfg.get("max_batches")
+    with PeakMemory() as mem:
+        t_load = time.perf_counter()
+        if kind == "anndata_backed":
+            ad = anndata.read_h5ad(cfg["h5"], backed="r")
+        else:
+            ad = anndata.read_h5ad(cfg["h5"])
+        n_cells = ad.n_obs
+        X = ad.X if kind == "ceiling" else None
+        if kind == "ceiling":
+            X = scipy.sparse.csr_matrix(X)
+        load_s = time.perf_counter() - t_load
+        perm = np.random.default_rng(0).permutation(n_cells)
+        batches = [perm[i:i + bs] for i in range(0, n_cells, bs)]
+        if max_batches:
+            batches = batches[:max_batches]
+        t0 = time.perf_counter()
+        n = nnz = 0
+        first = None
+        for idx in batches:
+            if kind == "ceiling":
+                sub = X[idx]
+            elif kind == "anndata_mem":
+                sub = ad[idx].X
+            else:
+                sub = ad[np.sort(idx)].X
+                if not scipy.sparse.issparse(sub):
+                    sub = scipy.sparse.csr_matrix(sub)
+            t = torch.sparse_csr_tensor(torch.from_numpy(sub.indptr.astype(np.int64)),
+                                        torch.from_numpy(sub.indices.astype(np.int64)),
+                                        torch.from_numpy(sub.data.astype(np.float32)),
+                                        size=sub.shape)
+            if first is None:
+                first = time.perf_counter()
+            n += t.shape[0]
+            nnz += _touch(t)
+        t1 = time.perf_counter()
+    res.update(cells=n, nnz=nnz, seconds=t1 - t0, load_s=load_s, first_s=first - t0 + load_s,
+               cells_per_s=n / (t1 - t0), rss_mb=mem.rss / 1024, pss_mb=mem.pss / 1024)
+    return res
+
+
+def run_child(cfg, timeout=1800):
+    r = subprocess.run([PY, os.path.abspath(__file__), "--_child", json.dumps(cfg)],
+                       capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    if r.returncode != 0:
+        return dict(cfg, error=r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", default="0,1,2")
+    ap.add_argument("--batch-size", default="512,5000")
+    ap.add_argument("--cells", type=int, default=100000)
+    ap.add_argument("--genes", type=int, default=61497)
+    ap.add_argument("--prefetch-tiles", type=int, default=2)
+    ap.add_argument("--backed-batches", type=int, default=3,
+                    help="batches timed for anndata backed='r' (it is slow)")
+    ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--_child", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a._child:
+        print(json.dumps(child(json.loads(a._child))))
+        return 0
+    if a.cells < 100000:
+        print(f"note: --cells {a.cells} is below the 100,000 the targets are defined for",
+              file=sys.stderr)
+    h5, db = ensure_data(a.cells, a.genes)
+    workers = [int(w) for w in a.workers.split(",")]
+    sizes = [int(b) for b in a.batch_size.split(",")]
+    results = []
+    for bs in sizes:
+        if not a.no_baselines:
+            for kind, mb in (("ceiling", None), ("anndata_mem", None),
+                             ("anndata_backed", a.backed_batches)):
+                cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0}
+                if mb:
+                    cfg["max_batches"] = max(1, mb if bs >= 5000 else mb * 10)
+                results.append(run_child(cfg))
+                if not a.json:
+                    show(results[-1])
+        for w in workers:
+            cfg = {"kind": "deltacells", "batch_size": bs, "db": db, "workers": w,
+                   "prefetch_tiles": a.prefetch_tiles}
+            results.append(run_child(cfg))
+            if not a.json:
+                show(results[-1])
+    summary = summarize(results)
+    if a.json:
+        print(json.dumps({"results": results, "summary": summary}, indent=1))
+    else:
+        print()
+        for line in summary["lines"]:
+            print(line)
+    return 0
+
+
+def show(r):
+    if "error" in r:
+        print(f"{r['kind']:15s} bs={r['batch_size']:5d} ERROR {r['error']}")
+        return
+    extra = f" workers={r['workers']}" if r["kind"] == "deltacells" else ""
+    print(f"{r['kind']:15s} bs={r['batch_size']:5d}{extra:11s} {r['cells_per_s']:10,.0f} cells/s  "
+          f"first batch {r['first_s']:6.3f} s  peak RSS {r['rss_mb']:7.0f} MB (PSS {r['pss_mb']:6.0f})",
+          flush=True)
+
+
+def summarize(results):
+    lines = []
+    out = {"lines": lines}
+    for bs in sorted({r["batch_size"] for r in results}):
+        ok = [r for r in results if r["batch_size"] == bs and "error" not in r]
+        base = {r["kind"]: r for r in ok if r["kind"] != "deltacells"}
+        for r in ok:
+            if r["kind"] != "deltacells":
+                continue
+            ratios = {k: r["cells_per_s"] / b["cells_per_s"] for k, b in base.items()}
+            key = f"bs{bs}_w{r['workers']}"
+            out[key] = {"cells_per_s": r["cells_per_s"], "rss_mb": r["rss_mb"],
+                        "first_s": r["first_s"], "ratios": ratios}
+            rs = ", ".join(f"{v:.2f}x {k}" for k, v in ratios.items())
+            lines.append(f"batch {bs}, {r['workers']} workers: {r['cells_per_s']:,.0f} cells/s = {rs}; "
+                         f"peak RSS {r['rss_mb']:.0f} MB; first batch {r['first_s']:.3f} s")
+            if bs == 5000 and "ceiling" in ratios:
+                lines.append(
+                    f"  targets: >= 3x ceiling: {'met' if ratios['ceiling'] >= 3 else 'NOT met'} "
+                    f"({ratios['ceiling']:.2f}x); RSS <= 1.5 GB: "
+                    f"{'met' if r['rss_mb'] <= 1536 else 'NOT met'} ({r['rss_mb'] / 1024:.2f} GB); "
+                    f"first batch <= 0.3 s: {'met' if r['first_s'] <= 0.3 else 'NOT met'} "
+                    f"({r['first_s']:.3f} s)")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

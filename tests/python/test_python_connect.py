@@ -1,0 +1,183 @@
+"""deltacells.connect, extension discovery, the no-extension-loading message, installing."""
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _python_data import EXTENSION, PY, ROOT, gen  # noqa: E402
+
+import deltacells  # noqa: E402
+from deltacells import _connect  # noqa: E402
+from deltacells._plan import EpochPlan, worker_skips  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return gen(tmp_path_factory.mktemp("py_connect"), 500, 100, 5, 200)[1]
+
+
+def test_connect_loads_the_extension(db):
+    con = deltacells.connect(db)
+    assert isinstance(con, sqlite3.Connection)
+    assert con.execute("SELECT count(*) FROM cells").fetchone()[0] == 500
+    assert con.execute("SELECT count(*) FROM genes").fetchone()[0] == 100
+    assert con.execute("SELECT sum(n_cells) FROM tiles").fetchone()[0] == 500
+    n, g = con.execute("SELECT n_cells, n_genes FROM dc_batch('[3, 1, 3]')").fetchone()
+    assert (n, g) == (3, 100)
+    # extension loading is switched off again for SQL on this connection
+    with pytest.raises(sqlite3.OperationalError):
+        con.execute("SELECT load_extension(?)", (str(EXTENSION),)).fetchall()
+    # read-only
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        con.execute("CREATE TABLE x(a)")
+    con.close()
+
+
+def test_connect_errors(db, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        deltacells.connect(tmp_path / "nope.dcdb")
+    other = tmp_path / "plain.db"
+    c = sqlite3.connect(other)
+    c.execute("CREATE TABLE t(a)")
+    c.commit()
+    c.close()
+    with pytest.raises(ValueError, match="not a deltacells dataset"):
+        deltacells.connect(other)
+    junk = tmp_path / "junk.dcdb"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ValueError, match="not a deltacells dataset"):
+        deltacells.connect(junk)
+
+
+def test_extension_from_environment(db, tmp_path, monkeypatch):
+    # any file name works: the entry point is given explicitly
+    copy = tmp_path / "libdc-copy-2.so"
+    shutil.copy(EXTENSION, copy)
+    monkeypatch.setenv("DELTACELLS_EXTENSION", str(copy))
+    assert deltacells.find_extension() == str(copy)
+    con = deltacells.connect(db)
+    assert con.execute("SELECT count(*) FROM cells").fetchone()[0] == 500
+    con.close()
+    monkeypatch.setenv("DELTACELLS_EXTENSION", str(tmp_path / "missing.so"))
+    with pytest.raises(deltacells.ExtensionNotFoundError, match="DELTACELLS_EXTENSION=.*missing.so"):
+        deltacells.connect(db)
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(b"not a library")
+    monkeypatch.setenv("DELTACELLS_EXTENSION", str(bad))
+    with pytest.raises(RuntimeError, match="could not load the deltacells extension"):
+        deltacells.connect(db)
+
+
+def test_no_extension_loading_message(db, monkeypatch):
+    class NoLoadConnection:      # what sqlite3.Connection is on a Python built without it
+        pass
+    fake = types.SimpleNamespace(Connection=NoLoadConnection, connect=sqlite3.connect,
+                                 Error=sqlite3.Error, DatabaseError=sqlite3.DatabaseError)
+    monkeypatch.setattr(_connect, "sqlite3", fake)
+    with pytest.raises(RuntimeError) as e:
+        deltacells.connect(db)
+    msg = str(e.value)
+    assert "cannot load SQLite extensions" in msg
+    assert "/usr/bin/python3" in msg and "--enable-loadable-sqlite-extensions" in msg
+    with pytest.raises(RuntimeError, match="cannot load SQLite extensions"):
+        deltacells.CellDataset(db)
+
+
+def test_pyenv_python_gets_the_message(db):
+    """The python3 first on PATH here cannot load extensions: the real thing, when present."""
+    exe = shutil.which("python3")
+    if exe is None or os.path.realpath(exe) == os.path.realpath(PY):
+        pytest.skip("no second Python on PATH")
+    probe = subprocess.run([exe, "-c", "import sqlite3; print(hasattr(sqlite3.Connection, 'enable_load_extension'))"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.stdout.strip() != "False":
+        pytest.skip(f"{exe} can load extensions")
+    r = subprocess.run([exe, "-c", f"import deltacells; deltacells.connect({str(db)!r})"],
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "python")),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "cannot load SQLite extensions" in r.stderr and "/usr/bin/python3" in r.stderr
+
+
+def test_pip_install_offline(tmp_path, db):
+    venv = tmp_path / "venv"
+    subprocess.run([PY, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    py = str(venv / "bin" / "python")
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "python", src / "python", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (src / "build").mkdir()
+    shutil.copy(EXTENSION, src / "build" / "deltacells.so")
+    r = subprocess.run([py, "-m", "pip", "install", "--no-index", "--no-cache-dir", str(src / "python")],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([py, "-c", "import deltacells; print(deltacells.find_extension()); "
+                        f"print(deltacells.connect({str(db)!r}).execute('SELECT count(*) FROM cells').fetchone()[0])"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DELTACELLS_EXTENSION")})
+    assert r.returncode == 0, r.stderr
+    path, n = r.stdout.split()
+    assert path.startswith(str(venv)) and path.endswith("_lib/deltacells.so") and n == "500"
+
+
+# --- the epoch plan (pure numpy) ---------------------------------------------------------
+def _tiles(sizes, gap=0):
+    out, first = [], 0
+    for t, n in enumerate(sizes):
+        out.append((t, np.arange(first, first + n, dtype=np.int64)))
+        first += n + gap
+    return out
+
+
+@pytest.mark.parametrize("world,workers", [(1, 1), (1, 3), (2, 2), (3, 1), (4, 2)])
+def test_plan_partitions_cells(world, workers):
+    tiles = _tiles([100, 100, 37, 100, 5, 100, 64])
+    every = np.concatenate([c for _, c in tiles])
+    for drop_last in (False, True):
+        p = EpochPlan(tiles, seed=1, epoch=3, shuffle=True, window=2, batch_size=32,
+                      drop_last=drop_last, world_size=world, num_workers=workers)
+        got = []
+        tiles_of = []
+        for r in range(world):
+            rt = set()
+            for w in range(workers):
+                bs = p.batches(r, w)
+                assert len(bs) == p.counts[r][w]
+                for b in bs:
+                    assert len(b) == 32 or not drop_last
+                    got.append(b)
+                rt |= {t for t, _ in p.shards[r][w]}
+            tiles_of.append(rt)
+        ids = np.concatenate(got)
+        assert len(np.unique(ids)) == len(ids)
+        if not drop_last:
+            assert np.array_equal(np.sort(ids), every)
+        for a in range(world):
+            for b in range(a + 1, world):
+                assert not tiles_of[a] & tiles_of[b]
+
+
+@pytest.mark.parametrize("mode", ["pad", "drop"])
+def test_plan_equal_batches(mode):
+    tiles = _tiles([300, 10, 10, 10])
+    p = EpochPlan(tiles, seed=0, epoch=0, shuffle=True, window=1, batch_size=16, drop_last=False,
+                  world_size=2, num_workers=2, equal_batches=mode)
+    counts = [sum(len(p.batches(r, w)) for w in range(2)) for r in range(2)]
+    assert counts[0] == counts[1]
+    ids = np.concatenate([b for r in range(2) for w in range(2) for b in p.batches(r, w)])
+    if mode == "pad":
+        assert set(ids.tolist()) == set(range(330))
+    else:
+        assert len(np.unique(ids)) == len(ids)
+
+
+def test_worker_skips_round_robin():
+    assert worker_skips([3, 1, 2], 0) == [0, 0, 0]
+    assert worker_skips([3, 1, 2], 4) == [2, 1, 1]
+    assert worker_skips([3, 1, 2], 6) == [3, 1, 2]
+    assert worker_skips([0, 2], 1) == [0, 1]

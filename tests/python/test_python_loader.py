@@ -1,0 +1,428 @@
+"""CellDataset, CellMapDataset, GroupBatchSampler and to_anndata on small generated datasets."""
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _python_data import PY, ROOT, gen, read_h5ad, reindexed_X  # noqa: E402
+
+import deltacells  # noqa: E402
+
+N_CELLS, N_GENES, TILE = 3000, 300, 400
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    h5, db = gen(tmp_path_factory.mktemp("py_small"), N_CELLS, N_GENES, 11, TILE)
+    return h5, db
+
+
+@pytest.fixture(scope="module")
+def adata(small):
+    return read_h5ad(small[0])
+
+
+@pytest.fixture(scope="module")
+def stored_genes(small):
+    con = deltacells.connect(small[1])
+    names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")]
+    con.close()
+    return names
+
+
+def epoch_ids(ds, num_workers=0, **kw):
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers, **kw)
+    out = []
+    for b in loader:
+        assert set(b) >= {"X", "cell_id"}
+        assert b["X"].shape[0] == len(b["cell_id"])
+        out.append(np.asarray(b["cell_id"]))
+    return out
+
+
+# --- coverage and order -------------------------------------------------------
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_epoch_covers_every_cell_once(small, num_workers, prefetch):
+    ds = deltacells.CellDataset(small[1], batch_size=256, shuffle=True, seed=3,
+                                prefetch_tiles=prefetch, output="csr_parts")
+    batches = epoch_ids(ds, num_workers)
+    ids = np.concatenate(batches)
+    assert len(ids) == N_CELLS
+    assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
+    assert all(len(b) <= 256 for b in batches)
+    assert not np.array_equal(ids, np.arange(N_CELLS)), "shuffle=True returned stored order"
+    assert ds.n_batches(num_workers) == len(batches)
+
+
+def test_where_selection_covered_once_with_workers(small, adata):
+    where = "cell_type IN ('B cell', 'NK') AND percent_mt < 5"
+    ds = deltacells.CellDataset(small[1], where=where, batch_size=100, seed=1)
+    ids = np.concatenate(epoch_ids(ds, 2))
+    obs = adata.obs
+    mask = obs["cell_type"].isin(["B cell", "NK"]).to_numpy() & (obs["percent_mt"] < 5).to_numpy()
+    assert np.array_equal(np.sort(ids), np.flatnonzero(mask))
+    assert ds.n_cells == mask.sum() > 0
+
+
+def test_unshuffled_is_stored_order(small):
+    ds = deltacells.CellDataset(small[1], batch_size=500, shuffle=False)
+    ids = np.concatenate(epoch_ids(ds))
+    assert np.array_equal(ids, np.arange(N_CELLS))
+
+
+def test_drop_last(small):
+    ds = deltacells.CellDataset(small[1], batch_size=256, seed=2, drop_last=True)
+    batches = epoch_ids(ds, 2)
+    assert all(len(b) == 256 for b in batches)
+    ids = np.concatenate(batches)
+    assert len(np.unique(ids)) == len(ids)
+    assert len(ids) > N_CELLS - 2 * 256
+
+
+def test_order_reproducible_and_changes_with_epoch(small):
+    def order(seed, epoch, workers=0):
+        ds = deltacells.CellDataset(small[1], batch_size=300, seed=seed)
+        ds.set_epoch(epoch)
+        return np.concatenate(epoch_ids(ds, workers))
+    a = order(5, 0)
+    assert np.array_equal(a, order(5, 0))
+    assert np.array_equal(order(5, 0, workers=2), order(5, 0, workers=2))
+    b = order(5, 1)
+    assert not np.array_equal(a, b)
+    assert np.array_equal(np.sort(a), np.sort(b))
+    assert not np.array_equal(a, order(6, 0))
+
+
+def test_shuffle_window_mixes_tiles(small):
+    ds = deltacells.CellDataset(small[1], batch_size=400, seed=0, shuffle_window=2)
+    first = np.asarray(next(iter(ds))["cell_id"])
+    tiles = np.unique(first // TILE)
+    assert 1 < len(tiles) <= 2
+    ds1 = deltacells.CellDataset(small[1], batch_size=400, seed=0, shuffle_window=1)
+    for b in epoch_ids(ds1):
+        pass
+    b0 = np.asarray(next(iter(ds1))["cell_id"])
+    assert len(np.unique(b0 // TILE)) == 1
+
+
+# --- contents -------------------------------------------------------------------
+@pytest.mark.parametrize("output", ["csr", "csr_parts", "dense", "scipy"])
+def test_outputs_equal_anndata(small, adata, stored_genes, output):
+    ref = reindexed_X(adata, stored_genes)
+    ds = deltacells.CellDataset(small[1], batch_size=700, seed=4, output=output,
+                                obs=["cell_type", "age", "percent_mt", "is_doublet", "barcode"])
+    seen = 0
+    for b in ds:
+        ids = np.asarray(b["cell_id"])
+        X = b["X"]
+        if output == "csr":
+            assert X.layout == torch.sparse_csr
+            X = X.to_dense().numpy()
+        elif output == "csr_parts":
+            assert isinstance(X, deltacells.CSRBatch)
+            X = X.to_dense().numpy()
+        elif output == "dense":
+            assert X.layout == torch.strided and X.dtype == torch.float32
+            X = X.numpy()
+        else:
+            assert X.format == "csr" and X.dtype == np.float32
+            X = X.toarray()
+        assert np.array_equal(X, ref[ids].toarray())
+        obs = adata.obs.iloc[ids]
+        cats = ds.categories["cell_type"]
+        assert list(cats) == list(adata.obs["cell_type"].cat.categories)
+        assert np.array_equal(np.asarray(b["cell_type"]), obs["cell_type"].cat.codes.to_numpy())
+        assert np.array_equal(np.asarray(b["age"]), obs["age"].to_numpy())
+        np.testing.assert_array_equal(np.asarray(b["percent_mt"]), obs["percent_mt"].to_numpy())
+        assert np.array_equal(np.asarray(b["is_doublet"]).astype(bool), obs["is_doublet"].to_numpy())
+        assert list(b["barcode"]) == list(obs["barcode"])
+        seen += len(ids)
+    assert seen == N_CELLS
+
+
+def test_dtype_int32_returns_counts(small, adata, stored_genes):
+    ref = reindexed_X(adata, stored_genes)
+    ds = deltacells.CellDataset(small[1], batch_size=1000, dtype=torch.int32, output="csr_parts")
+    b = next(iter(ds))
+    assert b["X"].values.dtype == torch.int32
+    assert np.array_equal(b["X"].to_dense().numpy(), ref[np.asarray(b["cell_id"])].toarray())
+
+
+def test_gene_panel_equals_anndata_reindexed(small, adata):
+    rng = np.random.default_rng(0)
+    panel = list(rng.choice(adata.var_names.to_numpy(), 40, replace=False))
+    ds = deltacells.CellDataset(small[1], batch_size=1000, genes=panel, output="dense")
+    assert ds.gene_names == panel and ds.n_genes == 40
+    ref = reindexed_X(adata, panel)
+    n = 0
+    for b in ds:
+        ids = np.asarray(b["cell_id"])
+        assert b["X"].shape == (len(ids), 40)
+        assert np.array_equal(b["X"].numpy(), ref[ids].toarray())
+        n += len(ids)
+    assert n == N_CELLS
+
+
+# --- resuming -------------------------------------------------------------------
+def test_resume_mid_epoch_in_process(small):
+    ds = deltacells.CellDataset(small[1], batch_size=200, seed=9)
+    ds.set_epoch(2)
+    full = epoch_ids(ds)
+    it = iter(DataLoader(ds, batch_size=None))
+    got = [np.asarray(next(it)["cell_id"]) for _ in range(5)]
+    state = ds.state_dict()
+    assert state["batches_done"] == 5 and state["epoch"] == 2
+    del it
+    for a, b in zip(got, full[:5]):
+        assert np.array_equal(a, b)
+    state = pickle.loads(pickle.dumps(state))
+    ds2 = deltacells.CellDataset(small[1], batch_size=200, seed=9)
+    ds2.load_state_dict(state)
+    ds2.set_epoch(2)       # the usual loop calls set_epoch again: the resume point stays
+    rest = epoch_ids(ds2)
+    assert len(rest) == len(full) - 5
+    for a, b in zip(rest, full[5:]):
+        assert np.array_equal(a, b)
+    # the resume applies once: the next epoch is whole
+    ds2.set_epoch(3)
+    assert sum(len(b) for b in epoch_ids(ds2)) == N_CELLS
+
+
+def test_resume_mid_epoch_with_workers(small):
+    ds = deltacells.CellDataset(small[1], batch_size=200, seed=9)
+    full = epoch_ids(ds, 2)
+    with pytest.raises(RuntimeError, match="batches_done"):
+        ds.state_dict()
+    state = ds.state_dict(batches_done=7)
+    ds2 = deltacells.CellDataset(small[1], batch_size=200, seed=9)
+    ds2.load_state_dict(state)
+    rest = epoch_ids(ds2, 2)
+    assert len(rest) == len(full) - 7
+    for a, b in zip(rest, full[7:]):
+        assert np.array_equal(a, b)
+
+
+def test_resume_rejects_other_settings(small):
+    ds = deltacells.CellDataset(small[1], batch_size=200, seed=9)
+    state = ds.state_dict(batches_done=1)
+    other = deltacells.CellDataset(small[1], batch_size=100, seed=9)
+    with pytest.raises(ValueError, match="batch_size"):
+        other.load_state_dict(state)
+
+
+# --- errors -------------------------------------------------------------------
+def test_bad_arguments(small):
+    db = small[1]
+    with pytest.raises(ValueError, match="bad where clause .*cell_typo"):
+        deltacells.CellDataset(db, where="cell_typo = 'B cell'")
+    with pytest.raises(ValueError, match="bad where clause"):
+        deltacells.CellDataset(db, where="cell_type = = 'B cell'")
+    with pytest.raises(ValueError, match="unknown obs column 'celltype'.*cell_type"):
+        deltacells.CellDataset(db, obs=["celltype"])
+    with pytest.raises(ValueError, match="unknown gene in the panel: 'NOT_A_GENE'"):
+        deltacells.CellDataset(db, genes=["GENE1", "NOT_A_GENE"])
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        deltacells.CellDataset(db, batch_size=0)
+    with pytest.raises(TypeError, match="batch_size must be an integer"):
+        deltacells.CellDataset(db, batch_size=2.5)
+    with pytest.raises(ValueError, match="output must be one of"):
+        deltacells.CellDataset(db, output="coo")
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        deltacells.CellDataset(db, dtype="complex64")
+    with pytest.raises(ValueError, match="repeats genes"):
+        deltacells.CellDataset(db, genes=["GENE1", "GENE1"])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        deltacells.CellDataset(str(db) + ".missing")
+    with pytest.raises(ValueError, match="rank 2 is not below world_size 2"):
+        deltacells.CellDataset(db, rank=2, world_size=2)
+    with pytest.raises(ValueError, match="several statements"):
+        deltacells.CellDataset(db, where="1; DROP TABLE genes")
+
+
+def test_empty_selection_yields_nothing(small):
+    ds = deltacells.CellDataset(small[1], where="age < -1000")
+    assert ds.n_cells == 0
+    assert epoch_ids(ds, 0) == [] and epoch_ids(ds, 2) == []
+
+
+# --- pinning, prefetch ------------------------------------------------------------
+def test_pin_memory_loader(small):
+    ds = deltacells.CellDataset(small[1], batch_size=500, seed=1, output="csr_parts",
+                                obs=["cell_type"])
+    n = 0
+    for b in DataLoader(ds, batch_size=None, num_workers=2, pin_memory=True):
+        assert isinstance(b["X"], deltacells.CSRBatch)
+        if torch.cuda.is_available():
+            assert b["X"].is_pinned() and b["cell_id"].is_pinned()
+        n += len(b["cell_id"])
+    assert n == N_CELLS
+    # the container forwards pin_memory() to its three tensors
+    b = next(iter(ds))
+    if torch.cuda.is_available():
+        assert b["X"].pin_memory().is_pinned()
+    else:
+        moved = b["X"].to("cpu", dtype=torch.float16)
+        assert moved.values.dtype == torch.float16 and moved.shape == b["X"].shape
+
+
+def test_early_break_stops_prefetch_thread(small):
+    import threading
+    ds = deltacells.CellDataset(small[1], batch_size=100, prefetch_tiles=4)
+    for _ in range(3):
+        it = iter(ds)
+        next(it)
+        it.close()
+    alive = [t for t in threading.enumerate() if t.name == "deltacells-prefetch"]
+    assert alive == []
+
+
+# --- distributed ------------------------------------------------------------------
+DDP_SCRIPT = textwrap.dedent("""
+    import os, sys, json
+    import numpy as np, torch, torch.distributed as dist
+    sys.path.insert(0, {py!r})
+    import deltacells
+    from torch.utils.data import DataLoader
+    dist.init_process_group("gloo", rank=int(sys.argv[1]), world_size=2)
+    out = {{}}
+    for mode in (False, "pad", "drop"):
+        ds = deltacells.CellDataset({db!r}, batch_size=128, seed=1, equal_batches=mode)
+        ids = [np.asarray(b["cell_id"]).tolist() for b in DataLoader(ds, batch_size=None, num_workers=2)]
+        out[str(mode)] = ids
+    dist.barrier()
+    json.dump(out, open(sys.argv[2], "w"))
+    dist.destroy_process_group()
+""")
+
+
+def test_two_ranks_gloo_cover_every_cell_once(small, tmp_path):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SCRIPT.format(py=str(ROOT / "python"), db=str(small[1])))
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    procs = [subprocess.Popen([PY, str(script), str(r), str(tmp_path / f"r{r}.json")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=180)[0].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, o in zip(procs, outs):
+        assert p.returncode == 0, o
+    import json
+    res = [json.load(open(tmp_path / f"r{r}.json")) for r in range(2)]
+    # default: disjoint tiles, all cells exactly once
+    r0 = np.concatenate(res[0]["False"]); r1 = np.concatenate(res[1]["False"])
+    assert np.array_equal(np.sort(np.concatenate([r0, r1])), np.arange(N_CELLS))
+    assert not set((r0 // TILE).tolist()) & set((r1 // TILE).tolist())
+    # pad: equal batch counts, every cell at least once, extra cells are repeats of the rank's own
+    p0, p1 = res[0]["pad"], res[1]["pad"]
+    assert len(p0) == len(p1)
+    allp = np.concatenate([np.concatenate(p0), np.concatenate(p1)])
+    assert np.array_equal(np.unique(allp), np.arange(N_CELLS))
+    # drop: equal batch counts, no cell twice
+    d0, d1 = res[0]["drop"], res[1]["drop"]
+    assert len(d0) == len(d1)
+    alld = np.concatenate([np.concatenate(d0), np.concatenate(d1)])
+    assert len(np.unique(alld)) == len(alld)
+
+
+# --- map-style ------------------------------------------------------------------
+def test_map_dataset_getitems(small, adata, stored_genes):
+    ref = reindexed_X(adata, stored_genes)
+    ds = deltacells.CellMapDataset(small[1], obs=["cell_type"], output="scipy")
+    assert len(ds) == N_CELLS
+    idx = [5, 2999, 5, 1200, 0, 401]
+    b = ds.__getitems__(idx)
+    assert list(b["cell_id"]) == idx
+    assert np.array_equal(b["X"].toarray(), ref[idx].toarray())
+    assert np.array_equal(b["cell_type"], adata.obs["cell_type"].cat.codes.to_numpy()[idx])
+    one = ds[7]
+    assert one["X"].shape == (1, N_GENES) and list(one["cell_id"]) == [7]
+    with pytest.raises(IndexError, match="out of range"):
+        ds[[0, N_CELLS]]
+
+
+def test_map_dataset_where_positions(small, adata):
+    ds = deltacells.CellMapDataset(small[1], where="donor = 'D03'", output="csr_parts")
+    expect = np.flatnonzero((adata.obs["donor"] == "D03").to_numpy())
+    assert len(ds) == len(expect) > 0
+    b = ds[[0, len(ds) - 1]]
+    assert list(np.asarray(b["cell_id"])) == [expect[0], expect[-1]]
+
+
+@pytest.mark.parametrize("path", ["batch_sampler", "sampler"])
+def test_group_batch_sampler(small, adata, path):
+    ds = deltacells.CellMapDataset(small[1], obs=["cell_type"], output="csr_parts")
+    sampler = deltacells.GroupBatchSampler(ds, "cell_type", batch_size=64, seed=2)
+    if path == "batch_sampler":
+        loader = DataLoader(ds, batch_sampler=sampler, collate_fn=deltacells.collate, num_workers=2)
+    else:
+        loader = DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2)
+    seen = []
+    nb = 0
+    for b in loader:
+        codes = np.asarray(b["cell_type"])
+        assert len(np.unique(codes)) == 1
+        assert len(codes) <= 64
+        seen.append(np.asarray(b["cell_id"]))
+        nb += 1
+    assert nb == len(sampler)
+    ids = np.concatenate(seen)
+    assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
+    first = next(iter(sampler))
+    sampler.set_epoch(1)
+    assert next(iter(sampler)) != first
+
+
+def test_group_batch_sampler_ranks():
+    labels = np.repeat(np.arange(5), [10, 33, 7, 64, 1])
+    parts = [list(deltacells.GroupBatchSampler(labels, batch_size=8, num_replicas=2, rank=r, seed=0))
+             for r in range(2)]
+    assert len(parts[0]) == len(parts[1])
+    for p in parts:
+        for b in p:
+            assert len(set(labels[b].tolist())) == 1
+    union = np.concatenate([np.concatenate([np.asarray(b) for b in p]) for p in parts])
+    assert set(union.tolist()) == set(range(len(labels)))
+
+
+# --- to_anndata -----------------------------------------------------------------------
+def test_to_anndata_equals_source(small, adata):
+    where = "cell_type = 'CD14 Mono' OR age > 60"
+    ad = deltacells.to_anndata(small[1], where=where)
+    mask = ((adata.obs["cell_type"] == "CD14 Mono") | (adata.obs["age"] > 60)).to_numpy()
+    src = adata[mask]
+    assert list(ad.obs_names) == list(src.obs_names)
+    X = reindexed_X(src, ad.var_names)
+    assert (ad.X != X).nnz == 0
+    for c in adata.obs.columns:
+        a, b = ad.obs[c], src.obs[c]
+        if hasattr(b, "cat"):
+            assert list(a.cat.categories) == list(b.cat.categories)
+            assert np.array_equal(a.cat.codes.to_numpy(), b.cat.codes.to_numpy())
+        else:
+            np.testing.assert_array_equal(a.to_numpy(), b.to_numpy())
+    sub = deltacells.to_anndata(small[1], where="donor = 'D01'", obs=["donor"],
+                                genes=["GENE3", "GENE1"], cell_id=True)
+    assert list(sub.var_names) == ["GENE3", "GENE1"] and list(sub.obs.columns) == ["donor", "cell_id"]
+
+
+def test_import_with_pythonpath():
+    r = subprocess.run([PY, "-c", "import deltacells, sys; print(deltacells.find_extension())"],
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "python")), cwd="/",
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(ROOT / "build" / "deltacells.so")
