@@ -12,7 +12,7 @@
 **
 ** Coder.  64-bit states in [2^31, 2^63), 32-bit renormalisation (at most one
 ** word per step), probabilities of precision 11 bits.  A chunk is split into
-** up to 16 lanes of consecutive cells with balanced nonzero counts; lanes are
+** up to 32 lanes of consecutive cells with balanced nonzero counts; lanes are
 ** decoded in lockstep (step t decodes the t-th nonzero of every lane that has
 ** one) and read one shared word stream in lane order, so a SIMD decoder can
 ** decode the lanes side by side.
@@ -29,7 +29,7 @@
 #define DC_RANS_MAXSYM    1024u        /* distinct symbols per context (10-bit index) */
 #define DC_RANS_NCODES    66u          /* value codes 0..65 cover 0 .. 2^32-1 */
 #define DC_RANS_ESC       (127u << 7)  /* symbol id of the escape (codes follow raw) */
-#define DC_RANS_MAXLANES  16u
+#define DC_RANS_MAXLANES  32u
 #define DC_RANS_MAXNB     8u           /* cell-size buckets */
 #define DC_RANS_MAXRC     64u          /* rank codes */
 #define DC_RANS_MODEL_VERSION 1u

@@ -9,11 +9,20 @@
 #include <stdlib.h>
 #include <zstd.h>
 
-#define NSYMID (1u << 14)      /* symbol id = gap code << 7 | count code */
+/* symbol id = gap code << 7 | count code; the encoder's tables index symbols
+** compactly: gap code * 66 + count code, the escape last */
+#define NSYMIX (64u * DC_RANS_NCODES + 1u)
+static inline uint32_t cix(uint32_t sid) {
+  uint32_t gc = sid >> 7;
+  return gc >= 64 ? 64u * DC_RANS_NCODES : gc * DC_RANS_NCODES + (sid & 127);
+}
+static inline uint32_t sid_of(uint32_t k) {
+  return k == 64u * DC_RANS_NCODES ? DC_RANS_ESC : (k / DC_RANS_NCODES) << 7 | (k % DC_RANS_NCODES);
+}
 
 typedef struct enc_model {
   dc_rans_model m;
-  uint32_t *tab;               /* n_ctx x NSYMID: freq | start << 12, 0 = not coded (escape) */
+  uint32_t *tab;               /* n_ctx x NSYMIX: freq | start << 12, 0 = not coded (escape) */
 } enc_model;
 
 void dc_rans_free_model(void *model) {
@@ -114,8 +123,8 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
   m->n_ctx = m->nb * m->nrc;
 
   /* symbol counts per context */
-  cnt = calloc((size_t)m->n_ctx * NSYMID, sizeof *cnt);
-  em->tab = calloc((size_t)m->n_ctx * NSYMID, sizeof *em->tab);
+  cnt = calloc((size_t)m->n_ctx * NSYMIX, sizeof *cnt);
+  em->tab = calloc((size_t)m->n_ctx * NSYMIX, sizeof *em->tab);
   if (!cnt || !em->tab) goto done;
   for (uint32_t i = 0; i < C; i++) {
     uint64_t s = in->indptr[i], t = in->indptr[i + 1];
@@ -124,7 +133,7 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
     for (uint64_t j = s; j < t; j++) {
       nz_sym z;
       sym_of(m, b, prev, in->indices[j], in->data[j], &z);
-      cnt[(size_t)z.ctx * NSYMID + z.sid]++;
+      cnt[(size_t)z.ctx * NSYMIX + cix(z.sid)]++;
       prev = in->indices[j];
     }
   }
@@ -132,14 +141,14 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
   /* frequencies; serialise */
   dc_buf_put(&raw, (uint8_t[]){DC_RANS_MODEL_VERSION, (uint8_t)m->nb, (uint8_t)m->nrc}, 3);
   for (uint32_t k = 0; k + 1 < m->nb; k++) dc_buf_varint(&raw, m->nb_lim[k]);
-  uint32_t *ids = malloc(NSYMID * sizeof *ids), *f = malloc(NSYMID * sizeof *f);
-  uint64_t *c = malloc(NSYMID * sizeof *c);
+  uint32_t *ids = malloc(NSYMIX * sizeof *ids), *f = malloc(NSYMIX * sizeof *f);
+  uint64_t *c = malloc(NSYMIX * sizeof *c);
   if (!ids || !f || !c) { free(ids); free(f); free(c); goto done; }
   for (uint32_t x = 0; x < m->n_ctx; x++) {
-    uint64_t *cx = cnt + (size_t)x * NSYMID;
+    uint64_t *cx = cnt + (size_t)x * NSYMIX;
     uint32_t n = 0;
-    for (uint32_t s = 0; s < NSYMID; s++)
-      if (cx[s]) { ids[n] = s; c[n] = cx[s]; n++; }
+    for (uint32_t q = 0; q < NSYMIX; q++)      /* in symbol id order */
+      if (cx[q]) { ids[n] = sid_of(q); c[n] = cx[q]; n++; }
     if (n > DC_RANS_MAXSYM - 1) {
       /* too many distinct symbols: the rarest share the escape symbol, whose
       ** gap and count codes then follow in a raw step */
@@ -150,12 +159,12 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
       uint64_t esc = 0;
       for (uint32_t i = DC_RANS_MAXSYM - 1; i < n; i++) esc += (~key[i]) >> 14;
       for (uint32_t i = DC_RANS_MAXSYM - 1; i < n; i++) key[i] = 0;
-      uint8_t *keep = calloc(NSYMID, 1);
+      uint8_t *keep = calloc(NSYMIX, 1);
       if (!keep) { free(key); free(ids); free(f); free(c); goto done; }
-      for (uint32_t j = 0; j < DC_RANS_MAXSYM - 1; j++) keep[(~key[j]) & (NSYMID - 1)] = 1;
+      for (uint32_t j = 0; j < DC_RANS_MAXSYM - 1; j++) keep[cix((uint32_t)((~key[j]) & 16383))] = 1;
       uint32_t k = 0;
       for (uint32_t i = 0; i < n; i++)        /* kept symbols, in id order */
-        if (keep[ids[i]]) { ids[k] = ids[i]; c[k] = c[i]; k++; }
+        if (keep[cix(ids[i])]) { ids[k] = ids[i]; c[k] = c[i]; k++; }
       free(keep);
       ids[k] = DC_RANS_ESC;
       c[k] = esc;
@@ -166,11 +175,11 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
     if (!n) continue;
     normalize(c, f, n);
     uint32_t start = 0, prev_id = 0;
-    uint32_t *tx = em->tab + (size_t)x * NSYMID;
+    uint32_t *tx = em->tab + (size_t)x * NSYMIX;
     for (uint32_t i = 0; i < n; i++) {
       dc_buf_varint(&raw, i ? ids[i] - prev_id - 1 : ids[i]);
       dc_buf_varint(&raw, f[i] - 1);
-      tx[ids[i]] = f[i] | start << 12;
+      tx[cix(ids[i])] = f[i] | start << 12;
       start += f[i];
       prev_id = ids[i];
     }
@@ -233,7 +242,7 @@ static inline int is_big(uint32_t gc, uint32_t cc) {
   return dc_rans_is_big(gc, cc);
 }
 
-#define DC_RANS_LANES 8u
+#define DC_RANS_LANES 32u    /* four groups of 8 for the AVX-512 decoder */
 
 int dc_rans_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err) {
   (void)level;
@@ -285,7 +294,7 @@ int dc_rans_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_
     for (uint32_t l = nl; l-- > 0;) {
       if (t >= lane_off[l + 1] - lane_off[l]) continue;
       const nz_sym *s = &z[lane_off[l] + t];
-      uint32_t e = em->tab[(size_t)s->ctx * NSYMID + s->sid];
+      uint32_t e = em->tab[(size_t)s->ctx * NSYMIX + cix(s->sid)];
       uint32_t gc = s->sid >> 7, cc = s->sid & 127;
       if (!e || is_big(gc, cc)) {
         enc_raw(&x[l], dc_vbits(cc), s->cx, &wbs[l]);
@@ -296,15 +305,15 @@ int dc_rans_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_
     for (uint32_t l = nl; l-- > 0;) {
       if (t >= lane_off[l + 1] - lane_off[l]) continue;
       const nz_sym *s = &z[lane_off[l] + t];
-      uint32_t e = em->tab[(size_t)s->ctx * NSYMID + s->sid];
+      uint32_t e = em->tab[(size_t)s->ctx * NSYMIX + cix(s->sid)];
       uint32_t gc = s->sid >> 7, cc = s->sid & 127;
-      if (!e) e = em->tab[(size_t)s->ctx * NSYMID + DC_RANS_ESC];
+      if (!e) e = em->tab[(size_t)s->ctx * NSYMIX + cix(DC_RANS_ESC)];
       if (!e) {
         dc_error_set(err, DC_EARG, "encode: symbol outside the tile's model");   /* cannot happen */
         rc = DC_EARG;
         goto done;
       }
-      if (is_big(gc, cc) || em->tab[(size_t)s->ctx * NSYMID + s->sid] == 0)
+      if (is_big(gc, cc) || em->tab[(size_t)s->ctx * NSYMIX + cix(s->sid)] == 0)
         enc_sym(&x[l], e & 0xfff, e >> 12, 0, 0, &wbs[l]);
       else
         enc_sym(&x[l], e & 0xfff, e >> 12, dc_vbits(gc) + dc_vbits(cc),

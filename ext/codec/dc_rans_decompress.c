@@ -197,10 +197,13 @@ typedef struct chunk_ctx {
   int32_t *vi;
   float *vf;
   uint64_t bad;          /* nonzero if a gene index went out of range */
+  int64_t n_genes;
 } chunk_ctx;
 
 /* Starts the lane's next nonempty cell (its nonzero total guarantees one). */
-static __attribute__((noinline)) void next_cell(const chunk_ctx *k, lane *L) {
+static __attribute__((noinline)) void next_cell(chunk_ctx *k, lane *L) {
+  /* indices rise within a cell: the last one of the cell ending bounds them all */
+  k->bad |= L->prev >= k->n_genes;
   while (k->cnnz[L->cell] == 0) L->cell++;
   uint64_t n = k->cnnz[L->cell];
   L->left = n;
@@ -357,8 +360,235 @@ static inline __attribute__((always_inline)) int decode_lanes_t(chunk_ctx *k, la
   return 0;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(DC_NO_SIMD)
+/* ------------------------------------------------------------ AVX-512
+** The lockstep decoder with 8 lanes per 512-bit register (groups of 8), for
+** the stretches where every lane is active, inside one cell, and holds at
+** least one word per step: it gathers the table entries and the
+** renormalisation words, and scatters the nonzeros to their lanes' places.
+** Big symbols and cell changes go through the scalar code above. */
+#include <immintrin.h>
+#define DC_AVX512 __attribute__((target("avx512f,avx512dq,avx512cd,avx512vl,avx512bw")))
+#define DC_HAVE_SIMD 1
+
+/* The CPU has AVX-512 (F, DQ, CD, VL, BW) and DC_NO_SIMD is not set in the
+** environment (tests use it to check the scalar path against the SIMD one). */
+static int simd_ok(void) {
+  static int ok = -1;
+  const char *no = getenv("DC_NO_SIMD");
+  if (no && *no && *no != '0') return 0;
+  if (ok < 0) {
+    __builtin_cpu_init();
+    ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw");
+  }
+  return ok;
+}
+
+/* Stores rows b[0..7][c..c+7] (step r, lane c+i) transposed: lane i gets its 8
+** consecutive values at out[pos[i] + j0 ...]. */
+DC_AVX512 static inline void transpose8_store(uint32_t b[8][32], uint32_t c, uint32_t *out, const uint64_t *pos,
+                                              uint64_t j0) {
+  __m256 r0 = _mm256_load_ps((const float *)&b[0][c]), r1 = _mm256_load_ps((const float *)&b[1][c]);
+  __m256 r2 = _mm256_load_ps((const float *)&b[2][c]), r3 = _mm256_load_ps((const float *)&b[3][c]);
+  __m256 r4 = _mm256_load_ps((const float *)&b[4][c]), r5 = _mm256_load_ps((const float *)&b[5][c]);
+  __m256 r6 = _mm256_load_ps((const float *)&b[6][c]), r7 = _mm256_load_ps((const float *)&b[7][c]);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps((float *)(out + pos[0] + j0), _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps((float *)(out + pos[1] + j0), _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps((float *)(out + pos[2] + j0), _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps((float *)(out + pos[3] + j0), _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps((float *)(out + pos[4] + j0), _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps((float *)(out + pos[5] + j0), _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps((float *)(out + pos[6] + j0), _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps((float *)(out + pos[7] + j0), _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+/* Runs blocks for nl = 8*G lanes (G = 1..4).  Returns 0, or -1 if corrupt. */
+DC_AVX512 static inline __attribute__((always_inline)) int simd_lanes_t(chunk_ctx *k, lane *ln, const uint32_t G, const int f32) {
+  const uint32_t nl = 8 * G;
+  const uint32_t nrc = k->s->m.nrc;
+  const uint8_t *base = ln[0].p;        /* all streams lie after lane 0's start */
+  const __m512i one = _mm512_set1_epi64(1), m11 = _mm512_set1_epi64(0x7ff), m5 = _mm512_set1_epi64(31),
+                m16 = _mm512_set1_epi64(0xffff), mslot = _mm512_set1_epi64(DC_RANS_M - 1),
+                four = _mm512_set1_epi64(4), seven = _mm512_set1_epi64(7), c63 = _mm512_set1_epi64(63),
+                lim = _mm512_set1_epi64((long long)DC_RANS_L), rcmax = _mm512_set1_epi64(nrc - 1),
+                big31 = _mm512_set1_epi64(E_BIG);
+  const uint64_t *dtab = k->s->dtab;
+  uint64_t minT = UINT64_MAX;
+  for (uint32_t l = 0; l < nl; l++)
+    if (ln[l].end - ln[l].pos < minT) minT = ln[l].end - ln[l].pos;
+  uint64_t t = 0;
+  __attribute__((aligned(64))) uint64_t ax[32], ap[32], aprev[32], atb[32], apos[32], ae[32];
+  __attribute__((aligned(64))) uint32_t bi[8][32], bv[8][32];
+  for (;;) {
+    if (t >= minT) break;
+    uint64_t n = minT - t;
+    for (uint32_t l = 0; l < nl; l++) {
+      if (ln[l].left == 0) next_cell(k, &ln[l]);
+      if (ln[l].left < n) n = ln[l].left;
+      uint64_t w = (uint64_t)(ln[l].pe - ln[l].p) / 4;
+      if (w < n) n = w;
+    }
+    if (n == 0) break;
+    for (uint32_t l = 0; l < nl; l++) {
+      ax[l] = ln[l].x;
+      ap[l] = (uint64_t)(ln[l].p - base);
+      aprev[l] = (uint64_t)ln[l].prev;
+      atb[l] = (uint64_t)(ln[l].T - dtab);
+      apos[l] = ln[l].pos;
+    }
+    __m512i x[4], p[4], prev[4], tb[4], pos[4];
+    for (uint32_t g = 0; g < G; g++) {
+      x[g] = _mm512_load_si512(ax + 8 * g);
+      p[g] = _mm512_load_si512(ap + 8 * g);
+      prev[g] = _mm512_load_si512(aprev + 8 * g);
+      tb[g] = _mm512_load_si512(atb + 8 * g);
+      pos[g] = _mm512_load_si512(apos + 8 * g);
+    }
+    uint64_t j = 0;
+    int stop = 0, buffered = 0;
+    for (; j < n && !stop; j++) {
+      __m512i E[4];
+      __mmask8 big[4];
+      if ((j & 7) == 0) buffered = n - j >= 8;
+      for (uint32_t g = 0; g < G; g++) {
+        __m512i r = _mm512_add_epi64(prev[g], one);
+        __m512i e = _mm512_sub_epi64(c63, _mm512_lzcnt_epi64(r));
+        __m512i sub = _mm512_and_si512(_mm512_srlv_epi64(r, _mm512_sub_epi64(e, one)), one);
+        __m512i code = _mm512_add_epi64(_mm512_add_epi64(_mm512_add_epi64(e, e), _mm512_set1_epi64(2)), sub);
+        __mmask8 small = _mm512_cmple_epu64_mask(r, seven);
+        __m512i rc = _mm512_min_epu64(_mm512_mask_mov_epi64(code, small, r), rcmax);
+        __m512i ix = _mm512_add_epi64(_mm512_add_epi64(tb[g], _mm512_slli_epi64(rc, DC_RANS_PREC)),
+                                      _mm512_and_si512(x[g], mslot));
+        E[g] = _mm512_i64gather_epi64(ix, (const long long *)dtab, 8);
+        __m512i f = _mm512_add_epi64(_mm512_and_si512(E[g], m11), one);
+        __m512i bias = _mm512_and_si512(_mm512_srli_epi64(E[g], 11), m11);
+        __m512i xx = _mm512_add_epi64(_mm512_mullo_epi64(f, _mm512_srli_epi64(x[g], DC_RANS_PREC)), bias);
+        __m512i nbt = _mm512_and_si512(_mm512_srli_epi64(E[g], 22), m5);
+        big[g] = _mm512_cmpeq_epu64_mask(nbt, big31);
+        nbt = _mm512_maskz_mov_epi64((__mmask8)~big[g], nbt);
+        __m512i bits = _mm512_and_si512(xx, _mm512_sub_epi64(_mm512_sllv_epi64(one, nbt), one));
+        xx = _mm512_srlv_epi64(xx, nbt);
+        __mmask8 need = _mm512_cmplt_epu64_mask(xx, lim);
+        __m256i w = _mm512_mask_i64gather_epi32(_mm256_setzero_si256(), need, p[g], (const int *)base, 1);
+        __m512i xs = _mm512_or_si512(_mm512_slli_epi64(xx, 32), _mm512_cvtepu32_epi64(w));
+        x[g] = _mm512_mask_mov_epi64(xx, need, xs);
+        p[g] = _mm512_mask_add_epi64(p[g], need, p[g], four);
+        __m512i gnb = _mm512_and_si512(_mm512_srli_epi64(E[g], 27), m5);
+        __m512i gap = _mm512_add_epi64(_mm512_and_si512(_mm512_srli_epi64(E[g], 32), m16),
+                                       _mm512_and_si512(bits, _mm512_sub_epi64(_mm512_sllv_epi64(one, gnb), one)));
+        __m512i cnt = _mm512_add_epi64(_mm512_srli_epi64(E[g], 48), _mm512_srlv_epi64(bits, gnb));
+        __m512i np = _mm512_add_epi64(_mm512_add_epi64(prev[g], one), gap);
+        __mmask8 ok = (__mmask8)~big[g];
+        prev[g] = _mm512_mask_mov_epi64(prev[g], ok, np);
+        if (buffered) {           /* rows of 8 steps, transposed into place below */
+          _mm256_store_si256((__m256i *)&bi[j & 7][8 * g], _mm512_cvtepi64_epi32(np));
+          if (f32) _mm256_store_ps((float *)&bv[j & 7][8 * g], _mm512_cvtepu64_ps(cnt));
+          else _mm256_store_si256((__m256i *)&bv[j & 7][8 * g], _mm512_cvtepi64_epi32(cnt));
+        } else {
+          _mm512_mask_i64scatter_epi32(k->idx, ok, pos[g], _mm512_cvtepi64_epi32(np), 4);
+          if (f32) _mm512_mask_i64scatter_ps(k->vf, ok, pos[g], _mm512_cvtepu64_ps(cnt), 4);
+          else _mm512_mask_i64scatter_epi32(k->vi, ok, pos[g], _mm512_cvtepi64_epi32(cnt), 4);
+        }
+      }
+      uint32_t anybig = 0;
+      for (uint32_t g = 0; g < G; g++) anybig |= big[g];
+      if (__builtin_expect(anybig != 0, 0)) {
+        /* raw steps of the big lanes, in lane order, on the scalar path */
+        for (uint32_t g = 0; g < G; g++) {
+          _mm512_store_si512(ax + 8 * g, x[g]);
+          _mm512_store_si512(ap + 8 * g, p[g]);
+          _mm512_store_si512(aprev + 8 * g, prev[g]);
+          _mm512_store_si512(ae + 8 * g, E[g]);
+        }
+        for (uint32_t l = 0; l < nl; l++) {
+          if (!((big[l / 8] >> (l % 8)) & 1)) continue;
+          lane L = ln[l];
+          L.x = ax[l];
+          L.p = base + ap[l];
+          L.prev = (int64_t)aprev[l];
+          L.pos = apos[l] + j;
+          if (big_steps(k, &L, ae[l], f32)) return -1;
+          if (buffered) {
+            bi[j & 7][l] = (uint32_t)k->idx[apos[l] + j];
+            bv[j & 7][l] = f32 ? 0 : (uint32_t)k->vi[apos[l] + j];
+            if (f32) memcpy(&bv[j & 7][l], &k->vf[apos[l] + j], 4);
+          }
+          ax[l] = L.x;
+          ap[l] = (uint64_t)(L.p - base);
+          aprev[l] = (uint64_t)L.prev;
+        }
+        for (uint32_t g = 0; g < G; g++) {
+          x[g] = _mm512_load_si512(ax + 8 * g);
+          p[g] = _mm512_load_si512(ap + 8 * g);
+          prev[g] = _mm512_load_si512(aprev + 8 * g);
+        }
+        stop = 1;                 /* words were used: recheck the bounds */
+      }
+      for (uint32_t g = 0; g < G; g++) pos[g] = _mm512_add_epi64(pos[g], one);
+      if (buffered && ((j & 7) == 7 || stop)) {
+        uint32_t rows = (uint32_t)(j & 7) + 1;
+        uint64_t j0 = j - (rows - 1);
+        if (rows == 8) {
+          for (uint32_t g = 0; g < G; g++) {
+            transpose8_store(bi, 8 * g, (uint32_t *)k->idx, apos + 8 * g, j0);
+            transpose8_store(bv, 8 * g, f32 ? (uint32_t *)k->vf : (uint32_t *)k->vi, apos + 8 * g, j0);
+          }
+        } else {
+          for (uint32_t l = 0; l < nl; l++)
+            for (uint32_t r = 0; r < rows; r++) {
+              ((uint32_t *)k->idx)[apos[l] + j0 + r] = bi[r][l];
+              (f32 ? (uint32_t *)k->vf : (uint32_t *)k->vi)[apos[l] + j0 + r] = bv[r][l];
+            }
+        }
+      }
+    }
+    for (uint32_t g = 0; g < G; g++) {
+      _mm512_store_si512(ax + 8 * g, x[g]);
+      _mm512_store_si512(ap + 8 * g, p[g]);
+      _mm512_store_si512(aprev + 8 * g, prev[g]);
+    }
+    for (uint32_t l = 0; l < nl; l++) {
+      ln[l].x = ax[l];
+      ln[l].p = base + ap[l];
+      ln[l].prev = (int64_t)aprev[l];
+      ln[l].left -= j;
+      ln[l].pos += j;
+    }
+    t += j;
+  }
+  return 0;
+}
+
+DC_AVX512 static int simd_lanes(chunk_ctx *k, lane *ln, uint32_t G, int f32) {
+  switch (G * 2 + (f32 != 0)) {
+    case 2: return simd_lanes_t(k, ln, 1, 0);
+    case 3: return simd_lanes_t(k, ln, 1, 1);
+    case 4: return simd_lanes_t(k, ln, 2, 0);
+    case 5: return simd_lanes_t(k, ln, 2, 1);
+    case 6: return simd_lanes_t(k, ln, 3, 0);
+    case 7: return simd_lanes_t(k, ln, 3, 1);
+    case 8: return simd_lanes_t(k, ln, 4, 0);
+    default: return simd_lanes_t(k, ln, 4, 1);
+  }
+}
+#endif
+
 static int decode_lanes(chunk_ctx *k, lane *ln, uint32_t nl, int f32, uint32_t c, dc_error *err) {
   int r;
+#ifdef DC_HAVE_SIMD
+  if (nl % 8 == 0 && nl <= 32 && simd_ok() && simd_lanes(k, ln, nl / 8, f32))
+    CORRUPT("chunk %u: rans stream is corrupt or truncated", c);
+#endif
   if (nl == 8) r = f32 ? decode_lanes_t(k, ln, nl, 1, 8) : decode_lanes_t(k, ln, nl, 0, 8);
   else r = f32 ? decode_lanes_t(k, ln, nl, 1, 0) : decode_lanes_t(k, ln, nl, 0, 0);
   if (r) CORRUPT("chunk %u: rans stream is corrupt or truncated", c);
@@ -444,7 +674,7 @@ int dc_rans_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len
     p += wl[l] * 4;
     ln[l].pe = p;
   }
-  chunk_ctx k = {s, cnnz, ci->n_cells, out->indices + ci->nnz_before, NULL, NULL, 0};
+  chunk_ctx k = {s, cnnz, ci->n_cells, out->indices + ci->nnz_before, NULL, NULL, 0, (int64_t)h->n_genes};
   if (out->values_f32) k.vf = (float *)out->values + ci->nnz_before;
   else k.vi = (int32_t *)out->values + ci->nnz_before;
   rc = out->values_f32 ? decode_lanes(&k, ln, nl, 1, c, err) : decode_lanes(&k, ln, nl, 0, c, err);
@@ -453,6 +683,7 @@ int dc_rans_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len
     if (ln[l].p != ln[l].pe) CORRUPT("chunk %u: lane %u: %zu bytes left in its stream", c, l, (size_t)(ln[l].pe - ln[l].p));
     if (ln[l].x != DC_RANS_L) CORRUPT("chunk %u: lane %u ends in a wrong state", c, l);
   }
+  for (uint32_t l = 0; l < nl; l++) k.bad |= ln[l].prev >= k.n_genes;
   if (k.bad) CORRUPT("chunk %u: gene index out of range", c);
   /* indices are strictly increasing within a cell, so checking each cell's
   ** last one against n_genes checks them all */
