@@ -1708,7 +1708,8 @@ static int cellsColumn(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) 
       if (b->valid[r]) sqlite3_result_int64(ctx, b->i64[r]);
       break;
     case DC_OBS_REAL:
-      if (!isnan(b->f64[r])) sqlite3_result_double(ctx, b->f64[r]);
+      /* a native REAL column stores -0.0 as the integer 0, so it reads back as 0.0 */
+      if (!isnan(b->f64[r])) sqlite3_result_double(ctx, b->f64[r] == 0 ? 0.0 : b->f64[r]);
       break;
     case DC_OBS_TEXT:
       if (b->valid[r])
