@@ -848,12 +848,15 @@ static double est_block_num(const bstat *s, int64_t n, int op, const cval *v) {
 
 static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
   cells_vtab *p = (cells_vtab *)tab;
+  /* bad metadata is reported by xOpen as SQLITE_CORRUPT (an error here would
+  ** reach the user as a plain SQLITE_ERROR); plan without statistics */
   int rc = cells_load(p);
-  if (rc) return rc;
+  if (rc == SQLITE_NOMEM) return rc;
+  if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }
   sqlite3_str *s = sqlite3_str_new(p->db);
   int nargs = 0, all_exact = 1, unused = 0, n_terms = 0;
   int i_limit = -1, i_offset = -1;
-  double N = (double)p->n_cells, rows = N, scan = N;
+  double N = p->loaded ? (double)p->n_cells : 1e6, rows = N, scan = N;
   int unique = 0, n_filter_cols = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
@@ -888,8 +891,9 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
       exact = 0;
       if ((op == OP_EQ || op == OP_IN) && p->oc[k].kind == DC_OBS_CATEGORY) {
         rc = dict_load(p, k);
-        if (rc) { sqlite3_free(sqlite3_str_finish(s)); return rc; }
-        if (!p->oc[k].dict_numeric) exact = 1;
+        if (rc == SQLITE_NOMEM) { sqlite3_free(sqlite3_str_finish(s)); return rc; }
+        if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }   /* xFilter reports it */
+        else if (!p->oc[k].dict_numeric) exact = 1;
       }
       if (!exact && rhs) {
         int t = sqlite3_value_type(rhs);
