@@ -5,8 +5,8 @@
                 [--chunk-cells 2000] [--csc | --dense] [--float]
 
 Counts follow the reference tile of the codec issue: gene abundances are lognormal
-(sigma 2.2) in a random gene order, library sizes are lognormal (mean about 3,500,
-sigma 0.6), and each cell's reads are drawn multinomially (one uniform draw per read,
+(sigma 2.2) in a random gene order, library sizes are lognormal (exp(N(log 3,500, 0.6)),
+so a median of 3,500 reads), and each cell's reads are drawn multinomially (one uniform draw per read,
 a searchsorted on the cumulative abundance, then counted per (cell, gene)).
 `--tile-like` makes the reference tile's shape the default: 10,000 cells x 61,497 genes.
 
@@ -65,7 +65,7 @@ def gene_cdf(rng, n_genes):
 
 def library_sizes(rng, n_cells):
     sigma = 0.6
-    mu = np.log(3500.0) - sigma * sigma / 2.0  # mean of the lognormal = 3,500
+    mu = np.log(3500.0)  # as the reference tile: exp(N(log 3500, 0.6)), 23.5 M nonzeros per 10,000 cells
     return np.maximum(1, rng.lognormal(mu, sigma, n_cells)).astype(np.int64)
 
 
