@@ -35,6 +35,7 @@ typedef struct dc_conn dc_conn;
 struct dc_conn {
   int threads;            /* decoder threads; 0 = one per online core          */
   int64_t cache_bytes;    /* budget of the decoded-chunk cache                  */
+  int64_t work_bytes;     /* decoded chunks one batch holds at once (groups)    */
   dc_pool *pool;          /* created on first use with `threads` threads       */
   void *cache;            /* decoded-chunk cache (ext/cache.c), a dc_cache*     */
   int n_ref;              /* references held by registered functions/modules   */

@@ -18,6 +18,9 @@
 **              returns the number in effect.
 **   cache_mb   budget of the decoded-chunk cache in MiB, 0..1048576; 0 turns
 **              the cache off.  Default: 512, at most 1/8 of physical memory.
+**   decode_mb  decoded chunks one dc_batch call holds at once, in MiB,
+**              1..1048576 (default 256): a batch needing more is decoded in
+**              groups (its rows staged between groups).
 ** Read-only statistics: cache_used_mb (REAL), cache_entries, cache_hits,
 ** cache_misses.
 ** Unknown names and bad values are SQL errors naming the setting.
@@ -154,6 +157,17 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
       }
     }
     sqlite3_result_int64(ctx, conn->cache_bytes >> 20);
+  } else if (strcmp(name, "decode_mb") == 0) {
+    if (set) {
+      if (v < 1 || v > DC_MAX_CACHE_MB) {
+        char *m = sqlite3_mprintf("dc_config: decode_mb must be 1 .. %d, got %lld", DC_MAX_CACHE_MB, (long long)v);
+        sqlite3_result_error(ctx, m ? m : "dc_config: bad decode_mb", -1);
+        sqlite3_free(m);
+        return;
+      }
+      conn->work_bytes = (int64_t)v << 20;
+    }
+    sqlite3_result_int64(ctx, conn->work_bytes >> 20);
   } else if (strcmp(name, "cache_used_mb") == 0 || strcmp(name, "cache_entries") == 0 ||
              strcmp(name, "cache_hits") == 0 || strcmp(name, "cache_misses") == 0) {
     if (set) {
@@ -168,7 +182,7 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     else sqlite3_result_int64(ctx, name[6] == 'e' ? entries : name[6] == 'h' ? hits : misses);
   } else {
     char *m = sqlite3_mprintf("dc_config: unknown setting '%s' (known: threads, cache_mb, "
-                              "cache_used_mb, cache_entries, cache_hits, cache_misses)", name);
+                              "decode_mb, cache_used_mb, cache_entries, cache_hits, cache_misses)", name);
     sqlite3_result_error(ctx, m ? m : "dc_config: unknown setting", -1);
     sqlite3_free(m);
   }
@@ -185,6 +199,7 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
   memset(conn, 0, sizeof *conn);
   conn->threads = 0;
   conn->cache_bytes = default_cache_bytes();
+  conn->work_bytes = (int64_t)256 << 20;
   conn->n_ref = 1;                 /* the init's own reference, dropped below */
 
   /* dc_config holds a reference; SQLite calls the destructor on failure too */
