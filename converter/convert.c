@@ -165,8 +165,11 @@ static void csc_progress(void *arg, uint64_t nnz_done) {
   prog_show(c->pg, c->base + (c->nnz ? (uint64_t)((double)nnz_done / (double)c->nnz * (double)c->n_obs) : 0));
 }
 
+/* With one CSR or dense input, the last tile read here is kept in *last (local
+** gene ids) and pass 2 takes it instead of reading it again: a dataset of one
+** tile reads its input once. */
 static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_dir, uint64_t *nnz_out,
-                 progress *pg, cv_err *e) {
+                 rowbuf *last, progress *pg, cv_err *e) {
   rowbuf rb = {0};
   uint64_t base = 0, nnz = 0;
   int rc = -1;
@@ -201,6 +204,10 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     base += h->n_obs;
   }
   *nnz_out = nnz;
+  if (nf == 1 && files[0].fmt != MAT_CSC && files[0].n_obs > 0) {
+    *last = rb; /* rows [T * (n_tiles - 1), n_obs) */
+    memset(&rb, 0, sizeof rb);
+  }
   rc = 0;
 done:
   rowbuf_free(&rb);
@@ -327,7 +334,16 @@ static void wait_done(pipe_t *pp) {
 }
 
 static int read_tile(h5file *files, int nf, const uint64_t *first, const genes *g, uint64_t c0, uint64_t c1,
-                     rowbuf *rb, cv_err *e) {
+                     rowbuf *rb, rowbuf *cached, cv_err *e) {
+  if (cached && cached->n_rows == c1 - c0) { /* the single input's last tile, read by pass 1 */
+    rowbuf t = *rb;
+    *rb = *cached;
+    *cached = t;
+    rowbuf_free(cached);
+    uint64_t m = rb->indptr[rb->n_rows];
+    for (uint64_t k = 0; k < m; k++) rb->indices[k] = g->fmap[0][rb->indices[k]];
+    return 0;
+  }
   rowbuf_clear(rb);
   for (int f = 0; f < nf; f++) {
     uint64_t a = first[f], b = first[f] + files[f].n_obs;
@@ -339,7 +355,8 @@ static int read_tile(h5file *files, int nf, const uint64_t *first, const genes *
 }
 
 static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, const genes *g,
-                 const cv_opts *o, dsw *w, uint64_t *nnz_out, uint64_t *bytes_out, progress *pg, cv_err *e) {
+                 const cv_opts *o, rowbuf *last, dsw *w, uint64_t *nnz_out, uint64_t *bytes_out, progress *pg,
+                 cv_err *e) {
   uint32_t T = o->tile_cells;
   uint64_t n_tiles = (n_cells + T - 1) / T;
   int threads = o->threads > 0 ? o->threads : cv_ncores();
@@ -403,7 +420,7 @@ static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
       uint64_t c0 = next_read * T, c1 = c0 + T < n_cells ? c0 + T : n_cells;
       r->tile = (int64_t)next_read;
       r->first_cell = c0;
-      if (read_tile(files, nf, first, g, c0, c1, &r->rb, e)) goto done;
+      if (read_tile(files, nf, first, g, c0, c1, &r->rb, next_read + 1 == n_tiles ? last : NULL, e)) goto done;
       pthread_mutex_lock(&pp.mu);
       r->state = S_READY;
       pthread_cond_signal(&pp.work);
@@ -868,6 +885,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   genes g;
   dsw w;
   progress pg;
+  rowbuf last = {0};
   memset(&g, 0, sizeof g);
   memset(&w, 0, sizeof w);
   double t0 = cv_now();
@@ -905,7 +923,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   uint64_t nnz1 = 0;
   prog_start(&pg, show, "pass 1/3 (gene totals)", n_cells);
   double tp1 = cv_now();
-  int r1 = pass1(files, nf, &g, o->tile_cells, spool_dir, &nnz1, &pg, e);
+  int r1 = pass1(files, nf, &g, o->tile_cells, spool_dir, &nnz1, &last, &pg, e);
   free(spool_dir);
   prog_end(&pg);
   if (r1 || genes_renumber(&g, files, nf, e)) goto done;
@@ -915,7 +933,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
   prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);
   double tp2 = cv_now();
-  int r2 = pass2(files, nf, first, n_cells, &g, o, &w, &nnz, &xbytes, &pg, e);
+  int r2 = pass2(files, nf, first, n_cells, &g, o, &last, &w, &nnz, &xbytes, &pg, e);
   prog_end(&pg);
   if (r2) goto done;
   if (nnz != nnz1) {
@@ -970,6 +988,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   rc = 0;
 done:
   if (rc) dsw_abort(&w);
+  rowbuf_free(&last);
   genes_free(&g, nf);
   for (int f = 0; f < opened; f++) h5ad_close(&files[f]);
   free(files);

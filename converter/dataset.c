@@ -108,7 +108,7 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
   }
   sqlite3_extended_result_codes(w->db, 1);
   if (exec(w, "PRAGMA page_size=65536; PRAGMA application_id=0x44435442; PRAGMA journal_mode=OFF;"
-           "PRAGMA synchronous=OFF; PRAGMA cache_size=-65536; BEGIN;", e) ||
+           "PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN;", e) ||
       exec(w, SCHEMA, e) ||
       prep(w, "INSERT INTO tiles_data VALUES(?,?,?,?,?,?)", &w->ins_tile, e) ||
       prep(w, "INSERT INTO cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?)", &w->ins_block, e) ||
