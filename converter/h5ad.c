@@ -850,6 +850,11 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
         return cv_fail(e, "%s: gene %llu of %s has no name (missing value in '%s')", path,
                        (unsigned long long)(s + i), f->var.path, gc->name);
       }
+      if (!cv_utf8_valid(s1, strlen(s1))) {
+        colbuf_free(&cb);
+        return cv_fail(e, "%s: gene %llu of %s: its name is not valid UTF-8", path, (unsigned long long)(s + i),
+                       f->var.path);
+      }
       if (!(f->var_names[s + i] = strdup(s1))) { colbuf_free(&cb); return cv_fail(e, "out of memory"); }
     }
   }
