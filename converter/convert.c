@@ -165,9 +165,8 @@ static void csc_progress(void *arg, uint64_t nnz_done) {
   prog_show(c->pg, c->base + (c->nnz ? (uint64_t)((double)nnz_done / (double)c->nnz * (double)c->n_obs) : 0));
 }
 
-/* With one CSR or dense input, the last tile read here is kept in *last (local
-** gene ids) and pass 2 takes it instead of reading it again: a dataset of one
-** tile reads its input once. */
+/* With one CSR or dense input of at most one tile, the tile read here is kept
+** in *last (local gene ids) and pass 2 takes it instead of reading it again. */
 static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_dir, uint64_t *nnz_out,
                  rowbuf *last, progress *pg, cv_err *e) {
   rowbuf rb = {0};
@@ -204,8 +203,8 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     base += h->n_obs;
   }
   *nnz_out = nnz;
-  if (nf == 1 && files[0].fmt != MAT_CSC && files[0].n_obs > 0) {
-    *last = rb; /* rows [T * (n_tiles - 1), n_obs) */
+  if (nf == 1 && files[0].fmt != MAT_CSC && files[0].n_obs > 0 && files[0].n_obs <= T) {
+    *last = rb; /* the only tile: no second read, and no more memory than pass 2 needs anyway */
     memset(&rb, 0, sizeof rb);
   }
   rc = 0;
