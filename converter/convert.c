@@ -101,25 +101,32 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
     for (uint64_t j = 0; j < files[f].n_vars; j++) {
       const char *nm = files[f].var_names[j];
       uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
-      char key[4096];
       if (seen) {
         k = ++*seen; /* the k-th repeat of a name in this file */
       } else if (cv_map_put(&occ, nm, 0, e)) {
         cv_map_free(&occ);
         return -1;
       }
-      if (k) snprintf(key, sizeof key, "%s\x01%u", nm, k);
-      else snprintf(key, sizeof key, "%s", nm);
+      size_t kl = strlen(nm) + 16;
+      char kbuf[512], *key = kl <= sizeof kbuf ? kbuf : malloc(kl);
+      if (!key) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      if (k) snprintf(key, kl, "%s\x01%u", nm, k);
+      else snprintf(key, kl, "%s", nm);
       uint32_t id;
       if (!cv_map_get(&g->map, key, &id)) {
         id = g->n;
-        if (g->n >= INT32_MAX) { cv_map_free(&occ); return cv_fail(e, "too many genes"); }
+        if (g->n >= INT32_MAX) {
+          if (key != kbuf) free(key);
+          cv_map_free(&occ);
+          return cv_fail(e, "too many genes");
+        }
         size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
         if (cv_grow((void **)&g->name, &c1, g->n + 1, sizeof *g->name, e) ||
             cv_grow((void **)&g->file, &c2, g->n + 1, sizeof *g->file, e) ||
             cv_grow((void **)&g->local, &c3, g->n + 1, sizeof *g->local, e) ||
             cv_grow((void **)&g->total, &c4, g->n + 1, sizeof *g->total, e) ||
             cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e)) {
+          if (key != kbuf) free(key);
           cv_map_free(&occ);
           return -1;
         }
@@ -129,8 +136,13 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
         g->local[id] = (uint32_t)j;
         g->total[id] = g->ncells[id] = 0;
         g->n++;
-        if (!g->name[id] || cv_map_put(&g->map, key, id, e)) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+        if (!g->name[id] || cv_map_put(&g->map, key, id, e)) {
+          if (key != kbuf) free(key);
+          cv_map_free(&occ);
+          return cv_fail(e, "out of memory");
+        }
       }
+      if (key != kbuf) free(key);
       g->fmap[f][j] = id;
     }
     cv_map_free(&occ);
