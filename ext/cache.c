@@ -186,3 +186,139 @@ void dc_cache_stats(dc_cache *c, int64_t *bytes, int64_t *entries, int64_t *hits
   if (misses) *misses = c->misses;
   pthread_mutex_unlock(&c->mu);
 }
+
+/* ---------------------------------------------------------------- result buffers */
+#define RC_HEAD 32            /* keeps the payload 16-byte aligned */
+#define RC_MIN_RECYCLE ((uint64_t)1 << 20)
+#define DC_BUFPOOL_MAX_BYTES ((int64_t)2 << 30)
+
+struct dc_bufpool {
+  pthread_mutex_t mu;
+  int n_ref;                  /* owner + live buffers */
+  int n_spare;
+  void *spare[DC_BUFPOOL_MAX];   /* raw allocations (header included) */
+  uint64_t cap[DC_BUFPOOL_MAX];  /* payload capacity */
+  int64_t spare_bytes;
+};
+
+typedef struct rc_head {
+  int64_t n_ref;
+  uint64_t cap;
+  dc_bufpool *pool;
+  uint64_t pad;
+} rc_head;
+
+dc_bufpool *dc_bufpool_new(void) {
+  dc_bufpool *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  if (pthread_mutex_init(&p->mu, NULL)) { free(p); return NULL; }
+  p->n_ref = 1;
+  return p;
+}
+
+static void pool_unref_locked_free(dc_bufpool *p) {
+  /* called with the lock held after decrementing; frees when unused */
+  int last = p->n_ref == 0;
+  pthread_mutex_unlock(&p->mu);
+  if (last) {
+    for (int i = 0; i < p->n_spare; i++) free(p->spare[i]);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+  }
+}
+
+void dc_bufpool_trim(dc_bufpool *p) {
+  void *dead[DC_BUFPOOL_MAX];
+  int n;
+  pthread_mutex_lock(&p->mu);
+  n = p->n_spare;
+  memcpy(dead, p->spare, (size_t)n * sizeof *dead);
+  p->n_spare = 0;
+  p->spare_bytes = 0;
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < n; i++) free(dead[i]);
+}
+
+void dc_bufpool_release(dc_bufpool *p) {
+  if (!p) return;
+  dc_bufpool_trim(p);
+  pthread_mutex_lock(&p->mu);
+  p->n_ref--;
+  pool_unref_locked_free(p);
+}
+
+int64_t dc_bufpool_spare_bytes(dc_bufpool *p) {
+  pthread_mutex_lock(&p->mu);
+  int64_t b = p->spare_bytes;
+  pthread_mutex_unlock(&p->mu);
+  return b;
+}
+
+void *rcbuf_new(dc_bufpool *p, uint64_t n) {
+  rc_head *h = NULL;
+  uint64_t cap = n ? n : 1;
+  if (cap > ((uint64_t)1 << 46)) return NULL;
+  if (p) {
+    pthread_mutex_lock(&p->mu);
+    int best = -1;
+    for (int i = 0; i < p->n_spare; i++)       /* smallest spare that fits, at most 2x */
+      if (p->cap[i] >= cap && p->cap[i] / 2 <= cap && (best < 0 || p->cap[i] < p->cap[best])) best = i;
+    if (best >= 0) {
+      h = p->spare[best];
+      cap = p->cap[best];
+      p->spare_bytes -= (int64_t)cap;
+      p->spare[best] = p->spare[p->n_spare - 1];
+      p->cap[best] = p->cap[p->n_spare - 1];
+      p->n_spare--;
+    }
+    p->n_ref++;
+    pthread_mutex_unlock(&p->mu);
+  }
+  if (!h) {
+    h = malloc(RC_HEAD + (size_t)cap);
+    if (!h) {
+      if (p) { pthread_mutex_lock(&p->mu); p->n_ref--; pool_unref_locked_free(p); }
+      return NULL;
+    }
+  }
+  h->n_ref = 1;
+  h->cap = cap;
+  h->pool = p;
+  return (uint8_t *)h + RC_HEAD;
+}
+
+void rcbuf_ref(void *b) {
+  rc_head *h = (rc_head *)((uint8_t *)b - RC_HEAD);
+  __atomic_add_fetch(&h->n_ref, 1, __ATOMIC_RELAXED);
+}
+
+void rcbuf_unref(void *b) {
+  if (!b) return;
+  rc_head *h = (rc_head *)((uint8_t *)b - RC_HEAD);
+  if (__atomic_sub_fetch(&h->n_ref, 1, __ATOMIC_ACQ_REL) != 0) return;
+  dc_bufpool *p = h->pool;
+  if (!p) { free(h); return; }
+  pthread_mutex_lock(&p->mu);
+  if (h->cap >= RC_MIN_RECYCLE && p->n_ref > 1 /* the owner still holds it */ &&
+      p->spare_bytes + (int64_t)h->cap <= DC_BUFPOOL_MAX_BYTES) {
+    if (p->n_spare == DC_BUFPOOL_MAX) {        /* replace the smallest spare */
+      int small = 0;
+      for (int i = 1; i < p->n_spare; i++) if (p->cap[i] < p->cap[small]) small = i;
+      if (p->cap[small] < h->cap) {
+        void *old = p->spare[small];
+        p->spare_bytes -= (int64_t)p->cap[small];
+        p->spare[small] = h; p->cap[small] = h->cap;
+        p->spare_bytes += (int64_t)h->cap;
+        h = old;
+      }
+    } else {
+      p->spare[p->n_spare] = h; p->cap[p->n_spare] = h->cap;
+      p->spare_bytes += (int64_t)h->cap;
+      p->n_spare++;
+      h = NULL;
+    }
+  }
+  p->n_ref--;
+  pool_unref_locked_free(p);
+  free(h);
+}

@@ -47,4 +47,24 @@ void dc_cache_put(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, dc_ch
 /* Statistics: bytes held, entries, hits, misses. */
 void dc_cache_stats(dc_cache *c, int64_t *bytes, int64_t *entries, int64_t *hits, int64_t *misses);
 
+/* ---------------------------------------------------------------- result buffers
+** Reference-counted buffers for result blobs (dc_batch hands them to SQLite
+** with rcbuf_unref as the destructor, a column read twice shares one buffer).
+** Large buffers come back to the connection's dc_bufpool when released, so
+** the next batch reuses memory that is already mapped: a fresh 100 MB buffer
+** costs tens of milliseconds of page faults.  The pool keeps at most
+** DC_BUFPOOL_MAX spare buffers; it is reference counted by the connection and
+** by every live buffer, so a buffer released after the connection closed is
+** simply freed.  Thread-safe (mutex). */
+#define DC_BUFPOOL_MAX 8
+typedef struct dc_bufpool dc_bufpool;
+dc_bufpool *dc_bufpool_new(void);
+void dc_bufpool_release(dc_bufpool *p);           /* the owner's reference */
+void dc_bufpool_trim(dc_bufpool *p);              /* frees the spare buffers */
+int64_t dc_bufpool_spare_bytes(dc_bufpool *p);
+/* A buffer of n bytes (uninitialized) with one reference; NULL on OOM. */
+void *rcbuf_new(dc_bufpool *p, uint64_t n);
+void rcbuf_ref(void *b);
+void rcbuf_unref(void *b);
+
 #endif

@@ -325,7 +325,7 @@ static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const 
     set_err(pzErr, "%s: tile %u changed size while being read", r->what, tile);
     return SQLITE_CORRUPT_VTAB;
   }
-  uint8_t *buf = malloc(h->blob_len ? h->blob_len : 1);
+  uint8_t *buf = rcbuf_new(r->conn->bufpool, h->blob_len);   /* recycled: no page faults */
   if (!buf) return SQLITE_NOMEM;
   memcpy(buf, h->prefix, h->prefix_len);
   size_t i = 0;
@@ -334,7 +334,7 @@ static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const 
     uint64_t end = off + h->hdr.chunk[chunks[i]].length;
     size_t j = i + 1;
     while (j < n && h->hdr.chunk[chunks[j]].offset == end) { end += h->hdr.chunk[chunks[j]].length; j++; }
-    if (end > off && (rc = blob_read(r, tile, buf + off, end - off, off, pzErr)) != SQLITE_OK) { free(buf); return rc; }
+    if (end > off && (rc = blob_read(r, tile, buf + off, end - off, off, pzErr)) != SQLITE_OK) { rcbuf_unref(buf); return rc; }
     i = j;
   }
   *out = buf;
@@ -383,7 +383,7 @@ static int read_tiles(dc_reader *r, const dc_chunkkey *keys, size_t n, tilebuf *
   }
   sqlite3_free(chunks);
   if (rc != SQLITE_OK) {
-    for (size_t k = 0; k < ntb; k++) free(tb[k].buf);
+    for (size_t k = 0; k < ntb; k++) rcbuf_unref(tb[k].buf);
     sqlite3_free(tb);
     return rc;
   }
@@ -393,7 +393,7 @@ static int read_tiles(dc_reader *r, const dc_chunkkey *keys, size_t n, tilebuf *
 }
 
 static void free_tiles(tilebuf *tb, size_t ntb) {
-  for (size_t k = 0; k < ntb; k++) free(tb[k].buf);
+  for (size_t k = 0; k < ntb; k++) rcbuf_unref(tb[k].buf);
   sqlite3_free(tb);
 }
 

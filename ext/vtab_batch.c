@@ -80,23 +80,8 @@ typedef struct batch_cursor {
 
 enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES };
 
-/* ------------------------------------------------ reference-counted blobs */
-#define RC_HEAD 16
-static void *rcblob_new(uint64_t n) {
-  uint8_t *p = sqlite3_malloc64(RC_HEAD + (n ? n : 1));
-  if (!p) return NULL;
-  *(int64_t *)p = 1;
-  return p + RC_HEAD;
-}
-static void rcblob_ref(void *b) { __atomic_add_fetch((int64_t *)((uint8_t *)b - RC_HEAD), 1, __ATOMIC_RELAXED); }
-static void rcblob_unref(void *b) {
-  if (!b) return;
-  uint8_t *p = (uint8_t *)b - RC_HEAD;
-  if (__atomic_sub_fetch((int64_t *)p, 1, __ATOMIC_ACQ_REL) == 0) sqlite3_free(p);
-}
-
 static void cursor_reset(batch_cursor *c) {
-  for (int i = 0; i < 4; i++) { rcblob_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
+  for (int i = 0; i < 4; i++) { rcbuf_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
   c->eof = 1;
 }
 
@@ -545,8 +530,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   ref = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *ref);
   direct = sqlite3_malloc64((uint64_t)(n ? n : 1));
   rows = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rows);
-  o_ids = rcblob_new((uint64_t)n * 8);
-  o_indptr = rcblob_new(((uint64_t)n + 1) * 8);
+  o_ids = rcbuf_new(v->conn->bufpool, (uint64_t)n * 8);
+  o_indptr = rcbuf_new(v->conn->bufpool, ((uint64_t)n + 1) * 8);
   if (!ref || !direct || !rows || !o_ids || !o_indptr) { rc = SQLITE_NOMEM; goto done; }
   memset(direct, 0, (size_t)(n ? n : 1));
   memset(rows, 0, (size_t)(n ? n : 1) * sizeof *rows);
@@ -697,8 +682,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     o_indptr[i + 1] = total;
     i++;
   }
-  o_idx = rcblob_new((uint64_t)total * 4);
-  o_val = rcblob_new((uint64_t)total * 4);
+  o_idx = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
+  o_val = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
   if (!o_idx || !o_val) { rc = SQLITE_NOMEM; goto done; }
   for (size_t q = 0; q < n_dj; q++) {
     dj[q].indptr_out = o_indptr;
@@ -739,10 +724,10 @@ done:
   sqlite3_free(direct);
   sqlite3_free(ref);
   sqlite3_free(ids);
-  rcblob_unref(o_ids);
-  rcblob_unref(o_indptr);
-  rcblob_unref(o_idx);
-  rcblob_unref(o_val);
+  rcbuf_unref(o_ids);
+  rcbuf_unref(o_indptr);
+  rcbuf_unref(o_idx);
+  rcbuf_unref(o_val);
   return rc;
 }
 
@@ -775,8 +760,8 @@ static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
     case COL_CELLIDS: case COL_INDPTR: case COL_INDICES: case COL_DATA: {
       void *b = c->blob[i - COL_CELLIDS];
       if (!b) { sqlite3_result_null(ctx); break; }
-      rcblob_ref(b);    /* SQLite owns one reference; released by rcblob_unref */
-      sqlite3_result_blob64(ctx, b, c->len[i - COL_CELLIDS], rcblob_unref);
+      rcbuf_ref(b);    /* SQLite owns one reference; released by rcbuf_unref */
+      sqlite3_result_blob64(ctx, b, c->len[i - COL_CELLIDS], rcbuf_unref);
       break;
     }
     default: sqlite3_result_null(ctx); break;   /* hidden argument columns */
