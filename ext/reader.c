@@ -453,7 +453,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       goto done;
     }
     const dc_chunk_info *ci = &h->hdr.chunk[miss[k].chunk];
-    dec[k] = dc_chunk_new(ci->n_cells, ci->nnz);
+    dec[k] = dc_chunk_new(r->conn->bufpool, ci->n_cells, ci->nnz);
     if (!dec[k]) { rc = SQLITE_NOMEM; goto done; }
     dec[k]->indptr[0] = (int64_t)ci->nnz_before;
     jobs[k].buf = tile_buf(tb, ntb, miss[k].tile);

@@ -507,6 +507,10 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   int64_t *o_ids = NULL, *o_indptr = NULL;
   int32_t *o_idx = NULL, *o_val = NULL;
   const int32_t *map = NULL;
+  uint32_t *group = NULL, *rowkey = NULL;
+  dc_chunkkey *gkeys = NULL;
+  size_t *gslot = NULL;
+  dc_chunk_data **gout = NULL;
 
   cursor_reset(c);
   if (idxNum == 0)
@@ -597,35 +601,49 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     n_keys = m;
   }
   chunks = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *chunks);
-  if (!chunks) { rc = SQLITE_NOMEM; goto done; }
-  memset(chunks, 0, (n_keys ? n_keys : 1) * sizeof *chunks);
-  /* groups of keys whose decoded size fits the budget */
-  int64_t budget = v->conn->work_bytes;
-  size_t g0 = 0;
-  int staged = 0;
+  group = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *group);
+  gkeys = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gkeys);
+  gslot = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gslot);
+  gout = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gout);
+  rowkey = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rowkey);
   off = sqlite3_malloc64(((uint64_t)n + 1) * sizeof *off);
-  if (!off) { rc = SQLITE_NOMEM; goto done; }
-  while (g0 < n_keys) {
-    size_t g1 = g0;
-    int64_t bytes = 0;
-    while (g1 < n_keys) {
-      const dc_chunk_info *ci = &r->heads[keys[g1].tile]->hdr.chunk[keys[g1].chunk];
-      int64_t b = (int64_t)ci->nnz * 8 + (int64_t)ci->n_cells * 8;
-      if (g1 > g0 && bytes + b > budget) break;
-      bytes += b;
-      g1++;
-    }
-    if (g0 == 0 && g1 < n_keys) staged = 1;
-    if ((rc = dc_reader_fetch(r, keys + g0, g1 - g0, chunks + g0, &err)) != SQLITE_OK) goto done;
+  if (!chunks || !group || !gkeys || !gslot || !gout || !rowkey || !off) { rc = SQLITE_NOMEM; goto done; }
+  memset(chunks, 0, (n_keys ? n_keys : 1) * sizeof *chunks);
+  for (int64_t i = 0; i < n; i++) {
+    if (direct[i]) continue;
+    dc_chunkkey key = { ref[i].tile, ref[i].chunk };
+    rowkey[i] = (uint32_t)((dc_chunkkey *)bsearch(&key, keys, n_keys, sizeof *keys, cmp_key) - keys);
+  }
+  /* chunks already cached cost no decoding memory: they join group 0; the
+  ** others are split into groups whose decoded size fits decode_mb */
+  int64_t budget = v->conn->work_bytes, bytes = 0;
+  uint32_t n_groups = 1;
+  for (size_t q = 0; q < n_keys; q++) {
+    if (cache) chunks[q] = dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk);
+    if (chunks[q]) { group[q] = 0; continue; }
+    const dc_chunk_info *ci = &r->heads[keys[q].tile]->hdr.chunk[keys[q].chunk];
+    int64_t b = (int64_t)ci->nnz * 8 + (int64_t)ci->n_cells * 8;
+    if (bytes > 0 && bytes + b > budget) { n_groups++; bytes = 0; }
+    bytes += b;
+    group[q] = n_groups - 1;
+  }
+  int staged = n_groups > 1;
+  for (uint32_t gi = 0; gi < n_groups; gi++) {
+    /* decode this group's missing chunks (in parallel) */
+    size_t ng = 0;
+    for (size_t q = 0; q < n_keys; q++)
+      if (group[q] == gi && !chunks[q]) { gkeys[ng] = keys[q]; gslot[ng] = q; ng++; }
+    if ((rc = dc_reader_fetch(r, gkeys, ng, gout, &err)) != SQLITE_OK) goto done;
+    for (size_t j = 0; j < ng; j++) chunks[gslot[j]] = gout[j];
     /* rows of this group */
     size_t nw = 0;
     for (int64_t i = 0; i < n; i++) {
-      if (direct[i]) continue;
-      dc_chunkkey key = { ref[i].tile, ref[i].chunk };
-      dc_chunkkey *hit = bsearch(&key, keys + g0, g1 - g0, sizeof *keys, cmp_key);
-      if (!hit) continue;
-      const dc_chunk_data *d = chunks[hit - keys];
-      if (ref[i].cell >= d->n_cells) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: tile %u chunk %u: too few cells", key.tile, key.chunk); goto done; }
+      if (direct[i] || group[rowkey[i]] != gi) continue;
+      const dc_chunk_data *d = chunks[rowkey[i]];
+      if (ref[i].cell >= d->n_cells) {
+        rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: tile %u chunk %u: too few cells", ref[i].tile, ref[i].chunk);
+        goto done;
+      }
       rows[i].idx = d->indices + d->indptr[ref[i].cell];
       rows[i].val = d->values + d->indptr[ref[i].cell];
       rows[i].n_in = (uint32_t)(d->indptr[ref[i].cell + 1] - d->indptr[ref[i].cell]);
@@ -634,8 +652,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     kernel k = { rows, which, nw, map, r->n_genes, v->panel_sorted, NULL, NULL, NULL, 0 };
     run_kernel(pool, &k, count_block);
     if (k.bad) {
-      rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (tiles of group "
-                  "starting at tile %u chunk %u are corrupt)", keys[g0].tile, keys[g0].chunk);
+      rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
+                  "is corrupt)", nw ? ref[which[0]].tile : 0);
       goto done;
     }
     if (staged) {
@@ -645,7 +663,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
       int32_t **ns = sqlite3_realloc64(stage, (n_stage + 1) * sizeof *stage);
       if (!ns) { rc = SQLITE_NOMEM; goto done; }
       stage = ns;
-      stage[n_stage] = sqlite3_malloc64((uint64_t)(total ? total : 1) * 8);
+      stage[n_stage] = rcbuf_new(v->conn->bufpool, (uint64_t)total * 8);
       if (!stage[n_stage]) { rc = SQLITE_NOMEM; goto done; }
       int32_t *si = stage[n_stage], *sv = stage[n_stage] + total;
       n_stage++;
@@ -658,9 +676,9 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
         rw->val = sv + off[which[j]];
         rw->n_in = (uint32_t)rw->n_out;
       }
-      for (size_t q = g0; q < g1; q++) { dc_chunk_release(chunks[q]); chunks[q] = NULL; }
+      for (size_t q = 0; q < n_keys; q++)
+        if (group[q] == gi) { dc_chunk_release(chunks[q]); chunks[q] = NULL; }
     }
-    g0 = g1;
   }
 
   /* 4. layout, direct decodes, row copies */
@@ -713,7 +731,12 @@ done:
     v->base.zErrMsg = err;
   }
   if (chunks) for (size_t q = 0; q < n_keys; q++) dc_chunk_release(chunks[q]);
-  for (size_t q = 0; q < n_stage; q++) sqlite3_free(stage[q]);
+  for (size_t q = 0; q < n_stage; q++) rcbuf_unref(stage[q]);
+  sqlite3_free(group);
+  sqlite3_free(gkeys);
+  sqlite3_free(gslot);
+  sqlite3_free(gout);
+  sqlite3_free(rowkey);
   sqlite3_free(stage);
   sqlite3_free(chunks);
   sqlite3_free(keys);
