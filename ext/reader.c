@@ -413,7 +413,8 @@ static const uint8_t *tile_buf(const tilebuf *tb, size_t ntb, uint32_t tile) {
 typedef struct missrec { dc_chunkkey key; size_t slot; } missrec;
 static int cmp_miss(const void *a, const void *b) { return cmp_key(a, b); }
 
-int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, char **pzErr) {
+int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, int lookup,
+                    char **pzErr) {
   int rc = SQLITE_OK;
   struct dc_cache *cache = dc_conn_cache(r->conn);
   missrec *mr = NULL;
@@ -433,7 +434,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       rc = SQLITE_ERROR;
       goto done;
     }
-    if (cache) out[i] = dc_cache_get(cache, r->ns, keys[i].tile, keys[i].chunk);
+    if (cache && lookup) out[i] = dc_cache_get(cache, r->ns, keys[i].tile, keys[i].chunk);
     if (!out[i]) { mr[n_miss].key = keys[i]; mr[n_miss].slot = i; n_miss++; }
   }
   if (n_miss == 0) goto done;

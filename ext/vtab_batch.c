@@ -633,7 +633,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     size_t ng = 0;
     for (size_t q = 0; q < n_keys; q++)
       if (group[q] == gi && !chunks[q]) { gkeys[ng] = keys[q]; gslot[ng] = q; ng++; }
-    if ((rc = dc_reader_fetch(r, gkeys, ng, gout, &err)) != SQLITE_OK) goto done;
+    if ((rc = dc_reader_fetch(r, gkeys, ng, gout, 0, &err)) != SQLITE_OK) goto done;
     for (size_t j = 0; j < ng; j++) chunks[gslot[j]] = gout[j];
     /* rows of this group */
     size_t nw = 0;
