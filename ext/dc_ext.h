@@ -4,11 +4,16 @@
 ** The extension is one file per virtual table (ext/vtab_NAME.c, each a thin
 ** layer defining `int dc_register_NAME(sqlite3 *db, dc_conn *conn)`) plus
 ** ext/deltacells.c, the entry point, which registers every ext/vtab_*.c it is
-** built with (the Makefile lists them in build/gen/dc_modules.h).
+** built with (the Makefile lists them in build/gen/dc_modules.h), and the
+** shared helpers ext/cache.c (decoded-chunk cache) and ext/reader.c (reading
+** tile blobs on the calling thread and decoding chunks on the pool).
 **
 ** Every file includes sqlite3ext.h through this header; only deltacells.c
 ** defines the API pointer (SQLITE_EXTENSION_INIT1).  Built with -DSQLITE_CORE
 ** the same files link straight into the converter.
+**
+** Threading (docs/threading.md): only the thread running the SQL statement
+** calls SQLite.  Pool threads get plain bytes and write plain memory.
 */
 #ifndef DC_EXT_H
 #define DC_EXT_H
@@ -20,17 +25,37 @@ SQLITE_EXTENSION_INIT3
 #include "dc_codec.h"
 
 /* Per-connection state, shared by all modules and functions of one
-** connection.  Created by sqlite3_deltacells_init, freed with the connection
-** (destructor of the dc_config function). */
+** connection.  Created by sqlite3_deltacells_init.  Reference counted: every
+** function and module registered with it as user data holds one reference
+** and drops it in its destructor, so it lives exactly as long as the
+** connection (SQLite destroys functions and modules in either order).
+**
+** Settings are changed with SELECT dc_config(name, value); see deltacells.c. */
 typedef struct dc_conn dc_conn;
 struct dc_conn {
   int threads;            /* decoder threads; 0 = one per online core          */
   int64_t cache_bytes;    /* budget of the decoded-chunk cache                  */
+  int64_t work_bytes;     /* decoded chunks one batch holds at once (groups)    */
   dc_pool *pool;          /* created on first use with `threads` threads       */
-  void *cache;            /* decoded-chunk cache (ext/cache.c)                  */
+  void *cache;            /* decoded-chunk cache (ext/cache.c), a dc_cache*     */
+  int n_ref;              /* references held by registered functions/modules   */
+  uint64_t next_ns;       /* next cache namespace id (see dc_conn_namespace)    */
 };
 
 /* The pool, created on first use.  NULL on out-of-memory. */
 dc_pool *dc_conn_pool(dc_conn *conn);
+
+/* The decoded-chunk cache of the connection (created on first use; NULL on
+** out-of-memory or when the budget is 0). */
+struct dc_cache *dc_conn_cache(dc_conn *conn);
+
+/* A fresh cache namespace id: readers key their cached chunks by it, and take
+** a new one whenever the database file they read may have changed. */
+uint64_t dc_conn_namespace(dc_conn *conn);
+
+/* Reference counting; dc_conn_unref frees the state at zero.  dc_conn_unref
+** has the signature of an SQLite destructor (void*). */
+void dc_conn_ref(dc_conn *conn);
+void dc_conn_unref(void *conn);
 
 #endif

@@ -87,6 +87,7 @@ typedef struct dc_chunk_info {
   uint64_t nnz;
   uint64_t offset;       /* byte offset of the chunk payload in the tile  */
   uint64_t length;       /* byte length of the chunk payload              */
+  uint32_t checksum;     /* dc_checksum() of the payload (added by codec)  */
 } dc_chunk_info;
 
 #define DC_MAX_CHUNKS 256
@@ -99,6 +100,12 @@ typedef struct dc_tile_hdr {
   uint64_t nnz;
   uint32_t n_chunks;     /* 0 only for an empty tile (n_cells == 0)        */
   uint64_t hdr_len;      /* bytes of header before the first payload      */
+  /* Codec-wide shared section (e.g. rANS tables), between the header and the
+  ** first chunk payload; chunk decodes read and verify it.  May be empty.
+  ** (fields added by the codec engineer) */
+  uint64_t shared_offset;
+  uint64_t shared_len;
+  uint32_t shared_checksum;
   dc_chunk_info chunk[DC_MAX_CHUNKS];
 } dc_tile_hdr;
 
@@ -111,12 +118,25 @@ int dc_tile_parse(const uint8_t *buf, size_t len, dc_tile_hdr *h, dc_error *err)
 ** reader fetch just the header of a blob). */
 size_t dc_tile_header_need(const uint8_t *buf, size_t have);
 
+/* Cells -> chunks (added by the codec engineer).  dc_chunk_of_cell returns the
+** chunk holding tile-relative cell `cell`, or -1 if cell >= n_cells.
+** dc_chunks_for_cells writes the sorted distinct chunks holding the given
+** cells to chunks_out (room for h->n_chunks entries) and returns their count;
+** cells out of range are ignored. */
+int dc_chunk_of_cell(const dc_tile_hdr *h, uint32_t cell);
+uint32_t dc_chunks_for_cells(const dc_tile_hdr *h, const uint32_t *cells, size_t n,
+                             uint32_t *chunks_out);
+
 /* ---------------------------------------------------------------- decode */
 /* Tile-wide output buffers owned by the caller.  indptr has n_cells+1
 ** entries, indices and values nnz entries (sizes from the header).  A chunk
-** decode writes indptr[first_cell+1 .. first_cell+n_cells] (chunk 0 also
-** writes indptr[0] = 0) and indices/values at [nnz_before, nnz_before+nnz).
-** So chunks of one tile can be decoded in parallel into the same buffers. */
+** decode writes indptr[first_cell .. first_cell+n_cells] (tile-relative, so
+** indptr[0] = 0; the two end entries, shared with the neighbouring chunks, get
+** the same value from both, stored atomically) and indices/values at
+** [nnz_before, nnz_before+nnz).  So chunks of one tile can be decoded in
+** parallel into the same buffers, and decoding only some chunks leaves valid
+** indptr entries for every cell of those chunks.  Counts are uint32 stored in
+** int32 (cast back to uint32 for counts >= 2^31), or float32 on request. */
 typedef struct dc_out {
   int64_t *indptr;
   int32_t *indices;

@@ -17,8 +17,8 @@
 static int dct_failed_now, dct_n_pass, dct_n_fail;
 static char dct_where[512];
 
-#define DCT_CHECK(cond) do { if (!(cond)) { if (!dct_failed_now) \
-    snprintf(dct_where, sizeof dct_where, "%s:%d: %s", __FILE__, __LINE__, #cond); \
+#define DCT_CHECK(cond) do { if (!(cond)) { if (!dct_failed_now) { \
+    snprintf(dct_where, sizeof dct_where, "%s:%d: %s", __FILE__, __LINE__, #cond); } \
     dct_failed_now = 1; } } while (0)
 #define DCT_CHECKF(cond, ...) do { if (!(cond)) { if (!dct_failed_now) { \
     int dct_k = snprintf(dct_where, sizeof dct_where, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \

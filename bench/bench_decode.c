@@ -1,0 +1,520 @@
+/*
+** bench_decode.c — size and decode speed of the tile codec.
+**
+**   build/bench_decode [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N]
+**                      [--chunks N] [--runs N] [--no-zstd] [--json]
+**
+** Without --csr it generates the reference tile (10,000 cells x 61,497 genes,
+** about 23.46 M nonzeros: lognormal gene abundances sigma 2.2, lognormal
+** library sizes of mean 3,500 sigma 0.6, multinomial counts, fixed seed).
+** With --csr DIR it reads raw little-endian indptr.u64 (n_cells+1),
+** indices.u32 and data.u32 (bench/dump_csr.py writes them from an h5ad) and
+** encodes tiles of 10,000 cells.  Either way genes are renumbered by
+** decreasing total counts first, as the converter does.
+**
+** Reports bits per nonzero, encode time, decode time of all tiles (median of
+** --runs) for each thread count, memset of the int32 output (indices+values)
+** in the same run as the baseline, the time to gather 5,000 shuffled cells out
+** of a decoded tile, and the same size/decode numbers for the published zstd
+** design (zstd level 19 over byte planes, 8 chunks) unless --no-zstd.
+** With --json the last line is one JSON object.
+*/
+#include "dc_codec.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TILE_CELLS 10000u
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) { fprintf(stderr, "bench_decode: out of memory (%zu bytes)\n", n); exit(2); }
+  return p;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ------------------------------------------------------------ matrix */
+typedef struct {
+  uint32_t n_cells, n_genes;
+  uint64_t *indptr;
+  uint32_t *indices, *data;
+} csr_t;
+
+static uint64_t rng_s = 1;   /* --seed; seed 1 gives 23,472,816 nonzeros */
+static inline uint64_t rng(void) {   /* xoshiro-ish splitmix */
+  uint64_t z = (rng_s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static inline double unif(void) { return (double)(rng() >> 11) * (1.0 / 9007199254740992.0); }
+static double normal(void) {
+  double u = unif(), v = unif();
+  if (u < 1e-300) u = 1e-300;
+  return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* Walker alias table over n weights. */
+typedef struct { double *prob; uint32_t *alias; uint32_t n; } alias_t;
+static void alias_build(alias_t *a, const double *w, uint32_t n) {
+  double s = 0;
+  for (uint32_t i = 0; i < n; i++) s += w[i];
+  a->n = n;
+  a->prob = xmalloc(n * sizeof(double));
+  a->alias = xmalloc(n * sizeof(uint32_t));
+  uint32_t *small = xmalloc(n * sizeof(uint32_t)), *large = xmalloc(n * sizeof(uint32_t));
+  uint32_t ns = 0, nl = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    a->prob[i] = w[i] * n / s;
+    if (a->prob[i] < 1) small[ns++] = i; else large[nl++] = i;
+  }
+  while (ns && nl) {
+    uint32_t l = small[--ns], g = large[--nl];
+    a->alias[l] = g;
+    a->prob[g] -= 1 - a->prob[l];
+    if (a->prob[g] < 1) small[ns++] = g; else large[nl++] = g;
+  }
+  while (nl) { uint32_t g = large[--nl]; a->prob[g] = 1; a->alias[g] = g; }
+  while (ns) { uint32_t l = small[--ns]; a->prob[l] = 1; a->alias[l] = l; }
+  free(small); free(large);
+}
+static inline uint32_t alias_draw(const alias_t *a) {
+  uint64_t r = rng();
+  uint32_t i = (uint32_t)(((r >> 32) * a->n) >> 32);
+  double u = (double)(r & 0xffffffffu) * (1.0 / 4294967296.0);
+  return u < a->prob[i] ? i : a->alias[i];
+}
+
+/* The reference tile (genes in generation order; renumbered later). */
+static void make_reference(csr_t *m) {
+  const uint32_t C = 10000, G = 61497;
+  double *w = xmalloc(G * sizeof(double));
+  for (uint32_t g = 0; g < G; g++) w[g] = exp(2.2 * normal());
+  alias_t al;
+  alias_build(&al, w, G);
+  free(w);
+  const double sigma = 0.6, mu = log(3500.0);   /* library sizes: exp(N(log 3500, 0.6)) */
+  uint32_t *cnt = calloc(G, sizeof(uint32_t));
+  uint32_t *touched = xmalloc(G * sizeof(uint32_t));
+  size_t cap = 32u << 20;
+  m->n_cells = C; m->n_genes = G;
+  m->indptr = xmalloc((C + 1) * sizeof(uint64_t));
+  m->indices = xmalloc(cap * sizeof(uint32_t));
+  m->data = xmalloc(cap * sizeof(uint32_t));
+  uint64_t k = 0;
+  m->indptr[0] = 0;
+  for (uint32_t c = 0; c < C; c++) {
+    uint32_t lib = (uint32_t)llround(exp(mu + sigma * normal()));
+    uint32_t nt = 0;
+    for (uint32_t r = 0; r < lib; r++) {
+      uint32_t g = alias_draw(&al);
+      if (cnt[g]++ == 0) touched[nt++] = g;
+    }
+    if (k + nt > cap) {
+      cap *= 2;
+      m->indices = realloc(m->indices, cap * sizeof(uint32_t));
+      m->data = realloc(m->data, cap * sizeof(uint32_t));
+      if (!m->indices || !m->data) { fprintf(stderr, "out of memory\n"); exit(2); }
+    }
+    for (uint32_t t = 0; t < nt; t++) {
+      m->indices[k + t] = touched[t];
+      m->data[k + t] = cnt[touched[t]];
+      cnt[touched[t]] = 0;
+    }
+    k += nt;
+    m->indptr[c + 1] = k;
+  }
+  free(cnt); free(touched); free(al.prob); free(al.alias);
+}
+
+static int read_file(const char *dir, const char *name, void **p, size_t *n) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) { fprintf(stderr, "bench_decode: %s: %s\n", path, strerror(errno)); return -1; }
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  *p = xmalloc((size_t)sz);
+  if (sz > 0 && fread(*p, 1, (size_t)sz, f) != (size_t)sz) {
+    fprintf(stderr, "bench_decode: %s: short read\n", path);
+    fclose(f);
+    return -1;
+  }
+  fclose(f);
+  *n = (size_t)sz;
+  return 0;
+}
+
+static int load_csr(const char *dir, csr_t *m) {
+  void *ip, *ix, *dt;
+  size_t nip, nix, ndt;
+  if (read_file(dir, "indptr.u64", &ip, &nip) || read_file(dir, "indices.u32", &ix, &nix) ||
+      read_file(dir, "data.u32", &dt, &ndt))
+    return -1;
+  if (nip < 8 || nip % 8 || nix % 4 || nix != ndt) {
+    fprintf(stderr, "bench_decode: %s: inconsistent file sizes\n", dir);
+    return -1;
+  }
+  m->indptr = ip; m->indices = ix; m->data = dt;
+  m->n_cells = (uint32_t)(nip / 8 - 1);
+  uint64_t nnz = nix / 4;
+  if (m->indptr[0] != 0 || m->indptr[m->n_cells] != nnz) {
+    fprintf(stderr, "bench_decode: %s: indptr does not span the data\n", dir);
+    return -1;
+  }
+  uint32_t mx = 0;
+  for (uint64_t j = 0; j < nnz; j++) if (m->indices[j] > mx) mx = m->indices[j];
+  m->n_genes = nnz ? mx + 1 : 0;
+  return 0;
+}
+
+static const uint64_t *g_tot;
+static int cmp_gene(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  if (g_tot[x] != g_tot[y]) return g_tot[x] > g_tot[y] ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+/* Renumbers genes by decreasing total counts; cells come out sorted because
+** the nonzeros go through a counting sort by new gene number (to CSC) and
+** back (to CSR), both stable: O(nnz + genes + cells). */
+static void renumber(csr_t *m) {
+  uint32_t G = m->n_genes, C = m->n_cells;
+  uint64_t nnz = m->indptr[C];
+  uint64_t *tot = calloc(G + 1, sizeof(uint64_t));
+  uint32_t *order = xmalloc((G + 1) * sizeof(uint32_t));
+  uint32_t *rank = xmalloc((G + 1) * sizeof(uint32_t));
+  for (uint64_t j = 0; j < nnz; j++) tot[m->indices[j]] += m->data[j];
+  for (uint32_t g = 0; g < G; g++) order[g] = g;
+  g_tot = tot;
+  qsort(order, G, sizeof *order, cmp_gene);
+  for (uint32_t r = 0; r < G; r++) rank[order[r]] = r;
+  /* CSR -> CSC by rank (cell ids and values) */
+  uint64_t *cp = calloc((size_t)G + 1, sizeof(uint64_t));
+  uint32_t *cc = xmalloc(nnz * sizeof(uint32_t) + 4), *cv = xmalloc(nnz * sizeof(uint32_t) + 4);
+  for (uint64_t j = 0; j < nnz; j++) cp[rank[m->indices[j]] + 1]++;
+  for (uint32_t g = 0; g < G; g++) cp[g + 1] += cp[g];
+  for (uint32_t c = 0; c < C; c++)
+    for (uint64_t j = m->indptr[c]; j < m->indptr[c + 1]; j++) {
+      uint64_t d = cp[rank[m->indices[j]]]++;
+      cc[d] = c;
+      cv[d] = m->data[j];
+    }
+  /* CSC -> CSR: walking genes in rank order appends to each cell in order */
+  uint64_t *fill = xmalloc(((size_t)C + 1) * sizeof(uint64_t));
+  memcpy(fill, m->indptr, ((size_t)C + 1) * sizeof(uint64_t));
+  uint64_t j = 0;
+  for (uint32_t g = 0; g < G; g++)
+    for (; j < cp[g]; j++) {     /* cp[g] is now the end of column g */
+      uint64_t d = fill[cc[j]]++;
+      m->indices[d] = g;
+      m->data[d] = cv[j];
+    }
+  free(fill); free(cc); free(cv); free(cp); free(tot); free(order); free(rank);
+}
+
+/* ------------------------------------------------------------ one codec */
+typedef struct {
+  uint32_t n_tiles;
+  uint8_t **blob;
+  size_t *len;
+  dc_tile_hdr *hdr;
+  uint64_t bytes;
+  double encode_ms;
+} encoded_t;
+
+typedef struct {     /* decoded output of every tile */
+  int64_t **indptr;
+  int32_t **indices, **values;
+} outbufs_t;
+
+static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, encoded_t *e) {
+  e->n_tiles = (m->n_cells + TILE_CELLS - 1) / TILE_CELLS;
+  if (!e->n_tiles) e->n_tiles = 1;
+  e->blob = xmalloc(e->n_tiles * sizeof *e->blob);
+  e->len = xmalloc(e->n_tiles * sizeof *e->len);
+  e->hdr = xmalloc(e->n_tiles * sizeof *e->hdr);
+  e->bytes = 0;
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  o.codec = codec;
+  o.level = level;
+  o.n_chunks = chunks;
+  o.threads = 0;
+  double t0 = now_ms();
+  for (uint32_t t = 0; t < e->n_tiles; t++) {
+    uint32_t a = t * TILE_CELLS, n = m->n_cells - a < TILE_CELLS ? m->n_cells - a : TILE_CELLS;
+    dc_csr in = {n, m->n_genes, m->indptr + a, m->indices, m->data};
+    dc_error err;
+    if (dc_tile_encode(&in, &o, &e->blob[t], &e->len[t], &err) != DC_OK) {
+      fprintf(stderr, "bench_decode: encode (%s) tile %u: %s\n", dc_codec_name(codec), t, err.msg);
+      exit(1);
+    }
+    if (dc_tile_parse(e->blob[t], e->len[t], &e->hdr[t], &err) != DC_OK) {
+      fprintf(stderr, "bench_decode: parse tile %u: %s\n", t, err.msg);
+      exit(1);
+    }
+    e->bytes += e->len[t];
+  }
+  e->encode_ms = now_ms() - t0;
+}
+
+static void free_encoded(encoded_t *e) {
+  for (uint32_t t = 0; t < e->n_tiles; t++) free(e->blob[t]);
+  free(e->blob); free(e->len); free(e->hdr);
+}
+
+static void alloc_out(const encoded_t *e, outbufs_t *o) {
+  o->indptr = xmalloc(e->n_tiles * sizeof *o->indptr);
+  o->indices = xmalloc(e->n_tiles * sizeof *o->indices);
+  o->values = xmalloc(e->n_tiles * sizeof *o->values);
+  for (uint32_t t = 0; t < e->n_tiles; t++) {
+    o->indptr[t] = xmalloc((e->hdr[t].n_cells + 1) * sizeof(int64_t));
+    o->indices[t] = xmalloc(e->hdr[t].nnz * sizeof(int32_t));
+    o->values[t] = xmalloc(e->hdr[t].nnz * sizeof(int32_t));
+    memset(o->indices[t], 0, e->hdr[t].nnz * sizeof(int32_t));   /* fault pages in */
+    memset(o->values[t], 0, e->hdr[t].nnz * sizeof(int32_t));
+  }
+}
+static void free_out(const encoded_t *e, outbufs_t *o) {
+  for (uint32_t t = 0; t < e->n_tiles; t++) { free(o->indptr[t]); free(o->indices[t]); free(o->values[t]); }
+  free(o->indptr); free(o->indices); free(o->values);
+}
+
+/* Decodes every chunk of every tile with a pool of nt threads; ms. */
+static double decode_all(const encoded_t *e, const outbufs_t *o, dc_pool *p, dc_job *jobs) {
+  size_t nj = 0;
+  for (uint32_t t = 0; t < e->n_tiles; t++)
+    for (uint32_t c = 0; c < e->hdr[t].n_chunks; c++) {
+      dc_job *j = &jobs[nj++];
+      memset(j, 0, sizeof *j);
+      j->buf = e->blob[t]; j->len = e->len[t]; j->hdr = &e->hdr[t]; j->chunk = c;
+      j->out.indptr = o->indptr[t]; j->out.indices = o->indices[t]; j->out.values = o->values[t];
+    }
+  double t0 = now_ms();
+  int rc = dc_pool_decode(p, jobs, nj);
+  double ms = now_ms() - t0;
+  if (rc != DC_OK) {
+    for (size_t i = 0; i < nj; i++)
+      if (jobs[i].rc) { fprintf(stderr, "bench_decode: decode: %s\n", jobs[i].err.msg); break; }
+    exit(1);
+  }
+  return ms;
+}
+
+static size_t n_jobs_of(const encoded_t *e) {
+  size_t n = 0;
+  for (uint32_t t = 0; t < e->n_tiles; t++) n += e->hdr[t].n_chunks;
+  return n ? n : 1;
+}
+
+static void verify(const csr_t *m, const encoded_t *e, const outbufs_t *o, const char *what) {
+  for (uint32_t t = 0; t < e->n_tiles; t++) {
+    uint64_t base = m->indptr[(uint64_t)t * TILE_CELLS];
+    for (uint32_t c = 0; c <= e->hdr[t].n_cells; c++)
+      if ((uint64_t)o->indptr[t][c] != m->indptr[(uint64_t)t * TILE_CELLS + c] - base) {
+        fprintf(stderr, "bench_decode: %s: tile %u cell %u: indptr mismatch\n", what, t, c);
+        exit(1);
+      }
+    for (uint64_t j = 0; j < e->hdr[t].nnz; j++)
+      if ((uint32_t)o->indices[t][j] != m->indices[base + j] || (uint32_t)o->values[t][j] != m->data[base + j]) {
+        fprintf(stderr, "bench_decode: %s: tile %u nonzero %llu: mismatch\n", what, t, (unsigned long long)j);
+        exit(1);
+      }
+  }
+}
+
+/* ------------------------------------------------------------ main */
+int main(int argc, char **argv) {
+  const char *csr_dir = NULL;
+  int gen_only = 0, threads[16], n_threads = 0, codec = DC_CODEC_RANS, level = 0, runs = 7, json = 0, cmp_zstd = 1;
+  uint32_t chunks = 8;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--csr") && v) { csr_dir = v; i++; }
+    else if (!strcmp(a, "--threads") && v) {
+      char *s = strdup(v), *tok, *save = NULL;
+      for (tok = strtok_r(s, ",", &save); tok && n_threads < 16; tok = strtok_r(NULL, ",", &save))
+        threads[n_threads++] = atoi(tok) > 0 ? atoi(tok) : 1;
+      free(s);
+      i++;
+    } else if (!strcmp(a, "--codec") && v) {
+      codec = dc_codec_from_name(v);
+      if (!codec) { fprintf(stderr, "bench_decode: unknown codec '%s' (rans|zstd)\n", v); return 2; }
+      i++;
+    } else if (!strcmp(a, "--level") && v) { level = atoi(v); i++; }
+    else if (!strcmp(a, "--chunks") && v) { chunks = (uint32_t)atoi(v); i++; }
+    else if (!strcmp(a, "--runs") && v) { runs = atoi(v) > 0 ? atoi(v) : 1; i++; }
+    else if (!strcmp(a, "--no-zstd")) cmp_zstd = 0;
+    else if (!strcmp(a, "--seed") && v) { rng_s = strtoull(v, NULL, 0); i++; }
+    else if (!strcmp(a, "--gen-only")) gen_only = 1;
+    else if (!strcmp(a, "--json")) json = 1;
+    else {
+      fprintf(stderr, "usage: %s [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N] "
+                      "[--chunks N] [--runs N] [--no-zstd] [--json]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!n_threads) { threads[0] = 1; threads[1] = 2; n_threads = 2; }
+  if (codec == DC_CODEC_ZSTD) cmp_zstd = 0;
+
+  csr_t m;
+  double t0 = now_ms();
+  if (csr_dir) { if (load_csr(csr_dir, &m)) return 1; }
+  else make_reference(&m);
+  double gen_ms = now_ms() - t0;
+  t0 = now_ms();
+  renumber(&m);
+  double renum_ms = now_ms() - t0;
+  uint64_t nnz = m.indptr[m.n_cells];
+  printf("input: %s, %u cells x %u genes, %llu nonzeros (%.1f nnz/cell); load %.0f ms, renumber %.0f ms\n",
+         csr_dir ? csr_dir : "reference tile", m.n_cells, m.n_genes, (unsigned long long)nnz,
+         m.n_cells ? (double)nnz / m.n_cells : 0.0, gen_ms, renum_ms);
+
+  if (gen_only) return 0;
+  encoded_t e;
+  encode_all(&m, codec, level, chunks, &e);
+  double bpn = nnz ? 8.0 * e.bytes / nnz : 0;
+  printf("%s: %llu bytes in %u tile(s), %.3f bits/nnz, encode %.0f ms\n", dc_codec_name(codec),
+         (unsigned long long)e.bytes, e.n_tiles, bpn, e.encode_ms);
+  outbufs_t o;
+  alloc_out(&e, &o);
+  dc_job *jobs = xmalloc(n_jobs_of(&e) * sizeof(dc_job));
+
+  /* warm-up and correctness check */
+  dc_pool *p1 = dc_pool_new(1);
+  decode_all(&e, &o, p1, jobs);
+  verify(&m, &e, &o, dc_codec_name(codec));
+
+  dc_pool *pools[16];
+  for (int k = 0; k < n_threads; k++) pools[k] = dc_pool_new(threads[k]);
+  double *tv = xmalloc((size_t)runs * sizeof(double));
+  double dec_ms[16], memset_ms;
+  double *ms_v = xmalloc((size_t)runs * sizeof(double));
+  double (*dv)[64] = calloc(16, sizeof *dv);
+  /* interleave the measurements so that load from other processes hits all alike */
+  for (int r = 0; r < runs && r < 64; r++) {
+    double a = now_ms();
+    for (uint32_t t = 0; t < e.n_tiles; t++) {
+      memset(o.indices[t], r & 0xff, e.hdr[t].nnz * sizeof(int32_t));
+      memset(o.values[t], r & 0xff, e.hdr[t].nnz * sizeof(int32_t));
+    }
+    ms_v[r] = now_ms() - a;
+    for (int k = 0; k < n_threads; k++) dv[k][r] = decode_all(&e, &o, pools[k], jobs);
+  }
+  if (runs > 64) runs = 64;
+  memset_ms = median(ms_v, runs);
+  for (int k = 0; k < n_threads; k++) dec_ms[k] = median(dv[k], runs);
+  verify(&m, &e, &o, dc_codec_name(codec));
+  printf("memset of the int32 output (%.1f MB): %.2f ms (median of %d)\n", nnz * 8 / 1e6, memset_ms, runs);
+  for (int k = 0; k < n_threads; k++)
+    printf("decode %d thread(s): %.2f ms = %.2fx memset, %.3f ns/nnz, speed-up %.2fx vs %d thread(s)\n",
+           threads[k], dec_ms[k], dec_ms[k] / memset_ms, nnz ? dec_ms[k] * 1e6 / nnz : 0, dec_ms[0] / dec_ms[k],
+           threads[0]);
+
+  /* gather 5,000 shuffled cells out of the first decoded tile */
+  uint32_t tc = e.hdr[0].n_cells, ng = 5000;
+  double gather_ms = 0;
+  if (tc) {
+    uint32_t *cells = xmalloc(ng * sizeof(uint32_t)), *tiles = calloc(ng, sizeof(uint32_t));
+    for (uint32_t i = 0; i < ng; i++) cells[i] = i < tc ? i : (uint32_t)(rng() % tc);
+    for (uint32_t i = ng - 1; i > 0; i--) {
+      uint32_t j = (uint32_t)(rng() % (i + 1)), x = cells[i];
+      cells[i] = cells[j]; cells[j] = x;
+    }
+    dc_decoded src = {tc, o.indptr[0], o.indices[0], o.values[0]};
+    uint64_t gn = dc_gather_nnz(&src, tiles, cells, ng);
+    int64_t *gip = xmalloc((ng + 1) * sizeof(int64_t));
+    int32_t *gix = xmalloc(gn * 4), *gvv = xmalloc(gn * 4);
+    for (int r = 0; r < runs; r++) {
+      double a = now_ms();
+      dc_gather(p1, &src, tiles, cells, ng, gip, gix, gvv);
+      tv[r] = now_ms() - a;
+    }
+    gather_ms = median(tv, runs);
+    printf("gather 5,000 shuffled cells (%llu nonzeros) from a decoded tile, 1 thread: %.2f ms\n",
+           (unsigned long long)gn, gather_ms);
+    free(cells); free(tiles); free(gip); free(gix); free(gvv);
+  }
+
+  /* the published design in the same run */
+  double z_bpn = 0, z_dec[16] = {0}, z_enc = 0;
+  uint64_t z_bytes = 0;
+  int z_level = 19;
+  if (cmp_zstd) {
+    encoded_t z;
+    encode_all(&m, DC_CODEC_ZSTD, z_level, 8, &z);
+    z_bytes = z.bytes;
+    z_bpn = nnz ? 8.0 * z.bytes / nnz : 0;
+    z_enc = z.encode_ms;
+    dc_job *zj = xmalloc(n_jobs_of(&z) * sizeof(dc_job));
+    decode_all(&z, &o, p1, zj);
+    verify(&m, &z, &o, "zstd");
+    for (int r = 0; r < runs; r++) {
+      double a = now_ms();
+      for (uint32_t t = 0; t < e.n_tiles; t++) {
+        memset(o.indices[t], r & 0xff, e.hdr[t].nnz * sizeof(int32_t));
+        memset(o.values[t], r & 0xff, e.hdr[t].nnz * sizeof(int32_t));
+      }
+      ms_v[r] = now_ms() - a;
+      for (int k = 0; k < n_threads; k++) dv[k][r] = decode_all(&z, &o, pools[k], zj);
+    }
+    double ms2 = median(ms_v, runs);
+    printf("zstd-%d byte planes (published design): %llu bytes, %.3f bits/nnz (%.2fx of %s), encode %.0f ms\n",
+           z_level, (unsigned long long)z_bytes, z_bpn, bpn / z_bpn, dc_codec_name(codec), z_enc);
+    for (int k = 0; k < n_threads; k++) {
+      z_dec[k] = median(dv[k], runs);
+      printf("  zstd decode %d thread(s): %.2f ms = %.2fx memset (%.2f ms in this pass); %s is %.2fx faster\n",
+             threads[k], z_dec[k], z_dec[k] / ms2, ms2, dc_codec_name(codec), z_dec[k] / dec_ms[k]);
+    }
+    free(zj);
+    free_encoded(&z);
+  }
+
+  if (json) {
+    printf("{\"input\":\"%s\",\"codec\":\"%s\",\"level\":%d,\"chunks\":%u,\"n_tiles\":%u,"
+           "\"nnz\":%llu,\"n_cells\":%u,\"n_genes\":%u,\"bytes\":%llu,\"bits_per_nnz\":%.4f,"
+           "\"encode_ms\":%.1f,\"memset_ms\":%.3f,\"runs\":%d",
+           csr_dir ? csr_dir : "reference", dc_codec_name(codec), level, chunks, e.n_tiles,
+           (unsigned long long)nnz, m.n_cells, m.n_genes, (unsigned long long)e.bytes, bpn, e.encode_ms,
+           memset_ms, runs);
+    for (int k = 0; k < n_threads; k++) printf(",\"decode_%dt_ms\":%.3f", threads[k], dec_ms[k]);
+    for (int k = 0; k < n_threads; k++)
+      if (threads[k] == 1) printf(",\"decode_1t_over_memset\":%.3f", dec_ms[k] / memset_ms);
+    if (n_threads >= 2) printf(",\"speedup_%dt\":%.3f", threads[1], dec_ms[0] / dec_ms[1]);
+    printf(",\"gather_5000_ms\":%.3f", gather_ms);
+    if (cmp_zstd) {
+      printf(",\"zstd_level\":%d,\"zstd_bytes\":%llu,\"zstd_bits_per_nnz\":%.4f,\"zstd_encode_ms\":%.1f", z_level,
+             (unsigned long long)z_bytes, z_bpn, z_enc);
+      for (int k = 0; k < n_threads; k++) printf(",\"zstd_decode_%dt_ms\":%.3f", threads[k], z_dec[k]);
+    }
+    printf("}\n");
+  }
+  for (int k = 0; k < n_threads; k++) dc_pool_free(pools[k]);
+  dc_pool_free(p1);
+  free(jobs); free(tv); free(ms_v); free(dv);
+  free_out(&e, &o);
+  free_encoded(&e);
+  free(m.indptr); free(m.indices); free(m.data);
+  return 0;
+}

@@ -1,0 +1,958 @@
+/*
+** convert.c — h5ad files to one deltacells dataset.
+**
+** 1. Open every input and check its structure.  Genes are joined by name (or
+**    --gene-key): the k-th occurrence of a name in one file joins the k-th
+**    occurrence in another, so duplicate names in a file stay apart.
+** 2. Pass 1 reads every matrix once (by rows; CSC by columns into the
+**    transpose spool) and sums counts and cells per gene.  Genes are renumbered
+**    by decreasing total counts, ties by first appearance (file, then var order).
+** 3. Pass 2 reads tiles of --tile-cells cells on this thread (HDF5 is not
+**    thread-safe), while worker threads put each tile's genes in the new order
+**    and encode it with dc_tile_encode; this thread writes tiles in order.  At
+**    most workers + 1 tiles are in memory.
+** 4. Genes (with the var columns), then obs by column in blocks of 65,536 cells
+**    (dc_obs_encode), then dc_meta; the writer commits and renames.
+*/
+#include "convert.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dataset.h"
+#include "dc_codec.h"
+#include "dc_obs.h"
+#include "h5ad.h"
+
+#define OBS_BLOCK 65536u
+#define VERSION "deltacells 0.1"
+
+/* ------------------------------------------------------------ progress */
+typedef struct progress {
+  int on;
+  const char *label;
+  uint64_t total;
+  double t0, last;
+} progress;
+
+static void prog_start(progress *p, int on, const char *label, uint64_t total) {
+  p->on = on;
+  p->label = label;
+  p->total = total;
+  p->t0 = cv_now();
+  p->last = 0;
+}
+
+static void prog_show(progress *p, uint64_t done) {
+  if (!p->on) return;
+  double now = cv_now();
+  if (now - p->last < 0.25 && done < p->total) return;
+  p->last = now;
+  double el = now - p->t0, rate = el > 0 ? (double)done / el : 0;
+  double eta = rate > 0 ? (double)(p->total - done) / rate : 0;
+  fprintf(stderr, "\r%s: %llu / %llu cells  %.0f cells/s  ETA %dm%02ds   ", p->label,
+          (unsigned long long)done, (unsigned long long)p->total, rate, (int)eta / 60, (int)eta % 60);
+  fflush(stderr);
+}
+
+static void prog_end(progress *p) {
+  if (p->on) fprintf(stderr, "\r%-78s\r", "");
+}
+
+/* ------------------------------------------------------------ genes */
+typedef struct genes {
+  uint32_t n;
+  char **name;          /* by global id (order of first appearance) */
+  uint32_t *file, *local; /* where it first appears */
+  uint64_t *total, *ncells;
+  uint32_t *rank;       /* global id -> dataset gene id */
+  uint32_t *order;      /* dataset gene id -> global id */
+  uint32_t **fmap;      /* per file: local gene -> dataset gene id */
+  cv_map map;
+} genes;
+
+static void genes_free(genes *g, int n_files) {
+  for (uint32_t i = 0; i < g->n; i++) free(g->name[i]);
+  free(g->name); free(g->file); free(g->local); free(g->total); free(g->ncells);
+  free(g->rank); free(g->order);
+  if (g->fmap) for (int f = 0; f < n_files; f++) free(g->fmap[f]);
+  free(g->fmap);
+  cv_map_free(&g->map);
+  memset(g, 0, sizeof *g);
+}
+
+static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
+  size_t cap = 0;
+  g->fmap = calloc((size_t)nf, sizeof *g->fmap);
+  if (!g->fmap) return cv_fail(e, "out of memory");
+  for (int f = 0; f < nf; f++) {
+    cv_map occ = {0};
+    g->fmap[f] = malloc((files[f].n_vars + 1) * sizeof(uint32_t));
+    if (!g->fmap[f]) return cv_fail(e, "out of memory");
+    for (uint64_t j = 0; j < files[f].n_vars; j++) {
+      const char *nm = files[f].var_names[j];
+      uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
+      char key[4096];
+      if (seen) {
+        k = ++*seen; /* the k-th repeat of a name in this file */
+      } else if (cv_map_put(&occ, nm, 0, e)) {
+        cv_map_free(&occ);
+        return -1;
+      }
+      if (k) snprintf(key, sizeof key, "%s\x01%u", nm, k);
+      else snprintf(key, sizeof key, "%s", nm);
+      uint32_t id;
+      if (!cv_map_get(&g->map, key, &id)) {
+        id = g->n;
+        if (g->n >= INT32_MAX) { cv_map_free(&occ); return cv_fail(e, "too many genes"); }
+        size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+        if (cv_grow((void **)&g->name, &c1, g->n + 1, sizeof *g->name, e) ||
+            cv_grow((void **)&g->file, &c2, g->n + 1, sizeof *g->file, e) ||
+            cv_grow((void **)&g->local, &c3, g->n + 1, sizeof *g->local, e) ||
+            cv_grow((void **)&g->total, &c4, g->n + 1, sizeof *g->total, e) ||
+            cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e)) {
+          cv_map_free(&occ);
+          return -1;
+        }
+        cap = c1;
+        g->name[id] = strdup(nm);
+        g->file[id] = (uint32_t)f;
+        g->local[id] = (uint32_t)j;
+        g->total[id] = g->ncells[id] = 0;
+        g->n++;
+        if (!g->name[id] || cv_map_put(&g->map, key, id, e)) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      }
+      g->fmap[f][j] = id;
+    }
+    cv_map_free(&occ);
+  }
+  return 0;
+}
+
+static const genes *sort_ctx;
+static int cmp_rank(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  if (sort_ctx->total[x] != sort_ctx->total[y]) return sort_ctx->total[x] > sort_ctx->total[y] ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+static int genes_renumber(genes *g, h5file *files, int nf, cv_err *e) {
+  g->order = malloc((g->n + 1) * sizeof *g->order);
+  g->rank = malloc((g->n + 1) * sizeof *g->rank);
+  if (!g->order || !g->rank) return cv_fail(e, "out of memory");
+  for (uint32_t i = 0; i < g->n; i++) g->order[i] = i;
+  sort_ctx = g;
+  qsort(g->order, g->n, sizeof *g->order, cmp_rank);
+  for (uint32_t r = 0; r < g->n; r++) g->rank[g->order[r]] = r;
+  for (int f = 0; f < nf; f++)
+    for (uint64_t j = 0; j < files[f].n_vars; j++) g->fmap[f][j] = g->rank[g->fmap[f][j]];
+  return 0;
+}
+
+/* ------------------------------------------------------------ pass 1 */
+typedef struct p1ctx { progress *pg; uint64_t base, n_obs, nnz; } p1ctx;
+static void csc_progress(void *arg, uint64_t nnz_done) {
+  p1ctx *c = arg;
+  prog_show(c->pg, c->base + (c->nnz ? (uint64_t)((double)nnz_done / (double)c->nnz * (double)c->n_obs) : 0));
+}
+
+static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_dir, uint64_t *nnz_out,
+                 progress *pg, cv_err *e) {
+  rowbuf rb = {0};
+  uint64_t base = 0, nnz = 0;
+  int rc = -1;
+  for (int f = 0; f < nf; f++) {
+    h5file *h = &files[f];
+    uint64_t *tot = calloc(h->n_vars + 1, sizeof *tot), *nc = calloc(h->n_vars + 1, sizeof *nc);
+    if (!tot || !nc) { free(tot); free(nc); cv_fail(e, "out of memory"); goto done; }
+    if (h->fmt == MAT_CSC) {
+      p1ctx c = {pg, base, h->n_obs, h->nnz};
+      if (h5ad_csc_spool(h, spool_dir, base, T, tot, nc, csc_progress, &c, e)) { free(tot); free(nc); goto done; }
+    } else {
+      for (uint64_t r = 0; r < h->n_obs; r += T) {
+        uint64_t r1 = r + T < h->n_obs ? r + T : h->n_obs;
+        rowbuf_clear(&rb);
+        if (cv_check_interrupt(e) || h5ad_read_rows(h, r, r1, NULL, &rb, e)) { free(tot); free(nc); goto done; }
+        uint64_t m = rb.indptr[rb.n_rows];
+        for (uint64_t k = 0; k < m; k++) {
+          tot[rb.indices[k]] += rb.data[k];
+          nc[rb.indices[k]]++;
+        }
+        prog_show(pg, base + r1);
+      }
+    }
+    for (uint64_t j = 0; j < h->n_vars; j++) {
+      uint32_t id = g->fmap[f][j];
+      g->total[id] += tot[j];
+      g->ncells[id] += nc[j];
+      nnz += nc[j];
+    }
+    free(tot);
+    free(nc);
+    base += h->n_obs;
+  }
+  *nnz_out = nnz;
+  rc = 0;
+done:
+  rowbuf_free(&rb);
+  return rc;
+}
+
+/* ------------------------------------------------------------ pass 2 */
+enum { S_FREE, S_READY, S_BUSY, S_DONE, S_ERR };
+
+typedef struct slot {
+  int state;
+  int64_t tile;
+  uint64_t first_cell;
+  rowbuf rb;
+  uint8_t *out;
+  size_t out_len;
+  cv_err err;
+} slot;
+
+typedef struct pipe {
+  pthread_mutex_t mu;
+  pthread_cond_t work, done;
+  int stop;
+  slot *slots;
+  int n_slots;
+  uint32_t n_genes;
+  dc_encode_opts opts;
+} pipe_t;
+
+/* Puts each cell's genes in increasing order (genes were renumbered), by a
+** counting sort through gene-major order: linear in nnz + genes. */
+static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **cnt, size_t *cnt_cap, uint32_t **tc,
+                     uint32_t **tv, size_t *tcap, cv_err *e) {
+  uint64_t nnz = rb->indptr[rb->n_rows];
+  if (cv_grow((void **)cnt, cnt_cap, (size_t)n_genes + 1, sizeof **cnt, e)) return -1;
+  size_t c1 = *tcap, c2 = *tcap;
+  if (cv_grow((void **)tc, &c1, nnz, sizeof **tc, e) || cv_grow((void **)tv, &c2, nnz, sizeof **tv, e)) return -1;
+  *tcap = c1 < c2 ? c1 : c2;
+  uint64_t *c = *cnt;
+  memset(c, 0, ((size_t)n_genes + 1) * sizeof *c);
+  for (uint64_t k = 0; k < nnz; k++) c[rb->indices[k] + 1]++;
+  for (uint32_t g = 0; g < n_genes; g++) c[g + 1] += c[g];
+  uint32_t *cell = *tc, *val = *tv;
+  for (uint64_t i = 0; i < rb->n_rows; i++)
+    for (uint64_t k = rb->indptr[i]; k < rb->indptr[i + 1]; k++) {
+      uint64_t p = c[rb->indices[k]]++;
+      cell[p] = (uint32_t)i;
+      val[p] = rb->data[k];
+    }
+  /* c[g] is now the end of gene g; walk genes in order, appending to cells */
+  uint64_t *cur = malloc((rb->n_rows + 1) * sizeof *cur);
+  if (!cur) return cv_fail(e, "out of memory");
+  for (uint64_t i = 0; i < rb->n_rows; i++) cur[i] = rb->indptr[i];
+  uint64_t p = 0;
+  for (uint32_t g = 0; g < n_genes; g++)
+    for (; p < c[g]; p++) {
+      uint64_t at = cur[cell[p]]++;
+      rb->indices[at] = g;
+      rb->data[at] = val[p];
+    }
+  free(cur);
+  return 0;
+}
+
+static void *worker(void *arg) {
+  pipe_t *pp = arg;
+  uint64_t *cnt = NULL;
+  size_t cnt_cap = 0, tcap = 0;
+  uint32_t *tc = NULL, *tv = NULL;
+  pthread_mutex_lock(&pp->mu);
+  for (;;) {
+    slot *s = NULL;
+    for (int i = 0; i < pp->n_slots; i++)
+      if (pp->slots[i].state == S_READY && (!s || pp->slots[i].tile < s->tile)) s = &pp->slots[i];
+    if (!s) {
+      if (pp->stop) break;
+      pthread_cond_wait(&pp->work, &pp->mu);
+      continue;
+    }
+    s->state = S_BUSY;
+    pthread_mutex_unlock(&pp->mu);
+    int ok = sort_tile(&s->rb, pp->n_genes, &cnt, &cnt_cap, &tc, &tv, &tcap, &s->err) == 0;
+    if (ok) {
+      dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
+      dc_error de;
+      memset(&de, 0, sizeof de);
+      s->out = NULL;
+      if (dc_tile_encode(&csr, &pp->opts, &s->out, &s->out_len, &de) != DC_OK) {
+        cv_fail(&s->err, "encoding tile %lld: %s", (long long)s->tile, de.msg);
+        ok = 0;
+      }
+    }
+    pthread_mutex_lock(&pp->mu);
+    s->state = ok ? S_DONE : S_ERR;
+    pthread_cond_broadcast(&pp->done);
+  }
+  pthread_mutex_unlock(&pp->mu);
+  free(cnt); free(tc); free(tv);
+  return NULL;
+}
+
+static void wait_done(pipe_t *pp) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 200000000L;
+  if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+  pthread_cond_timedwait(&pp->done, &pp->mu, &ts);
+}
+
+static int read_tile(h5file *files, int nf, const uint64_t *first, const genes *g, uint64_t c0, uint64_t c1,
+                     rowbuf *rb, cv_err *e) {
+  rowbuf_clear(rb);
+  for (int f = 0; f < nf; f++) {
+    uint64_t a = first[f], b = first[f] + files[f].n_obs;
+    if (b <= c0 || a >= c1) continue;
+    uint64_t r0 = c0 > a ? c0 - a : 0, r1 = (c1 < b ? c1 : b) - a;
+    if (h5ad_read_rows(&files[f], r0, r1, g->fmap[f], rb, e)) return -1;
+  }
+  return 0;
+}
+
+static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, const genes *g,
+                 const cv_opts *o, dsw *w, uint64_t *nnz_out, uint64_t *bytes_out, progress *pg, cv_err *e) {
+  uint32_t T = o->tile_cells;
+  uint64_t n_tiles = (n_cells + T - 1) / T;
+  int threads = o->threads > 0 ? o->threads : cv_ncores();
+  int workers = (uint64_t)threads < n_tiles ? threads : (int)(n_tiles ? n_tiles : 1);
+  pipe_t pp;
+  memset(&pp, 0, sizeof pp);
+  pthread_mutex_init(&pp.mu, NULL);
+  pthread_cond_init(&pp.work, NULL);
+  pthread_cond_init(&pp.done, NULL);
+  pp.n_slots = workers + 1;
+  pp.slots = calloc((size_t)pp.n_slots, sizeof *pp.slots);
+  pp.n_genes = g->n;
+  dc_encode_opts_default(&pp.opts);
+  if (o->codec) pp.opts.codec = o->codec;
+  if (o->level_set) pp.opts.level = o->level;
+  pp.opts.n_chunks = o->chunks;
+  pp.opts.threads = threads / workers > 1 ? threads / workers : 1;
+  pthread_t *tid = calloc((size_t)workers, sizeof *tid);
+  int started = 0, rc = -1;
+  if (!pp.slots || !tid) { cv_fail(e, "out of memory"); goto done; }
+  for (; started < workers; started++)
+    if (pthread_create(&tid[started], NULL, worker, &pp) != 0) { cv_fail(e, "cannot start a thread"); goto done; }
+  uint64_t next_read = 0, next_write = 0, nnz = 0, bytes = 0;
+  pthread_mutex_lock(&pp.mu);
+  while (next_write < n_tiles) {
+    slot *w0 = &pp.slots[next_write % (uint64_t)pp.n_slots];
+    if (w0->state == S_ERR) {
+      memcpy(e, &w0->err, sizeof *e);
+      pthread_mutex_unlock(&pp.mu);
+      goto done;
+    }
+    if (w0->state == S_DONE) {
+      pthread_mutex_unlock(&pp.mu);
+      uint64_t tn = w0->rb.indptr[w0->rb.n_rows];
+      dc_tile_hdr hdr;
+      dc_error de;
+      uint32_t chunks = 0;
+      if (dc_tile_parse(w0->out, w0->out_len, &hdr, &de) == DC_OK) chunks = hdr.n_chunks;
+      else { cv_fail(e, "tile %llu: the encoder's output does not parse: %s", (unsigned long long)next_write, de.msg); goto done; }
+      if (dsw_tile(w, (int64_t)next_write, (int64_t)w0->first_cell, (int64_t)w0->rb.n_rows, (int64_t)tn,
+                   chunks, w0->out, w0->out_len, e))
+        goto done;
+      nnz += tn;
+      bytes += w0->out_len;
+      free(w0->out);
+      w0->out = NULL;
+      prog_show(pg, w0->first_cell + w0->rb.n_rows);
+      pthread_mutex_lock(&pp.mu);
+      w0->state = S_FREE;
+      next_write++;
+      continue;
+    }
+    if (cv_interrupted) {
+      pthread_mutex_unlock(&pp.mu);
+      cv_check_interrupt(e);
+      goto done;
+    }
+    slot *r = &pp.slots[next_read % (uint64_t)pp.n_slots];
+    if (next_read < n_tiles && r->state == S_FREE) {
+      pthread_mutex_unlock(&pp.mu);
+      uint64_t c0 = next_read * T, c1 = c0 + T < n_cells ? c0 + T : n_cells;
+      r->tile = (int64_t)next_read;
+      r->first_cell = c0;
+      if (read_tile(files, nf, first, g, c0, c1, &r->rb, e)) goto done;
+      pthread_mutex_lock(&pp.mu);
+      r->state = S_READY;
+      pthread_cond_signal(&pp.work);
+      next_read++;
+      continue;
+    }
+    wait_done(&pp);
+  }
+  pthread_mutex_unlock(&pp.mu);
+  *nnz_out = nnz;
+  *bytes_out = bytes;
+  rc = 0;
+done:
+  pthread_mutex_lock(&pp.mu);
+  pp.stop = 1;
+  pthread_cond_broadcast(&pp.work);
+  pthread_mutex_unlock(&pp.mu);
+  for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+  for (int i = 0; pp.slots && i < pp.n_slots; i++) {
+    rowbuf_free(&pp.slots[i].rb);
+    free(pp.slots[i].out);
+  }
+  free(pp.slots);
+  free(tid);
+  pthread_mutex_destroy(&pp.mu);
+  pthread_cond_destroy(&pp.work);
+  pthread_cond_destroy(&pp.done);
+  return rc;
+}
+
+/* ------------------------------------------------------------ columns */
+/* One output column (obs or var), united over the inputs. */
+typedef struct ocol {
+  char *name;
+  int kind;
+  int is_source;
+  const h5col **src;    /* per file, or NULL where the file lacks it */
+  char **labels;        /* category: the united dictionary */
+  uint32_t n_labels;
+  cv_map dict;
+  int32_t **remap;      /* per file: local code -> united code */
+} ocol;
+
+static void ocols_free(ocol *c, int n, int nf) {
+  for (int i = 0; c && i < n; i++) {
+    free(c[i].name);
+    free(c[i].src);
+    for (uint32_t k = 0; k < c[i].n_labels; k++) free(c[i].labels[k]);
+    free(c[i].labels);
+    cv_map_free(&c[i].dict);
+    if (c[i].remap) for (int f = 0; f < nf; f++) free(c[i].remap[f]);
+    free(c[i].remap);
+  }
+  free(c);
+}
+
+/* The kind of a column seen with kinds a and b in two files. */
+static int merge_kind(int a, int b) {
+  if (a == b) return a;
+  if ((a == CVK_INT && b == CVK_BOOL) || (a == CVK_BOOL && b == CVK_INT)) return CVK_INT;
+  int an = a == CVK_INT || a == CVK_BOOL || a == CVK_REAL, bn = b == CVK_INT || b == CVK_BOOL || b == CVK_REAL;
+  if (an && bn) return CVK_REAL;
+  return CVK_TEXT;
+}
+
+static int add_label(ocol *c, const char *s, uint32_t *code, cv_err *e) {
+  if (cv_map_get(&c->dict, s, code)) return 0;
+  size_t cap = c->n_labels;
+  if (cv_grow((void **)&c->labels, &cap, c->n_labels + 1, sizeof *c->labels, e)) return -1;
+  if (!(c->labels[c->n_labels] = strdup(s))) return cv_fail(e, "out of memory");
+  *code = c->n_labels;
+  if (cv_map_put(&c->dict, s, c->n_labels, e)) return -1;
+  c->n_labels++;
+  return 0;
+}
+
+/* 1 if name is taken (case-insensitive, as SQL column names are). */
+static int name_taken(const char *nm, ocol *cols, int n, const char *const *reserved) {
+  for (int i = 0; reserved && reserved[i]; i++) if (strcasecmp(nm, reserved[i]) == 0) return 1;
+  for (int i = 0; i < n; i++) if (cols[i].name && strcasecmp(nm, cols[i].name) == 0) return 1;
+  return 0;
+}
+
+static char *unique_name(const char *nm, ocol *cols, int n, const char *const *reserved) {
+  if (!name_taken(nm, cols, n, reserved)) return strdup(nm);
+  size_t len = strlen(nm) + 16;
+  char *b = malloc(len);
+  for (int k = 1; b; k++) {
+    snprintf(b, len, "%s_%d", nm, k);
+    if (!name_taken(b, cols, n, reserved)) break;
+  }
+  return b;
+}
+
+/* Unites columns: the frame's index first when with_index, then each column
+** name in order of first appearance. */
+static int ocols_build(h5file *files, int nf, int var, int with_index, int with_source,
+                       const char *const *reserved, ocol **out, int *n_out, cv_err *e) {
+  int cap = 2 + with_source;
+  for (int f = 0; f < nf; f++) cap += (var ? files[f].var.n_cols : files[f].obs.n_cols);
+  ocol *c = calloc((size_t)cap, sizeof *c);
+  int n = 0;
+  if (!c) return cv_fail(e, "out of memory");
+  const char **raw = calloc((size_t)cap, sizeof *raw); /* names as in the files */
+  if (!raw) { free(c); return cv_fail(e, "out of memory"); }
+  if (with_index) {
+    c[0].src = calloc((size_t)nf, sizeof *c[0].src);
+    if (!c[0].src) goto oom;
+    for (int f = 0; f < nf; f++) c[0].src[f] = var ? &files[f].var.index : &files[f].obs.index;
+    c[0].kind = CVK_TEXT;
+    c[0].name = strdup("_index");
+    raw[0] = "";
+    n = 1;
+  }
+  for (int f = 0; f < nf; f++) {
+    h5frame *fr = var ? &files[f].var : &files[f].obs;
+    for (int j = 0; j < fr->n_cols; j++) {
+      int i;
+      for (i = with_index; i < n; i++) if (strcmp(raw[i], fr->cols[j].name) == 0) break;
+      if (i == n) {
+        c[n].src = calloc((size_t)nf, sizeof *c[n].src);
+        if (!c[n].src) goto oom;
+        c[n].kind = fr->cols[j].kind;
+        raw[n] = fr->cols[j].name;
+        n++;
+      } else {
+        c[i].kind = merge_kind(c[i].kind, fr->cols[j].kind);
+      }
+      c[i].src[f] = &fr->cols[j];
+    }
+  }
+  if (with_source) {
+    c[n].src = calloc((size_t)nf, sizeof *c[n].src);
+    if (!c[n].src) goto oom;
+    c[n].kind = CVK_CATEGORY;
+    c[n].is_source = 1;
+    raw[n] = "source";
+    n++;
+  }
+  for (int i = with_index; i < n; i++) {
+    c[i].name = unique_name(raw[i], c, i, reserved);
+    if (!c[i].name) goto oom;
+    if (strcmp(c[i].name, raw[i]) != 0)
+      fprintf(stderr, "deltacells: note: column '%s' is stored as '%s' (the name is taken)\n", raw[i], c[i].name);
+  }
+  /* dictionaries of categorical columns, in order of first appearance */
+  for (int i = 0; i < n; i++) {
+    if (c[i].kind != CVK_CATEGORY) continue;
+    c[i].remap = calloc((size_t)nf, sizeof *c[i].remap);
+    if (!c[i].remap) goto oom;
+    for (int f = 0; f < nf; f++) {
+      uint32_t code;
+      if (c[i].is_source) {
+        if (add_label(&c[i], files[f].path, &code, e)) goto fail;
+        if (!(c[i].remap[f] = malloc(sizeof(int32_t)))) goto oom;
+        c[i].remap[f][0] = (int32_t)code; /* a file given twice has one label */
+        continue;
+      }
+      const h5col *s = c[i].src[f];
+      if (!s) continue;
+      c[i].remap[f] = malloc((s->n_cats + 1) * sizeof(int32_t));
+      if (!c[i].remap[f]) goto oom;
+      for (uint32_t k = 0; k < s->n_cats; k++) {
+        if (add_label(&c[i], s->cats[k], &code, e)) goto fail;
+        c[i].remap[f][k] = (int32_t)code;
+      }
+    }
+  }
+  free(raw);
+  *out = c;
+  *n_out = n;
+  return 0;
+oom:
+  cv_fail(e, "out of memory");
+fail:
+  free(raw);
+  ocols_free(c, n + 1, nf);
+  return -1;
+}
+
+static void fmt_num_real(double v, char *buf, size_t n) {
+  for (int p = 15; p <= 17; p++) {
+    snprintf(buf, n, "%.*g", p, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+}
+
+/* Copies values [0, src->n) of file f into out at off, converted to c->kind. */
+static int cast_into(const ocol *c, int f, const h5col *sc, const colbuf *src, colbuf *out, size_t off,
+                     size_t n, cv_err *e) {
+  for (size_t i = 0; i < n; i++) {
+    size_t o = off + i;
+    int null = 1;
+    int64_t iv = 0;
+    double dv = NAN;
+    const char *tv = NULL;
+    size_t tl = 0;
+    char buf[64];
+    if (c->is_source) {
+      out->codes[o] = c->remap[f][0];
+      continue;
+    }
+    if (src) {
+      switch (src->kind) {
+        case CVK_CATEGORY:
+          if (src->codes[i] >= 0) {
+            null = 0;
+            iv = src->codes[i];
+            tv = sc->cats[iv];
+            tl = strlen(tv);
+          }
+          break;
+        case CVK_INT:
+          if (src->valid[i]) { null = 0; iv = src->i64[i]; dv = (double)iv; }
+          break;
+        case CVK_REAL:
+          if (!isnan(src->f64[i])) { null = 0; dv = src->f64[i]; }
+          break;
+        case CVK_BOOL:
+          if (src->b8[i] >= 0) { null = 0; iv = src->b8[i]; dv = (double)iv; }
+          break;
+        case CVK_TEXT:
+          if (src->text[i]) { null = 0; tv = src->text[i]; tl = src->text_len[i]; }
+          break;
+      }
+    }
+    switch (c->kind) {
+      case CVK_CATEGORY: out->codes[o] = null ? -1 : c->remap[f][iv]; break;
+      case CVK_INT: out->valid[o] = !null; out->i64[o] = null ? 0 : iv; break;
+      case CVK_REAL: out->f64[o] = null ? NAN : dv; break;
+      case CVK_BOOL: out->b8[o] = null ? -1 : (int8_t)iv; break;
+      case CVK_TEXT:
+        if (null) { colbuf_text_null(out, o); break; }
+        if (!tv) {
+          if (src->kind == CVK_REAL) fmt_num_real(dv, buf, sizeof buf);
+          else if (src->kind == CVK_BOOL) snprintf(buf, sizeof buf, "%s", iv ? "True" : "False");
+          else snprintf(buf, sizeof buf, "%lld", (long long)iv);
+          tv = buf;
+          tl = strlen(buf);
+        }
+        if (colbuf_text_set(out, o, tv, tl, e)) return -1;
+        break;
+    }
+  }
+  return 0;
+}
+
+/* Fills out with cells [c0, c0+n) of column c over all files. */
+static int fill_block(h5file *files, int nf, const uint64_t *first, const ocol *c, uint64_t c0, size_t n,
+                      colbuf *tmp, colbuf *out, cv_err *e) {
+  if (colbuf_reset(out, c->kind, n, e)) return -1;
+  for (int f = 0; f < nf; f++) {
+    uint64_t a = first[f], b = first[f] + files[f].n_obs;
+    if (b <= c0 || a >= c0 + n) continue;
+    uint64_t r0 = c0 > a ? c0 - a : 0, r1 = (c0 + n < b ? c0 + n : b) - a;
+    size_t off = (size_t)(a + r0 - c0), k = (size_t)(r1 - r0);
+    const h5col *sc = c->src[f];
+    if (sc && !c->is_source) {
+      if (h5ad_col_read(&files[f], sc, r0, k, tmp, e)) return cv_prefix(e, "obs column '%s'", sc->name);
+    }
+    if (cast_into(c, f, sc, (sc && !c->is_source) ? tmp : NULL, out, off, k, e)) return -1;
+  }
+  if (c->kind == CVK_TEXT) colbuf_text_done(out);
+  return 0;
+}
+
+static void bind_stat(sqlite3_stmt *s, int i, int kind, const dc_obs_stats *st, int max) {
+  if (!st->has_minmax) { sqlite3_bind_null(s, i); return; }
+  switch (kind) {
+    case CVK_REAL: sqlite3_bind_double(s, i, max ? st->max_f : st->min_f); break;
+    case CVK_TEXT:
+      sqlite3_bind_text64(s, i, max ? st->max_s : st->min_s, max ? st->max_len : st->min_len,
+                          SQLITE_TRANSIENT, SQLITE_UTF8);
+      break;
+    default: sqlite3_bind_int64(s, i, max ? st->max_i : st->min_i); break;
+  }
+}
+
+static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, dsw *w,
+                     uint64_t *obs_bytes, progress *pg, cv_err *e) {
+  static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
+  ocol *cols = NULL;
+  int n = 0, rc = -1;
+  colbuf tmp = {0}, out = {0};
+  uint8_t *blob = NULL;
+  if (ocols_build(files, nf, 0, 1, nf > 1, reserved, &cols, &n, e)) return -1;
+  uint64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    ocol *c = &cols[i];
+    uint64_t nulls = 0, bytes = 0;
+    for (uint64_t b = 0; b * OBS_BLOCK < n_cells || (b == 0 && n_cells == 0); b++) {
+      uint64_t c0 = b * OBS_BLOCK;
+      size_t k = (size_t)(n_cells - c0 < OBS_BLOCK ? n_cells - c0 : OBS_BLOCK);
+      if (n_cells == 0) break;
+      if (cv_check_interrupt(e) || fill_block(files, nf, first, c, c0, k, &tmp, &out, e)) goto done;
+      dc_obs_values v;
+      memset(&v, 0, sizeof v);
+      v.kind = c->kind;
+      v.n = (uint32_t)k;
+      v.codes = out.codes;
+      v.n_categories = c->n_labels;
+      v.i64 = out.i64;
+      v.valid = out.valid;
+      v.f64 = out.f64;
+      v.b8 = out.b8;
+      v.text = out.text;
+      v.text_len = out.text_len;
+      dc_obs_stats st;
+      memset(&st, 0, sizeof st);
+      dc_error de;
+      size_t len = 0;
+      memset(&de, 0, sizeof de);
+      if (dc_obs_encode(&v, 0, &blob, &len, &st, &de) != DC_OK) {
+        dc_obs_stats_clear(&st);
+        cv_fail(e, "obs column '%s', block %llu: %s", c->name, (unsigned long long)b, de.msg);
+        goto done;
+      }
+      sqlite3_stmt *s = dsw_block_stmt(w);
+      sqlite3_bind_int64(s, 1, ((int64_t)i << 32) + (int64_t)b);
+      sqlite3_bind_int64(s, 2, i);
+      sqlite3_bind_int64(s, 3, (int64_t)b);
+      sqlite3_bind_int64(s, 4, (int64_t)c0);
+      sqlite3_bind_int64(s, 5, (int64_t)k);
+      sqlite3_bind_int64(s, 6, st.null_count);
+      bind_stat(s, 7, c->kind, &st, 0);
+      bind_stat(s, 8, c->kind, &st, 1);
+      if (st.present) sqlite3_bind_blob64(s, 9, st.present, st.present_len, SQLITE_TRANSIENT);
+      else sqlite3_bind_null(s, 9);
+      sqlite3_bind_blob64(s, 10, blob, len, SQLITE_STATIC);
+      int r = dsw_block_step(w, e);
+      nulls += st.null_count;
+      bytes += len + st.present_len;
+      dc_obs_stats_clear(&st);
+      free(blob);
+      blob = NULL;
+      if (r) goto done;
+      prog_show(pg, (uint64_t)i * n_cells + c0 + k);
+    }
+    for (uint32_t k = 0; k < c->n_labels; k++) {
+      size_t l = strlen(c->labels[k]);
+      if (dsw_dict(w, i, k, c->labels[k], l, e)) goto done;
+      bytes += l;
+    }
+    if (dsw_column(w, i, c->name, cv_kind_name(c->kind), c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1,
+                   (int64_t)nulls, (int64_t)bytes, e))
+      goto done;
+    total += bytes;
+  }
+  *obs_bytes = total;
+  rc = 0;
+done:
+  free(blob);
+  colbuf_free(&tmp);
+  colbuf_free(&out);
+  ocols_free(cols, n, nf);
+  return rc;
+}
+
+/* ------------------------------------------------------------ genes table */
+static const char *sql_type(int kind) {
+  switch (kind) {
+    case CVK_INT: case CVK_BOOL: return "INTEGER";
+    case CVK_REAL: return "REAL";
+    default: return "TEXT";
+  }
+}
+
+static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw *w, cv_err *e) {
+  static const char *const reserved[] = {"gene_id", "name", "total_counts", "n_cells", NULL};
+  ocol *cols = NULL;
+  int n = 0, rc = -1;
+  colbuf **vals = NULL; /* [col * nf + f]: the whole var column of file f */
+  colbuf one = {0};
+  int with_index = o->gene_key != NULL; /* the var index kept as a column when names come from a key */
+  if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e)) return -1;
+  if (with_index) {
+    free(cols[0].name);
+    cols[0].name = unique_name("var_index", cols + 1, n - 1, reserved);
+    if (!cols[0].name) { cv_fail(e, "out of memory"); goto done; }
+  }
+  const char **names = calloc((size_t)n + 1, sizeof *names), **types = calloc((size_t)n + 1, sizeof *types);
+  vals = calloc((size_t)n * (size_t)nf + 1, sizeof *vals);
+  if (!names || !types || !vals) { free(names); free(types); cv_fail(e, "out of memory"); goto done; }
+  for (int i = 0; i < n; i++) {
+    names[i] = cols[i].name;
+    types[i] = sql_type(cols[i].kind);
+  }
+  int r = dsw_genes_create(w, n, names, types, e);
+  free(names);
+  free(types);
+  if (r) goto done;
+  for (int i = 0; i < n; i++)
+    for (int f = 0; f < nf; f++) {
+      const h5col *sc = cols[i].src[f];
+      if (!sc) continue;
+      colbuf *cb = calloc(1, sizeof *cb);
+      if (!cb) { cv_fail(e, "out of memory"); goto done; }
+      vals[i * nf + f] = cb;
+      if (h5ad_col_read(&files[f], sc, 0, (size_t)files[f].n_vars, cb, e)) {
+        cv_prefix(e, "%s column '%s'", files[f].var.path, sc->name);
+        goto done;
+      }
+    }
+  sqlite3_stmt *s = dsw_gene_stmt(w);
+  for (uint32_t id = 0; id < g->n; id++) {
+    uint32_t gl = g->order[id], f = g->file[gl], j = g->local[gl];
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_text(s, 2, g->name[gl], -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, (int64_t)g->total[gl]);
+    sqlite3_bind_int64(s, 4, (int64_t)g->ncells[gl]);
+    for (int i = 0; i < n; i++) {
+      colbuf *src = vals[i * nf + (int)f];
+      if (!src) continue; /* NULL */
+      /* one value through the same conversion as obs */
+      colbuf view = *src;
+      view.n = 1;
+      view.codes = src->codes + j; view.i64 = src->i64 + j; view.valid = src->valid + j;
+      view.f64 = src->f64 + j; view.b8 = src->b8 + j; view.text = src->text + j; view.text_len = src->text_len + j;
+      if (colbuf_reset(&one, cols[i].kind, 1, e) || cast_into(&cols[i], (int)f, cols[i].src[f], &view, &one, 0, 1, e))
+        goto done;
+      int p = 5 + i;
+      switch (cols[i].kind) {
+        case CVK_CATEGORY:
+          if (one.codes[0] >= 0) sqlite3_bind_text(s, p, cols[i].labels[one.codes[0]], -1, SQLITE_STATIC);
+          break;
+        case CVK_INT: if (one.valid[0]) sqlite3_bind_int64(s, p, one.i64[0]); break;
+        case CVK_REAL: if (!isnan(one.f64[0])) sqlite3_bind_double(s, p, one.f64[0]); break;
+        case CVK_BOOL: if (one.b8[0] >= 0) sqlite3_bind_int(s, p, one.b8[0]); break;
+        case CVK_TEXT:
+          colbuf_text_done(&one);
+          if (one.text[0]) sqlite3_bind_text64(s, p, one.text[0], one.text_len[0], SQLITE_TRANSIENT, SQLITE_UTF8);
+          break;
+      }
+    }
+    if (dsw_gene_step(w, e)) goto done;
+  }
+  rc = 0;
+done:
+  if (vals) for (int i = 0; i < n * nf; i++) if (vals[i]) { colbuf_free(vals[i]); free(vals[i]); }
+  free(vals);
+  colbuf_free(&one);
+  ocols_free(cols, n, nf);
+  return rc;
+}
+
+/* ------------------------------------------------------------ meta */
+static void json_str(sqlite3_str *s, const char *v) {
+  sqlite3_str_appendchar(s, 1, '"');
+  for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+    if (*p == '"' || *p == '\\') sqlite3_str_appendf(s, "\\%c", *p);
+    else if (*p < 0x20) sqlite3_str_appendf(s, "\\u%04x", *p);
+    else sqlite3_str_appendchar(s, 1, (char)*p);
+  }
+  sqlite3_str_appendchar(s, 1, '"');
+}
+
+/* ------------------------------------------------------------ driver */
+int cv_convert(const cv_opts *o, cv_err *e) {
+  int nf = o->n_inputs, rc = -1, opened = 0;
+  h5file *files = calloc((size_t)nf, sizeof *files);
+  uint64_t *first = calloc((size_t)nf + 1, sizeof *first);
+  genes g;
+  dsw w;
+  progress pg;
+  memset(&g, 0, sizeof g);
+  memset(&w, 0, sizeof w);
+  double t0 = cv_now();
+  int show = !o->quiet && isatty(2);
+  if (!files || !first) { free(files); free(first); return cv_fail(e, "out of memory"); }
+  struct stat st;
+  if (stat(o->out, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) { cv_fail(e, "%s: is a directory", o->out); goto done; }
+    if (!o->force) { cv_fail(e, "%s: exists (use --force to replace it)", o->out); goto done; }
+  }
+  for (int f = 0; f < nf; f++) {
+    for (int k = 0; k < f; k++) {
+      struct stat a, b;
+      if (stat(o->inputs[f], &a) == 0 && stat(o->inputs[k], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        fprintf(stderr, "deltacells: warning: %s is given twice; its cells are stored twice\n", o->inputs[f]);
+    }
+    if (stat(o->inputs[f], &st) == 0 && stat(o->out, &st) == 0) {
+      struct stat a;
+      stat(o->inputs[f], &a);
+      if (a.st_dev == st.st_dev && a.st_ino == st.st_ino) { cv_fail(e, "%s: the output would replace an input", o->out); goto done; }
+    }
+    opened = f + 1;
+    if (h5ad_open(o->inputs[f], o->layer, o->raw, o->gene_key, &files[f], e)) goto done;
+    first[f + 1] = first[f] + files[f].n_obs;
+  }
+  uint64_t n_cells = first[nf];
+  if (genes_join(&g, files, nf, e)) goto done;
+
+  /* pass 1 */
+  char *od = strdup(o->out);
+  if (!od) { cv_fail(e, "out of memory"); goto done; }
+  char *spool_dir = strdup(dirname(od));
+  free(od);
+  if (!spool_dir) { cv_fail(e, "out of memory"); goto done; }
+  uint64_t nnz1 = 0;
+  prog_start(&pg, show, "pass 1/3 (gene totals)", n_cells);
+  int r1 = pass1(files, nf, &g, o->tile_cells, spool_dir, &nnz1, &pg, e);
+  free(spool_dir);
+  prog_end(&pg);
+  if (r1 || genes_renumber(&g, files, nf, e)) goto done;
+
+  /* pass 2 */
+  if (dsw_open(&w, o->out, e)) goto done;
+  uint64_t nnz = 0, xbytes = 0, obytes = 0;
+  prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);
+  int r2 = pass2(files, nf, first, n_cells, &g, o, &w, &nnz, &xbytes, &pg, e);
+  prog_end(&pg);
+  if (r2) goto done;
+  if (nnz != nnz1) {
+    cv_fail(e, "internal: pass 2 read %llu nonzeros, pass 1 %llu", (unsigned long long)nnz, (unsigned long long)nnz1);
+    goto done;
+  }
+  if (write_genes(files, nf, &g, o, &w, e)) goto done;
+  int nobs_cols = 0;
+  for (int f = 0; f < nf; f++) nobs_cols += files[f].obs.n_cols;
+  prog_start(&pg, show, "pass 3/3 (obs)", n_cells * (uint64_t)(nobs_cols + 1 + (nf > 1)));
+  int r3 = write_obs(files, nf, first, n_cells, &w, &obytes, &pg, e);
+  prog_end(&pg);
+  if (r3) goto done;
+
+  /* dc_meta */
+  dc_encode_opts eo;
+  dc_encode_opts_default(&eo);
+  int codec = o->codec ? o->codec : eo.codec;
+  sqlite3_str *src = sqlite3_str_new(NULL);
+  sqlite3_str_appendchar(src, 1, '[');
+  for (int f = 0; f < nf; f++) {
+    sqlite3_str_appendall(src, f ? ",{\"file\":" : "{\"file\":");
+    json_str(src, files[f].path);
+    sqlite3_str_appendf(src, ",\"matrix\":\"%s\",\"n_cells\":%llu,\"first_cell\":%llu}", files[f].mpath,
+                        (unsigned long long)files[f].n_obs, (unsigned long long)first[f]);
+  }
+  sqlite3_str_appendchar(src, 1, ']');
+  char *sources = sqlite3_str_finish(src);
+  uint64_t n_tiles = (n_cells + o->tile_cells - 1) / o->tile_cells;
+  int mr = !sources ? cv_fail(e, "out of memory")
+           : (dsw_meta_int(&w, "format_version", 1, e) || dsw_meta_int(&w, "n_cells", (int64_t)n_cells, e) ||
+              dsw_meta_int(&w, "n_genes", g.n, e) || dsw_meta_int(&w, "nnz", (int64_t)nnz, e) ||
+              dsw_meta_int(&w, "n_tiles", (int64_t)n_tiles, e) ||
+              dsw_meta_text(&w, "codec", dc_codec_name(codec), e) ||
+              dsw_meta_int(&w, "level", o->level_set ? o->level : 0, e) ||
+              dsw_meta_int(&w, "chunks", o->chunks, e) || dsw_meta_int(&w, "tile_cells", o->tile_cells, e) ||
+              dsw_meta_int(&w, "obs_block_cells", OBS_BLOCK, e) || dsw_meta_text(&w, "sources", sources, e) ||
+              dsw_meta_text(&w, "created_by", VERSION, e)) ? -1 : 0;
+  sqlite3_free(sources);
+  if (mr) goto done;
+  if (cv_check_interrupt(e)) goto done;
+  if (dsw_finish(&w, o->out, o->force, e)) goto done;
+  if (!o->quiet) {
+    int64_t fb = cv_file_size(o->out);
+    printf("%s: %llu cells x %u genes, %llu nonzeros in %llu tiles; expression %.2f MB (%.2f bits/nonzero), "
+           "obs %.2f MB, file %.2f MB; %.1f s\n", o->out, (unsigned long long)n_cells, g.n,
+           (unsigned long long)nnz, (unsigned long long)n_tiles, (double)xbytes / 1e6,
+           nnz ? 8.0 * (double)xbytes / (double)nnz : 0.0, (double)obytes / 1e6, (double)fb / 1e6, cv_now() - t0);
+  }
+  rc = 0;
+done:
+  if (rc) dsw_abort(&w);
+  genes_free(&g, nf);
+  for (int f = 0; f < opened; f++) h5ad_close(&files[f]);
+  free(files);
+  free(first);
+  return rc;
+}

@@ -1,0 +1,27 @@
+/*
+** convert.h — h5ad files to one deltacells dataset (the `convert` command).
+*/
+#ifndef CV_CONVERT_H
+#define CV_CONVERT_H
+#include <stdint.h>
+#include "cv_util.h"
+
+typedef struct cv_opts {
+  const char **inputs;
+  int n_inputs;
+  const char *out;
+  const char *layer;    /* NULL or a layer name */
+  int raw;              /* read raw/X and raw/var */
+  uint32_t tile_cells;  /* default 10000 */
+  uint32_t chunks;      /* default 8 */
+  int level;            /* codec level; level_set = 0 uses the codec default */
+  int level_set;
+  int threads;          /* 0 = one per core */
+  const char *gene_key; /* NULL or a var column */
+  int codec;            /* DC_CODEC_*; 0 = the codec's default */
+  int force, quiet;
+} cv_opts;
+
+int cv_convert(const cv_opts *o, cv_err *e);
+
+#endif

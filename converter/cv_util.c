@@ -1,0 +1,182 @@
+/*
+** cv_util.c — errors, allocation, interrupt flag, hash map (see cv_util.h).
+*/
+#include "cv_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int cv_fail(cv_err *e, const char *fmt, ...) {
+  if (e) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+int cv_prefix(cv_err *e, const char *fmt, ...) {
+  if (!e) return -1;
+  char pre[512], old[sizeof e->msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(pre, sizeof pre, fmt, ap);
+  va_end(ap);
+  memcpy(old, e->msg, sizeof old);
+  size_t k = strlen(pre);
+  if (k > sizeof e->msg - 3) k = sizeof e->msg - 3;
+  memcpy(e->msg, pre, k);
+  memcpy(e->msg + k, ": ", 2);
+  size_t r = strnlen(old, sizeof old - 1);
+  if (r > sizeof e->msg - k - 3) r = sizeof e->msg - k - 3;
+  memcpy(e->msg + k + 2, old, r);
+  e->msg[k + 2 + r] = 0;
+  return -1;
+}
+
+void *cv_malloc(size_t n, cv_err *e) {
+  void *p = malloc(n ? n : 1);
+  if (!p) cv_fail(e, "out of memory (allocating %zu bytes)", n);
+  return p;
+}
+
+void *cv_calloc(size_t n, size_t sz, cv_err *e) {
+  void *p = calloc(n ? n : 1, sz ? sz : 1);
+  if (!p) cv_fail(e, "out of memory (allocating %zu x %zu bytes)", n, sz);
+  return p;
+}
+
+int cv_grow(void **p, size_t *cap, size_t need, size_t elem, cv_err *e) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 16;
+  while (nc < need) nc = nc + nc / 2 + 16;
+  void *q = realloc(*p, nc * elem);
+  if (!q) return cv_fail(e, "out of memory (growing a buffer to %zu bytes)", nc * elem);
+  *p = q;
+  *cap = nc;
+  return 0;
+}
+
+char *cv_strdup(const char *s, cv_err *e) {
+  size_t n = strlen(s);
+  char *d = cv_malloc(n + 1, e);
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+volatile sig_atomic_t cv_interrupted = 0;
+
+static void on_signal(int sig) { cv_interrupted = sig; }
+
+void cv_install_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+  /* A file size limit (ulimit -f) must give EFBIG, not kill us half way. */
+  signal(SIGXFSZ, SIG_IGN);
+}
+
+int cv_check_interrupt(cv_err *e) {
+  if (!cv_interrupted) return 0;
+  return cv_fail(e, "interrupted by signal %d", (int)cv_interrupted);
+}
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+uint32_t *cv_map_ref(cv_map *m, const char *key) {
+  if (!m->cap) return NULL;
+  size_t i = (size_t)hash_str(key) & (m->cap - 1);
+  while (m->keys[i]) {
+    if (strcmp(m->keys[i], key) == 0) return &m->vals[i];
+    i = (i + 1) & (m->cap - 1);
+  }
+  return NULL;
+}
+
+int cv_map_get(const cv_map *m, const char *key, uint32_t *val) {
+  uint32_t *p = cv_map_ref((cv_map *)m, key);
+  if (!p) return 0;
+  *val = *p;
+  return 1;
+}
+
+int cv_map_put(cv_map *m, const char *key, uint32_t val, cv_err *e) {
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t nc = m->cap ? m->cap * 2 : 1024;
+    char **nk = calloc(nc, sizeof *nk);
+    uint32_t *nv = calloc(nc, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return cv_fail(e, "out of memory (hash map of %zu entries)", nc);
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->keys[i]) continue;
+      size_t j = (size_t)hash_str(m->keys[i]) & (nc - 1);
+      while (nk[j]) j = (j + 1) & (nc - 1);
+      nk[j] = m->keys[i];
+      nv[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = nk;
+    m->vals = nv;
+    m->cap = nc;
+  }
+  size_t i = (size_t)hash_str(key) & (m->cap - 1);
+  while (m->keys[i]) i = (i + 1) & (m->cap - 1);
+  m->keys[i] = cv_strdup(key, e);
+  if (!m->keys[i]) return -1;
+  m->vals[i] = val;
+  m->n++;
+  return 0;
+}
+
+void cv_map_free(cv_map *m) {
+  for (size_t i = 0; i < m->cap; i++) free(m->keys[i]);
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+double cv_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int cv_ncores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : (int)n;
+}
+
+int cv_utf8_valid(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = p[i];
+    size_t k;
+    if (c < 0x80) { i++; continue; }
+    else if ((c & 0xE0) == 0xC0 && c >= 0xC2) k = 1;
+    else if ((c & 0xF0) == 0xE0) k = 2;
+    else if ((c & 0xF8) == 0xF0 && c <= 0xF4) k = 3;
+    else return 0;
+    for (size_t j = 1; j <= k; j++)
+      if (i + j >= n || (p[i + j] & 0xC0) != 0x80) return 0;
+    i += k + 1;
+  }
+  return 1;
+}

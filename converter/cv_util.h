@@ -1,0 +1,64 @@
+/*
+** cv_util.h — what the files of the converter share: errors, allocation,
+** the interrupt flag, the gene/string hash map.
+**
+** Every function that can fail returns 0 on success and -1 on failure after
+** writing a message that names the thing (file, dataset, cell, tile) and the
+** reason into a cv_err.  Nothing in the converter exits or aborts on bad
+** input; main() prints the message and removes whatever was half written.
+*/
+#ifndef CV_UTIL_H
+#define CV_UTIL_H
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cv_err {
+  char msg[2048];
+} cv_err;
+
+int cv_fail(cv_err *e, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Prefixes the message already in e with "prefix: ". Returns -1. */
+int cv_prefix(cv_err *e, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* malloc/realloc that fail into a cv_err (NULL + message). */
+void *cv_malloc(size_t n, cv_err *e);
+void *cv_calloc(size_t n, size_t sz, cv_err *e);
+int cv_grow(void **p, size_t *cap, size_t need, size_t elem, cv_err *e);
+char *cv_strdup(const char *s, cv_err *e);
+
+/* Set by SIGINT/SIGTERM (cv_install_signals); long loops poll it. */
+extern volatile sig_atomic_t cv_interrupted;
+void cv_install_signals(void);
+int cv_check_interrupt(cv_err *e);
+
+/* String -> index hash map (open addressing; keys copied). */
+typedef struct cv_map {
+  char **keys;
+  uint32_t *vals;
+  size_t cap, n;
+} cv_map;
+/* Looks up key; returns 1 and *val if found, 0 if not. */
+int cv_map_get(const cv_map *m, const char *key, uint32_t *val);
+/* Pointer to the value of key, or NULL if absent. */
+uint32_t *cv_map_ref(cv_map *m, const char *key);
+/* Inserts key -> val (key must be absent). 0 or -1 (out of memory). */
+int cv_map_put(cv_map *m, const char *key, uint32_t val, cv_err *e);
+void cv_map_free(cv_map *m);
+
+/* Monotonic seconds. */
+double cv_now(void);
+/* Number of online cores (at least 1). */
+int cv_ncores(void);
+/* 1 if s is valid UTF-8 of length n. */
+int cv_utf8_valid(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,303 @@
+/*
+** dataset.c — the SQLite side of the converter (see dataset.h, docs/format.md).
+*/
+#include "dataset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The extension, compiled into the converter with -DSQLITE_CORE. */
+int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi)
+    __attribute__((weak));
+
+static const char *SCHEMA =
+    "CREATE TABLE dc_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+    "CREATE TABLE tiles_data(tile INTEGER PRIMARY KEY, first_cell INTEGER NOT NULL,"
+    " n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL, chunks INTEGER NOT NULL, data BLOB NOT NULL);"
+    "CREATE TABLE cells_columns(col INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+    " kind TEXT NOT NULL, n_categories INTEGER, null_count INTEGER NOT NULL, bytes INTEGER NOT NULL);"
+    "CREATE TABLE cells_dict(col INTEGER NOT NULL, code INTEGER NOT NULL, value TEXT NOT NULL,"
+    " PRIMARY KEY(col, code)) WITHOUT ROWID;"
+    "CREATE TABLE cells_blocks(id INTEGER PRIMARY KEY, col INTEGER NOT NULL, block INTEGER NOT NULL,"
+    " first_cell INTEGER NOT NULL, n_cells INTEGER NOT NULL, null_count INTEGER NOT NULL,"
+    " min, max, present BLOB, data BLOB NOT NULL);";
+
+static const char *VTABS[] = {
+    "CREATE VIRTUAL TABLE cells USING deltacells_cells",
+    "CREATE VIRTUAL TABLE tiles USING deltacells_tiles",
+    "CREATE VIRTUAL TABLE expression USING deltacells_expression",
+    "CREATE VIRTUAL TABLE expression_long USING deltacells_expression_long",
+    "CREATE VIRTUAL TABLE dc_batch USING deltacells_batch",
+};
+
+/* Names the output (the temporary file is an implementation detail) and the reason. */
+static int db_fail_rc(dsw *w, cv_err *e, const char *what, int rc, const char *m) {
+  const char *out = w->out_path ? w->out_path : w->tmp_path;
+  if ((rc & 0xff) == SQLITE_FULL)
+    return cv_fail(e, "%s: %s: disk full (%s); nothing was written", out, what, m);
+  if ((rc & 0xff) == SQLITE_IOERR)
+    return cv_fail(e, "%s: %s: I/O error (%s: %s); nothing was written", out, what, m, strerror(errno));
+  return cv_fail(e, "%s: %s: %s", out, what, m);
+}
+
+static int db_fail(dsw *w, cv_err *e, const char *what) {
+  return db_fail_rc(w, e, what, sqlite3_extended_errcode(w->db), sqlite3_errmsg(w->db));
+}
+
+static int exec(dsw *w, const char *sql, cv_err *e) {
+  char *msg = NULL;
+  if (sqlite3_exec(w->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+    char what[128];
+    snprintf(what, sizeof what, "%.100s", sql);
+    int r = db_fail_rc(w, e, what, sqlite3_extended_errcode(w->db), msg ? msg : sqlite3_errmsg(w->db));
+    sqlite3_free(msg);
+    return r;
+  }
+  return 0;
+}
+
+static int prep(dsw *w, const char *sql, sqlite3_stmt **st, cv_err *e) {
+  if (sqlite3_prepare_v2(w->db, sql, -1, st, NULL) != SQLITE_OK) return db_fail(w, e, sql);
+  return 0;
+}
+
+static int step(dsw *w, sqlite3_stmt *st, const char *what, cv_err *e) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  if (rc != SQLITE_DONE) return db_fail(w, e, what);
+  return 0;
+}
+
+int dsw_open(dsw *w, const char *out_path, cv_err *e) {
+  memset(w, 0, sizeof *w);
+  size_t n = strlen(out_path);
+  char *dup = strdup(out_path), *dup2 = strdup(out_path);
+  w->tmp_path = malloc(n + 64);
+  w->out_path = strdup(out_path);
+  if (!dup || !dup2 || !w->tmp_path || !w->out_path) {
+    free(dup); free(dup2); free(w->tmp_path); free(w->out_path);
+    w->tmp_path = w->out_path = NULL;
+    return cv_fail(e, "out of memory");
+  }
+  snprintf(w->tmp_path, n + 64, "%s/.%s.tmp-XXXXXX", dirname(dup), basename(dup2));
+  free(dup);
+  free(dup2);
+  int fd = mkstemp(w->tmp_path);
+  if (fd < 0) {
+    int r = cv_fail(e, "%s: cannot create a temporary file beside it: %s", out_path, strerror(errno));
+    free(w->tmp_path);
+    w->tmp_path = NULL;
+    free(w->out_path);
+    w->out_path = NULL;
+    return r;
+  }
+  mode_t um = umask(0);
+  umask(um);
+  if (fchmod(fd, 0666 & ~um) != 0) { /* mkstemp made it 0600 */ }
+  close(fd);
+  if (sqlite3_open_v2(w->tmp_path, &w->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+    int r = db_fail(w, e, "open");
+    dsw_abort(w);
+    return r;
+  }
+  sqlite3_extended_result_codes(w->db, 1);
+  if (exec(w, "PRAGMA page_size=65536; PRAGMA application_id=0x44435442; PRAGMA journal_mode=OFF;"
+           "PRAGMA synchronous=OFF; PRAGMA cache_size=-65536; BEGIN;", e) ||
+      exec(w, SCHEMA, e) ||
+      prep(w, "INSERT INTO tiles_data VALUES(?,?,?,?,?,?)", &w->ins_tile, e) ||
+      prep(w, "INSERT INTO cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?)", &w->ins_block, e) ||
+      prep(w, "INSERT INTO cells_dict VALUES(?,?,?)", &w->ins_dict, e) ||
+      prep(w, "INSERT INTO cells_columns VALUES(?,?,?,?,?,?)", &w->ins_col, e) ||
+      prep(w, "INSERT INTO dc_meta VALUES(?,?)", &w->ins_meta, e)) {
+    dsw_abort(w);
+    return -1;
+  }
+  return 0;
+}
+
+int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e) {
+  sqlite3_bind_text(w->ins_meta, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(w->ins_meta, 2, v);
+  return step(w, w->ins_meta, "dc_meta", e);
+}
+
+int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e) {
+  sqlite3_bind_text(w->ins_meta, 1, key, -1, SQLITE_STATIC);
+  sqlite3_bind_text(w->ins_meta, 2, v, -1, SQLITE_STATIC);
+  return step(w, w->ins_meta, "dc_meta", e);
+}
+
+int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t nnz, int64_t chunks,
+             const void *blob, size_t len, cv_err *e) {
+  sqlite3_stmt *s = w->ins_tile;
+  sqlite3_bind_int64(s, 1, tile);
+  sqlite3_bind_int64(s, 2, first_cell);
+  sqlite3_bind_int64(s, 3, n_cells);
+  sqlite3_bind_int64(s, 4, nnz);
+  sqlite3_bind_int64(s, 5, chunks);
+  sqlite3_bind_blob64(s, 6, blob, len, SQLITE_STATIC);
+  char what[64];
+  snprintf(what, sizeof what, "writing tile %lld", (long long)tile);
+  return step(w, s, what, e);
+}
+
+static char *quote_ident(const char *s) {
+  return sqlite3_mprintf("\"%w\"", s);
+}
+
+int dsw_genes_create(dsw *w, int n_cols, const char *const *names, const char *const *types, cv_err *e) {
+  sqlite3_str *sql = sqlite3_str_new(w->db), *ins = sqlite3_str_new(w->db);
+  sqlite3_str_appendall(sql, "CREATE TABLE genes(gene_id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                             " total_counts INTEGER NOT NULL, n_cells INTEGER NOT NULL");
+  sqlite3_str_appendall(ins, "INSERT INTO genes VALUES(?,?,?,?");
+  for (int i = 0; i < n_cols; i++) {
+    char *q = quote_ident(names[i]);
+    sqlite3_str_appendf(sql, ", %s %s", q, types[i]);
+    sqlite3_str_appendall(ins, ",?");
+    sqlite3_free(q);
+  }
+  sqlite3_str_appendall(sql, ")");
+  sqlite3_str_appendall(ins, ")");
+  char *a = sqlite3_str_finish(sql), *b = sqlite3_str_finish(ins);
+  int rc = (!a || !b) ? cv_fail(e, "out of memory") : (exec(w, a, e) || prep(w, b, &w->ins_gene, e)) ? -1 : 0;
+  sqlite3_free(a);
+  sqlite3_free(b);
+  w->n_gene_cols = n_cols;
+  return rc;
+}
+
+sqlite3_stmt *dsw_gene_stmt(dsw *w) { return w->ins_gene; }
+int dsw_gene_step(dsw *w, cv_err *e) { return step(w, w->ins_gene, "writing genes", e); }
+
+int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
+               int64_t null_count, int64_t bytes, cv_err *e) {
+  sqlite3_stmt *s = w->ins_col;
+  sqlite3_bind_int64(s, 1, col);
+  sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 3, kind, -1, SQLITE_STATIC);
+  if (n_categories >= 0) sqlite3_bind_int64(s, 4, n_categories);
+  sqlite3_bind_int64(s, 5, null_count);
+  sqlite3_bind_int64(s, 6, bytes);
+  return step(w, s, "writing cells_columns", e);
+}
+
+int dsw_dict(dsw *w, int64_t col, int64_t code, const char *value, size_t len, cv_err *e) {
+  sqlite3_stmt *s = w->ins_dict;
+  sqlite3_bind_int64(s, 1, col);
+  sqlite3_bind_int64(s, 2, code);
+  sqlite3_bind_text64(s, 3, value, len, SQLITE_STATIC, SQLITE_UTF8);
+  return step(w, s, "writing cells_dict", e);
+}
+
+sqlite3_stmt *dsw_block_stmt(dsw *w) { return w->ins_block; }
+int dsw_block_step(dsw *w, cv_err *e) { return step(w, w->ins_block, "writing cells_blocks", e); }
+
+static int fsync_path(const char *path, int dir) {
+  int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int r = fsync(fd);
+  close(fd);
+  return r;
+}
+
+int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
+  char *msg = NULL;
+  if (exec(w, "CREATE INDEX genes_name ON genes(name);", e)) return -1;
+  if (!sqlite3_deltacells_init) {
+    fprintf(stderr, "deltacells: warning: built without the extension; virtual tables not declared\n");
+  } else if (sqlite3_deltacells_init(w->db, &msg, NULL) != SQLITE_OK) {
+    int r = cv_fail(e, "%s: loading the deltacells extension: %s", w->tmp_path, msg ? msg : "failed");
+    sqlite3_free(msg);
+    return r;
+  }
+  sqlite3_free(msg);
+  for (size_t i = 0; sqlite3_deltacells_init && i < sizeof VTABS / sizeof *VTABS; i++) {
+    /* a build whose extension lacks a module (during development) says so */
+    const char *mod = strstr(VTABS[i], "USING ") + 6;
+    sqlite3_stmt *q = NULL;
+    int have = 0;
+    if (sqlite3_prepare_v2(w->db, "SELECT 1 FROM pragma_module_list WHERE name=?", -1, &q, NULL) == SQLITE_OK) {
+      sqlite3_bind_text(q, 1, mod, -1, SQLITE_STATIC);
+      have = sqlite3_step(q) == SQLITE_ROW;
+    }
+    sqlite3_finalize(q);
+    if (!have) {
+      fprintf(stderr, "deltacells: warning: this build's extension has no module %s; not declared\n", mod);
+      continue;
+    }
+    if (exec(w, VTABS[i], e)) return -1;
+  }
+  if (exec(w, "COMMIT;", e)) return -1;
+  sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gene, &w->ins_meta};
+  for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {
+    sqlite3_finalize(*sts[i]);
+    *sts[i] = NULL;
+  }
+  if (sqlite3_close(w->db) != SQLITE_OK) return db_fail(w, e, "close");
+  w->db = NULL;
+  if (fsync_path(w->tmp_path, 0) != 0) return cv_fail(e, "%s: fsync: %s", w->tmp_path, strerror(errno));
+  if (force) {
+    if (rename(w->tmp_path, out_path) != 0)
+      return cv_fail(e, "%s: cannot rename the finished dataset into place: %s", out_path, strerror(errno));
+  } else {
+    /* never replace a file that appeared meanwhile */
+    if (renameat2(AT_FDCWD, w->tmp_path, AT_FDCWD, out_path, RENAME_NOREPLACE) != 0) {
+      if (errno == EEXIST) return cv_fail(e, "%s: exists (use --force to replace it)", out_path);
+      if (errno != EINVAL && errno != ENOSYS)
+        return cv_fail(e, "%s: cannot rename the finished dataset into place: %s", out_path, strerror(errno));
+      if (link(w->tmp_path, out_path) != 0)
+        return cv_fail(e, "%s: %s", out_path, errno == EEXIST ? "exists (use --force to replace it)" : strerror(errno));
+      unlink(w->tmp_path);
+    }
+  }
+  char *d = strdup(out_path);
+  if (d) {
+    fsync_path(dirname(d), 1);
+    free(d);
+  }
+  free(w->tmp_path);
+  w->tmp_path = NULL;
+  free(w->out_path);
+  w->out_path = NULL;
+  return 0;
+}
+
+void dsw_abort(dsw *w) {
+  sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gene, &w->ins_meta};
+  for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {
+    sqlite3_finalize(*sts[i]);
+    *sts[i] = NULL;
+  }
+  if (w->db) sqlite3_close(w->db);
+  w->db = NULL;
+  if (w->tmp_path) {
+    unlink(w->tmp_path);
+    /* journal files, should SQLite have made any */
+    size_t n = strlen(w->tmp_path);
+    char *j = malloc(n + 16);
+    if (j) {
+      snprintf(j, n + 16, "%s-journal", w->tmp_path);
+      unlink(j);
+      snprintf(j, n + 16, "%s-wal", w->tmp_path);
+      unlink(j);
+      free(j);
+    }
+  }
+  free(w->tmp_path);
+  w->tmp_path = NULL;
+  free(w->out_path);
+  w->out_path = NULL;
+}
+
+int64_t cv_file_size(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return -1;
+  return (int64_t)st.st_size;
+}

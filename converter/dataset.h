@@ -1,0 +1,48 @@
+/*
+** dataset.h — writing a deltacells dataset file (SQLite; docs/format.md section 1).
+**
+** The writer creates a new database at a temporary path beside the output,
+** writes everything inside one transaction (journal off: the file is thrown
+** away whole on any failure), declares the virtual tables, commits, syncs and
+** renames it over the output.  Only the thread that opened it calls it.
+*/
+#ifndef CV_DATASET_H
+#define CV_DATASET_H
+#include <sqlite3.h>
+#include <stdint.h>
+#include "cv_util.h"
+
+typedef struct dsw {
+  sqlite3 *db;
+  char *tmp_path;
+  char *out_path;
+  sqlite3_stmt *ins_tile, *ins_block, *ins_dict, *ins_col, *ins_gene, *ins_meta;
+  int n_gene_cols;     /* var columns of the genes table */
+} dsw;
+
+/* Creates the temporary database beside out_path and begins the transaction. */
+int dsw_open(dsw *w, const char *out_path, cv_err *e);
+int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e);
+int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
+int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t nnz, int64_t chunks,
+             const void *blob, size_t len, cv_err *e);
+/* genes: the var columns (names already unique, SQL types "INTEGER", "REAL", "TEXT"). */
+int dsw_genes_create(dsw *w, int n_cols, const char *const *names, const char *const *types, cv_err *e);
+/* Binds the fixed part; the caller binds var columns 5.. with dsw_gene_stmt and calls dsw_gene_step. */
+sqlite3_stmt *dsw_gene_stmt(dsw *w);
+int dsw_gene_step(dsw *w, cv_err *e);
+int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
+               int64_t null_count, int64_t bytes, cv_err *e);
+int dsw_dict(dsw *w, int64_t col, int64_t code, const char *value, size_t len, cv_err *e);
+sqlite3_stmt *dsw_block_stmt(dsw *w);  /* caller binds 1..10 then dsw_block_step */
+int dsw_block_step(dsw *w, cv_err *e);
+/* Declares the virtual tables, commits, closes, syncs and renames to out_path.
+** force: replace an existing out_path (else fail if it exists). */
+int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e);
+/* Discards the temporary file (any state). */
+void dsw_abort(dsw *w);
+
+/* Size of a file, or -1. */
+int64_t cv_file_size(const char *path);
+
+#endif

@@ -1,0 +1,148 @@
+/*
+** h5ad.h — reading what anndata writes (HDF5 C library; nothing else here).
+**
+** An h5ad_file is one input: its matrix (X, layers/NAME or raw/X) read by
+** rows, its obs and var data frames read by column in slices.  Encodings
+** read (anndata's on-disk spec, 0.1.0/0.2.0, and the older forms):
+**   matrix   csr_matrix / csc_matrix groups (encoding-type, or h5sparse_format
+**            of old files) with data/indices/indptr; dense 2-D datasets; data
+**            of any integer or float type (floats must hold integers).
+**   frames   dataframe groups: `_index` attribute names the index; columns
+**            from `column-order`; each column is
+**              categorical group (codes + categories; codes < 0 = missing),
+**              nullable-integer / nullable-boolean group (values + mask),
+**              a dataset of ints, floats (NaN = missing), bools (enum) or
+**              strings (variable or fixed length), or
+**              an integer dataset with a `categories` attribute that refers to
+**              a categories dataset (anndata < 0.8, obs/__categories/NAME).
+**
+** Memory: nothing reads a whole matrix.  CSR and dense rows are read in slabs
+** of at most CV_SLAB values.  CSC is transposed once through a spool file of
+** 12 bytes per nonzero (created unlinked beside the output) with at most
+** CV_SPOOL_RAM bytes of buffers (never less than 48 KiB per tile), then read
+** back one tile at a time.
+*/
+#ifndef CV_H5AD_H
+#define CV_H5AD_H
+#include <hdf5.h>
+#include <stdint.h>
+#include "cv_util.h"
+
+#define CV_SLAB (1u << 20)               /* values per HDF5 read of X        */
+#define CV_SPOOL_RAM ((size_t)64 << 20)  /* CSC transpose buffers            */
+
+/* Column kinds: the values of DC_OBS_* in dc_obs.h. */
+enum { CVK_CATEGORY = 1, CVK_INT = 2, CVK_REAL = 3, CVK_BOOL = 4, CVK_TEXT = 5 };
+const char *cv_kind_name(int kind);
+
+/* One block of values of one column (the layout dc_obs_values takes). */
+typedef struct colbuf {
+  int kind;
+  uint32_t n;
+  size_t cap;
+  int32_t *codes;     /* category: -1 = NULL */
+  int64_t *i64;       /* int */
+  uint8_t *valid;     /* int: 0 = NULL */
+  double *f64;        /* real: NaN = NULL */
+  int8_t *b8;         /* bool: -1 = NULL */
+  const char **text;  /* text: NULL = NULL (valid after colbuf_text_done) */
+  uint32_t *text_len;
+  uint64_t *text_off; /* text: offsets into arena while filling */
+  char *arena;
+  size_t arena_len, arena_cap;
+} colbuf;
+int colbuf_reset(colbuf *b, int kind, size_t n, cv_err *e);
+int colbuf_text_set(colbuf *b, size_t i, const char *s, size_t len, cv_err *e);
+void colbuf_text_null(colbuf *b, size_t i);
+void colbuf_text_done(colbuf *b);
+void colbuf_free(colbuf *b);
+
+enum { ENC_NUM = 1, ENC_STR, ENC_CAT, ENC_CAT_OLD, ENC_NULLABLE };
+
+typedef struct h5col {
+  char *name;
+  int kind;           /* CVK_* */
+  int enc;            /* ENC_* */
+  hid_t dset;         /* values, codes or strings */
+  hid_t mask;         /* nullable: mask dataset (1 = missing), or -1 */
+  char **cats;        /* category: labels */
+  uint32_t n_cats;
+} h5col;
+
+typedef struct h5frame {
+  char path[32];      /* "obs", "var", "raw/var" */
+  uint64_t n_rows;
+  h5col index;        /* the `_index` column */
+  int n_cols;
+  h5col *cols;
+} h5frame;
+
+enum { MAT_CSR = 1, MAT_CSC, MAT_DENSE };
+
+typedef struct spool_run { uint64_t off; uint32_t n; } spool_run;
+typedef struct spool_bucket {
+  spool_run *runs; size_t n_runs, cap_runs;
+  uint32_t *buf; size_t n_buf;   /* pending entries (3 u32 each)          */
+  uint64_t nnz;
+} spool_bucket;
+
+typedef struct h5file {
+  char *path;
+  hid_t fid;
+  char mpath[300];    /* matrix path: "X", "layers/NAME" or "raw/X" */
+  int fmt;            /* MAT_* */
+  int data_float;     /* data is a float type */
+  hid_t data, indices, indptr;
+  uint64_t n_obs, n_vars, nnz;
+  h5frame obs, var;
+  char **var_names;   /* var index (or --gene-key column) as text */
+  /* CSC spool */
+  int spool_fd;
+  uint64_t spool_off, spool_len;
+  uint32_t tile_cells, bucket_off;
+  size_t n_buckets, bucket_cap;
+  spool_bucket *buckets;
+  uint32_t *cached;   /* the loaded bucket */
+  uint64_t cached_nnz;
+  int64_t cached_b;
+} h5file;
+
+/* Opens an input and checks its structure (matrix, shapes, frames).
+** layer: NULL, or a layer name; raw: read raw/X and raw/var.
+** gene_key: NULL (var index), or a var column giving the gene names. */
+int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key,
+              h5file *f, cv_err *e);
+void h5ad_close(h5file *f);
+
+/* Rows appended to a CSR buffer.  Values are validated and zeros dropped. */
+typedef struct rowbuf {
+  uint64_t n_rows;
+  uint64_t *indptr;   /* n_rows + 1, indptr[0] = 0 */
+  uint32_t *indices;
+  uint32_t *data;
+  size_t cap_rows, cap_nnz;
+} rowbuf;
+void rowbuf_clear(rowbuf *rb);
+void rowbuf_free(rowbuf *rb);
+
+/* Appends rows [r0, r1) of the matrix (CSR or dense; CSC after
+** h5ad_csc_spool, one tile's rows at a time).  gmap: NULL, or local gene ->
+** dataset gene id applied to the indices appended (order kept). */
+int h5ad_read_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap,
+                   rowbuf *rb, cv_err *e);
+
+/* CSC only: reads the matrix once by columns, sums counts per gene into
+** total[]/ncells[] (local genes), and spools the entries by tile.
+** first_cell: the file's first cell in the dataset (tiles are aligned to
+** multiples of tile_cells of the dataset).  dir: where the spool file goes. */
+int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell,
+                   uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
+                   void (*progress)(void *, uint64_t), void *parg, cv_err *e);
+
+/* Reads rows [start, start+n) of column c of a frame, as the column's kind. */
+int h5ad_col_read(h5file *f, const h5col *c, uint64_t start, size_t n, colbuf *out,
+                  cv_err *e);
+/* Name of cell `row` (for messages); writes "row N" if it cannot be read. */
+void h5ad_cell_name(h5file *f, uint64_t row, char *buf, size_t n);
+
+#endif

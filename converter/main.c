@@ -1,0 +1,231 @@
+/*
+** main.c — the `deltacells` command line: convert, info, obs info, verify.
+**
+** Exit status: 0 success, 1 failure (message on stderr naming the file and
+** the reason), 2 bad usage, 130 interrupted.
+*/
+#include <hdf5.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "cv_util.h"
+#include "dc_codec.h"
+#include "inspect.h"
+
+static const char *HELP_MAIN =
+    "usage: deltacells COMMAND [ARGS]\n"
+    "\n"
+    "Single-cell count matrices as one SQLite file: tiles of cells, genes, cell metadata.\n"
+    "\n"
+    "commands:\n"
+    "  convert IN.h5ad [IN2.h5ad ...] -o OUT.dcdb [options]   h5ad files -> one dataset\n"
+    "  info DATASET [--json]     cells, genes, nonzeros, tiles, bytes, codec settings\n"
+    "  obs info DATASET          one row per obs column: type, categories, stored size\n"
+    "  verify DATASET            decode every tile and obs block, check every checksum\n"
+    "\n"
+    "`deltacells COMMAND --help` describes a command.  Query a dataset with the sqlite3\n"
+    "shell: `sqlite3 OUT.dcdb` then `.load build/deltacells`.\n";
+
+static const char *HELP_CONVERT =
+    "usage: deltacells convert IN.h5ad [IN2.h5ad ...] -o OUT.dcdb [options]\n"
+    "\n"
+    "Converts h5ad files (as anndata writes them) into one deltacells dataset.\n"
+    "\n"
+    "  -o, --output OUT.dcdb  the dataset to write (required)\n"
+    "  --layer NAME           read counts from layers/NAME instead of X\n"
+    "  --raw                  read counts from raw/X (with raw/var) instead of X\n"
+    "  --tile-cells N         cells per tile (default 10000)\n"
+    "  --chunks N             independently compressed chunks per tile (default 8, at most 256)\n"
+    "  --codec rans|zstd      tile codec (default: the codec library's default)\n"
+    "  --level N              codec level (default: the codec's default; zstd: 19 is slow)\n"
+    "  --threads N            encoder threads (default: one per core)\n"
+    "  --gene-key VARCOL      join genes of several inputs by this var column (e.g. gene_ids)\n"
+    "                         instead of the var index; it becomes the genes' name\n"
+    "  --force                replace OUT if it exists (never touched otherwise)\n"
+    "  --quiet                no progress line and no summary\n"
+    "\n"
+    "X may be CSR, CSC or dense, of any integer or float type; floats must be whole\n"
+    "numbers (normalised data is refused: use --layer counts or --raw).  Genes are\n"
+    "renumbered by decreasing total counts (two passes over X).  With several inputs,\n"
+    "genes are joined by name (the k-th repeat of a name in one file joins the k-th in\n"
+    "another), obs columns are united (NULL where a file lacks one; int+bool -> int,\n"
+    "numbers of different kinds -> real, anything else mixed -> text), and a categorical\n"
+    "`source` column names each cell's file.  Obs columns named like the cells table's own\n"
+    "columns (cell_id, name, tile) are stored as NAME_1.\n"
+    "\n"
+    "Memory: about (threads + 1) tiles of CSR (12 bytes per nonzero each, plus 8 bytes\n"
+    "per nonzero of sort space per thread) plus 1 Mi values of read buffers, whatever\n"
+    "the input size.  CSC input is transposed through an unlinked spool file of 12 bytes\n"
+    "per nonzero in OUT's directory, using at most 64 MiB of buffers (at least 48 KiB\n"
+    "per tile); dense input is read in slabs of 1 Mi values.\n"
+    "\n"
+    "The dataset is written into a temporary file beside OUT in one transaction and\n"
+    "renamed into place: an interruption, a full disk or bad input leaves no partial\n"
+    "dataset and no temporary file, and an existing OUT intact.  A progress line shows\n"
+    "on a terminal.\n";
+
+static const char *HELP_INFO =
+    "usage: deltacells info DATASET [--json]\n"
+    "\n"
+    "Prints cells, genes, nonzeros, tiles, expression bytes (and bits per nonzero), obs\n"
+    "bytes, file bytes, the codec settings and the source files.  --json prints one JSON\n"
+    "object with n_cells, n_genes, nnz, tiles, expression_bytes, obs_bytes, file_bytes,\n"
+    "bits_per_nnz, codec, level, chunks, tile_cells, sources.\n";
+
+static const char *HELP_OBS =
+    "usage: deltacells obs info DATASET\n"
+    "\n"
+    "One row per obs column (col 0 is the obs index): its type, number of categories,\n"
+    "NULL count, stored size (blocks + dictionary) and that size scaled to 100 M cells.\n";
+
+static const char *HELP_VERIFY =
+    "usage: deltacells verify DATASET [--quiet]\n"
+    "\n"
+    "Decodes every tile (checking every chunk checksum), checks cell offsets, gene order\n"
+    "and the genes table's totals against the tiles, and decodes every obs block.  Prints\n"
+    "each fault naming the tile, chunk or column, and exits 1 if there is any.\n";
+
+static int usage(const char *msg, const char *help) {
+  fprintf(stderr, "deltacells: %s\n\n%s", msg, help);
+  return 2;
+}
+
+static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
+
+/* Parses an integer option value in [lo, hi]. */
+static int int_arg(const char *opt, const char *v, long lo, long hi, long *out) {
+  char *end;
+  if (!v) { fprintf(stderr, "deltacells: %s needs a value\n", opt); return -1; }
+  long x = strtol(v, &end, 10);
+  if (!*v || *end || x < lo || x > hi) {
+    fprintf(stderr, "deltacells: %s: '%s' is not an integer in %ld..%ld\n", opt, v, lo, hi);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+static int finish(int rc, cv_err *e) {
+  if (rc) {
+    fprintf(stderr, "deltacells: %s\n", e->msg);
+    return cv_interrupted ? 130 : 1;
+  }
+  return 0;
+}
+
+static int cmd_convert(int argc, char **argv) {
+  cv_opts o;
+  memset(&o, 0, sizeof o);
+  o.tile_cells = 10000;
+  o.chunks = 8;
+  const char **in = calloc((size_t)argc + 1, sizeof *in);
+  if (!in) return 1;
+  o.inputs = in;
+  for (int i = 0; i < argc; i++) {
+    char *a = argv[i], *v = NULL, opt[64];
+    if (is_help(a)) { fputs(HELP_CONVERT, stdout); free(in); return 0; }
+    if (a[0] == '-' && a[1]) {
+      snprintf(opt, sizeof opt, "%s", a);
+      char *eq = strchr(opt, '=');
+      if (eq && a[1] == '-') { *eq = 0; v = a + (eq - opt) + 1; }
+      int takes = strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0 || strcmp(opt, "--layer") == 0 ||
+                  strcmp(opt, "--tile-cells") == 0 || strcmp(opt, "--chunks") == 0 || strcmp(opt, "--level") == 0 ||
+                  strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0;
+      if (takes && !v) {
+        if (i + 1 >= argc) { free(in); return usage("an option needs a value", HELP_CONVERT); }
+        v = argv[++i];
+      } else if (!takes && v) {
+        free(in);
+        return usage("an option that takes no value was given one", HELP_CONVERT);
+      }
+      long x;
+      if (!strcmp(opt, "-o") || !strcmp(opt, "--output")) o.out = v;
+      else if (!strcmp(opt, "--layer")) o.layer = v;
+      else if (!strcmp(opt, "--raw")) o.raw = 1;
+      else if (!strcmp(opt, "--force")) o.force = 1;
+      else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) o.quiet = 1;
+      else if (!strcmp(opt, "--gene-key")) o.gene_key = v;
+      else if (!strcmp(opt, "--tile-cells")) {
+        if (int_arg(opt, v, 1, 1L << 24, &x)) { free(in); return 2; }
+        o.tile_cells = (uint32_t)x;
+      } else if (!strcmp(opt, "--chunks")) {
+        if (int_arg(opt, v, 1, DC_MAX_CHUNKS, &x)) { free(in); return 2; }
+        o.chunks = (uint32_t)x;
+      } else if (!strcmp(opt, "--level")) {
+        if (int_arg(opt, v, -1000, 1000, &x)) { free(in); return 2; }
+        o.level = (int)x;
+        o.level_set = 1;
+      } else if (!strcmp(opt, "--threads")) {
+        if (int_arg(opt, v, 0, 1024, &x)) { free(in); return 2; }
+        o.threads = (int)x;
+      } else if (!strcmp(opt, "--codec")) {
+        o.codec = dc_codec_from_name(v);
+        if (!o.codec) {
+          fprintf(stderr, "deltacells: --codec: unknown codec '%s' (rans or zstd)\n", v);
+          free(in);
+          return 2;
+        }
+      } else {
+        char m[128];
+        snprintf(m, sizeof m, "unknown option %s", a);
+        free(in);
+        return usage(m, HELP_CONVERT);
+      }
+      continue;
+    }
+    in[o.n_inputs++] = a;
+  }
+  if (!o.n_inputs) { free(in); return usage("convert needs at least one input h5ad file", HELP_CONVERT); }
+  if (!o.out) { free(in); return usage("convert needs -o OUT.dcdb", HELP_CONVERT); }
+  if (o.layer && o.raw) { free(in); return usage("--layer and --raw exclude each other", HELP_CONVERT); }
+  cv_err e;
+  e.msg[0] = 0;
+  int rc = cv_convert(&o, &e);
+  free(in);
+  return finish(rc, &e);
+}
+
+/* info / obs info / verify: one dataset argument plus flags */
+static int cmd_simple(int argc, char **argv, const char *help, int which) {
+  const char *path = NULL;
+  int json = 0, quiet = 0;
+  for (int i = 0; i < argc; i++) {
+    if (is_help(argv[i])) { fputs(help, stdout); return 0; }
+    if (which == 0 && !strcmp(argv[i], "--json")) json = 1;
+    else if (which == 2 && (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q"))) quiet = 1;
+    else if (argv[i][0] == '-' && argv[i][1]) {
+      char m[128];
+      snprintf(m, sizeof m, "unknown option %s", argv[i]);
+      return usage(m, help);
+    } else if (path) return usage("one dataset at a time", help);
+    else path = argv[i];
+  }
+  if (!path) return usage("which dataset?", help);
+  cv_err e;
+  e.msg[0] = 0;
+  int rc = which == 0 ? cv_info(path, json, &e) : which == 1 ? cv_obs_info(path, &e) : cv_verify(path, quiet, &e);
+  return finish(rc, &e);
+}
+
+int main(int argc, char **argv) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors become our messages */
+  cv_install_signals();
+  if (argc < 2) return usage("which command?", HELP_MAIN);
+  const char *c = argv[1];
+  if (is_help(c) || !strcmp(c, "help")) { fputs(HELP_MAIN, stdout); return 0; }
+  if (!strcmp(c, "--version")) { puts("deltacells 0.1"); return 0; }
+  if (!strcmp(c, "convert")) return cmd_convert(argc - 2, argv + 2);
+  if (!strcmp(c, "info")) return cmd_simple(argc - 2, argv + 2, HELP_INFO, 0);
+  if (!strcmp(c, "verify")) return cmd_simple(argc - 2, argv + 2, HELP_VERIFY, 2);
+  if (!strcmp(c, "obs")) {
+    if (argc >= 3 && is_help(argv[2])) { fputs(HELP_OBS, stdout); return 0; }
+    if (argc < 3 || strcmp(argv[2], "info") != 0) return usage("obs: the subcommand is `obs info DATASET`", HELP_OBS);
+    return cmd_simple(argc - 3, argv + 3, HELP_OBS, 1);
+  }
+  char m[128];
+  snprintf(m, sizeof m, "unknown command '%s'", c);
+  return usage(m, HELP_MAIN);
+}

@@ -1,0 +1,234 @@
+/*
+** dc_common.c — errors, codec names, options, checksums, and the tile header
+** (parse, size probe, cells -> chunks).  The byte layout of the header is in
+** docs/format.md section 2.
+*/
+#include "dc_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+/* ------------------------------------------------------------ errors */
+void dc_error_set(dc_error *err, int code, const char *fmt, ...) {
+  if (!err) return;
+  err->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+  va_end(ap);
+}
+
+const char *dc_strerror(int code) {
+  switch (code) {
+    case DC_OK: return "ok";
+    case DC_ECORRUPT: return "corrupt tile";
+    case DC_ENOMEM: return "out of memory";
+    case DC_EARG: return "invalid argument";
+    case DC_EUNSUPPORTED: return "unsupported codec or format version";
+    default: return "unknown error";
+  }
+}
+
+/* ------------------------------------------------------------ codecs */
+const char *dc_codec_name(int codec_id) {
+  switch (codec_id) {
+    case DC_CODEC_RANS: return "rans";
+    case DC_CODEC_ZSTD: return "zstd";
+    default: return NULL;
+  }
+}
+
+int dc_codec_from_name(const char *name) {
+  if (!name) return 0;
+  if (strcmp(name, "rans") == 0) return DC_CODEC_RANS;
+  if (strcmp(name, "zstd") == 0) return DC_CODEC_ZSTD;
+  return 0;
+}
+
+void dc_encode_opts_default(dc_encode_opts *o) {
+  o->codec = DC_CODEC_DEFAULT;
+  o->level = 0;       /* codec default: zstd 19, rans 0 */
+  o->n_chunks = 8;
+  o->threads = 0;
+}
+
+uint32_t dc_checksum(const void *buf, size_t len) {
+  return (uint32_t)XXH3_64bits(buf, len);
+}
+
+/* ------------------------------------------------------------ byte buffer */
+int dc_buf_reserve(dc_buf *b, size_t extra) {
+  if (b->oom) return -1;
+  if (b->cap - b->len >= extra) return 0;
+  size_t need = b->len + extra;
+  if (need < b->len) { b->oom = 1; return -1; }
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < need) {
+    if (cap > SIZE_MAX / 2) { cap = need; break; }
+    cap *= 2;
+  }
+  uint8_t *p = realloc(b->p, cap);
+  if (!p) { b->oom = 1; return -1; }
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+void dc_buf_put(dc_buf *b, const void *src, size_t n) {
+  if (n == 0 || dc_buf_reserve(b, n)) return;
+  memcpy(b->p + b->len, src, n);
+  b->len += n;
+}
+
+void dc_buf_varint(dc_buf *b, uint64_t v) {
+  if (dc_buf_reserve(b, 10)) return;
+  uint8_t *p = b->p + b->len;
+  while (v >= 0x80) { *p++ = (uint8_t)(v | 0x80); v >>= 7; }
+  *p++ = (uint8_t)v;
+  b->len = (size_t)(p - b->p);
+}
+
+void dc_buf_free(dc_buf *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+/* ------------------------------------------------------------ header */
+size_t dc_tile_header_need(const uint8_t *buf, size_t have) {
+  if (have < DC_HDR_FIXED) return DC_HDR_FIXED;
+  uint32_t nc = dc_rd32(buf + 24);
+  if (nc > DC_MAX_CHUNKS) return 0;          /* dc_tile_parse reports it */
+  uint64_t need = DC_HDR_LEN(nc);
+  return have >= need ? 0 : (size_t)need;
+}
+
+int dc_tile_parse(const uint8_t *buf, size_t len, dc_tile_hdr *h, dc_error *err) {
+  if (!buf || !h) {
+    dc_error_set(err, DC_EARG, "tile parse: NULL argument");
+    return DC_EARG;
+  }
+  memset(h, 0, offsetof(dc_tile_hdr, chunk));
+  if (len < DC_HDR_FIXED) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: truncated (%zu bytes, need %u)", len, DC_HDR_FIXED);
+    return DC_ECORRUPT;
+  }
+  if (dc_rd32(buf) != DC_TILE_MAGIC) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: bad magic");
+    return DC_ECORRUPT;
+  }
+  h->version = dc_rd16(buf + 4);
+  h->codec = dc_rd16(buf + 6);
+  h->n_cells = dc_rd32(buf + 8);
+  h->n_genes = dc_rd32(buf + 12);
+  h->nnz = dc_rd64(buf + 16);
+  h->n_chunks = dc_rd32(buf + 24);
+  h->shared_len = dc_rd32(buf + 28);
+  if (h->n_chunks > DC_MAX_CHUNKS) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: %u chunks (at most %d)", h->n_chunks, DC_MAX_CHUNKS);
+    return DC_ECORRUPT;
+  }
+  uint64_t hl = DC_HDR_LEN(h->n_chunks);
+  if (len < hl) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: truncated (%zu bytes, need %llu)", len,
+                 (unsigned long long)hl);
+    return DC_ECORRUPT;
+  }
+  uint32_t want = dc_rd32(buf + hl - 4);
+  if (dc_checksum(buf, (size_t)hl - 4) != want) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: checksum mismatch");
+    return DC_ECORRUPT;
+  }
+  if (h->version != DC_TILE_VERSION) {
+    dc_error_set(err, DC_EUNSUPPORTED, "tile header: format version %u (this build reads %u)",
+                 h->version, DC_TILE_VERSION);
+    return DC_EUNSUPPORTED;
+  }
+  if (!dc_codec_name((int)h->codec)) {
+    dc_error_set(err, DC_EUNSUPPORTED, "tile header: unknown codec id %u", h->codec);
+    return DC_EUNSUPPORTED;
+  }
+  if (h->n_genes > (uint32_t)INT32_MAX) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: %u genes (at most %d)", h->n_genes, INT32_MAX);
+    return DC_ECORRUPT;
+  }
+  if ((h->n_cells == 0) != (h->n_chunks == 0)) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: %u cells in %u chunks", h->n_cells, h->n_chunks);
+    return DC_ECORRUPT;
+  }
+  if (h->n_genes == 0 ? h->nnz != 0 : h->nnz / h->n_genes > h->n_cells) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: %llu nonzeros exceed %u cells x %u genes",
+                 (unsigned long long)h->nnz, h->n_cells, h->n_genes);
+    return DC_ECORRUPT;
+  }
+  h->hdr_len = hl;
+  h->shared_offset = hl;
+  h->shared_checksum = dc_rd32(buf + hl - 8);
+  uint64_t off = hl + h->shared_len;
+  if (off > len) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: shared section of %llu bytes past the end (%zu bytes)",
+                 (unsigned long long)h->shared_len, len);
+    return DC_ECORRUPT;
+  }
+  uint64_t cells = 0, nnz = 0;
+  for (uint32_t c = 0; c < h->n_chunks; c++) {
+    const uint8_t *r = buf + DC_HDR_FIXED + (size_t)c * DC_HDR_CHUNK;
+    dc_chunk_info *ci = &h->chunk[c];
+    ci->n_cells = dc_rd32(r);
+    ci->checksum = dc_rd32(r + 4);
+    ci->nnz = dc_rd64(r + 8);
+    ci->length = dc_rd64(r + 16);
+    ci->first_cell = (uint32_t)cells;
+    ci->nnz_before = nnz;
+    ci->offset = off;
+    if (ci->n_cells == 0 || ci->n_cells > h->n_cells - cells) {
+      dc_error_set(err, DC_ECORRUPT, "tile header: chunk %u has %u cells (%llu of %u left)", c,
+                   ci->n_cells, (unsigned long long)(h->n_cells - cells), h->n_cells);
+      return DC_ECORRUPT;
+    }
+    if (ci->nnz > h->nnz - nnz || (h->n_genes && ci->nnz / h->n_genes > ci->n_cells)) {
+      dc_error_set(err, DC_ECORRUPT, "tile header: chunk %u claims %llu nonzeros", c,
+                   (unsigned long long)ci->nnz);
+      return DC_ECORRUPT;
+    }
+    if (ci->length > len - off) {
+      dc_error_set(err, DC_ECORRUPT, "tile header: chunk %u of %llu bytes at offset %llu is past the end (%zu bytes)",
+                   c, (unsigned long long)ci->length, (unsigned long long)off, len);
+      return DC_ECORRUPT;
+    }
+    cells += ci->n_cells;
+    nnz += ci->nnz;
+    off += ci->length;
+  }
+  if (cells != h->n_cells || nnz != h->nnz) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: chunks hold %llu cells and %llu nonzeros, header says %u and %llu",
+                 (unsigned long long)cells, (unsigned long long)nnz, h->n_cells, (unsigned long long)h->nnz);
+    return DC_ECORRUPT;
+  }
+  if (err) { err->code = DC_OK; err->msg[0] = 0; }
+  return DC_OK;
+}
+
+int dc_chunk_of_cell(const dc_tile_hdr *h, uint32_t cell) {
+  if (!h || cell >= h->n_cells) return -1;
+  uint32_t lo = 0, hi = h->n_chunks;      /* find last chunk with first_cell <= cell */
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (h->chunk[mid].first_cell <= cell) lo = mid; else hi = mid;
+  }
+  return (int)lo;
+}
+
+uint32_t dc_chunks_for_cells(const dc_tile_hdr *h, const uint32_t *cells, size_t n,
+                             uint32_t *chunks_out) {
+  uint8_t seen[DC_MAX_CHUNKS] = {0};
+  for (size_t i = 0; i < n; i++) {
+    int c = dc_chunk_of_cell(h, cells[i]);
+    if (c >= 0) seen[c] = 1;
+  }
+  uint32_t k = 0;
+  for (uint32_t c = 0; h && c < h->n_chunks; c++)
+    if (seen[c]) chunks_out[k++] = c;
+  return k;
+}

@@ -1,0 +1,208 @@
+/*
+** dc_decompress.c — the tile decoder: decoder contexts, chunk and tile
+** decoding (checksums first), and the decoder of the zstd codec.  The rANS
+** decoder is in dc_rans_decompress.c.  Byte layout: docs/format.md section 2.
+*/
+#include "dc_internal.h"
+
+#include <stdlib.h>
+#include <zstd.h>
+
+dc_decoder *dc_decoder_new(void) {
+  return calloc(1, sizeof(dc_decoder));
+}
+
+void dc_decoder_free(dc_decoder *d) {
+  if (!d) return;
+  if (d->zstd_dctx) ZSTD_freeDCtx(d->zstd_dctx);
+  dc_rans_decoder_free(d->rans);
+  free(d->scratch);
+  free(d);
+}
+
+int dc_decoder_scratch(dc_decoder *d, size_t need, dc_error *err) {
+  if (need <= d->scratch_cap) return DC_OK;
+  free(d->scratch);
+  d->scratch = malloc(need);
+  d->scratch_cap = d->scratch ? need : 0;
+  if (!d->scratch) {
+    dc_error_set(err, DC_ENOMEM, "out of memory for %zu bytes of decoder scratch", need);
+    return DC_ENOMEM;
+  }
+  return DC_OK;
+}
+
+/* ------------------------------------------------------------ zstd codec */
+int dc_zstd_decode_chunk(dc_decoder *d, const uint8_t *p, size_t len,
+                         const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err) {
+  const dc_chunk_info *ci = &h->chunk[c];
+  const uint8_t *end = p + len;
+  uint64_t la, le;
+  size_t k = dc_get_varint(p, end, &la);
+  if (!k) goto trunc;
+  p += k;
+  k = dc_get_varint(p, end, &le);
+  if (!k) goto trunc;
+  p += k;
+  uint64_t nnz = ci->nnz;
+  /* each cell's nnz takes at most 5 varint bytes; each escape at most 5 */
+  if (la > 5ull * ci->n_cells || le > 10ull * nnz) {
+    dc_error_set(err, DC_ECORRUPT, "chunk %u: section sizes %llu/%llu out of range", c,
+                 (unsigned long long)la, (unsigned long long)le);
+    return DC_ECORRUPT;
+  }
+  uint64_t total = la + 3 * nnz + le;
+  unsigned long long fcs = ZSTD_getFrameContentSize(p, (size_t)(end - p));
+  if (fcs != total) {
+    dc_error_set(err, DC_ECORRUPT, "chunk %u: zstd frame holds %s, expected %llu bytes", c,
+                 fcs == ZSTD_CONTENTSIZE_ERROR ? "no valid frame header" : fcs == ZSTD_CONTENTSIZE_UNKNOWN ? "an unknown size" : "a different size",
+                 (unsigned long long)total);
+    return DC_ECORRUPT;
+  }
+  if (total > SIZE_MAX - 16) goto trunc;
+  int rc = dc_decoder_scratch(d, (size_t)total + 16, err);
+  if (rc) return rc;
+  if (!d->zstd_dctx) {
+    d->zstd_dctx = ZSTD_createDCtx();
+    if (!d->zstd_dctx) {
+      dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory for a zstd context", c);
+      return DC_ENOMEM;
+    }
+  }
+  size_t z = ZSTD_decompressDCtx(d->zstd_dctx, d->scratch, (size_t)total, p, (size_t)(end - p));
+  if (ZSTD_isError(z) || z != total) {
+    dc_error_set(err, DC_ECORRUPT, "chunk %u: zstd: %s", c,
+                 ZSTD_isError(z) ? ZSTD_getErrorName(z) : "short frame");
+    return DC_ECORRUPT;
+  }
+  const uint8_t *a = d->scratch, *aend = a + la;
+  const uint8_t *lo = aend, *hi = lo + nnz, *ct = hi + nnz;
+  const uint8_t *e = ct + nnz, *eend = e + le;
+  int64_t *indptr = out->indptr + ci->first_cell;
+  int32_t *idx = out->indices + ci->nnz_before;
+  int32_t *vi = out->values_f32 ? NULL : (int32_t *)out->values + ci->nnz_before;
+  float *vf = out->values_f32 ? (float *)out->values + ci->nnz_before : NULL;
+  uint64_t base = ci->nnz_before, pos = 0;
+  const uint64_t ng = h->n_genes;
+  dc_indptr_edge(&indptr[0], (int64_t)base);
+  for (uint32_t i = 0; i < ci->n_cells; i++) {
+    uint64_t m;
+    k = dc_get_varint(a, aend, &m);
+    if (!k || m > nnz - pos) {
+      dc_error_set(err, DC_ECORRUPT, "chunk %u: cell %u: bad nonzero count", c, ci->first_cell + i);
+      return DC_ECORRUPT;
+    }
+    a += k;
+    uint64_t g = 0;                 /* next index is g + gap */
+    for (uint64_t j = pos; j < pos + m; j++) {
+      uint64_t gap = (uint64_t)lo[j] | ((uint64_t)hi[j] << 8);
+      if (gap == 65535) {
+        uint64_t x;
+        k = dc_get_varint(e, eend, &x);
+        if (!k || x > ng) goto bad_esc;
+        e += k;
+        gap += x;
+      }
+      g += gap;
+      if (g >= ng) {
+        dc_error_set(err, DC_ECORRUPT, "chunk %u: cell %u: gene index %llu out of range (%llu genes)", c,
+                     ci->first_cell + i, (unsigned long long)g, (unsigned long long)ng);
+        return DC_ECORRUPT;
+      }
+      idx[j] = (int32_t)g;
+      g++;
+      uint64_t v = ct[j];
+      if (v == 255) {
+        uint64_t x;
+        k = dc_get_varint(e, eend, &x);
+        if (!k || x > UINT32_MAX - 255ull) goto bad_esc;
+        e += k;
+        v += x;
+      }
+      if (vf) vf[j] = (float)v; else vi[j] = (int32_t)(uint32_t)v;
+    }
+    pos += m;
+    if (i + 1 < ci->n_cells) indptr[i + 1] = (int64_t)(base + pos);
+  }
+  dc_indptr_edge(&indptr[ci->n_cells], (int64_t)(base + pos));
+  if (pos != nnz || a != aend || e != eend) {
+    dc_error_set(err, DC_ECORRUPT, "chunk %u: %llu nonzeros decoded, header says %llu%s", c,
+                 (unsigned long long)pos, (unsigned long long)nnz,
+                 pos == nnz ? " (but trailing bytes)" : "");
+    return DC_ECORRUPT;
+  }
+  return DC_OK;
+bad_esc:
+  dc_error_set(err, DC_ECORRUPT, "chunk %u: bad escape value", c);
+  return DC_ECORRUPT;
+trunc:
+  dc_error_set(err, DC_ECORRUPT, "chunk %u: truncated payload", c);
+  return DC_ECORRUPT;
+}
+
+/* ------------------------------------------------------------ generic */
+int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
+                    const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err) {
+  if (!d || !buf || !h || !out) {
+    dc_error_set(err, DC_EARG, "chunk decode: NULL argument");
+    return DC_EARG;
+  }
+  if (c >= h->n_chunks || h->n_chunks > DC_MAX_CHUNKS) {
+    dc_error_set(err, DC_EARG, "chunk decode: chunk %u of a tile of %u chunks", c, h->n_chunks);
+    return DC_EARG;
+  }
+  const dc_chunk_info *ci = &h->chunk[c];
+  if (!out->indptr || (ci->nnz && (!out->indices || !out->values))) {
+    dc_error_set(err, DC_EARG, "chunk %u: NULL output buffer", c);
+    return DC_EARG;
+  }
+  if (ci->offset > len || ci->length > len - ci->offset || h->shared_offset > len ||
+      h->shared_len > len - h->shared_offset) {
+    dc_error_set(err, DC_ECORRUPT, "chunk %u: payload at %llu+%llu past the end of a %zu-byte tile", c,
+                 (unsigned long long)ci->offset, (unsigned long long)ci->length, len);
+    return DC_ECORRUPT;
+  }
+  const uint8_t *p = buf + ci->offset;
+  if (dc_checksum(p, (size_t)ci->length) != ci->checksum) {
+    dc_error_set(err, DC_ECORRUPT, "chunk %u: checksum mismatch", c);
+    return DC_ECORRUPT;
+  }
+  int rc;
+  switch (h->codec) {
+    case DC_CODEC_ZSTD:
+      rc = dc_zstd_decode_chunk(d, p, (size_t)ci->length, h, c, out, err);
+      break;
+    case DC_CODEC_RANS: {
+      const uint8_t *sh = buf + h->shared_offset;
+      rc = dc_rans_decode_chunk(d, sh, (size_t)h->shared_len, p, (size_t)ci->length, h, c, out, err);
+      break;
+    }
+    default:
+      dc_error_set(err, DC_EUNSUPPORTED, "chunk %u: unknown codec id %u", c, h->codec);
+      rc = DC_EUNSUPPORTED;
+  }
+  if (rc == DC_OK && err) { err->code = DC_OK; err->msg[0] = 0; }
+  return rc;
+}
+
+int dc_tile_decode(dc_decoder *d, const uint8_t *buf, size_t len,
+                   const dc_out *out, dc_error *err) {
+  dc_tile_hdr *h = malloc(sizeof *h);
+  if (!h) {
+    dc_error_set(err, DC_ENOMEM, "tile decode: out of memory");
+    return DC_ENOMEM;
+  }
+  int rc = dc_tile_parse(buf, len, h, err);
+  if (rc == DC_OK && h->n_chunks == 0) {
+    if (!out || !out->indptr) {
+      dc_error_set(err, DC_EARG, "tile decode: NULL output buffer");
+      rc = DC_EARG;
+    } else {
+      out->indptr[0] = 0;
+    }
+  }
+  for (uint32_t c = 0; rc == DC_OK && c < h->n_chunks; c++)
+    rc = dc_chunk_decode(d, buf, len, h, c, out, err);
+  free(h);
+  return rc;
+}

@@ -1,0 +1,50 @@
+/*
+** dc_cache.h — the decoded-chunk cache of a connection (ext/cache.c).
+**
+** A decoded chunk (dc_chunk_data) holds the CSR of one chunk of one tile:
+** n_cells rows, indptr relative to the chunk (indptr[0] == 0), gene indices
+** and counts.  Chunks are reference counted: the cache holds one reference
+** per entry, every user one more; a chunk is freed when the last reference
+** goes.  So eviction never frees a chunk that a running query still reads.
+**
+** Entries are keyed by (namespace, tile, chunk).  A namespace names one
+** database file at one data version (dc_conn_namespace): when a file may have
+** changed, its reader takes a new namespace and old entries age out.
+**
+** Eviction is least-recently-used under a byte budget (dc_config cache_mb).
+** All functions lock the cache's mutex; none calls SQLite.
+*/
+#ifndef DC_CACHE_H
+#define DC_CACHE_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dc_chunk_data {
+  uint32_t n_cells;
+  uint64_t nnz;
+  int64_t *indptr;        /* n_cells+1 entries, indptr[0] == 0 */
+  int32_t *indices;       /* nnz entries */
+  int32_t *values;        /* nnz entries */
+  size_t bytes;           /* bytes of the allocation (cache accounting) */
+  int n_ref;              /* atomic */
+} dc_chunk_data;
+
+/* One allocation holding the struct and its arrays; one reference.  NULL on
+** out-of-memory. */
+dc_chunk_data *dc_chunk_new(uint32_t n_cells, uint64_t nnz);
+void dc_chunk_ref(dc_chunk_data *d);
+void dc_chunk_release(dc_chunk_data *d);
+
+typedef struct dc_cache dc_cache;
+dc_cache *dc_cache_new(int64_t budget_bytes);
+void dc_cache_free(dc_cache *c);
+void dc_cache_set_budget(dc_cache *c, int64_t budget_bytes);   /* evicts to fit */
+/* A new reference to the cached chunk, or NULL. */
+dc_chunk_data *dc_cache_get(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk);
+/* Adds d under the key (the cache takes its own reference; the caller keeps
+** its one).  Chunks larger than the budget are not kept. */
+void dc_cache_put(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, dc_chunk_data *d);
+/* Statistics: bytes held, entries, hits, misses. */
+void dc_cache_stats(dc_cache *c, int64_t *bytes, int64_t *entries, int64_t *hits, int64_t *misses);
+
+#endif

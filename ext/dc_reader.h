@@ -1,0 +1,99 @@
+/*
+** dc_reader.h — reading the count matrix of one dataset schema (ext/reader.c).
+**
+** A reader belongs to one virtual table (dc_batch, expression, ...) of one
+** schema of one connection.  It keeps the tile index (tiles_data without the
+** blobs), the parsed header of every tile it has touched, and, on demand, the
+** gene-name map.  All of it is reloaded when the schema's data version
+** changes (SQLITE_FCNTL_DATA_VERSION, checked by dc_reader_begin at the
+** start of every xFilter, inside the statement's read transaction).
+**
+** Threads: every function here runs on the thread that runs the statement;
+** the blob reads (one sqlite3_blob handle moved with sqlite3_blob_reopen)
+** happen here too.  Only the decoding runs on the pool (dc_pool_decode), and
+** the pool threads see nothing but byte buffers and output arrays.
+*/
+#ifndef DC_READER_H
+#define DC_READER_H
+#include "dc_ext.h"
+#include "dc_cache.h"
+
+typedef struct dc_tileinfo {
+  int64_t first_cell;
+  uint32_t n_cells;
+  uint32_t chunks;
+  uint64_t nnz;
+} dc_tileinfo;
+
+typedef struct dc_tilehead {
+  dc_tile_hdr hdr;
+  uint64_t blob_len;
+  uint64_t prefix_len;     /* bytes before the first chunk payload */
+  uint8_t *prefix;         /* those bytes (header + shared section) */
+} dc_tilehead;
+
+typedef struct dc_reader dc_reader;
+struct dc_reader {
+  sqlite3 *db;
+  dc_conn *conn;
+  char *schema;
+  char *what;              /* name used in error messages, e.g. "dc_batch" */
+  int loaded;
+  unsigned int data_version;
+  uint64_t ns;             /* cache namespace of the current data version */
+  int64_t n_cells, n_genes;
+  uint32_t n_tiles;
+  dc_tileinfo *tiles;
+  dc_tilehead **heads;     /* n_tiles entries, NULL until read */
+  sqlite3_blob *blob;      /* open between dc_reader_begin and dc_reader_end */
+  int64_t blob_row;
+  /* gene-name map, loaded on first use: open addressing over gene ids */
+  int gm_loaded;
+  uint32_t gm_mask;
+  int64_t *gm_slot;        /* gene id + 1, 0 = empty, -1 = name not unique marker */
+  char **gm_name;          /* name of gene i (n_genes entries) */
+};
+
+typedef struct dc_chunkkey { uint32_t tile, chunk; } dc_chunkkey;
+
+/* A chunk decoded straight into caller memory (the no-copy path for whole
+** chunks): CSR rows row0 .. row0+n_cells-1 of the output, whose nonzeros
+** start at out_base.  indptr_out[row0+1 .. row0+n_cells] are written. */
+typedef struct dc_direct {
+  uint32_t tile, chunk;
+  int64_t *indptr_out;     /* the output indptr array                 */
+  uint64_t row0;
+  int64_t out_base;        /* nonzero offset of the chunk's first row */
+  int32_t *indices_out;    /* output arrays (whole)                   */
+  int32_t *values_out;
+} dc_direct;
+
+int dc_reader_open(sqlite3 *db, dc_conn *conn, const char *schema, const char *what,
+                   dc_reader **out, char **pzErr);
+void dc_reader_free(dc_reader *r);
+
+/* Start of an xFilter: refresh the tile index if the data changed. */
+int dc_reader_begin(dc_reader *r, char **pzErr);
+/* End of the work of an xFilter/xNext: closes the blob handle. */
+void dc_reader_end(dc_reader *r);
+
+/* The tile holding a cell, or -1 when the id is out of range. */
+int64_t dc_reader_tile_of(const dc_reader *r, int64_t cell);
+/* The parsed header of a tile (read on first use). */
+int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **pzErr);
+/* The chunk of a tile holding tile-relative cell `cell` (header required). */
+uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell);
+
+/* Decoded chunks for keys[0..n) (distinct), from the cache or read and
+** decoded in parallel; out[i] holds one reference each (dc_chunk_release).
+** On error every out[i] is NULL. */
+int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out,
+                    char **pzErr);
+/* Decodes whole chunks straight into caller arrays, in parallel. */
+int dc_reader_decode_into(dc_reader *r, const dc_direct *jobs, size_t n, char **pzErr);
+
+/* Gene id of a gene name: SQLITE_OK and *id >= 0; SQLITE_OK and *id == -1
+** when unknown; *id == -2 when the name is not unique. */
+int dc_reader_gene_id(dc_reader *r, const char *name, int n, int64_t *id, char **pzErr);
+
+#endif

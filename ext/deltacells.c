@@ -1,0 +1,223 @@
+/*
+** deltacells.c — entry point of the deltacells SQLite extension.
+**
+**   .load build/deltacells            (sqlite3 shell)
+**   SELECT load_extension('build/deltacells', 'sqlite3_deltacells_init');
+**
+** sqlite3_deltacells_init creates the per-connection state (dc_conn, see
+** dc_ext.h), registers every virtual-table module the build lists in
+** build/gen/dc_modules.h (one ext/vtab_NAME.c each, through
+** dc_register_NAME), and the settings function:
+**
+**   dc_config(name)          -> the current value of a setting
+**   dc_config(name, value)   -> sets it, returns the new value
+**
+** Settings (per connection):
+**   threads    decoder threads including the querying thread, 1..256;
+**              0 means one per online core (the default).  Reading it
+**              returns the number in effect.
+**   cache_mb   budget of the decoded-chunk cache in MiB, 0..1048576; 0 turns
+**              the cache off.  Default: 512, at most 1/8 of physical memory.
+**   decode_mb  decoded chunks one dc_batch call holds at once, in MiB,
+**              1..1048576 (default 256): a batch needing more is decoded in
+**              groups (its rows staged between groups).
+** Read-only statistics: cache_used_mb (REAL), cache_entries, cache_hits,
+** cache_misses.
+** Unknown names and bad values are SQL errors naming the setting.
+**
+** dc_config changes connection state, so it is SQLITE_DIRECTONLY: a view or
+** trigger in an untrusted database cannot call it.
+**
+** Built with -DSQLITE_CORE (the converter), the same entry point is called
+** directly to declare the virtual tables in new datasets.
+*/
+#define DC_EXT_MAIN
+#include "dc_ext.h"
+SQLITE_EXTENSION_INIT1
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "dc_cache.h"
+
+#define DC_DEFAULT_CACHE_MB 512
+#define DC_MAX_THREADS 256
+#define DC_MAX_CACHE_MB (1 << 20)
+
+/* every module file defines dc_register_NAME */
+#define DC_MODULE(n) int dc_register_##n(sqlite3 *, dc_conn *);
+#include "dc_modules.h"
+#undef DC_MODULE
+
+static int online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 1) n = 1;
+  if (n > DC_MAX_THREADS) n = DC_MAX_THREADS;
+  return (int)n;
+}
+
+static int64_t default_cache_bytes(void) {
+  int64_t b = (int64_t)DC_DEFAULT_CACHE_MB << 20;
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && psz > 0) {
+    int64_t eighth = (int64_t)pages * psz / 8;
+    if (eighth < b) b = eighth;
+  }
+  return b;
+}
+
+dc_pool *dc_conn_pool(dc_conn *conn) {
+  if (!conn->pool) conn->pool = dc_pool_new(conn->threads);
+  return conn->pool;
+}
+
+struct dc_cache *dc_conn_cache(dc_conn *conn) {
+  if (conn->cache_bytes <= 0) return NULL;
+  if (!conn->cache) conn->cache = dc_cache_new(conn->cache_bytes);
+  return conn->cache;
+}
+
+uint64_t dc_conn_namespace(dc_conn *conn) { return ++conn->next_ns; }
+
+void dc_conn_ref(dc_conn *conn) { conn->n_ref++; }
+
+void dc_conn_unref(void *p) {
+  dc_conn *conn = p;
+  if (!conn || --conn->n_ref > 0) return;
+  if (conn->pool) dc_pool_free(conn->pool);
+  if (conn->cache) dc_cache_free(conn->cache);
+  sqlite3_free(conn);
+}
+
+/* An integer argument, strictly: INTEGER, or REAL/TEXT holding an integer. */
+static int int_arg(sqlite3_value *v, sqlite3_int64 *out) {
+  switch (sqlite3_value_type(v)) {
+    case SQLITE_INTEGER: *out = sqlite3_value_int64(v); return 1;
+    case SQLITE_FLOAT: {
+      double d = sqlite3_value_double(v);
+      if (d >= -9.0e18 && d <= 9.0e18 && d == (double)(sqlite3_int64)d) { *out = (sqlite3_int64)d; return 1; }
+      return 0;
+    }
+    case SQLITE_TEXT: {
+      const char *s = (const char *)sqlite3_value_text(v);
+      char *end;
+      if (!s || !*s) return 0;
+      long long x = strtoll(s, &end, 10);
+      while (*end == ' ') end++;
+      if (*end) return 0;
+      *out = x; return 1;
+    }
+    default: return 0;
+  }
+}
+
+static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  dc_conn *conn = sqlite3_user_data(ctx);
+  const char *name = (const char *)sqlite3_value_text(argv[0]);
+  if (sqlite3_value_type(argv[0]) != SQLITE_TEXT || !name) {
+    sqlite3_result_error(ctx, "dc_config: the first argument must be a setting name (threads, cache_mb)", -1);
+    return;
+  }
+  sqlite3_int64 v = 0;
+  int set = argc > 1;
+  if (set && !int_arg(argv[1], &v)) {
+    char *m = sqlite3_mprintf("dc_config: %s must be an integer", name);
+    sqlite3_result_error(ctx, m ? m : "dc_config: bad value", -1);
+    sqlite3_free(m);
+    return;
+  }
+  if (strcmp(name, "threads") == 0) {
+    if (set) {
+      if (v < 0 || v > DC_MAX_THREADS) {
+        char *m = sqlite3_mprintf("dc_config: threads must be 0 (one per core) .. %d, got %lld",
+                                  DC_MAX_THREADS, (long long)v);
+        sqlite3_result_error(ctx, m ? m : "dc_config: bad threads", -1);
+        sqlite3_free(m);
+        return;
+      }
+      if ((int)v != conn->threads) {
+        /* no statement of this connection is inside the pool now: the pool
+        ** is only used within one xFilter/xNext call */
+        if (conn->pool) { dc_pool_free(conn->pool); conn->pool = NULL; }
+        conn->threads = (int)v;
+      }
+    }
+    sqlite3_result_int(ctx, conn->threads ? conn->threads : online_cores());
+  } else if (strcmp(name, "cache_mb") == 0) {
+    if (set) {
+      if (v < 0 || v > DC_MAX_CACHE_MB) {
+        char *m = sqlite3_mprintf("dc_config: cache_mb must be 0 .. %d, got %lld", DC_MAX_CACHE_MB, (long long)v);
+        sqlite3_result_error(ctx, m ? m : "dc_config: bad cache_mb", -1);
+        sqlite3_free(m);
+        return;
+      }
+      conn->cache_bytes = (int64_t)v << 20;
+      if (conn->cache) {
+        if (v == 0) { dc_cache_free(conn->cache); conn->cache = NULL; }
+        else dc_cache_set_budget(conn->cache, conn->cache_bytes);
+      }
+    }
+    sqlite3_result_int64(ctx, conn->cache_bytes >> 20);
+  } else if (strcmp(name, "decode_mb") == 0) {
+    if (set) {
+      if (v < 1 || v > DC_MAX_CACHE_MB) {
+        char *m = sqlite3_mprintf("dc_config: decode_mb must be 1 .. %d, got %lld", DC_MAX_CACHE_MB, (long long)v);
+        sqlite3_result_error(ctx, m ? m : "dc_config: bad decode_mb", -1);
+        sqlite3_free(m);
+        return;
+      }
+      conn->work_bytes = (int64_t)v << 20;
+    }
+    sqlite3_result_int64(ctx, conn->work_bytes >> 20);
+  } else if (strcmp(name, "cache_used_mb") == 0 || strcmp(name, "cache_entries") == 0 ||
+             strcmp(name, "cache_hits") == 0 || strcmp(name, "cache_misses") == 0) {
+    if (set) {
+      char *m = sqlite3_mprintf("dc_config: %s is read-only", name);
+      sqlite3_result_error(ctx, m ? m : "dc_config: read-only setting", -1);
+      sqlite3_free(m);
+      return;
+    }
+    int64_t bytes = 0, entries = 0, hits = 0, misses = 0;
+    if (conn->cache) dc_cache_stats(conn->cache, &bytes, &entries, &hits, &misses);
+    if (name[6] == 'u') sqlite3_result_double(ctx, (double)bytes / (1 << 20));
+    else sqlite3_result_int64(ctx, name[6] == 'e' ? entries : name[6] == 'h' ? hits : misses);
+  } else {
+    char *m = sqlite3_mprintf("dc_config: unknown setting '%s' (known: threads, cache_mb, "
+                              "decode_mb, cache_used_mb, cache_entries, cache_hits, cache_misses)", name);
+    sqlite3_result_error(ctx, m ? m : "dc_config: unknown setting", -1);
+    sqlite3_free(m);
+  }
+}
+
+#ifdef _WIN32
+__declspec(dllexport)
+#endif
+int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+  SQLITE_EXTENSION_INIT2(pApi);
+  int rc;
+  dc_conn *conn = sqlite3_malloc64(sizeof *conn);
+  if (!conn) return SQLITE_NOMEM;
+  memset(conn, 0, sizeof *conn);
+  conn->threads = 0;
+  conn->cache_bytes = default_cache_bytes();
+  conn->work_bytes = (int64_t)256 << 20;
+  conn->n_ref = 1;                 /* the init's own reference, dropped below */
+
+  /* dc_config holds a reference; SQLite calls the destructor on failure too */
+  dc_conn_ref(conn);
+  rc = sqlite3_create_function_v2(db, "dc_config", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY, conn,
+                                  dc_config_func, NULL, NULL, dc_conn_unref);
+  if (rc == SQLITE_OK) {
+    dc_conn_ref(conn);
+    rc = sqlite3_create_function_v2(db, "dc_config", 2, SQLITE_UTF8 | SQLITE_DIRECTONLY, conn,
+                                    dc_config_func, NULL, NULL, dc_conn_unref);
+  }
+#define DC_MODULE(n) \
+  if (rc == SQLITE_OK) { \
+    rc = dc_register_##n(db, conn); \
+    if (rc != SQLITE_OK && pzErrMsg) *pzErrMsg = sqlite3_mprintf("deltacells: registering %s failed: %s", #n, sqlite3_errstr(rc)); \
+  }
+#include "dc_modules.h"
+#undef DC_MODULE
+  dc_conn_unref(conn);
+  return rc;
+}

@@ -1,0 +1,804 @@
+/*
+** vtab_batch.c — dc_batch(cells [, genes]): a batch of cells as CSR blobs
+** (module deltacells_batch).
+**
+**   CREATE VIRTUAL TABLE dc_batch USING deltacells_batch;      -- in the dataset
+**   SELECT n_cells, indptr, indices, data FROM dc_batch(?1);
+**   SELECT * FROM aux.dc_batch('[5, 3, 5]', '["CD3E", "MS4A1"]');
+**
+** Schema (one row per call):
+**
+**   CREATE TABLE x(
+**     n_cells INTEGER,   -- cells in the batch (with repeats)
+**     n_genes INTEGER,   -- genes of the dataset, or of the panel
+**     cell_ids BLOB,     -- int64 LE, the requested ids in the requested order
+**     indptr BLOB,       -- int64 LE, n_cells+1 entries, indptr[0] = 0
+**     indices BLOB,      -- int32 LE gene indices, sorted within each cell
+**     data BLOB,         -- int32 LE counts
+**     cells HIDDEN,      -- argument 1: int64 LE blob of cell ids, or a JSON array
+**     genes HIDDEN       -- argument 2 (optional): JSON array of gene names, or
+**                        --   an int32 LE blob of gene ids; output gene indices are
+**                        --   then positions in this panel, other genes dropped
+**   );
+**
+** Cells may come in any order and repeat; rows follow the request.  The
+** table reads nothing but its own schema's tiles_data, dc_meta and genes, so
+** it is SQLITE_VTAB_INNOCUOUS.  It owns no shadow tables (tiles_data belongs
+** to `tiles`).
+**
+** Plans (xBestIndex): idxNum bit 1 = cells given, bit 2 = genes given;
+** idxStr is the printable list of arguments in argv order:
+**
+**   plan := "cells" | "cells genes" | "no-arguments"
+**
+** "no-arguments" is chosen only when the query gives no cells; xFilter then
+** fails with an error saying so.  An argument that exists but is not usable
+** yet (it depends on a later table of a join) makes the plan impossible
+** (SQLITE_CONSTRAINT), so SQLite orders the join to supply it.
+**
+** How a batch is made (all on the querying thread except the marked steps):
+**   1. the cells are parsed and checked, mapped to (tile, chunk, cell);
+**   2. runs of requested cells that cover a whole chunk in order, and whose
+**      chunk is not cached, are "direct": decoded later straight into the
+**      output arrays (no panel only);
+**   3. the other cells' chunks are fetched through the reader (cache, else
+**      blob reads + decoding on the pool [threads]) in groups that fit the
+**      memory budget; with one group the rows are gathered straight from the
+**      decoded chunks, otherwise group by group into a staging buffer;
+**   4. the output layout is computed, direct chunks decoded into it [threads],
+**      other rows copied (and mapped to the panel and sorted) [threads].
+** Output blobs are handed to SQLite without a copy (reference-counted
+** buffers with their own destructor, so a column read twice stays valid).
+*/
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dc_reader.h"
+
+typedef struct batch_vtab {
+  sqlite3_vtab base;
+  sqlite3 *db;
+  dc_conn *conn;
+  dc_reader *reader;
+  /* the last gene panel, kept while the data and the argument stay the same */
+  int panel_type;          /* SQLITE_BLOB or SQLITE_TEXT; 0 = none */
+  uint8_t *panel_arg;
+  int panel_arg_len;
+  uint64_t panel_ns;
+  int32_t *panel_map;      /* n_genes entries: panel position or -1 */
+  int64_t panel_size;
+  int panel_sorted;        /* positions increase with gene id */
+} batch_vtab;
+
+typedef struct batch_cursor {
+  sqlite3_vtab_cursor base;
+  int eof;
+  int64_t n_cells, n_genes;
+  void *blob[4];           /* cell_ids, indptr, indices, data (refcounted) */
+  uint64_t len[4];
+} batch_cursor;
+
+enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES };
+
+/* ------------------------------------------------ reference-counted blobs */
+#define RC_HEAD 16
+static void *rcblob_new(uint64_t n) {
+  uint8_t *p = sqlite3_malloc64(RC_HEAD + (n ? n : 1));
+  if (!p) return NULL;
+  *(int64_t *)p = 1;
+  return p + RC_HEAD;
+}
+static void rcblob_ref(void *b) { __atomic_add_fetch((int64_t *)((uint8_t *)b - RC_HEAD), 1, __ATOMIC_RELAXED); }
+static void rcblob_unref(void *b) {
+  if (!b) return;
+  uint8_t *p = (uint8_t *)b - RC_HEAD;
+  if (__atomic_sub_fetch((int64_t *)p, 1, __ATOMIC_ACQ_REL) == 0) sqlite3_free(p);
+}
+
+static void cursor_reset(batch_cursor *c) {
+  for (int i = 0; i < 4; i++) { rcblob_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
+  c->eof = 1;
+}
+
+/* ------------------------------------------------ connect / disconnect */
+static int batch_init(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab,
+                      char **pzErr) {
+  if (argc > 3) {
+    *pzErr = sqlite3_mprintf("deltacells_batch: takes no arguments");
+    return SQLITE_ERROR;
+  }
+  int rc = sqlite3_declare_vtab(db,
+      "CREATE TABLE x(n_cells INTEGER, n_genes INTEGER, cell_ids BLOB, indptr BLOB, indices BLOB,"
+      " data BLOB, cells HIDDEN, genes HIDDEN)");
+  if (rc != SQLITE_OK) return rc;
+  sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+  batch_vtab *v = sqlite3_malloc64(sizeof *v);
+  if (!v) return SQLITE_NOMEM;
+  memset(v, 0, sizeof *v);
+  v->db = db;
+  v->conn = aux;
+  rc = dc_reader_open(db, v->conn, argv[1], "dc_batch", &v->reader, pzErr);
+  if (rc != SQLITE_OK) { sqlite3_free(v); return rc; }
+  *ppVtab = &v->base;
+  return SQLITE_OK;
+}
+static int batch_create(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab,
+                        char **pzErr) {
+  return batch_init(db, aux, argc, argv, ppVtab, pzErr);
+}
+static int batch_connect(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab,
+                         char **pzErr) {
+  return batch_init(db, aux, argc, argv, ppVtab, pzErr);
+}
+
+static void panel_clear(batch_vtab *v) {
+  sqlite3_free(v->panel_arg);
+  sqlite3_free(v->panel_map);
+  v->panel_arg = NULL; v->panel_map = NULL;
+  v->panel_type = 0; v->panel_arg_len = 0; v->panel_size = 0;
+}
+
+static int batch_disconnect(sqlite3_vtab *p) {
+  batch_vtab *v = (batch_vtab *)p;
+  dc_reader_free(v->reader);
+  panel_clear(v);
+  sqlite3_free(v);
+  return SQLITE_OK;
+}
+
+/* ------------------------------------------------ plans */
+static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
+  (void)p;
+  int idx[2] = { -1, -1 }, unusable = 0;
+  for (int i = 0; i < info->nConstraint; i++) {
+    const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+    if (c->iColumn != COL_CELLS && c->iColumn != COL_GENES) continue;
+    int a = c->iColumn - COL_CELLS;
+    if (c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
+    if (!c->usable) { unusable |= 1 << a; continue; }
+    if (idx[a] < 0) idx[a] = i;
+  }
+  if (unusable & ~((idx[0] >= 0 ? 1 : 0) | (idx[1] >= 0 ? 2 : 0))) return SQLITE_CONSTRAINT;
+  if (idx[0] < 0) {
+    info->idxNum = 0;
+    info->idxStr = "no-arguments";
+    info->estimatedCost = 1e12;
+    info->estimatedRows = 1;
+    return SQLITE_OK;
+  }
+  info->aConstraintUsage[idx[0]].argvIndex = 1;
+  info->aConstraintUsage[idx[0]].omit = 1;
+  info->idxNum = 1;
+  info->idxStr = "cells";
+  if (idx[1] >= 0) {
+    info->aConstraintUsage[idx[1]].argvIndex = 2;
+    info->aConstraintUsage[idx[1]].omit = 1;
+    info->idxNum = 3;
+    info->idxStr = "cells genes";
+  }
+  info->estimatedCost = 1000;
+  info->estimatedRows = 1;
+  info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
+  return SQLITE_OK;
+}
+
+/* ------------------------------------------------ argument parsing */
+static int vt_err(batch_vtab *v, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  sqlite3_free(v->base.zErrMsg);
+  v->base.zErrMsg = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static const char *type_name(int t) {
+  switch (t) {
+    case SQLITE_INTEGER: return "an integer";
+    case SQLITE_FLOAT: return "a real";
+    case SQLITE_TEXT: return "text";
+    case SQLITE_BLOB: return "a blob";
+    default: return "NULL";
+  }
+}
+
+static int is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
+
+/* A JSON array of integers -> ids (sqlite3_malloc64). */
+static int parse_json_ids(batch_vtab *v, const char *s, int n, int64_t **out, int64_t *out_n) {
+  int64_t cap = 64, m = 0;
+  int64_t *ids = sqlite3_malloc64((uint64_t)cap * sizeof *ids);
+  int i = 0;
+  if (!ids) return SQLITE_NOMEM;
+  while (i < n && is_ws(s[i])) i++;
+  if (i >= n || s[i] != '[') goto bad;
+  i++;
+  while (i < n && is_ws(s[i])) i++;
+  if (i < n && s[i] == ']') { i++; goto end; }
+  for (;;) {
+    while (i < n && is_ws(s[i])) i++;
+    int start = i, neg = 0;
+    if (i < n && s[i] == '-') { neg = 1; i++; }
+    if (i >= n || s[i] < '0' || s[i] > '9') goto bad_elem;
+    uint64_t x = 0;
+    int digits = 0;
+    while (i < n && s[i] >= '0' && s[i] <= '9') {
+      if (x > (UINT64_MAX - 9) / 10) goto bad_elem;
+      x = x * 10 + (uint64_t)(s[i] - '0');
+      i++; digits++;
+    }
+    if (i < n && (s[i] == '.' || s[i] == 'e' || s[i] == 'E')) goto bad_elem;
+    if (x > (uint64_t)INT64_MAX) goto bad_elem;
+    (void)start; (void)digits;
+    if (m == cap) {
+      cap *= 2;
+      int64_t *ni = sqlite3_realloc64(ids, (uint64_t)cap * sizeof *ids);
+      if (!ni) { sqlite3_free(ids); return SQLITE_NOMEM; }
+      ids = ni;
+    }
+    ids[m++] = neg ? -(int64_t)x : (int64_t)x;
+    while (i < n && is_ws(s[i])) i++;
+    if (i < n && s[i] == ',') { i++; continue; }
+    if (i < n && s[i] == ']') { i++; break; }
+    goto bad;
+  }
+end:
+  while (i < n && is_ws(s[i])) i++;
+  if (i != n) goto bad;
+  *out = ids;
+  *out_n = m;
+  return SQLITE_OK;
+bad_elem:
+  sqlite3_free(ids);
+  return vt_err(v, SQLITE_ERROR, "dc_batch: cells: element %lld of the JSON array is not an integer cell id",
+                (long long)m);
+bad:
+  sqlite3_free(ids);
+  return vt_err(v, SQLITE_ERROR, "dc_batch: cells: not a JSON array of integers (error at character %d)", i);
+}
+
+static int parse_cells(batch_vtab *v, sqlite3_value *val, int64_t **out, int64_t *out_n) {
+  int t = sqlite3_value_type(val);
+  int64_t *ids = NULL, n = 0;
+  int rc;
+  if (t == SQLITE_BLOB) {
+    int len = sqlite3_value_bytes(val);
+    const uint8_t *b = sqlite3_value_blob(val);
+    if (len % 8 != 0)
+      return vt_err(v, SQLITE_ERROR, "dc_batch: cells blob has %d bytes, not a multiple of 8 "
+                    "(expected little-endian int64 cell ids)", len);
+    n = len / 8;
+    ids = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *ids);
+    if (!ids) return SQLITE_NOMEM;
+    for (int64_t i = 0; i < n; i++) {
+      uint64_t x = 0;
+      for (int k = 7; k >= 0; k--) x = x << 8 | b[i * 8 + k];
+      ids[i] = (int64_t)x;
+    }
+  } else if (t == SQLITE_TEXT) {
+    rc = parse_json_ids(v, (const char *)sqlite3_value_text(val), sqlite3_value_bytes(val), &ids, &n);
+    if (rc != SQLITE_OK) return rc;
+  } else {
+    return vt_err(v, SQLITE_MISMATCH, "dc_batch: cells must be a blob of little-endian int64 cell ids "
+                  "or a JSON array, not %s", type_name(t));
+  }
+  int64_t nc = v->reader->n_cells;
+  for (int64_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= nc) {
+      long long bad = (long long)ids[i];
+      sqlite3_free(ids);
+      return vt_err(v, SQLITE_RANGE, "dc_batch: cell id %lld (element %lld) is out of range: the dataset has "
+                    "cells 0..%lld", bad, (long long)i, (long long)nc - 1);
+    }
+  }
+  *out = ids;
+  *out_n = n;
+  return SQLITE_OK;
+}
+
+/* Builds v->panel_map from the genes argument (cached while unchanged). */
+static int parse_genes(batch_vtab *v, sqlite3_value *val) {
+  int t = sqlite3_value_type(val);
+  int len = sqlite3_value_bytes(val);
+  const void *bytes = t == SQLITE_BLOB ? sqlite3_value_blob(val) : (const void *)sqlite3_value_text(val);
+  dc_reader *r = v->reader;
+  int rc = SQLITE_OK;
+  sqlite3_stmt *st = NULL;
+  if (t != SQLITE_BLOB && t != SQLITE_TEXT)
+    return vt_err(v, SQLITE_MISMATCH, "dc_batch: genes must be a JSON array of gene names or a blob of "
+                  "int32 gene ids, not %s", type_name(t));
+  if (v->panel_type == t && v->panel_ns == r->ns && v->panel_arg_len == len &&
+      (len == 0 || memcmp(v->panel_arg, bytes, (size_t)len) == 0))
+    return SQLITE_OK;
+  panel_clear(v);
+  int32_t *map = sqlite3_malloc64((uint64_t)(r->n_genes ? r->n_genes : 1) * sizeof *map);
+  if (!map) return SQLITE_NOMEM;
+  for (int64_t g = 0; g < r->n_genes; g++) map[g] = -1;
+  int64_t pos = 0, last = -1;
+  int sorted = 1;
+  if (t == SQLITE_BLOB) {
+    if (len % 4 != 0) {
+      rc = vt_err(v, SQLITE_ERROR, "dc_batch: genes blob has %d bytes, not a multiple of 4 "
+                  "(expected little-endian int32 gene ids)", len);
+      goto fail;
+    }
+    const uint8_t *b = bytes;
+    for (int i = 0; i < len / 4; i++) {
+      int32_t g = (int32_t)((uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 |
+                            (uint32_t)b[4 * i + 3] << 24);
+      if (g < 0 || g >= r->n_genes) {
+        rc = vt_err(v, SQLITE_RANGE, "dc_batch: gene id %d (element %d of genes) is out of range: the dataset "
+                    "has genes 0..%lld", g, i, (long long)r->n_genes - 1);
+        goto fail;
+      }
+      if (map[g] >= 0) {
+        rc = vt_err(v, SQLITE_ERROR, "dc_batch: gene id %d appears twice in the panel", g);
+        goto fail;
+      }
+      if (g < last) sorted = 0;
+      last = g;
+      map[g] = (int32_t)pos++;
+    }
+  } else {
+    char *sql = sqlite3_mprintf("SELECT type, value FROM json_each(?1)");
+    if (!sql) { rc = SQLITE_NOMEM; goto fail; }
+    rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK) { rc = vt_err(v, rc, "dc_batch: genes: %s", sqlite3_errmsg(v->db)); goto fail; }
+    sqlite3_bind_value(st, 1, val);
+    {
+      const char *s = bytes;
+      int i = 0;
+      while (i < len && is_ws(s[i])) i++;
+      if (i >= len || s[i] != '[') {
+        rc = vt_err(v, SQLITE_ERROR, "dc_batch: genes is text but not a JSON array of gene names");
+        goto fail;
+      }
+    }
+    int64_t k = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      const char *ty = (const char *)sqlite3_column_text(st, 0);
+      if (!ty || strcmp(ty, "text") != 0) {
+        rc = vt_err(v, SQLITE_MISMATCH, "dc_batch: element %lld of genes is not a gene name (JSON %s)",
+                    (long long)k, ty ? ty : "null");
+        goto fail;
+      }
+      const char *name = (const char *)sqlite3_column_text(st, 1);
+      int nlen = sqlite3_column_bytes(st, 1);
+      int64_t g;
+      char *err = NULL;
+      rc = dc_reader_gene_id(r, name ? name : "", nlen, &g, &err);
+      if (rc != SQLITE_OK) { rc = vt_err(v, rc, "%s", err ? err : "dc_batch: reading genes"); sqlite3_free(err); goto fail; }
+      if (g == -1) { rc = vt_err(v, SQLITE_ERROR, "dc_batch: unknown gene '%.*s'", nlen, name); goto fail; }
+      if (g == -2) {
+        rc = vt_err(v, SQLITE_ERROR, "dc_batch: gene name '%.*s' is not unique in this dataset; pass gene ids "
+                    "as an int32 blob", nlen, name);
+        goto fail;
+      }
+      if (map[g] >= 0) { rc = vt_err(v, SQLITE_ERROR, "dc_batch: gene '%.*s' appears twice in the panel", nlen, name); goto fail; }
+      if (g < last) sorted = 0;
+      last = g;
+      map[g] = (int32_t)pos++;
+      k++;
+    }
+    if (rc != SQLITE_DONE) {
+      rc = vt_err(v, rc, "dc_batch: genes is not valid JSON: %s", sqlite3_errmsg(v->db));
+      goto fail;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+  }
+  v->panel_arg = sqlite3_malloc64((uint64_t)(len ? len : 1));
+  if (!v->panel_arg) { rc = SQLITE_NOMEM; goto fail; }
+  if (len) memcpy(v->panel_arg, bytes, (size_t)len);
+  v->panel_arg_len = len;
+  v->panel_type = t;
+  v->panel_ns = r->ns;
+  v->panel_map = map;
+  v->panel_size = pos;
+  v->panel_sorted = sorted;
+  return SQLITE_OK;
+fail:
+  sqlite3_finalize(st);
+  sqlite3_free(map);
+  return rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_ERROR : rc;
+}
+
+/* ------------------------------------------------ row kernels (pool threads) */
+typedef struct rowdesc {
+  const int32_t *idx, *val;   /* source row */
+  uint32_t n_in;
+  int64_t n_out;              /* after panel mapping */
+} rowdesc;
+
+typedef struct kernel {
+  rowdesc *rows;              /* rows[i] of the output rows being processed */
+  const uint64_t *which;      /* output row numbers to process (NULL = 0..n-1) */
+  size_t n;
+  const int32_t *map;         /* panel map or NULL */
+  int64_t n_genes;            /* bound of source gene indices (for the map) */
+  int sorted;                 /* map keeps order */
+  const int64_t *dst_off;     /* destination offset of each row (by output row number) */
+  int32_t *dst_idx, *dst_val;
+  int bad;                    /* set if a source gene index is out of range */
+} kernel;
+
+#define ROW_BLOCK 64
+
+static void count_block(void *arg, size_t b) {
+  kernel *k = arg;
+  size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
+  for (size_t j = b * ROW_BLOCK; j < end; j++) {
+    rowdesc *rw = &k->rows[k->which ? k->which[j] : j];
+    if (!k->map) { rw->n_out = rw->n_in; continue; }
+    int64_t c = 0;
+    for (uint32_t e = 0; e < rw->n_in; e++) {
+      int32_t g = rw->idx[e];
+      if (g < 0 || g >= k->n_genes) { __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED); break; }
+      c += k->map[g] >= 0;
+    }
+    rw->n_out = c;
+  }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void fill_block(void *arg, size_t b) {
+  kernel *k = arg;
+  size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
+  uint64_t *tmp = NULL;
+  size_t tmp_cap = 0;
+  for (size_t j = b * ROW_BLOCK; j < end; j++) {
+    uint64_t row = k->which ? k->which[j] : j;
+    rowdesc *rw = &k->rows[row];
+    int32_t *di = k->dst_idx + k->dst_off[row], *dv = k->dst_val + k->dst_off[row];
+    if (!k->map) {
+      memcpy(di, rw->idx, (size_t)rw->n_in * sizeof *di);
+      memcpy(dv, rw->val, (size_t)rw->n_in * sizeof *dv);
+      continue;
+    }
+    if (k->sorted) {
+      int64_t o = 0;
+      for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
+        int32_t p = k->map[rw->idx[e]];
+        if (p >= 0) { di[o] = p; dv[o] = rw->val[e]; o++; }
+      }
+      continue;
+    }
+    if ((size_t)rw->n_out > tmp_cap) {
+      free(tmp);
+      tmp_cap = (size_t)rw->n_out * 2;
+      tmp = malloc(tmp_cap * sizeof *tmp);
+      if (!tmp) { tmp_cap = 0; __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); return; }
+    }
+    int64_t o = 0;
+    for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
+      int32_t p = k->map[rw->idx[e]];
+      if (p >= 0) tmp[o++] = (uint64_t)(uint32_t)p << 32 | (uint32_t)rw->val[e];
+    }
+    if (o > 1) qsort(tmp, (size_t)o, sizeof *tmp, cmp_u64);
+    for (int64_t e = 0; e < o; e++) { di[e] = (int32_t)(tmp[e] >> 32); dv[e] = (int32_t)(uint32_t)tmp[e]; }
+  }
+  free(tmp);
+}
+
+static void run_kernel(dc_pool *pool, kernel *k, void (*fn)(void *, size_t)) {
+  size_t blocks = (k->n + ROW_BLOCK - 1) / ROW_BLOCK;
+  if (blocks) dc_pool_for(pool, blocks, fn, k);
+}
+
+/* ------------------------------------------------ the batch */
+typedef struct cellref { uint32_t tile, chunk, cell; } cellref;
+
+static int cmp_key(const void *a, const void *b) {
+  const dc_chunkkey *x = a, *y = b;
+  if (x->tile != y->tile) return x->tile < y->tile ? -1 : 1;
+  return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+}
+
+static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
+                        sqlite3_value **argv) {
+  batch_cursor *c = (batch_cursor *)cur;
+  batch_vtab *v = (batch_vtab *)cur->pVtab;
+  dc_reader *r = v->reader;
+  int rc = SQLITE_OK;
+  char *err = NULL;
+  int64_t *ids = NULL, n = 0;
+  cellref *ref = NULL;
+  uint8_t *direct = NULL;              /* per row: 1 = row of a direct chunk */
+  dc_direct *dj = NULL;
+  size_t n_dj = 0;
+  dc_chunkkey *keys = NULL;
+  dc_chunk_data **chunks = NULL;
+  size_t n_keys = 0;
+  rowdesc *rows = NULL;
+  uint64_t *which = NULL;
+  int64_t *off = NULL;
+  int32_t **stage = NULL;
+  size_t n_stage = 0;
+  int64_t *o_ids = NULL, *o_indptr = NULL;
+  int32_t *o_idx = NULL, *o_val = NULL;
+  const int32_t *map = NULL;
+
+  cursor_reset(c);
+  if (idxNum == 0)
+    return vt_err(v, SQLITE_ERROR, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
+                  "a blob of int64 ids or a JSON array");
+  if ((idxNum != 1 && idxNum != 3) || argc != (idxNum == 3 ? 2 : 1) || !idxStr)
+    return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan %d '%s'", idxNum, idxStr ? idxStr : "");
+
+  if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
+  if ((rc = parse_cells(v, argv[0], &ids, &n)) != SQLITE_OK) goto done;
+  int64_t out_genes = r->n_genes;
+  if (argc == 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
+    if ((rc = parse_genes(v, argv[1])) != SQLITE_OK) goto done;
+    map = v->panel_map;
+    out_genes = v->panel_size;
+  }
+  dc_pool *pool = dc_conn_pool(v->conn);
+  if (!pool) { rc = SQLITE_NOMEM; goto done; }
+
+  /* 1. cells -> (tile, chunk, cell) */
+  ref = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *ref);
+  direct = sqlite3_malloc64((uint64_t)(n ? n : 1));
+  rows = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rows);
+  o_ids = rcblob_new((uint64_t)n * 8);
+  o_indptr = rcblob_new(((uint64_t)n + 1) * 8);
+  if (!ref || !direct || !rows || !o_ids || !o_indptr) { rc = SQLITE_NOMEM; goto done; }
+  memset(direct, 0, (size_t)(n ? n : 1));
+  memset(rows, 0, (size_t)(n ? n : 1) * sizeof *rows);
+  memcpy(o_ids, ids, (size_t)n * 8);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t t = dc_reader_tile_of(r, ids[i]);
+    const dc_tilehead *h;
+    if (t < 0) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: cell %lld has no tile", (long long)ids[i]); goto done; }
+    if ((rc = dc_reader_head(r, (uint32_t)t, &h, &err)) != SQLITE_OK) goto done;
+    uint32_t rel = (uint32_t)(ids[i] - r->tiles[t].first_cell);
+    uint32_t ch = dc_reader_chunk_of(h, rel);
+    ref[i].tile = (uint32_t)t;
+    ref[i].chunk = ch;
+    ref[i].cell = rel - h->hdr.chunk[ch].first_cell;
+  }
+
+  /* 2. direct runs: whole chunks requested in order, not cached, no panel */
+  struct dc_cache *cache = dc_conn_cache(v->conn);
+  if (!map) {
+    for (int64_t i = 0; i < n;) {
+      const dc_tilehead *h = r->heads[ref[i].tile];
+      const dc_chunk_info *ci = &h->hdr.chunk[ref[i].chunk];
+      int64_t len = ci->n_cells;
+      int ok = ref[i].cell == 0 && i + len <= n && ci->nnz > 0 && len > 1;
+      for (int64_t k = 1; ok && k < len; k++) ok = ids[i + k] == ids[i] + k;
+      if (ok && cache) {
+        dc_chunk_data *d = dc_cache_get(cache, r->ns, ref[i].tile, ref[i].chunk);
+        if (d) { ok = 0; dc_chunk_release(d); }
+      }
+      if (ok) {
+        if (!dj) {
+          dj = sqlite3_malloc64((uint64_t)(n / 2 + 1) * sizeof *dj);
+          if (!dj) { rc = SQLITE_NOMEM; goto done; }
+        }
+        dj[n_dj].tile = ref[i].tile;
+        dj[n_dj].chunk = ref[i].chunk;
+        dj[n_dj].row0 = (uint64_t)i;
+        n_dj++;
+        memset(direct + i, 1, (size_t)len);
+        for (int64_t k = 0; k < len; k++) rows[i + k].n_out = -1;   /* filled by the decoder */
+        rows[i].n_out = -1 - (int64_t)ci->nnz;                     /* the run's total, marked */
+        i += len;
+      } else {
+        i++;
+      }
+    }
+  }
+
+  /* 3. the other rows: distinct chunks, fetched group by group */
+  keys = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *keys);
+  which = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *which);
+  if (!keys || !which) { rc = SQLITE_NOMEM; goto done; }
+  for (int64_t i = 0; i < n; i++) {
+    if (direct[i]) continue;
+    keys[n_keys].tile = ref[i].tile;
+    keys[n_keys].chunk = ref[i].chunk;
+    n_keys++;
+  }
+  qsort(keys, n_keys, sizeof *keys, cmp_key);
+  {
+    size_t m = 0;
+    for (size_t i = 0; i < n_keys; i++) if (m == 0 || cmp_key(&keys[m - 1], &keys[i])) keys[m++] = keys[i];
+    n_keys = m;
+  }
+  chunks = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *chunks);
+  if (!chunks) { rc = SQLITE_NOMEM; goto done; }
+  memset(chunks, 0, (n_keys ? n_keys : 1) * sizeof *chunks);
+  /* groups of keys whose decoded size fits the budget */
+  int64_t budget = v->conn->work_bytes;
+  size_t g0 = 0;
+  int staged = 0;
+  off = sqlite3_malloc64(((uint64_t)n + 1) * sizeof *off);
+  if (!off) { rc = SQLITE_NOMEM; goto done; }
+  while (g0 < n_keys) {
+    size_t g1 = g0;
+    int64_t bytes = 0;
+    while (g1 < n_keys) {
+      const dc_chunk_info *ci = &r->heads[keys[g1].tile]->hdr.chunk[keys[g1].chunk];
+      int64_t b = (int64_t)ci->nnz * 8 + (int64_t)ci->n_cells * 8;
+      if (g1 > g0 && bytes + b > budget) break;
+      bytes += b;
+      g1++;
+    }
+    if (g0 == 0 && g1 < n_keys) staged = 1;
+    if ((rc = dc_reader_fetch(r, keys + g0, g1 - g0, chunks + g0, &err)) != SQLITE_OK) goto done;
+    /* rows of this group */
+    size_t nw = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (direct[i]) continue;
+      dc_chunkkey key = { ref[i].tile, ref[i].chunk };
+      dc_chunkkey *hit = bsearch(&key, keys + g0, g1 - g0, sizeof *keys, cmp_key);
+      if (!hit) continue;
+      const dc_chunk_data *d = chunks[hit - keys];
+      if (ref[i].cell >= d->n_cells) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: tile %u chunk %u: too few cells", key.tile, key.chunk); goto done; }
+      rows[i].idx = d->indices + d->indptr[ref[i].cell];
+      rows[i].val = d->values + d->indptr[ref[i].cell];
+      rows[i].n_in = (uint32_t)(d->indptr[ref[i].cell + 1] - d->indptr[ref[i].cell]);
+      which[nw++] = (uint64_t)i;
+    }
+    kernel k = { rows, which, nw, map, r->n_genes, v->panel_sorted, NULL, NULL, NULL, 0 };
+    run_kernel(pool, &k, count_block);
+    if (k.bad) {
+      rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (tiles of group "
+                  "starting at tile %u chunk %u are corrupt)", keys[g0].tile, keys[g0].chunk);
+      goto done;
+    }
+    if (staged) {
+      /* copy this group's rows into a staging buffer, then let the chunks go */
+      int64_t total = 0;
+      for (size_t j = 0; j < nw; j++) { off[which[j]] = total; total += rows[which[j]].n_out; }
+      int32_t **ns = sqlite3_realloc64(stage, (n_stage + 1) * sizeof *stage);
+      if (!ns) { rc = SQLITE_NOMEM; goto done; }
+      stage = ns;
+      stage[n_stage] = sqlite3_malloc64((uint64_t)(total ? total : 1) * 8);
+      if (!stage[n_stage]) { rc = SQLITE_NOMEM; goto done; }
+      int32_t *si = stage[n_stage], *sv = stage[n_stage] + total;
+      n_stage++;
+      k.dst_off = off; k.dst_idx = si; k.dst_val = sv;
+      run_kernel(pool, &k, fill_block);
+      if (k.bad) { rc = SQLITE_NOMEM; goto done; }
+      for (size_t j = 0; j < nw; j++) {
+        rowdesc *rw = &rows[which[j]];
+        rw->idx = si + off[which[j]];
+        rw->val = sv + off[which[j]];
+        rw->n_in = (uint32_t)rw->n_out;
+      }
+      for (size_t q = g0; q < g1; q++) { dc_chunk_release(chunks[q]); chunks[q] = NULL; }
+    }
+    g0 = g1;
+  }
+
+  /* 4. layout, direct decodes, row copies */
+  int64_t total = 0;
+  size_t qd = 0;
+  o_indptr[0] = 0;
+  for (int64_t i = 0; i < n;) {
+    if (direct[i]) {
+      int64_t nnz = -1 - rows[i].n_out;
+      int64_t len = r->heads[ref[i].tile]->hdr.chunk[ref[i].chunk].n_cells;
+      dj[qd++].out_base = total;          /* direct runs are in row order */
+      total += nnz;
+      i += len;
+      o_indptr[i] = total;
+      continue;
+    }
+    off[i] = total;
+    total += rows[i].n_out;
+    o_indptr[i + 1] = total;
+    i++;
+  }
+  o_idx = rcblob_new((uint64_t)total * 4);
+  o_val = rcblob_new((uint64_t)total * 4);
+  if (!o_idx || !o_val) { rc = SQLITE_NOMEM; goto done; }
+  for (size_t q = 0; q < n_dj; q++) {
+    dj[q].indptr_out = o_indptr;
+    dj[q].indices_out = o_idx;
+    dj[q].values_out = o_val;
+  }
+  if ((rc = dc_reader_decode_into(r, dj, n_dj, &err)) != SQLITE_OK) goto done;
+  {
+    size_t nw = 0;
+    for (int64_t i = 0; i < n; i++) if (!direct[i]) which[nw++] = (uint64_t)i;
+    kernel k = { rows, which, nw, staged ? NULL : map, r->n_genes, v->panel_sorted, off, o_idx, o_val, 0 };
+    run_kernel(pool, &k, fill_block);
+    if (k.bad) { rc = SQLITE_NOMEM; goto done; }
+  }
+  c->n_cells = n;
+  c->n_genes = out_genes;
+  c->blob[0] = o_ids; c->len[0] = (uint64_t)n * 8; o_ids = NULL;
+  c->blob[1] = o_indptr; c->len[1] = ((uint64_t)n + 1) * 8; o_indptr = NULL;
+  c->blob[2] = o_idx; c->len[2] = (uint64_t)total * 4; o_idx = NULL;
+  c->blob[3] = o_val; c->len[3] = (uint64_t)total * 4; o_val = NULL;
+  c->eof = 0;
+
+done:
+  dc_reader_end(r);
+  if (err) {
+    sqlite3_free(v->base.zErrMsg);
+    v->base.zErrMsg = err;
+  }
+  if (chunks) for (size_t q = 0; q < n_keys; q++) dc_chunk_release(chunks[q]);
+  for (size_t q = 0; q < n_stage; q++) sqlite3_free(stage[q]);
+  sqlite3_free(stage);
+  sqlite3_free(chunks);
+  sqlite3_free(keys);
+  sqlite3_free(which);
+  sqlite3_free(off);
+  sqlite3_free(rows);
+  sqlite3_free(dj);
+  sqlite3_free(direct);
+  sqlite3_free(ref);
+  sqlite3_free(ids);
+  rcblob_unref(o_ids);
+  rcblob_unref(o_indptr);
+  rcblob_unref(o_idx);
+  rcblob_unref(o_val);
+  return rc;
+}
+
+/* ------------------------------------------------ cursor */
+static int batch_open(sqlite3_vtab *p, sqlite3_vtab_cursor **ppCur) {
+  (void)p;
+  batch_cursor *c = sqlite3_malloc64(sizeof *c);
+  if (!c) return SQLITE_NOMEM;
+  memset(c, 0, sizeof *c);
+  c->eof = 1;
+  *ppCur = &c->base;
+  return SQLITE_OK;
+}
+static int batch_close(sqlite3_vtab_cursor *cur) {
+  cursor_reset((batch_cursor *)cur);
+  sqlite3_free(cur);
+  return SQLITE_OK;
+}
+static int batch_next(sqlite3_vtab_cursor *cur) {
+  cursor_reset((batch_cursor *)cur);
+  return SQLITE_OK;
+}
+static int batch_eof(sqlite3_vtab_cursor *cur) { return ((batch_cursor *)cur)->eof; }
+
+static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
+  batch_cursor *c = (batch_cursor *)cur;
+  switch (i) {
+    case COL_NCELLS: sqlite3_result_int64(ctx, c->n_cells); break;
+    case COL_NGENES: sqlite3_result_int64(ctx, c->n_genes); break;
+    case COL_CELLIDS: case COL_INDPTR: case COL_INDICES: case COL_DATA: {
+      void *b = c->blob[i - COL_CELLIDS];
+      if (!b) { sqlite3_result_null(ctx); break; }
+      rcblob_ref(b);    /* SQLite owns one reference; released by rcblob_unref */
+      sqlite3_result_blob64(ctx, b, c->len[i - COL_CELLIDS], rcblob_unref);
+      break;
+    }
+    default: sqlite3_result_null(ctx); break;   /* hidden argument columns */
+  }
+  return SQLITE_OK;
+}
+static int batch_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *pRowid) {
+  (void)cur;
+  *pRowid = 1;
+  return SQLITE_OK;
+}
+
+static sqlite3_module batch_module = {
+  3,
+  batch_create, batch_connect, batch_best_index, batch_disconnect, batch_disconnect,
+  batch_open, batch_close, batch_filter, batch_next, batch_eof, batch_column, batch_rowid,
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+  NULL, NULL, NULL,
+  NULL               /* no shadow tables */
+};
+
+int dc_register_batch(sqlite3 *db, dc_conn *conn) {
+  dc_conn_ref(conn);
+  return sqlite3_create_module_v2(db, "deltacells_batch", &batch_module, conn, dc_conn_unref);
+}

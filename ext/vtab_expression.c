@@ -1,0 +1,615 @@
+/*
+** vtab_expression.c — per-cell expression for SQL users: two modules.
+**
+**   CREATE VIRTUAL TABLE expression USING deltacells_expression;
+**   CREATE VIRTUAL TABLE expression_long USING deltacells_expression_long;
+**
+** Schemas:
+**
+**   expression(                  -- one row per cell (cells without counts too)
+**     cell_id INTEGER PRIMARY KEY,   -- also the rowid
+**     genes BLOB,                    -- int32 LE gene ids of the nonzero counts, ascending
+**     counts BLOB                    -- int32 LE counts, parallel to genes
+**   )
+**   expression_long(             -- one row per nonzero count (sparse long form)
+**     cell_id INTEGER,
+**     gene_id INTEGER,
+**     count INTEGER                  -- rowid = cell_id * n_genes + gene_id
+**   )
+**
+** Both read their schema's tiles_data (through ext/reader.c: blobs read on the
+** querying thread, chunks decoded on the pool, decoded chunks cached per
+** connection) and nothing else, so they are SQLITE_VTAB_INNOCUOUS; neither
+** owns shadow tables.  Rows come in cell_id order (then gene_id).
+**
+** Plans (xBestIndex).  idxNum is the number of argv values; idxStr is a
+** printable, space-separated list of tokens, one per argv value in order,
+** then optionally "order":
+**
+**   plan  := ( token ( ' ' token )* )? ( ' '? "order" )?  |  "scan"
+**   token := "cell=" | "cell-in" | "cell>" | "cell>=" | "cell<" | "cell<="
+**          | "gene=" | "gene-in"                    (gene tokens: expression_long only)
+**
+** "cell-in"/"gene-in" are IN lists processed all at once (sqlite3_vtab_in).
+** The tables compute a superset of the matching cells and genes (values of
+** any type are coerced the way an INTEGER column compares them; a value
+** whose meaning is unclear widens the set) and leave omit = 0, so SQLite
+** re-checks every row: results equal a native table's.  "order" means ORDER
+** BY cell_id [, gene_id] ascending is consumed.
+**
+** Reading: the candidate cells are walked in ascending order; on entering a
+** tile, the chunks holding the remaining candidates of that tile are fetched
+** together (decoded in parallel), up to the decode_mb budget at a time.
+*/
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dc_reader.h"
+
+typedef struct expr_vtab {
+  sqlite3_vtab base;
+  sqlite3 *db;
+  dc_conn *conn;
+  dc_reader *reader;
+  int long_form;
+} expr_vtab;
+
+typedef struct expr_cursor {
+  sqlite3_vtab_cursor base;
+  int eof;
+  /* candidate cells: a sorted list, or an interval [lo, hi] */
+  int64_t *list;
+  int64_t n_list, pos;           /* index into list */
+  int64_t lo, hi, cur;           /* interval mode when list == NULL */
+  int64_t cell;                  /* current cell id */
+  /* genes (long form): sorted list or all */
+  int32_t *genes;
+  int64_t n_genes_list;          /* -1 = all genes */
+  int64_t gpos;                  /* long form: position within the current row (or gene list) */
+  /* fetched chunks of the current window */
+  dc_chunkkey *keys;
+  dc_chunk_data **chunks;
+  size_t n_keys, cap_keys;
+  int64_t win_tile;              /* tile of the window, -1 = none */
+  /* current row source */
+  const dc_chunk_data *d;
+  uint32_t d_cell;
+  int64_t row_gene, row_count;   /* long form: current entry */
+} expr_cursor;
+
+enum { E_CELL, E_GENES, E_COUNTS };
+enum { L_CELL, L_GENE, L_COUNT };
+
+static int vt_err(expr_vtab *v, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  sqlite3_free(v->base.zErrMsg);
+  v->base.zErrMsg = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static int expr_init(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab,
+                     char **pzErr, int long_form) {
+  if (argc > 3) {
+    *pzErr = sqlite3_mprintf("%s: takes no arguments", long_form ? "deltacells_expression_long" : "deltacells_expression");
+    return SQLITE_ERROR;
+  }
+  int rc = sqlite3_declare_vtab(db, long_form
+      ? "CREATE TABLE x(cell_id INTEGER, gene_id INTEGER, count INTEGER)"
+      : "CREATE TABLE x(cell_id INTEGER PRIMARY KEY, genes BLOB, counts BLOB)");
+  if (rc != SQLITE_OK) return rc;
+  sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+  expr_vtab *v = sqlite3_malloc64(sizeof *v);
+  if (!v) return SQLITE_NOMEM;
+  memset(v, 0, sizeof *v);
+  v->db = db;
+  v->conn = aux;
+  v->long_form = long_form;
+  rc = dc_reader_open(db, v->conn, argv[1], long_form ? "expression_long" : "expression", &v->reader, pzErr);
+  if (rc != SQLITE_OK) { sqlite3_free(v); return rc; }
+  *ppVtab = &v->base;
+  return SQLITE_OK;
+}
+static int expr_create(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **pzErr) {
+  return expr_init(db, aux, argc, argv, pp, pzErr, 0);
+}
+static int expr_connect(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **pzErr) {
+  return expr_init(db, aux, argc, argv, pp, pzErr, 0);
+}
+static int exprl_create(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **pzErr) {
+  return expr_init(db, aux, argc, argv, pp, pzErr, 1);
+}
+static int exprl_connect(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **pzErr) {
+  return expr_init(db, aux, argc, argv, pp, pzErr, 1);
+}
+
+static int expr_disconnect(sqlite3_vtab *p) {
+  expr_vtab *v = (expr_vtab *)p;
+  dc_reader_free(v->reader);
+  sqlite3_free(v);
+  return SQLITE_OK;
+}
+
+/* ------------------------------------------------ plans */
+static int expr_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
+  expr_vtab *v = (expr_vtab *)p;
+  double n_cells = v->reader->loaded ? (double)v->reader->n_cells : 1e6;
+  double per_cell = v->long_form ? 1000.0 : 1.0;
+  int cell_col = v->long_form ? L_CELL : E_CELL;
+  sqlite3_str *s = sqlite3_str_new(NULL);
+  int n = 0, cell_eq = 0, cell_in = 0, cell_range = 0, gene_eq = 0, gene_in = 0;
+  for (int i = 0; i < info->nConstraint; i++) {
+    const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+    if (!c->usable) continue;
+    int is_cell = c->iColumn == cell_col || (!v->long_form && c->iColumn == -1);
+    int is_gene = v->long_form && c->iColumn == L_GENE;
+    const char *tok = NULL;
+    if (is_cell) {
+      switch (c->op) {
+        case SQLITE_INDEX_CONSTRAINT_EQ:
+          if (cell_eq || cell_in) continue;
+          if (sqlite3_vtab_in(info, i, -1)) { sqlite3_vtab_in(info, i, 1); tok = "cell-in"; cell_in = 1; }
+          else { tok = "cell="; cell_eq = 1; }
+          break;
+        case SQLITE_INDEX_CONSTRAINT_GT: tok = "cell>"; cell_range++; break;
+        case SQLITE_INDEX_CONSTRAINT_GE: tok = "cell>="; cell_range++; break;
+        case SQLITE_INDEX_CONSTRAINT_LT: tok = "cell<"; cell_range++; break;
+        case SQLITE_INDEX_CONSTRAINT_LE: tok = "cell<="; cell_range++; break;
+        default: continue;
+      }
+    } else if (is_gene && c->op == SQLITE_INDEX_CONSTRAINT_EQ && !gene_eq && !gene_in) {
+      if (sqlite3_vtab_in(info, i, -1)) { sqlite3_vtab_in(info, i, 1); tok = "gene-in"; gene_in = 1; }
+      else { tok = "gene="; gene_eq = 1; }
+    } else {
+      continue;
+    }
+    if (n >= 12) continue;
+    info->aConstraintUsage[i].argvIndex = ++n;
+    info->aConstraintUsage[i].omit = 0;      /* superset + re-check: exact semantics */
+    sqlite3_str_appendf(s, "%s%s", n > 1 ? " " : "", tok);
+  }
+  int order_ok = info->nOrderBy >= 1;
+  for (int k = 0; k < info->nOrderBy && order_ok; k++) {
+    int col = info->aOrderBy[k].iColumn;
+    if (info->aOrderBy[k].desc) order_ok = 0;
+    else if (k == 0) order_ok = col == cell_col || (!v->long_form && col == -1);
+    else if (k == 1 && v->long_form) order_ok = col == L_GENE;
+    else order_ok = 0;
+  }
+  if (order_ok) {
+    sqlite3_str_appendf(s, "%s", n ? " order" : "order");
+    info->orderByConsumed = 1;
+  }
+  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "scan");
+  int rc = sqlite3_str_errcode(s);
+  char *str = sqlite3_str_finish(s);
+  if (rc != SQLITE_OK || !str) { sqlite3_free(str); return SQLITE_NOMEM; }
+  info->idxNum = n;
+  info->idxStr = str;
+  info->needToFreeIdxStr = 1;
+  double cells = cell_eq ? 1 : cell_in ? 25 : cell_range ? n_cells / (cell_range > 1 ? 10 : 3) : n_cells;
+  double rows = cells * (v->long_form ? ((gene_eq || gene_in) ? 0.3 * (gene_in ? 5 : 1) : per_cell) : 1);
+  info->estimatedRows = (sqlite3_int64)(rows < 1 ? 1 : rows);
+  info->estimatedCost = 10.0 + cells * 20.0 + rows;     /* decoding dominates */
+  if (cell_eq && (!v->long_form || gene_eq)) info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
+  return SQLITE_OK;
+}
+
+/* ------------------------------------------------ values -> candidates */
+/* How an INTEGER column compares with v: 1 and *x set when v equals an
+** integer x; 0 when v can equal no integer; -1 when unclear (no narrowing). */
+static int as_int(sqlite3_value *v, int64_t *x) {
+  switch (sqlite3_value_type(v)) {
+    case SQLITE_INTEGER: *x = sqlite3_value_int64(v); return 1;
+    case SQLITE_FLOAT: {
+      double d = sqlite3_value_double(v);
+      if (d >= -9.2e18 && d <= 9.2e18 && d == floor(d)) { *x = (int64_t)d; return 1; }
+      return 0;
+    }
+    case SQLITE_NULL: return 0;
+    case SQLITE_TEXT: {
+      const char *s = (const char *)sqlite3_value_text(v);
+      char *end;
+      if (!s) return 0;
+      while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+      double d = strtod(s, &end);
+      if (end == s) return 0;                         /* not numeric: text never equals an integer */
+      while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
+      if (*end) return 0;
+      if (d >= -9.2e18 && d <= 9.2e18 && d == floor(d)) { *x = (int64_t)d; return 1; }
+      return -1;
+    }
+    default: return 0;                                /* blobs never equal integers */
+  }
+}
+
+/* A bound from a range constraint: narrows [lo, hi]; returns 0 if the range
+** is empty (NULL operand). Only numeric operands narrow (superset otherwise). */
+static int apply_bound(sqlite3_value *v, const char *op, int64_t *lo, int64_t *hi) {
+  int t = sqlite3_value_type(v);
+  if (t == SQLITE_NULL) return 0;
+  if (t != SQLITE_INTEGER && t != SQLITE_FLOAT) return 1;
+  double d = sqlite3_value_double(v);
+  int64_t x;
+  if (t == SQLITE_INTEGER) x = sqlite3_value_int64(v);
+  else if (d > 9.2e18) x = INT64_MAX;
+  else if (d < -9.2e18) x = INT64_MIN;
+  else x = (int64_t)floor(d);
+  if (op[0] == '>') {
+    int64_t b = x;                  /* superset: cells >= floor(d) */
+    if (t == SQLITE_INTEGER && op[1] == 0 && x < INT64_MAX) b = x + 1;
+    if (b > *lo) *lo = b;
+  } else {
+    int64_t b = x;
+    if (t == SQLITE_FLOAT && d != floor(d) && x < INT64_MAX) b = x;   /* floor(d) < d */
+    if (t == SQLITE_INTEGER && op[1] == 0 && x > INT64_MIN) b = x - 1;
+    if (b < *hi) *hi = b;
+  }
+  return 1;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Collects the integer candidates of an EQ or IN value into a growing list.
+** Returns -1 when a value is unclear (the caller then ignores this constraint). */
+static int collect(sqlite3_value *v, int is_in, int64_t **list, int64_t *n, int64_t *cap) {
+  sqlite3_value *e = NULL;
+  int rc = is_in ? sqlite3_vtab_in_first(v, &e) : SQLITE_OK;
+  if (!is_in) e = v;
+  while (rc == SQLITE_OK && e) {
+    int64_t x;
+    int k = as_int(e, &x);
+    if (k < 0) return -1;
+    if (k > 0) {
+      if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        int64_t *nl = sqlite3_realloc64(*list, (uint64_t)*cap * sizeof **list);
+        if (!nl) return SQLITE_NOMEM;
+        *list = nl;
+      }
+      (*list)[(*n)++] = x;
+    }
+    if (!is_in) break;
+    rc = sqlite3_vtab_in_next(v, &e);
+  }
+  if (is_in && rc != SQLITE_DONE && rc != SQLITE_OK) return rc;
+  return SQLITE_OK;
+}
+
+static void release_window(expr_cursor *c) {
+  for (size_t i = 0; i < c->n_keys; i++) dc_chunk_release(c->chunks[i]);
+  c->n_keys = 0;
+  c->win_tile = -1;
+  c->d = NULL;
+}
+
+static void cursor_clear(expr_cursor *c) {
+  release_window(c);
+  sqlite3_free(c->list); c->list = NULL;
+  sqlite3_free(c->genes); c->genes = NULL;
+  c->n_list = 0; c->pos = 0;
+  c->n_genes_list = -1;
+  c->eof = 1;
+}
+
+/* ------------------------------------------------ walking cells */
+/* The next candidate cell at or after the current position (in range of the
+** dataset), or -1 at the end. */
+static int64_t peek_cell(expr_cursor *c, int64_t n_cells) {
+  if (c->list) {
+    while (c->pos < c->n_list && (c->list[c->pos] < 0 || c->list[c->pos] >= n_cells)) c->pos++;
+    return c->pos < c->n_list ? c->list[c->pos] : -1;
+  }
+  if (c->cur < 0) c->cur = 0;
+  if (c->cur > c->hi || c->cur >= n_cells) return -1;
+  return c->cur;
+}
+static void advance_cell(expr_cursor *c) {
+  if (c->list) {
+    int64_t was = c->list[c->pos];
+    while (c->pos < c->n_list && c->list[c->pos] == was) c->pos++;
+  } else {
+    c->cur++;
+  }
+}
+
+/* Makes sure the chunk of `cell` is in the window; fetches the chunks of the
+** tile's remaining candidates when entering a new tile. */
+static int load_cell(expr_cursor *c, int64_t cell) {
+  expr_vtab *v = (expr_vtab *)c->base.pVtab;
+  dc_reader *r = v->reader;
+  char *err = NULL;
+  int rc = SQLITE_OK;
+  int64_t t = dc_reader_tile_of(r, cell);
+  const dc_tilehead *h;
+  if (t < 0) return vt_err(v, SQLITE_CORRUPT_VTAB, "%s: cell %lld has no tile", r->what, (long long)cell);
+  if ((rc = dc_reader_head(r, (uint32_t)t, &h, &err)) != SQLITE_OK) goto out;
+  uint32_t rel = (uint32_t)(cell - r->tiles[t].first_cell);
+  uint32_t ch = dc_reader_chunk_of(h, rel);
+  if (c->win_tile == t) {
+    for (size_t i = 0; i < c->n_keys; i++) {
+      if (c->keys[i].chunk == ch) {
+        c->d = c->chunks[i];
+        c->d_cell = rel - h->hdr.chunk[ch].first_cell;
+        goto out;
+      }
+    }
+  }
+  /* a new window: the chunks of this tile that the remaining candidates need */
+  release_window(c);
+  if (c->cap_keys < h->hdr.n_chunks) {
+    size_t cap = h->hdr.n_chunks ? h->hdr.n_chunks : 1;
+    dc_chunkkey *nk = sqlite3_realloc64(c->keys, cap * sizeof *nk);
+    if (!nk) { rc = SQLITE_NOMEM; goto out; }
+    c->keys = nk;
+    dc_chunk_data **nc = sqlite3_realloc64(c->chunks, cap * sizeof *nc);
+    if (!nc) { rc = SQLITE_NOMEM; goto out; }
+    c->chunks = nc;
+    c->cap_keys = cap;
+  }
+  int64_t tile_end = r->tiles[t].first_cell + r->tiles[t].n_cells;
+  int64_t budget = v->conn->work_bytes, bytes = 0;
+  uint32_t k = ch;
+  size_t nk = 0;
+  if (c->list) {
+    for (int64_t p = c->pos; p < c->n_list && c->list[p] < tile_end; p++) {
+      uint32_t cc = dc_reader_chunk_of(h, (uint32_t)(c->list[p] - r->tiles[t].first_cell));
+      if (nk && c->keys[nk - 1].chunk == cc) continue;
+      int64_t b = (int64_t)h->hdr.chunk[cc].nnz * 8;
+      if (nk && bytes + b > budget) break;
+      bytes += b;
+      c->keys[nk].tile = (uint32_t)t; c->keys[nk].chunk = cc; nk++;
+    }
+  } else {
+    int64_t last = c->hi < tile_end - 1 ? c->hi : tile_end - 1;
+    uint32_t kl = dc_reader_chunk_of(h, (uint32_t)(last - r->tiles[t].first_cell));
+    for (; k <= kl; k++) {
+      int64_t b = (int64_t)h->hdr.chunk[k].nnz * 8;
+      if (nk && bytes + b > budget) break;
+      bytes += b;
+      c->keys[nk].tile = (uint32_t)t; c->keys[nk].chunk = k; nk++;
+    }
+  }
+  rc = dc_reader_fetch(r, c->keys, nk, c->chunks, &err);
+  dc_reader_end(r);
+  if (rc != SQLITE_OK) goto out;
+  c->n_keys = nk;
+  c->win_tile = t;
+  c->d = c->chunks[0];
+  c->d_cell = rel - h->hdr.chunk[ch].first_cell;
+out:
+  if (err) { sqlite3_free(v->base.zErrMsg); v->base.zErrMsg = err; }
+  return rc;
+}
+
+/* long form: finds the next (gene, count) of the current row at or after
+** gpos; returns 1 if found. */
+static int long_seek(expr_cursor *c) {
+  const dc_chunk_data *d = c->d;
+  int64_t a = d->indptr[c->d_cell], b = d->indptr[c->d_cell + 1];
+  if (c->n_genes_list < 0) {
+    if (a + c->gpos >= b) return 0;
+    c->row_gene = d->indices[a + c->gpos];
+    c->row_count = (uint32_t)d->values[a + c->gpos];
+    return 1;
+  }
+  while (c->gpos < c->n_genes_list) {
+    int32_t g = c->genes[c->gpos];
+    int64_t lo = a, hi = b;                 /* binary search in the sorted row */
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      if (d->indices[mid] < g) lo = mid + 1; else hi = mid;
+    }
+    if (lo < b && d->indices[lo] == g) {
+      c->row_gene = g;
+      c->row_count = (uint32_t)d->values[lo];
+      return 1;
+    }
+    c->gpos++;
+  }
+  return 0;
+}
+
+/* Moves to the next row at or after the current candidate. */
+static int settle(expr_cursor *c) {
+  expr_vtab *v = (expr_vtab *)c->base.pVtab;
+  int64_t n_cells = v->reader->n_cells;
+  for (;;) {
+    int64_t cell = peek_cell(c, n_cells);
+    if (cell < 0) { c->eof = 1; return SQLITE_OK; }
+    if (c->cell != cell || !c->d) {
+      int rc = load_cell(c, cell);
+      if (rc != SQLITE_OK) return rc;
+      c->cell = cell;
+      c->gpos = 0;
+    }
+    if (!v->long_form || long_seek(c)) return SQLITE_OK;
+    advance_cell(c);
+    c->d = NULL;
+  }
+}
+
+static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc, sqlite3_value **argv) {
+  expr_cursor *c = (expr_cursor *)cur;
+  expr_vtab *v = (expr_vtab *)cur->pVtab;
+  char *err = NULL;
+  int rc;
+  cursor_clear(c);
+  c->cell = -1;
+  if (idxNum != argc || !idxStr) return vt_err(v, SQLITE_ERROR, "%s: unknown plan", v->reader->what);
+  if ((rc = dc_reader_begin(v->reader, &err)) != SQLITE_OK) {
+    sqlite3_free(v->base.zErrMsg); v->base.zErrMsg = err;
+    return rc;
+  }
+  int64_t lo = 0, hi = INT64_MAX, n_list = 0, cap = 0, g_n = 0, g_cap = 0;
+  int64_t *list = NULL, *glist = NULL;
+  int have_list = 0, have_genes = 0, empty = 0;
+  const char *q = strcmp(idxStr, "scan") == 0 ? "" : idxStr;
+  int a = 0;
+  rc = SQLITE_OK;
+  while (*q && rc == SQLITE_OK) {
+    const char *e = strchr(q, ' ');
+    size_t len = e ? (size_t)(e - q) : strlen(q);
+    char tok[16];
+    if (len >= sizeof tok) { rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr); break; }
+    memcpy(tok, q, len); tok[len] = 0;
+    q += len; if (*q == ' ') q++;
+    if (strcmp(tok, "order") == 0) continue;
+    if (a >= argc) { rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr); break; }
+    sqlite3_value *val = argv[a++];
+    if (strcmp(tok, "cell=") == 0 || strcmp(tok, "cell-in") == 0) {
+      int64_t before = n_list;
+      int k = collect(val, tok[4] == '-', &list, &n_list, &cap);
+      if (k < 0) { n_list = before; continue; }       /* unclear: do not narrow */
+      if (k != SQLITE_OK) { rc = k; break; }
+      if (have_list) {
+        /* two cell lists (rare): keep the intersection */
+        qsort(list, (size_t)before, sizeof *list, cmp_i64);
+        int64_t m = 0;
+        for (int64_t i = before; i < n_list; i++)
+          if (bsearch(&list[i], list, (size_t)before, sizeof *list, cmp_i64)) list[before + m++] = list[i];
+        memmove(list, list + before, (size_t)m * sizeof *list);
+        n_list = m;
+      }
+      have_list = 1;
+    } else if (strcmp(tok, "gene=") == 0 || strcmp(tok, "gene-in") == 0) {
+      int64_t before = g_n;
+      int k = collect(val, tok[4] == '-', &glist, &g_n, &g_cap);
+      if (k < 0) { g_n = before; continue; }
+      if (k != SQLITE_OK) { rc = k; break; }
+      if (have_genes) {
+        qsort(glist, (size_t)before, sizeof *glist, cmp_i64);
+        int64_t m = 0;
+        for (int64_t i = before; i < g_n; i++)
+          if (bsearch(&glist[i], glist, (size_t)before, sizeof *glist, cmp_i64)) glist[before + m++] = glist[i];
+        memmove(glist, glist + before, (size_t)m * sizeof *glist);
+        g_n = m;
+      }
+      have_genes = 1;
+    } else if (tok[0] == 'c' && (strcmp(tok, "cell>") == 0 || strcmp(tok, "cell>=") == 0 ||
+                                 strcmp(tok, "cell<") == 0 || strcmp(tok, "cell<=") == 0)) {
+      if (!apply_bound(val, tok + 4, &lo, &hi)) empty = 1;
+    } else {
+      rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr);
+    }
+  }
+  if (rc == SQLITE_OK && a != argc) rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr);
+  if (rc != SQLITE_OK) { sqlite3_free(list); sqlite3_free(glist); return rc; }
+  if (have_list) {
+    qsort(list, (size_t)n_list, sizeof *list, cmp_i64);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n_list; i++)
+      if (list[i] >= lo && list[i] <= hi && (m == 0 || list[m - 1] != list[i])) list[m++] = list[i];
+    n_list = m;
+    c->list = list ? list : sqlite3_malloc64(8);
+    if (!c->list) return SQLITE_NOMEM;
+    c->n_list = n_list;
+    list = NULL;
+  }
+  sqlite3_free(list);
+  if (have_genes) {
+    qsort(glist, (size_t)g_n, sizeof *glist, cmp_i64);
+    c->genes = sqlite3_malloc64((uint64_t)(g_n ? g_n : 1) * sizeof *c->genes);
+    if (!c->genes) { sqlite3_free(glist); return SQLITE_NOMEM; }
+    int64_t m = 0;
+    for (int64_t i = 0; i < g_n; i++)
+      if (glist[i] >= 0 && glist[i] < v->reader->n_genes && (m == 0 || c->genes[m - 1] != glist[i]))
+        c->genes[m++] = (int32_t)glist[i];
+    c->n_genes_list = m;
+    if (m == 0) empty = 1;
+  }
+  sqlite3_free(glist);
+  c->lo = lo; c->hi = hi; c->cur = lo;
+  c->eof = 0;
+  if (empty) { c->eof = 1; return SQLITE_OK; }
+  rc = settle(c);
+  dc_reader_end(v->reader);
+  return rc;
+}
+
+static int expr_next(sqlite3_vtab_cursor *cur) {
+  expr_cursor *c = (expr_cursor *)cur;
+  expr_vtab *v = (expr_vtab *)cur->pVtab;
+  if (v->long_form) {
+    c->gpos++;
+    if (long_seek(c)) return SQLITE_OK;
+  }
+  advance_cell(c);
+  c->d = NULL;
+  int rc = settle(c);
+  dc_reader_end(v->reader);
+  return rc;
+}
+
+static int expr_open(sqlite3_vtab *p, sqlite3_vtab_cursor **ppCur) {
+  (void)p;
+  expr_cursor *c = sqlite3_malloc64(sizeof *c);
+  if (!c) return SQLITE_NOMEM;
+  memset(c, 0, sizeof *c);
+  c->eof = 1;
+  c->win_tile = -1;
+  c->n_genes_list = -1;
+  *ppCur = &c->base;
+  return SQLITE_OK;
+}
+static int expr_close(sqlite3_vtab_cursor *cur) {
+  expr_cursor *c = (expr_cursor *)cur;
+  cursor_clear(c);
+  sqlite3_free(c->keys);
+  sqlite3_free(c->chunks);
+  sqlite3_free(c);
+  return SQLITE_OK;
+}
+static int expr_eof(sqlite3_vtab_cursor *cur) { return ((expr_cursor *)cur)->eof; }
+
+static int expr_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
+  expr_cursor *c = (expr_cursor *)cur;
+  expr_vtab *v = (expr_vtab *)cur->pVtab;
+  if (v->long_form) {
+    switch (i) {
+      case L_CELL: sqlite3_result_int64(ctx, c->cell); break;
+      case L_GENE: sqlite3_result_int64(ctx, c->row_gene); break;
+      case L_COUNT: sqlite3_result_int64(ctx, c->row_count); break;
+    }
+    return SQLITE_OK;
+  }
+  const dc_chunk_data *d = c->d;
+  int64_t a = d->indptr[c->d_cell], b = d->indptr[c->d_cell + 1];
+  switch (i) {
+    case E_CELL: sqlite3_result_int64(ctx, c->cell); break;
+    case E_GENES: sqlite3_result_blob64(ctx, d->indices + a, (uint64_t)(b - a) * 4, SQLITE_TRANSIENT); break;
+    case E_COUNTS: sqlite3_result_blob64(ctx, d->values + a, (uint64_t)(b - a) * 4, SQLITE_TRANSIENT); break;
+  }
+  return SQLITE_OK;
+}
+
+static int expr_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *pRowid) {
+  expr_cursor *c = (expr_cursor *)cur;
+  expr_vtab *v = (expr_vtab *)cur->pVtab;
+  *pRowid = v->long_form ? c->cell * v->reader->n_genes + c->row_gene : c->cell;
+  return SQLITE_OK;
+}
+
+static sqlite3_module expr_module = {
+  3, expr_create, expr_connect, expr_best_index, expr_disconnect, expr_disconnect,
+  expr_open, expr_close, expr_filter, expr_next, expr_eof, expr_column, expr_rowid,
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+};
+static sqlite3_module exprl_module = {
+  3, exprl_create, exprl_connect, expr_best_index, expr_disconnect, expr_disconnect,
+  expr_open, expr_close, expr_filter, expr_next, expr_eof, expr_column, expr_rowid,
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+};
+
+int dc_register_expression(sqlite3 *db, dc_conn *conn) {
+  dc_conn_ref(conn);
+  int rc = sqlite3_create_module_v2(db, "deltacells_expression", &expr_module, conn, dc_conn_unref);
+  if (rc != SQLITE_OK) return rc;
+  dc_conn_ref(conn);
+  return sqlite3_create_module_v2(db, "deltacells_expression_long", &exprl_module, conn, dc_conn_unref);
+}

@@ -1,0 +1,462 @@
+/*
+** test_codec.c — round trips, edge cases, threading and corruption of the tile
+** codec (ext/codec).  Runs for each available codec.
+*/
+#include "dctest.h"
+#include "dc_testutil.h"
+
+static const int codecs[] = {DC_CODEC_ZSTD};
+#define N_CODECS (sizeof codecs / sizeof codecs[0])
+
+static int level_for(int codec, int variant) {
+  if (codec == DC_CODEC_ZSTD) return variant ? 19 : 3;
+  return variant;
+}
+
+/* Encodes m, decodes it every way, checks each against m. */
+static void roundtrip(const dct_mat *m, int codec, int level, uint32_t n_chunks, int threads) {
+  dc_csr in = dct_csr(m);
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  o.codec = codec; o.level = level; o.n_chunks = n_chunks; o.threads = threads;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  dc_error err = {0};
+  int rc = dc_tile_encode(&in, &o, &buf, &len, &err);
+  DCT_CHECKF(rc == DC_OK, "encode %s: %s", dc_codec_name(codec), err.msg);
+  if (rc) return;
+  for (int f32 = 0; f32 < 2; f32++) {
+    dct_dec d;
+    rc = dct_decode(buf, len, f32, &d, &err);
+    DCT_CHECKF(rc == DC_OK, "decode %s: %s", dc_codec_name(codec), err.msg);
+    if (rc) break;
+    DCT_CHECKF(d.hdr.codec == (uint32_t)codec, "codec %u", d.hdr.codec);
+    uint32_t want_chunks = n_chunks ? n_chunks : 8;
+    if (want_chunks > m->n_cells) want_chunks = m->n_cells;
+    DCT_CHECKF(d.hdr.n_chunks == want_chunks, "%u chunks, want %u", d.hdr.n_chunks, want_chunks);
+    DCT_CHECKF(dct_same(m, &d, f32), "%s level %d chunks %u f32 %d: mismatch", dc_codec_name(codec), level,
+               n_chunks, f32);
+    dct_dec_free(&d);
+  }
+  size_t need = dc_tile_header_need(buf, 8);
+  DCT_CHECK(need >= 32);
+  need = dc_tile_header_need(buf, need);
+  DCT_CHECK(need == 0 || need <= len);
+  if (need) DCT_CHECK(dc_tile_header_need(buf, need) == 0);
+  free(buf);
+}
+
+static void test_roundtrip_random(void) {
+  for (size_t ci = 0; ci < N_CODECS; ci++)
+    for (int t = 0; t < 12; t++) {
+      dct_mat m;
+      uint64_t seed = 1000 + (uint64_t)t;
+      uint32_t cells = 1 + (uint32_t)(dct_rng(&seed) % 300);
+      uint32_t genes = 1 + (uint32_t)(dct_rng(&seed) % 3000);
+      int kind = t % 4;
+      DCT_CHECK(dct_mat_random(&m, seed, cells, genes, 0.8, kind, 0.1, 0.02) == 0);
+      uint32_t chunks[] = {1, 3, 8, 0, 64, 256};
+      roundtrip(&m, codecs[ci], level_for(codecs[ci], t & 1), chunks[t % 6], 1 + t % 3);
+      dct_mat_free(&m);
+    }
+}
+
+static void test_roundtrip_large(void) {
+  /* a tile with many cells, wide genes, gaps >= 65536 */
+  for (size_t ci = 0; ci < N_CODECS; ci++) {
+    dct_mat m;
+    DCT_CHECK(dct_mat_random(&m, 77, 2000, 200000, 0.9, DCT_MIXED, 0.01, 0.0) == 0);
+    roundtrip(&m, codecs[ci], level_for(codecs[ci], 0), 8, 2);
+    roundtrip(&m, codecs[ci], level_for(codecs[ci], 0), 17, 0);
+    dct_mat_free(&m);
+  }
+}
+
+/* builds a matrix from a literal cell list */
+static void mat_literal(dct_mat *m, uint32_t n_cells, uint32_t n_genes, const uint32_t *cell_nnz,
+                        const uint32_t *idx, const uint32_t *val) {
+  m->n_cells = n_cells; m->n_genes = n_genes;
+  m->indptr = malloc(((size_t)n_cells + 1) * 8);
+  uint64_t k = 0;
+  m->indptr[0] = 0;
+  for (uint32_t i = 0; i < n_cells; i++) { k += cell_nnz[i]; m->indptr[i + 1] = k; }
+  m->indices = malloc(k * 4 + 4);
+  m->data = malloc(k * 4 + 4);
+  if (k) { memcpy(m->indices, idx, k * 4); memcpy(m->data, val, k * 4); }
+}
+
+static void test_edge_cases(void) {
+  for (size_t ci = 0; ci < N_CODECS; ci++) {
+    int c = codecs[ci];
+    dct_mat m;
+    /* empty tile: 0 cells */
+    mat_literal(&m, 0, 100, NULL, NULL, NULL);
+    roundtrip(&m, c, 0, 8, 1);
+    dct_mat_free(&m);
+    /* 0 genes, empty cells */
+    uint32_t zero3[3] = {0, 0, 0};
+    mat_literal(&m, 3, 0, zero3, NULL, NULL);
+    roundtrip(&m, c, 0, 8, 1);
+    dct_mat_free(&m);
+    /* one cell, one gene, extreme counts in separate tiles */
+    const uint32_t extremes[] = {1, 254, 255, 256, 65535, 65536, 4294967295u, 0};
+    for (int e = 0; e < 8; e++) {
+      uint32_t one = 1, g0 = 0;
+      mat_literal(&m, 1, 1, &one, &g0, &extremes[e]);
+      roundtrip(&m, c, 0, 8, 1);
+      dct_mat_free(&m);
+    }
+    /* counts 1, 65535, 65536, 2^32-1 and gaps at the escape edges in one cell */
+    uint32_t nn = 8;
+    uint32_t idx[8] = {0, 1, 65535, 65536, 131072, 131073, 196609, 500000};
+    uint32_t val[8] = {1, 65535, 65536, 4294967295u, 1, 255, 254, 4294967294u};
+    mat_literal(&m, 1, 500001, &nn, idx, val);
+    roundtrip(&m, c, 0, 8, 1);
+    dct_mat_free(&m);
+    /* dense cells: every gene nonzero, and empty cells between them */
+    uint32_t G = 3000, cn[4] = {G, 0, G, 0};
+    uint32_t *di = malloc(2 * G * 4), *dv = malloc(2 * G * 4);
+    for (uint32_t j = 0; j < 2 * G; j++) { di[j] = j % G; dv[j] = 1 + (j * 7919u) % 70000; }
+    mat_literal(&m, 4, G, cn, di, dv);
+    roundtrip(&m, c, 0, 2, 2);
+    roundtrip(&m, c, 0, 8, 2);
+    dct_mat_free(&m);
+    free(di); free(dv);
+    /* a single gene, many cells */
+    DCT_CHECK(dct_mat_random(&m, 5, 500, 1, 0.5, DCT_HUGE, 0.0, 0.0) == 0);
+    roundtrip(&m, c, 0, 8, 2);
+    dct_mat_free(&m);
+    /* all cells empty, many cells */
+    DCT_CHECK(dct_mat_random(&m, 6, 1000, 50, 0.5, DCT_SMALL, 1.0, 0.0) == 0);
+    roundtrip(&m, c, 0, 8, 2);
+    dct_mat_free(&m);
+  }
+}
+
+static void test_indptr_window(void) {
+  /* the tile is a window of a larger CSR: indptr[0] != 0 */
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 9, 100, 500, 0.5, DCT_MIXED, 0.1, 0.0) == 0);
+  for (size_t ci = 0; ci < N_CODECS; ci++) {
+    dct_mat w = m;
+    w.indptr = m.indptr + 30;
+    w.n_cells = 50;
+    roundtrip(&w, codecs[ci], 0, 4, 1);
+  }
+  dct_mat_free(&m);
+}
+
+static void test_bad_input(void) {
+  for (size_t ci = 0; ci < N_CODECS; ci++) {
+    dc_encode_opts o;
+    dc_encode_opts_default(&o);
+    o.codec = codecs[ci];
+    uint8_t *buf = (uint8_t *)1;
+    size_t len = 7;
+    dc_error err = {0};
+    uint64_t ip[3] = {0, 2, 4};
+    uint32_t dat[4] = {1, 2, 3, 4};
+    uint32_t unsorted[4] = {1, 1, 0, 2};
+    dc_csr in = {2, 10, ip, unsorted, dat};
+    int rc = dc_tile_encode(&in, &o, &buf, &len, &err);
+    DCT_CHECKF(rc == DC_EARG && strstr(err.msg, "cell 0"), "rc %d %s", rc, err.msg);
+    DCT_CHECK(buf == NULL && len == 0);
+    uint32_t big[4] = {0, 1, 2, 10};
+    in.indices = big;
+    rc = dc_tile_encode(&in, &o, &buf, &len, &err);
+    DCT_CHECKF(rc == DC_EARG && strstr(err.msg, "cell 1") && strstr(err.msg, "out of range"), "rc %d %s", rc, err.msg);
+    uint64_t ip_bad[3] = {0, 3, 2};
+    in.indptr = ip_bad;
+    rc = dc_tile_encode(&in, &o, &buf, &len, &err);
+    DCT_CHECKF(rc == DC_EARG, "rc %d %s", rc, err.msg);
+    o.codec = 99;
+    in.indptr = ip;
+    rc = dc_tile_encode(&in, &o, &buf, &len, &err);
+    DCT_CHECK(rc == DC_EUNSUPPORTED);
+  }
+  DCT_CHECK(dc_codec_from_name("zstd") == DC_CODEC_ZSTD && dc_codec_from_name("rans") == DC_CODEC_RANS);
+  DCT_CHECK(dc_codec_from_name("lz4") == 0 && dc_codec_name(0) == NULL);
+  DCT_CHECK(strcmp(dc_codec_name(DC_CODEC_ZSTD), "zstd") == 0);
+  DCT_CHECK(strcmp(dc_strerror(DC_ECORRUPT), "corrupt tile") == 0);
+}
+
+/* encodes a small random tile with codec c */
+static uint8_t *small_tile(int c, uint64_t seed, size_t *len, dct_mat *m, uint32_t chunks) {
+  DCT_CHECK(dct_mat_random(m, seed, 40, 400, 0.6, DCT_MIXED, 0.1, 0.02) == 0);
+  dc_csr in = dct_csr(m);
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  o.codec = c; o.level = level_for(c, 0); o.n_chunks = chunks; o.threads = 1;
+  uint8_t *buf = NULL;
+  dc_error err;
+  int rc = dc_tile_encode(&in, &o, &buf, len, &err);
+  DCT_CHECKF(rc == DC_OK, "%s", err.msg);
+  return buf;
+}
+
+static void test_corrupt_truncation(void) {
+  for (size_t ci = 0; ci < N_CODECS; ci++) {
+    dct_mat m;
+    size_t len;
+    uint8_t *buf = small_tile(codecs[ci], 42, &len, &m, 4);
+    if (!buf) { dct_mat_free(&m); continue; }
+    /* every truncation of the tile: parse or decode fails with a message */
+    for (size_t l = 0; l < len; l++) {
+      uint8_t *cut = malloc(l ? l : 1);
+      memcpy(cut, buf, l);
+      dct_dec d;
+      dc_error err = {0};
+      int rc = dct_decode(cut, l, 0, &d, &err);
+      DCT_CHECKF(rc == DC_ECORRUPT && err.msg[0], "truncation to %zu: rc %d", l, rc);
+      if (rc == DC_OK) dct_dec_free(&d);
+      free(cut);
+    }
+    /* every truncation of each chunk payload, checksums resealed so the
+    ** decoder proper meets the short payload */
+    dc_tile_hdr h;
+    dc_error err;
+    DCT_CHECK(dc_tile_parse(buf, len, &h, &err) == DC_OK);
+    for (uint32_t c = 0; c < h.n_chunks; c++) {
+      for (uint64_t l = 0; l < h.chunk[c].length; l++) {
+        size_t cut_off = (size_t)(h.chunk[c].offset + l);
+        size_t tail = len - (size_t)(h.chunk[c].offset + h.chunk[c].length);
+        size_t nl = cut_off + tail;
+        uint8_t *t = malloc(nl);
+        memcpy(t, buf, cut_off);
+        memcpy(t + cut_off, buf + h.chunk[c].offset + h.chunk[c].length, tail);
+        uint8_t *r = t + 32 + 24 * c;          /* chunk record: length at +16 */
+        uint64_t nlen = l;
+        memcpy(r + 16, &nlen, 8);
+        dct_reseal(t, nl);
+        dct_dec d;
+        int rc = dct_decode(t, nl, 0, &d, &err);
+        DCT_CHECKF(rc == DC_ECORRUPT && err.msg[0], "chunk %u cut to %llu: rc %d", c, (unsigned long long)l, rc);
+        if (rc == DC_OK) dct_dec_free(&d);
+        free(t);
+      }
+    }
+    free(buf);
+    dct_mat_free(&m);
+  }
+}
+
+static void test_corrupt_flips(void) {
+  for (size_t ci = 0; ci < N_CODECS; ci++) {
+    dct_mat m;
+    size_t len;
+    uint8_t *buf = small_tile(codecs[ci], 43, &len, &m, 3);
+    if (!buf) { dct_mat_free(&m); continue; }
+    uint64_t s = 99;
+    int detected = 0, resealed_ok = 0;
+    for (int t = 0; t < 3000; t++) {
+      uint8_t *x = malloc(len);
+      memcpy(x, buf, len);
+      int nflip = 1 + (int)(dct_rng(&s) % 4);
+      for (int f = 0; f < nflip; f++) x[dct_rng(&s) % len] ^= (uint8_t)(1u << (dct_rng(&s) % 8));
+      if (memcmp(x, buf, len) == 0) { free(x); continue; }
+      dct_dec d;
+      dc_error err = {0};
+      int rc = dct_decode(x, len, t & 1, &d, &err);
+      /* with checksums intact every flip is detected */
+      DCT_CHECKF(rc != DC_OK && err.msg[0], "flip trial %d went undetected", t);
+      if (rc != DC_OK) detected++; else dct_dec_free(&d);
+      /* resealed: the decoder proper must fail cleanly or decode something */
+      dct_reseal(x, len);
+      rc = dct_decode(x, len, t & 1, &d, &err);
+      if (rc == DC_OK) { resealed_ok++; dct_dec_free(&d); }
+      else DCT_CHECKF(err.msg[0] != 0, "trial %d: error %d without message", t, rc);
+      free(x);
+    }
+    DCT_CHECK(detected > 2900);
+    free(buf);
+    dct_mat_free(&m);
+  }
+}
+
+static void test_header_errors(void) {
+  dct_mat m;
+  size_t len;
+  uint8_t *buf = small_tile(DC_CODEC_ZSTD, 44, &len, &m, 4);
+  if (!buf) { dct_mat_free(&m); return; }
+  dc_tile_hdr h;
+  dc_error err;
+  uint8_t *x = malloc(len);
+  /* bad magic */
+  memcpy(x, buf, len); x[0] ^= 1; dct_reseal(x, len);
+  DCT_CHECK(dc_tile_parse(x, len, &h, &err) == DC_ECORRUPT && strstr(err.msg, "magic"));
+  /* version */
+  memcpy(x, buf, len); x[4] = 9; dct_reseal(x, len);
+  DCT_CHECK(dc_tile_parse(x, len, &h, &err) == DC_EUNSUPPORTED && strstr(err.msg, "version"));
+  /* codec id */
+  memcpy(x, buf, len); x[6] = 77; dct_reseal(x, len);
+  DCT_CHECK(dc_tile_parse(x, len, &h, &err) == DC_EUNSUPPORTED && strstr(err.msg, "codec"));
+  /* chunk count too large */
+  memcpy(x, buf, len); x[25] = 9; dct_reseal(x, len);
+  DCT_CHECK(dc_tile_parse(x, len, &h, &err) == DC_ECORRUPT);
+  /* header checksum */
+  memcpy(x, buf, len); x[10] ^= 4;
+  DCT_CHECK(dc_tile_parse(x, len, &h, &err) == DC_ECORRUPT && strstr(err.msg, "checksum"));
+  /* chunk checksum */
+  memcpy(x, buf, len); x[len - 1] ^= 4;
+  DCT_CHECK(dc_tile_parse(x, len, &h, &err) == DC_OK);
+  int64_t ip[41]; int32_t ix[4000], vv[4000];
+  dc_out out = {ip, ix, vv, 0};
+  dc_decoder *d = dc_decoder_new();
+  DCT_CHECK(dc_chunk_decode(d, x, len, &h, h.n_chunks - 1, &out, &err) == DC_ECORRUPT &&
+            strstr(err.msg, "checksum"));
+  DCT_CHECK(dc_chunk_decode(d, x, len, &h, h.n_chunks, &out, &err) == DC_EARG);
+  /* nnz of a chunk moved between chunks: totals agree, decoding must notice */
+  memcpy(x, buf, len);
+  uint64_t n0, n1;
+  memcpy(&n0, x + 32 + 8, 8); memcpy(&n1, x + 32 + 24 + 8, 8);
+  if (n1 > 0) { n0++; n1--; memcpy(x + 32 + 8, &n0, 8); memcpy(x + 32 + 24 + 8, &n1, 8); }
+  dct_reseal(x, len);
+  DCT_CHECK(dc_tile_parse(x, len, &h, &err) == DC_OK);
+  DCT_CHECK(dc_chunk_decode(d, x, len, &h, 0, &out, &err) == DC_ECORRUPT);
+  dc_decoder_free(d);
+  free(x);
+  free(buf);
+  dct_mat_free(&m);
+}
+
+/* decode through the pool, only the chunks holding some cells, then gather */
+static void test_pool_subset_gather(void) {
+  for (size_t ci = 0; ci < N_CODECS; ci++) {
+    dct_mat m;
+    DCT_CHECK(dct_mat_random(&m, 123, 700, 2000, 0.7, DCT_MIXED, 0.05, 0.01) == 0);
+    dc_csr in = dct_csr(&m);
+    dc_encode_opts o;
+    dc_encode_opts_default(&o);
+    o.codec = codecs[ci]; o.level = level_for(codecs[ci], 0); o.n_chunks = 16; o.threads = 2;
+    uint8_t *buf; size_t len; dc_error err;
+    DCT_CHECK(dc_tile_encode(&in, &o, &buf, &len, &err) == DC_OK);
+    dc_tile_hdr h;
+    DCT_CHECK(dc_tile_parse(buf, len, &h, &err) == DC_OK);
+    uint64_t nnz = h.nnz;
+    int64_t *ip = malloc((h.n_cells + 1) * 8);
+    int32_t *ix = malloc(nnz * 4 + 4), *vv = malloc(nnz * 4 + 4);
+    for (int nt = 1; nt <= 4; nt++) {
+      dc_pool *p = dc_pool_new(nt);
+      DCT_CHECK(p && dc_pool_size(p) == nt);
+      /* requested cells: a few, random, with repeats */
+      uint32_t want[50];
+      uint64_t s = 7 + (uint64_t)nt;
+      for (int i = 0; i < 50; i++) want[i] = (uint32_t)(dct_rng(&s) % 300);
+      want[7] = want[3];
+      uint32_t chunks[DC_MAX_CHUNKS];
+      uint32_t k = dc_chunks_for_cells(&h, want, 50, chunks);
+      DCT_CHECK(k >= 1 && k < h.n_chunks);
+      for (uint32_t i = 1; i < k; i++) DCT_CHECK(chunks[i] > chunks[i - 1]);
+      dc_job jobs[DC_MAX_CHUNKS];
+      memset(ip, 0xff, (h.n_cells + 1) * 8);
+      for (uint32_t i = 0; i < k; i++) {
+        jobs[i] = (dc_job){buf, len, &h, chunks[i], {ip, ix, vv, 0}, -1, {0, {0}}};
+      }
+      DCT_CHECK(dc_pool_decode(p, jobs, k) == DC_OK);
+      for (uint32_t i = 0; i < k; i++) DCT_CHECK(jobs[i].rc == DC_OK);
+      /* gather in the requested order, twice from the same tile */
+      dc_decoded src = {h.n_cells, ip, ix, vv};
+      uint32_t tiles[50] = {0};
+      uint64_t gn = dc_gather_nnz(&src, tiles, want, 50);
+      uint64_t exp = 0;
+      for (int i = 0; i < 50; i++) exp += m.indptr[want[i] + 1] - m.indptr[want[i]];
+      DCT_CHECK(gn == exp);
+      int64_t gip[51];
+      int32_t *gix = malloc(gn * 4 + 4), *gvv = malloc(gn * 4 + 4);
+      dc_gather(p, &src, tiles, want, 50, gip, gix, gvv);
+      DCT_CHECK(gip[0] == 0 && (uint64_t)gip[50] == gn);
+      for (int i = 0; i < 50; i++) {
+        uint64_t a = m.indptr[want[i]], n = m.indptr[want[i] + 1] - a;
+        DCT_CHECK((uint64_t)(gip[i + 1] - gip[i]) == n);
+        for (uint64_t j = 0; j < n; j++) {
+          DCT_CHECK((uint32_t)gix[gip[i] + j] == m.indices[a + j]);
+          DCT_CHECK((uint32_t)gvv[gip[i] + j] == m.data[a + j]);
+        }
+      }
+      free(gix); free(gvv);
+      /* the whole tile through the pool, float32 */
+      float *vf = malloc(nnz * 4 + 4);
+      dc_job all[DC_MAX_CHUNKS];
+      for (uint32_t c = 0; c < h.n_chunks; c++)
+        all[c] = (dc_job){buf, len, &h, c, {ip, ix, vf, 1}, -1, {0, {0}}};
+      DCT_CHECK(dc_pool_decode(p, all, h.n_chunks) == DC_OK);
+      dct_dec dd = {ip, ix, vf, h};
+      DCT_CHECK(dct_same(&m, &dd, 1));
+      free(vf);
+      /* a corrupt chunk among good ones: its job reports, others succeed */
+      uint8_t *x = malloc(len);
+      memcpy(x, buf, len);
+      x[h.chunk[2].offset + h.chunk[2].length / 2] ^= 0x10;
+      for (uint32_t c = 0; c < h.n_chunks; c++)
+        all[c] = (dc_job){x, len, &h, c, {ip, ix, vv, 0}, -1, {0, {0}}};
+      DCT_CHECK(dc_pool_decode(p, all, h.n_chunks) == DC_ECORRUPT);
+      DCT_CHECK(all[2].rc == DC_ECORRUPT && strstr(all[2].err.msg, "chunk 2"));
+      DCT_CHECK(all[0].rc == DC_OK && all[3].rc == DC_OK);
+      free(x);
+      dc_pool_free(p);
+    }
+    DCT_CHECK(dc_chunk_of_cell(&h, 0) == 0);
+    DCT_CHECK(dc_chunk_of_cell(&h, h.n_cells - 1) == (int)h.n_chunks - 1);
+    DCT_CHECK(dc_chunk_of_cell(&h, h.n_cells) == -1);
+    for (uint32_t c = 0; c < h.n_chunks; c++) {
+      DCT_CHECK(dc_chunk_of_cell(&h, h.chunk[c].first_cell) == (int)c);
+      DCT_CHECK(dc_chunk_of_cell(&h, h.chunk[c].first_cell + h.chunk[c].n_cells - 1) == (int)c);
+    }
+    free(ip); free(ix); free(vv); free(buf);
+    dct_mat_free(&m);
+  }
+}
+
+static void count_item(void *arg, size_t i) {
+  __atomic_fetch_add(&((uint64_t *)arg)[i % 4], i + 1, __ATOMIC_RELAXED);
+}
+static void nested_item(void *arg, size_t i) {
+  (void)i;
+  dc_pool *p = *(dc_pool **)arg;
+  uint64_t sum[4] = {0};
+  dc_pool_for(p, 10, count_item, sum);   /* nested: runs serially, no deadlock */
+  __atomic_fetch_add((uint64_t *)((dc_pool **)arg + 1), sum[0] + sum[1] + sum[2] + sum[3], __ATOMIC_RELAXED);
+}
+
+static void test_pool_for(void) {
+  for (int nt = 0; nt <= 3; nt++) {
+    dc_pool *p = dc_pool_new(nt);
+    DCT_CHECK(p != NULL && dc_pool_size(p) >= 1);
+    for (int rep = 0; rep < 50; rep++) {
+      uint64_t sum[4] = {0};
+      size_t n = (size_t)rep * 7;
+      dc_pool_for(p, n, count_item, sum);
+      DCT_CHECK(sum[0] + sum[1] + sum[2] + sum[3] == (uint64_t)n * (n + 1) / 2);
+    }
+    void *ctx[2] = {p, (void *)0};
+    dc_pool_for(p, 5, nested_item, ctx);
+    DCT_CHECK((uint64_t)(uintptr_t)ctx[1] == 5 * 55);
+    dc_pool_free(p);
+  }
+  uint64_t sum[4] = {0};
+  dc_pool_for(NULL, 10, count_item, sum);
+  DCT_CHECK(sum[0] + sum[1] + sum[2] + sum[3] == 55);
+}
+
+static void test_checksum(void) {
+  const char *s = "deltacells";
+  uint32_t a = dc_checksum(s, 10), b = dc_checksum(s, 9);
+  DCT_CHECK(a != b);
+  DCT_CHECK(dc_checksum(s, 10) == a);
+  DCT_CHECK(dc_checksum(NULL, 0) == dc_checksum(s, 0));
+}
+
+int main(void) {
+  DCT_RUN(test_checksum);
+  DCT_RUN(test_pool_for);
+  DCT_RUN(test_roundtrip_random);
+  DCT_RUN(test_roundtrip_large);
+  DCT_RUN(test_edge_cases);
+  DCT_RUN(test_indptr_window);
+  DCT_RUN(test_bad_input);
+  DCT_RUN(test_header_errors);
+  DCT_RUN(test_corrupt_truncation);
+  DCT_RUN(test_corrupt_flips);
+  DCT_RUN(test_pool_subset_gather);
+  return dct_done();
+}

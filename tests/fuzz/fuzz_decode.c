@@ -1,0 +1,98 @@
+/*
+** fuzz_decode.c — libFuzzer target: arbitrary bytes into dc_tile_parse and the
+** chunk decoders.  The first input byte picks a mode:
+**   0x00-0x3f  the rest is a tile, decoded as is (checksums guard the payload);
+**   0x40-0x7f  the rest is a tile whose checksums are recomputed first, so the
+**              decoder proper meets the mutated payload;
+**   0x80-0xff  the next 9 bytes are parameters of a valid random tile (any
+**              codec, chunk count, count distribution), then 3-byte edits
+**              (offset u16, xor u8) are applied and the checksums recomputed.
+**              With no edits the decode must round-trip exactly (else abort).
+** Any decode either succeeds or returns an error with a message; ASan/UBSan
+** and libFuzzer's timeout catch out-of-bounds accesses and endless loops.
+*/
+#include "../c/dc_testutil.h"
+#include <stdio.h>
+
+static dc_decoder *dec;
+
+static void decode_all(const uint8_t *buf, size_t len, int f32, const dct_mat *check) {
+  dc_tile_hdr h;
+  dc_error err;
+  int rc = dc_tile_parse(buf, len, &h, &err);
+  if (rc != DC_OK) {
+    if (!err.msg[0]) abort();
+    if (check) abort();
+    return;
+  }
+  if (h.nnz > (1u << 22) || h.n_cells > (1u << 20)) return;   /* the caller's allocation cap */
+  int64_t *ip = malloc(((size_t)h.n_cells + 1) * sizeof *ip);
+  int32_t *ix = malloc((size_t)h.nnz * 4 + 4);
+  int32_t *vv = malloc((size_t)h.nnz * 4 + 4);
+  if (!ip || !ix || !vv) abort();
+  dc_out out = {ip, ix, vv, f32};
+  ip[0] = 0;
+  int ok = 1;
+  /* chunks in reverse order, as a pool may run them */
+  for (uint32_t c = h.n_chunks; c-- > 0;) {
+    rc = dc_chunk_decode(dec, buf, len, &h, c, &out, &err);
+    if (rc != DC_OK) {
+      if (!err.msg[0] || rc == DC_EARG) abort();
+      ok = 0;
+    }
+  }
+  if (check) {
+    dct_dec d = {ip, ix, vv, h};
+    if (!ok || !dct_same(check, &d, f32)) {
+      fprintf(stderr, "round trip mismatch\n");
+      abort();
+    }
+  }
+  free(ip); free(ix); free(vv);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (!dec) dec = dc_decoder_new();
+  if (size < 1) return 0;
+  uint8_t mode = data[0];
+  if (mode < 0x80) {
+    uint8_t *buf = malloc(size);
+    memcpy(buf, data + 1, size - 1);
+    if (mode >= 0x40) dct_reseal(buf, size - 1);
+    decode_all(buf, size - 1, mode & 1, NULL);
+    free(buf);
+    return 0;
+  }
+  if (size < 10) return 0;
+  const uint8_t *b = data + 1;
+  static const int codecs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD};
+  dct_mat m;
+  uint32_t cells = b[0] % 65, genes = 1 + (uint32_t)((b[1] | b[2] << 8) % 3000);
+  int codec = codecs[b[3] & 1];
+  uint32_t chunks = b[4] % 12;
+  int kind = b[5] % 4;
+  double p0 = (1 + b[6] % 16) / 16.0;
+  uint64_t seed = b[7];
+  int level = b[8] % 3;
+  if (dct_mat_random(&m, seed, cells, genes, p0, kind, (b[3] >> 4) / 32.0, (b[3] >> 1 & 3) / 16.0)) abort();
+  dc_csr in = dct_csr(&m);
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  o.codec = codec; o.level = codec == DC_CODEC_ZSTD ? level + 1 : level; o.n_chunks = chunks; o.threads = 1;
+  uint8_t *tile = NULL;
+  size_t len = 0;
+  dc_error err;
+  int rc = dc_tile_encode(&in, &o, &tile, &len, &err);
+  if (rc == DC_EUNSUPPORTED) { dct_mat_free(&m); return 0; }   /* codec not in this build */
+  if (rc != DC_OK) abort();
+  size_t n_edits = (size - 10) / 3;
+  for (size_t e = 0; e < n_edits && len; e++) {
+    const uint8_t *x = data + 10 + 3 * e;
+    tile[(x[0] | (size_t)x[1] << 8) % len] ^= x[2];
+  }
+  if (n_edits) dct_reseal(tile, len);
+  decode_all(tile, len, b[8] >> 7, n_edits ? NULL : &m);
+  free(tile);
+  dct_mat_free(&m);
+  return 0;
+}

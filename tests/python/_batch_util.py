@@ -1,0 +1,141 @@
+"""Helpers of the dc_batch / expression / tiles tests: datasets made by the converter
+(scripts/gen_h5ad.py + build/deltacells convert), connections with the extension loaded,
+and the reference matrix (anndata's X in the dataset's gene numbering)."""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL = ROOT.parent / "shared" / "data" / "real"
+CONVERTER = ROOT / "build" / "deltacells"
+EXTENSION = ROOT / "build" / "deltacells.so"
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+REAL_FILES = ["fhil_pbmc3k.h5ad", "mudan_sorted_pbmc_reference.h5ad", "pisces_pbmc1k.h5ad",
+              "scanpy_10x10k_subset.h5ad", "soupx_pbmc4k_subset.h5ad"]
+
+
+def need_build():
+    missing = [str(p) for p in (CONVERTER, EXTENSION) if not p.exists()]
+    if missing:
+        pytest.fail("not built: " + ", ".join(missing) + " (run make)")
+
+
+def connect(db, **kw):
+    con = sqlite3.connect(str(db), **kw)
+    con.enable_load_extension(True)
+    con.execute("SELECT load_extension(?, 'sqlite3_deltacells_init')", (str(EXTENSION),))
+    con.enable_load_extension(False)
+    return con
+
+
+def convert(h5, db, tile_cells=None, extra=()):
+    need_build()
+    cmd = [str(CONVERTER), "convert", str(h5), "-o", str(db), "--quiet", "--force"]
+    if tile_cells:
+        cmd += ["--tile-cells", str(tile_cells)]
+    cmd += list(extra)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"convert {h5} failed: {r.stderr}")
+    return Path(db)
+
+
+def generated(out_dir, cells, genes, seed, tile_cells):
+    """A generated h5ad and its dataset (cached in out_dir)."""
+    need_build()
+    out_dir = Path(out_dir)
+    h5 = out_dir / f"gen_{cells}_{genes}_{seed}.h5ad"
+    db = out_dir / f"gen_{cells}_{genes}_{seed}_{tile_cells}.dcdb"
+    if not h5.exists():
+        subprocess.run([PY, str(ROOT / "scripts" / "gen_h5ad.py"), "--cells", str(cells), "--genes",
+                        str(genes), "--seed", str(seed), "-o", str(h5)], check=True, timeout=600,
+                       capture_output=True)
+    if not db.exists():
+        convert(h5, db, tile_cells)
+    return h5, db
+
+
+def real_file(name):
+    p = REAL / name
+    if not p.exists():
+        pytest.skip(f"real data not present: {p}")
+    return p
+
+
+def reference_matrix(h5, db):
+    """anndata's X of h5 as int64 CSR with columns in the dataset's gene numbering."""
+    import anndata
+    con = sqlite3.connect(str(db))
+    sources = json.loads(con.execute("SELECT value FROM dc_meta WHERE key = 'sources'").fetchone()[0])
+    names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")]
+    con.close()
+    ad = anndata.read_h5ad(str(h5))
+    matrix = sources[0].get("matrix", "X")
+    if matrix == "X":
+        X, var_names = ad.X, ad.var_names
+    elif matrix == "raw/X":
+        X, var_names = ad.raw.X, ad.raw.var_names
+    else:
+        X, var_names = ad.layers[matrix.split("/", 1)[1]], ad.var_names
+    X = sp.csr_matrix(X)
+    assert np.all(X.data == np.round(X.data)), "reference counts are not whole numbers"
+    X = X.astype(np.int64)
+    pos = {}
+    for i, n in enumerate(var_names):
+        pos.setdefault(n, []).append(i)
+    # duplicated var names keep their relative order in the dataset's numbering
+    used = {}
+    perm = np.empty(len(names), dtype=np.int64)
+    for g, n in enumerate(names):
+        k = used.get(n, 0)
+        perm[g] = pos[n][k]
+        used[n] = k + 1
+    Xd = X[:, perm].tocsr()
+    Xd.sort_indices()
+    Xd.eliminate_zeros()
+    return Xd
+
+
+def ids_blob(ids):
+    return np.asarray(ids, dtype="<i8").tobytes()
+
+
+def batch(con, cells, genes=None, schema=None):
+    """dc_batch(cells[, genes]) -> (cell_ids, csr, n_genes)."""
+    fn = f"{schema}.dc_batch" if schema else "dc_batch"
+    if genes is None:
+        row = con.execute(f"SELECT n_cells, n_genes, cell_ids, indptr, indices, data FROM {fn}(?)",
+                          (cells,)).fetchone()
+    else:
+        row = con.execute(f"SELECT n_cells, n_genes, cell_ids, indptr, indices, data FROM {fn}(?, ?)",
+                          (cells, genes)).fetchone()
+    n, g, cid, ip, ix, dv = row
+    ip = np.frombuffer(ip, "<i8")
+    ix = np.frombuffer(ix, "<i4")
+    dv = np.frombuffer(dv, "<i4")
+    assert len(ip) == n + 1 and ip[0] == 0 and ip[-1] == len(ix) == len(dv)
+    assert np.all(np.diff(ip) >= 0)
+    m = sp.csr_matrix((dv.astype(np.int64), ix, ip), shape=(n, g))
+    return np.frombuffer(cid, "<i8"), m, g
+
+
+def assert_csr_equal(got, ref):
+    ref = sp.csr_matrix(ref)
+    ref.sort_indices()
+    assert got.shape == ref.shape
+    assert np.array_equal(got.indptr, ref.indptr)
+    assert np.array_equal(got.indices, ref.indices)
+    assert np.array_equal(got.data, ref.data)
+    # indices strictly increasing within every row
+    if got.nnz > 1:
+        step = np.diff(got.indices.astype(np.int64))
+        first = np.zeros(got.nnz, dtype=bool)
+        first[got.indptr[:-1][got.indptr[:-1] < got.nnz]] = True
+        assert np.all(step[~first[1:]] > 0)

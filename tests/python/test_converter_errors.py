@@ -1,0 +1,374 @@
+"""Bad input, an existing output, interruption and a full disk: a clear message, a
+non-zero exit, no partial dataset, no stray temporary file, an existing OUT intact.
+Also the other commands: info, obs info, verify (on damaged datasets), --help."""
+import json
+import os
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+import warnings
+
+import anndata as ad
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from _converter_util import CONVERTER, GEN, PY, Dataset, convert, need_converter, run
+
+warnings.filterwarnings("ignore")
+
+
+def small(tmp_path, name="ok.h5ad", n=40, g=12, csc=False):
+    rng = np.random.default_rng(0)
+    m = (rng.integers(1, 9, (n, g)) * (rng.random((n, g)) < 0.4)).astype(np.int32)
+    X = sp.csc_matrix(m) if csc else sp.csr_matrix(m)
+    a = ad.AnnData(X=X, obs=pd.DataFrame({"ct": pd.Categorical(["a", "b"] * (n // 2))},
+                                         index=[f"c{i}" for i in range(n)]),
+                   var=pd.DataFrame(index=[f"G{i}" for i in range(g)]), dtype=np.int32)
+    p = tmp_path / name
+    a.write_h5ad(p)
+    return p
+
+
+def leftovers(d):
+    """Temporary files the converter may have left in d."""
+    return [f for f in os.listdir(d) if ".tmp-" in f or "spool" in f or f.endswith("-journal")]
+
+
+def fails(tmp_path, inp, *words, opts=()):
+    out = tmp_path / "out.dcdb"
+    r = convert(inp, out, *opts, check=False)
+    assert r.returncode == 1, r.stderr
+    for w in words:
+        assert w in r.stderr, f"{w!r} not in {r.stderr!r}"
+    assert r.stderr.startswith("deltacells: ") and len(r.stderr.strip().splitlines()) <= 3
+    assert not out.exists()
+    assert not leftovers(tmp_path)
+    return r.stderr
+
+
+def edit(p, fn):
+    with h5py.File(p, "r+") as f:
+        fn(f)
+
+
+def test_nonexistent_file(tmp_path):
+    fails(tmp_path, tmp_path / "nope.h5ad", "nope.h5ad", "No such file")
+
+
+def test_directory_input(tmp_path):
+    d = tmp_path / "dir.h5ad"
+    d.mkdir()
+    fails(tmp_path, d, "is a directory")
+
+
+def test_not_hdf5(tmp_path):
+    p = tmp_path / "text.h5ad"
+    p.write_text("hello, not HDF5\n" * 100)
+    fails(tmp_path, p, "text.h5ad", "not an HDF5 file")
+
+
+def test_hdf5_but_not_h5ad(tmp_path):
+    p = tmp_path / "plain.h5"
+    with h5py.File(p, "w") as f:
+        f["foo"] = np.arange(10)
+    fails(tmp_path, p, "plain.h5", "no 'obs'", "not an h5ad file")
+
+
+def test_truncated_file(tmp_path):
+    p = small(tmp_path)
+    data = p.read_bytes()
+    for frac in (0.3, 0.6, 0.9):
+        t = tmp_path / "trunc.h5ad"
+        t.write_bytes(data[:int(len(data) * frac)])
+        fails(tmp_path, t, "trunc.h5ad")
+
+
+def test_missing_x(tmp_path):
+    p = small(tmp_path)
+    edit(p, lambda f: f.__delitem__("X"))
+    fails(tmp_path, p, "no X", "--layer")
+
+
+def test_mismatched_shapes(tmp_path):
+    p = small(tmp_path)
+    edit(p, lambda f: f["X"].attrs.__setitem__("shape", np.array([41, 12])))
+    fails(tmp_path, p, "X", "41", "indptr")
+    p = small(tmp_path, "b.h5ad")
+
+    def more_genes(f):
+        f["X"].attrs["shape"] = np.array([40, 13])
+    edit(p, more_genes)
+    fails(tmp_path, p, "shape 40 x 13", "var has 12")
+
+
+def test_data_indices_lengths_differ(tmp_path):
+    p = small(tmp_path)
+
+    def cut(f):
+        d = f["X/data"][:-1]
+        del f["X/data"]
+        f["X/data"] = d
+    edit(p, cut)
+    fails(tmp_path, p, "data has", "indices")
+
+
+def test_gene_index_out_of_range(tmp_path):
+    p = small(tmp_path)
+
+    def bad(f):
+        ind = f["X/indices"][:]
+        ptr = f["X/indptr"][:]
+        row = int(np.argmax(np.diff(ptr) > 0))
+        ind[ptr[row + 1] - 1] = 12
+        f["X/indices"][:] = ind
+    edit(p, bad)
+    fails(tmp_path, p, "gene index 12, out of range 0..11")
+
+
+def test_negative_gene_index(tmp_path):
+    p = small(tmp_path)
+    edit(p, lambda f: f["X/indices"].__setitem__(0, -3))
+    fails(tmp_path, p, "gene index -3")
+
+
+def test_unsorted_gene_indices(tmp_path):
+    p = small(tmp_path)
+
+    def bad(f):
+        ind = f["X/indices"][:]
+        ptr = f["X/indptr"][:]
+        row = int(np.argmax(np.diff(ptr) >= 2))
+        a = ptr[row]
+        ind[a], ind[a + 1] = ind[a + 1], ind[a]
+        f["X/indices"][:] = ind
+    edit(p, bad)
+    fails(tmp_path, p, "are not sorted", "sort_indices")
+
+
+def test_csc_cell_index_out_of_range(tmp_path):
+    p = small(tmp_path, csc=True)
+    edit(p, lambda f: f["X/indices"].__setitem__(0, 40))
+    fails(tmp_path, p, "cell index 40, out of range")
+
+
+def test_negative_and_fractional_counts(tmp_path):
+    p = small(tmp_path)
+    edit(p, lambda f: f["X/data"].__setitem__(3, -2))
+    fails(tmp_path, p, "negative value")
+    m = sp.csr_matrix(np.array([[0, 1.5], [2, 0]], dtype=np.float32))
+    a = ad.AnnData(X=m, obs=pd.DataFrame(index=["x", "y"]), var=pd.DataFrame(index=["A", "B"]))
+    q = tmp_path / "frac.h5ad"
+    a.write_h5ad(q)
+    fails(tmp_path, q, "cell 'x' (row 0), gene 'B' (column 1): value 1.5 is not an integer count",
+          "--layer counts", "--raw")
+
+
+def test_category_code_out_of_range(tmp_path):
+    p = small(tmp_path)
+    edit(p, lambda f: f["obs/ct/codes"].__setitem__(5, 7))
+    fails(tmp_path, p, "column ct", "code 7 of row 5")
+
+
+def test_obs_column_wrong_length(tmp_path):
+    p = small(tmp_path)
+
+    def bad(f):
+        del f["obs/ct"]
+        f["obs/ct"] = np.arange(39)
+    edit(p, bad)
+    fails(tmp_path, p, "obs/ct", "39 values", "40 rows")
+
+
+def test_bad_input_among_several_keeps_out(tmp_path):
+    good = small(tmp_path)
+    out = tmp_path / "out.dcdb"
+    convert(good, out)
+    before = out.read_bytes()
+    bad = tmp_path / "bad.h5ad"
+    bad.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 100)
+    r = convert([good, bad], out, "--force", check=False)
+    assert r.returncode == 1 and "bad.h5ad" in r.stderr
+    assert out.read_bytes() == before
+    assert not leftovers(tmp_path)
+
+
+def test_force_semantics(tmp_path):
+    p = small(tmp_path)
+    out = tmp_path / "out.dcdb"
+    out.write_bytes(b"precious")
+    r = convert(p, out, check=False)
+    assert r.returncode == 1 and "exists" in r.stderr and "--force" in r.stderr
+    assert out.read_bytes() == b"precious"
+    convert(p, out, "--force")
+    ds = Dataset(out)
+    assert ds.n_cells == 40
+    ds.close()
+    d = tmp_path / "adir.dcdb"
+    d.mkdir()
+    r = convert(p, d, "--force", check=False)
+    assert r.returncode == 1 and "is a directory" in r.stderr
+    r = convert(p, p, "--force", check=False)
+    assert r.returncode == 1 and "replace an input" in r.stderr
+    assert not leftovers(tmp_path)
+
+
+def slow_input(tmp_path):
+    p = tmp_path / "big.h5ad"
+    subprocess.run([PY, GEN, "--cells", "12000", "--genes", "3000", "--seed", "5", "-o", p], check=True,
+                   capture_output=True)
+    return p
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_conversion(tmp_path, sig):
+    need_converter()
+    p = slow_input(tmp_path)
+    out = tmp_path / "out.dcdb"
+    out.write_bytes(b"the previous dataset")
+    # slow settings, so that the signal comes mid-way through writing tiles
+    proc = subprocess.Popen([CONVERTER, "convert", p, "-o", out, "--force", "--quiet", "--codec", "zstd",
+                             "--level", "19", "--threads", "1", "--tile-cells", "500"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while not [f for f in os.listdir(tmp_path) if ".tmp-" in f] and time.time() - t0 < 60:
+        time.sleep(0.02)
+        assert proc.poll() is None, proc.stderr.read()
+    time.sleep(0.3)
+    assert proc.poll() is None, "conversion finished before the signal; make it slower"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert out.read_bytes() == b"the previous dataset"
+    assert not leftovers(tmp_path)
+
+
+def test_full_disk_file_size_limit(tmp_path):
+    need_converter()
+    p = small(tmp_path, n=3000, g=400)
+    out = tmp_path / "out.dcdb"
+    out.write_bytes(b"old")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+    r = subprocess.run([CONVERTER, "convert", p, "-o", out, "--force", "--quiet"], capture_output=True, text=True,
+                       preexec_fn=limit)
+    assert r.returncode == 1, r.stderr
+    assert "out.dcdb" in r.stderr and ("disk full" in r.stderr or "I/O error" in r.stderr or "large" in r.stderr)
+    assert out.read_bytes() == b"old"
+    assert not leftovers(tmp_path)
+
+
+def test_full_disk_tmpfs(tmp_path):
+    need_converter()
+    mnt = tmp_path / "small_fs"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", mnt],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        p = small(tmp_path, n=3000, g=400)
+        out = mnt / "out.dcdb"
+        out.write_bytes(b"old")
+        r = convert(p, out, "--force", check=False)
+        assert r.returncode == 1 and "disk full" in r.stderr, r.stderr
+        assert out.read_bytes() == b"old"
+        assert not leftovers(mnt)
+    finally:
+        subprocess.run(["umount", mnt], check=False)
+
+
+def test_usage_errors():
+    need_converter()
+    for args, word in [(["convert"], "at least one input"), (["convert", "x.h5ad"], "-o OUT.dcdb"),
+                       (["convert", "x.h5ad", "-o", "y", "--chunks", "0"], "--chunks"),
+                       (["convert", "x.h5ad", "-o", "y", "--tile-cells", "abc"], "--tile-cells"),
+                       (["convert", "x.h5ad", "-o", "y", "--codec", "lzma"], "unknown codec"),
+                       (["convert", "x.h5ad", "-o", "y", "--raw", "--layer", "counts"], "exclude"),
+                       (["convert", "x.h5ad", "-o", "y", "--bogus"], "unknown option --bogus"),
+                       (["frobnicate"], "unknown command"), ([], "which command")]:
+        r = subprocess.run([CONVERTER, *args], capture_output=True, text=True)
+        assert r.returncode == 2 and word in r.stderr, (args, r.stderr)
+
+
+def test_help():
+    need_converter()
+    for args, word in [(["--help"], "convert IN.h5ad"), (["convert", "--help"], "--tile-cells"),
+                       (["convert", "--help"], "Memory:"), (["info", "--help"], "--json"),
+                       (["obs", "info", "--help"], "per obs column"), (["obs", "--help"], "per obs column"),
+                       (["verify", "--help"], "checksum")]:
+        r = subprocess.run([CONVERTER, *args], capture_output=True, text=True)
+        assert r.returncode == 0 and word in r.stdout, (args, r.stdout)
+
+
+def test_info_obs_info(tmp_path):
+    p = small(tmp_path, n=300, g=50)
+    out = tmp_path / "i.dcdb"
+    convert(p, out, "--tile-cells", "100")
+    j = json.loads(run("info", out, "--json").stdout)
+    ds = Dataset(out)
+    assert j["n_cells"] == 300 and j["n_genes"] == ds.n_genes and j["tiles"] == 3
+    assert j["nnz"] == ds.X().nnz
+    assert j["expression_bytes"] == ds.db.execute("SELECT sum(length(data)) FROM tiles_data").fetchone()[0]
+    assert j["obs_bytes"] == ds.db.execute("SELECT sum(bytes) FROM cells_columns").fetchone()[0]
+    assert j["file_bytes"] == os.path.getsize(out)
+    assert j["chunks"] == 8 and j["tile_cells"] == 100 and j["codec"] in ("rans", "zstd")
+    ds.close()
+    t = run("info", out).stdout
+    assert "cells        300" in t and "bits per nonzero" in t
+    o = run("obs", "info", out).stdout
+    assert "_index" in o and "ct" in o and "category" in o and "per 100M cells" in o
+    r = run("info", tmp_path / "nope.dcdb", check=False)
+    assert r.returncode == 1 and "nope.dcdb" in r.stderr
+    r = run("info", p, check=False)
+    assert r.returncode == 1 and "not a deltacells dataset" in r.stderr
+
+
+def test_verify_finds_damage(tmp_path):
+    p = small(tmp_path, n=300, g=50)
+    out = tmp_path / "v.dcdb"
+    convert(p, out, "--tile-cells", "100")
+    assert run("verify", out).returncode == 0
+    # a flipped byte in the middle of tile 1's payload
+    bad = tmp_path / "bad.dcdb"
+    shutil.copy(out, bad)
+    db = sqlite3.connect(bad)
+    blob = bytearray(db.execute("SELECT data FROM tiles_data WHERE tile=1").fetchone()[0])
+    blob[len(blob) * 2 // 3] ^= 0x5A
+    db.execute("UPDATE tiles_data SET data=? WHERE tile=1", (bytes(blob),))
+    db.commit()
+    db.close()
+    r = run("verify", bad, check=False)
+    assert r.returncode == 1 and "tile 1" in r.stderr and "tile 0" not in r.stderr
+    # a truncated tile
+    shutil.copy(out, bad)
+    db = sqlite3.connect(bad)
+    db.execute("UPDATE tiles_data SET data=substr(data, 1, 20) WHERE tile=2")
+    db.commit()
+    db.close()
+    r = run("verify", bad, check=False)
+    assert r.returncode == 1 and "tile 2" in r.stderr
+    # gene totals that disagree with the tiles
+    shutil.copy(out, bad)
+    db = sqlite3.connect(bad)
+    db.execute("UPDATE genes SET total_counts=total_counts+1 WHERE gene_id=3")
+    db.commit()
+    db.close()
+    r = run("verify", bad, check=False)
+    assert r.returncode == 1 and "gene 3" in r.stderr
+    # a damaged obs block
+    shutil.copy(out, bad)
+    db = sqlite3.connect(bad)
+    blob = bytearray(db.execute("SELECT data FROM cells_blocks WHERE col=1").fetchone()[0])
+    blob[-1] ^= 0xFF
+    db.execute("UPDATE cells_blocks SET data=? WHERE col=1", (bytes(blob),))
+    db.commit()
+    db.close()
+    r = run("verify", bad, check=False)
+    assert r.returncode == 1 and "obs column 'ct'" in r.stderr
