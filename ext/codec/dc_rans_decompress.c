@@ -172,7 +172,12 @@ static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t 
   }
   memcpy(s->key, sh, sh_len);
   int rc = build_tables(d, s, sh, sh_len, c, err);
-  if (rc) return rc;
+  if (rc) {                      /* forget the key: the tables are not valid */
+    free(s->key);
+    s->key = NULL;
+    s->key_len = 0;
+    return rc;
+  }
   *out = s;
   return DC_OK;
 }
@@ -264,6 +269,7 @@ static inline __attribute__((always_inline)) uint64_t main_step(chunk_ctx *k, la
   L->left--;
   uint64_t r = (uint64_t)(L->prev + 1);
   uint32_t rc = r < 8 ? (uint32_t)r : dc_rcode(r, nrc);
+  rc = rc < nrc ? rc : nrc - 1;          /* corrupt data may run past the genes */
   uint64_t x = L->x;
   uint64_t e = L->T[(size_t)rc * DC_RANS_M + (x & (DC_RANS_M - 1))];
   x = ((e & 0x7ff) + 1) * (x >> DC_RANS_PREC) + ((e >> 11) & 0x7ff);
