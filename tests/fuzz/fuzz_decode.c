@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *b = data + 1;
   static const int codecs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD};
   dct_mat m;
-  uint32_t cells = b[0] % 65, genes = 1 + (uint32_t)((b[1] | b[2] << 8) % 3000);
+  uint32_t cells = b[0] % 65, genes = 1 + (uint32_t)((b[1] | b[2] << 8) % 1200);
   int codec = codecs[b[3] & 1];
   uint32_t chunks = b[4] % 12;
   int kind = b[5] % 4;
