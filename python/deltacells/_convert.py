@@ -159,3 +159,27 @@ def obs_out(arr, as_torch):
     if not as_torch or arr.dtype == object:
         return arr
     return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+def _rebuild_csr(crow, col, values, shape):
+    return torch.sparse_csr_tensor(crow, col, values, size=shape)
+
+
+def install_csr_reduction():
+    """Let sparse CSR tensors cross process boundaries (DataLoader workers -> the main
+    process).  torch 1.13's tensor reducer cannot share a sparse CSR tensor ("Cannot
+    access storage of SparseCsrTensorImpl"), so a worker's batch would be lost.  This
+    wraps torch's reducer for torch.Tensor: a sparse CSR tensor travels as its three
+    component tensors (each shared the usual way) and is rebuilt on arrival; every
+    other tensor goes through torch's own reducer unchanged."""
+    from multiprocessing.reduction import ForkingPickler
+    orig = ForkingPickler._extra_reducers.get(torch.Tensor)
+    if orig is None or getattr(orig, "_deltacells_csr", False):
+        return
+
+    def reduce_tensor(t):
+        if t.layout == torch.sparse_csr:
+            return (_rebuild_csr, (t.crow_indices(), t.col_indices(), t.values(), tuple(t.shape)))
+        return orig(t)
+    reduce_tensor._deltacells_csr = True
+    ForkingPickler.register(torch.Tensor, reduce_tensor)

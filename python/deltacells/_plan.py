@@ -108,17 +108,17 @@ class EpochPlan:
         return out
 
 
-def worker_skips(counts, done):
-    """Batches already consumed per worker, after `done` batches of a DataLoader that
-    takes batches round robin from its workers, skipping exhausted ones."""
-    left = list(counts)
-    skip = [0] * len(counts)
-    while done > 0 and any(left):
-        for w in range(len(left)):
-            if done == 0:
-                break
-            if left[w]:
-                left[w] -= 1
-                skip[w] += 1
-                done -= 1
-    return skip
+def interleave(lists):
+    """The order a DataLoader delivers its workers' batches: round robin over the
+    workers, skipping those that are exhausted."""
+    out = []
+    pos = [0] * len(lists)
+    while True:
+        took = False
+        for w, lst in enumerate(lists):
+            if pos[w] < len(lst):
+                out.append(lst[pos[w]])
+                pos[w] += 1
+                took = True
+        if not took:
+            return out

@@ -71,6 +71,6 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
             var = var.iloc[gids]
     finally:
         con.close()
-    ad = anndata.AnnData(X=X, obs=obs_df, var=var)
+    ad = anndata.AnnData(X=X, obs=obs_df, var=var, dtype=X.dtype)
     ad.uns["deltacells"] = {"path": str(path), "where": "" if where is None else str(where)}
     return ad

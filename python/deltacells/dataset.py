@@ -23,10 +23,11 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ._core import OUTPUTS, Catalogue, ObsReader, read_batch, with_connection
-from ._convert import make_x, obs_out, torch_dtype
-from ._plan import EpochPlan, worker_skips
+from ._convert import install_csr_reduction, make_x, obs_out, torch_dtype
+from ._plan import EpochPlan, interleave
 
 _END = object()
+install_csr_reduction()   # output='csr' through DataLoader workers (torch 1.13 cannot)
 
 
 class _Failure:
@@ -59,19 +60,21 @@ class _Base:
         con = with_connection(self.path)
         try:
             cat = Catalogue(con, self.path)
-            self.obs = cat.resolve_obs(obs)
-            self._gene_ids = cat.resolve_genes(genes)
-            self.categories = {c: list(cat.categories(c)) for c in self.obs
-                               if cat.kind(c) == "category"}
-            if self._gene_ids is None:
-                self.n_genes = cat.n_genes
-            else:
-                self.n_genes = len(self._gene_ids)
-                self._panel_names = list(cat.gene_names()[self._gene_ids])
-            self.where = where
-            self._selected = cat.select(con, where)
+            try:
+                self.obs = cat.resolve_obs(obs)
+                self._gene_ids = cat.resolve_genes(genes)
+                self.categories = {c: list(cat.categories(c)) for c in self.obs
+                                   if cat.kind(c) == "category"}
+                if self._gene_ids is None:
+                    self.n_genes = cat.n_genes
+                else:
+                    self.n_genes = len(self._gene_ids)
+                    self._panel_names = list(cat.gene_names()[self._gene_ids])
+                self.where = where
+                self._selected = cat.select(con, where)
+            finally:
+                cat._con = None
         finally:
-            cat._con = None
             con.close()
         self._cat = cat
 
@@ -247,12 +250,16 @@ class CellDataset(_Base, IterableDataset):
         worker, nw = (wi.id, wi.num_workers) if wi is not None else (0, 1)
         rank, world = self._rank_world()
         plan = self._plan(nw, world)
-        batches = plan.batches(rank, worker)
         skip_total = 0
         if self._resume is not None and self._resume["epoch"] == self._epoch:
             skip_total = self._resume["batches_done"]
-            skip = worker_skips(plan.counts[rank], skip_total)[worker]
-            batches = batches[skip:]
+        if skip_total and nw > 1:
+            # The rest of the epoch in the order the DataLoader delivered it (round robin
+            # over workers), dealt again round robin, so this loader delivers the same.
+            rest = interleave([plan.batches(rank, w) for w in range(nw)])[skip_total:]
+            batches = rest[worker::nw]
+        else:
+            batches = plan.batches(rank, worker)[skip_total:]
         threads = None
         if wi is not None:
             threads = max(1, (os.cpu_count() or 1) // nw)
@@ -287,35 +294,35 @@ class _BatchIterator:
             depth = max(1, int(round(ds.prefetch_tiles * per_tile / ds.batch_size)))
             self._q = queue.Queue(maxsize=depth)
             self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._produce, name="deltacells-prefetch",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=_BatchIterator._produce, name="deltacells-prefetch", daemon=True,
+                args=(ds, batches, threads, self._q, self._stop))
             self._thread.start()
 
-    def _produce(self):
+    @staticmethod
+    def _produce(ds, batches, threads, q, stop):
+        # No reference to the iterator: dropping the iterator stops this thread (__del__).
+        def put(item):
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
         con = None
         try:
-            con = self.ds._open(self.threads)
-            reader = self.ds._obs_reader()
-            for cells in self.batches:
-                if self._stop.is_set():
+            con = ds._open(threads)
+            reader = ds._obs_reader()
+            for cells in batches:
+                if stop.is_set() or not put(ds._make_batch(con, reader, cells)):
                     return
-                if not self._put(self.ds._make_batch(con, reader, cells)):
-                    return
-            self._put(_END)
+            put(_END)
         except BaseException as e:  # handed to the consumer
-            self._put(_Failure(e))
+            put(_Failure(e))
         finally:
             if con is not None:
                 con.close()
-
-    def _put(self, item):
-        while not self._stop.is_set():
-            try:
-                self._q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
 
     def __iter__(self):
         return self

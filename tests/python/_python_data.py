@@ -64,5 +64,7 @@ def reindexed_X(adata, gene_names):
     import scipy.sparse
     pos = adata.var_names.get_indexer(list(gene_names))
     assert (pos >= 0).all(), "gene names missing from the h5ad"
-    X = scipy.sparse.csr_matrix(adata.X)
-    return X[:, pos].astype(np.int64)
+    X = adata.X
+    X = scipy.sparse.csr_matrix((np.asarray(X.data, dtype=np.int64), X.indices.astype(np.int64),
+                                 X.indptr.astype(np.int64)), shape=X.shape)
+    return X[:, pos]

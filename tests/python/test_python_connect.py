@@ -14,7 +14,7 @@ from _python_data import EXTENSION, PY, ROOT, gen  # noqa: E402
 
 import deltacells  # noqa: E402
 from deltacells import _connect  # noqa: E402
-from deltacells._plan import EpochPlan, worker_skips  # noqa: E402
+from deltacells._plan import EpochPlan, interleave  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +176,7 @@ def test_plan_equal_batches(mode):
         assert len(np.unique(ids)) == len(ids)
 
 
-def test_worker_skips_round_robin():
-    assert worker_skips([3, 1, 2], 0) == [0, 0, 0]
-    assert worker_skips([3, 1, 2], 4) == [2, 1, 1]
-    assert worker_skips([3, 1, 2], 6) == [3, 1, 2]
-    assert worker_skips([0, 2], 1) == [0, 1]
+def test_interleave_is_dataloader_order():
+    assert interleave([[1, 2, 3], [4], [5, 6]]) == [1, 4, 5, 2, 6, 3]
+    assert interleave([[], [1, 2]]) == [1, 2]
+    assert interleave([]) == []

@@ -4,6 +4,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -274,14 +275,46 @@ def test_pin_memory_loader(small):
 
 
 def test_early_break_stops_prefetch_thread(small):
+    import gc
     import threading
+
+    def prefetchers():
+        return {t for t in threading.enumerate() if t.name == "deltacells-prefetch"}
+    before = prefetchers()
     ds = deltacells.CellDataset(small[1], batch_size=100, prefetch_tiles=4)
-    for _ in range(3):
+    it = iter(ds)
+    next(it)
+    assert len(prefetchers() - before) == 1
+    it.close()
+    assert prefetchers() - before == set()
+    for _ in range(3):          # dropped without close(): the thread ends too
         it = iter(ds)
         next(it)
-        it.close()
-    alive = [t for t in threading.enumerate() if t.name == "deltacells-prefetch"]
-    assert alive == []
+        del it
+    gc.collect()
+    deadline = time.time() + 10
+    while prefetchers() - before and time.time() < deadline:
+        time.sleep(0.05)
+    assert prefetchers() - before == set()
+    for b in DataLoader(ds, batch_size=None):   # breaking out of a DataLoader loop
+        break
+    del b
+    gc.collect()
+    deadline = time.time() + 10
+    while prefetchers() - before and time.time() < deadline:
+        time.sleep(0.05)
+    assert prefetchers() - before == set()
+
+
+def test_loader_error_reaches_the_training_loop(small, tmp_path):
+    import shutil
+    db = tmp_path / "gone.dcdb"
+    shutil.copy(small[1], db)
+    ds = deltacells.CellDataset(db, batch_size=100)
+    os.remove(db)
+    with pytest.raises(Exception, match="gone.dcdb"):
+        for _ in ds:
+            pass
 
 
 # --- distributed ------------------------------------------------------------------
@@ -404,12 +437,12 @@ def test_to_anndata_equals_source(small, adata):
     where = "cell_type = 'CD14 Mono' OR age > 60"
     ad = deltacells.to_anndata(small[1], where=where)
     mask = ((adata.obs["cell_type"] == "CD14 Mono") | (adata.obs["age"] > 60)).to_numpy()
-    src = adata[mask]
-    assert list(ad.obs_names) == list(src.obs_names)
-    X = reindexed_X(src, ad.var_names)
-    assert (ad.X != X).nnz == 0
+    src_obs = adata.obs[mask]
+    assert list(ad.obs_names) == list(src_obs.index)
+    X = reindexed_X(adata, ad.var_names)[np.flatnonzero(mask)]
+    assert ad.X.shape == X.shape and (ad.X != X).nnz == 0
     for c in adata.obs.columns:
-        a, b = ad.obs[c], src.obs[c]
+        a, b = ad.obs[c], src_obs[c]
         if hasattr(b, "cat"):
             assert list(a.cat.categories) == list(b.cat.categories)
             assert np.array_equal(a.cat.codes.to_numpy(), b.cat.codes.to_numpy())
