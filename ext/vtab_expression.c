@@ -72,6 +72,7 @@ typedef struct expr_cursor {
   dc_chunk_data **chunks;
   size_t n_keys, cap_keys;
   int64_t win_tile;              /* tile of the window, -1 = none */
+  uint64_t win_ns;               /* cache namespace the window was read in */
   /* current row source */
   const dc_chunk_data *d;
   uint32_t d_cell;
@@ -288,8 +289,9 @@ static void release_window(expr_cursor *c) {
   c->d = NULL;
 }
 
+/* Clears the candidates; the window of decoded chunks stays (a join probes
+** one cell per xFilter: neighbouring cells reuse the window). */
 static void cursor_clear(expr_cursor *c) {
-  release_window(c);
   sqlite3_free(c->list); c->list = NULL;
   sqlite3_free(c->genes); c->genes = NULL;
   c->n_list = 0; c->pos = 0;
@@ -331,7 +333,7 @@ static int load_cell(expr_cursor *c, int64_t cell) {
   if ((rc = dc_reader_head(r, (uint32_t)t, &h, &err)) != SQLITE_OK) goto out;
   uint32_t rel = (uint32_t)(cell - r->tiles[t].first_cell);
   uint32_t ch = dc_reader_chunk_of(h, rel);
-  if (c->win_tile == t) {
+  if (c->win_tile == t && c->win_ns == r->ns) {
     for (size_t i = 0; i < c->n_keys; i++) {
       if (c->keys[i].chunk == ch) {
         c->d = c->chunks[i];
@@ -380,6 +382,7 @@ static int load_cell(expr_cursor *c, int64_t cell) {
   if (rc != SQLITE_OK) goto out;
   c->n_keys = nk;
   c->win_tile = t;
+  c->win_ns = r->ns;
   c->d = c->chunks[0];
   c->d_cell = rel - h->hdr.chunk[ch].first_cell;
 out:
@@ -560,6 +563,7 @@ static int expr_open(sqlite3_vtab *p, sqlite3_vtab_cursor **ppCur) {
 static int expr_close(sqlite3_vtab_cursor *cur) {
   expr_cursor *c = (expr_cursor *)cur;
   cursor_clear(c);
+  release_window(c);
   sqlite3_free(c->keys);
   sqlite3_free(c->chunks);
   sqlite3_free(c);
