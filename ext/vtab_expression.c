@@ -472,11 +472,11 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
       if (k != SQLITE_OK) { rc = k; break; }
       if (have_list) {
         /* two cell lists (rare): keep the intersection */
-        qsort(list, (size_t)before, sizeof *list, cmp_i64);
+        if (before > 1) qsort(list, (size_t)before, sizeof *list, cmp_i64);
         int64_t m = 0;
         for (int64_t i = before; i < n_list; i++)
-          if (bsearch(&list[i], list, (size_t)before, sizeof *list, cmp_i64)) list[before + m++] = list[i];
-        memmove(list, list + before, (size_t)m * sizeof *list);
+          if (before && bsearch(&list[i], list, (size_t)before, sizeof *list, cmp_i64)) list[before + m++] = list[i];
+        if (m) memmove(list, list + before, (size_t)m * sizeof *list);
         n_list = m;
       }
       have_list = 1;
@@ -486,11 +486,11 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
       if (k < 0) { g_n = before; continue; }
       if (k != SQLITE_OK) { rc = k; break; }
       if (have_genes) {
-        qsort(glist, (size_t)before, sizeof *glist, cmp_i64);
+        if (before > 1) qsort(glist, (size_t)before, sizeof *glist, cmp_i64);
         int64_t m = 0;
         for (int64_t i = before; i < g_n; i++)
-          if (bsearch(&glist[i], glist, (size_t)before, sizeof *glist, cmp_i64)) glist[before + m++] = glist[i];
-        memmove(glist, glist + before, (size_t)m * sizeof *glist);
+          if (before && bsearch(&glist[i], glist, (size_t)before, sizeof *glist, cmp_i64)) glist[before + m++] = glist[i];
+        if (m) memmove(glist, glist + before, (size_t)m * sizeof *glist);
         g_n = m;
       }
       have_genes = 1;
@@ -504,7 +504,7 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   if (rc == SQLITE_OK && a != argc) rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr);
   if (rc != SQLITE_OK) { sqlite3_free(list); sqlite3_free(glist); return rc; }
   if (have_list) {
-    qsort(list, (size_t)n_list, sizeof *list, cmp_i64);
+    if (n_list > 1) qsort(list, (size_t)n_list, sizeof *list, cmp_i64);
     int64_t m = 0;
     for (int64_t i = 0; i < n_list; i++)
       if (list[i] >= lo && list[i] <= hi && (m == 0 || list[m - 1] != list[i])) list[m++] = list[i];
@@ -516,7 +516,7 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   }
   sqlite3_free(list);
   if (have_genes) {
-    qsort(glist, (size_t)g_n, sizeof *glist, cmp_i64);
+    if (g_n > 1) qsort(glist, (size_t)g_n, sizeof *glist, cmp_i64);
     c->genes = sqlite3_malloc64((uint64_t)(g_n ? g_n : 1) * sizeof *c->genes);
     if (!c->genes) { sqlite3_free(glist); return SQLITE_NOMEM; }
     int64_t m = 0;
