@@ -243,8 +243,11 @@ def test_bad_arguments(small):
         deltacells.CellDataset(str(db) + ".missing")
     with pytest.raises(ValueError, match="rank 2 is not below world_size 2"):
         deltacells.CellDataset(db, rank=2, world_size=2)
-    with pytest.raises(ValueError, match="several statements"):
+    with pytest.raises(ValueError, match="bad where clause"):
         deltacells.CellDataset(db, where="1; DROP TABLE genes")
+    with pytest.raises(ValueError, match="bad where clause"):
+        deltacells.CellDataset(db, where="cell_type = 'x' --")
+    assert deltacells.CellDataset(db, where="barcode != 'A;B'").n_cells == N_CELLS
 
 
 def test_empty_selection_yields_nothing(small):
