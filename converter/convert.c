@@ -101,25 +101,32 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
     for (uint64_t j = 0; j < files[f].n_vars; j++) {
       const char *nm = files[f].var_names[j];
       uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
-      char key[4096];
       if (seen) {
         k = ++*seen; /* the k-th repeat of a name in this file */
       } else if (cv_map_put(&occ, nm, 0, e)) {
         cv_map_free(&occ);
         return -1;
       }
-      if (k) snprintf(key, sizeof key, "%s\x01%u", nm, k);
-      else snprintf(key, sizeof key, "%s", nm);
+      size_t kl = strlen(nm) + 16;
+      char kbuf[512], *key = kl <= sizeof kbuf ? kbuf : malloc(kl);
+      if (!key) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      if (k) snprintf(key, kl, "%s\x01%u", nm, k);
+      else snprintf(key, kl, "%s", nm);
       uint32_t id;
       if (!cv_map_get(&g->map, key, &id)) {
         id = g->n;
-        if (g->n >= INT32_MAX) { cv_map_free(&occ); return cv_fail(e, "too many genes"); }
+        if (g->n >= INT32_MAX) {
+          if (key != kbuf) free(key);
+          cv_map_free(&occ);
+          return cv_fail(e, "too many genes");
+        }
         size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
         if (cv_grow((void **)&g->name, &c1, g->n + 1, sizeof *g->name, e) ||
             cv_grow((void **)&g->file, &c2, g->n + 1, sizeof *g->file, e) ||
             cv_grow((void **)&g->local, &c3, g->n + 1, sizeof *g->local, e) ||
             cv_grow((void **)&g->total, &c4, g->n + 1, sizeof *g->total, e) ||
             cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e)) {
+          if (key != kbuf) free(key);
           cv_map_free(&occ);
           return -1;
         }
@@ -129,8 +136,13 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
         g->local[id] = (uint32_t)j;
         g->total[id] = g->ncells[id] = 0;
         g->n++;
-        if (!g->name[id] || cv_map_put(&g->map, key, id, e)) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+        if (!g->name[id] || cv_map_put(&g->map, key, id, e)) {
+          if (key != kbuf) free(key);
+          cv_map_free(&occ);
+          return cv_fail(e, "out of memory");
+        }
       }
+      if (key != kbuf) free(key);
       g->fmap[f][j] = id;
     }
     cv_map_free(&occ);
@@ -165,8 +177,10 @@ static void csc_progress(void *arg, uint64_t nnz_done) {
   prog_show(c->pg, c->base + (c->nnz ? (uint64_t)((double)nnz_done / (double)c->nnz * (double)c->n_obs) : 0));
 }
 
+/* With one CSR or dense input of at most one tile, the tile read here is kept
+** in *last (local gene ids) and pass 2 takes it instead of reading it again. */
 static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_dir, uint64_t *nnz_out,
-                 progress *pg, cv_err *e) {
+                 rowbuf *last, progress *pg, cv_err *e) {
   rowbuf rb = {0};
   uint64_t base = 0, nnz = 0;
   int rc = -1;
@@ -201,6 +215,10 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     base += h->n_obs;
   }
   *nnz_out = nnz;
+  if (nf == 1 && files[0].fmt != MAT_CSC && files[0].n_obs > 0 && files[0].n_obs <= T) {
+    *last = rb; /* the only tile: no second read, and no more memory than pass 2 needs anyway */
+    memset(&rb, 0, sizeof rb);
+  }
   rc = 0;
 done:
   rowbuf_free(&rb);
@@ -230,46 +248,61 @@ typedef struct pipe {
   dc_encode_opts opts;
 } pipe_t;
 
-/* Puts each cell's genes in increasing order (genes were renumbered), by a
-** counting sort through gene-major order: linear in nnz + genes. */
-static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **cnt, size_t *cnt_cap, uint32_t **tc,
-                     uint32_t **tv, size_t *tcap, cv_err *e) {
-  uint64_t nnz = rb->indptr[rb->n_rows];
-  if (cv_grow((void **)cnt, cnt_cap, (size_t)n_genes + 1, sizeof **cnt, e)) return -1;
-  size_t c1 = *tcap, c2 = *tcap;
-  if (cv_grow((void **)tc, &c1, nnz, sizeof **tc, e) || cv_grow((void **)tv, &c2, nnz, sizeof **tv, e)) return -1;
-  *tcap = c1 < c2 ? c1 : c2;
-  uint64_t *c = *cnt;
-  memset(c, 0, ((size_t)n_genes + 1) * sizeof *c);
-  for (uint64_t k = 0; k < nnz; k++) c[rb->indices[k] + 1]++;
-  for (uint32_t g = 0; g < n_genes; g++) c[g + 1] += c[g];
-  uint32_t *cell = *tc, *val = *tv;
+/* Puts each cell's genes in increasing order (genes were renumbered): per
+** cell, (gene << 32 | count) keys sorted by an LSD radix sort on the gene
+** bits, 8 bits a pass (insertion sort for short cells).  Cell by cell, so the
+** work stays in cache; linear in nnz. */
+static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **ka, uint64_t **kb, size_t *kcap, cv_err *e) {
+  uint64_t maxlen = 0;
   for (uint64_t i = 0; i < rb->n_rows; i++)
-    for (uint64_t k = rb->indptr[i]; k < rb->indptr[i + 1]; k++) {
-      uint64_t p = c[rb->indices[k]]++;
-      cell[p] = (uint32_t)i;
-      val[p] = rb->data[k];
+    if (rb->indptr[i + 1] - rb->indptr[i] > maxlen) maxlen = rb->indptr[i + 1] - rb->indptr[i];
+  size_t c1 = *kcap, c2 = *kcap;
+  if (cv_grow((void **)ka, &c1, (size_t)maxlen + 1, sizeof **ka, e) ||
+      cv_grow((void **)kb, &c2, (size_t)maxlen + 1, sizeof **kb, e))
+    return -1;
+  *kcap = c1 < c2 ? c1 : c2;
+  int passes = 0;
+  for (uint32_t g = n_genes ? n_genes - 1 : 0; g; g >>= 8) passes++;
+  for (uint64_t i = 0; i < rb->n_rows; i++) {
+    uint64_t a = rb->indptr[i], n = rb->indptr[i + 1] - a;
+    uint32_t *ix = rb->indices + a, *vx = rb->data + a;
+    uint64_t k;
+    for (k = 1; k < n && ix[k] > ix[k - 1]; k++) {}
+    if (k >= n) continue; /* already in order */
+    uint64_t *x = *ka, *y = *kb;
+    for (k = 0; k < n; k++) x[k] = (uint64_t)ix[k] << 32 | vx[k];
+    if (n <= 32) {
+      for (k = 1; k < n; k++) {
+        uint64_t t = x[k];
+        uint64_t j = k;
+        for (; j > 0 && x[j - 1] > t; j--) x[j] = x[j - 1];
+        x[j] = t;
+      }
+    } else {
+      for (int p = 0; p < passes; p++) {
+        uint32_t cnt[257];
+        memset(cnt, 0, sizeof cnt);
+        int sh = 32 + 8 * p;
+        for (k = 0; k < n; k++) cnt[((x[k] >> sh) & 255) + 1]++;
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (k = 0; k < n; k++) y[cnt[(x[k] >> sh) & 255]++] = x[k];
+        uint64_t *t = x;
+        x = y;
+        y = t;
+      }
     }
-  /* c[g] is now the end of gene g; walk genes in order, appending to cells */
-  uint64_t *cur = malloc((rb->n_rows + 1) * sizeof *cur);
-  if (!cur) return cv_fail(e, "out of memory");
-  for (uint64_t i = 0; i < rb->n_rows; i++) cur[i] = rb->indptr[i];
-  uint64_t p = 0;
-  for (uint32_t g = 0; g < n_genes; g++)
-    for (; p < c[g]; p++) {
-      uint64_t at = cur[cell[p]]++;
-      rb->indices[at] = g;
-      rb->data[at] = val[p];
+    for (k = 0; k < n; k++) {
+      ix[k] = (uint32_t)(x[k] >> 32);
+      vx[k] = (uint32_t)x[k];
     }
-  free(cur);
+  }
   return 0;
 }
 
 static void *worker(void *arg) {
   pipe_t *pp = arg;
-  uint64_t *cnt = NULL;
-  size_t cnt_cap = 0, tcap = 0;
-  uint32_t *tc = NULL, *tv = NULL;
+  uint64_t *ka = NULL, *kb = NULL;
+  size_t kcap = 0;
   pthread_mutex_lock(&pp->mu);
   for (;;) {
     slot *s = NULL;
@@ -282,7 +315,7 @@ static void *worker(void *arg) {
     }
     s->state = S_BUSY;
     pthread_mutex_unlock(&pp->mu);
-    int ok = sort_tile(&s->rb, pp->n_genes, &cnt, &cnt_cap, &tc, &tv, &tcap, &s->err) == 0;
+    int ok = sort_tile(&s->rb, pp->n_genes, &ka, &kb, &kcap, &s->err) == 0;
     if (ok) {
       dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
       dc_error de;
@@ -298,7 +331,8 @@ static void *worker(void *arg) {
     pthread_cond_broadcast(&pp->done);
   }
   pthread_mutex_unlock(&pp->mu);
-  free(cnt); free(tc); free(tv);
+  free(ka);
+  free(kb);
   return NULL;
 }
 
@@ -311,7 +345,16 @@ static void wait_done(pipe_t *pp) {
 }
 
 static int read_tile(h5file *files, int nf, const uint64_t *first, const genes *g, uint64_t c0, uint64_t c1,
-                     rowbuf *rb, cv_err *e) {
+                     rowbuf *rb, rowbuf *cached, cv_err *e) {
+  if (cached && cached->n_rows == c1 - c0) { /* the single input's last tile, read by pass 1 */
+    rowbuf t = *rb;
+    *rb = *cached;
+    *cached = t;
+    rowbuf_free(cached);
+    uint64_t m = rb->indptr[rb->n_rows];
+    for (uint64_t k = 0; k < m; k++) rb->indices[k] = g->fmap[0][rb->indices[k]];
+    return 0;
+  }
   rowbuf_clear(rb);
   for (int f = 0; f < nf; f++) {
     uint64_t a = first[f], b = first[f] + files[f].n_obs;
@@ -323,7 +366,8 @@ static int read_tile(h5file *files, int nf, const uint64_t *first, const genes *
 }
 
 static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, const genes *g,
-                 const cv_opts *o, dsw *w, uint64_t *nnz_out, uint64_t *bytes_out, progress *pg, cv_err *e) {
+                 const cv_opts *o, rowbuf *last, dsw *w, uint64_t *nnz_out, uint64_t *bytes_out, progress *pg,
+                 cv_err *e) {
   uint32_t T = o->tile_cells;
   uint64_t n_tiles = (n_cells + T - 1) / T;
   int threads = o->threads > 0 ? o->threads : cv_ncores();
@@ -387,7 +431,7 @@ static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
       uint64_t c0 = next_read * T, c1 = c0 + T < n_cells ? c0 + T : n_cells;
       r->tile = (int64_t)next_read;
       r->first_cell = c0;
-      if (read_tile(files, nf, first, g, c0, c1, &r->rb, e)) goto done;
+      if (read_tile(files, nf, first, g, c0, c1, &r->rb, next_read + 1 == n_tiles ? last : NULL, e)) goto done;
       pthread_mutex_lock(&pp.mu);
       r->state = S_READY;
       pthread_cond_signal(&pp.work);
@@ -852,6 +896,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   genes g;
   dsw w;
   progress pg;
+  rowbuf last = {0};
   memset(&g, 0, sizeof g);
   memset(&w, 0, sizeof w);
   double t0 = cv_now();
@@ -888,7 +933,8 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   if (!spool_dir) { cv_fail(e, "out of memory"); goto done; }
   uint64_t nnz1 = 0;
   prog_start(&pg, show, "pass 1/3 (gene totals)", n_cells);
-  int r1 = pass1(files, nf, &g, o->tile_cells, spool_dir, &nnz1, &pg, e);
+  double tp1 = cv_now();
+  int r1 = pass1(files, nf, &g, o->tile_cells, spool_dir, &nnz1, &last, &pg, e);
   free(spool_dir);
   prog_end(&pg);
   if (r1 || genes_renumber(&g, files, nf, e)) goto done;
@@ -897,7 +943,8 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   if (dsw_open(&w, o->out, e)) goto done;
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
   prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);
-  int r2 = pass2(files, nf, first, n_cells, &g, o, &w, &nnz, &xbytes, &pg, e);
+  double tp2 = cv_now();
+  int r2 = pass2(files, nf, first, n_cells, &g, o, &last, &w, &nnz, &xbytes, &pg, e);
   prog_end(&pg);
   if (r2) goto done;
   if (nnz != nnz1) {
@@ -908,6 +955,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   int nobs_cols = 0;
   for (int f = 0; f < nf; f++) nobs_cols += files[f].obs.n_cols;
   prog_start(&pg, show, "pass 3/3 (obs)", n_cells * (uint64_t)(nobs_cols + 1 + (nf > 1)));
+  double tp3 = cv_now();
   int r3 = write_obs(files, nf, first, n_cells, &w, &obytes, &pg, e);
   prog_end(&pg);
   if (r3) goto done;
@@ -943,13 +991,15 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   if (!o->quiet) {
     int64_t fb = cv_file_size(o->out);
     printf("%s: %llu cells x %u genes, %llu nonzeros in %llu tiles; expression %.2f MB (%.2f bits/nonzero), "
-           "obs %.2f MB, file %.2f MB; %.1f s\n", o->out, (unsigned long long)n_cells, g.n,
+           "obs %.2f MB, file %.2f MB; %.1f s (gene totals %.1f s, tiles %.1f s, genes+obs %.1f s)\n", o->out, (unsigned long long)n_cells, g.n,
            (unsigned long long)nnz, (unsigned long long)n_tiles, (double)xbytes / 1e6,
-           nnz ? 8.0 * (double)xbytes / (double)nnz : 0.0, (double)obytes / 1e6, (double)fb / 1e6, cv_now() - t0);
+           nnz ? 8.0 * (double)xbytes / (double)nnz : 0.0, (double)obytes / 1e6, (double)fb / 1e6, cv_now() - t0, tp2 - tp1, tp3 - tp2,
+           cv_now() - tp3);
   }
   rc = 0;
 done:
   if (rc) dsw_abort(&w);
+  rowbuf_free(&last);
   genes_free(&g, nf);
   for (int f = 0; f < opened; f++) h5ad_close(&files[f]);
   free(files);

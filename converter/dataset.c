@@ -13,8 +13,7 @@
 #include <unistd.h>
 
 /* The extension, compiled into the converter with -DSQLITE_CORE. */
-int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi)
-    __attribute__((weak));
+int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
 static const char *SCHEMA =
     "CREATE TABLE dc_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
@@ -109,7 +108,7 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
   }
   sqlite3_extended_result_codes(w->db, 1);
   if (exec(w, "PRAGMA page_size=65536; PRAGMA application_id=0x44435442; PRAGMA journal_mode=OFF;"
-           "PRAGMA synchronous=OFF; PRAGMA cache_size=-65536; BEGIN;", e) ||
+           "PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN;", e) ||
       exec(w, SCHEMA, e) ||
       prep(w, "INSERT INTO tiles_data VALUES(?,?,?,?,?,?)", &w->ins_tile, e) ||
       prep(w, "INSERT INTO cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?)", &w->ins_block, e) ||
@@ -210,30 +209,14 @@ static int fsync_path(const char *path, int dir) {
 int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   char *msg = NULL;
   if (exec(w, "CREATE INDEX genes_name ON genes(name);", e)) return -1;
-  if (!sqlite3_deltacells_init) {
-    fprintf(stderr, "deltacells: warning: built without the extension; virtual tables not declared\n");
-  } else if (sqlite3_deltacells_init(w->db, &msg, NULL) != SQLITE_OK) {
+  if (sqlite3_deltacells_init(w->db, &msg, NULL) != SQLITE_OK) {
     int r = cv_fail(e, "%s: loading the deltacells extension: %s", w->tmp_path, msg ? msg : "failed");
     sqlite3_free(msg);
     return r;
   }
   sqlite3_free(msg);
-  for (size_t i = 0; sqlite3_deltacells_init && i < sizeof VTABS / sizeof *VTABS; i++) {
-    /* a build whose extension lacks a module (during development) says so */
-    const char *mod = strstr(VTABS[i], "USING ") + 6;
-    sqlite3_stmt *q = NULL;
-    int have = 0;
-    if (sqlite3_prepare_v2(w->db, "SELECT 1 FROM pragma_module_list WHERE name=?", -1, &q, NULL) == SQLITE_OK) {
-      sqlite3_bind_text(q, 1, mod, -1, SQLITE_STATIC);
-      have = sqlite3_step(q) == SQLITE_ROW;
-    }
-    sqlite3_finalize(q);
-    if (!have) {
-      fprintf(stderr, "deltacells: warning: this build's extension has no module %s; not declared\n", mod);
-      continue;
-    }
+  for (size_t i = 0; i < sizeof VTABS / sizeof *VTABS; i++)
     if (exec(w, VTABS[i], e)) return -1;
-  }
   if (exec(w, "COMMIT;", e)) return -1;
   sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gene, &w->ins_meta};
   for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {

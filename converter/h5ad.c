@@ -850,6 +850,11 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
         return cv_fail(e, "%s: gene %llu of %s has no name (missing value in '%s')", path,
                        (unsigned long long)(s + i), f->var.path, gc->name);
       }
+      if (!cv_utf8_valid(s1, strlen(s1))) {
+        colbuf_free(&cb);
+        return cv_fail(e, "%s: gene %llu of %s: its name is not valid UTF-8", path, (unsigned long long)(s + i),
+                       f->var.path);
+      }
       if (!(f->var_names[s + i] = strdup(s1))) { colbuf_free(&cb); return cv_fail(e, "out of memory"); }
     }
   }
@@ -873,6 +878,8 @@ void h5ad_close(h5file *f) {
   }
   free(f->buckets);
   free(f->cached);
+  free(f->sind);
+  free(f->sval);
   free(f->path);
   memset(f, 0, sizeof *f);
   f->fid = f->data = f->indices = f->indptr = -1;
@@ -922,12 +929,135 @@ static int bad_value(h5file *f, uint64_t row, uint64_t col, double v, cv_err *e)
 
 static inline int val_ok_f(double v) { return v >= 0 && v <= 4294967295.0 && v == floor(v); }
 
+/* Slabs of X's indices and data, read in a native type chosen so that HDF5
+** converts nothing for the usual int32/float32 files (its conversions are
+** slow): indices as int32 or int64, values as int32, uint32, int64, uint64,
+** float or double. */
+enum { T_I32 = 1, T_U32, T_I64, T_U64, T_F32, T_F64 };
+
+static int pick_type(hid_t ds, int is_index) {
+  hid_t t = H5Dget_type(ds);
+  H5T_class_t c = H5Tget_class(t);
+  size_t sz = H5Tget_size(t);
+  H5T_sign_t sg = H5Tget_sign(t);
+  H5Tclose(t);
+  if (c == H5T_FLOAT) return sz <= 4 ? T_F32 : T_F64;
+  if (is_index) return (sz < 4 || (sz == 4 && sg == H5T_SGN_2)) ? T_I32 : T_I64;
+  if (sz <= 4) return sg == H5T_SGN_2 ? T_I32 : T_U32;
+  return sg == H5T_SGN_2 ? T_I64 : T_U64;
+}
+
+static hid_t mem_type(int t) {
+  switch (t) {
+    case T_I32: return H5T_NATIVE_INT32;
+    case T_U32: return H5T_NATIVE_UINT32;
+    case T_I64: return H5T_NATIVE_INT64;
+    case T_U64: return H5T_NATIVE_UINT64;
+    case T_F32: return H5T_NATIVE_FLOAT;
+    default: return H5T_NATIVE_DOUBLE;
+  }
+}
+
+/* Loads indices/data [lo, hi) into the slab buffers. */
+static int slab_load(h5file *f, uint64_t lo, uint64_t hi, cv_err *e) {
+  size_t n = (size_t)(hi - lo);
+  if (!f->ity) {
+    f->ity = pick_type(f->indices, 1);
+    f->vty = pick_type(f->data, 0);
+  }
+  if (n > f->scap) {
+    size_t c = n > CV_SLAB ? n : CV_SLAB;
+    free(f->sind);
+    free(f->sval);
+    f->sind = malloc(c * 8);
+    f->sval = malloc(c * 8);
+    if (!f->sind || !f->sval) { f->scap = 0; return cv_fail(e, "out of memory (X slab of %zu values)", c); }
+    f->scap = c;
+  }
+  if (n == 0) return 0;
+  if (ds_read(f->indices, mem_type(f->ity), lo, n, 0, f->sind) < 0) return h5_fail(e, f, "X indices");
+  if (ds_read(f->data, mem_type(f->vty), lo, n, 0, f->sval) < 0) return h5_fail(e, f, "X data");
+  return 0;
+}
+
+static inline int64_t slab_idx(int ity, const void *sind, size_t k) {
+  return ity == T_I32 ? (int64_t)((const int32_t *)sind)[k] : ((const int64_t *)sind)[k];
+}
+
+/* The count at k: 0 and *v set when valid, else -1 with *bad the value. */
+static inline int slab_val(int vty, const void *sval, size_t k, uint32_t *v, double *bad) {
+  switch (vty) {
+    case T_I32: {
+      int32_t x = ((const int32_t *)sval)[k];
+      if (x < 0) { *bad = x; return -1; }
+      *v = (uint32_t)x;
+      return 0;
+    }
+    case T_U32: *v = ((const uint32_t *)sval)[k]; return 0;
+    case T_I64: {
+      int64_t x = ((const int64_t *)sval)[k];
+      if (x < 0 || x > (int64_t)UINT32_MAX) { *bad = (double)x; return -1; }
+      *v = (uint32_t)x;
+      return 0;
+    }
+    case T_U64: {
+      uint64_t x = ((const uint64_t *)sval)[k];
+      if (x > UINT32_MAX) { *bad = (double)x; return -1; }
+      *v = (uint32_t)x;
+      return 0;
+    }
+    case T_F32: {
+      float x = ((const float *)sval)[k];
+      if (!(x >= 0 && x < 4294967296.0f && x == floorf(x))) { *bad = x; return -1; }
+      *v = (uint32_t)x;
+      return 0;
+    }
+    default: {
+      double x = ((const double *)sval)[k];
+      if (!val_ok_f(x)) { *bad = x; return -1; }
+      *v = (uint32_t)x;
+      return 0;
+    }
+  }
+}
+
+/* One row: slab entries [ka, kb) appended at out; returns the new out, or
+** UINT64_MAX with *bad_k (and *bad, for a bad value) at the first fault.
+** Types are parameters, so the compiler hoists the dispatch out of the loop. */
+static inline uint64_t csr_row_t(int ity, const void *sind, int vty, const void *sval, size_t ka, size_t kb,
+                                 uint64_t n_vars, const uint32_t *gmap, uint32_t *restrict oind,
+                                 uint32_t *restrict oval, uint64_t out, size_t *bad_k, double *bad) {
+  int64_t prev = -1;
+  for (size_t k = ka; k < kb; k++) {
+    int64_t g = slab_idx(ity, sind, k);
+    uint32_t v;
+    if (g <= prev || (uint64_t)g >= n_vars || slab_val(vty, sval, k, &v, bad)) {
+      *bad_k = k;
+      return UINT64_MAX;
+    }
+    prev = g;
+    if (!v) continue;
+    oind[out] = gmap ? gmap[g] : (uint32_t)g;
+    oval[out] = v;
+    out++;
+  }
+  return out;
+}
+
+static uint64_t csr_row(int ity, const void *sind, int vty, const void *sval, size_t ka, size_t kb,
+                        uint64_t n_vars, const uint32_t *gmap, uint32_t *oind, uint32_t *oval, uint64_t out,
+                        size_t *bad_k, double *bad) {
+  if (ity == T_I32 && vty == T_I32)
+    return csr_row_t(T_I32, sind, T_I32, sval, ka, kb, n_vars, gmap, oind, oval, out, bad_k, bad);
+  if (ity == T_I32 && vty == T_F32)
+    return csr_row_t(T_I32, sind, T_F32, sval, ka, kb, n_vars, gmap, oind, oval, out, bad_k, bad);
+  return csr_row_t(ity, sind, vty, sval, ka, kb, n_vars, gmap, oind, oval, out, bad_k, bad);
+}
+
 /* Reads CSR rows [r0, r1). */
 static int csr_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, rowbuf *rb, cv_err *e) {
   uint64_t nr = r1 - r0;
   int64_t *ptr = malloc((nr + 1) * sizeof *ptr);
-  int64_t *ind = NULL, *ival = NULL;
-  double *fval = NULL;
   int rc = -1;
   if (!ptr) return cv_fail(e, "out of memory");
   if (ds_read(f->indptr, H5T_NATIVE_INT64, r0, nr + 1, 0, ptr) < 0) { h5_fail(e, f, "X indptr"); goto done; }
@@ -940,71 +1070,43 @@ static int csr_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, r
     }
   uint64_t lo = (uint64_t)ptr[0], hi = (uint64_t)ptr[nr];
   if (rb_reserve(rb, nr, hi - lo, e)) goto done;
-  size_t wcap = CV_SLAB;
   uint64_t wlo = lo, whi = lo; /* window of loaded values */
-  ind = malloc(wcap * sizeof *ind);
-  if (f->data_float) fval = malloc(wcap * sizeof *fval);
-  else ival = malloc(wcap * sizeof *ival);
-  if (!ind || (!fval && !ival)) { cv_fail(e, "out of memory"); goto done; }
   uint64_t out = rb->indptr[rb->n_rows];
+  uint32_t *oind = rb->indices, *oval = rb->data;
   for (uint64_t i = 0; i < nr; i++) {
     uint64_t a = (uint64_t)ptr[i], b = (uint64_t)ptr[i + 1];
     uint64_t row = r0 + i;
-    if (b > whi) { /* load [a, max(b, a + wcap)) */
-      if (b - a > wcap) {
-        wcap = (size_t)(b - a);
-        free(ind); free(fval); free(ival);
-        fval = NULL; ival = NULL;
-        ind = malloc(wcap * sizeof *ind);
-        if (f->data_float) fval = malloc(wcap * sizeof *fval);
-        else ival = malloc(wcap * sizeof *ival);
-        if (!ind || (!fval && !ival)) { cv_fail(e, "out of memory"); goto done; }
-      }
+    if (b > whi) { /* load [a, max(b, a + slab)) */
       wlo = a;
-      whi = a + wcap < hi ? a + wcap : hi;
-      if (ds_read(f->indices, H5T_NATIVE_INT64, wlo, whi - wlo, 0, ind) < 0) { h5_fail(e, f, "X indices"); goto done; }
-      if (ds_read(f->data, f->data_float ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, wlo, whi - wlo, 0,
-                  f->data_float ? (void *)fval : (void *)ival) < 0) { h5_fail(e, f, "X data"); goto done; }
+      whi = a + CV_SLAB < hi ? a + CV_SLAB : hi;
+      if (whi < b) whi = b;
+      if (slab_load(f, wlo, whi, e)) goto done;
     }
-    int64_t prev = -1;
-    for (uint64_t k = a; k < b; k++) {
-      int64_t g = ind[k - wlo];
-      if (g < 0 || (uint64_t)g >= f->n_vars) {
-        char cell[300];
-        h5ad_cell_name(f, row, cell, sizeof cell);
+    size_t bad_k = 0;
+    double bad = 0;
+    uint64_t o2 = csr_row(f->ity, f->sind, f->vty, f->sval, (size_t)(a - wlo), (size_t)(b - wlo), f->n_vars, gmap,
+                          oind, oval, out, &bad_k, &bad);
+    if (o2 == UINT64_MAX) {
+      int64_t g = slab_idx(f->ity, f->sind, bad_k), prev = bad_k > (size_t)(a - wlo) ? slab_idx(f->ity, f->sind, bad_k - 1) : -1;
+      char cell[300];
+      h5ad_cell_name(f, row, cell, sizeof cell);
+      if (g < 0 || (uint64_t)g >= f->n_vars)
         cv_fail(e, "%s: %s/indices: cell %s has gene index %lld, out of range 0..%llu", f->path,
                 f->mpath, cell, (long long)g, (unsigned long long)(f->n_vars ? f->n_vars - 1 : 0));
-        goto done;
-      }
-      if (g <= prev) {
-        char cell[300];
-        h5ad_cell_name(f, row, cell, sizeof cell);
+      else if (g <= prev)
         cv_fail(e, "%s: %s/indices: cell %s: gene indices %s (%lld after %lld); sort them first "
                 "(scipy: X.sort_indices(), X.sum_duplicates())", f->path, f->mpath, cell,
                 g == prev ? "repeat" : "are not sorted", (long long)g, (long long)prev);
-        goto done;
-      }
-      prev = g;
-      uint32_t v;
-      if (fval) {
-        double d = fval[k - wlo];
-        if (!val_ok_f(d)) { bad_value(f, row, (uint64_t)g, d, e); goto done; }
-        v = (uint32_t)d;
-      } else {
-        int64_t d = ival[k - wlo];
-        if (d < 0 || d > (int64_t)UINT32_MAX) { bad_value(f, row, (uint64_t)g, (double)d, e); goto done; }
-        v = (uint32_t)d;
-      }
-      if (!v) continue;
-      rb->indices[out] = gmap ? gmap[g] : (uint32_t)g;
-      rb->data[out] = v;
-      out++;
+      else
+        bad_value(f, row, (uint64_t)g, bad, e);
+      goto done;
     }
+    out = o2;
     rb->indptr[++rb->n_rows] = out;
   }
   rc = 0;
 done:
-  free(ptr); free(ind); free(ival); free(fval);
+  free(ptr);
   return rc;
 }
 
@@ -1081,8 +1183,7 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell, uint32_t til
                    uint64_t *total, uint64_t *ncells, void (*progress)(void *, uint64_t),
                    void *parg, cv_err *e) {
   char tmpl[4096];
-  int64_t *ptr = NULL, *ind = NULL, *ival = NULL;
-  double *fval = NULL;
+  int64_t *ptr = NULL;
   int rc = -1;
   snprintf(tmpl, sizeof tmpl, "%s/.deltacells-spool-XXXXXX", dir);
   f->spool_fd = mkstemp(tmpl);
@@ -1110,35 +1211,20 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell, uint32_t til
               (unsigned long long)j, (unsigned long long)j + 1);
       goto done;
     }
-  size_t wcap = CV_SLAB;
   uint64_t wlo = 0, whi = 0;
-  ind = malloc(wcap * sizeof *ind);
-  if (f->data_float) fval = malloc(wcap * sizeof *fval);
-  else ival = malloc(wcap * sizeof *ival);
-  if (!ind || (!fval && !ival)) { cv_fail(e, "out of memory"); goto done; }
   for (uint64_t j = 0; j < ng; j++) {
     uint64_t a = (uint64_t)ptr[j], b = (uint64_t)ptr[j + 1];
     if (b > whi) {
-      if (b - a > wcap) {
-        wcap = (size_t)(b - a);
-        free(ind); free(fval); free(ival);
-        fval = NULL; ival = NULL;
-        ind = malloc(wcap * sizeof *ind);
-        if (f->data_float) fval = malloc(wcap * sizeof *fval);
-        else ival = malloc(wcap * sizeof *ival);
-        if (!ind || (!fval && !ival)) { cv_fail(e, "out of memory"); goto done; }
-      }
       wlo = a;
-      whi = a + wcap < f->nnz ? a + wcap : f->nnz;
-      if (ds_read(f->indices, H5T_NATIVE_INT64, wlo, whi - wlo, 0, ind) < 0) { h5_fail(e, f, "X indices"); goto done; }
-      if (ds_read(f->data, f->data_float ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, wlo, whi - wlo, 0,
-                  f->data_float ? (void *)fval : (void *)ival) < 0) { h5_fail(e, f, "X data"); goto done; }
+      whi = a + CV_SLAB < f->nnz ? a + CV_SLAB : f->nnz;
+      if (whi < b) whi = b;
+      if (slab_load(f, wlo, whi, e)) goto done;
       if (cv_check_interrupt(e)) goto done;
       if (progress) progress(parg, wlo);
     }
     int64_t prev = -1;
     for (uint64_t k = a; k < b; k++) {
-      int64_t r = ind[k - wlo];
+      int64_t r = slab_idx(f->ity, f->sind, (size_t)(k - wlo));
       if (r < 0 || (uint64_t)r >= f->n_obs) {
         cv_fail(e, "%s: %s/indices: gene '%s' (column %llu) has cell index %lld, out of range 0..%llu",
                 f->path, f->mpath, f->var_names[j], (unsigned long long)j, (long long)r,
@@ -1153,15 +1239,8 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell, uint32_t til
       }
       prev = r;
       uint32_t v;
-      if (fval) {
-        double d = fval[k - wlo];
-        if (!val_ok_f(d)) { bad_value(f, (uint64_t)r, j, d, e); goto done; }
-        v = (uint32_t)d;
-      } else {
-        int64_t d = ival[k - wlo];
-        if (d < 0 || d > (int64_t)UINT32_MAX) { bad_value(f, (uint64_t)r, j, (double)d, e); goto done; }
-        v = (uint32_t)d;
-      }
+      double bad;
+      if (slab_val(f->vty, f->sval, (size_t)(k - wlo), &v, &bad)) { bad_value(f, (uint64_t)r, j, bad, e); goto done; }
       if (!v) continue;
       total[j] += v;
       ncells[j]++;
@@ -1182,7 +1261,7 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell, uint32_t til
   }
   rc = 0;
 done:
-  free(ptr); free(ind); free(ival); free(fval);
+  free(ptr);
   return rc;
 }
 

@@ -96,6 +96,11 @@ typedef struct h5file {
   uint64_t n_obs, n_vars, nnz;
   h5frame obs, var;
   char **var_names;   /* var index (or --gene-key column) as text */
+  /* slabs of indices/data as read (in the narrowest native type that needs
+  ** no HDF5 conversion: see h5ad.c) */
+  int ity, vty;
+  void *sind, *sval;
+  size_t scap;
   /* CSC spool */
   int spool_fd;
   uint64_t spool_off, spool_len;

@@ -132,7 +132,10 @@ int cv_info(const char *path, int json, cv_err *e) {
     printf("expression   %s (%.2f bits per nonzero)\n", b1, bpn);
     printf("obs          %s (%lld columns incl. the index)\n", b2, (long long)ncol);
     printf("file         %s\n", b3);
-    printf("codec        %s, level %lld, %lld chunks per tile\n", codec ? codec : "?", (long long)level, (long long)chunks);
+    char lv[32];
+    if (level == 0) snprintf(lv, sizeof lv, "default");
+    else snprintf(lv, sizeof lv, "%lld", (long long)level);
+    printf("codec        %s, level %s, %lld chunks per tile\n", codec ? codec : "?", lv, (long long)chunks);
     printf("sources      %s\n", sources ? sources : "?");
     printf("created by   %s\n", by ? by : "?");
   }

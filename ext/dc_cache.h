@@ -29,9 +29,10 @@ typedef struct dc_chunk_data {
   int n_ref;              /* atomic */
 } dc_chunk_data;
 
-/* One allocation holding the struct and its arrays; one reference.  NULL on
-** out-of-memory. */
-dc_chunk_data *dc_chunk_new(uint32_t n_cells, uint64_t nnz);
+typedef struct dc_bufpool dc_bufpool;
+/* One allocation (a recycled buffer of the pool, which may be NULL) holding
+** the struct and its arrays; one reference.  NULL on out-of-memory. */
+dc_chunk_data *dc_chunk_new(dc_bufpool *pool, uint32_t n_cells, uint64_t nnz);
 void dc_chunk_ref(dc_chunk_data *d);
 void dc_chunk_release(dc_chunk_data *d);
 
@@ -46,5 +47,25 @@ dc_chunk_data *dc_cache_get(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t ch
 void dc_cache_put(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, dc_chunk_data *d);
 /* Statistics: bytes held, entries, hits, misses. */
 void dc_cache_stats(dc_cache *c, int64_t *bytes, int64_t *entries, int64_t *hits, int64_t *misses);
+
+/* ---------------------------------------------------------------- result buffers
+** Reference-counted buffers for result blobs (dc_batch hands them to SQLite
+** with rcbuf_unref as the destructor, a column read twice shares one buffer).
+** Large buffers come back to the connection's dc_bufpool when released, so
+** the next batch reuses memory that is already mapped: a fresh 100 MB buffer
+** costs tens of milliseconds of page faults and zeroing.  Decoded chunks use
+** the same buffers.  The pool keeps at most DC_BUFPOOL_MAX spare buffers and
+** 1 GiB; it is reference counted by the connection and
+** by every live buffer, so a buffer released after the connection closed is
+** simply freed.  Thread-safe (mutex). */
+#define DC_BUFPOOL_MAX 64
+dc_bufpool *dc_bufpool_new(void);
+void dc_bufpool_release(dc_bufpool *p);           /* the owner's reference */
+void dc_bufpool_trim(dc_bufpool *p);              /* frees the spare buffers */
+int64_t dc_bufpool_spare_bytes(dc_bufpool *p);
+/* A buffer of n bytes (uninitialized) with one reference; NULL on OOM. */
+void *rcbuf_new(dc_bufpool *p, uint64_t n);
+void rcbuf_ref(void *b);
+void rcbuf_unref(void *b);
 
 #endif

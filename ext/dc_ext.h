@@ -38,6 +38,7 @@ struct dc_conn {
   int64_t work_bytes;     /* decoded chunks one batch holds at once (groups)    */
   dc_pool *pool;          /* created on first use with `threads` threads       */
   void *cache;            /* decoded-chunk cache (ext/cache.c), a dc_cache*     */
+  struct dc_bufpool *bufpool; /* recycled result/tile buffers (ext/cache.c)     */
   int n_ref;              /* references held by registered functions/modules   */
   uint64_t next_ns;       /* next cache namespace id (see dc_conn_namespace)    */
 };

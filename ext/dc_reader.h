@@ -84,10 +84,11 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
 /* The chunk of a tile holding tile-relative cell `cell` (header required). */
 uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell);
 
-/* Decoded chunks for keys[0..n) (distinct), from the cache or read and
-** decoded in parallel; out[i] holds one reference each (dc_chunk_release).
-** On error every out[i] is NULL. */
-int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out,
+/* Decoded chunks for keys[0..n) (distinct), from the cache (unless
+** `lookup` is 0: the caller looked already) or read and decoded in parallel;
+** decoded chunks go into the cache.  out[i] holds one reference each
+** (dc_chunk_release).  On error every out[i] is NULL. */
+int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, int lookup,
                     char **pzErr);
 /* Decodes whole chunks straight into caller arrays, in parallel. */
 int dc_reader_decode_into(dc_reader *r, const dc_direct *jobs, size_t n, char **pzErr);

@@ -85,6 +85,7 @@ void dc_conn_unref(void *p) {
   if (!conn || --conn->n_ref > 0) return;
   if (conn->pool) dc_pool_free(conn->pool);
   if (conn->cache) dc_cache_free(conn->cache);
+  dc_bufpool_release(conn->bufpool);
   sqlite3_free(conn);
 }
 
@@ -201,6 +202,7 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
   conn->cache_bytes = default_cache_bytes();
   conn->work_bytes = (int64_t)256 << 20;
   conn->n_ref = 1;                 /* the init's own reference, dropped below */
+  conn->bufpool = dc_bufpool_new(); /* NULL (out of memory) only disables recycling */
 
   /* dc_config holds a reference; SQLite calls the destructor on failure too */
   dc_conn_ref(conn);

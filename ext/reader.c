@@ -325,7 +325,7 @@ static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const 
     set_err(pzErr, "%s: tile %u changed size while being read", r->what, tile);
     return SQLITE_CORRUPT_VTAB;
   }
-  uint8_t *buf = malloc(h->blob_len ? h->blob_len : 1);
+  uint8_t *buf = rcbuf_new(r->conn->bufpool, h->blob_len);   /* recycled: no page faults */
   if (!buf) return SQLITE_NOMEM;
   memcpy(buf, h->prefix, h->prefix_len);
   size_t i = 0;
@@ -334,7 +334,7 @@ static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const 
     uint64_t end = off + h->hdr.chunk[chunks[i]].length;
     size_t j = i + 1;
     while (j < n && h->hdr.chunk[chunks[j]].offset == end) { end += h->hdr.chunk[chunks[j]].length; j++; }
-    if (end > off && (rc = blob_read(r, tile, buf + off, end - off, off, pzErr)) != SQLITE_OK) { free(buf); return rc; }
+    if (end > off && (rc = blob_read(r, tile, buf + off, end - off, off, pzErr)) != SQLITE_OK) { rcbuf_unref(buf); return rc; }
     i = j;
   }
   *out = buf;
@@ -383,7 +383,7 @@ static int read_tiles(dc_reader *r, const dc_chunkkey *keys, size_t n, tilebuf *
   }
   sqlite3_free(chunks);
   if (rc != SQLITE_OK) {
-    for (size_t k = 0; k < ntb; k++) free(tb[k].buf);
+    for (size_t k = 0; k < ntb; k++) rcbuf_unref(tb[k].buf);
     sqlite3_free(tb);
     return rc;
   }
@@ -393,7 +393,7 @@ static int read_tiles(dc_reader *r, const dc_chunkkey *keys, size_t n, tilebuf *
 }
 
 static void free_tiles(tilebuf *tb, size_t ntb) {
-  for (size_t k = 0; k < ntb; k++) free(tb[k].buf);
+  for (size_t k = 0; k < ntb; k++) rcbuf_unref(tb[k].buf);
   sqlite3_free(tb);
 }
 
@@ -413,7 +413,8 @@ static const uint8_t *tile_buf(const tilebuf *tb, size_t ntb, uint32_t tile) {
 typedef struct missrec { dc_chunkkey key; size_t slot; } missrec;
 static int cmp_miss(const void *a, const void *b) { return cmp_key(a, b); }
 
-int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, char **pzErr) {
+int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, int lookup,
+                    char **pzErr) {
   int rc = SQLITE_OK;
   struct dc_cache *cache = dc_conn_cache(r->conn);
   missrec *mr = NULL;
@@ -433,7 +434,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       rc = SQLITE_ERROR;
       goto done;
     }
-    if (cache) out[i] = dc_cache_get(cache, r->ns, keys[i].tile, keys[i].chunk);
+    if (cache && lookup) out[i] = dc_cache_get(cache, r->ns, keys[i].tile, keys[i].chunk);
     if (!out[i]) { mr[n_miss].key = keys[i]; mr[n_miss].slot = i; n_miss++; }
   }
   if (n_miss == 0) goto done;
@@ -453,7 +454,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       goto done;
     }
     const dc_chunk_info *ci = &h->hdr.chunk[miss[k].chunk];
-    dec[k] = dc_chunk_new(ci->n_cells, ci->nnz);
+    dec[k] = dc_chunk_new(r->conn->bufpool, ci->n_cells, ci->nnz);
     if (!dec[k]) { rc = SQLITE_NOMEM; goto done; }
     dec[k]->indptr[0] = (int64_t)ci->nnz_before;
     jobs[k].buf = tile_buf(tb, ntb, miss[k].tile);

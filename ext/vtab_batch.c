@@ -80,23 +80,8 @@ typedef struct batch_cursor {
 
 enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES };
 
-/* ------------------------------------------------ reference-counted blobs */
-#define RC_HEAD 16
-static void *rcblob_new(uint64_t n) {
-  uint8_t *p = sqlite3_malloc64(RC_HEAD + (n ? n : 1));
-  if (!p) return NULL;
-  *(int64_t *)p = 1;
-  return p + RC_HEAD;
-}
-static void rcblob_ref(void *b) { __atomic_add_fetch((int64_t *)((uint8_t *)b - RC_HEAD), 1, __ATOMIC_RELAXED); }
-static void rcblob_unref(void *b) {
-  if (!b) return;
-  uint8_t *p = (uint8_t *)b - RC_HEAD;
-  if (__atomic_sub_fetch((int64_t *)p, 1, __ATOMIC_ACQ_REL) == 0) sqlite3_free(p);
-}
-
 static void cursor_reset(batch_cursor *c) {
-  for (int i = 0; i < 4; i++) { rcblob_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
+  for (int i = 0; i < 4; i++) { rcbuf_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
   c->eof = 1;
 }
 
@@ -522,6 +507,10 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   int64_t *o_ids = NULL, *o_indptr = NULL;
   int32_t *o_idx = NULL, *o_val = NULL;
   const int32_t *map = NULL;
+  uint32_t *group = NULL, *rowkey = NULL;
+  dc_chunkkey *gkeys = NULL;
+  size_t *gslot = NULL;
+  dc_chunk_data **gout = NULL;
 
   cursor_reset(c);
   if (idxNum == 0)
@@ -545,8 +534,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   ref = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *ref);
   direct = sqlite3_malloc64((uint64_t)(n ? n : 1));
   rows = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rows);
-  o_ids = rcblob_new((uint64_t)n * 8);
-  o_indptr = rcblob_new(((uint64_t)n + 1) * 8);
+  o_ids = rcbuf_new(v->conn->bufpool, (uint64_t)n * 8);
+  o_indptr = rcbuf_new(v->conn->bufpool, ((uint64_t)n + 1) * 8);
   if (!ref || !direct || !rows || !o_ids || !o_indptr) { rc = SQLITE_NOMEM; goto done; }
   memset(direct, 0, (size_t)(n ? n : 1));
   memset(rows, 0, (size_t)(n ? n : 1) * sizeof *rows);
@@ -612,35 +601,49 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     n_keys = m;
   }
   chunks = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *chunks);
-  if (!chunks) { rc = SQLITE_NOMEM; goto done; }
-  memset(chunks, 0, (n_keys ? n_keys : 1) * sizeof *chunks);
-  /* groups of keys whose decoded size fits the budget */
-  int64_t budget = v->conn->work_bytes;
-  size_t g0 = 0;
-  int staged = 0;
+  group = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *group);
+  gkeys = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gkeys);
+  gslot = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gslot);
+  gout = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gout);
+  rowkey = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rowkey);
   off = sqlite3_malloc64(((uint64_t)n + 1) * sizeof *off);
-  if (!off) { rc = SQLITE_NOMEM; goto done; }
-  while (g0 < n_keys) {
-    size_t g1 = g0;
-    int64_t bytes = 0;
-    while (g1 < n_keys) {
-      const dc_chunk_info *ci = &r->heads[keys[g1].tile]->hdr.chunk[keys[g1].chunk];
-      int64_t b = (int64_t)ci->nnz * 8 + (int64_t)ci->n_cells * 8;
-      if (g1 > g0 && bytes + b > budget) break;
-      bytes += b;
-      g1++;
-    }
-    if (g0 == 0 && g1 < n_keys) staged = 1;
-    if ((rc = dc_reader_fetch(r, keys + g0, g1 - g0, chunks + g0, &err)) != SQLITE_OK) goto done;
+  if (!chunks || !group || !gkeys || !gslot || !gout || !rowkey || !off) { rc = SQLITE_NOMEM; goto done; }
+  memset(chunks, 0, (n_keys ? n_keys : 1) * sizeof *chunks);
+  for (int64_t i = 0; i < n; i++) {
+    if (direct[i]) continue;
+    dc_chunkkey key = { ref[i].tile, ref[i].chunk };
+    rowkey[i] = (uint32_t)((dc_chunkkey *)bsearch(&key, keys, n_keys, sizeof *keys, cmp_key) - keys);
+  }
+  /* chunks already cached cost no decoding memory: they join group 0; the
+  ** others are split into groups whose decoded size fits decode_mb */
+  int64_t budget = v->conn->work_bytes, bytes = 0;
+  uint32_t n_groups = 1;
+  for (size_t q = 0; q < n_keys; q++) {
+    if (cache) chunks[q] = dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk);
+    if (chunks[q]) { group[q] = 0; continue; }
+    const dc_chunk_info *ci = &r->heads[keys[q].tile]->hdr.chunk[keys[q].chunk];
+    int64_t b = (int64_t)ci->nnz * 8 + (int64_t)ci->n_cells * 8;
+    if (bytes > 0 && bytes + b > budget) { n_groups++; bytes = 0; }
+    bytes += b;
+    group[q] = n_groups - 1;
+  }
+  int staged = n_groups > 1;
+  for (uint32_t gi = 0; gi < n_groups; gi++) {
+    /* decode this group's missing chunks (in parallel) */
+    size_t ng = 0;
+    for (size_t q = 0; q < n_keys; q++)
+      if (group[q] == gi && !chunks[q]) { gkeys[ng] = keys[q]; gslot[ng] = q; ng++; }
+    if ((rc = dc_reader_fetch(r, gkeys, ng, gout, 0, &err)) != SQLITE_OK) goto done;
+    for (size_t j = 0; j < ng; j++) chunks[gslot[j]] = gout[j];
     /* rows of this group */
     size_t nw = 0;
     for (int64_t i = 0; i < n; i++) {
-      if (direct[i]) continue;
-      dc_chunkkey key = { ref[i].tile, ref[i].chunk };
-      dc_chunkkey *hit = bsearch(&key, keys + g0, g1 - g0, sizeof *keys, cmp_key);
-      if (!hit) continue;
-      const dc_chunk_data *d = chunks[hit - keys];
-      if (ref[i].cell >= d->n_cells) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: tile %u chunk %u: too few cells", key.tile, key.chunk); goto done; }
+      if (direct[i] || group[rowkey[i]] != gi) continue;
+      const dc_chunk_data *d = chunks[rowkey[i]];
+      if (ref[i].cell >= d->n_cells) {
+        rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: tile %u chunk %u: too few cells", ref[i].tile, ref[i].chunk);
+        goto done;
+      }
       rows[i].idx = d->indices + d->indptr[ref[i].cell];
       rows[i].val = d->values + d->indptr[ref[i].cell];
       rows[i].n_in = (uint32_t)(d->indptr[ref[i].cell + 1] - d->indptr[ref[i].cell]);
@@ -649,8 +652,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     kernel k = { rows, which, nw, map, r->n_genes, v->panel_sorted, NULL, NULL, NULL, 0 };
     run_kernel(pool, &k, count_block);
     if (k.bad) {
-      rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (tiles of group "
-                  "starting at tile %u chunk %u are corrupt)", keys[g0].tile, keys[g0].chunk);
+      rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
+                  "is corrupt)", nw ? ref[which[0]].tile : 0);
       goto done;
     }
     if (staged) {
@@ -660,7 +663,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
       int32_t **ns = sqlite3_realloc64(stage, (n_stage + 1) * sizeof *stage);
       if (!ns) { rc = SQLITE_NOMEM; goto done; }
       stage = ns;
-      stage[n_stage] = sqlite3_malloc64((uint64_t)(total ? total : 1) * 8);
+      stage[n_stage] = rcbuf_new(v->conn->bufpool, (uint64_t)total * 8);
       if (!stage[n_stage]) { rc = SQLITE_NOMEM; goto done; }
       int32_t *si = stage[n_stage], *sv = stage[n_stage] + total;
       n_stage++;
@@ -673,9 +676,9 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
         rw->val = sv + off[which[j]];
         rw->n_in = (uint32_t)rw->n_out;
       }
-      for (size_t q = g0; q < g1; q++) { dc_chunk_release(chunks[q]); chunks[q] = NULL; }
+      for (size_t q = 0; q < n_keys; q++)
+        if (group[q] == gi) { dc_chunk_release(chunks[q]); chunks[q] = NULL; }
     }
-    g0 = g1;
   }
 
   /* 4. layout, direct decodes, row copies */
@@ -697,8 +700,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     o_indptr[i + 1] = total;
     i++;
   }
-  o_idx = rcblob_new((uint64_t)total * 4);
-  o_val = rcblob_new((uint64_t)total * 4);
+  o_idx = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
+  o_val = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
   if (!o_idx || !o_val) { rc = SQLITE_NOMEM; goto done; }
   for (size_t q = 0; q < n_dj; q++) {
     dj[q].indptr_out = o_indptr;
@@ -728,7 +731,12 @@ done:
     v->base.zErrMsg = err;
   }
   if (chunks) for (size_t q = 0; q < n_keys; q++) dc_chunk_release(chunks[q]);
-  for (size_t q = 0; q < n_stage; q++) sqlite3_free(stage[q]);
+  for (size_t q = 0; q < n_stage; q++) rcbuf_unref(stage[q]);
+  sqlite3_free(group);
+  sqlite3_free(gkeys);
+  sqlite3_free(gslot);
+  sqlite3_free(gout);
+  sqlite3_free(rowkey);
   sqlite3_free(stage);
   sqlite3_free(chunks);
   sqlite3_free(keys);
@@ -739,10 +747,10 @@ done:
   sqlite3_free(direct);
   sqlite3_free(ref);
   sqlite3_free(ids);
-  rcblob_unref(o_ids);
-  rcblob_unref(o_indptr);
-  rcblob_unref(o_idx);
-  rcblob_unref(o_val);
+  rcbuf_unref(o_ids);
+  rcbuf_unref(o_indptr);
+  rcbuf_unref(o_idx);
+  rcbuf_unref(o_val);
   return rc;
 }
 
@@ -775,8 +783,8 @@ static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
     case COL_CELLIDS: case COL_INDPTR: case COL_INDICES: case COL_DATA: {
       void *b = c->blob[i - COL_CELLIDS];
       if (!b) { sqlite3_result_null(ctx); break; }
-      rcblob_ref(b);    /* SQLite owns one reference; released by rcblob_unref */
-      sqlite3_result_blob64(ctx, b, c->len[i - COL_CELLIDS], rcblob_unref);
+      rcbuf_ref(b);    /* SQLite owns one reference; released by rcbuf_unref */
+      sqlite3_result_blob64(ctx, b, c->len[i - COL_CELLIDS], rcbuf_unref);
       break;
     }
     default: sqlite3_result_null(ctx); break;   /* hidden argument columns */

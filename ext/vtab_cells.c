@@ -120,8 +120,24 @@ typedef struct ocol {
   uint32_t *dict_sorted;  /* codes in byte order of their values (lazily) */
 } ocol;
 
+/* A decoded block of one column, shared by the cursors of a table object
+** (the table's decoded-block cache).  One allocation: the struct, then the
+** arrays blk points to.  Reference counted; least recently used blocks are
+** dropped when the cache is over budget (a dropped block still referenced is
+** freed by its last release). */
+typedef struct dblock {
+  struct dblock *prev, *next;   /* LRU list, most recently used first */
+  int k;
+  int64_t b;
+  int n_ref;
+  int dropped;
+  size_t bytes;
+  dc_obs_block blk;
+} dblock;
+
 typedef struct cells_vtab {
   sqlite3_vtab base;
+  dc_conn *conn;
   sqlite3 *db;
   char *zDb, *zName;
   char *zBlocks;          /* "<name>_blocks" */
@@ -135,6 +151,9 @@ typedef struct cells_vtab {
   int has_tiles;
   int64_t n_tiles;
   int64_t *tile_first;    /* [n_tiles + 1] */
+  dblock **ent;           /* [n_ocol * n_blocks]: cached decoded blocks */
+  dblock *lru_head, *lru_tail;
+  int64_t cache_bytes;
 } cells_vtab;
 
 /* A value of a constraint.  For numeric columns after numeric affinity; for
@@ -167,9 +186,8 @@ typedef struct term {
 typedef struct ivl { int64_t lo, hi; } ivl;   /* [lo, hi) */
 
 typedef struct colcache {
-  dc_obs_decoder *dec;
-  int64_t block;          /* decoded block, -1 none */
-  dc_obs_block b;
+  dc_obs_decoder *dec;    /* scratch of this cursor's decodes */
+  dblock *d;              /* the block in use (a reference), or NULL */
 } colcache;
 
 typedef struct cells_cursor {
@@ -190,6 +208,10 @@ typedef struct cells_cursor {
 } cells_cursor;
 
 /* --------------------------------------------------------------- helpers */
+
+static void dblock_release(dblock *d) {
+  if (d && --d->n_ref == 0 && d->dropped) sqlite3_free(d);
+}
 
 static int set_err(sqlite3_vtab *tab, int rc, const char *fmt, ...) {
   va_list ap;
@@ -235,7 +257,11 @@ static int maybe_numeric(const char *s, int n) {
   if (i >= n) return 0;
   char c = s[i];
   if ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.') return 1;
-  if ((c == 'I' || c == 'i') && n - i >= 3) return 1;
+  /* infinity renders as "Inf" (the sign is caught above) */
+  if (n - i >= 3 && !memcmp(s + i, "Inf", 3)) {
+    for (i += 3; i < n; i++) if (!(s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r'))) return 0;
+    return 1;
+  }
   return 0;
 }
 
@@ -380,6 +406,8 @@ static int cval_set(cval *out, sqlite3_value *in, int text_col) {
 
 static void vtab_free(cells_vtab *p) {
   if (!p) return;
+  for (dblock *d = p->lru_head, *nx; d; d = nx) { nx = d->next; sqlite3_free(d); }
+  sqlite3_free(p->ent);
   for (int k = 0; k < p->n_ocol; k++) {
     sqlite3_free(p->oc[k].name);
     sqlite3_free(p->oc[k].dict_buf);
@@ -599,6 +627,9 @@ static int cells_load(cells_vtab *p) {
     p->n_tiles = nt;
     p->has_tiles = 1;
   }
+  p->ent = sqlite3_malloc64((sqlite3_uint64)(nb ? nb : 1) * (sqlite3_uint64)p->n_ocol * sizeof(dblock *));
+  if (!p->ent) { rc = SQLITE_NOMEM; goto done; }
+  memset(p->ent, 0, (size_t)(nb ? nb : 1) * (size_t)p->n_ocol * sizeof(dblock *));
   p->loaded = 1;
 done:
   sqlite3_finalize(st);
@@ -701,7 +732,6 @@ static const char *kind_sql_type(int kind) {
 
 static int cellsConnect(sqlite3 *db, void *aux, int argc, const char *const *argv,
                         sqlite3_vtab **ppVtab, char **pzErr) {
-  (void)aux;
   cells_vtab *p = NULL;
   sqlite3_stmt *st = NULL;
   sqlite3_str *decl = NULL;
@@ -726,6 +756,7 @@ static int cellsConnect(sqlite3 *db, void *aux, int argc, const char *const *arg
   if (!p) return SQLITE_NOMEM;
   memset(p, 0, sizeof *p);
   p->db = db;
+  p->conn = (dc_conn *)aux;
   p->zDb = sqlite3_mprintf("%s", zDb);
   p->zName = sqlite3_mprintf("%s", zName);
   p->zBlocks = sqlite3_mprintf("%s_blocks", zName);
@@ -848,12 +879,15 @@ static double est_block_num(const bstat *s, int64_t n, int op, const cval *v) {
 
 static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
   cells_vtab *p = (cells_vtab *)tab;
+  /* bad metadata is reported by xOpen as SQLITE_CORRUPT (an error here would
+  ** reach the user as a plain SQLITE_ERROR); plan without statistics */
   int rc = cells_load(p);
-  if (rc) return rc;
+  if (rc == SQLITE_NOMEM) return rc;
+  if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }
   sqlite3_str *s = sqlite3_str_new(p->db);
   int nargs = 0, all_exact = 1, unused = 0, n_terms = 0;
   int i_limit = -1, i_offset = -1;
-  double N = (double)p->n_cells, rows = N, scan = N;
+  double N = p->loaded ? (double)p->n_cells : 1e6, rows = N, scan = N;
   int unique = 0, n_filter_cols = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
@@ -888,8 +922,9 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
       exact = 0;
       if ((op == OP_EQ || op == OP_IN) && p->oc[k].kind == DC_OBS_CATEGORY) {
         rc = dict_load(p, k);
-        if (rc) { sqlite3_free(sqlite3_str_finish(s)); return rc; }
-        if (!p->oc[k].dict_numeric) exact = 1;
+        if (rc == SQLITE_NOMEM) { sqlite3_free(sqlite3_str_finish(s)); return rc; }
+        if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }   /* xFilter reports it */
+        else if (!p->oc[k].dict_numeric) exact = 1;
       }
       if (!exact && rhs) {
         int t = sqlite3_value_type(rhs);
@@ -1041,7 +1076,6 @@ static int cellsOpen(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp) {
   c->cc = sqlite3_malloc64((sqlite3_uint64)p->n_ocol * sizeof(colcache));
   if (!c->cc) { sqlite3_free(c); return SQLITE_NOMEM; }
   memset(c->cc, 0, (size_t)p->n_ocol * sizeof(colcache));
-  for (int k = 0; k < p->n_ocol; k++) c->cc[k].block = -1;
   c->eof = 1;
   *pp = &c->base;
   return SQLITE_OK;
@@ -1069,7 +1103,10 @@ static int cellsClose(sqlite3_vtab_cursor *cur) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
   terms_free(c);
-  for (int k = 0; k < p->n_ocol; k++) dc_obs_decoder_free(c->cc[k].dec);
+  for (int k = 0; k < p->n_ocol; k++) {
+    dc_obs_decoder_free(c->cc[k].dec);
+    dblock_release(c->cc[k].d);
+  }
   sqlite3_free(c->cc);
   if (c->blob) sqlite3_blob_close(c->blob);
   sqlite3_free(c->buf);
@@ -1078,18 +1115,91 @@ static int cellsClose(sqlite3_vtab_cursor *cur) {
   return SQLITE_OK;
 }
 
-/* Decodes block b of stored column k into the cursor's cache. */
+/* the cache's budget: a quarter of the connection's cache_mb (dc_config) */
+static int64_t cache_budget(const cells_vtab *p) {
+  return p->conn ? p->conn->cache_bytes / 4 : (int64_t)64 << 20;
+}
+
+static void cache_drop(cells_vtab *p, dblock *d) {
+  if (d->prev) d->prev->next = d->next; else p->lru_head = d->next;
+  if (d->next) d->next->prev = d->prev; else p->lru_tail = d->prev;
+  d->prev = d->next = NULL;
+  p->ent[(int64_t)d->k * p->n_blocks + d->b] = NULL;
+  p->cache_bytes -= (int64_t)d->bytes;
+  if (d->n_ref == 0) sqlite3_free(d); else d->dropped = 1;
+}
+
+static void cache_fit(cells_vtab *p, int64_t budget) {
+  while (p->cache_bytes > budget && p->lru_tail) cache_drop(p, p->lru_tail);
+}
+
+/* A copy of a decoded block in one allocation, with one reference. */
+static dblock *dblock_new(int k, int64_t b, const dc_obs_block *src) {
+  size_t n = src->n;
+  size_t a = 0, len;
+  switch (src->kind) {
+    case DC_OBS_CATEGORY: a = n * 4; break;
+    case DC_OBS_INT: case DC_OBS_BOOL: a = n * 8 + n; break;
+    case DC_OBS_REAL: a = n * 8; break;
+    case DC_OBS_TEXT: a = (n + 1) * 8 + n + (size_t)src->text_off[n]; break;
+  }
+  len = (sizeof(dblock) + 15) / 16 * 16 + a;
+  dblock *d = sqlite3_malloc64(len);
+  if (!d) return NULL;
+  memset(d, 0, sizeof *d);
+  d->k = k;
+  d->b = b;
+  d->n_ref = 1;
+  d->bytes = len;
+  d->blk = *src;
+  uint8_t *q = (uint8_t *)d + (sizeof(dblock) + 15) / 16 * 16;
+  switch (src->kind) {
+    case DC_OBS_CATEGORY:
+      memcpy(q, src->codes, n * 4); d->blk.codes = (const int32_t *)q; break;
+    case DC_OBS_INT: case DC_OBS_BOOL:
+      memcpy(q, src->i64, n * 8); d->blk.i64 = (const int64_t *)q;
+      memcpy(q + n * 8, src->valid, n); d->blk.valid = q + n * 8; break;
+    case DC_OBS_REAL:
+      memcpy(q, src->f64, n * 8); d->blk.f64 = (const double *)q; break;
+    case DC_OBS_TEXT:
+      memcpy(q, src->text_off, (n + 1) * 8); d->blk.text_off = (const uint64_t *)q;
+      memcpy(q + (n + 1) * 8, src->valid, n); d->blk.valid = q + (n + 1) * 8;
+      if (src->text_off[n]) memcpy(q + (n + 1) * 8 + n, src->text, (size_t)src->text_off[n]);
+      d->blk.text = (const char *)q + (n + 1) * 8 + n;
+      break;
+  }
+  return d;
+}
+
+
+/* Block b of stored column k, decoded: from the table's cache, or read
+** through the cursor's blob handle, decoded, checked, and cached. */
 static int col_block(cells_cursor *c, int k, int64_t b, const dc_obs_block **out) {
   cells_vtab *p = (cells_vtab *)c->base.pVtab;
   colcache *cc = &c->cc[k];
   ocol *oc = &p->oc[k];
-  if (cc->block == b) { *out = &cc->b; return SQLITE_OK; }
+  if (cc->d && cc->d->b == b) { *out = &cc->d->blk; return SQLITE_OK; }
   int rc;
   if (oc->kind == DC_OBS_CATEGORY) {
     rc = dict_load(p, k);
     if (rc) return rc;
   }
-  cc->block = -1;
+  dblock *d = p->ent[(int64_t)k * p->n_blocks + b];
+  if (d) {
+    d->n_ref++;
+    if (d != p->lru_head) {   /* to the front */
+      d->prev->next = d->next;
+      if (d->next) d->next->prev = d->prev; else p->lru_tail = d->prev;
+      d->prev = NULL;
+      d->next = p->lru_head;
+      p->lru_head->prev = d;
+      p->lru_head = d;
+    }
+    dblock_release(cc->d);
+    cc->d = d;
+    *out = &d->blk;
+    return SQLITE_OK;
+  }
   if (!cc->dec) {
     cc->dec = dc_obs_decoder_new();
     if (!cc->dec) return SQLITE_NOMEM;
@@ -1120,17 +1230,32 @@ static int col_block(cells_cursor *c, int k, int64_t b, const dc_obs_block **out
   ex.n = (uint32_t)(p->blk_first[b + 1] - p->blk_first[b]);
   ex.n_categories = oc->n_categories;
   dc_error err;
-  int drc = dc_obs_decode(cc->dec, c->buf, (size_t)len, &ex, &cc->b, &err);
+  dc_obs_block blk;
+  int drc = dc_obs_decode(cc->dec, c->buf, (size_t)len, &ex, &blk, &err);
   if (drc == DC_ENOMEM) return SQLITE_NOMEM;
   if (drc) return set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: %s", oc->name, (long long)b, err.msg);
   const bstat *bs = &p->bs[(int64_t)k * p->n_blocks + b];
-  if ((int64_t)cc->b.null_count != bs->null_count)
+  if ((int64_t)blk.null_count != bs->null_count)
     return set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: %u NULLs where the block row says %lld",
-                   oc->name, (long long)b, cc->b.null_count, (long long)bs->null_count);
-  if (oc->kind == DC_OBS_CATEGORY && ex.n_categories == 0 && ex.n != cc->b.null_count)
+                   oc->name, (long long)b, blk.null_count, (long long)bs->null_count);
+  if (oc->kind == DC_OBS_CATEGORY && ex.n_categories == 0 && ex.n != blk.null_count)
     return set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: codes without categories", oc->name, (long long)b);
-  cc->block = b;
-  *out = &cc->b;
+  d = dblock_new(k, b, &blk);
+  if (!d) return SQLITE_NOMEM;
+  int64_t budget = cache_budget(p);
+  if ((int64_t)d->bytes <= budget) {
+    cache_fit(p, budget - (int64_t)d->bytes);
+    d->next = p->lru_head;
+    if (p->lru_head) p->lru_head->prev = d; else p->lru_tail = d;
+    p->lru_head = d;
+    p->ent[(int64_t)k * p->n_blocks + b] = d;
+    p->cache_bytes += (int64_t)d->bytes;
+  } else {
+    d->dropped = 1;   /* used by this cursor only */
+  }
+  dblock_release(cc->d);
+  cc->d = d;
+  *out = &d->blk;
   return SQLITE_OK;
 }
 
@@ -1708,7 +1833,8 @@ static int cellsColumn(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) 
       if (b->valid[r]) sqlite3_result_int64(ctx, b->i64[r]);
       break;
     case DC_OBS_REAL:
-      if (!isnan(b->f64[r])) sqlite3_result_double(ctx, b->f64[r]);
+      /* a native REAL column stores -0.0 as the integer 0, so it reads back as 0.0 */
+      if (!isnan(b->f64[r])) sqlite3_result_double(ctx, b->f64[r] == 0 ? 0.0 : b->f64[r]);
       break;
     case DC_OBS_TEXT:
       if (b->valid[r])
@@ -1743,6 +1869,6 @@ static sqlite3_module cells_module = {
 };
 
 int dc_register_cells(sqlite3 *db, dc_conn *conn) {
-  (void)conn;
-  return sqlite3_create_module_v2(db, "deltacells_cells", &cells_module, NULL, NULL);
+  dc_conn_ref(conn);
+  return sqlite3_create_module_v2(db, "deltacells_cells", &cells_module, conn, dc_conn_unref);
 }

@@ -375,7 +375,7 @@ static int load_cell(expr_cursor *c, int64_t cell) {
       c->keys[nk].tile = (uint32_t)t; c->keys[nk].chunk = k; nk++;
     }
   }
-  rc = dc_reader_fetch(r, c->keys, nk, c->chunks, &err);
+  rc = dc_reader_fetch(r, c->keys, nk, c->chunks, 1, &err);
   dc_reader_end(r);
   if (rc != SQLITE_OK) goto out;
   c->n_keys = nk;

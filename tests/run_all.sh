@@ -33,7 +33,7 @@ echo "== fuzz targets (${FUZZ_TEST_SECONDS}s each)"
 for f in build/fuzz/fuzz_*; do
   [ -x "$f" ] || continue
   name=$(basename "$f"); corpus=build/corpus/$name; mkdir -p "$corpus"
-  if "$f" -max_total_time="$FUZZ_TEST_SECONDS" -rss_limit_mb=2048 "$corpus" >"$log/$name.log" 2>&1; then
+  if "$f" -max_total_time="$FUZZ_TEST_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" >"$log/$name.log" 2>&1; then
     pass=$((pass + 1)); echo "[fuzz] ok $name ($(grep -o 'stat::number_of_executed_units: [0-9]*' "$log/$name.log" | tail -1))"
   else
     fail=$((fail + 1)); failed_names+=("fuzz/$name"); echo "[fuzz] FAIL $name"; tail -30 "$log/$name.log"

@@ -21,6 +21,8 @@ struct dc_obs_decoder {
   uint8_t *valid;   size_t valid_cap;
   uint64_t *off;    size_t off_cap;
   uint64_t *tmp;    size_t tmp_cap;
+  uint64_t *tmp2;   size_t tmp2_cap;
+  uint8_t *txt;     size_t txt_cap;      /* rebuilt text (TEXT_DNA) */
 };
 
 dc_obs_decoder *dc_obs_decoder_new(void) {
@@ -35,7 +37,7 @@ void dc_obs_decoder_free(dc_obs_decoder *d) {
   if (!d) return;
   ZSTD_freeDCtx(d->dctx);
   free(d->raw); free(d->codes); free(d->i64); free(d->f64);
-  free(d->valid); free(d->off); free(d->tmp);
+  free(d->valid); free(d->off); free(d->tmp); free(d->tmp2); free(d->txt);
   free(d);
 }
 
@@ -111,6 +113,53 @@ static int int_payload(dc_obs_decoder *d, int method, const uint8_t *p, size_t a
       acc += (uint64_t)obs_unzigzag(z);
     }
     d->tmp[m - 1] = acc;
+  }
+  return DC_OK;
+fail:
+  return rc;
+}
+
+/* TEXT_DNA payload (after the NULL-map) into d->txt and d->off; d->valid set */
+static int text_dna(dc_obs_decoder *d, const uint8_t *p, size_t avail, uint32_t n, size_t m, dc_error *err) {
+  int rc;
+  if (avail < 2) CORRUPT("obs block: text parameters truncated");
+  unsigned wr = p[0], ws = p[1];
+  if ((wr != 0 && wr != 1 && wr != 2 && wr != 4) || (ws != 0 && ws != 1 && ws != 2 && ws != 4))
+    CORRUPT("obs block: bad text length widths %u/%u", wr, ws);
+  p += 2;
+  avail -= 2;
+  if ((uint64_t)avail < (uint64_t)m * (wr + ws)) CORRUPT("obs block: text lengths truncated");
+  if (GROW(d, tmp, m) || GROW(d, tmp2, m) || GROW(d, off, (size_t)n + 1)) NOMEM();
+  dc_obs_planes_get(p, m, wr, d->tmp);
+  p += m * wr;
+  dc_obs_planes_get(p, m, ws, d->tmp2);
+  p += m * ws;
+  avail -= m * (wr + ws);
+  uint64_t runs = 0, sufs = 0;
+  for (size_t j = 0; j < m; j++) { runs += d->tmp[j]; sufs += d->tmp2[j]; }
+  uint64_t packed = (runs + 3) / 4;
+  if (runs + sufs > DC_OBS_MAX_TEXT || packed + sufs != (uint64_t)avail)
+    CORRUPT("obs block: text lengths (%llu bases, %llu other bytes) disagree with the %zu bytes stored",
+            (unsigned long long)runs, (unsigned long long)sufs, avail);
+  if ((runs & 3) && (p[packed - 1] >> (2 * (runs & 3)))) CORRUPT("obs block: bits set past the last base");
+  if (GROW(d, txt, (size_t)(runs + sufs))) NOMEM();
+  static const char acgt[4] = {'A', 'C', 'G', 'T'};
+  const uint8_t *suf = p + packed;
+  uint8_t *o = d->txt;
+  uint64_t bi = 0, total = 0;
+  size_t j = 0;
+  d->off[0] = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (d->valid[i]) {
+      uint64_t r = d->tmp[j], s = d->tmp2[j];
+      j++;
+      for (uint64_t q = 0; q < r; q++, bi++) *o++ = (uint8_t)acgt[(p[bi >> 2] >> (2 * (bi & 3))) & 3];
+      if (s) memcpy(o, suf, (size_t)s);
+      o += s;
+      suf += s;
+      total += r + s;
+    }
+    d->off[i + 1] = total;
   }
   return DC_OK;
 fail:
@@ -267,6 +316,13 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
       break;
     }
     case DC_OBS_TEXT: {
+      if (method == OBS_M_TEXT_DNA) {
+        rc = text_dna(d, p, avail, n, m, err);
+        if (rc) goto fail;
+        out->text = (const char *)d->txt;
+        out->text_off = d->off;
+        break;
+      }
       if (method != OBS_M_TEXT) CORRUPT("obs block: unknown text method %d", method);
       if (avail < 1) CORRUPT("obs block: text lengths truncated");
       unsigned w = p[0];

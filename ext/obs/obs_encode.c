@@ -104,6 +104,75 @@ done:
   return rc;
 }
 
+static int base_code(char c) {
+  return c == 'A' ? 0 : c == 'C' ? 1 : c == 'G' ? 2 : c == 'T' ? 3 : -1;
+}
+
+/* TEXT_DNA: each string as its leading run of A/C/G/T (2 bits a base) and
+** the rest; a candidate when the runs hold at least half of the bytes
+** (cell barcodes, often the obs index). */
+static int text_dna_cand(enc *e, size_t m, size_t total) {
+  const dc_obs_values *v = e->v;
+  uint32_t n = v->n;
+  size_t runs = 0;
+  uint32_t max_run = 0, max_suf = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (!v->text[i]) continue;
+    uint32_t l = v->text_len ? v->text_len[i] : (uint32_t)strlen(v->text[i]);
+    uint32_t r = 0;
+    while (r < l && base_code(v->text[i][r]) >= 0) r++;
+    runs += r;
+    if (r > max_run) max_run = r;
+    if (l - r > max_suf) max_suf = l - r;
+  }
+  if (m == 0 || runs * 2 < total) return DC_OK;
+  unsigned wr = obs_width(max_run), ws = obs_width(max_suf);
+  size_t len = e->nullmap_len + 2 + m * wr + m * ws + (runs + 3) / 4 + (total - runs);
+  uint8_t *p = cand_new(e, len, OBS_M_TEXT_DNA);
+  if (!p) return e->err->code;
+  put_nullmap(e, p);
+  p += e->nullmap_len;
+  p[0] = (uint8_t)wr;
+  p[1] = (uint8_t)ws;
+  p += 2;
+  uint64_t *rl = e->tmp, *sl = malloc(m * sizeof *sl);
+  if (!sl) { dc_obs_err(e->err, DC_ENOMEM, "out of memory"); return DC_ENOMEM; }
+  size_t j = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (!v->text[i]) continue;
+    uint32_t l = v->text_len ? v->text_len[i] : (uint32_t)strlen(v->text[i]);
+    uint32_t r = 0;
+    while (r < l && base_code(v->text[i][r]) >= 0) r++;
+    rl[j] = r;
+    sl[j] = l - r;
+    j++;
+  }
+  dc_obs_planes_put(p, rl, m, wr);
+  p += m * wr;
+  dc_obs_planes_put(p, sl, m, ws);
+  p += m * ws;
+  free(sl);
+  uint8_t *packed = p;
+  memset(packed, 0, (runs + 3) / 4);
+  uint8_t *suf = packed + (runs + 3) / 4;
+  size_t bi = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (!v->text[i]) continue;
+    const char *s = v->text[i];
+    uint32_t l = v->text_len ? v->text_len[i] : (uint32_t)strlen(s);
+    uint32_t r = 0;
+    int c;
+    while (r < l && (c = base_code(s[r])) >= 0) {
+      packed[bi >> 2] |= (uint8_t)(c << (2 * (bi & 3)));
+      bi++;
+      r++;
+    }
+    if (l > r) memcpy(suf, s + r, l - r);
+    suf += l - r;
+  }
+  return DC_OK;
+}
+
 static int build(enc *e) {
   const dc_obs_values *v = e->v;
   uint32_t n = v->n;
@@ -226,7 +295,7 @@ static int build(enc *e) {
         if (l) memcpy(p, v->text[i], l);
         p += l;
       }
-      return DC_OK;
+      return text_dna_cand(e, m, total);
     }
   }
   dc_obs_err(e->err, DC_EARG, "unknown obs kind %d", v->kind);

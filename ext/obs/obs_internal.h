@@ -27,6 +27,7 @@
 #define OBS_M_FOR 3         /* int, real (integral): value - base        */
 #define OBS_M_DELTA 4       /* int, real (integral): zigzag of deltas    */
 #define OBS_M_TEXT 1        /* text: lengths, then the bytes             */
+#define OBS_M_TEXT_DNA 2    /* text: leading A/C/G/T run 2-bit packed    */
 
 /* the fixed part of FOR/DELTA/TEXT parameters */
 #define OBS_INT_PARAMS 9    /* u8 width, i64 base                        */

@@ -99,6 +99,8 @@ static uint8_t *roundtrip(const dc_obs_values *v, int level, size_t *len_out) {
   return blob;
 }
 
+static void corrupt_all(const dc_obs_values *v, int level);
+
 static void test_category_widths(void) {
   uint32_t ncats[] = {1, 30, 255, 256, 300, 65535, 65536, 70000};
   int expect_method[] = {1, 1, 1, 2, 2, 2, 3, 3};
@@ -276,8 +278,19 @@ static void test_text(void) {
     s[i] = bc + i * 19;
   }
   v.text_len = NULL;
-  free(roundtrip(&v, 9, &len));
-  DCT_CHECKF(len < n * 6, "%zu bytes for %u barcodes", len, n);
+  uint8_t *blob = roundtrip(&v, 9, &len);
+  if (blob) DCT_CHECKF(blob[6] == 2, "method %d for barcodes", blob[6]);   /* 2-bit bases */
+  free(blob);
+  DCT_CHECKF(len < n * 4 + 200, "%zu bytes for %u barcodes", len, n);
+  /* bases with other text mixed in: N, lower case, empty, bases only, NULLs */
+  const char *odd[] = {"ACGTN-1", "acgt", "", "GGGG", "TTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTTT", "A", "-1", "CCA\xc3\xa9"};
+  for (uint32_t i = 0; i < n; i++) s[i] = i % 11 == 5 ? NULL : i % 3 ? bc + i * 19 : (char *)odd[i % 8];
+  blob = roundtrip(&v, 3, &len);
+  if (blob) DCT_CHECKF(blob[6] == 2, "method %d for mostly barcodes", blob[6]);
+  free(blob);
+  v.n = 300;   /* every byte flipped / truncated */
+  corrupt_all(&v, 3);
+  v.n = n;
   free(bc);
   free(s);
   free(lens);

@@ -16,7 +16,8 @@ import scipy.sparse as sp
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.join(ROOT, "build")
-CONVERTER = os.path.join(BUILD, "deltacells")
+# DELTACELLS_CONVERTER: another build of the converter (e.g. one made with ASan) to test
+CONVERTER = os.environ.get("DELTACELLS_CONVERTER", os.path.join(BUILD, "deltacells"))
 EXTENSION = os.path.join(BUILD, "deltacells.so")
 REAL = os.path.abspath(os.path.join(ROOT, "..", "shared", "data", "real"))
 GEN = os.path.join(ROOT, "scripts", "gen_h5ad.py")

@@ -405,3 +405,54 @@ def test_generator_fixture_shape(tmp_path):
     check_matrix(ds, [a])
     check_obs(ds, [a])
     ds.close()
+
+
+def test_fixed_length_strings_and_numeric_index(tmp_path):
+    """Fixed-length byte strings (numpy 'S') and an integer obs index, written by h5py."""
+    m = sp.csr_matrix(counts(4, 3, seed=21, density=0.9))
+    p = tmp_path / "fixed.h5ad"
+    with h5py.File(p, "w") as f:
+        x = f.create_group("X")
+        x.attrs["encoding-type"] = "csr_matrix"
+        x.attrs["encoding-version"] = "0.1.0"
+        x.attrs["shape"] = np.array(m.shape)
+        x["data"], x["indices"], x["indptr"] = m.data, m.indices, m.indptr
+        for name, n in (("obs", 4), ("var", 3)):
+            g = f.create_group(name)
+            g.attrs["encoding-type"] = "dataframe"
+            g.attrs["encoding-version"] = "0.2.0"
+            g.attrs["_index"] = "_index"
+            if name == "obs":
+                g.attrs.create("column-order", ["code", "ratio"], dtype=h5py.string_dtype())
+                g["_index"] = np.array([10, 20, 30, 40], dtype=np.int64)
+                g["code"] = np.array([b"AB", b"CDE", b"", b"FGHIJ"], dtype="S5")
+                g["ratio"] = np.array([0.5, np.nan, 1.0, -2.0], dtype=np.float32)
+            else:
+                g.attrs["column-order"] = np.array([], dtype=np.float64)
+                g["_index"] = np.array([b"g0", b"g1", b"g2"], dtype="S2")
+    out = tmp_path / "fixed.dcdb"
+    convert(p, out)
+    ds = Dataset(out)
+    assert ds.obs("_index") == ["10", "20", "30", "40"]
+    assert ds.obs("code") == ["AB", "CDE", "", "FGHIJ"]
+    assert ds.obs("ratio") == [0.5, None, 1.0, -2.0]
+    assert sorted(ds.gene_names) == ["g0", "g1", "g2"]
+    back = ad.read_h5ad(p)
+    check_matrix(ds, [back])
+    ds.close()
+
+
+def test_unsupported_obs_column_is_skipped_with_a_warning(tmp_path):
+    a = ad.AnnData(X=sp.csr_matrix(counts(5, 3, seed=22)), obs=obs_frame(5), var=var_frame(3))
+    p = tmp_path / "w.h5ad"
+    a.write_h5ad(p)
+    with h5py.File(p, "r+") as f:
+        f["obs/matrix_col"] = np.zeros((5, 2))
+        order = list(f["obs"].attrs["column-order"]) + ["matrix_col"]
+        f["obs"].attrs.create("column-order", order, dtype=h5py.string_dtype())
+    out = tmp_path / "w.dcdb"
+    r = convert(p, out)
+    assert "matrix_col" in r.stderr and "skipped" in r.stderr
+    ds = Dataset(out)
+    assert "matrix_col" not in ds.columns and "age" in ds.columns
+    ds.close()

@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""dc_batch throughput, from the dataset file into CSR blobs.
+
+    /usr/bin/python3 bench/bench_batch.py [--threads N] [--runs 7] [--cells 30000] [--work build/bench]
+                                          [--skip-throughput] [--json]
+
+1. Whole tiles, against the codec's own decoder in the same run.  A reference-like tile
+   (scripts/gen_h5ad.py --tile-like: 10,000 cells x 61,497 genes) is converted into a dataset
+   (build/deltacells convert --tile-cells 10000).  The dataset's tile, exactly as stored, is
+   written in bench/dump_csr.py's layout (indptr.u64, indices.u32, data.u32) and
+   build/bench_decode --csr DIR encodes it with the dataset's codec and chunk count and times the
+   decode of the tile from memory into warm buffers.  dc_batch times the whole path: blob reads
+   from the file, decoding of every chunk on the pool, result blobs handed to SQLite
+   (`SELECT length(indptr), length(indices), length(data) FROM dc_batch(?)`, cache off).
+   Reported: both times per thread count and their ratio (target <= 1.10x).  The dc_batch runs
+   are taken before and after bench_decode, so a load change of the shared machine shows up
+   in both.
+2. Throughput on a dataset of --cells cells (tiles of 10,000, same generator): cells/s for
+   batches of 5,000 random cells (cache off, and a second epoch with the cache on), and for
+   batches of 5,000 consecutive cells taken from tiles in shuffled order (cache off).
+
+Generated files are kept in --work (default build/bench) and reused.
+"""
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = "/usr/bin/python3"
+CONVERTER = ROOT / "build" / "deltacells"
+EXTENSION = ROOT / "build" / "deltacells.so"
+BENCH_DECODE = ROOT / "build" / "bench_decode"
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def connect(db):
+    con = sqlite3.connect(str(db))
+    con.enable_load_extension(True)
+    con.execute("SELECT load_extension(?, 'sqlite3_deltacells_init')", (str(EXTENSION),))
+    return con
+
+
+def make_dataset(work, name, gen_args, tile_cells=10000):
+    h5 = work / f"{name}.h5ad"
+    db = work / f"{name}.dcdb"
+    if not h5.exists():
+        log(f"generating {h5} ...")
+        subprocess.run([PY, str(ROOT / "scripts" / "gen_h5ad.py"), *gen_args, "-o", str(h5)], check=True,
+                       stdout=subprocess.DEVNULL)
+    if not db.exists() or db.stat().st_mtime < max(h5.stat().st_mtime, CONVERTER.stat().st_mtime):
+        log(f"converting {db} ...")
+        subprocess.run([str(CONVERTER), "convert", str(h5), "-o", str(db), "--tile-cells", str(tile_cells),
+                        "--quiet", "--force"], check=True)
+    return h5, db
+
+
+def meta(con, key):
+    r = con.execute("SELECT value FROM dc_meta WHERE key = ?", (key,)).fetchone()
+    return r[0] if r else None
+
+
+def ids_blob(ids):
+    return np.asarray(ids, dtype="<i8").tobytes()
+
+
+def time_batch(con, blob, runs):
+    q = "SELECT length(indptr), length(indices), length(data) FROM dc_batch(?)"
+    con.execute(q, (blob,)).fetchone()          # warm: file pages, buffers, pool threads
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        con.execute(q, (blob,)).fetchone()
+        ts.append((time.perf_counter() - t) * 1e3)
+    return ts
+
+
+def dump_tile(con, first, n, out_dir):
+    """The dataset's tile as stored, in dump_csr.py's layout."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    con.execute("SELECT dc_config('cache_mb', 0)")
+    ip, ix, dv = con.execute("SELECT indptr, indices, data FROM dc_batch(?)",
+                             (ids_blob(np.arange(first, first + n)),)).fetchone()
+    np.frombuffer(ip, "<i8").astype("<u8").tofile(out_dir / "indptr.u64")
+    np.frombuffer(ix, "<i4").astype("<u4").tofile(out_dir / "indices.u32")
+    np.frombuffer(dv, "<i4").astype("<u4").tofile(out_dir / "data.u32")
+    return len(ix) // 4
+
+
+def bench_tile(work, threads, runs):
+    h5, db = make_dataset(work, "tile", ["--tile-like", "--seed", "3"])
+    con = connect(db)
+    codec, chunks, level = meta(con, "codec"), meta(con, "chunks"), meta(con, "level")
+    n_cells = meta(con, "n_cells")
+    n = min(10000, n_cells)
+    nnz = dump_tile(con, 0, n, work / "tile_csr")
+    # cross-check against anndata's X as bench/dump_csr.py reads it
+    import h5py
+    with h5py.File(h5, "r") as f:
+        src_nnz = int(f["X"]["indptr"][n])
+    if src_nnz != nnz:
+        log(f"WARNING: the dataset's tile holds {nnz} nonzeros but the h5ad's first {n} cells hold "
+            f"{src_nnz}: the converter changed the matrix (not the extension; see tests)")
+    blob = ids_blob(np.arange(n))
+    con.execute("SELECT dc_config('cache_mb', 0)")
+    tcounts = sorted({1, threads})
+    dc = {t: [] for t in tcounts}
+    for t in tcounts:
+        con.execute("SELECT dc_config('threads', ?)", (t,))
+        dc[t] += time_batch(con, blob, runs)
+    cmd = [str(BENCH_DECODE), "--csr", str(work / "tile_csr"), "--codec", codec, "--chunks", str(chunks),
+           "--threads", ",".join(map(str, tcounts)), "--runs", str(runs), "--no-zstd", "--json"]
+    if level:
+        cmd += ["--level", str(level)]
+    log("running " + " ".join(cmd))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    bd = json.loads(out.strip().splitlines()[-1])
+    for t in tcounts:
+        con.execute("SELECT dc_config('threads', ?)", (t,))
+        dc[t] += time_batch(con, blob, runs)
+    res = {"tile_cells": n, "tile_nnz": nnz, "codec": codec, "chunks": chunks, "tile_bytes":
+           con.execute("SELECT bytes FROM tiles WHERE tile = 0").fetchone()[0]}
+    for t in tcounts:
+        d = statistics.median(dc[t])
+        b = bd[f"decode_{t}t_ms"]
+        res[f"dc_batch_tile_{t}t_ms"] = round(d, 2)
+        res[f"bench_decode_{t}t_ms"] = round(b, 2)
+        res[f"ratio_{t}t"] = round(d / b, 3)
+        log(f"whole tile, {t} thread(s): dc_batch file->CSR {d:.1f} ms (min {min(dc[t]):.1f}), "
+            f"bench_decode {b:.1f} ms -> {d / b:.2f}x (target <= 1.10x)")
+    res["memset_ms"] = bd.get("memset_ms")
+    return res
+
+
+def bench_throughput(work, n_cells, threads, runs):
+    _, db = make_dataset(work, f"multi{n_cells}", ["--cells", str(n_cells), "--genes", "61497", "--seed", "4"])
+    con = connect(db)
+    con.execute("SELECT dc_config('threads', ?)", (threads,))
+    n = meta(con, "n_cells")
+    tiles = con.execute("SELECT first_cell, n_cells FROM tiles ORDER BY tile").fetchall()
+    rng = np.random.default_rng(0)
+    B = 5000
+    res = {"dataset_cells": n, "dataset_tiles": len(tiles), "batch": B}
+
+    def epoch(batches):
+        t = time.perf_counter()
+        cells = 0
+        for b in batches:
+            r = con.execute("SELECT n_cells, length(indices) FROM dc_batch(?)", (ids_blob(b),)).fetchone()
+            cells += r[0]
+        return cells / (time.perf_counter() - t)
+
+    # random cells, cache off: every batch decodes what it touches
+    con.execute("SELECT dc_config('cache_mb', 0)")
+    rand = [rng.permutation(n)[:B] for _ in range(max(2, runs // 2))]
+    cps = epoch(rand)
+    res["random_cold_cells_per_s"] = round(cps)
+    log(f"random {B}-cell batches, cache off: {cps:,.0f} cells/s")
+    # random cells, one epoch to fill the cache, the next from it
+    perm = rng.permutation(n)
+    ep = [perm[i:i + B] for i in range(0, n, B)]
+    con.execute("SELECT dc_config('cache_mb', 4096)")
+    cps1 = epoch(ep)
+    perm = rng.permutation(n)
+    ep = [perm[i:i + B] for i in range(0, n, B)]
+    cps2 = epoch(ep)
+    res["random_epoch1_cells_per_s"] = round(cps1)
+    res["random_epoch2_cached_cells_per_s"] = round(cps2)
+    log(f"random {B}-cell batches, cache 4 GiB: epoch 1 {cps1:,.0f} cells/s, epoch 2 {cps2:,.0f} cells/s")
+    # consecutive cells from shuffled tiles, cache off
+    con.execute("SELECT dc_config('cache_mb', 0)")
+    order = rng.permutation(len(tiles))
+    sb = []
+    for t in order:
+        first, cnt = tiles[t]
+        for s in range(0, cnt, B):
+            sb.append(np.arange(first + s, first + min(cnt, s + B)))
+    cps3 = epoch(sb)
+    res["shuffled_tiles_cells_per_s"] = round(cps3)
+    log(f"{B} consecutive cells from shuffled tiles, cache off: {cps3:,.0f} cells/s")
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--cells", type=int, default=30000)
+    ap.add_argument("--work", default=str(ROOT / "build" / "bench"))
+    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    a = ap.parse_args()
+    for p in (CONVERTER, EXTENSION, BENCH_DECODE):
+        if not p.exists():
+            sys.exit(f"bench_batch: {p} is missing (run make)")
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    res = {"threads": a.threads}
+    res.update(bench_tile(work, a.threads, a.runs))
+    if not a.skip_throughput:
+        res.update(bench_throughput(work, a.cells, a.threads, a.runs))
+    print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
+
+
+if __name__ == "__main__":
+    main()

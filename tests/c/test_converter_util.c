@@ -1,0 +1,104 @@
+/*
+** test_converter_util.c — the converter's helpers that need neither HDF5 nor SQLite:
+** the name -> id hash map (gene joining, category dictionaries), UTF-8 validation,
+** error message prefixes, buffer growth.
+*/
+#include "../../converter/cv_util.c"
+#include "dctest.h"
+
+static void test_map_many(void) {
+  cv_map m = {0};
+  cv_err e;
+  char key[32];
+  for (uint32_t i = 0; i < 100000; i++) {
+    snprintf(key, sizeof key, "GENE%u", i);
+    DCT_CHECK(cv_map_put(&m, key, i * 3, &e) == 0);
+  }
+  DCT_CHECK(m.n == 100000);
+  for (uint32_t i = 0; i < 100000; i += 7) {
+    uint32_t v = 0;
+    snprintf(key, sizeof key, "GENE%u", i);
+    DCT_CHECKF(cv_map_get(&m, key, &v) == 1 && v == i * 3, "key %s -> %u", key, v);
+  }
+  uint32_t v = 99;
+  DCT_CHECK(cv_map_get(&m, "GENE100000", &v) == 0 && v == 99);
+  DCT_CHECK(cv_map_get(&m, "", &v) == 0);
+  uint32_t *ref = cv_map_ref(&m, "GENE5");
+  DCT_CHECK(ref && *ref == 15);
+  *ref = 7;
+  DCT_CHECK(cv_map_get(&m, "GENE5", &v) == 1 && v == 7);
+  cv_map_free(&m);
+  DCT_CHECK(m.cap == 0 && cv_map_get(&m, "GENE5", &v) == 0);
+}
+
+static void test_map_unicode_and_empty(void) {
+  cv_map m = {0};
+  cv_err e;
+  DCT_CHECK(cv_map_put(&m, "", 1, &e) == 0);
+  DCT_CHECK(cv_map_put(&m, "基因", 2, &e) == 0);
+  DCT_CHECK(cv_map_put(&m, "Gène", 3, &e) == 0);
+  uint32_t v;
+  DCT_CHECK(cv_map_get(&m, "", &v) && v == 1);
+  DCT_CHECK(cv_map_get(&m, "基因", &v) && v == 2);
+  DCT_CHECK(cv_map_get(&m, "Gène", &v) && v == 3);
+  DCT_CHECK(!cv_map_get(&m, "Gene", &v));
+  cv_map_free(&m);
+}
+
+static void test_utf8(void) {
+  DCT_CHECK(cv_utf8_valid("plain", 5));
+  DCT_CHECK(cv_utf8_valid("na\xc3\xafve", 6));
+  DCT_CHECK(cv_utf8_valid("\xe7\xbb\x86\xe8\x83\x9e", 6));
+  DCT_CHECK(cv_utf8_valid("\xf0\x9f\xa7\xac", 4));
+  DCT_CHECK(!cv_utf8_valid("\xc3", 1));           /* truncated */
+  DCT_CHECK(!cv_utf8_valid("\xc0\x80", 2));       /* overlong */
+  DCT_CHECK(!cv_utf8_valid("\xff", 1));
+  DCT_CHECK(!cv_utf8_valid("\xe7\xbb", 2));
+  DCT_CHECK(cv_utf8_valid("", 0));
+}
+
+static void test_errors(void) {
+  cv_err e;
+  DCT_CHECK(cv_fail(&e, "%s: bad %d", "x.h5ad", 3) == -1);
+  DCT_CHECK(strcmp(e.msg, "x.h5ad: bad 3") == 0);
+  DCT_CHECK(cv_prefix(&e, "column '%s'", "age") == -1);
+  DCT_CHECK(strcmp(e.msg, "column 'age': x.h5ad: bad 3") == 0);
+  char big[5000];
+  memset(big, 'a', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  cv_fail(&e, "%s", big);
+  cv_prefix(&e, "%s", big);
+  DCT_CHECK(strlen(e.msg) < sizeof e.msg);
+}
+
+static void test_grow(void) {
+  cv_err e;
+  uint32_t *p = NULL;
+  size_t cap = 0;
+  DCT_CHECK(cv_grow((void **)&p, &cap, 10, sizeof *p, &e) == 0 && cap >= 10 && p);
+  for (size_t i = 0; i < 10; i++) p[i] = (uint32_t)i;
+  DCT_CHECK(cv_grow((void **)&p, &cap, 100000, sizeof *p, &e) == 0 && cap >= 100000);
+  DCT_CHECK(p[9] == 9);
+  size_t c2 = cap;
+  DCT_CHECK(cv_grow((void **)&p, &cap, 5, sizeof *p, &e) == 0 && cap == c2);
+  free(p);
+}
+
+static void test_interrupt_flag(void) {
+  cv_err e;
+  cv_interrupted = 0;
+  DCT_CHECK(cv_check_interrupt(&e) == 0);
+  cv_interrupted = SIGINT;
+  DCT_CHECK(cv_check_interrupt(&e) == -1 && strstr(e.msg, "interrupted"));
+  cv_interrupted = 0;
+}
+
+int main(void) {
+  DCT_RUN(test_map_many);
+  DCT_RUN(test_map_unicode_and_empty);
+  DCT_RUN(test_utf8);
+  DCT_RUN(test_errors);
+  DCT_RUN(test_grow);
+  DCT_RUN(test_interrupt_flag);
+  return dct_done();
+}
