@@ -130,9 +130,13 @@ def _touch(X):
 def child(cfg):
     import numpy as np
     import torch
+    import deltacells
+    # the same malloc settings for every configuration (deltacells applies them on import;
+    # they help the baselines' large per-batch allocations just as much)
+    res_malloc = deltacells._malloc.applied
     kind, bs = cfg["kind"], cfg["batch_size"]
     torch.set_num_threads(cfg.get("torch_threads", 2))
-    res = dict(cfg)
+    res = dict(cfg, malloc_tuned=res_malloc)
     if kind == "deltacells":
         from torch.utils.data import DataLoader
         import deltacells
