@@ -169,6 +169,10 @@ def child(cfg):
             ad = anndata.read_h5ad(cfg["h5"], backed="r")
         else:
             ad = anndata.read_h5ad(cfg["h5"])
+            if kind == "anndata_mem":
+                # anndata 0.8 reads int64 indptr with int32 indices, which scipy 1.10
+                # cannot row-index ("Output dtype not compatible"): one index dtype
+                ad.X = scipy.sparse.csr_matrix(ad.X)
         n_cells = ad.n_obs
         X = ad.X if kind == "ceiling" else None
         if kind == "ceiling":
