@@ -62,9 +62,14 @@
 ** constrained columns, then the constrained columns are decoded and filtered
 ** into a selection of rows.  Other columns are decoded only when xColumn asks
 ** for them, so only columns the statement uses (colUsed) are ever read.
-** Decoded blocks stay with the cursor across xFilter calls (joins re-filter
-** the same cursor).  Blocks are read with one sqlite3_blob handle per cursor,
-** moved with sqlite3_blob_reopen.
+** Decoded blocks are kept in a cache of the table object (least recently
+** used out, a quarter of dc_config('cache_mb'); reference counted, so a
+** cursor's block survives eviction), so joins that re-filter a cursor and
+** repeated queries skip decoding.  A block of an int or real column used by
+** a range or = filter a second time gets its value order (offsets sorted by
+** value, cached with it): a selective comparison then costs two binary
+** searches instead of a scan.  Blocks are read with one sqlite3_blob handle
+** per cursor, moved with sqlite3_blob_reopen.
 **
 ** Bad stored data gives SQLITE_CORRUPT_VTAB with a message naming the column
 ** and the block ("cells: column 'age' block 3: obs block: checksum mismatch").
@@ -817,8 +822,7 @@ static int cellsConnect(sqlite3 *db, void *aux, int argc, const char *const *arg
       c->n_categories = (uint32_t)ncat;
     }
     if (p->n_ocol == 1) continue;   /* col 0, '_index', is `name` */
-    if (!sqlite3_stricmp(nm, "cell_id") || !sqlite3_stricmp(nm, "name") || !sqlite3_stricmp(nm, "tile") ||
-        !sqlite3_stricmp(nm, "rowid") || !sqlite3_stricmp(nm, "oid") || !sqlite3_stricmp(nm, "_rowid_")) {
+    if (!sqlite3_stricmp(nm, "cell_id") || !sqlite3_stricmp(nm, "name") || !sqlite3_stricmp(nm, "tile")) {
       *pzErr = sqlite3_mprintf("cells: obs column '%s' clashes with a built-in column of the cells table", nm);
       rc = SQLITE_ERROR;
       goto fail;
