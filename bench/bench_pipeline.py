@@ -130,9 +130,13 @@ def _touch(X):
 def child(cfg):
     import numpy as np
     import torch
+    import deltacells
+    # the same malloc settings for every configuration (deltacells applies them on import;
+    # they help the baselines' large per-batch allocations just as much)
+    res_malloc = deltacells._malloc.applied
     kind, bs = cfg["kind"], cfg["batch_size"]
     torch.set_num_threads(cfg.get("torch_threads", 2))
-    res = dict(cfg)
+    res = dict(cfg, malloc_tuned=res_malloc)
     if kind == "deltacells":
         from torch.utils.data import DataLoader
         import deltacells
@@ -165,6 +169,10 @@ def child(cfg):
             ad = anndata.read_h5ad(cfg["h5"], backed="r")
         else:
             ad = anndata.read_h5ad(cfg["h5"])
+            if kind == "anndata_mem":
+                # anndata 0.8 reads int64 indptr with int32 indices, which scipy 1.10
+                # cannot row-index ("Output dtype not compatible"): one index dtype
+                ad.X = scipy.sparse.csr_matrix(ad.X)
         n_cells = ad.n_obs
         X = ad.X if kind == "ceiling" else None
         if kind == "ceiling":

@@ -13,6 +13,9 @@ from ._connect import (NO_LOADING_MESSAGE, ExtensionNotFoundError, connect, find
                        load_extension)
 
 __version__ = "0.1.0"
+
+from . import _malloc  # noqa: E402
+_malloc.tune()
 __all__ = ["connect", "find_extension", "load_extension", "to_anndata", "CellDataset",
            "CellMapDataset", "GroupBatchSampler", "CSRBatch", "collate", "ExtensionNotFoundError",
            "NO_LOADING_MESSAGE"]

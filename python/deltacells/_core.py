@@ -114,8 +114,6 @@ class Catalogue:
             return None
         if not isinstance(where, str):
             raise TypeError(f"where must be an SQL expression (str), not {type(where).__name__}")
-        if ";" in where.strip().rstrip(";"):
-            raise ValueError(f"where must be one SQL expression, got several statements: {where!r}")
         sql = f"SELECT cell_id FROM cells WHERE ({where})"
         try:
             rows = con.execute(sql).fetchall()

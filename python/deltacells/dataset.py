@@ -291,7 +291,9 @@ class _BatchIterator:
         if ds.prefetch_tiles > 0 and batches:
             tiles = ds._cat.tile_n
             per_tile = float(np.mean(tiles)) if len(tiles) else ds.batch_size
-            depth = max(1, int(round(ds.prefetch_tiles * per_tile / ds.batch_size)))
+            # finished batches waiting: about half of prefetch_tiles tiles of cells (at
+            # least 2); the decoded tiles themselves wait in the extension's cache
+            depth = max(2, int(round(ds.prefetch_tiles * per_tile / ds.batch_size / 2)))
             self._q = queue.Queue(maxsize=depth)
             self._stop = threading.Event()
             self._thread = threading.Thread(
