@@ -105,19 +105,21 @@ def build(work, n):
     import scipy.sparse as sp
     work.mkdir(parents=True, exist_ok=True)
     h5, dc, nat = work / f"obs_{n}.h5ad", work / f"obs_{n}.dcdb", work / f"obs_{n}_native.db"
-    obs = None
-    if not dc.exists() or not nat.exists():
+    if not h5.exists():
         t = time.time()
-        obs = make_obs(n)
         X = sp.random(n, 8, density=0.1, format="csr", random_state=2, dtype=np.float32)
         X.data[:] = np.ceil(X.data * 20)
-        anndata.AnnData(X=X, obs=obs).write_h5ad(h5)
+        anndata.AnnData(X=X, obs=make_obs(n)).write_h5ad(h5)
         print(f"# wrote {h5.name} in {time.time() - t:.1f} s", file=sys.stderr)
+        dc.unlink(missing_ok=True)
+        nat.unlink(missing_ok=True)
+    if not dc.exists() or dc.stat().st_mtime < (BUILD / "deltacells").stat().st_mtime:
         t = time.time()
         subprocess.run([str(BUILD / "deltacells"), "convert", str(h5), "-o", str(dc), "--quiet", "--force"],
                        check=True)
         print(f"# converted in {time.time() - t:.1f} s", file=sys.stderr)
-        nat.unlink(missing_ok=True)
+    if not nat.exists():
+        obs = anndata.read_h5ad(h5, backed="r").obs
         con = sqlite3.connect(nat)
         kinds = {c: kind_of(obs[c]) for c in obs.columns}
         cols = ", ".join(f'"{c}" {SQL_TYPE[kinds[c]]}' for c in obs.columns)
@@ -138,7 +140,6 @@ def build(work, n):
         con.commit()
         con.execute("VACUUM")
         con.close()
-        h5.unlink(missing_ok=True)
     return dc, nat
 
 

@@ -299,6 +299,20 @@ static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **ka, uint64_t **kb,
   return 0;
 }
 
+/* Sorts and encodes the tile of slot s (on any thread; no SQLite, no HDF5). */
+static int encode_slot(pipe_t *pp, slot *s, uint64_t **ka, uint64_t **kb, size_t *kcap) {
+  if (sort_tile(&s->rb, pp->n_genes, ka, kb, kcap, &s->err)) return 0;
+  dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
+  dc_error de;
+  memset(&de, 0, sizeof de);
+  s->out = NULL;
+  if (dc_tile_encode(&csr, &pp->opts, &s->out, &s->out_len, &de) != DC_OK) {
+    cv_fail(&s->err, "encoding tile %lld: %s", (long long)s->tile, de.msg);
+    return 0;
+  }
+  return 1;
+}
+
 static void *worker(void *arg) {
   pipe_t *pp = arg;
   uint64_t *ka = NULL, *kb = NULL;
@@ -315,17 +329,7 @@ static void *worker(void *arg) {
     }
     s->state = S_BUSY;
     pthread_mutex_unlock(&pp->mu);
-    int ok = sort_tile(&s->rb, pp->n_genes, &ka, &kb, &kcap, &s->err) == 0;
-    if (ok) {
-      dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
-      dc_error de;
-      memset(&de, 0, sizeof de);
-      s->out = NULL;
-      if (dc_tile_encode(&csr, &pp->opts, &s->out, &s->out_len, &de) != DC_OK) {
-        cv_fail(&s->err, "encoding tile %lld: %s", (long long)s->tile, de.msg);
-        ok = 0;
-      }
-    }
+    int ok = encode_slot(pp, s, &ka, &kb, &kcap);
     pthread_mutex_lock(&pp->mu);
     s->state = ok ? S_DONE : S_ERR;
     pthread_cond_broadcast(&pp->done);
@@ -371,7 +375,8 @@ static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   uint32_t T = o->tile_cells;
   uint64_t n_tiles = (n_cells + T - 1) / T;
   int threads = o->threads > 0 ? o->threads : cv_ncores();
-  int workers = (uint64_t)threads < n_tiles ? threads : (int)(n_tiles ? n_tiles : 1);
+  /* one tile: this thread encodes it (the codec spreads its chunks over `threads`) */
+  int workers = n_tiles <= 1 ? 0 : (uint64_t)threads < n_tiles ? threads : (int)n_tiles;
   pipe_t pp;
   memset(&pp, 0, sizeof pp);
   pthread_mutex_init(&pp.mu, NULL);
@@ -381,11 +386,13 @@ static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   pp.slots = calloc((size_t)pp.n_slots, sizeof *pp.slots);
   pp.n_genes = g->n;
   dc_encode_opts_default(&pp.opts);
-  if (o->codec) pp.opts.codec = o->codec;
+  pp.opts.codec = o->codec ? o->codec : CV_DEFAULT_CODEC;
   if (o->level_set) pp.opts.level = o->level;
   pp.opts.n_chunks = o->chunks;
-  pp.opts.threads = threads / workers > 1 ? threads / workers : 1;
-  pthread_t *tid = calloc((size_t)workers, sizeof *tid);
+  pp.opts.threads = workers == 0 ? threads : threads / workers > 1 ? threads / workers : 1;
+  pthread_t *tid = calloc((size_t)workers + 1, sizeof *tid);
+  uint64_t *ka = NULL, *kb = NULL;
+  size_t kcap = 0;
   int started = 0, rc = -1;
   if (!pp.slots || !tid) { cv_fail(e, "out of memory"); goto done; }
   for (; started < workers; started++)
@@ -433,8 +440,15 @@ static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
       r->first_cell = c0;
       if (read_tile(files, nf, first, g, c0, c1, &r->rb, next_read + 1 == n_tiles ? last : NULL, e)) goto done;
       pthread_mutex_lock(&pp.mu);
-      r->state = S_READY;
-      pthread_cond_signal(&pp.work);
+      if (workers == 0) {
+        pthread_mutex_unlock(&pp.mu);
+        int ok = encode_slot(&pp, r, &ka, &kb, &kcap);
+        pthread_mutex_lock(&pp.mu);
+        r->state = ok ? S_DONE : S_ERR;
+      } else {
+        r->state = S_READY;
+        pthread_cond_signal(&pp.work);
+      }
       next_read++;
       continue;
     }
@@ -456,6 +470,8 @@ done:
   }
   free(pp.slots);
   free(tid);
+  free(ka);
+  free(kb);
   pthread_mutex_destroy(&pp.mu);
   pthread_cond_destroy(&pp.work);
   pthread_cond_destroy(&pp.done);
@@ -961,9 +977,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   if (r3) goto done;
 
   /* dc_meta */
-  dc_encode_opts eo;
-  dc_encode_opts_default(&eo);
-  int codec = o->codec ? o->codec : eo.codec;
+  int codec = o->codec ? o->codec : CV_DEFAULT_CODEC;
   sqlite3_str *src = sqlite3_str_new(NULL);
   sqlite3_str_appendchar(src, 1, '[');
   for (int f = 0; f < nf; f++) {

@@ -133,6 +133,11 @@ typedef struct dblock {
   int dropped;
   size_t bytes;
   dc_obs_block blk;
+  /* int and real: offsets of the non-NULL values in increasing value order,
+  ** built when range filters use the block a second time */
+  uint32_t *order;
+  uint32_t n_order;
+  int range_uses;
 } dblock;
 
 typedef struct cells_vtab {
@@ -199,6 +204,8 @@ typedef struct cells_cursor {
   int64_t pos;            /* next cell to consider */
   int64_t blk;            /* block of the current selection */
   uint32_t *sel; uint32_t nsel, sel_pos; size_t sel_cap;
+  int sel_full;           /* sel is every row of the block, in order */
+  uint64_t *bm; size_t bm_cap;   /* a bitmap over the rows of a block */
   int eof;
   int64_t cell;
   int64_t tile_hint;
@@ -209,8 +216,13 @@ typedef struct cells_cursor {
 
 /* --------------------------------------------------------------- helpers */
 
+static void dblock_free(dblock *d) {
+  sqlite3_free(d->order);
+  sqlite3_free(d);
+}
+
 static void dblock_release(dblock *d) {
-  if (d && --d->n_ref == 0 && d->dropped) sqlite3_free(d);
+  if (d && --d->n_ref == 0 && d->dropped) dblock_free(d);
 }
 
 static int set_err(sqlite3_vtab *tab, int rc, const char *fmt, ...) {
@@ -406,7 +418,7 @@ static int cval_set(cval *out, sqlite3_value *in, int text_col) {
 
 static void vtab_free(cells_vtab *p) {
   if (!p) return;
-  for (dblock *d = p->lru_head, *nx; d; d = nx) { nx = d->next; sqlite3_free(d); }
+  for (dblock *d = p->lru_head, *nx; d; d = nx) { nx = d->next; dblock_free(d); }
   sqlite3_free(p->ent);
   for (int k = 0; k < p->n_ocol; k++) {
     sqlite3_free(p->oc[k].name);
@@ -1111,6 +1123,7 @@ static int cellsClose(sqlite3_vtab_cursor *cur) {
   if (c->blob) sqlite3_blob_close(c->blob);
   sqlite3_free(c->buf);
   sqlite3_free(c->sel);
+  sqlite3_free(c->bm);
   sqlite3_free(c);
   return SQLITE_OK;
 }
@@ -1126,7 +1139,7 @@ static void cache_drop(cells_vtab *p, dblock *d) {
   d->prev = d->next = NULL;
   p->ent[(int64_t)d->k * p->n_blocks + d->b] = NULL;
   p->cache_bytes -= (int64_t)d->bytes;
-  if (d->n_ref == 0) sqlite3_free(d); else d->dropped = 1;
+  if (d->n_ref == 0) dblock_free(d); else d->dropped = 1;
 }
 
 static void cache_fit(cells_vtab *p, int64_t budget) {
@@ -1410,6 +1423,102 @@ static int block_may_match(cells_vtab *p, const term *t, int64_t b) {
   }
 }
 
+typedef struct ord_item { union { int64_t i; double f; } v; uint32_t r; } ord_item;
+static int cmp_ord_i(const void *a, const void *b) {
+  const ord_item *x = a, *y = b;
+  if (x->v.i != y->v.i) return x->v.i < y->v.i ? -1 : 1;
+  return (x->r > y->r) - (x->r < y->r);
+}
+static int cmp_ord_f(const void *a, const void *b) {
+  const ord_item *x = a, *y = b;
+  if (x->v.f != y->v.f) return x->v.f < y->v.f ? -1 : 1;
+  return (x->r > y->r) - (x->r < y->r);
+}
+
+/* builds d->order (int or real block); SQLITE_NOMEM or SQLITE_OK */
+static int build_order(cells_vtab *p, dblock *d) {
+  const dc_obs_block *b = &d->blk;
+  int real = b->kind == DC_OBS_REAL;
+  ord_item *it = sqlite3_malloc64((sqlite3_uint64)(b->n ? b->n : 1) * sizeof *it);
+  uint32_t *ord = sqlite3_malloc64((sqlite3_uint64)(b->n ? b->n : 1) * sizeof *ord);
+  if (!it || !ord) { sqlite3_free(it); sqlite3_free(ord); return SQLITE_NOMEM; }
+  uint32_t m = 0;
+  for (uint32_t r = 0; r < b->n; r++) {
+    if (real) { if (!isnan(b->f64[r])) { it[m].v.f = b->f64[r]; it[m++].r = r; } }
+    else if (b->valid[r]) { it[m].v.i = b->i64[r]; it[m++].r = r; }
+  }
+  qsort(it, m, sizeof *it, real ? cmp_ord_f : cmp_ord_i);
+  for (uint32_t j = 0; j < m; j++) ord[j] = it[j].r;
+  sqlite3_free(it);
+  d->order = ord;
+  d->n_order = m;
+  d->bytes += (size_t)b->n * sizeof *ord;
+  if (!d->dropped) p->cache_bytes += (int64_t)b->n * (int64_t)sizeof *ord;
+  return SQLITE_OK;
+}
+
+/* first j in [0, n_order) whose value v has cmp(v, rhs) > strict-1, i.e.
+** cmp >= 0 (strict = 0) or cmp > 0 (strict = 1) */
+static uint32_t order_bound(const dblock *d, const cval *v, int strict) {
+  int real = d->blk.kind == DC_OBS_REAL;
+  uint32_t lo = 0, hi = d->n_order;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2, r = d->order[mid];
+    int c = real ? cmp_num(1, 0, d->blk.f64[r], v) : cmp_num(0, d->blk.i64[r], 0, v);
+    if (strict ? c > 0 : c >= 0) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* A selective comparison on an int or real column through the block's value
+** order: marks the matching rows in a bitmap and keeps those.  Returns 1 if
+** it filtered, 0 to leave it to the scan, or -1 on out-of-memory. */
+static int filter_by_order(cells_cursor *c, const term *t, dblock *d) {
+  cells_vtab *p = (cells_vtab *)c->base.pVtab;
+  const cval *v = &t->v[0];
+  if (t->op == OP_IN || t->op == OP_ISNULL || t->op == OP_NOTNULL) return 0;
+  if (v->t != SQLITE_INTEGER && v->t != SQLITE_FLOAT) return 0;
+  if (!d->order) {
+    if (++d->range_uses < 2) return 0;
+    if (build_order(p, d) != SQLITE_OK) return -1;
+  }
+  uint32_t a = 0, z = d->n_order;
+  switch (t->op) {
+    case OP_LT: z = order_bound(d, v, 0); break;
+    case OP_LE: z = order_bound(d, v, 1); break;
+    case OP_GT: a = order_bound(d, v, 1); break;
+    case OP_GE: a = order_bound(d, v, 0); break;
+    case OP_EQ: a = order_bound(d, v, 0); z = order_bound(d, v, 1); break;
+  }
+  if (z < a) z = a;
+  if ((uint64_t)(z - a) * 8 > c->nsel) return 0;   /* not selective: scan */
+  size_t words = ((size_t)d->blk.n + 63) / 64;
+  if (words > c->bm_cap) {
+    uint64_t *q = sqlite3_realloc64(c->bm, words * sizeof *q);
+    if (!q) return -1;
+    c->bm = q;
+    c->bm_cap = words;
+  }
+  memset(c->bm, 0, words * sizeof *c->bm);
+  for (uint32_t j = a; j < z; j++) c->bm[d->order[j] >> 6] |= (uint64_t)1 << (d->order[j] & 63);
+  uint32_t m = 0;
+  if (c->sel_full) {
+    for (size_t w = 0; w < words; w++) {
+      uint64_t x = c->bm[w];
+      while (x) { c->sel[m++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(x)); x &= x - 1; }
+    }
+  } else {
+    for (uint32_t j = 0; j < c->nsel; j++) {
+      uint32_t r = c->sel[j];
+      c->sel[m] = r;
+      m += (c->bm[r >> 6] >> (r & 63)) & 1;
+    }
+  }
+  c->nsel = m;
+  c->sel_full = 0;
+  return 1;
+}
+
 /* keeps the rows of the selection that meet term t */
 static int filter_block(cells_cursor *c, const term *t, int64_t b) {
   cells_vtab *p = (cells_vtab *)c->base.pVtab;
@@ -1417,6 +1526,12 @@ static int filter_block(cells_cursor *c, const term *t, int64_t b) {
   const dc_obs_block *blk;
   int rc = col_block(c, k, b, &blk);
   if (rc) return rc;
+  if (p->oc[k].kind == DC_OBS_INT || p->oc[k].kind == DC_OBS_REAL) {
+    int r = filter_by_order(c, t, c->cc[k].d);
+    if (r < 0) return SQLITE_NOMEM;
+    if (r) return SQLITE_OK;
+  }
+  c->sel_full = 0;
   uint32_t *sel = c->sel, n = c->nsel, m = 0;
   switch (p->oc[k].kind) {
     case DC_OBS_CATEGORY: {
@@ -1520,6 +1635,7 @@ static int advance_block(cells_cursor *c) {
         for (int64_t x = lo; x < hi; x++) c->sel[m++] = (uint32_t)(x - bstart);
       }
       c->nsel = m;
+      c->sel_full = m == (uint32_t)(bend - bstart);
       for (int i = 0; i < c->nterms && c->nsel; i++) {
         if (ocol_of(c->terms[i].col) < 0) continue;
         rc = filter_block(c, &c->terms[i], b);

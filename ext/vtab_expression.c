@@ -72,6 +72,7 @@ typedef struct expr_cursor {
   dc_chunk_data **chunks;
   size_t n_keys, cap_keys;
   int64_t win_tile;              /* tile of the window, -1 = none */
+  uint64_t win_ns;               /* cache namespace the window was read in */
   /* current row source */
   const dc_chunk_data *d;
   uint32_t d_cell;
@@ -288,8 +289,9 @@ static void release_window(expr_cursor *c) {
   c->d = NULL;
 }
 
+/* Clears the candidates; the window of decoded chunks stays (a join probes
+** one cell per xFilter: neighbouring cells reuse the window). */
 static void cursor_clear(expr_cursor *c) {
-  release_window(c);
   sqlite3_free(c->list); c->list = NULL;
   sqlite3_free(c->genes); c->genes = NULL;
   c->n_list = 0; c->pos = 0;
@@ -331,7 +333,7 @@ static int load_cell(expr_cursor *c, int64_t cell) {
   if ((rc = dc_reader_head(r, (uint32_t)t, &h, &err)) != SQLITE_OK) goto out;
   uint32_t rel = (uint32_t)(cell - r->tiles[t].first_cell);
   uint32_t ch = dc_reader_chunk_of(h, rel);
-  if (c->win_tile == t) {
+  if (c->win_tile == t && c->win_ns == r->ns) {
     for (size_t i = 0; i < c->n_keys; i++) {
       if (c->keys[i].chunk == ch) {
         c->d = c->chunks[i];
@@ -380,6 +382,7 @@ static int load_cell(expr_cursor *c, int64_t cell) {
   if (rc != SQLITE_OK) goto out;
   c->n_keys = nk;
   c->win_tile = t;
+  c->win_ns = r->ns;
   c->d = c->chunks[0];
   c->d_cell = rel - h->hdr.chunk[ch].first_cell;
 out:
@@ -469,11 +472,11 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
       if (k != SQLITE_OK) { rc = k; break; }
       if (have_list) {
         /* two cell lists (rare): keep the intersection */
-        qsort(list, (size_t)before, sizeof *list, cmp_i64);
+        if (before > 1) qsort(list, (size_t)before, sizeof *list, cmp_i64);
         int64_t m = 0;
         for (int64_t i = before; i < n_list; i++)
-          if (bsearch(&list[i], list, (size_t)before, sizeof *list, cmp_i64)) list[before + m++] = list[i];
-        memmove(list, list + before, (size_t)m * sizeof *list);
+          if (before && bsearch(&list[i], list, (size_t)before, sizeof *list, cmp_i64)) list[before + m++] = list[i];
+        if (m) memmove(list, list + before, (size_t)m * sizeof *list);
         n_list = m;
       }
       have_list = 1;
@@ -483,11 +486,11 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
       if (k < 0) { g_n = before; continue; }
       if (k != SQLITE_OK) { rc = k; break; }
       if (have_genes) {
-        qsort(glist, (size_t)before, sizeof *glist, cmp_i64);
+        if (before > 1) qsort(glist, (size_t)before, sizeof *glist, cmp_i64);
         int64_t m = 0;
         for (int64_t i = before; i < g_n; i++)
-          if (bsearch(&glist[i], glist, (size_t)before, sizeof *glist, cmp_i64)) glist[before + m++] = glist[i];
-        memmove(glist, glist + before, (size_t)m * sizeof *glist);
+          if (before && bsearch(&glist[i], glist, (size_t)before, sizeof *glist, cmp_i64)) glist[before + m++] = glist[i];
+        if (m) memmove(glist, glist + before, (size_t)m * sizeof *glist);
         g_n = m;
       }
       have_genes = 1;
@@ -501,7 +504,7 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   if (rc == SQLITE_OK && a != argc) rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr);
   if (rc != SQLITE_OK) { sqlite3_free(list); sqlite3_free(glist); return rc; }
   if (have_list) {
-    qsort(list, (size_t)n_list, sizeof *list, cmp_i64);
+    if (n_list > 1) qsort(list, (size_t)n_list, sizeof *list, cmp_i64);
     int64_t m = 0;
     for (int64_t i = 0; i < n_list; i++)
       if (list[i] >= lo && list[i] <= hi && (m == 0 || list[m - 1] != list[i])) list[m++] = list[i];
@@ -513,7 +516,7 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   }
   sqlite3_free(list);
   if (have_genes) {
-    qsort(glist, (size_t)g_n, sizeof *glist, cmp_i64);
+    if (g_n > 1) qsort(glist, (size_t)g_n, sizeof *glist, cmp_i64);
     c->genes = sqlite3_malloc64((uint64_t)(g_n ? g_n : 1) * sizeof *c->genes);
     if (!c->genes) { sqlite3_free(glist); return SQLITE_NOMEM; }
     int64_t m = 0;
@@ -560,6 +563,7 @@ static int expr_open(sqlite3_vtab *p, sqlite3_vtab_cursor **ppCur) {
 static int expr_close(sqlite3_vtab_cursor *cur) {
   expr_cursor *c = (expr_cursor *)cur;
   cursor_clear(c);
+  release_window(c);
   sqlite3_free(c->keys);
   sqlite3_free(c->chunks);
   sqlite3_free(c);

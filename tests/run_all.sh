@@ -52,7 +52,7 @@ fi
 echo "== Python tests"
 if ls tests/python/test_*.py >/dev/null 2>&1; then
   PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$log/pytest.log" | tail -40
-  summary=$(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$log/pytest.log" | tail -1)
+  summary=$(grep -E '[0-9]+ (passed|failed|errors?).* in [0-9.]+s' "$log/pytest.log" | tail -1)
   p=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
   f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$summary" | awk '{s+=$1} END{print s+0}')
   [ -z "$summary" ] && f=$((f + 1))

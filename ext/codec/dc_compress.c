@@ -113,8 +113,8 @@ static void enc_item(void *v, size_t k, int tid) {
   uint32_t a = x->first[k], b = x->first[k + 1];
   dc_chunk_in c = {b - a, in->n_genes, in->indptr + a, in->indices, in->data,
                    in->indptr[b] - in->indptr[a]};
-  int rc = check_chunk(&c, a, &x->errs[k]);
-  if (rc == DC_OK) {
+  int rc = DC_OK;
+  {
     if (x->codec == DC_CODEC_ZSTD) rc = dc_zstd_encode_chunk(&c, x->level, &x->bufs[k], &x->errs[k]);
     else rc = dc_rans_encode_chunk(&c, x->level, x->shared, &x->bufs[k], &x->errs[k]);
   }
@@ -191,6 +191,14 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
       if (in->indptr[m] >= target) h = m; else l = m + 1;
     }
     x.first[k] = l;
+  }
+
+  /* the input must be valid before any codec looks at it (the rans model
+  ** is built over the whole tile) */
+  if (nc > 0) {
+    dc_chunk_in all = {in->n_cells, in->n_genes, in->indptr, in->indices, in->data, nnz};
+    rc = check_chunk(&all, 0, err);
+    if (rc) goto done;
   }
 
   if (o.codec == DC_CODEC_RANS && nc > 0) {

@@ -11,11 +11,11 @@
 ** 11 + extra bits) when they total at most DC_RANS_MAXB bits, else in raw steps.
 **
 ** Coder.  64-bit states in [2^31, 2^63), 32-bit renormalisation (at most one
-** word per step), probabilities of precision 11 bits.  A chunk is split into
-** up to 32 lanes of consecutive cells with balanced nonzero counts; lanes are
-** decoded in lockstep (step t decodes the t-th nonzero of every lane that has
-** one) and read one shared word stream in lane order, so a SIMD decoder can
-** decode the lanes side by side.
+** word per step), probabilities of precision 10 bits.  A chunk is split into
+** up to 32 lanes of consecutive cells with balanced nonzero counts; each lane
+** has its own state and word stream, and lanes are decoded in lockstep (step t
+** decodes the t-th nonzero of every lane that has one), so the scalar decoder
+** overlaps the lanes and the AVX-512 decoder runs 8 of them per register.
 */
 #ifndef DC_RANS_H
 #define DC_RANS_H

@@ -123,6 +123,7 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
   m->n_ctx = m->nb * m->nrc;
 
   /* symbol counts per context */
+  uint32_t max_gc = 0, max_cc = 0;
   cnt = calloc((size_t)m->n_ctx * NSYMIX, sizeof *cnt);
   em->tab = calloc((size_t)m->n_ctx * NSYMIX, sizeof *em->tab);
   if (!cnt || !em->tab) goto done;
@@ -134,6 +135,8 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
       nz_sym z;
       sym_of(m, b, prev, in->indices[j], in->data[j], &z);
       cnt[(size_t)z.ctx * NSYMIX + cix(z.sid)]++;
+      if ((z.sid >> 7) > max_gc) max_gc = z.sid >> 7;
+      if ((z.sid & 127) > max_cc) max_cc = z.sid & 127;
       prev = in->indices[j];
     }
   }
@@ -147,8 +150,11 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
   for (uint32_t x = 0; x < m->n_ctx; x++) {
     uint64_t *cx = cnt + (size_t)x * NSYMIX;
     uint32_t n = 0;
-    for (uint32_t q = 0; q < NSYMIX; q++)      /* in symbol id order */
-      if (cx[q]) { ids[n] = sid_of(q); c[n] = cx[q]; n++; }
+    for (uint32_t gc = 0; gc <= max_gc; gc++)   /* in symbol id order */
+      for (uint32_t cc = 0; cc <= max_cc; cc++) {
+        uint32_t q = gc * DC_RANS_NCODES + cc;
+        if (cx[q]) { ids[n] = sid_of(q); c[n] = cx[q]; n++; }
+      }
     if (n > DC_RANS_MAXSYM - 1) {
       /* too many distinct symbols: the rarest share the escape symbol, whose
       ** gap and count codes then follow in a raw step */
@@ -190,7 +196,7 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
   dc_buf_varint(shared, raw.len);
   size_t bound = ZSTD_compressBound(raw.len);
   if (dc_buf_reserve(shared, bound)) goto done;
-  size_t z = ZSTD_compress(shared->p + shared->len, bound, raw.p, raw.len, 19);
+  size_t z = ZSTD_compress(shared->p + shared->len, bound, raw.p, raw.len, 9);
   if (ZSTD_isError(z)) goto done;
   shared->len += z;
   *model = em;

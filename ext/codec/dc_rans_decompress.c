@@ -172,7 +172,12 @@ static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t 
   }
   memcpy(s->key, sh, sh_len);
   int rc = build_tables(d, s, sh, sh_len, c, err);
-  if (rc) return rc;
+  if (rc) {                      /* forget the key: the tables are not valid */
+    free(s->key);
+    s->key = NULL;
+    s->key_len = 0;
+    return rc;
+  }
   *out = s;
   return DC_OK;
 }
@@ -264,6 +269,7 @@ static inline __attribute__((always_inline)) uint64_t main_step(chunk_ctx *k, la
   L->left--;
   uint64_t r = (uint64_t)(L->prev + 1);
   uint32_t rc = r < 8 ? (uint32_t)r : dc_rcode(r, nrc);
+  rc = rc < nrc ? rc : nrc - 1;          /* corrupt data may run past the genes */
   uint64_t x = L->x;
   uint64_t e = L->T[(size_t)rc * DC_RANS_M + (x & (DC_RANS_M - 1))];
   x = ((e & 0x7ff) + 1) * (x >> DC_RANS_PREC) + ((e >> 11) & 0x7ff);
@@ -427,14 +433,13 @@ DC_AVX512 static inline __attribute__((always_inline)) int simd_lanes_t(chunk_ct
   for (uint32_t l = 0; l < nl; l++)
     if (ln[l].end - ln[l].pos < minT) minT = ln[l].end - ln[l].pos;
   uint64_t t = 0;
-  __attribute__((aligned(64))) uint64_t ax[32], ap[32], aprev[32], atb[32], apos[32], ae[32];
+  __attribute__((aligned(64))) uint64_t ax[32], ap[32], aprev[32], atb[32], apos[32], ae[32], aleft[32];
   __attribute__((aligned(64))) uint32_t bi[8][32], bv[8][32];
   for (;;) {
     if (t >= minT) break;
     uint64_t n = minT - t;
     for (uint32_t l = 0; l < nl; l++) {
       if (ln[l].left == 0) next_cell(k, &ln[l]);
-      if (ln[l].left < n) n = ln[l].left;
       uint64_t w = (uint64_t)(ln[l].pe - ln[l].p) / 4;
       if (w < n) n = w;
     }
@@ -445,14 +450,16 @@ DC_AVX512 static inline __attribute__((always_inline)) int simd_lanes_t(chunk_ct
       aprev[l] = (uint64_t)ln[l].prev;
       atb[l] = (uint64_t)(ln[l].T - dtab);
       apos[l] = ln[l].pos;
+      aleft[l] = ln[l].left;
     }
-    __m512i x[4], p[4], prev[4], tb[4], pos[4];
+    __m512i x[4], p[4], prev[4], tb[4], pos[4], left[4];
     for (uint32_t g = 0; g < G; g++) {
       x[g] = _mm512_load_si512(ax + 8 * g);
       p[g] = _mm512_load_si512(ap + 8 * g);
       prev[g] = _mm512_load_si512(aprev + 8 * g);
       tb[g] = _mm512_load_si512(atb + 8 * g);
       pos[g] = _mm512_load_si512(apos + 8 * g);
+      left[g] = _mm512_load_si512(aleft + 8 * g);
     }
     uint64_t j = 0;
     int stop = 0, buffered = 0;
@@ -534,7 +541,36 @@ DC_AVX512 static inline __attribute__((always_inline)) int simd_lanes_t(chunk_ct
         }
         stop = 1;                 /* words were used: recheck the bounds */
       }
-      for (uint32_t g = 0; g < G; g++) pos[g] = _mm512_add_epi64(pos[g], one);
+      /* lanes whose cell ended start their next cell (scalar) */
+      uint32_t anyend = 0;
+      __mmask8 ended[4];
+      for (uint32_t g = 0; g < G; g++) {
+        pos[g] = _mm512_add_epi64(pos[g], one);
+        left[g] = _mm512_sub_epi64(left[g], one);
+        ended[g] = _mm512_cmpeq_epu64_mask(left[g], _mm512_setzero_si512());
+        anyend |= ended[g];
+      }
+      if (anyend && j + 1 < n && !stop) {
+        for (uint32_t g = 0; g < G; g++) {
+          _mm512_store_si512(aprev + 8 * g, prev[g]);
+          _mm512_store_si512(atb + 8 * g, tb[g]);
+          _mm512_store_si512(aleft + 8 * g, left[g]);
+        }
+        for (uint32_t l = 0; l < nl; l++) {
+          if (!((ended[l / 8] >> (l % 8)) & 1)) continue;
+          ln[l].prev = (int64_t)aprev[l];
+          ln[l].left = 0;
+          next_cell(k, &ln[l]);
+          aprev[l] = (uint64_t)ln[l].prev;
+          atb[l] = (uint64_t)(ln[l].T - dtab);
+          aleft[l] = ln[l].left;
+        }
+        for (uint32_t g = 0; g < G; g++) {
+          prev[g] = _mm512_load_si512(aprev + 8 * g);
+          tb[g] = _mm512_load_si512(atb + 8 * g);
+          left[g] = _mm512_load_si512(aleft + 8 * g);
+        }
+      }
       if (buffered && ((j & 7) == 7 || stop)) {
         uint32_t rows = (uint32_t)(j & 7) + 1;
         uint64_t j0 = j - (rows - 1);
@@ -557,11 +593,16 @@ DC_AVX512 static inline __attribute__((always_inline)) int simd_lanes_t(chunk_ct
       _mm512_store_si512(ap + 8 * g, p[g]);
       _mm512_store_si512(aprev + 8 * g, prev[g]);
     }
+    for (uint32_t g = 0; g < G; g++) {
+      _mm512_store_si512(atb + 8 * g, tb[g]);
+      _mm512_store_si512(aleft + 8 * g, left[g]);
+    }
     for (uint32_t l = 0; l < nl; l++) {
       ln[l].x = ax[l];
       ln[l].p = base + ap[l];
       ln[l].prev = (int64_t)aprev[l];
-      ln[l].left -= j;
+      ln[l].T = dtab + atb[l];
+      ln[l].left = aleft[l];
       ln[l].pos += j;
     }
     t += j;

@@ -66,20 +66,23 @@ static inline int dct_mat_random(dct_mat *m, uint64_t seed, uint32_t n_cells, ui
   if (!m->indptr || !m->indices || !m->data) return -1;
   uint64_t k = 0;
   m->indptr[0] = 0;
+  double *pg = malloc(((size_t)n_genes + 1) * sizeof *pg);
+  if (!pg) return -1;
+  for (uint32_t g = 0; g < n_genes; g++) pg[g] = p0 * pow(1.0 + g, -0.7);
   for (uint32_t i = 0; i < n_cells; i++) {
     double u = dct_unif(&s);
     int empty = u < frac_empty, dense = !empty && u < frac_empty + frac_dense;
     double scale = 0.3 + 1.4 * dct_unif(&s);
     for (uint32_t g = 0; g < n_genes && !empty; g++) {
-      double p = dense ? 1.0 : p0 * scale * pow(1.0 + g, -0.7);
+      double p = dense ? 1.0 : scale * pg[g];
       if (dct_unif(&s) >= p) continue;
       if (k == cap) {
         cap *= 2;
         uint32_t *a = realloc(m->indices, cap * sizeof(uint32_t)), *b;
-        if (!a) return -1;
+        if (!a) { free(pg); return -1; }
         m->indices = a;
         b = realloc(m->data, cap * sizeof(uint32_t));
-        if (!b) return -1;
+        if (!b) { free(pg); return -1; }
         m->data = b;
       }
       m->indices[k] = g;
@@ -88,6 +91,7 @@ static inline int dct_mat_random(dct_mat *m, uint64_t seed, uint32_t n_cells, ui
     }
     m->indptr[i + 1] = k;
   }
+  free(pg);
   return 0;
 }
 

@@ -455,6 +455,38 @@ static void test_rans_scalar_vs_simd(void) {
   unsetenv("DC_NO_SIMD");
 }
 
+/* a tile whose rans tables are corrupt: every chunk fails, also when one
+** decoder sees them again (the tables must not be cached half-built) */
+static void test_rans_bad_tables(void) {
+  dct_mat m;
+  size_t len;
+  uint8_t *buf = small_tile(DC_CODEC_RANS, 45, &len, &m, 4);
+  if (!buf) { dct_mat_free(&m); return; }
+  dc_tile_hdr h;
+  dc_error err;
+  DCT_CHECK(dc_tile_parse(buf, len, &h, &err) == DC_OK && h.shared_len > 4);
+  int64_t ip[41]; int32_t ix[4000], vv[4000];
+  dc_out out = {ip, ix, vv, 0};
+  for (int where = 0; where < 3; where++) {
+    uint8_t *x = malloc(len);
+    memcpy(x, buf, len);
+    size_t at = (size_t)h.shared_offset + (where == 0 ? 0 : where == 1 ? 2 : (size_t)h.shared_len - 1);
+    x[at] ^= 0x5a;
+    dct_reseal(x, len);
+    dc_decoder *d = dc_decoder_new();
+    for (uint32_t c = h.n_chunks; c-- > 0;) {
+      int rc = dc_chunk_decode(d, x, len, &h, c, &out, &err);
+      DCT_CHECKF(rc == DC_ECORRUPT && strstr(err.msg, "tables"), "byte %zu chunk %u: rc %d %s", at, c, rc, err.msg);
+    }
+    /* and the good tile still decodes with the same decoder */
+    for (uint32_t c = 0; c < h.n_chunks; c++) DCT_CHECK(dc_chunk_decode(d, buf, len, &h, c, &out, &err) == DC_OK);
+    dc_decoder_free(d);
+    free(x);
+  }
+  free(buf);
+  dct_mat_free(&m);
+}
+
 static void test_checksum(void) {
   const char *s = "deltacells";
   uint32_t a = dc_checksum(s, 10), b = dc_checksum(s, 9);
@@ -476,5 +508,6 @@ int main(void) {
   DCT_RUN(test_corrupt_flips);
   DCT_RUN(test_pool_subset_gather);
   DCT_RUN(test_rans_scalar_vs_simd);
+  DCT_RUN(test_rans_bad_tables);
   return dct_done();
 }

@@ -355,3 +355,35 @@ def test_limit_offset_pushdown(db):
             sql = f"SELECT cell_id, age FROM {{T}} WHERE {w} LIMIT {lim} OFFSET {off}"
             a, b = run_both(con, sql, (), True)
             assert a == b, sql
+
+
+@pytest.mark.parametrize("cache_mb", [0, 1])
+def test_small_or_no_block_cache(db, cache_mb):
+    """The decoded-block cache (a quarter of dc_config cache_mb) off, or smaller than a block:
+    the same answers."""
+    con, kinds, obs = db
+    old = con.execute("SELECT dc_config('cache_mb')").fetchone()[0]
+    con.execute("SELECT dc_config('cache_mb', ?)", (cache_mb,)).fetchone()
+    try:
+        g = Gen(random.Random(SEED + 99 + cache_mb), kinds, obs)
+        for i in range(150):
+            sql, ordered = g.stmt()
+            params = list(g.params)
+            a, b = run_both(con, sql, params, ordered)
+            assert a == b, f"query {i}: {sql} params={params}"
+    finally:
+        con.execute("SELECT dc_config('cache_mb', ?)", (old,)).fetchone()
+
+
+def test_repeated_ranges_use_value_order(db):
+    """Selective ranges on int and real columns, repeated (the second use of a block builds its
+    value order), at the edges of the data."""
+    con, _, _ = db
+    for sql in ["SELECT cell_id FROM {T} WHERE n_counts > ? ORDER BY 1", "SELECT cell_id FROM {T} WHERE n_counts <= ? ORDER BY 1",
+                "SELECT cell_id FROM {T} WHERE score >= ? ORDER BY 1", "SELECT cell_id FROM {T} WHERE score < ? ORDER BY 1",
+                "SELECT cell_id FROM {T} WHERE big_int = ? ORDER BY 1", "SELECT cell_id FROM {T} WHERE age > ? AND cell_id > 70000 ORDER BY 1",
+                "SELECT cell_id FROM {T} WHERE frac < ? AND flag = 1 ORDER BY 1"]:
+        for v in [49900, 501, 500, 49999, 100.5, -1e300, 1e300, float("inf"), -5.0, 2**53 + 1, 2.0**53, 88, 0.001, "600"]:
+            for _ in range(2):
+                a, b = run_both(con, sql, (v,), True)
+                assert a == b, (sql, v)

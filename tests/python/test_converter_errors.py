@@ -300,7 +300,7 @@ def test_usage_errors():
 def test_help():
     need_converter()
     for args, word in [(["--help"], "convert IN.h5ad"), (["convert", "--help"], "--tile-cells"),
-                       (["convert", "--help"], "Memory:"), (["info", "--help"], "--json"),
+                       (["convert", "--help"], "Memory is bounded"), (["info", "--help"], "--json"),
                        (["obs", "info", "--help"], "per obs column"), (["obs", "--help"], "per obs column"),
                        (["verify", "--help"], "checksum")]:
         r = subprocess.run([CONVERTER, *args], capture_output=True, text=True)

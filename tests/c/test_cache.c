@@ -1,0 +1,131 @@
+/*
+** test_cache.c — the decoded-chunk cache and the recycled buffers of the
+** extension (ext/cache.c, pure C: compiled in here directly).
+*/
+#include "dctest.h"
+#include "../../ext/cache.c"
+
+static dc_chunk_data *chunk(uint32_t cells, uint64_t nnz) {
+  dc_chunk_data *d = dc_chunk_new(NULL, cells, nnz);
+  if (d) {
+    for (uint32_t i = 0; i <= cells; i++) d->indptr[i] = 0;
+    if (nnz) { d->indices[nnz - 1] = 7; d->values[nnz - 1] = 9; }
+  }
+  return d;
+}
+
+static void test_get_put_lru(void) {
+  dc_chunk_data *a = chunk(10, 1000), *b = chunk(10, 1000), *c = chunk(10, 1000);
+  DCT_CHECK(a && b && c);
+  size_t one = a->bytes;
+  dc_cache *k = dc_cache_new((int64_t)(2 * one + one / 2));   /* room for two */
+  DCT_CHECK(k != NULL);
+  dc_cache_put(k, 1, 0, 0, a);
+  dc_cache_put(k, 1, 0, 1, b);
+  dc_chunk_data *g = dc_cache_get(k, 1, 0, 0);                /* a is now most recent */
+  DCT_CHECK(g == a);
+  dc_chunk_release(g);
+  DCT_CHECK(dc_cache_get(k, 2, 0, 0) == NULL);               /* other namespace */
+  dc_cache_put(k, 1, 0, 2, c);                               /* evicts b, the LRU */
+  g = dc_cache_get(k, 1, 0, 1);
+  DCT_CHECK(g == NULL);
+  g = dc_cache_get(k, 1, 0, 0);
+  DCT_CHECK(g == a);
+  dc_chunk_release(g);
+  int64_t bytes, n, hits, misses;
+  dc_cache_stats(k, &bytes, &n, &hits, &misses);
+  DCT_CHECKF(n == 2 && bytes == (int64_t)(2 * one) && hits == 2 && misses == 2,
+             "n %lld bytes %lld hits %lld misses %lld", (long long)n, (long long)bytes, (long long)hits,
+             (long long)misses);
+  /* b was evicted but we still hold it: its memory is intact */
+  DCT_CHECK(b->indices[999] == 7 && b->values[999] == 9);
+  dc_cache_set_budget(k, 0);
+  dc_cache_stats(k, &bytes, &n, NULL, NULL);
+  DCT_CHECK(n == 0 && bytes == 0);
+  DCT_CHECK(a->values[999] == 9);                            /* our references keep them */
+  dc_cache_free(k);
+  dc_chunk_release(a);
+  dc_chunk_release(b);
+  dc_chunk_release(c);
+}
+
+static void test_too_big_and_duplicates(void) {
+  dc_chunk_data *a = chunk(4, 100);
+  dc_cache *k = dc_cache_new((int64_t)a->bytes - 1);
+  dc_cache_put(k, 1, 3, 3, a);                                /* larger than the budget */
+  DCT_CHECK(dc_cache_get(k, 1, 3, 3) == NULL);
+  dc_cache_set_budget(k, 1 << 20);
+  dc_cache_put(k, 1, 3, 3, a);
+  dc_cache_put(k, 1, 3, 3, a);                                /* second put is ignored */
+  int64_t n;
+  dc_cache_stats(k, NULL, &n, NULL, NULL);
+  DCT_CHECK(n == 1);
+  DCT_CHECK(a->n_ref == 2);
+  dc_cache_free(k);
+  DCT_CHECK(a->n_ref == 1);
+  dc_chunk_release(a);
+}
+
+static void test_many_entries_grow(void) {
+  dc_cache *k = dc_cache_new((int64_t)1 << 30);
+  for (uint32_t i = 0; i < 5000; i++) {
+    dc_chunk_data *d = chunk(1, 1);
+    dc_cache_put(k, 9, i / 8, i % 8, d);
+    dc_chunk_release(d);
+  }
+  int ok = 1;
+  for (uint32_t i = 0; i < 5000; i++) {
+    dc_chunk_data *d = dc_cache_get(k, 9, i / 8, i % 8);
+    if (!d) ok = 0; else dc_chunk_release(d);
+  }
+  DCT_CHECK(ok);
+  dc_cache_free(k);
+}
+
+static void test_bufpool_recycles(void) {
+  dc_bufpool *p = dc_bufpool_new();
+  DCT_CHECK(p != NULL);
+  uint8_t *a = rcbuf_new(p, 3u << 20);
+  DCT_CHECK(a != NULL);
+  a[0] = 1; a[(3u << 20) - 1] = 2;
+  rcbuf_unref(a);
+  DCT_CHECK(dc_bufpool_spare_bytes(p) >= (3 << 20));
+  uint8_t *b = rcbuf_new(p, (3u << 20) - 1000);             /* same size class: reused */
+  DCT_CHECK(b == a);
+  uint8_t *c = rcbuf_new(p, 100);                           /* small: plain malloc */
+  DCT_CHECK(c != NULL && c != a);
+  rcbuf_ref(b);                                             /* two references */
+  rcbuf_unref(b);
+  b[5] = 7;                                                 /* still ours */
+  rcbuf_unref(b);
+  rcbuf_unref(c);
+  uint8_t *big = rcbuf_new(p, 40u << 20);                   /* mapped, huge-page aligned */
+  DCT_CHECK(big != NULL);
+  memset(big, 1, 40u << 20);
+  /* the connection goes away while a buffer is alive: the buffer is freed later */
+  dc_bufpool_release(p);
+  DCT_CHECK(big[123] == 1);
+  rcbuf_unref(big);
+}
+
+static void test_bufpool_limits(void) {
+  dc_bufpool *p = dc_bufpool_new();
+  void *bufs[DC_BUFPOOL_MAX + 8];
+  for (int i = 0; i < DC_BUFPOOL_MAX + 8; i++) bufs[i] = rcbuf_new(p, (1u << 20) + (uint64_t)i * 4096);
+  for (int i = 0; i < DC_BUFPOOL_MAX + 8; i++) rcbuf_unref(bufs[i]);
+  DCT_CHECK(dc_bufpool_spare_bytes(p) <= ((int64_t)DC_BUFPOOL_MAX << 21));
+  dc_bufpool_trim(p);
+  DCT_CHECK(dc_bufpool_spare_bytes(p) == 0);
+  dc_bufpool_release(p);
+  DCT_CHECK(size_class(1000000) >= 1000000 && size_class(1000000) <= 1000000 + 1000000 / 8 + 1);
+  DCT_CHECK(size_class(1u << 20) == (1u << 20));
+}
+
+int main(void) {
+  DCT_RUN(test_get_put_lru);
+  DCT_RUN(test_too_big_and_duplicates);
+  DCT_RUN(test_many_entries_grow);
+  DCT_RUN(test_bufpool_recycles);
+  DCT_RUN(test_bufpool_limits);
+  return dct_done();
+}
