@@ -5,21 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
-#include <xxhash.h>
 #include "obs_internal.h"
-
-void dc_obs_err(dc_error *err, int code, const char *fmt, ...) {
-  if (!err) return;
-  err->code = code;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-  va_end(ap);
-}
-
-uint32_t dc_obs_checksum(const void *p, size_t n) {
-  return (uint32_t)XXH3_64bits(p, n);
-}
 
 static const char *const kind_names[] = {NULL, "category", "int", "real", "bool", "text"};
 
@@ -97,9 +83,9 @@ static int text_cmp(const char *a, uint32_t la, const char *b, uint32_t lb) {
 
 int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err) {
   memset(st, 0, sizeof *st);
-  if (!v) { dc_obs_err(err, DC_EARG, "no values given"); return DC_EARG; }
+  if (!v) { dc_error_set(err, DC_EARG, "no values given"); return DC_EARG; }
   if (v->n > DC_OBS_MAX_N) {
-    dc_obs_err(err, DC_EARG, "block of %u values is larger than the limit %u", v->n, DC_OBS_MAX_N);
+    dc_error_set(err, DC_EARG, "block of %u values is larger than the limit %u", v->n, DC_OBS_MAX_N);
     return DC_EARG;
   }
   uint32_t n = v->n, nulls = 0;
@@ -107,16 +93,16 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err
   int first = 1;
   switch (v->kind) {
     case DC_OBS_CATEGORY: {
-      if (n && !v->codes) { dc_obs_err(err, DC_EARG, "category block without codes"); return DC_EARG; }
+      if (n && !v->codes) { dc_error_set(err, DC_EARG, "category block without codes"); return DC_EARG; }
       if (v->n_categories > DC_OBS_MAX_CATEGORIES) {
-        dc_obs_err(err, DC_EARG, "%u categories is more than the limit", v->n_categories);
+        dc_error_set(err, DC_EARG, "%u categories is more than the limit", v->n_categories);
         return DC_EARG;
       }
       for (uint32_t i = 0; i < n; i++) {
         int32_t c = v->codes[i];
         if (c == -1) { nulls++; continue; }
         if (c < 0 || (uint32_t)c >= v->n_categories) {
-          dc_obs_err(err, DC_EARG, "value %u: category code %d is outside -1 .. %u", i, (int)c,
+          dc_error_set(err, DC_EARG, "value %u: category code %d is outside -1 .. %u", i, (int)c,
                      v->n_categories ? v->n_categories - 1 : 0);
           return DC_EARG;
         }
@@ -128,7 +114,7 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err
         size_t plen = (size_t)st->max_i / 8 + 1;
         if (plen <= DC_OBS_PRESENT_MAX) {
           st->present = calloc(plen, 1);
-          if (!st->present) { dc_obs_err(err, DC_ENOMEM, "out of memory (present bitmap)"); return DC_ENOMEM; }
+          if (!st->present) { dc_error_set(err, DC_ENOMEM, "out of memory (present bitmap)"); return DC_ENOMEM; }
           st->present_len = plen;
           for (uint32_t i = 0; i < n; i++) {
             int32_t c = v->codes[i];
@@ -139,7 +125,7 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err
       break;
     }
     case DC_OBS_INT:
-      if (n && !v->i64) { dc_obs_err(err, DC_EARG, "int block without values"); return DC_EARG; }
+      if (n && !v->i64) { dc_error_set(err, DC_EARG, "int block without values"); return DC_EARG; }
       for (uint32_t i = 0; i < n; i++) {
         if (v->valid && !v->valid[i]) { nulls++; continue; }
         int64_t x = v->i64[i];
@@ -149,12 +135,12 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err
       }
       break;
     case DC_OBS_BOOL:
-      if (n && !v->b8) { dc_obs_err(err, DC_EARG, "bool block without values"); return DC_EARG; }
+      if (n && !v->b8) { dc_error_set(err, DC_EARG, "bool block without values"); return DC_EARG; }
       for (uint32_t i = 0; i < n; i++) {
         int8_t b = v->b8[i];
         if (b == -1) { nulls++; continue; }
         if (b != 0 && b != 1) {
-          dc_obs_err(err, DC_EARG, "value %u: bool %d is not 0, 1 or -1 (NULL)", i, (int)b);
+          dc_error_set(err, DC_EARG, "value %u: bool %d is not 0, 1 or -1 (NULL)", i, (int)b);
           return DC_EARG;
         }
         if (first) { st->min_i = st->max_i = b; first = 0; }
@@ -163,7 +149,7 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err
       }
       break;
     case DC_OBS_REAL:
-      if (n && !v->f64) { dc_obs_err(err, DC_EARG, "real block without values"); return DC_EARG; }
+      if (n && !v->f64) { dc_error_set(err, DC_EARG, "real block without values"); return DC_EARG; }
       for (uint32_t i = 0; i < n; i++) {
         double x = v->f64[i];
         if (isnan(x)) { nulls++; continue; }
@@ -173,14 +159,14 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err
       }
       break;
     case DC_OBS_TEXT:
-      if (n && !v->text) { dc_obs_err(err, DC_EARG, "text block without values"); return DC_EARG; }
+      if (n && !v->text) { dc_error_set(err, DC_EARG, "text block without values"); return DC_EARG; }
       for (uint32_t i = 0; i < n; i++) {
         const char *s = v->text[i];
         if (!s) { nulls++; continue; }
         size_t l = v->text_len ? v->text_len[i] : strlen(s);
-        if (l > 0x7fffffffu) { dc_obs_err(err, DC_EARG, "value %u: text of %zu bytes is too long", i, l); return DC_EARG; }
+        if (l > 0x7fffffffu) { dc_error_set(err, DC_EARG, "value %u: text of %zu bytes is too long", i, l); return DC_EARG; }
         if (!utf8_valid((const unsigned char *)s, l)) {
-          dc_obs_err(err, DC_EARG, "value %u: text is not valid UTF-8", i);
+          dc_error_set(err, DC_EARG, "value %u: text is not valid UTF-8", i);
           return DC_EARG;
         }
         uint32_t l32 = (uint32_t)l;
@@ -190,7 +176,7 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st, dc_error *err
       }
       break;
     default:
-      dc_obs_err(err, DC_EARG, "unknown obs kind %d", v->kind);
+      dc_error_set(err, DC_EARG, "unknown obs kind %d", v->kind);
       return DC_EARG;
   }
   st->null_count = nulls;

@@ -57,20 +57,20 @@ static int grow(void **p, size_t *cap, size_t n, size_t sz) {
 int dc_obs_peek(const uint8_t *buf, size_t len, int *kind, uint32_t *n,
                 uint32_t *null_count, dc_error *err) {
   if (!buf || len < OBS_HDR_LEN) {
-    dc_obs_err(err, DC_ECORRUPT, "obs block of %zu bytes is shorter than its %d-byte header", len, OBS_HDR_LEN);
+    dc_error_set(err, DC_ECORRUPT, "obs block of %zu bytes is shorter than its %d-byte header", len, OBS_HDR_LEN);
     return DC_ECORRUPT;
   }
   if (memcmp(buf, OBS_MAGIC, 4) != 0) {
-    dc_obs_err(err, DC_ECORRUPT, "obs block: bad magic (not an obs block)");
+    dc_error_set(err, DC_ECORRUPT, "obs block: bad magic (not an obs block)");
     return DC_ECORRUPT;
   }
   if (buf[4] != OBS_VERSION) {
-    dc_obs_err(err, DC_EUNSUPPORTED, "obs block: format version %u is not supported (this reader knows %d)",
+    dc_error_set(err, DC_EUNSUPPORTED, "obs block: format version %u is not supported (this reader knows %d)",
                buf[4], OBS_VERSION);
     return DC_EUNSUPPORTED;
   }
   if (!dc_obs_kind_name(buf[5])) {
-    dc_obs_err(err, DC_ECORRUPT, "obs block: unknown kind %u", buf[5]);
+    dc_error_set(err, DC_ECORRUPT, "obs block: unknown kind %u", buf[5]);
     return DC_ECORRUPT;
   }
   if (kind) *kind = buf[5];
@@ -79,8 +79,8 @@ int dc_obs_peek(const uint8_t *buf, size_t len, int *kind, uint32_t *n,
   return DC_OK;
 }
 
-#define CORRUPT(...) do { dc_obs_err(err, DC_ECORRUPT, __VA_ARGS__); rc = DC_ECORRUPT; goto fail; } while (0)
-#define NOMEM() do { dc_obs_err(err, DC_ENOMEM, "out of memory decoding an obs block"); rc = DC_ENOMEM; goto fail; } while (0)
+#define CORRUPT(...) do { dc_error_set(err, DC_ECORRUPT, __VA_ARGS__); rc = DC_ECORRUPT; goto fail; } while (0)
+#define NOMEM() do { dc_error_set(err, DC_ENOMEM, "out of memory decoding an obs block"); rc = DC_ENOMEM; goto fail; } while (0)
 
 static size_t popcount_bytes(const uint8_t *p, size_t n) {
   size_t c = 0;
@@ -174,7 +174,7 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
   if (!err) err = &dummy;
   err->code = DC_OK;
   err->msg[0] = 0;
-  if (!out || !d || !ex) { dc_obs_err(err, DC_EARG, "dc_obs_decode: missing argument"); return DC_EARG; }
+  if (!out || !d || !ex) { dc_error_set(err, DC_EARG, "dc_obs_decode: missing argument"); return DC_EARG; }
   memset(out, 0, sizeof *out);
   rc = dc_obs_peek(buf, len, &kind, &n, &nulls, err);
   if (rc) return rc;
@@ -217,7 +217,7 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
       raw = d->raw;
     }
   }
-  if (dc_obs_checksum(raw, raw_len) != sum) CORRUPT("obs block: checksum mismatch");
+  if (dc_checksum(raw, raw_len) != sum) CORRUPT("obs block: checksum mismatch");
 
   size_t m = (size_t)n - nulls;
   const uint8_t *p = raw;

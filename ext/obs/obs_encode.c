@@ -34,7 +34,7 @@ typedef struct enc {
 static uint8_t *cand_new(enc *e, size_t len, int method) {
   if (e->nc >= MAX_CANDS) return NULL;
   uint8_t *p = malloc(len ? len : 1);
-  if (!p) { dc_obs_err(e->err, DC_ENOMEM, "out of memory (%zu bytes of obs payload)", len); return NULL; }
+  if (!p) { dc_error_set(e->err, DC_ENOMEM, "out of memory (%zu bytes of obs payload)", len); return NULL; }
   e->c[e->nc].buf = p;
   e->c[e->nc].len = len;
   e->c[e->nc].method = method;
@@ -74,7 +74,7 @@ static int int_cands(enc *e, size_t m) {
     }
   }
   uint64_t *t = malloc((m ? m : 1) * sizeof *t);
-  if (!t) { dc_obs_err(e->err, DC_ENOMEM, "out of memory"); return DC_ENOMEM; }
+  if (!t) { dc_error_set(e->err, DC_ENOMEM, "out of memory"); return DC_ENOMEM; }
   int rc = DC_ENOMEM;
   /* FOR */
   unsigned w = obs_width((uint64_t)mx - (uint64_t)mn);
@@ -136,7 +136,7 @@ static int text_dna_cand(enc *e, size_t m, size_t total) {
   p[1] = (uint8_t)ws;
   p += 2;
   uint64_t *rl = e->tmp, *sl = malloc(m * sizeof *sl);
-  if (!sl) { dc_obs_err(e->err, DC_ENOMEM, "out of memory"); return DC_ENOMEM; }
+  if (!sl) { dc_error_set(e->err, DC_ENOMEM, "out of memory"); return DC_ENOMEM; }
   size_t j = 0;
   for (uint32_t i = 0; i < n; i++) {
     if (!v->text[i]) continue;
@@ -243,7 +243,7 @@ static int build(enc *e) {
         if (!p) return e->err->code;
         put_nullmap(e, p);
         uint64_t *t = malloc((m ? m : 1) * sizeof *t);
-        if (!t) { dc_obs_err(e->err, DC_ENOMEM, "out of memory"); return DC_ENOMEM; }
+        if (!t) { dc_error_set(e->err, DC_ENOMEM, "out of memory"); return DC_ENOMEM; }
         for (size_t i = 0; i < m; i++) {
           double x;
           memcpy(&x, &e->tmp[i], 8);
@@ -277,7 +277,7 @@ static int build(enc *e) {
         if (l > maxlen) maxlen = l;
       }
       if (total + e->nullmap_len + 1 + m * 4 > DC_OBS_MAX_TEXT) {
-        dc_obs_err(e->err, DC_EARG, "text block of %zu bytes is larger than the limit of %u bytes",
+        dc_error_set(e->err, DC_EARG, "text block of %zu bytes is larger than the limit of %u bytes",
                    total, (unsigned)DC_OBS_MAX_TEXT);
         return DC_EARG;
       }
@@ -298,7 +298,7 @@ static int build(enc *e) {
       return text_dna_cand(e, m, total);
     }
   }
-  dc_obs_err(e->err, DC_EARG, "unknown obs kind %d", v->kind);
+  dc_error_set(e->err, DC_EARG, "unknown obs kind %d", v->kind);
   return DC_EARG;
 }
 
@@ -314,7 +314,7 @@ int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
   ZSTD_CCtx *cctx = NULL;
   uint8_t *blob = NULL;
   int rc;
-  if (!out || !out_len) { dc_obs_err(err, DC_EARG, "no output given"); rc = DC_EARG; goto done_nost; }
+  if (!out || !out_len) { dc_error_set(err, DC_EARG, "no output given"); rc = DC_EARG; goto done_nost; }
   *out = NULL;
   *out_len = 0;
   rc = dc_obs_stats_compute(v, st, err);
@@ -327,7 +327,7 @@ int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
   if (st->null_count && v->kind != DC_OBS_CATEGORY) e.nullmap_len = (v->n + 7) / 8;
   e.tmp = malloc((v->n ? v->n : 1) * sizeof *e.tmp);
   cctx = ZSTD_createCCtx();
-  if (!e.tmp || !cctx) { dc_obs_err(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
+  if (!e.tmp || !cctx) { dc_error_set(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
   rc = build(&e);
   if (rc) goto done;
 
@@ -339,7 +339,7 @@ int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
     for (int i = 0; i < e.nc; i++)
       if (ZSTD_compressBound(e.c[i].len) > cap) cap = ZSTD_compressBound(e.c[i].len);
     uint8_t *scratch = malloc(cap);
-    if (!scratch) { dc_obs_err(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
+    if (!scratch) { dc_error_set(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
     for (int i = 0; i < e.nc; i++) {
       size_t z = ZSTD_compressCCtx(cctx, scratch, cap, e.c[i].buf, e.c[i].len, 1);
       if (ZSTD_isError(z) || z > e.c[i].len) z = e.c[i].len;
@@ -348,16 +348,16 @@ int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
     free(scratch);
   }
   cand *c = &e.c[best];
-  if (c->len > 0xffffffffu) { dc_obs_err(err, DC_EARG, "obs block payload of %zu bytes is too large", c->len); rc = DC_EARG; goto done; }
+  if (c->len > 0xffffffffu) { dc_error_set(err, DC_EARG, "obs block payload of %zu bytes is too large", c->len); rc = DC_EARG; goto done; }
   size_t bound = ZSTD_compressBound(c->len);
   blob = malloc(OBS_HDR_LEN + (bound > c->len ? bound : c->len));
-  if (!blob) { dc_obs_err(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
+  if (!blob) { dc_error_set(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
   uint8_t flags = e.nullmap_len ? OBS_F_NULLMAP : 0;
   size_t stored = c->len;
   if (c->len > 0) {
     size_t z = ZSTD_compressCCtx(cctx, blob + OBS_HDR_LEN, bound, c->buf, c->len, level);
     if (ZSTD_isError(z)) {
-      dc_obs_err(err, DC_ENOMEM, "zstd: %s", ZSTD_getErrorName(z));
+      dc_error_set(err, DC_ENOMEM, "zstd: %s", ZSTD_getErrorName(z));
       rc = DC_ENOMEM;
       goto done;
     }
@@ -372,7 +372,7 @@ int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
   obs_put32(blob + 8, v->n);
   obs_put32(blob + 12, st->null_count);
   obs_put32(blob + 16, (uint32_t)c->len);
-  obs_put32(blob + 20, dc_obs_checksum(c->buf, c->len));
+  obs_put32(blob + 20, dc_checksum(c->buf, c->len));
   *out = blob;
   *out_len = OBS_HDR_LEN + stored;
   blob = NULL;

@@ -32,12 +32,6 @@
 /* the fixed part of FOR/DELTA/TEXT parameters */
 #define OBS_INT_PARAMS 9    /* u8 width, i64 base                        */
 
-void dc_obs_err(dc_error *err, int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-uint32_t dc_obs_checksum(const void *p, size_t n);
 
 static inline void obs_put32(uint8_t *p, uint32_t v) {
   p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
