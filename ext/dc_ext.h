@@ -59,4 +59,8 @@ uint64_t dc_conn_namespace(dc_conn *conn);
 void dc_conn_ref(dc_conn *conn);
 void dc_conn_unref(void *conn);
 
+/* Finishes an xBestIndex plan: the printable idxStr built in s ("scan" when
+** empty) and idxNum; sqlite3_str s is consumed.  SQLITE_NOMEM on failure. */
+int dc_plan_finish(sqlite3_index_info *info, sqlite3_str *s, int idx_num);
+
 #endif

@@ -223,3 +223,14 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
   dc_conn_unref(conn);
   return rc;
 }
+
+int dc_plan_finish(sqlite3_index_info *info, sqlite3_str *s, int idx_num) {
+  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "scan");
+  int rc = sqlite3_str_errcode(s);
+  char *str = sqlite3_str_finish(s);
+  if (rc != SQLITE_OK || !str) { sqlite3_free(str); return SQLITE_NOMEM; }
+  info->idxNum = idx_num;
+  info->idxStr = str;
+  info->needToFreeIdxStr = 1;
+  return SQLITE_OK;
+}

@@ -183,13 +183,7 @@ static int expr_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
     sqlite3_str_appendf(s, "%s", n ? " order" : "order");
     info->orderByConsumed = 1;
   }
-  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "scan");
-  int rc = sqlite3_str_errcode(s);
-  char *str = sqlite3_str_finish(s);
-  if (rc != SQLITE_OK || !str) { sqlite3_free(str); return SQLITE_NOMEM; }
-  info->idxNum = n;
-  info->idxStr = str;
-  info->needToFreeIdxStr = 1;
+  if (dc_plan_finish(info, s, n) != SQLITE_OK) return SQLITE_NOMEM;
   double cells = cell_eq ? 1 : cell_in ? 25 : cell_range ? n_cells / (cell_range > 1 ? 10 : 3) : n_cells;
   double rows = cells * (v->long_form ? ((gene_eq || gene_in) ? 0.3 * (gene_in ? 5 : 1) : per_cell) : 1);
   info->estimatedRows = (sqlite3_int64)(rows < 1 ? 1 : rows);

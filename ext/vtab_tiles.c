@@ -142,13 +142,7 @@ static int tiles_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
     sqlite3_str_appendf(s, "%s%s", n ? " " : "", info->aOrderBy[0].desc ? "order-desc" : "order");
     info->orderByConsumed = 1;
   }
-  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "scan");
-  int rc = sqlite3_str_errcode(s);
-  char *str = sqlite3_str_finish(s);
-  if (rc != SQLITE_OK || !str) { sqlite3_free(str); return SQLITE_NOMEM; }
-  info->idxNum = n;
-  info->idxStr = str;
-  info->needToFreeIdxStr = 1;
+  if (dc_plan_finish(info, s, n) != SQLITE_OK) return SQLITE_NOMEM;
   if (has_eq) {
     info->estimatedRows = 1;
     info->estimatedCost = 1;
