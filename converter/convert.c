@@ -386,7 +386,7 @@ static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   pp.slots = calloc((size_t)pp.n_slots, sizeof *pp.slots);
   pp.n_genes = g->n;
   dc_encode_opts_default(&pp.opts);
-  pp.opts.codec = o->codec ? o->codec : CV_DEFAULT_CODEC;
+  if (o->codec) pp.opts.codec = o->codec;
   if (o->level_set) pp.opts.level = o->level;
   pp.opts.n_chunks = o->chunks;
   pp.opts.threads = workers == 0 ? threads : threads / workers > 1 ? threads / workers : 1;
@@ -977,7 +977,9 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   if (r3) goto done;
 
   /* dc_meta */
-  int codec = o->codec ? o->codec : CV_DEFAULT_CODEC;
+  dc_encode_opts dflt;
+  dc_encode_opts_default(&dflt);
+  int codec = o->codec ? o->codec : dflt.codec;
   sqlite3_str *src = sqlite3_str_new(NULL);
   sqlite3_str_appendchar(src, 1, '[');
   for (int f = 0; f < nf; f++) {

@@ -7,14 +7,6 @@
 #include "cv_util.h"
 #include "dc_codec.h"
 
-/* The default tile codec of the converter.  rans: 4.6 bits per nonzero on the
-** reference tile (below the 4.8 target) in about 2 CPU-s per tile; zstd at its
-** default level 19 takes 5.5 bits and about 40 CPU-s per tile (10x anndata's
-** gzip write; bench/bench_convert), and no zstd level reaches 4.8 bits.  The
-** codec library keeps zstd as its own default because rans decodes 1.5-3x
-** slower (docs/codec-design.md); `--codec zstd` picks that trade-off. */
-#define CV_DEFAULT_CODEC DC_CODEC_RANS
-
 typedef struct cv_opts {
   const char **inputs;
   int n_inputs;
@@ -27,7 +19,7 @@ typedef struct cv_opts {
   int level_set;
   int threads;          /* 0 = one per core */
   const char *gene_key; /* NULL or a var column */
-  int codec;            /* DC_CODEC_*; 0 = CV_DEFAULT_CODEC */
+  int codec;            /* DC_CODEC_*; 0 = the codec library's default (rans) */
   int force, quiet;
 } cv_opts;
 

@@ -13,7 +13,7 @@
 ** the shared section checksum and the header checksum (4 bytes each).
 ** See docs/format.md section 2. */
 /* The codec dc_encode_opts_default() picks. */
-#define DC_CODEC_DEFAULT   DC_CODEC_ZSTD
+#define DC_CODEC_DEFAULT   DC_CODEC_RANS
 
 #define DC_TILE_MAGIC      0x4C544344u   /* "DCTL" read as a little-endian u32 */
 #define DC_TILE_VERSION    1u
