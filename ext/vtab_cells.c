@@ -1346,6 +1346,19 @@ static int term_prepare(cells_vtab *p, term *t) {
   return SQLITE_OK;
 }
 
+/* Whether a block whose min compares cmn and max compares cmx (<0, 0, >0) with
+** the constraint's value can hold a row satisfying `op`. */
+static int minmax_may_match(int op, int cmn, int cmx) {
+  switch (op) {
+    case OP_EQ: return cmn <= 0 && cmx >= 0;
+    case OP_LT: return cmn < 0;
+    case OP_LE: return cmn <= 0;
+    case OP_GT: return cmx > 0;
+    case OP_GE: return cmx >= 0;
+  }
+  return 1;
+}
+
 /* can block b hold a row meeting term t?  (statistics only) */
 static int block_may_match(cells_vtab *p, const term *t, int64_t b) {
   int k = ocol_of(t->col);
@@ -1387,14 +1400,7 @@ static int block_may_match(cells_vtab *p, const term *t, int64_t b) {
       if (v->t == SQLITE_NULL) return 0;
       if (v->t == SQLITE_BLOB) return t->op == OP_LT || t->op == OP_LE;
       int cmn = bincmp(s->mn.s, s->mn.n, v->s, v->n), cmx = bincmp(s->mx.s, s->mx.n, v->s, v->n);
-      switch (t->op) {
-        case OP_EQ: return cmn <= 0 && cmx >= 0;
-        case OP_LT: return cmn < 0;
-        case OP_LE: return cmn <= 0;
-        case OP_GT: return cmx > 0;
-        case OP_GE: return cmx >= 0;
-      }
-      return 1;
+      return minmax_may_match(t->op, cmn, cmx);
     }
     default: {   /* int, bool, real: numeric */
       if (t->op == OP_IN) {
@@ -1415,14 +1421,7 @@ static int block_may_match(cells_vtab *p, const term *t, int64_t b) {
       if (v->t == SQLITE_NULL) return 0;
       if (v->t == SQLITE_TEXT || v->t == SQLITE_BLOB) return t->op == OP_LT || t->op == OP_LE;
       int cmn = cmp_num(s->mn.real, s->mn.i, s->mn.f, v), cmx = cmp_num(s->mx.real, s->mx.i, s->mx.f, v);
-      switch (t->op) {
-        case OP_EQ: return cmn <= 0 && cmx >= 0;
-        case OP_LT: return cmn < 0;
-        case OP_LE: return cmn <= 0;
-        case OP_GT: return cmx > 0;
-        case OP_GE: return cmx >= 0;
-      }
-      return 1;
+      return minmax_may_match(t->op, cmn, cmx);
     }
   }
 }
