@@ -431,6 +431,18 @@ static int settle(expr_cursor *c) {
   }
 }
 
+
+/* list[0, before) and list[before, n) are two value lists from two constraints:
+** keeps their intersection (in the second list's order) at the front and
+** returns its length. */
+static int64_t intersect_tail(int64_t *list, int64_t before, int64_t n) {
+  if (before > 1) qsort(list, (size_t)before, sizeof *list, cmp_i64);
+  int64_t m = 0;
+  for (int64_t i = before; i < n; i++)
+    if (before && bsearch(&list[i], list, (size_t)before, sizeof *list, cmp_i64)) list[before + m++] = list[i];
+  if (m) memmove(list, list + before, (size_t)m * sizeof *list);
+  return m;
+}
 static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc, sqlite3_value **argv) {
   expr_cursor *c = (expr_cursor *)cur;
   expr_vtab *v = (expr_vtab *)cur->pVtab;
@@ -464,29 +476,14 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
       int k = collect(val, tok[4] == '-', &list, &n_list, &cap);
       if (k < 0) { n_list = before; continue; }       /* unclear: do not narrow */
       if (k != SQLITE_OK) { rc = k; break; }
-      if (have_list) {
-        /* two cell lists (rare): keep the intersection */
-        if (before > 1) qsort(list, (size_t)before, sizeof *list, cmp_i64);
-        int64_t m = 0;
-        for (int64_t i = before; i < n_list; i++)
-          if (before && bsearch(&list[i], list, (size_t)before, sizeof *list, cmp_i64)) list[before + m++] = list[i];
-        if (m) memmove(list, list + before, (size_t)m * sizeof *list);
-        n_list = m;
-      }
+      if (have_list) n_list = intersect_tail(list, before, n_list);   /* two cell lists (rare) */
       have_list = 1;
     } else if (strcmp(tok, "gene=") == 0 || strcmp(tok, "gene-in") == 0) {
       int64_t before = g_n;
       int k = collect(val, tok[4] == '-', &glist, &g_n, &g_cap);
       if (k < 0) { g_n = before; continue; }
       if (k != SQLITE_OK) { rc = k; break; }
-      if (have_genes) {
-        if (before > 1) qsort(glist, (size_t)before, sizeof *glist, cmp_i64);
-        int64_t m = 0;
-        for (int64_t i = before; i < g_n; i++)
-          if (before && bsearch(&glist[i], glist, (size_t)before, sizeof *glist, cmp_i64)) glist[before + m++] = glist[i];
-        if (m) memmove(glist, glist + before, (size_t)m * sizeof *glist);
-        g_n = m;
-      }
+      if (have_genes) g_n = intersect_tail(glist, before, g_n);
       have_genes = 1;
     } else if (tok[0] == 'c' && (strcmp(tok, "cell>") == 0 || strcmp(tok, "cell>=") == 0 ||
                                  strcmp(tok, "cell<") == 0 || strcmp(tok, "cell<=") == 0)) {
