@@ -1,57 +1,15 @@
 """Datasets for the Python package tests: small generated ones (scripts/gen_h5ad.py +
 the converter, into a pytest tmp dir) and the real PBMC files when present."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
-import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-REAL = ROOT.parent / "shared" / "data" / "real"
-CONVERTER = ROOT / "build" / "deltacells"
-EXTENSION = ROOT / "build" / "deltacells.so"
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# paths, the build check, generated datasets, conversion and real files are the
+# dc_batch tests' helpers; the package tests add what they compare against
+from _batch_util import (CONVERTER, EXTENSION, PY, REAL, ROOT, convert, need_build,  # noqa: F401
+                         real_file)
+from _batch_util import generated as gen  # noqa: F401
+
 REAL_WITH_CELL_TYPE = ["fhil_pbmc3k.h5ad", "soupx_pbmc4k_subset.h5ad",
                        "mudan_sorted_pbmc_reference.h5ad"]
-
-
-def need_build():
-    missing = [str(p) for p in (CONVERTER, EXTENSION) if not p.exists()]
-    if missing:
-        pytest.fail("not built: " + ", ".join(missing) + " (run make)")
-
-
-def gen(out_dir, cells, genes, seed, tile_cells):
-    need_build()
-    out_dir = Path(out_dir)
-    h5 = out_dir / f"gen_{cells}_{genes}_{seed}.h5ad"
-    db = out_dir / f"gen_{cells}_{genes}_{seed}_{tile_cells}.dcdb"
-    if not h5.exists():
-        subprocess.run([PY, str(ROOT / "scripts" / "gen_h5ad.py"), "--cells", str(cells),
-                        "--genes", str(genes), "--seed", str(seed), "-o", str(h5)],
-                       check=True, timeout=300)
-    if not db.exists():
-        convert(h5, db, tile_cells)
-    return h5, db
-
-
-def convert(h5, db, tile_cells=None):
-    cmd = [str(CONVERTER), "convert", str(h5), "-o", str(db)]
-    if tile_cells:
-        cmd += ["--tile-cells", str(tile_cells)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise RuntimeError(f"convert {h5} failed: {r.stderr}")
-    return db
-
-
-def real_file(name):
-    p = REAL / name
-    if not p.exists():
-        pytest.skip(f"real data not present: {p}")
-    return p
 
 
 def read_h5ad(path):
