@@ -10,9 +10,9 @@
 ** (cell-size bucket of its cell, rank bucket of its gene) is known before its
 ** symbol is decoded.  The symbols of one context form one order-0 stream,
 ** decoded in bulk: the table stays in L1 and no step waits for the previous
-** gene.  A symbol is the joint (gap code, count code) of a nonzero; the gap is
-** counted from max(previous gene + 1, first gene of the bucket).  The codes'
-** mantissa bits go to one raw bit stream per chunk in nonzero order.
+** gene.  A symbol is the joint (gap code, count code) of a nonzero (gap =
+** gene - previous gene - 1 in the cell).  The codes' mantissa bits go to one
+** raw bit stream per chunk in nonzero order.
 **
 ** Coder.  Static rANS, 12-bit probabilities, 32-bit states in [2^16, 2^32),
 ** 16-bit renormalisation (at most one word per step), 32 lanes interleaved

@@ -77,18 +77,15 @@ typedef struct nz {
   uint32_t gb, cb;                   /* their widths */
 } nz;
 
-/* Walks one cell: calls fn for every nonzero in order.  prev/base follow the
-** decoder: the gap counts from max(previous gene + 1, first gene of the
-** nonzero's rank bucket). */
+/* Walks one cell: runs BODY for every nonzero in order (gap = gene -
+** previous gene - 1, the first gene of a cell counting from -1). */
 #define FOR_NZ(m, q, idx, val, s, t, BODY)                                      \
   do {                                                                          \
     int64_t prev_ = -1;                                                         \
     for (uint64_t j_ = (s); j_ < (t); j_++) {                                   \
       uint32_t g_ = (idx)[j_], v_ = (val)[j_];                                  \
       uint32_t b_ = dc_ctx_rb(g_, (m)->shift);                                  \
-      int64_t lo_ = (int64_t)dc_ctx_rb_lo(b_, (m)->shift);                      \
-      int64_t base_ = prev_ + 1 > lo_ ? prev_ + 1 : lo_;                        \
-      uint64_t gap_ = (uint64_t)((int64_t)g_ - base_);                          \
+      uint64_t gap_ = (uint64_t)((int64_t)g_ - prev_ - 1);                      \
       nz z_;                                                                    \
       uint32_t gc_ = dc_ctx_vcode(gap_), cc_ = dc_ctx_vcode(v_);                \
       z_.ctx = (q) * (m)->nrb + b_;                                             \

@@ -324,30 +324,17 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
   return *cnt > UINT32_MAX || *gap >= (1ull << 31) ? -1 : 0;
 }
 
-/* Places one chunk's symbols.  Returns 0, or -1 on corrupt data (an index
-** out of range, a bad escape).  A segment is the k nonzeros of one cell in
-** one rank bucket; its reads are unclamped when even k reads of the largest
-** size stay inside the mantissa section, which holds for all but the last. */
-/* One symbol from the bit window w (which holds at least its nb bits). */
-#define FAST_SYM(e, w, gap, cnt)                                                \
-  do {                                                                          \
-    uint64_t bits_ = (w) & ((1ull << (e).nb) - 1);                              \
-    gap = (e).gbase + (bits_ & (e).gmask);                                      \
-    cnt = (e).cbase + (bits_ >> (e).gb);                                        \
-  } while (0)
-#define PUT(j, gap, cnt)                                                        \
-  do {                                                                          \
-    prev += (int64_t)(gap) + 1;                                                 \
-    ix[j] = (int32_t)prev;                                                      \
-    if (f32) vf[j] = (float)(cnt); else vi[j] = (int32_t)(uint32_t)(cnt);       \
-  } while (0)
-
-/* The general segment loop: clamped reads and/or slow symbols. */
-#define SEG_LOOP(CLAMP, SLOWS)                                                  \
-  for (uint32_t j = 0; j < k; j++) {                                            \
-    const sinfo e = inf[src[j]];                                                \
+/* Places one chunk's symbols, cell by cell: the cell's symbols are first
+** gathered from its rank buckets' streams into one list of (bucket << 8 |
+** symbol), so that one loop (one branch miss) covers the cell whatever its
+** segments.  Returns 0, or -1 on corrupt data (an index out of range, a bad
+** escape).  Reads are unclamped when even the cell's nnz reads of the
+** largest size stay inside the mantissa section (all but the last cells). */
+#define FLAT_LOOP(CLAMP)                                                        \
+  for (uint64_t j = 0; j < tot; j++) {                                          \
+    const sinfo e = inf[fl[j]];                                                 \
     uint64_t gap, cnt;                                                          \
-    if (SLOWS && __builtin_expect(e.nb == SLOW, 0)) {                           \
+    if (__builtin_expect(e.nb == SLOW, 0)) {                                    \
       r.pos = pos;                                                              \
       if (slow_sym(&e, &r, &gap, &cnt)) return -1;                              \
       pos = r.pos;                                                              \
@@ -357,31 +344,30 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
       uint64_t w;                                                               \
       memcpy(&w, mant + off, 8);                                                \
       w >>= (pos & 7);                                                          \
-      FAST_SYM(e, w, gap, cnt);                                                 \
+      uint64_t bits = w & ((1ull << e.nb) - 1);                                 \
       pos += e.nb;                                                              \
+      gap = e.gbase + (bits & e.gmask);                                         \
+      cnt = e.cbase + (bits >> e.gb);                                           \
     }                                                                           \
-    PUT(j, gap, cnt);                                                           \
+    /* gaps are below 2^31 and a cell has fewer than 2^31 nonzeros */          \
+    prev += (int64_t)gap + 1;                                                   \
+    ix[j] = (int32_t)prev;                                                      \
+    if (f32) vf[j] = (float)cnt; else vi[j] = (int32_t)(uint32_t)cnt;           \
   }
 
 /* The common case: fast symbols only, reads inside the section; two
 ** symbols per read (2 x 28 bits fit the 57 a read guarantees).  A function
 ** of its own (per instruction set and output type), so that its few live
 ** values stay in registers. */
-typedef struct seg_io {
-  int64_t prev;                      /* last gene index written               */
-  int32_t *ix;                       /* where the segment's indices go        */
-  void *val;                         /* and its counts (int32 or float32)     */
-} seg_io;
-#define DEF_SEG_FAST(NAME, ATTR, F32)                                           \
+#define DEF_CELL_FAST(NAME, ATTR, F32)                                          \
   ATTR __attribute__((noinline)) static uint64_t NAME(                          \
-      const sinfo *inf, const uint8_t *src, const uint8_t *end,                 \
-      const uint8_t *mant, uint64_t pos, seg_io *io) {                          \
-    int64_t prev = io->prev;                                                    \
-    int32_t *ix = io->ix;                                                       \
-    int32_t *vi = io->val;                                                      \
-    float *vf = io->val;                                                        \
-    for (; src + 2 <= end; src += 2, ix += 2, vi += 2, vf += 2) {              \
-      const sinfo *ea = inf + src[0], *eb = inf + src[1];                       \
+      const sinfo *inf, const uint16_t *fl, const uint16_t *end, const uint8_t *mant, \
+      uint64_t pos, int64_t *last, int32_t *ix, void *val) {                    \
+    int64_t prev = -1;                                                          \
+    int32_t *vi = val;                                                          \
+    float *vf = val;                                                            \
+    for (; fl + 2 <= end; fl += 2, ix += 2, vi += 2, vf += 2) {                \
+      const sinfo *ea = inf + fl[0], *eb = inf + fl[1];                         \
       uint64_t w;                                                               \
       memcpy(&w, mant + (pos >> 3), 8);                                         \
       w >>= (pos & 7);                                                          \
@@ -398,8 +384,8 @@ typedef struct seg_io {
       if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                        \
       else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                        \
     }                                                                           \
-    if (src < end) {                                                            \
-      const sinfo *e = inf + src[0];                                            \
+    if (fl < end) {                                                             \
+      const sinfo *e = inf + fl[0];                                             \
       uint64_t w;                                                               \
       memcpy(&w, mant + (pos >> 3), 8);                                         \
       w >>= (pos & 7);                                                          \
@@ -410,86 +396,159 @@ typedef struct seg_io {
       uint32_t c = e->cbase + (uint32_t)(bits >> e->gb);                        \
       if (F32) vf[0] = (float)c; else vi[0] = (int32_t)c;                       \
     }                                                                           \
-    io->prev = prev;                                                            \
+    *last = prev;                                                               \
     return pos;                                                                 \
   }
-DEF_SEG_FAST(seg_fast_i32, , 0)
-DEF_SEG_FAST(seg_fast_f32, , 1)
-#ifdef DC_CTX_X86
-#define BMI2 __attribute__((target("bmi,bmi2")))
-DEF_SEG_FAST(seg_fast_i32_bmi2, BMI2, 0)
-DEF_SEG_FAST(seg_fast_f32_bmi2, BMI2, 1)
-#endif
-typedef uint64_t (*seg_fast_fn)(const sinfo *, const uint8_t *, const uint8_t *, const uint8_t *,
-                                uint64_t, seg_io *);
 
-static inline __attribute__((always_inline)) int place_t(const ctx_state *s, const uint32_t *bcnt,
-                                                         uint32_t n_cells, const uint8_t **cur,
-                                                         mreader *rd, int64_t *indptr, uint64_t base,
-                                                         int32_t *ix, int32_t *vi, float *vf,
-                                                         uint64_t n_genes, int f32, seg_fast_fn fast) {
-  const dc_ctx_model *m = &s->m;
-  const uint32_t nrb = m->nrb, shift = m->shift;
-  const uint8_t *mant = rd->p;
-  const uint64_t lim = rd->lim;
-  mreader r = *rd;
-  uint64_t pos = r.pos, o = 0;
-  for (uint32_t c = 0; c < n_cells; c++) {
-    const uint32_t *bc = bcnt + (size_t)c * nrb;
-    uint64_t tot = 0;
-    for (uint32_t b = 0; b < nrb; b++) tot += bc[b];
-    const uint32_t q = dc_ctx_q(m, tot);
-    int64_t prev = -1;
-    for (uint32_t b = 0; b < nrb; b++) {
-      const uint32_t k = bc[b];
-      if (!k) continue;
-      const uint32_t x = q * nrb + b;
-      const uint8_t *src = cur[x];
-      cur[x] = src + k;
-      const sinfo *inf = s->inf + (size_t)x * 256;
-      int64_t lo = (int64_t)dc_ctx_rb_lo(b, shift) - 1;
-      if (prev < lo) prev = lo;
-      int clamp = (pos >> 3) + 10ull * k > lim;
-      if (!s->has_slow[x]) {
-        if (!clamp) {
-          seg_io io = {prev, ix, f32 ? (void *)vf : (void *)vi};
-          pos = fast(inf, src, src + k, mant, pos, &io);
-          prev = io.prev;
-        } else {
-          SEG_LOOP(1, 0)
-        }
-      } else {
-        if (!clamp) { SEG_LOOP(0, 1) } else { SEG_LOOP(1, 1) }
-      }
-      ix += k;
-      if (f32) vf += k; else vi += k;
-      o += k;
-      /* gaps are below 2^31 and a bucket holds fewer than 2^31 nonzeros, so
-      ** checking each segment keeps prev far from overflow */
-      if (prev >= (int64_t)n_genes) return -1;
-    }
-    if (c + 1 < n_cells) indptr[c + 1] = (int64_t)(base + o);
+/* The same for a cell of long segments, segment by segment (no gather). */
+#define DEF_SEGS_FAST(NAME, ATTR, F32)                                          \
+  ATTR __attribute__((noinline)) static uint64_t NAME(                          \
+      const sinfo *infq, const uint8_t **cq, const uint32_t *bc, uint32_t used, \
+      const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
+    int64_t prev = -1;                                                          \
+    int32_t *vi = val;                                                          \
+    float *vf = val;                                                            \
+    for (; used; used &= used - 1) {                                            \
+      uint32_t b = (uint32_t)__builtin_ctz(used);                               \
+      const uint8_t *src = cq[b], *end = src + bc[b];                           \
+      cq[b] = end;                                                              \
+      const sinfo *inf = infq + (size_t)b * 256;                                \
+      for (; src + 2 <= end; src += 2, ix += 2, vi += 2, vf += 2) {            \
+        const sinfo *ea = inf + src[0], *eb = inf + src[1];                     \
+        uint64_t w;                                                             \
+        memcpy(&w, mant + (pos >> 3), 8);                                       \
+        w >>= (pos & 7);                                                        \
+        uint64_t na = ea->nb, nb = eb->nb;                                      \
+        uint64_t ba = w & ((1ull << na) - 1);                                   \
+        uint64_t bb = (w >> na) & ((1ull << nb) - 1);                           \
+        pos += na + nb;                                                         \
+        int64_t pa = prev + 1 + ea->gbase + (int64_t)(ba & ea->gmask);          \
+        prev = pa + 1 + eb->gbase + (int64_t)(bb & eb->gmask);                  \
+        ix[0] = (int32_t)pa;                                                    \
+        ix[1] = (int32_t)prev;                                                  \
+        uint32_t ca = ea->cbase + (uint32_t)(ba >> ea->gb);                     \
+        uint32_t cb = eb->cbase + (uint32_t)(bb >> eb->gb);                     \
+        if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                      \
+        else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                      \
+      }                                                                         \
+      if (src < end) {                                                          \
+        const sinfo *e = inf + src[0];                                          \
+        uint64_t w;                                                             \
+        memcpy(&w, mant + (pos >> 3), 8);                                       \
+        w >>= (pos & 7);                                                        \
+        uint64_t bits = w & ((1ull << e->nb) - 1);                              \
+        pos += e->nb;                                                           \
+        prev += 1 + e->gbase + (int64_t)(bits & e->gmask);                      \
+        ix[0] = (int32_t)prev;                                                  \
+        uint32_t c = e->cbase + (uint32_t)(bits >> e->gb);                      \
+        if (F32) vf[0] = (float)c; else vi[0] = (int32_t)c;                     \
+        ix++; vi++; vf++;                                                       \
+      }                                                                         \
+    }                                                                           \
+    *last = prev;                                                               \
+    return pos;                                                                 \
   }
-  rd->pos = pos;
-  return 0;
-}
 
-/* The portable stage 3, and the same compiled for CPUs with BMI2 (bzhi,
-** shrx: the AVX2 and AVX-512 paths). */
-static int place(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, const uint8_t **cur,
-                 mreader *rd, int64_t *indptr, uint64_t base, int32_t *ix, void *val, uint64_t n_genes,
-                 int f32) {
-  return f32 ? place_t(s, bcnt, n_cells, cur, rd, indptr, base, ix, NULL, val, n_genes, 1, seg_fast_f32)
-             : place_t(s, bcnt, n_cells, cur, rd, indptr, base, ix, val, NULL, n_genes, 0, seg_fast_i32);
-}
+/* Gathers a cell's symbols: bucket b's k symbols, widened with b << 8.  The
+** portable version; the AVX2 one copies 16 at a time (the symbol buffer and
+** the list have 32 bytes of slack). */
+#define DEF_GATHER(NAME, ATTR)                                                  \
+  ATTR static inline uint16_t *NAME(uint16_t *fl, const uint8_t *src, uint32_t k, uint32_t b) { \
+    uint16_t hi = (uint16_t)(b << 8);                                           \
+    for (uint32_t j = 0; j < k; j++) fl[j] = (uint16_t)(hi | src[j]);           \
+    return fl + k;                                                              \
+  }
+DEF_GATHER(gather_sym, )
 #ifdef DC_CTX_X86
-BMI2
-static int place_bmi2(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, const uint8_t **cur,
-                      mreader *rd, int64_t *indptr, uint64_t base, int32_t *ix, void *val,
-                      uint64_t n_genes, int f32) {
-  return f32 ? place_t(s, bcnt, n_cells, cur, rd, indptr, base, ix, NULL, val, n_genes, 1, seg_fast_f32_bmi2)
-             : place_t(s, bcnt, n_cells, cur, rd, indptr, base, ix, val, NULL, n_genes, 0, seg_fast_i32_bmi2);
+#include <immintrin.h>
+__attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t *fl, const uint8_t *src,
+                                                                      uint32_t k, uint32_t b) {
+  const __m256i hi = _mm256_set1_epi16((short)(b << 8));
+  for (uint32_t j = 0; j < k; j += 16)
+    _mm256_storeu_si256((__m256i *)(fl + j),
+                        _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + j)))));
+  return fl + k;
 }
+#endif
+
+#define DEF_PLACE(NAME, ATTR, GATHER, FAST_I32, FAST_F32, SEGS_I32, SEGS_F32)   \
+  ATTR static int NAME(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, \
+                       const uint8_t **cur, uint16_t *fl, mreader *rd, int64_t *indptr, \
+                       uint64_t base, int32_t *ix, void *val, uint64_t n_genes, int f32) { \
+    const dc_ctx_model *m = &s->m;                                              \
+    const uint32_t nrb = m->nrb;                                                \
+    const uint8_t *mant = rd->p;                                                \
+    const uint64_t lim = rd->lim;                                               \
+    mreader r = *rd;                                                            \
+    uint64_t pos = r.pos, o = 0;                                                \
+    int32_t *vi = val;                                                          \
+    float *vf = val;                                                            \
+    /* per cell-size bucket: the rank buckets whose context has slow symbols */ \
+    uint32_t slowmask[DC_CTX_MAXQ] = {0};                                       \
+    for (uint32_t q = 0; q < m->nq; q++)                                        \
+      for (uint32_t b = 0; b < nrb; b++)                                        \
+        slowmask[q] |= (uint32_t)(s->has_slow[q * nrb + b] != 0) << b;          \
+    for (uint32_t c = 0; c < n_cells; c++) {                                    \
+      const uint32_t *bc = bcnt + (size_t)c * nrb;                              \
+      uint64_t tot = 0;                                                         \
+      uint32_t used = 0;                                                        \
+      for (uint32_t b = 0; b < nrb; b++) {                                      \
+        tot += bc[b];                                                           \
+        used |= (uint32_t)(bc[b] != 0) << b;                                    \
+      }                                                                         \
+      const uint32_t q = dc_ctx_q(m, tot);                                      \
+      const uint8_t **cq = cur + (size_t)q * nrb;                               \
+      const sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
+      int64_t prev = -1;                                                        \
+      int fits = (pos >> 3) + 10ull * tot <= lim;                               \
+      if (!(used & slowmask[q]) && fits &&                                      \
+          tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                  \
+        /* long segments: straight from the streams */                          \
+        pos = f32 ? SEGS_F32(inf, cq, bc, used, mant, pos, &prev, ix, vf)       \
+                  : SEGS_I32(inf, cq, bc, used, mant, pos, &prev, ix, vi);      \
+        goto next;                                                              \
+      }                                                                         \
+      uint16_t *fe = fl;                                                        \
+      for (uint32_t u = used; u; u &= u - 1) {                                  \
+        uint32_t b = (uint32_t)__builtin_ctz(u);                                \
+        fe = GATHER(fe, cq[b], bc[b], b);                                       \
+        cq[b] += bc[b];                                                         \
+      }                                                                         \
+      if (!(used & slowmask[q]) && fits) {                                      \
+        pos = f32 ? FAST_F32(inf, fl, fe, mant, pos, &prev, ix, vf)             \
+                  : FAST_I32(inf, fl, fe, mant, pos, &prev, ix, vi);            \
+      } else if (fits) {                                                        \
+        FLAT_LOOP(0)                                                            \
+      } else {                                                                  \
+        FLAT_LOOP(1)                                                            \
+      }                                                                         \
+    next:                                                                       \
+      if (prev >= (int64_t)n_genes) return -1;                                  \
+      ix += tot;                                                                \
+      vi += tot;                                                                \
+      vf += tot;                                                                \
+      o += tot;                                                                 \
+      if (c + 1 < n_cells) indptr[c + 1] = (int64_t)(base + o);                 \
+    }                                                                           \
+    rd->pos = pos;                                                              \
+    return 0;                                                                   \
+  }
+
+/* The portable stage 3, and the same compiled for CPUs with AVX2 and BMI2
+** (bzhi, shrx, and the 16-wide gather of a cell's symbols). */
+DEF_CELL_FAST(cell_fast_i32, , 0)
+DEF_CELL_FAST(cell_fast_f32, , 1)
+DEF_SEGS_FAST(segs_fast_i32, , 0)
+DEF_SEGS_FAST(segs_fast_f32, , 1)
+DEF_PLACE(place, , gather_sym, cell_fast_i32, cell_fast_f32, segs_fast_i32, segs_fast_f32)
+#ifdef DC_CTX_X86
+#define AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
+DEF_CELL_FAST(cell_fast_i32_bmi2, AVX2_BMI2, 0)
+DEF_CELL_FAST(cell_fast_f32_bmi2, AVX2_BMI2, 1)
+DEF_SEGS_FAST(segs_fast_i32_bmi2, AVX2_BMI2, 0)
+DEF_SEGS_FAST(segs_fast_f32_bmi2, AVX2_BMI2, 1)
+DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, cell_fast_i32_bmi2, cell_fast_f32_bmi2, segs_fast_i32_bmi2,
+          segs_fast_f32_bmi2)
 #endif
 
 /* ------------------------------------------------------------ chunk */
@@ -524,17 +583,21 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   const uint8_t *dir = p, *dire = p + dlen, *mant = dire;
   const uint8_t *sp = mant + mlen;
 
-  /* scratch: raw counts | counts (u32, cells x nrb) | stream cursors | symbols */
+  /* scratch: raw counts | counts (u32, cells x nrb) | stream cursors |
+  ** symbols (+ slack for 16-byte copies) | one cell's symbol list */
   size_t ncnt = (size_t)ci->n_cells * m->nrb;
   size_t off_cnt = ((size_t)craw + 7) & ~(size_t)7;
   size_t off_cur = off_cnt + ((ncnt * 4 + 7) & ~(size_t)7);
   size_t off_sym = off_cur + (size_t)m->n_ctx * sizeof(uint8_t *);
-  rc = dc_decoder_scratch(d, off_sym + (size_t)ci->nnz + 64, err);
+  size_t off_fl = (off_sym + (size_t)ci->nnz + 64 + 31) & ~(size_t)31;
+  size_t max_cell = ci->nnz < h->n_genes ? (size_t)ci->nnz : h->n_genes;
+  rc = dc_decoder_scratch(d, off_fl + (max_cell + 32) * 2, err);
   if (rc) return rc;
   uint8_t *craw_p = d->scratch;
   uint32_t *bcnt = (uint32_t *)(d->scratch + off_cnt);
   const uint8_t **cur = (const uint8_t **)(d->scratch + off_cur);
   uint8_t *syms = d->scratch + off_sym;
+  uint16_t *fl = (uint16_t *)(d->scratch + off_fl);
 
   /* 1. bucket counts */
   if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
@@ -627,10 +690,10 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   int f32 = out->values_f32 != 0, bad;
 #ifdef DC_CTX_X86
   if (dc_simd_level() >= DC_SIMD_AVX2)
-    bad = place_bmi2(s, bcnt, ci->n_cells, cur, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
+    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
   else
 #endif
-    bad = place(s, bcnt, ci->n_cells, cur, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
+    bad = place(s, bcnt, ci->n_cells, cur, fl, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
   PROF(2);
   if (bad) CORRUPT("chunk %u: corrupt symbols (gene index out of range or bad escape)", c);
   if ((r.pos + 7) / 8 != mlen - 8) CORRUPT("chunk %u: mantissa bits do not match their section", c);
