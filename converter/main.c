@@ -39,8 +39,9 @@ static const char *HELP_CONVERT =
     "  --raw                  read counts from raw/X (with raw/var) instead of X\n"
     "  --tile-cells N         cells per tile (default 10000)\n"
     "  --chunks N             independently compressed chunks per tile (default 8, at most 256)\n"
-    "  --codec rans|zstd      tile codec (default rans: smaller and ~20x faster to encode\n"
-    "                         than zstd; zstd is the published design, kept to compare)\n"
+    "  --codec rans|zstd|rans-v1  tile codec (default rans: smaller than zstd and faster to\n"
+    "                         encode and decode; zstd is the published design, kept to\n"
+    "                         compare; rans-v1 is the first release's codec)\n"
     "  --level N              codec level (default: the codec's; for zstd 19, ~40 CPU-s a tile)\n"
     "  --threads N            encoder threads (default: one per core)\n"
     "  --gene-key VARCOL      join genes of several inputs by this var column (e.g. gene_ids)\n"
@@ -166,7 +167,7 @@ static int cmd_convert(int argc, char **argv) {
       } else if (!strcmp(opt, "--codec")) {
         o.codec = dc_codec_from_name(v);
         if (!o.codec) {
-          fprintf(stderr, "deltacells: --codec: unknown codec '%s' (rans or zstd)\n", v);
+          fprintf(stderr, "deltacells: --codec: unknown codec '%s' (rans, zstd or rans-v1)\n", v);
           free(in);
           return 2;
         }

@@ -57,7 +57,8 @@ typedef struct ctx_state {
   uint16_t *nsym;                    /* per context: coded symbols, 0 = unused   */
   uint32_t *tab;                     /* n_ctx x 4096 slot entries                */
   sinfo *inf;                        /* n_ctx x 256                              */
-  uint8_t *has_slow;                 /* per context: any slow symbol             */
+  uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
+                                        escape is checked per chunk: see stage 2) */
 } ctx_state;
 
 void dc_ctx_decoder_free(void *state) {
@@ -473,8 +474,9 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
 
 #define DEF_PLACE(NAME, ATTR, GATHER, FAST_I32, FAST_F32, SEGS_I32, SEGS_F32)   \
   ATTR static int NAME(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, \
-                       const uint8_t **cur, uint16_t *fl, mreader *rd, int64_t *indptr, \
-                       uint64_t base, int32_t *ix, void *val, uint64_t n_genes, int f32) { \
+                       const uint8_t **cur, uint16_t *fl, const uint8_t *slow, mreader *rd, \
+                       int64_t *indptr, uint64_t base, int32_t *ix, void *val, uint64_t n_genes, \
+                       int f32) {                                                \
     const dc_ctx_model *m = &s->m;                                              \
     const uint32_t nrb = m->nrb;                                                \
     const uint8_t *mant = rd->p;                                                \
@@ -487,7 +489,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
     uint32_t slowmask[DC_CTX_MAXQ] = {0};                                       \
     for (uint32_t q = 0; q < m->nq; q++)                                        \
       for (uint32_t b = 0; b < nrb; b++)                                        \
-        slowmask[q] |= (uint32_t)(s->has_slow[q * nrb + b] != 0) << b;          \
+        slowmask[q] |= (uint32_t)(slow[q * nrb + b] != 0) << b;                 \
     for (uint32_t c = 0; c < n_cells; c++) {                                    \
       const uint32_t *bc = bcnt + (size_t)c * nrb;                              \
       uint64_t tot = 0;                                                         \
@@ -598,6 +600,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   const uint8_t **cur = (const uint8_t **)(d->scratch + off_cur);
   uint8_t *syms = d->scratch + off_sym;
   uint16_t *fl = (uint16_t *)(d->scratch + off_fl);
+  uint8_t slow[DC_CTX_MAXQ * DC_CTX_MAXRB];
 
   /* 1. bucket counts */
   if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
@@ -612,6 +615,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
     const uint8_t *a = craw_p, *ae = craw_p + craw;
     uint64_t sum = 0;
     uint64_t nper[DC_CTX_MAXQ * DC_CTX_MAXRB];
+    memset(slow, 0, sizeof slow);
     memset(nper, 0, sizeof nper);
     int64_t *indptr = out->indptr + ci->first_cell;
     dc_indptr_edge(&indptr[0], (int64_t)ci->nnz_before);
@@ -645,7 +649,9 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
     dc_indptr_edge(&indptr[ci->n_cells], (int64_t)(ci->nnz_before + sum));
 
     PROF(0);
-    /* 2. streams */
+    /* 2. streams.  A context is slow in this chunk if a coded symbol of it is
+    ** slow or an escape occurs in its stream: stage 3's fast loops see
+    ** neither, whatever the bytes say. */
     dc_ctx_stream_fn fn = stream_fn();
     uint64_t o = 0;
     for (uint32_t x = 0; x < m->n_ctx; x++) {
@@ -675,6 +681,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       }
       if (fn(s->tab + (size_t)x * DC_CTX_M, &st, (uint32_t)n, syms + o))
         CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, x);
+      slow[x] = s->has_slow[x] || memchr(syms + o, s->nsym[x] - 1, (size_t)n);
       sp += sl;
       o += n;
     }
@@ -690,10 +697,10 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   int f32 = out->values_f32 != 0, bad;
 #ifdef DC_CTX_X86
   if (dc_simd_level() >= DC_SIMD_AVX2)
-    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
+    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
   else
 #endif
-    bad = place(s, bcnt, ci->n_cells, cur, fl, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
+    bad = place(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
   PROF(2);
   if (bad) CORRUPT("chunk %u: corrupt symbols (gene index out of range or bad escape)", c);
   if ((r.pos + 7) / 8 != mlen - 8) CORRUPT("chunk %u: mantissa bits do not match their section", c);

@@ -515,12 +515,9 @@ static void test_simd_dispatch(void) {
   DCT_CHECK(!strcmp(dc_simd_name(DC_SIMD_AVX2), "avx2") && !strcmp(dc_simd_name(DC_SIMD_SCALAR), "scalar"));
 }
 
-/* More than 255 distinct (gap, count) codes in one context: the rarest take
-** the escape, whose codes travel raw; big gaps and counts take the slow
-** path.  All rank buckets, counts up to 2^32-1. */
-static void test_rans_escape(void) {
+static void escape_tile(int small) {
   uint32_t C = 400, G = 1u << 20;
-  uint64_t seed = 99;
+  uint64_t seed = 99 + (uint64_t)small;
   dct_mat m;
   m.n_cells = C; m.n_genes = G;
   m.indptr = malloc(((size_t)C + 1) * 8);
@@ -532,11 +529,12 @@ static void test_rans_escape(void) {
     uint32_t g = (uint32_t)(dct_rng(&seed) % 64);
     for (int j = 0; j < 64 && g < G; j++) {
       m.indices[k] = g;
-      /* counts spread over all codes: 1 .. 2^32-1 */
-      uint32_t e = (uint32_t)(dct_rng(&seed) % 32);
+      /* counts spread over all codes: 1 .. 2^32-1 (small: 1 .. 2^12-1) */
+      uint32_t e = (uint32_t)(dct_rng(&seed) % (small ? 12 : 32));
       uint32_t v = (uint32_t)(dct_rng(&seed) & ((e == 31 ? 0xffffffffu : (2u << e) - 1)));
       m.data[k++] = v ? v : 1;
-      g += 1 + (uint32_t)(dct_rng(&seed) % (1u + (dct_rng(&seed) % 2 ? 30000u : 40u)));
+      uint32_t span = small ? 4000u : (dct_rng(&seed) % 2 ? 30000u : 40u);
+      g += 1 + (uint32_t)(dct_rng(&seed) % (1u + dct_rng(&seed) % span));
     }
     m.indptr[i + 1] = k;
   }
@@ -549,6 +547,14 @@ static void test_rans_escape(void) {
     }
   }
   dct_mat_free(&m);
+}
+/* More than 255 distinct (gap, count) codes in one context: the rarest take
+** the escape, whose codes travel raw.  Once with big gaps and counts (the
+** slow path for coded symbols too), once with values below 2^12 only (a
+** context whose coded symbols are all fast but whose stream has escapes). */
+static void test_rans_escape(void) {
+  escape_tile(0);
+  escape_tile(1);
 }
 
 /* The tile version: rans (codec 3) tiles are version 2, the others stay
