@@ -39,6 +39,7 @@
 #define DC_CTX_MAXQ      4u              /* cell-size buckets */
 #define DC_CTX_MAXRB     32u             /* rank buckets */
 #define DC_CTX_MODEL_VERSION 2u
+#define DC_CTX_MAP_MIN   0.95            /* map when at most this share of genes occurs */
 
 /* Rank bucket of gene g under shift s (1 <= s <= 16). */
 static inline uint32_t dc_ctx_rb(uint32_t g, uint32_t s) {
@@ -50,8 +51,13 @@ static inline uint64_t dc_ctx_rb_lo(uint32_t b, uint32_t s) {
   return b == 0 ? 0 : 1ull << (b + s - 1);
 }
 
-/* The model as both sides hold it. */
+/* The model as both sides hold it.  With a gene map, the tile's genes are
+** renumbered 0 .. n_local-1 (the genes with a nonzero in the tile, in
+** order) before anything else, so that a tile of a dataset merged from
+** several inputs does not pay for the genes of the others. */
 typedef struct dc_ctx_model {
+  uint32_t n_local;                  /* genes after the map (= n_genes without one) */
+  uint32_t mapped;                   /* 1: the shared section holds a gene map */
   uint32_t nq;                       /* cell-size buckets, 1..4 */
   uint32_t q_lim[DC_CTX_MAXQ];       /* bucket k holds cells with nnz < q_lim[k] (last: all) */
   uint32_t nrb;                      /* rank buckets, 1..32 */

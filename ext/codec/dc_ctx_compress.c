@@ -18,6 +18,7 @@ typedef struct ctx_model {
   uint8_t *six;                      /* n_ctx x NIDX */
   uint16_t (*fs)[256][2];            /* n_ctx x 256: frequency, start (index nsym = escape) */
   uint16_t *nsym;                    /* n_ctx: coded symbols (0 = unused context) */
+  uint32_t *loc;                     /* with a gene map: gene -> local id (n_genes) */
 } ctx_model;
 
 void dc_ctx_free_model(void *model) {
@@ -26,6 +27,7 @@ void dc_ctx_free_model(void *model) {
   free(cm->six);
   free(cm->fs);
   free(cm->nsym);
+  free(cm->loc);
   free(cm);
 }
 
@@ -79,11 +81,11 @@ typedef struct nz {
 
 /* Walks one cell: runs BODY for every nonzero in order (gap = gene -
 ** previous gene - 1, the first gene of a cell counting from -1). */
-#define FOR_NZ(m, q, idx, val, s, t, BODY)                                      \
+#define FOR_NZ(m, loc, q, idx, val, s, t, BODY)                                 \
   do {                                                                          \
     int64_t prev_ = -1;                                                         \
     for (uint64_t j_ = (s); j_ < (t); j_++) {                                   \
-      uint32_t g_ = (idx)[j_], v_ = (val)[j_];                                  \
+      uint32_t g_ = (loc) ? (loc)[(idx)[j_]] : (idx)[j_], v_ = (val)[j_];       \
       uint32_t b_ = dc_ctx_rb(g_, (m)->shift);                                  \
       uint64_t gap_ = (uint64_t)((int64_t)g_ - prev_ - 1);                      \
       nz z_;                                                                    \
@@ -126,8 +128,28 @@ int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared
     m->q_lim[k] = q;
   }
   m->q_lim[m->nq - 1] = UINT32_MAX;
+  /* the gene map: worth it when a clear share of the genes never occurs in
+  ** the tile and those are not simply the last ones */
+  m->n_local = in->n_genes;
+  if (in->n_genes) {
+    cm->loc = malloc((size_t)in->n_genes * sizeof *cm->loc);
+    if (!cm->loc) goto done;
+    memset(cm->loc, 0, (size_t)in->n_genes * sizeof *cm->loc);
+    for (uint64_t j = in->indptr[0]; j < in->indptr[C]; j++) cm->loc[in->indices[j]] = 1;
+    uint32_t n = 0, last = 0;
+    for (uint32_t g = 0; g < in->n_genes; g++)
+      if (cm->loc[g]) { n++; last = g + 1; }
+    if (n < DC_CTX_MAP_MIN * in->n_genes && n < last) {
+      m->mapped = 1;
+      m->n_local = n;
+      for (uint32_t g = 0, k = 0; g < in->n_genes; g++) cm->loc[g] = cm->loc[g] ? k++ : UINT32_MAX;
+    } else {
+      free(cm->loc);
+      cm->loc = NULL;
+    }
+  }
   m->shift = 4;
-  m->nrb = dc_ctx_rb(in->n_genes ? in->n_genes - 1 : 0, m->shift) + 1;
+  m->nrb = dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1;
   m->n_ctx = m->nq * m->nrb;
 
   cnt = calloc((size_t)m->n_ctx * NIDX, sizeof *cnt);
@@ -142,12 +164,22 @@ int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared
   for (uint32_t i = 0; i < C; i++) {
     uint64_t s = in->indptr[i], t = in->indptr[i + 1];
     uint32_t q = dc_ctx_q(m, t - s);
-    FOR_NZ(m, q, in->indices, in->data, s, t, cnt[(size_t)Z->ctx * NIDX + Z->id]++);
+    FOR_NZ(m, cm->loc, q, in->indices, in->data, s, t, cnt[(size_t)Z->ctx * NIDX + Z->id]++);
   }
 
   /* per context: the 255 most frequent ids are coded, the rest escape */
-  dc_buf_put(&raw, (uint8_t[]){DC_CTX_MODEL_VERSION, (uint8_t)m->nq, (uint8_t)m->nrb, (uint8_t)m->shift}, 4);
+  dc_buf_put(&raw, (uint8_t[]){DC_CTX_MODEL_VERSION, (uint8_t)m->nq, (uint8_t)m->nrb, (uint8_t)m->shift,
+                               (uint8_t)m->mapped}, 5);
   for (uint32_t k = 0; k + 1 < m->nq; k++) dc_buf_varint(&raw, m->q_lim[k]);
+  if (m->mapped) {               /* varint n_local, then a bitmap of the genes that occur */
+    dc_buf_varint(&raw, m->n_local);
+    size_t nb = ((size_t)in->n_genes + 7) / 8;
+    if (dc_buf_reserve(&raw, nb)) goto done;
+    memset(raw.p + raw.len, 0, nb);
+    for (uint32_t g = 0; g < in->n_genes; g++)
+      if (cm->loc[g] != UINT32_MAX) raw.p[raw.len + g / 8] |= (uint8_t)(1u << (g % 8));
+    raw.len += nb;
+  }
   for (uint32_t x = 0; x < m->n_ctx; x++) {
     const uint64_t *cx = cnt + (size_t)x * NIDX;
     uint32_t n = 0;
@@ -252,7 +284,8 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
     uint64_t s = ch->indptr[i], t = ch->indptr[i + 1];
     uint32_t q = dc_ctx_q(m, t - s);
     memset(bc, 0, nrb * sizeof *bc);
-    for (uint64_t j = s; j < t; j++) bc[dc_ctx_rb(ch->indices[j], m->shift)]++;
+    for (uint64_t j = s; j < t; j++)
+      bc[dc_ctx_rb(cm->loc ? cm->loc[ch->indices[j]] : ch->indices[j], m->shift)]++;
     for (uint32_t b = 0; b < nrb; b++) {
       dc_buf_varint(&counts, bc[b]);
       nper[q * nrb + b] += bc[b];
@@ -264,7 +297,7 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
   for (uint32_t i = 0; i < ch->n_cells; i++) {
     uint64_t s = ch->indptr[i], t = ch->indptr[i + 1];
     uint32_t q = dc_ctx_q(m, t - s);
-    FOR_NZ(m, q, ch->indices, ch->data, s, t, {
+    FOR_NZ(m, cm->loc, q, ch->indices, ch->data, s, t, {
       if (!cm->nsym[Z->ctx]) goto oom;                       /* cannot happen: the model saw it */
       uint32_t k = cm->six[(size_t)Z->ctx * NIDX + Z->id];
       if (k) {

@@ -53,10 +53,12 @@ typedef struct sinfo {
 typedef struct ctx_state {
   uint8_t *key;                      /* the shared section the tables were built from */
   size_t key_len;
+  uint32_t key_genes;                /* and the tile's gene count */
   dc_ctx_model m;
   uint16_t *nsym;                    /* per context: coded symbols, 0 = unused   */
   uint32_t *tab;                     /* n_ctx x 4096 slot entries                */
   sinfo *inf;                        /* n_ctx x 256                              */
+  uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
   uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
                                         escape is checked per chunk: see stage 2) */
 } ctx_state;
@@ -69,6 +71,7 @@ void dc_ctx_decoder_free(void *state) {
   free(s->tab);
   free(s->inf);
   free(s->has_slow);
+  free(s->map);
   free(s);
 }
 
@@ -92,8 +95,8 @@ static void set_info(sinfo *o, uint32_t id, int esc) {
   o->gb = (uint8_t)gb;
 }
 
-static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t c,
-                        dc_error *err) {
+static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t n_genes,
+                        uint32_t c, dc_error *err) {
   const uint8_t *end = sh + sh_len;
   uint64_t raw_len;
   size_t k = dc_get_varint(sh, end, &raw_len);
@@ -115,17 +118,18 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   if (ZSTD_isError(z) || z != raw_len) goto fail;
   const uint8_t *p = raw, *pe = raw + raw_len;
   why = "truncated";
-  if (pe - p < 4) goto fail;
+  if (pe - p < 5) goto fail;
   why = "unknown model version";
   if (p[0] != DC_CTX_MODEL_VERSION) goto fail;
   dc_ctx_model *m = &s->m;
   m->nq = p[1];
   m->nrb = p[2];
   m->shift = p[3];
-  p += 4;
+  m->mapped = p[4];
+  p += 5;
   why = "bad context counts";
   if (m->nq < 1 || m->nq > DC_CTX_MAXQ || m->nrb < 1 || m->nrb > DC_CTX_MAXRB || m->shift < 1 ||
-      m->shift > 16 || m->nrb + m->shift > 33)
+      m->shift > 16 || m->nrb + m->shift > 33 || m->mapped > 1)
     goto fail;
   m->n_ctx = m->nq * m->nrb;
   for (uint32_t b = 0; b + 1 < m->nq; b++) {
@@ -138,6 +142,31 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     m->q_lim[b] = (uint32_t)v;
   }
   m->q_lim[m->nq - 1] = UINT32_MAX;
+  m->n_local = n_genes;
+  free(s->map);
+  s->map = NULL;
+  if (m->mapped) {
+    uint64_t nl;
+    why = "truncated";
+    if (!(k = dc_get_varint(p, pe, &nl))) goto fail;
+    p += k;
+    size_t nb = ((size_t)n_genes + 7) / 8;
+    why = "bad gene map";
+    if (nl > n_genes || (size_t)(pe - p) < nb) goto fail;
+    s->map = malloc((nl ? nl : 1) * sizeof *s->map);
+    if (!s->map) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < n_genes; g++)
+      if (p[g / 8] >> (g % 8) & 1) {
+        if (n == nl) goto fail;
+        s->map[n++] = g;
+      }
+    if (n != nl || (n_genes % 8 && p[nb - 1] >> (n_genes % 8))) goto fail;
+    p += nb;
+    m->n_local = n;
+  }
+  why = "bad context counts";
+  if (m->nrb != dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1) goto fail;
   free(s->nsym); free(s->tab); free(s->inf); free(s->has_slow);
   s->has_slow = calloc(m->n_ctx, 1);
   s->nsym = calloc(m->n_ctx, sizeof *s->nsym);
@@ -192,10 +221,10 @@ fail:
   return rc;
 }
 
-static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t c, ctx_state **out,
-                      dc_error *err) {
+static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t n_genes, uint32_t c,
+                      ctx_state **out, dc_error *err) {
   ctx_state *s = d->ctx;
-  if (s && s->key && s->key_len == sh_len && !memcmp(s->key, sh, sh_len)) {
+  if (s && s->key && s->key_len == sh_len && s->key_genes == n_genes && !memcmp(s->key, sh, sh_len)) {
     *out = s;
     return DC_OK;
   }
@@ -209,7 +238,7 @@ static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t 
   free(s->key);
   s->key = NULL;
   s->key_len = 0;
-  int rc = build_tables(d, s, sh, sh_len, c, err);
+  int rc = build_tables(d, s, sh, sh_len, n_genes, c, err);
   if (rc) return rc;
   s->key = malloc(sh_len ? sh_len : 1);
   if (!s->key) {
@@ -218,6 +247,7 @@ static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t 
   }
   memcpy(s->key, sh, sh_len);
   s->key_len = sh_len;
+  s->key_genes = n_genes;
   *out = s;
   return DC_OK;
 }
@@ -562,7 +592,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   if (h->shared_checksum != dc_checksum(shared, shared_len))
     CORRUPT("chunk %u: rans tables: checksum mismatch", c);
   ctx_state *s;
-  int rc = get_tables(d, shared, shared_len, c, &s, err);
+  int rc = get_tables(d, shared, shared_len, h->n_genes, c, &s, err);
   if (rc) return rc;
   const dc_ctx_model *m = &s->m;
   const uint8_t *pe = p + len;
@@ -635,9 +665,9 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
         bc[b] = (uint32_t)v;
         tot += v;
       }
-      if (tot > h->n_genes || tot > ci->nnz - sum)
+      if (tot > m->n_local || tot > ci->nnz - sum)
         CORRUPT("chunk %u: cell %u has %llu nonzeros (%u genes, %llu left in the chunk)", c,
-                ci->first_cell + i, (unsigned long long)tot, h->n_genes, (unsigned long long)(ci->nnz - sum));
+                ci->first_cell + i, (unsigned long long)tot, m->n_local, (unsigned long long)(ci->nnz - sum));
       uint32_t q = dc_ctx_q(m, tot);
       for (uint32_t b = 0; b < m->nrb; b++) nper[q * m->nrb + b] += bc[b];
       sum += tot;
@@ -697,12 +727,14 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   int f32 = out->values_f32 != 0, bad;
 #ifdef DC_CTX_X86
   if (dc_simd_level() >= DC_SIMD_AVX2)
-    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
+    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32);
   else
 #endif
-    bad = place(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, h->n_genes, f32);
+    bad = place(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32);
   PROF(2);
   if (bad) CORRUPT("chunk %u: corrupt symbols (gene index out of range or bad escape)", c);
   if ((r.pos + 7) / 8 != mlen - 8) CORRUPT("chunk %u: mantissa bits do not match their section", c);
+  if (s->map)                         /* local ids (checked < n_local) -> genes */
+    for (uint64_t j = 0; j < ci->nnz; j++) idx[j] = (int32_t)s->map[idx[j]];
   return DC_OK;
 }
