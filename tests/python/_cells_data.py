@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("DC_BUILD", ROOT / "build"))
 CONVERTER = BUILD / "deltacells"
 EXTENSION = BUILD / "deltacells.so"
-REAL = ROOT.parent / "shared" / "data" / "real"
+# the real files: where they are ($DC_REAL_DATA), their names, and a skip when absent
+from _batch_util import REAL, REAL_FILES, real_file  # noqa: E402,F401
 
 SQL_TYPE = {"category": "TEXT", "int": "INTEGER", "real": "REAL", "bool": "INTEGER", "text": "TEXT"}
 

@@ -19,7 +19,11 @@ BUILD = os.path.join(ROOT, "build")
 # DELTACELLS_CONVERTER: another build of the converter (e.g. one made with ASan) to test
 CONVERTER = os.environ.get("DELTACELLS_CONVERTER", os.path.join(BUILD, "deltacells"))
 EXTENSION = os.path.join(BUILD, "deltacells.so")
-REAL = os.path.abspath(os.path.join(ROOT, "..", "shared", "data", "real"))
+# the real files: where they are ($DC_REAL_DATA), their names, and a skip when absent
+from _batch_util import REAL_FILES, real_file  # noqa: E402,F401
+from _batch_util import REAL as _REAL  # noqa: E402
+
+REAL = str(_REAL)
 GEN = os.path.join(ROOT, "scripts", "gen_h5ad.py")
 PY = "/usr/bin/python3"
 
