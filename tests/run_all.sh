@@ -123,7 +123,7 @@ if ls tests/python/test_*.py >/dev/null 2>&1; then
 fi
 
 if [ "${#skip_why[@]}" -gt 0 ]; then
-  echo "skipped ([N] = how many, then where and why):"
+  echo "skipped (how many: why (where)):"
   printf '  %s\n' "${skip_why[@]}"
 fi
 [ "${#failed_names[@]}" -gt 0 ] && echo "failed: ${failed_names[*]}"
