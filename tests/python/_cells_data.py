@@ -84,8 +84,15 @@ def native_table(con, schema, obs, names, tiles):
     return kinds
 
 
-def tiles_of(con, n_cells):
-    t = np.zeros(n_cells, dtype=np.int64)
+def tiles_of(n_cells, tile_cells):
+    """The tile of each cell, from what the converter was asked for (docs/converter.md: tiles
+    of --tile-cells consecutive cells), not from the dataset under test."""
+    return np.arange(n_cells, dtype=np.int64) // int(tile_cells)
+
+
+def stored_tiles(con, n_cells):
+    """The tile of each cell as the dataset's shadow table tiles_data records it."""
+    t = np.full(n_cells, -1, dtype=np.int64)
     for tile, first, n in con.execute("SELECT tile, first_cell, n_cells FROM tiles_data"):
         t[first:first + n] = tile
     return t
