@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of deltacells and ends with one line "N passed, N failed, N skipped".
 #   C tests (build/tests/*), the same under ASan+UBSan (build/asan/tests/*),
-#   the libFuzzer targets for a bounded time (after replaying tests/fuzz/corpus/),
+#   the committed fuzz regression inputs (tests/fuzz/corpus/), the libFuzzer targets for a bounded time,
 #   the SQL-file tests (sql/tests/*.sql), the Python tests (pytest tests/python), and a
 #   check that the Python suite holds up with the real data hidden (DC_REAL_DATA='').
 # Each C test function, each fuzz target, each SQL file and each pytest test counts once;
@@ -10,7 +10,7 @@
 # The real PBMC files are looked up in ../shared/data/real, or in $DC_REAL_DATA when it is set
 # (set it empty to hide them: every real-data test then skips, as on a fresh clone).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 PYTHON=${PYTHON:-/usr/bin/python3}
 FUZZ_TEST_SECONDS=${FUZZ_TEST_SECONDS:-20}
 pass=0; fail=0; skip=0; failed_names=(); skip_why=()
@@ -38,6 +38,28 @@ for t in build/tests/test_*; do [ -x "$t" ] && count_c "$t" "$(basename "$t")"; 
 echo "== C tests under ASan+UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in build/asan/tests/test_*; do [ -x "$t" ] && count_c "$t" "asan/$(basename "$t")"; done
+
+# The committed regression inputs, each run once: tests/fuzz/corpus/fuzz_NAME/* through
+# build/fuzz/fuzz_NAME, and the files directly in tests/fuzz/corpus/ through fuzz_decode (the
+# tile decoder's finds). Each input counts once.
+echo "== fuzz regression inputs (tests/fuzz/corpus)"
+replay() {  # $1 = fuzz binary, $2 = input file
+  local out rc label
+  label="fuzz/$(basename "$1")/$(basename "$2")"
+  out=$("$1" -rss_limit_mb=2048 -timeout=60 "$2" 2>&1); rc=$?
+  if [ "$rc" -eq 0 ] && grep -qF "Executed $2" <<<"$out"; then pass=$((pass + 1)); echo "[fuzz] ok replay $label"
+  else fail=$((fail + 1)); failed_names+=("$label"); echo "[fuzz] FAIL replay $label (exit status $rc)"; tail -30 <<<"$out"; fi
+}
+for input in tests/fuzz/corpus/*; do
+  if [ -f "$input" ]; then
+    replay build/fuzz/fuzz_decode "$input"
+  elif [ -d "$input" ]; then
+    target=build/fuzz/$(basename "$input")
+    if [ ! -x "$target" ]; then fail=$((fail + 1)); failed_names+=("fuzz/$(basename "$input")")
+      echo "[fuzz] FAIL $input: no fuzz target $target"; continue; fi
+    for g in "$input"/*; do [ -f "$g" ] && replay "$target" "$g"; done
+  fi
+done
 
 echo "== fuzz targets (${FUZZ_TEST_SECONDS}s each)"
 for f in build/fuzz/fuzz_*; do
@@ -94,7 +116,7 @@ if ls tests/python/test_*.py >/dev/null 2>&1; then
   hid_fail=
   PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider --collect-only tests/python >"$log/collect.log" 2>&1 ||
     hid_fail="collection with the data visible failed"
-  DC_REAL_DATA= PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider --collect-only tests/python \
+  DC_REAL_DATA='' PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider --collect-only tests/python \
     >"$log/collect-hidden.log" 2>&1 || hid_fail="${hid_fail:+$hid_fail; }collection with the data hidden failed"
   ids=$(grep '::' "$log/collect.log" | sort); ids_hidden=$(grep '::' "$log/collect-hidden.log" | sort)
   n_ids=$(grep -c . <<<"$ids")
@@ -102,11 +124,10 @@ if ls tests/python/test_*.py >/dev/null 2>&1; then
     hid_fail="${hid_fail:+$hid_fail; }the tests collected differ with the data hidden"
     diff <(echo "$ids") <(echo "$ids_hidden") | head -10 | sed 's/^/  /'
   fi
-  real_tests=$(ls tests/python/test_*_real.py 2>/dev/null)
-  if [ -n "$real_tests" ]; then
-    n_real=$(grep -c -F -f <(printf '%s::\n' $real_tests) <<<"$ids")
-    # shellcheck disable=SC2086
-    DC_REAL_DATA= PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider -rs $real_tests >"$log/pytest-hidden.log" 2>&1
+  real_tests=(tests/python/test_*_real.py)
+  if [ -f "${real_tests[0]}" ]; then
+    n_real=$(grep -c -F -f <(printf '%s::\n' "${real_tests[@]}") <<<"$ids")
+    DC_REAL_DATA='' PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider -rs "${real_tests[@]}" >"$log/pytest-hidden.log" 2>&1
     read -r hp hf hs < <(pytest_counts "$log/pytest-hidden.log")
     if [ "$hp" != 0 ] || [ "$hf" != 0 ] || [ "$hs" != "$n_real" ]; then
       hid_fail="${hid_fail:+$hid_fail; }real-data tests with the data hidden: $hp passed, $hf failed, $hs skipped of $n_real (want all skipped)"
