@@ -5,10 +5,10 @@
 **
 **     int main(void) { DCT_RUN(test_roundtrip); DCT_RUN(test_corrupt); return dct_done(); }
 **
-** Each DCT_RUN prints "ok NAME", "FAIL NAME: file:line: expression" or, when
-** the test called DCT_SKIP("why") (e.g. the CPU lacks an instruction set),
-** "skip NAME: why"; tests/run_all.sh counts them; the binary exits non-zero
-** if any test failed.
+** Each DCT_RUN prints "ok NAME", "FAIL NAME: file:line: expression" or, when the test called
+** DCT_SKIP("reason", ...) and no check failed, "skip NAME: reason" (e.g. a CPU feature the
+** machine lacks); tests/run_all.sh counts them.  The binary exits non-zero if any test failed.
+** A test that skips returns right after DCT_SKIP: a skip says the test checked nothing.
 */
 #ifndef DCTEST_H
 #define DCTEST_H
@@ -16,9 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int dct_failed_now, dct_n_pass, dct_n_fail, dct_skipped_now, dct_n_skip;
+static int dct_failed_now, dct_skipped_now, dct_n_pass, dct_n_fail, dct_n_skip;
 static char dct_where[512], dct_skip_why[256];
-#define DCT_SKIP(...) do { dct_skipped_now = 1; snprintf(dct_skip_why, sizeof dct_skip_why, __VA_ARGS__); } while (0)
 
 #define DCT_CHECK(cond) do { if (!(cond)) { if (!dct_failed_now) { \
     snprintf(dct_where, sizeof dct_where, "%s:%d: %s", __FILE__, __LINE__, #cond); } \
@@ -27,6 +26,8 @@ static char dct_where[512], dct_skip_why[256];
     int dct_k = snprintf(dct_where, sizeof dct_where, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
     if (dct_k > 0 && (size_t)dct_k < sizeof dct_where) snprintf(dct_where + dct_k, sizeof dct_where - (size_t)dct_k, __VA_ARGS__); } \
     dct_failed_now = 1; } } while (0)
+#define DCT_SKIP(...) do { dct_skipped_now = 1; \
+    snprintf(dct_skip_why, sizeof dct_skip_why, __VA_ARGS__); } while (0)
 #define DCT_RUN(fn) do { dct_failed_now = 0; dct_skipped_now = 0; fn(); \
     if (dct_failed_now) { dct_n_fail++; printf("FAIL %s: %s\n", #fn, dct_where); } \
     else if (dct_skipped_now) { dct_n_skip++; printf("skip %s: %s\n", #fn, dct_skip_why); } \

@@ -1,6 +1,5 @@
 """Edge cases of h5ad input, made with anndata and h5py; each one read back exactly."""
 import hashlib
-import os
 import subprocess
 import warnings
 
@@ -8,7 +7,6 @@ import anndata as ad
 import h5py
 import numpy as np
 import pandas as pd
-import pytest
 import scipy.sparse as sp
 
 from _converter_util import GEN, PY, Dataset, check_matrix, check_obs, convert, run
