@@ -89,7 +89,7 @@ def real_file(name):
 def reference_matrix(h5, db):
     """anndata's X of h5 as int64 CSR with columns in the dataset's gene numbering."""
     import anndata
-    con = sqlite3.connect(str(db))
+    con = connect(db)   # the genes table is a virtual table (format version 2)
     sources = json.loads(con.execute("SELECT value FROM dc_meta WHERE key = 'sources'").fetchone()[0])
     names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")]
     con.close()

@@ -64,7 +64,7 @@ def test_csr_with_obs_kinds(tmp_path):
                      "is_doublet": "bool", "barcode": "text"}
     assert ds.meta["n_tiles"] == 4 and ds.meta["tile_cells"] == 16
     # var columns are kept in genes
-    names = dict(ds.db.execute("SELECT name, gene_ids FROM genes"))
+    names = dict(zip(ds.gene_names, ds.genes("gene_ids")))
     assert names == {f"G{i}": f"ENSG{i:06d}" for i in range(30)}
     ds.close()
 
@@ -327,7 +327,7 @@ def test_gene_key(tmp_path):
     assert sorted(ds.gene_names) == ["E1", "E2", "E3", "E4"]
     check_matrix(ds, [a, b], key="gene_ids")
     # the var index of the first file holding the gene is kept
-    vi = dict(ds.db.execute("SELECT name, var_index FROM genes"))
+    vi = dict(zip(ds.gene_names, ds.genes("var_index")))
     assert vi == {"E1": "A", "E2": "B", "E3": "C", "E4": "d"}
     ds.close()
     r = convert([pa], tmp_path / "bad.dcdb", "--gene-key", "nope", check=False)
