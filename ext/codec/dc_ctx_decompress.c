@@ -326,8 +326,9 @@ static dc_ctx_stream_fn stream_fn(void) {
 
 /* ------------------------------------------------------------ stage 3 */
 typedef struct mreader {
-  const uint8_t *p;                  /* the mantissa section (its last 8 bytes are padding) */
+  const uint8_t *p;                  /* a padded copy of the mantissa section */
   uint64_t pos, lim;                 /* bit position; last byte offset a read may start at */
+  uint64_t end_bits;                 /* bits in the section: a cell must start inside */
 } mreader;
 
 static inline uint64_t mread(mreader *r, uint32_t nb) {  /* nb <= 56 */
@@ -361,7 +362,7 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
 ** segments.  Returns 0, or -1 on corrupt data (an index out of range, a bad
 ** escape).  Reads are unclamped when even the cell's nnz reads of the
 ** largest size stay inside the mantissa section (all but the last cells). */
-#define FLAT_LOOP(CLAMP)                                                        \
+#define FLAT_LOOP                                                               \
   for (uint64_t j = 0; j < tot; j++) {                                          \
     const sinfo e = inf[fl[j]];                                                 \
     uint64_t gap, cnt;                                                          \
@@ -370,10 +371,8 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
       if (slow_sym(&e, &r, &gap, &cnt)) return -1;                              \
       pos = r.pos;                                                              \
     } else {                                                                    \
-      uint64_t off = pos >> 3;                                                  \
-      if (CLAMP) off = off < lim ? off : lim;                                   \
       uint64_t w;                                                               \
-      memcpy(&w, mant + off, 8);                                                \
+      memcpy(&w, mant + (pos >> 3), 8);                                         \
       w >>= (pos & 7);                                                          \
       uint64_t bits = w & ((1ull << e.nb) - 1);                                 \
       pos += e.nb;                                                              \
@@ -510,7 +509,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
     const dc_ctx_model *m = &s->m;                                              \
     const uint32_t nrb = m->nrb;                                                \
     const uint8_t *mant = rd->p;                                                \
-    const uint64_t lim = rd->lim;                                               \
+    const uint64_t end_bits = rd->end_bits;                                     \
     mreader r = *rd;                                                            \
     uint64_t pos = r.pos, o = 0;                                                \
     int32_t *vi = val;                                                          \
@@ -532,8 +531,11 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       const uint8_t **cq = cur + (size_t)q * nrb;                               \
       const sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
       int64_t prev = -1;                                                        \
-      int fits = (pos >> 3) + 10ull * tot <= lim;                               \
-      if (!(used & slowmask[q]) && fits &&                                      \
+      /* the mantissa copy has 10 bytes of zeros per nonzero of the largest   \
+      ** cell after its end, so a cell that starts inside the section reads   \
+      ** inside the copy whatever its symbols say */                          \
+      if (pos > end_bits) return -1;                                            \
+      if (!(used & slowmask[q]) &&                                              \
           tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                  \
         /* long segments: straight from the streams */                          \
         pos = f32 ? SEGS_F32(inf, cq, bc, used, mant, pos, &prev, ix, vf)       \
@@ -546,13 +548,11 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
         fe = GATHER(fe, cq[b], bc[b], b);                                       \
         cq[b] += bc[b];                                                         \
       }                                                                         \
-      if (!(used & slowmask[q]) && fits) {                                      \
+      if (!(used & slowmask[q])) {                                              \
         pos = f32 ? FAST_F32(inf, fl, fe, mant, pos, &prev, ix, vf)             \
                   : FAST_I32(inf, fl, fe, mant, pos, &prev, ix, vi);            \
-      } else if (fits) {                                                        \
-        FLAT_LOOP(0)                                                            \
       } else {                                                                  \
-        FLAT_LOOP(1)                                                            \
+        FLAT_LOOP                                                               \
       }                                                                         \
     next:                                                                       \
       if (prev >= (int64_t)n_genes) return -1;                                  \
@@ -623,13 +623,17 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   size_t off_sym = off_cur + (size_t)m->n_ctx * sizeof(uint8_t *);
   size_t off_fl = (off_sym + (size_t)ci->nnz + 64 + 31) & ~(size_t)31;
   size_t max_cell = ci->nnz < h->n_genes ? (size_t)ci->nnz : h->n_genes;
-  rc = dc_decoder_scratch(d, off_fl + (max_cell + 32) * 2, err);
+  size_t off_mant = (off_fl + (max_cell + 32) * 2 + 7) & ~(size_t)7;
+  if (mlen > SIZE_MAX / 2 || max_cell > SIZE_MAX / 64) CORRUPT("chunk %u: section sizes out of range", c);
+  rc = dc_decoder_scratch(d, off_mant + (size_t)mlen + 10 * max_cell + 16, err);
   if (rc) return rc;
   uint8_t *craw_p = d->scratch;
   uint32_t *bcnt = (uint32_t *)(d->scratch + off_cnt);
   const uint8_t **cur = (const uint8_t **)(d->scratch + off_cur);
   uint8_t *syms = d->scratch + off_sym;
   uint16_t *fl = (uint16_t *)(d->scratch + off_fl);
+  uint8_t *mcopy = d->scratch + off_mant;
+  uint64_t max_tot = 0;
   uint8_t slow[DC_CTX_MAXQ * DC_CTX_MAXRB];
 
   /* 1. bucket counts */
@@ -669,6 +673,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
         CORRUPT("chunk %u: cell %u has %llu nonzeros (%u genes, %llu left in the chunk)", c,
                 ci->first_cell + i, (unsigned long long)tot, m->n_local, (unsigned long long)(ci->nnz - sum));
       uint32_t q = dc_ctx_q(m, tot);
+      if (tot > max_tot) max_tot = tot;
       for (uint32_t b = 0; b < m->nrb; b++) nper[q * m->nrb + b] += bc[b];
       sum += tot;
     }
@@ -720,7 +725,12 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
 
   PROF(1);
   /* 3. cells */
-  mreader r = {mant, 0, mlen - 8};
+  /* a copy of the mantissa section followed by 10 zero bytes per nonzero of
+  ** the largest cell (the most a symbol can consume), so that stage 3's
+  ** reads need no bounds (see place) */
+  memcpy(mcopy, mant, (size_t)mlen);
+  memset(mcopy + mlen, 0, 10 * (size_t)max_tot + 16);
+  mreader r = {mcopy, 0, mlen + 10 * max_tot + 8, 8 * mlen};
   int64_t *indptr = out->indptr + ci->first_cell;
   int32_t *idx = out->indices + ci->nnz_before;
   void *val = (uint8_t *)out->values + 4 * ci->nnz_before;     /* int32 or float32 */
