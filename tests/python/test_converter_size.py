@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from _converter_util import EXTENSION, REAL, ROOT, Dataset, check_matrix, convert, run
+from _converter_util import EXTENSION, REAL, ROOT, Dataset, DcError, DcOut, check_matrix, convert, corelib, run
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -443,3 +443,62 @@ def test_real_merged_tiles_are_the_separate_files_tiles(real_sets):
         mine = t[s["first_tile"]:s["first_tile"] + s["n_tiles"]]
         assert [(fc - s["first_cell"], n) for _, fc, n in mine] == [(fc, n) for _, fc, n in alone]
     run("verify", merged, "--quiet")
+
+
+def test_real_merged_costs_about_the_separate_files(real_sets):
+    """Merged, the five files' expression costs at most 1.08x their separate bytes (the
+    decoder issue's bound; each tile of one input maps its genes densely)."""
+    outs, merged = real_sets
+    sep = sum(json.loads(run("info", "--json", o).stdout)["expression_bytes"] for o in outs)
+    m = json.loads(run("info", "--json", merged).stdout)["expression_bytes"]
+    assert m <= 1.08 * sep, (m, sep, m / sep)
+
+
+def _decode_tiles(path, simd):
+    """Every tile of a dataset decoded with DC_SIMD=simd, as (indptr, indices, values) arrays."""
+    import ctypes
+    lib = corelib()
+    old = os.environ.get("DC_SIMD")
+    os.environ["DC_SIMD"] = simd
+    out = []
+    dec = lib.dc_decoder_new()
+    try:
+        db = sqlite3.connect(str(path))
+        for tile, nc, nnz, data in db.execute(
+                "SELECT tile, n_cells, nnz, data FROM tiles_data ORDER BY tile"):
+            ip = np.zeros(nc + 1, np.int64)
+            ix = np.zeros(max(nnz, 1), np.int32)
+            vx = np.zeros(max(nnz, 1), np.int32)
+            o = DcOut(ip.ctypes.data, ix.ctypes.data, vx.ctypes.data, 0)
+            err = DcError()
+            rc = lib.dc_tile_decode(dec, bytes(data), len(data), ctypes.byref(o), ctypes.byref(err))
+            assert rc == 0, f"{path.name} tile {tile} with DC_SIMD={simd}: {err.msg.decode()}"
+            out.append((ip, ix[:nnz], vx[:nnz]))
+        db.close()
+    finally:
+        lib.dc_decoder_free(dec)
+        if old is None:
+            os.environ.pop("DC_SIMD", None)
+        else:
+            os.environ["DC_SIMD"] = old
+    return out
+
+
+def test_real_tiles_decode_alike_on_every_path(real_sets):
+    """The decoder paths this CPU has (portable C, AVX2, AVX-512) decode every real tile to
+    the same bytes (the portable path is checked against anndata by the other real tests)."""
+    import ctypes
+    lib = corelib()
+    lib.dc_simd_supported.argtypes = [ctypes.c_int]
+    paths = [("avx2", 1), ("avx512", 2)]
+    have = [name for name, level in paths if lib.dc_simd_supported(level)]
+    if not have:
+        pytest.skip("this CPU has neither AVX2 nor AVX-512: only the portable path exists")
+    outs, merged = real_sets
+    for ds in list(outs) + [merged]:
+        ref = _decode_tiles(ds, "scalar")
+        for name in have:
+            got = _decode_tiles(ds, name)
+            assert len(got) == len(ref)
+            for (a, b, c), (x, y, z) in zip(ref, got):
+                assert np.array_equal(a, x) and np.array_equal(b, y) and np.array_equal(c, z), (ds.name, name)
