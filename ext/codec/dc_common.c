@@ -97,6 +97,28 @@ void dc_encode_opts_default(dc_encode_opts *o) {
   o->threads = 0;
 }
 
+void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m) {
+  uint64_t s = 0;
+  for (uint32_t i = 0; i < n; i++) s += c[i];
+  int64_t tot = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t v = (uint64_t)((double)c[i] * m / (double)s + 0.5);
+    f[i] = v < 1 ? 1 : (uint32_t)v;
+    tot += f[i];
+  }
+  /* fix the sum: cost change per slot ~ c / f */
+  while (tot != (int64_t)m) {
+    uint32_t best = 0;
+    double bestv = -1;
+    for (uint32_t i = 0; i < n; i++) {
+      if (tot > (int64_t)m && f[i] <= 1) continue;
+      double v = tot > (int64_t)m ? (double)f[i] / (double)(c[i] + 1) : (double)c[i] / (double)f[i];
+      if (v > bestv) { bestv = v; best = i; }
+    }
+    if (tot > (int64_t)m) { f[best]--; tot--; } else { f[best]++; tot++; }
+  }
+}
+
 uint32_t dc_checksum(const void *buf, size_t len) {
   return (uint32_t)XXH3_64bits(buf, len);
 }

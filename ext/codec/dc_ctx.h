@@ -71,18 +71,6 @@ static inline uint32_t dc_ctx_q(const dc_ctx_model *m, uint64_t nnz) {
   return k;
 }
 
-/* value code / base / extra bits: the same codes as dc_rans.h */
-static inline uint32_t dc_ctx_vcode(uint64_t v) {
-  if (v < 8) return (uint32_t)v;
-  uint32_t e = 63u - (uint32_t)__builtin_clzll(v);
-  return 8u + 2u * (e - 3u) + (uint32_t)((v >> (e - 1)) & 1u);
-}
-static inline uint64_t dc_ctx_vbase(uint32_t c) {
-  if (c < 8) return c;
-  uint32_t e = (c - 8) / 2 + 3, sub = (c - 8) & 1;
-  return (uint64_t)(2u | sub) << (e - 1);
-}
-static inline uint32_t dc_ctx_vbits(uint32_t c) { return c < 8 ? 0 : (c - 8) / 2 + 2; }
 
 /* ------------------------------------------------------------ decoding
 ** One decoding-table entry per slot (4096 per context):

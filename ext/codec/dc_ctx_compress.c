@@ -48,30 +48,6 @@ static int cmp_desc_u64(const void *a, const void *b) {
   return x > y ? -1 : x < y;
 }
 
-/* Scales counts c[0..n) to frequencies summing to M, each >= 1 (n >= 2, so
-** none reaches M). */
-static void normalize(const uint64_t *c, uint32_t *f, uint32_t n) {
-  uint64_t s = 0;
-  for (uint32_t i = 0; i < n; i++) s += c[i];
-  int64_t tot = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t v = (uint64_t)((double)c[i] * DC_CTX_M / (double)s + 0.5);
-    f[i] = v < 1 ? 1 : (uint32_t)v;
-    tot += f[i];
-  }
-  /* fix the sum where it costs least: cost change per slot ~ c / f */
-  while (tot != DC_CTX_M) {
-    uint32_t best = 0;
-    double bestv = -1;
-    for (uint32_t i = 0; i < n; i++) {
-      if (tot > DC_CTX_M && f[i] <= 1) continue;
-      double v = tot > DC_CTX_M ? (double)f[i] / (double)(c[i] + 1) : (double)c[i] / (double)f[i];
-      if (v > bestv) { bestv = v; best = i; }
-    }
-    if (tot > DC_CTX_M) { f[best]--; tot--; } else { f[best]++; tot++; }
-  }
-}
-
 /* One nonzero as the model sees it. */
 typedef struct nz {
   uint32_t ctx, id;                  /* context, joint id */
@@ -89,13 +65,13 @@ typedef struct nz {
       uint32_t b_ = dc_ctx_rb(g_, (m)->shift);                                  \
       uint64_t gap_ = (uint64_t)((int64_t)g_ - prev_ - 1);                      \
       nz z_;                                                                    \
-      uint32_t gc_ = dc_ctx_vcode(gap_), cc_ = dc_ctx_vcode(v_);                \
+      uint32_t gc_ = dc_vcode(gap_), cc_ = dc_vcode(v_);                \
       z_.ctx = (q) * (m)->nrb + b_;                                             \
       z_.id = gc_ * DC_CTX_NCODES + cc_;                                        \
-      z_.gb = dc_ctx_vbits(gc_);                                                \
-      z_.cb = dc_ctx_vbits(cc_);                                                \
-      z_.gx = gap_ - dc_ctx_vbase(gc_);                                         \
-      z_.cx = (uint64_t)v_ - dc_ctx_vbase(cc_);                                 \
+      z_.gb = dc_vbits(gc_);                                                \
+      z_.cb = dc_vbits(cc_);                                                \
+      z_.gx = gap_ - dc_vbase(gc_);                                         \
+      z_.cx = (uint64_t)v_ - dc_vbase(cc_);                                 \
       prev_ = g_;                                                               \
       { nz *Z = &z_; (void)Z; BODY; }                                           \
     }                                                                           \
@@ -196,7 +172,7 @@ int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared
     qsort(ids, n, sizeof *ids, cmp_u32);
     for (uint32_t k = 0; k < n; k++) c[k] = cx[ids[k]];
     c[n] = esc;                                            /* the escape, index n */
-    normalize(c, f, n + 1);
+    dc_normalize_freqs(c, f, n + 1, DC_CTX_M);   /* n + 1 >= 2: no frequency reaches M */
     uint8_t *sx = cm->six + (size_t)x * NIDX;
     cm->nsym[x] = (uint16_t)n;
     dc_buf_varint(&raw, n + 1);

@@ -82,8 +82,8 @@ static void set_info(sinfo *o, uint32_t id, int esc) {
   o->nb = SLOW;
   if (esc) { o->gmask = 2; return; }
   uint32_t gc = id / DC_CTX_NCODES, cc = id % DC_CTX_NCODES;
-  uint32_t gb = dc_ctx_vbits(gc), cb = dc_ctx_vbits(cc);
-  uint64_t gbase = dc_ctx_vbase(gc), cbase = dc_ctx_vbase(cc);
+  uint32_t gb = dc_vbits(gc), cb = dc_vbits(cc);
+  uint64_t gbase = dc_vbase(gc), cbase = dc_vbase(cc);
   o->gbase = (uint16_t)gc;
   o->cbase = (uint16_t)cc;
   o->gmask = 1;
@@ -97,25 +97,15 @@ static void set_info(sinfo *o, uint32_t id, int esc) {
 
 static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t n_genes,
                         uint32_t c, dc_error *err) {
-  const uint8_t *end = sh + sh_len;
-  uint64_t raw_len;
-  size_t k = dc_get_varint(sh, end, &raw_len);
-  if (!k) CORRUPT("chunk %u: rans tables: truncated", c);
-  sh += k;
-  if (raw_len > (16u << 20)) CORRUPT("chunk %u: rans tables: %llu bytes", c, (unsigned long long)raw_len);
-  unsigned long long fcs = ZSTD_getFrameContentSize(sh, (size_t)(end - sh));
-  if (fcs != raw_len) CORRUPT("chunk %u: rans tables: bad zstd frame", c);
-  uint8_t *raw = malloc(raw_len ? raw_len : 1);
+  size_t raw_len, k;
+  const char *why;
+  int nomem = 0;
+  uint8_t *raw = dc_unpack_shared(d, sh, sh_len, 16u << 20, &raw_len, &why, &nomem);
   if (!raw) {
-    dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory for rans tables", c);
-    return DC_ENOMEM;
+    dc_error_set(err, nomem ? DC_ENOMEM : DC_ECORRUPT, "chunk %u: rans tables: %s", c, why);
+    return nomem ? DC_ENOMEM : DC_ECORRUPT;
   }
-  if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
-  size_t z = d->zstd_dctx ? ZSTD_decompressDCtx(d->zstd_dctx, raw, raw_len, sh, (size_t)(end - sh)) : 0;
   int rc = DC_ECORRUPT;
-  const char *why = "bad zstd frame";
-  if (!d->zstd_dctx) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
-  if (ZSTD_isError(z) || z != raw_len) goto fail;
   const uint8_t *p = raw, *pe = raw + raw_len;
   why = "truncated";
   if (pe - p < 5) goto fail;
@@ -351,8 +341,8 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
     cc = id % DC_CTX_NCODES;
   }
   if (cc >= DC_CTX_NCODES) return -1;
-  *gap = dc_ctx_vbase(gc) + mread(r, dc_ctx_vbits(gc));
-  *cnt = dc_ctx_vbase(cc) + mread(r, dc_ctx_vbits(cc));
+  *gap = dc_vbase(gc) + mread(r, dc_vbits(gc));
+  *cnt = dc_vbase(cc) + mread(r, dc_vbits(cc));
   return *cnt > UINT32_MAX || *gap >= (1ull << 31) ? -1 : 0;
 }
 

@@ -44,6 +44,33 @@ static inline void dc_wr64(uint8_t *p, uint64_t v) { dc_wr32(p, (uint32_t)v); dc
 ** parallel chunk decodes free of data races. */
 static inline void dc_indptr_edge(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 
+/* ------------------------------------------------------------ value codes
+** Both rANS codecs code a gap or a count v as a value code (exact below 8,
+** then two per octave: codes 0..65 cover 0 .. 2^32-1) plus the code's extra
+** (mantissa) bits; docs/format.md section 2. */
+static inline uint32_t dc_vcode(uint64_t v) {
+  if (v < 8) return (uint32_t)v;
+  uint32_t e = 63u - (uint32_t)__builtin_clzll(v);
+  return 8u + 2u * (e - 3u) + (uint32_t)((v >> (e - 1)) & 1u);
+}
+/* base value and number of extra bits of code c (c < 66) */
+static inline uint64_t dc_vbase(uint32_t c) {
+  if (c < 8) return c;
+  uint32_t e = (c - 8) / 2 + 3, sub = (c - 8) & 1;
+  return (uint64_t)(2u | sub) << (e - 1);
+}
+static inline uint32_t dc_vbits(uint32_t c) { return c < 8 ? 0 : (c - 8) / 2 + 2; }
+
+/* Scales counts c[0..n) to frequencies f summing to m, each >= 1 (needs
+** n <= m); slots are moved where they cost least. */
+void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m);
+
+/* The shared section of a rANS tile: varint raw size (at most max), then
+** one zstd frame of it.  Returns a malloc'd copy of the raw bytes in *raw,
+** or NULL with *why set ("out of memory" sets *nomem). */
+uint8_t *dc_unpack_shared(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint64_t max, size_t *raw_len,
+                          const char **why, int *nomem);
+
 /* ------------------------------------------------------------ byte buffer */
 typedef struct dc_buf {
   uint8_t *p;

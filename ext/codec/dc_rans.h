@@ -34,19 +34,6 @@
 #define DC_RANS_MAXRC     64u          /* rank codes */
 #define DC_RANS_MODEL_VERSION 1u
 
-/* value code of v: exact below 8, then 2 per octave. */
-static inline uint32_t dc_vcode(uint64_t v) {
-  if (v < 8) return (uint32_t)v;
-  uint32_t e = 63u - (uint32_t)__builtin_clzll(v);
-  return 8u + 2u * (e - 3u) + (uint32_t)((v >> (e - 1)) & 1u);
-}
-/* base value and number of extra bits of code c (c < DC_RANS_NCODES) */
-static inline uint64_t dc_vbase(uint32_t c) {
-  if (c < 8) return c;
-  uint32_t e = (c - 8) / 2 + 3, sub = (c - 8) & 1;
-  return (uint64_t)(2u | sub) << (e - 1);
-}
-static inline uint32_t dc_vbits(uint32_t c) { return c < 8 ? 0 : (c - 8) / 2 + 2; }
 
 /* rank code of the next candidate gene r, capped to nrc-1 */
 static inline uint32_t dc_rcode(uint64_t r, uint32_t nrc) {

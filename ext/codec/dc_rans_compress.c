@@ -50,31 +50,6 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Scales counts c[0..n) to frequencies summing to M, each >= 1. */
-static void normalize(const uint64_t *c, uint32_t *f, uint32_t n) {
-  uint64_t s = 0;
-  for (uint32_t i = 0; i < n; i++) s += c[i];
-  int64_t tot = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t v = (uint64_t)((double)c[i] * DC_RANS_M / (double)s + 0.5);
-    f[i] = v < 1 ? 1 : (uint32_t)v;
-    tot += f[i];
-  }
-  /* fix the sum: move slots from/to the symbols where it costs least,
-  ** approximated by the largest frequencies */
-  while (tot != DC_RANS_M) {
-    uint32_t best = 0;
-    double bestv = -1;
-    for (uint32_t i = 0; i < n; i++) {
-      if (tot > DC_RANS_M && f[i] <= 1) continue;
-      /* cost change per slot ~ c / f */
-      double v = tot > DC_RANS_M ? (double)f[i] / (double)(c[i] + 1) : (double)c[i] / (double)f[i];
-      if (v > bestv) { bestv = v; best = i; }
-    }
-    if (tot > DC_RANS_M) { f[best]--; tot--; } else { f[best]++; tot++; }
-  }
-}
-
 /* Per nonzero: context, symbol id and extra bits. */
 typedef struct nz_sym {
   uint16_t ctx, sid;
@@ -179,7 +154,7 @@ int dc_rans_build_model(const dc_csr *in, int level, void **model, dc_buf *share
     }
     dc_buf_varint(&raw, n);
     if (!n) continue;
-    normalize(c, f, n);
+    dc_normalize_freqs(c, f, n, DC_RANS_M);
     uint32_t start = 0, prev_id = 0;
     uint32_t *tx = em->tab + (size_t)x * NSYMIX;
     for (uint32_t i = 0; i < n; i++) {

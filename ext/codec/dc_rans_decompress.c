@@ -46,25 +46,15 @@ void dc_rans_decoder_free(void *state) {
 /* Parses the shared section into s (tables).  c = chunk, for messages. */
 static int build_tables(dc_decoder *d, rans_state *s, const uint8_t *sh, size_t sh_len, uint32_t c,
                         dc_error *err) {
-  const uint8_t *end = sh + sh_len;
-  uint64_t raw_len;
-  size_t k = dc_get_varint(sh, end, &raw_len);
-  if (!k) CORRUPT("chunk %u: rans tables: truncated", c);
-  sh += k;
-  if (raw_len > (64u << 20)) CORRUPT("chunk %u: rans tables: %llu bytes", c, (unsigned long long)raw_len);
-  unsigned long long fcs = ZSTD_getFrameContentSize(sh, (size_t)(end - sh));
-  if (fcs != raw_len) CORRUPT("chunk %u: rans tables: bad zstd frame", c);
-  uint8_t *raw = malloc(raw_len ? raw_len : 1);
+  size_t raw_len, k;
+  const char *why;
+  int nomem = 0;
+  uint8_t *raw = dc_unpack_shared(d, sh, sh_len, 64u << 20, &raw_len, &why, &nomem);
   if (!raw) {
-    dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory for rans tables", c);
-    return DC_ENOMEM;
+    dc_error_set(err, nomem ? DC_ENOMEM : DC_ECORRUPT, "chunk %u: rans tables: %s", c, why);
+    return nomem ? DC_ENOMEM : DC_ECORRUPT;
   }
-  if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
-  size_t z = d->zstd_dctx ? ZSTD_decompressDCtx(d->zstd_dctx, raw, raw_len, sh, (size_t)(end - sh)) : 0;
   int rc = DC_ECORRUPT;
-  const char *why = "bad zstd frame";
-  if (!d->zstd_dctx) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
-  if (ZSTD_isError(z) || z != raw_len) goto fail;
   const uint8_t *p = raw, *pe = raw + raw_len;
   why = "truncated";
   if (pe - p < 3) goto fail;
