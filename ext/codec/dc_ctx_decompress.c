@@ -375,10 +375,45 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
     if (f32) vf[j] = (float)cnt; else vi[j] = (int32_t)(uint32_t)cnt;           \
   }
 
-/* The common case: fast symbols only, reads inside the section; two
-** symbols per read (2 x 28 bits fit the 57 a read guarantees).  A function
-** of its own (per instruction set and output type), so that its few live
-** values stay in registers. */
+/* The common case: fast symbols only; two symbols per read (2 x 28 bits fit
+** the 57 a read guarantees).  FAST_PAIRS places the symbols [SRC, END) of
+** table INF (INF + index); in the functions below it uses prev, pos, ix,
+** vi, vf, mant and F32.  Each function is its own (per instruction set and
+** output type), so that its few live values stay in registers. */
+#define FAST_PAIRS(SRC, END, INF, F32)                                          \
+  for (; SRC + 2 <= END; SRC += 2, ix += 2, vi += 2, vf += 2) {                \
+    const sinfo *ea = (INF) + SRC[0], *eb = (INF) + SRC[1];                     \
+    uint64_t w;                                                                 \
+    memcpy(&w, mant + (pos >> 3), 8);                                           \
+    w >>= (pos & 7);                                                            \
+    uint64_t na = ea->nb, nb = eb->nb;                                          \
+    uint64_t ba = w & ((1ull << na) - 1);                                       \
+    uint64_t bb = (w >> na) & ((1ull << nb) - 1);                               \
+    pos += na + nb;                                                             \
+    int64_t pa = prev + 1 + ea->gbase + (int64_t)(ba & ea->gmask);              \
+    prev = pa + 1 + eb->gbase + (int64_t)(bb & eb->gmask);                      \
+    ix[0] = (int32_t)pa;                                                        \
+    ix[1] = (int32_t)prev;                                                      \
+    uint32_t ca = ea->cbase + (uint32_t)(ba >> ea->gb);                         \
+    uint32_t cb = eb->cbase + (uint32_t)(bb >> eb->gb);                         \
+    if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                          \
+    else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                          \
+  }                                                                             \
+  if (SRC < END) {                                                              \
+    const sinfo *e = (INF) + SRC[0];                                            \
+    uint64_t w;                                                                 \
+    memcpy(&w, mant + (pos >> 3), 8);                                           \
+    w >>= (pos & 7);                                                            \
+    uint64_t bits = w & ((1ull << e->nb) - 1);                                  \
+    pos += e->nb;                                                               \
+    prev += 1 + e->gbase + (int64_t)(bits & e->gmask);                          \
+    ix[0] = (int32_t)prev;                                                      \
+    uint32_t c1 = e->cbase + (uint32_t)(bits >> e->gb);                         \
+    if (F32) vf[0] = (float)c1; else vi[0] = (int32_t)c1;                       \
+    ix++; vi++; vf++;                                                           \
+  }
+
+/* A cell's gathered list [fl, end). */
 #define DEF_CELL_FAST(NAME, ATTR, F32)                                          \
   ATTR __attribute__((noinline)) static uint64_t NAME(                          \
       const sinfo *inf, const uint16_t *fl, const uint16_t *end, const uint8_t *mant, \
@@ -386,41 +421,12 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
     float *vf = val;                                                            \
-    for (; fl + 2 <= end; fl += 2, ix += 2, vi += 2, vf += 2) {                \
-      const sinfo *ea = inf + fl[0], *eb = inf + fl[1];                         \
-      uint64_t w;                                                               \
-      memcpy(&w, mant + (pos >> 3), 8);                                         \
-      w >>= (pos & 7);                                                          \
-      uint64_t na = ea->nb, nb = eb->nb;                                        \
-      uint64_t ba = w & ((1ull << na) - 1);                                     \
-      uint64_t bb = (w >> na) & ((1ull << nb) - 1);                             \
-      pos += na + nb;                                                           \
-      int64_t pa = prev + 1 + ea->gbase + (int64_t)(ba & ea->gmask);            \
-      prev = pa + 1 + eb->gbase + (int64_t)(bb & eb->gmask);                    \
-      ix[0] = (int32_t)pa;                                                      \
-      ix[1] = (int32_t)prev;                                                    \
-      uint32_t ca = ea->cbase + (uint32_t)(ba >> ea->gb);                       \
-      uint32_t cb = eb->cbase + (uint32_t)(bb >> eb->gb);                       \
-      if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                        \
-      else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                        \
-    }                                                                           \
-    if (fl < end) {                                                             \
-      const sinfo *e = inf + fl[0];                                             \
-      uint64_t w;                                                               \
-      memcpy(&w, mant + (pos >> 3), 8);                                         \
-      w >>= (pos & 7);                                                          \
-      uint64_t bits = w & ((1ull << e->nb) - 1);                                \
-      pos += e->nb;                                                             \
-      prev += 1 + e->gbase + (int64_t)(bits & e->gmask);                        \
-      ix[0] = (int32_t)prev;                                                    \
-      uint32_t c = e->cbase + (uint32_t)(bits >> e->gb);                        \
-      if (F32) vf[0] = (float)c; else vi[0] = (int32_t)c;                       \
-    }                                                                           \
+    FAST_PAIRS(fl, end, inf, F32)                                               \
     *last = prev;                                                               \
     return pos;                                                                 \
   }
 
-/* The same for a cell of long segments, segment by segment (no gather). */
+/* A cell of long segments, segment by segment (no gather). */
 #define DEF_SEGS_FAST(NAME, ATTR, F32)                                          \
   ATTR __attribute__((noinline)) static uint64_t NAME(                          \
       const sinfo *infq, const uint8_t **cq, const uint32_t *bc, uint32_t used, \
@@ -433,37 +439,7 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
       const uint8_t *src = cq[b], *end = src + bc[b];                           \
       cq[b] = end;                                                              \
       const sinfo *inf = infq + (size_t)b * 256;                                \
-      for (; src + 2 <= end; src += 2, ix += 2, vi += 2, vf += 2) {            \
-        const sinfo *ea = inf + src[0], *eb = inf + src[1];                     \
-        uint64_t w;                                                             \
-        memcpy(&w, mant + (pos >> 3), 8);                                       \
-        w >>= (pos & 7);                                                        \
-        uint64_t na = ea->nb, nb = eb->nb;                                      \
-        uint64_t ba = w & ((1ull << na) - 1);                                   \
-        uint64_t bb = (w >> na) & ((1ull << nb) - 1);                           \
-        pos += na + nb;                                                         \
-        int64_t pa = prev + 1 + ea->gbase + (int64_t)(ba & ea->gmask);          \
-        prev = pa + 1 + eb->gbase + (int64_t)(bb & eb->gmask);                  \
-        ix[0] = (int32_t)pa;                                                    \
-        ix[1] = (int32_t)prev;                                                  \
-        uint32_t ca = ea->cbase + (uint32_t)(ba >> ea->gb);                     \
-        uint32_t cb = eb->cbase + (uint32_t)(bb >> eb->gb);                     \
-        if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                      \
-        else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                      \
-      }                                                                         \
-      if (src < end) {                                                          \
-        const sinfo *e = inf + src[0];                                          \
-        uint64_t w;                                                             \
-        memcpy(&w, mant + (pos >> 3), 8);                                       \
-        w >>= (pos & 7);                                                        \
-        uint64_t bits = w & ((1ull << e->nb) - 1);                              \
-        pos += e->nb;                                                           \
-        prev += 1 + e->gbase + (int64_t)(bits & e->gmask);                      \
-        ix[0] = (int32_t)prev;                                                  \
-        uint32_t c = e->cbase + (uint32_t)(bits >> e->gb);                      \
-        if (F32) vf[0] = (float)c; else vi[0] = (int32_t)c;                     \
-        ix++; vi++; vf++;                                                       \
-      }                                                                         \
+      FAST_PAIRS(src, end, inf, F32)                                            \
     }                                                                           \
     *last = prev;                                                               \
     return pos;                                                                 \
