@@ -6,15 +6,16 @@ PBMC files, fed by deltacells.CellDataset.
         [--epochs 15] [--batch-size 256] [--workers 0]
 
 For every h5ad in --data whose obs has cell_type (the others are skipped): convert it with
-build/deltacells (cached in build/examples/), hold out every 5th cell (the split is an SQL
-`where` on cell_id), train on the rest, and report
+build/deltacells (cached in build/examples/), hold out 20% of the labelled cells
+(deltacells.train_val_split, deterministic in --seed), train on the rest, and report
   - accuracy on the held-out cells,
   - the data-stall fraction: time the loop waits for the next batch / total loop time,
   - the compute ceiling: the same loop over the same batches preloaded in RAM,
     and the ratio of the two epoch times.
-Features: each cell's counts / its total over all genes * 10,000, log1p, of the 2,000
-genes with the most counts (the dataset numbers genes by decreasing total counts, so
-these are the CSR columns below 2,000); an MLP 2000-256-128-classes.
+Features, computed by the loader (transform=, in its prefetch thread or workers, on the
+sparse batch): each cell's counts / its total over all genes * 10,000, log1p
+(transforms.NormalizeLog1p), of the 2,000 genes with the most counts in the dataset
+(transforms.TopGenes); an MLP 2000-256-128-classes on the densified batch.
 """
 import argparse
 import os
@@ -43,21 +44,6 @@ def convert(h5ad, out_dir):
     return out
 
 
-def features(X, n_top):
-    """log1p(counts / cell total * 1e4) of a torch sparse CSR batch (totals over all genes),
-    as a dense (cells x n_top) tensor of the n_top genes with the most counts in the dataset
-    (the dataset numbers genes by decreasing total counts, so these are columns < n_top)."""
-    import torch
-    crow, col, val = X.crow_indices(), X.col_indices(), X.values()
-    rows = torch.repeat_interleave(torch.arange(X.shape[0]), torch.diff(crow.long()))
-    tot = torch.zeros(X.shape[0]).index_add_(0, rows, val)
-    v = torch.log1p(val / tot.clamp(min=1)[rows] * 1e4)
-    keep = col < n_top
-    out = torch.zeros(X.shape[0], n_top)
-    out[rows[keep], col[keep].long()] = v[keep]
-    return out
-
-
 def make_model(n_in, n_classes, seed):
     import torch
     torch.manual_seed(seed)
@@ -72,20 +58,26 @@ def run_file(path, a):
     from torch.utils.data import DataLoader
     import deltacells
 
+    from deltacells import transforms as T
+
     name = os.path.basename(path)
-    train_ds = deltacells.CellDataset(path, where="cell_id % 5 != 0 AND cell_type IS NOT NULL",
-                                      obs=["cell_type"], batch_size=a.batch_size, shuffle=True,
-                                      seed=a.seed, output="csr")
-    test_ds = deltacells.CellDataset(path, where="cell_id % 5 = 0 AND cell_type IS NOT NULL",
-                                     obs=["cell_type"], batch_size=2048, shuffle=False, output="csr")
-    classes = train_ds.categories["cell_type"]
-    n_top = min(a.top_genes, train_ds.n_genes)
+    labelled = "cell_type IS NOT NULL"
+    split = deltacells.train_val_split(path, val_fraction=0.2, where=labelled, seed=a.seed)
+    # one TopGenes for both datasets: the same genes (chosen from the whole dataset's counts)
+    feats = T.Compose([T.NormalizeLog1p(target_sum=1e4), T.TopGenes(a.top_genes)])
+    train_ds = deltacells.CellDataset(path, cells=split.train, obs=["cell_type"],
+                                      batch_size=a.batch_size, shuffle=True, seed=a.seed,
+                                      output="csr", transform=feats)
+    test_ds = deltacells.CellDataset(path, cells=split.val, obs=["cell_type"], batch_size=2048,
+                                     shuffle=False, output="csr", transform=feats)
+    classes = train_ds.categories["cell_type"]          # the label encoder
+    n_top = train_ds.n_genes                             # after TopGenes
     model = make_model(n_top, len(classes), a.seed)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, weight_decay=1e-5)
     lossf = torch.nn.CrossEntropyLoss()
 
     def step(batch):
-        X = features(batch["X"], n_top)
+        X = batch["X"].to_dense()
         y = batch["cell_type"]
         opt.zero_grad()
         loss = lossf(model(X), y)
@@ -129,13 +121,13 @@ def run_file(path, a):
     correct = total = 0
     with torch.no_grad():
         for batch in test_ds:
-            pred = model(features(batch["X"], n_top)).argmax(1)
+            pred = model(batch["X"].to_dense()).argmax(1)
             correct += int((pred == batch["cell_type"]).sum())
             total += len(pred)
     n_train = train_ds.n_cells
     counts = np.bincount(
         np.concatenate([b["cell_type"].numpy() for b in test_ds]), minlength=len(classes))
-    print(f"{name}: {train_ds.n_cells + test_ds.n_cells:,} cells x {train_ds.n_genes:,} genes, "
+    print(f"{name}: {train_ds.n_cells + test_ds.n_cells:,} cells, {n_top:,} of the genes, "
           f"{len(classes)} cell types; trained on {n_train:,} cells for {a.epochs} epochs "
           f"(loss {loss:.3f})")
     print(f"  held-out accuracy {correct / total:.3f} on {total:,} cells "

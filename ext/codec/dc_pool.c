@@ -10,6 +10,15 @@
 **     (no deadlock on nesting).
 **   - The pool calls nothing but the function it is given: never SQLite.
 **   - Each thread has its own dc_decoder (scratch reused across calls).
+**   - Fork: the workers of a pool do not exist in a child made by fork(), and its
+**     mutexes may have been held by threads of the parent at the moment of the fork.
+**     A child that calls into a pool it inherited never touches the inherited
+**     threads, mutexes or condition variables: the first call makes a fresh pool of
+**     the same size in the child (the inherited pool's heir) and every call on the
+**     inherited pool runs on the heir (if the heir cannot be made, serially on the
+**     caller).  dc_pool_free of an inherited pool frees the heir, and of the
+**     inherited pool only memory (no join).  Inheritance is detected with a fork
+**     generation bumped by a pthread_atfork child handler, and the process id.
 */
 #include "dc_internal.h"
 
@@ -20,6 +29,10 @@
 
 struct dc_pool {
   int n;                       /* threads including the caller */
+  int n_req;                   /* threads asked for (the heir's size) */
+  unsigned fork_gen;           /* g_fork_gen when made */
+  pid_t pid;                   /* the process that made it */
+  struct dc_pool *heir;        /* in a forked child: the pool that does this one's work */
   pthread_t *threads;
   int n_started;
   pthread_mutex_t call_mu;     /* serialises dc_pool_for calls */
@@ -37,6 +50,54 @@ struct dc_pool {
 };
 
 static _Thread_local const dc_pool *tl_in_pool;   /* pool whose item this thread runs */
+
+/* ------------------------------------------------------------ fork awareness */
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_heir_mu = PTHREAD_MUTEX_INITIALIZER;   /* making heirs */
+static atomic_uint g_fork_gen;                                  /* forks below the first pool */
+
+static void fork_prepare(void) { pthread_mutex_lock(&g_heir_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&g_heir_mu); }
+static void fork_child(void) {
+  /* the only thread of the child is the one that forked, which holds the mutex */
+  pthread_mutex_unlock(&g_heir_mu);
+  atomic_fetch_add(&g_fork_gen, 1);
+}
+static void atfork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static int pool_owned(const dc_pool *p) {
+  return p->fork_gen == atomic_load(&g_fork_gen) && p->pid == getpid();
+}
+
+/* Memory of a pool made by another process (its threads do not exist here). Its
+** decoders are freed only if the pool was idle at the fork: a decoder that a thread
+** of the parent was using may be half-updated, and is left alone. */
+static void pool_forget(dc_pool *p) {
+  if (!p) return;
+  if (p->heir) {
+    if (pool_owned(p->heir)) dc_pool_free(p->heir); else pool_forget(p->heir);
+  }
+  if (p->dec && p->fn == NULL)
+    for (int t = 0; t < p->n; t++) dc_decoder_free(p->dec[t]);
+  free(p->dec);
+  free(p->threads);
+  free(p);
+}
+
+/* The pool that does p's work in this process: p itself, or (p inherited through a
+** fork) its heir, made on first use; NULL (run serially) if the heir cannot be made. */
+static dc_pool *pool_live(dc_pool *p) {
+  if (!p || pool_owned(p)) return p;
+  pthread_mutex_lock(&g_heir_mu);
+  dc_pool *h = p->heir;
+  if (!h || !pool_owned(h)) {
+    if (h) pool_forget(h);          /* the heir of a process between the maker and us */
+    h = dc_pool_new(p->n_req);
+    p->heir = h;
+  }
+  pthread_mutex_unlock(&g_heir_mu);
+  return h;
+}
 
 typedef struct { dc_pool *p; int tid; } worker_arg;
 
@@ -76,9 +137,13 @@ dc_pool *dc_pool_new(int n_threads) {
     n_threads = k > 0 ? (int)k : 1;
   }
   if (n_threads > 1024) n_threads = 1024;
+  pthread_once(&g_atfork_once, atfork_register);
   dc_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->n = n_threads;
+  p->n_req = n_threads;
+  p->fork_gen = atomic_load(&g_fork_gen);
+  p->pid = getpid();
   pthread_mutex_init(&p->call_mu, NULL);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->go, NULL);
@@ -101,6 +166,12 @@ dc_pool *dc_pool_new(int n_threads) {
 
 void dc_pool_free(dc_pool *p) {
   if (!p) return;
+  if (!pool_owned(p)) {   /* inherited through fork: no thread to join, no mutex to use */
+    pthread_mutex_lock(&g_heir_mu);
+    pool_forget(p);
+    pthread_mutex_unlock(&g_heir_mu);
+    return;
+  }
   pthread_mutex_lock(&p->mu);
   p->stop = 1;
   pthread_cond_broadcast(&p->go);
@@ -117,10 +188,14 @@ void dc_pool_free(dc_pool *p) {
   free(p);
 }
 
-int dc_pool_size(const dc_pool *p) { return p ? p->n : 1; }
+int dc_pool_size(const dc_pool *p) {
+  p = pool_live((dc_pool *)p);
+  return p ? p->n : 1;
+}
 
 void dc_pool_for_tid(dc_pool *p, size_t n, void (*fn)(void *, size_t, int), void *arg) {
   if (n == 0) return;
+  p = pool_live(p);
   if (!p || p->n_started == 0 || n == 1 || tl_in_pool == p) {
     /* serial: no pool, one item, or a nested call from inside this pool
     ** (tid 0 then; dc_pool_decode uses a private decoder when nested). */
@@ -177,6 +252,7 @@ static void decode_item(void *v, size_t i, int tid) {
 }
 
 int dc_pool_decode(dc_pool *p, dc_job *jobs, size_t n_jobs) {
+  p = pool_live(p);
   decode_ctx dc = {p, jobs, NULL};
   int rc = DC_OK;
   if (!p || tl_in_pool == p) {

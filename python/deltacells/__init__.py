@@ -4,10 +4,13 @@
     con = deltacells.connect("pbmc.dcdb")          # sqlite3 connection, extension loaded
     con.execute("SELECT cell_type, count(*) FROM cells GROUP BY 1").fetchall()
     adata = deltacells.to_anndata("pbmc.dcdb", where="cell_type = 'B cell'")
-    ds = deltacells.CellDataset("pbmc.dcdb", obs=["cell_type"], batch_size=5000)
+    ds = deltacells.CellDataset("pbmc.dcdb", obs=["cell_type"], batch_size=5000)   # batches
+    m = deltacells.CellMapDataset("pbmc.dcdb", obs=["cell_type"])                 # m[i]: one cell
+    split = deltacells.train_val_split("pbmc.dcdb", val_fraction=0.2, by="donor")
 
-to_anndata imports numpy/anndata on first use; the PyTorch parts (CellDataset, CellMapDataset, GroupBatchSampler, CSRBatch,
-collate) import torch on first use.
+to_anndata imports numpy/anndata on first use; the PyTorch parts (CellDataset, CellMapDataset,
+GroupBatchSampler, CellBatch, CSRBatch, collate, transforms, train_val_split) import torch
+on first use.
 """
 from ._connect import (NO_LOADING_MESSAGE, ExtensionNotFoundError, connect, find_extension,
                        load_extension)
@@ -16,17 +19,25 @@ __version__ = "0.1.0"
 
 from . import _malloc  # noqa: E402
 _malloc.tune()
-__all__ = ["connect", "find_extension", "load_extension", "to_anndata", "CellDataset",
-           "CellMapDataset", "GroupBatchSampler", "CSRBatch", "collate", "ExtensionNotFoundError",
-           "NO_LOADING_MESSAGE"]
 
 _LAZY = {"to_anndata": "anndata_io", "CellDataset": "dataset", "CellMapDataset": "mapdataset",
-         "GroupBatchSampler": "mapdataset", "collate": "mapdataset", "CSRBatch": "_convert"}
+         "GroupBatchSampler": "mapdataset", "collate": "mapdataset", "CellBatch": "mapdataset",
+         "CSRBatch": "_convert", "Categories": "_core", "train_val_split": "split",
+         "Split": "split", "transforms": None}
+
+__all__ = ["connect", "find_extension", "load_extension", "ExtensionNotFoundError",
+           "NO_LOADING_MESSAGE"] + list(_LAZY)
 
 
 def __getattr__(name):
     if name in _LAZY:
         import importlib
+        if _LAZY[name] is None:
+            return importlib.import_module("." + name, __name__)
         mod = importlib.import_module("." + _LAZY[name], __name__)
         return getattr(mod, name)
     raise AttributeError(f"module 'deltacells' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

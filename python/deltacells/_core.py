@@ -2,6 +2,7 @@
 selecting cells with SQL, reading a batch through dc_batch, and turning the
 blobs into numpy / torch / scipy objects with as few copies as possible."""
 import collections
+import collections.abc
 import json
 import sqlite3
 import warnings
@@ -12,6 +13,84 @@ from ._connect import connect
 
 OUTPUTS = ("csr", "csr_parts", "dense", "scipy")
 _RESERVED = ("X", "cell_id")
+# columns of the cells table that are not obs columns of the source, and may be asked for
+_BUILTIN = {"name": "text", "tile": "int"}
+MISSING_GENES = ("error", "zeros")
+
+
+class Categories(collections.abc.Sequence):
+    """The label encoder of a categorical obs column: code -> value, in code order.
+
+    The one place the codes of a categorical column are defined (``ds.categories[column]``
+    of both datasets).  ``cats[code]`` is the value, ``len(cats)`` the number of classes,
+    ``list(cats)`` the values; ``cats.encode(values)`` and ``cats.decode(codes)`` convert;
+    cells whose value is NULL get ``cats.missing_code`` (default -100, the ignore_index
+    of torch.nn.CrossEntropyLoss), which decodes to None.
+    """
+
+    def __init__(self, column, values, missing_code=-100):
+        self.column = column
+        self.values = list(values)
+        self.missing_code = int(missing_code)
+        self._index = {v: i for i, v in enumerate(self.values)}
+
+    def __getitem__(self, code):
+        return self.values[code]
+
+    def __len__(self):
+        return len(self.values)
+
+    def __eq__(self, other):
+        if isinstance(other, Categories):
+            return self.values == other.values and self.missing_code == other.missing_code
+        if isinstance(other, (list, tuple)):
+            return self.values == list(other)
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((self.column, tuple(self.values), self.missing_code))
+
+    def index(self, value, *args):
+        """The code of a value (ValueError if it is not a category)."""
+        try:
+            return self._index[value]
+        except KeyError:
+            raise ValueError(f"{value!r} is not a category of {self.column!r}") from None
+
+    def encode(self, values):
+        """Values (None: missing) -> int64 numpy array of codes."""
+        out = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            out[i] = self.missing_code if v is None else self.index(v)
+        return out
+
+    def decode(self, codes):
+        """Codes (tensor, array or list) -> list of values, None for the missing code."""
+        if hasattr(codes, "tolist"):
+            codes = codes.tolist()
+        return [None if c == self.missing_code else self.values[c] for c in codes]
+
+    def __repr__(self):
+        shown = ", ".join(map(repr, self.values[:6])) + (", ..." if len(self.values) > 6 else "")
+        return (f"Categories({self.column!r}: {len(self.values)} classes [{shown}], "
+                f"missing_code={self.missing_code})")
+
+
+class Panel:
+    """A gene panel resolved against a dataset: X's columns in panel order.
+
+    ids:    int32 gene ids of the panel genes the dataset has (panel order)
+    pos:    int32 panel positions of those genes (None when every panel gene is present)
+    names:  the panel, as gene names
+    filled: names of panel genes the dataset lacks (zero columns; missing_genes='zeros')
+    """
+
+    def __init__(self, ids, pos, names, filled):
+        self.ids, self.pos, self.names, self.filled = ids, pos, names, filled
+        self.blob = ids.astype("<i4").tobytes()
+
+    def __len__(self):
+        return len(self.names)
 
 
 class Catalogue:
@@ -44,6 +123,29 @@ class Catalogue:
             self._gene_names = np.array(names, dtype=object)
         return self._gene_names
 
+    def resolve_panel(self, genes, missing="error"):
+        """A panel of gene names (or int gene ids) -> Panel, or None for all genes.
+        missing='zeros': names the dataset lacks become zero columns (Panel.filled)."""
+        if genes is None:
+            return None
+        if missing not in MISSING_GENES:
+            raise ValueError(f"missing_genes must be one of {MISSING_GENES}, got {missing!r}")
+        if missing == "zeros" and not isinstance(genes, str):
+            genes = list(genes)
+            if genes and all(isinstance(g, str) for g in genes):
+                names = self.gene_names()
+                index = {n: i for i, n in enumerate(names)}
+                dup = [g for g, c in collections.Counter(genes).items() if c > 1]
+                if dup:
+                    raise ValueError(f"the gene panel repeats genes: {dup[:5]}")
+                have = [i for i, g in enumerate(genes) if g in index]
+                filled = [g for g in genes if g not in index]
+                ids = np.array([index[genes[i]] for i in have], dtype=np.int32)
+                pos = np.array(have, dtype=np.int32) if filled else None
+                return Panel(ids, pos, list(genes), filled)
+        ids = self.resolve_genes(genes)
+        return Panel(ids, None, [str(n) for n in self.gene_names()[ids]], [])
+
     def resolve_genes(self, genes):
         """A panel of gene names (or int gene ids) -> int32 array of gene ids, panel order."""
         if genes is None:
@@ -68,7 +170,8 @@ class Catalogue:
                 raise ValueError(
                     f"unknown gene{'s' if len(missing) > 1 else ''} in the panel: "
                     f"{', '.join(map(repr, missing[:5]))}{more}; "
-                    f"the dataset {self.path} has {self.n_genes} genes (see its genes table)")
+                    f"the dataset {self.path} has {self.n_genes} genes (see its genes table; "
+                    f"missing_genes='zeros' fills unknown genes with zeros)")
             ids = np.array([index[g] for g in genes], dtype=np.int64)
         if len(np.unique(ids)) != len(ids):
             dup = [g for g, c in collections.Counter(genes).items() if c > 1]
@@ -85,7 +188,7 @@ class Catalogue:
         for name in obs:
             if name in _RESERVED:
                 raise ValueError(f"obs column {name!r} clashes with the batch key {name!r}")
-            if name not in self.columns:
+            if name not in self.columns and name not in _BUILTIN:
                 raise ValueError(
                     f"unknown obs column {name!r}; the cells table of {self.path} has: "
                     + ", ".join(["name", "tile"] + list(self.columns)))
@@ -94,7 +197,23 @@ class Catalogue:
         return obs
 
     def kind(self, name):
+        if name not in self.columns and name in _BUILTIN:
+            return _BUILTIN[name]
         return self.columns[name][1]
+
+    def gene_column(self, name, con=None):
+        """A numeric column of the genes table (total_counts, n_cells, ...), gene_id order."""
+        con = con or self._con
+        cols = [r[1] for r in con.execute("PRAGMA table_info(genes)")]
+        if name not in cols or name in ("name",):
+            raise ValueError(f"the genes table of {self.path} has no numeric column {name!r}; "
+                             f"it has {', '.join(cols)}")
+        q = '"' + name.replace('"', '""') + '"'
+        vals = [r[0] for r in con.execute(f"SELECT {q} FROM genes ORDER BY gene_id")]
+        try:
+            return np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"genes column {name!r} of {self.path} is not numeric") from None
 
     def categories(self, name, con=None):
         """The category list of a categorical obs column (code -> value)."""
@@ -108,8 +227,13 @@ class Catalogue:
         return self._categories[name]
 
     # --- selection ---------------------------------------------------------
-    def select(self, con, where):
-        """Sorted int64 cell ids of the cells matching the SQL predicate `where`."""
+    def select(self, con, where, cells=None):
+        """Sorted int64 cell ids of the cells matching the SQL predicate `where` and in
+        `cells` (cell ids; None: all), or None for all cells."""
+        if cells is not None:
+            cells = self.check_cells(cells)
+            sel = self.select(con, where)
+            return cells if sel is None else np.intersect1d(cells, sel, assume_unique=True)
         if where is None or (isinstance(where, str) and not where.strip()):
             return None
         if not isinstance(where, str):
@@ -122,6 +246,22 @@ class Catalogue:
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         ids.sort()
         return ids
+
+    def check_cells(self, cells):
+        """A list of cell ids -> sorted unique int64 array; out-of-range ids are an error."""
+        if isinstance(cells, (str, bytes)):
+            raise TypeError("cells must be a sequence of cell ids (ints)")
+        arr = np.asarray(cells)
+        if arr.ndim != 1:
+            raise ValueError(f"cells must be one-dimensional, got shape {arr.shape}")
+        if arr.size and arr.dtype.kind not in "iu":
+            raise TypeError(f"cells must be integer cell ids, not {arr.dtype}")
+        arr = np.unique(arr.astype(np.int64))
+        bad = arr[(arr < 0) | (arr >= self.n_cells)]
+        if len(bad):
+            raise ValueError(f"cell ids out of range 0..{self.n_cells - 1} of {self.path}: "
+                             f"{bad[:5].tolist()}")
+        return arr
 
     def tile_of(self, cell_ids):
         return np.searchsorted(self.tile_first, cell_ids, side="right") - 1
@@ -147,10 +287,11 @@ class ObsReader:
     """Obs values of requested columns, read one tile at a time through the
     cells table (`WHERE tile = ?` is pushed down) and kept in a small LRU."""
 
-    def __init__(self, cat, columns, max_tiles=64):
+    def __init__(self, cat, columns, max_tiles=64, missing_code=-100):
         self.cat = cat
         self.columns = list(columns)
         self.max_tiles = max_tiles
+        self.missing_code = int(missing_code)
         self._lru = collections.OrderedDict()
         self._code = {c: {v: i for i, v in enumerate(cat.categories(c))}
                       for c in self.columns if cat.kind(c) == "category"}
@@ -179,7 +320,8 @@ class ObsReader:
         kind = self.cat.kind(c)
         if kind == "category":
             code = self._code[c]
-            return np.array([-1 if v is None else code[v] for v in vals], dtype=np.int64)
+            miss = self.missing_code
+            return np.array([miss if v is None else code[v] for v in vals], dtype=np.int64)
         if kind == "int":
             if any(v is None for v in vals):
                 return np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
@@ -188,7 +330,9 @@ class ObsReader:
             return np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
         if kind == "bool":
             if any(v is None for v in vals):
-                return np.array([-1 if v is None else int(v) for v in vals], dtype=np.int8)
+                miss = self.missing_code
+                dt = np.int8 if -128 <= miss <= 127 else np.int64
+                return np.array([miss if v is None else int(v) for v in vals], dtype=dt)
             return np.array(vals, dtype=bool)
         return np.array(vals, dtype=object)   # text
 
@@ -215,9 +359,16 @@ class ObsReader:
         return out
 
 
-def read_batch(con, cell_ids, genes_blob=None):
+def read_batch(con, cell_ids, genes_blob=None, panel=None):
     """dc_batch for int64 cell ids -> (cell_ids, indptr, indices, data, n_genes),
-    numpy arrays viewing the returned blobs (read-only)."""
+    numpy arrays viewing the returned blobs (read-only).  With a Panel that has
+    zero-filled genes, the column indices are mapped to panel positions (a copy)."""
+    if panel is not None:
+        out = read_batch(con, cell_ids, panel.blob)
+        if panel.pos is None:
+            return out
+        ids, indptr, indices, data, _ = out
+        return ids, indptr, panel.pos[indices], data, len(panel)
     ids = np.ascontiguousarray(cell_ids, dtype="<i8")
     if genes_blob is None:
         row = con.execute(

@@ -1,20 +1,26 @@
 """The order of an epoch: which cells, in which batches, on which rank and worker.
 
-Deterministic from (seed, epoch) and the selection alone, so every rank and
-every DataLoader worker computes the same plan independently and takes its part.
+Deterministic from (seed, epoch) and the selection alone, so every rank and every
+DataLoader worker computes the same plan independently and takes its part.
 
 1. Tile order: the tiles holding selected cells, permuted with
    default_rng([seed, epoch]) when shuffling, else in stored order.
 2. Ranks: tiles are dealt in that order, each to the rank holding the fewest
    selected cells so far (ties: lowest rank); tiles are never split, so ranks
-   read disjoint tiles.  Workers of a rank: the same, inside the rank's tiles.
-3. Windows: a worker's tiles, in order, are grouped `window` at a time; the cells
+   read disjoint tiles.
+3. Windows: a rank's tiles, in order, are grouped `window` at a time; the cells
    of a window are permuted together (default_rng([seed, epoch, 1, first tile])).
-4. Batches: the worker's cell sequence is cut every batch_size cells (a batch may
+4. Batches: the rank's cell sequence is cut every batch_size cells (a batch may
    span two windows); a short last batch is dropped with drop_last.
 5. equal_batches: 'pad' repeats a rank's own cells (from the start of its
    sequence) in extra batches until it has as many batches as the largest rank;
    'drop' removes batches from the end until all have as many as the smallest.
+6. Workers: a rank's batches are cut into num_workers contiguous runs of (nearly)
+   equal length, worker w taking the w-th run, so a worker reads the tiles of its
+   own stretch of the sequence (two neighbouring workers share at most the window
+   at their boundary).  The batches of an epoch, and their number, do not depend on
+   the number of workers; only the order in which a DataLoader delivers them does
+   (round robin over its workers, see interleave).
 """
 import numpy as np
 
@@ -34,9 +40,14 @@ def _nbatches(n, bs, drop_last):
     return n // bs if drop_last else -(-n // bs)
 
 
+def worker_range(n_batches, worker, num_workers):
+    """The batches [lo, hi) of a rank that worker `worker` of `num_workers` delivers."""
+    return n_batches * worker // num_workers, n_batches * (worker + 1) // num_workers
+
+
 class EpochPlan:
     def __init__(self, tiles, *, seed, epoch, shuffle, window, batch_size, drop_last,
-                 world_size=1, num_workers=1, equal_batches=None):
+                 world_size=1, equal_batches=None):
         """tiles: list of (tile id, sorted int64 cell ids)."""
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -45,65 +56,73 @@ class EpochPlan:
         if shuffle and len(tiles):
             order = np.random.default_rng([seed, epoch]).permutation(len(tiles))
         tiles = [tiles[i] for i in order]
-        loads = [len(c) for _, c in tiles]
-        self.shards = []     # [rank][worker] -> list of (tile, cells)
-        for rank_idx in _deal(loads, world_size):
-            rt = [tiles[i] for i in rank_idx]
-            ws = _deal([len(c) for _, c in rt], num_workers)
-            self.shards.append([[rt[i] for i in w] for w in ws])
-        counts = [[_nbatches(sum(len(c) for _, c in w), batch_size, drop_last) for w in r]
-                  for r in self.shards]
-        self.extra = [[0] * num_workers for _ in range(world_size)]   # + pad / - drop per worker
-        if equal_batches and world_size > 1:
-            totals = [sum(r) for r in counts]
-            target = max(totals) if equal_batches == "pad" else min(totals)
-            for r in range(world_size):
-                d = target - totals[r]
-                c = list(counts[r])
-                while d != 0:
-                    if d > 0:   # pad the worker with fewest batches
-                        w = min(range(num_workers), key=lambda k: (c[k] + self.extra[r][k], k))
-                        self.extra[r][w] += 1
-                        d -= 1
-                    else:       # drop from the worker with most batches
-                        w = max(range(num_workers), key=lambda k: (c[k] + self.extra[r][k], -k))
-                        self.extra[r][w] -= 1
-                        d += 1
-        self.counts = [[c + e for c, e in zip(cr, er)] for cr, er in zip(counts, self.extra)]
         self._all = tiles
+        self.rank_tiles = [[tiles[i] for i in idx]
+                           for idx in _deal([len(c) for _, c in tiles], world_size)]
+        self.rank_cells = [sum(len(c) for _, c in rt) for rt in self.rank_tiles]
+        self.base = [_nbatches(n, batch_size, drop_last) for n in self.rank_cells]
+        self.extra = [0] * world_size        # + pad / - drop
+        if equal_batches and world_size > 1:
+            target = max(self.base) if equal_batches == "pad" else min(self.base)
+            self.extra = [target - b for b in self.base]
+        self._windows = {}
 
     def n_batches(self, rank=0):
-        return sum(self.counts[rank])
+        return self.base[rank] + self.extra[rank]
 
-    def sequence(self, rank, worker):
-        """The worker's cells in epoch order, and the tiles that hold them."""
-        shard = self.shards[rank][worker]
-        parts = []
-        for s in range(0, len(shard), self.window):
-            win = shard[s:s + self.window]
-            cells = np.concatenate([c for _, c in win])
-            if self.shuffle:
-                rng = np.random.default_rng([self.seed, self.epoch, 1, int(win[0][0])])
-                cells = cells[rng.permutation(len(cells))]
-            parts.append(cells)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    def _rank_windows(self, rank):
+        """[(first position in the rank's sequence, tiles of the window)]."""
+        w = self._windows.get(rank)
+        if w is None:
+            shard, pos, w = self.rank_tiles[rank], 0, []
+            for s in range(0, len(shard), self.window):
+                win = shard[s:s + self.window]
+                w.append((pos, win))
+                pos += sum(len(c) for _, c in win)
+            self._windows[rank] = w
+        return w
 
-    def batches(self, rank, worker):
-        """List of int64 arrays: the worker's batches in order."""
-        seq = self.sequence(rank, worker)
-        bs = self.batch_size
-        n = _nbatches(len(seq), bs, self.drop_last)
-        out = [seq[i * bs:(i + 1) * bs] for i in range(n)]
-        extra = self.extra[rank][worker]
-        if extra < 0:
-            out = out[:len(out) + extra]
-        elif extra > 0:
-            src = seq
-            if len(src) == 0:   # this worker has no cells: repeat the rank's, else anyone's
-                src = np.concatenate([self.sequence(rank, w) for w in range(len(self.shards[rank]))])
-                if len(src) == 0:
-                    src = np.concatenate([c for _, c in self._all])
-            for j in range(extra):
+    def _window_cells(self, win):
+        cells = np.concatenate([c for _, c in win])
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, self.epoch, 1, int(win[0][0])])
+            cells = cells[rng.permutation(len(cells))]
+        return cells
+
+    def cells(self, rank, lo, hi):
+        """Positions [lo, hi) of the rank's cell sequence (only the windows needed)."""
+        hi = min(hi, self.rank_cells[rank])
+        if hi <= lo:
+            return np.zeros(0, dtype=np.int64)
+        wins = self._rank_windows(rank)
+        starts = [p for p, _ in wins]
+        a = int(np.searchsorted(starts, lo, side="right")) - 1
+        parts, first = [], wins[a][0]
+        for p, win in wins[a:]:
+            if p >= hi:
+                break
+            parts.append(self._window_cells(win))
+        seq = np.concatenate(parts)
+        return seq[lo - first:hi - first]
+
+    def sequence(self, rank):
+        """The rank's cells in epoch order."""
+        return self.cells(rank, 0, self.rank_cells[rank])
+
+    def batches(self, rank=0, worker=0, num_workers=1):
+        """List of int64 arrays: the batches worker `worker` (of num_workers) delivers, in order."""
+        bs, n, base = self.batch_size, self.rank_cells[rank], self.base[rank]
+        lo, hi = worker_range(self.n_batches(rank), worker, num_workers)
+        out = []
+        real_hi = min(hi, base)
+        if real_hi > lo:
+            seq = self.cells(rank, lo * bs, real_hi * bs)
+            out = [seq[(k - lo) * bs:(k - lo + 1) * bs] for k in range(lo, real_hi)]
+        if hi > base:               # 'pad' batches: the rank's cells again from the start
+            src = self.sequence(rank)
+            if len(src) == 0:       # a rank without cells repeats anyone's
+                src = np.concatenate([c for _, c in self._all])
+            for j in range(max(lo, base) - base, hi - base):
                 out.append(src[np.arange(j * bs, (j + 1) * bs) % len(src)])
         return out
 

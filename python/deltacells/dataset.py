@@ -9,20 +9,26 @@
             ...
 
 Reading ahead: unless prefetch_tiles=0, each iterator runs one background thread
-with its own connection to the dataset.  It calls dc_batch (the extension decodes
-in its own threads; Python releases the GIL while SQLite works) and builds the
-next batches while the training step runs, at most about prefetch_tiles tiles'
-worth of cells ahead.
+with its own connection to the dataset, started by the iterator's first next().
+It calls dc_batch (the extension decodes in its own threads; Python releases the GIL
+while SQLite works) and builds the next batches while the training step runs, at
+most about prefetch_tiles tiles' worth of cells ahead.
+
+Fork safety (DataLoader workers are forked on Linux): the dataset holds no connection;
+a prefetch thread is parked outside SQLite whenever the process forks, and an iterator
+used in a forked child opens its own connection (see _forksafe.py).
 """
 import os
 import queue
 import threading
+import warnings
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ._core import OUTPUTS, Catalogue, ObsReader, read_batch, with_connection
+from . import _forksafe
+from ._core import OUTPUTS, Catalogue, Categories, ObsReader, read_batch, with_connection
 from ._convert import install_csr_reduction, make_x, obs_out, torch_dtype
 from ._plan import EpochPlan, interleave
 
@@ -33,6 +39,40 @@ install_csr_reduction()   # output='csr' through DataLoader workers (torch 1.13 
 class _Failure:
     def __init__(self, exc):
         self.exc = exc
+
+
+class _SharedEpoch:
+    """The epoch, seen by DataLoader workers when it changes, also persistent ones (which
+    iterate their own copy of the dataset): shared memory (multiprocessing.RawValue)
+    inherited by forked workers and handed to spawned ones; pickled at any other time it
+    travels as a plain int."""
+
+    def __init__(self, value=0):
+        self._plain = int(value)
+        try:
+            import multiprocessing
+            self._raw = multiprocessing.RawValue("q", int(value))
+        except (OSError, ImportError):       # no shared memory here: a plain int
+            self._raw = None
+
+    @property
+    def value(self):
+        return self._raw.value if self._raw is not None else self._plain
+
+    @value.setter
+    def value(self, v):
+        if self._raw is not None:
+            self._raw.value = int(v)
+        self._plain = int(v)
+
+    def __getstate__(self):
+        from multiprocessing import context
+        if self._raw is not None and context.get_spawning_popen() is not None:
+            return {"raw": self._raw, "plain": self.value}
+        return {"raw": None, "plain": self.value}
+
+    def __setstate__(self, s):
+        self._raw, self._plain = s["raw"], s["plain"]
 
 
 def _check_int(name, v, lo):
@@ -46,7 +86,8 @@ def _check_int(name, v, lo):
 class _Base:
     """Argument checking and batch building shared by the iterable and map datasets."""
 
-    def _setup(self, path, where, obs, genes, output, dtype, threads, cache_mb):
+    def _setup(self, path, where, obs, genes, output, dtype, threads, cache_mb, cells=None,
+               transform=None, missing_code=-100, missing_genes="error"):
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         self.path = os.fspath(path)
@@ -57,38 +98,100 @@ class _Base:
             numpy_dtype(self.dtype)
         self.threads = None if threads is None else _check_int("threads", threads, 1)
         self.cache_mb = None if cache_mb is None else _check_int("cache_mb", cache_mb, 0)
+        if isinstance(missing_code, bool) or not isinstance(missing_code, (int, np.integer)):
+            raise TypeError(f"missing_code must be an integer, not {type(missing_code).__name__}")
+        self.missing_code = int(missing_code)
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable, not {type(transform).__name__}")
         con = with_connection(self.path)
         try:
             cat = Catalogue(con, self.path)
             try:
                 self.obs = cat.resolve_obs(obs)
-                self._gene_ids = cat.resolve_genes(genes)
-                self.categories = {c: list(cat.categories(c)) for c in self.obs
-                                   if cat.kind(c) == "category"}
-                if self._gene_ids is None:
-                    self.n_genes = cat.n_genes
-                else:
-                    self.n_genes = len(self._gene_ids)
-                    self._panel_names = list(cat.gene_names()[self._gene_ids])
+                self._panel = cat.resolve_panel(genes, missing_genes)
+                self.categories = {}
+                for c in self.obs:
+                    if cat.kind(c) == "category":
+                        cats = Categories(c, cat.categories(c), self.missing_code)
+                        if 0 <= self.missing_code < len(cats):
+                            raise ValueError(
+                                f"missing_code {self.missing_code} is a code of obs column {c!r} "
+                                f"(0..{len(cats) - 1}, {cats[self.missing_code]!r}); use a "
+                                "negative code (default -100) or one >= the number of categories")
+                        self.categories[c] = cats
                 self.where = where
-                self._selected = cat.select(con, where)
+                self._selected = cat.select(con, where, cells)
+                self._gene_stats = {}
             finally:
                 cat._con = None
         finally:
             con.close()
         self._cat = cat
+        self.filled_genes = list(self._panel.filled) if self._panel is not None else []
+        if self.filled_genes:
+            more = f" (and {len(self.filled_genes) - 10} more)" if len(self.filled_genes) > 10 else ""
+            warnings.warn(
+                f"{len(self.filled_genes)} of the {len(self._panel)} panel genes are not in "
+                f"{self.path} and are zero columns of X: "
+                f"{', '.join(self.filled_genes[:10])}{more} (the list: .filled_genes)",
+                UserWarning, stacklevel=3)
+        self.transform = transform
+        self._columns = None        # X's columns after the transform (None: unchanged)
+        if transform is not None and hasattr(transform, "bind"):
+            cols = transform.bind(self, np.arange(self._n_genes_in(), dtype=np.int64))
+            if cols is not None:
+                cols = np.asarray(cols, dtype=np.int64)
+                if not np.array_equal(cols, np.arange(self._n_genes_in())):
+                    self._columns = cols
 
-    @property
-    def gene_names(self):
-        """Names of X's columns, in order (the panel, or the dataset's gene order)."""
-        if self._gene_ids is not None:
-            return list(self._panel_names)
+    # --- genes ---------------------------------------------------------------
+    def _n_genes_in(self):
+        return self._cat.n_genes if self._panel is None else len(self._panel)
+
+    def _input_gene_names(self):
+        if self._panel is not None:
+            return list(self._panel.names)
         con = with_connection(self.path)
         try:
-            return list(self._cat.gene_names(con))
+            return [str(n) for n in self._cat.gene_names(con)]
         finally:
             con.close()
 
+    @property
+    def n_genes(self):
+        """The number of X's columns (after the transform, if it selects genes)."""
+        return self._n_genes_in() if self._columns is None else len(self._columns)
+
+    @property
+    def gene_names(self):
+        """Names of X's columns, in order: the panel or the dataset's gene order, after the
+        transform (if it selects genes, e.g. transforms.TopGenes)."""
+        names = self._input_gene_names()
+        if self._columns is None:
+            return names
+        return [names[c] for c in self._columns]
+
+    def gene_column(self, name, transformed=True):
+        """A numeric column of the genes table (e.g. 'total_counts', 'n_cells', over the
+        whole dataset) for X's columns, in X's order; 0 for zero-filled panel genes."""
+        vals = self._gene_stats.get(name)
+        if vals is None:
+            con = with_connection(self.path)
+            try:
+                vals = self._cat.gene_column(name, con)
+            finally:
+                con.close()
+            self._gene_stats[name] = vals
+        if self._panel is not None:
+            out = np.zeros(len(self._panel), dtype=np.float64)
+            pos = self._panel.pos if self._panel.pos is not None else np.arange(len(self._panel))
+            out[pos] = vals[self._panel.ids]
+            vals = out
+        if transformed and self._columns is not None:
+            vals = vals[self._columns]
+        return vals
+
+    # --- cells ---------------------------------------------------------------
     @property
     def cell_ids(self):
         """The selected cell ids, sorted (int64 numpy array)."""
@@ -96,6 +199,12 @@ class _Base:
             return self._selected
         return np.arange(self._cat.n_cells, dtype=np.int64)
 
+    @property
+    def n_cells(self):
+        """The number of selected cells."""
+        return self._cat.n_cells if self._selected is None else len(self._selected)
+
+    # --- reading -------------------------------------------------------------
     def _open(self, threads=None):
         t = self.threads if self.threads is not None else threads
         cache = self.cache_mb if self.cache_mb is not None else self._default_cache_mb()
@@ -105,18 +214,19 @@ class _Base:
         return None
 
     def _obs_reader(self):
-        return ObsReader(self._cat, self.obs)
+        return ObsReader(self._cat, self.obs, missing_code=self.missing_code)
 
     def _make_batch(self, con, obs_reader, cells):
-        blob = None if self._gene_ids is None else self._gene_ids.astype("<i4").tobytes()
-        ids, indptr, indices, data, g = read_batch(con, cells, blob)
-        if g != self.n_genes:
-            raise RuntimeError(f"dc_batch returned {g} genes, expected {self.n_genes}")
+        ids, indptr, indices, data, g = read_batch(con, cells, panel=self._panel)
+        if g != self._n_genes_in():
+            raise RuntimeError(f"dc_batch returned {g} genes, expected {self._n_genes_in()}")
         as_torch = self.output != "scipy"
         out = {"X": make_x(indptr, indices, data, len(ids), g, self.output, self.dtype),
                "cell_id": torch.from_numpy(ids) if as_torch else ids}
         for c, v in obs_reader.gather(con, ids).items():
             out[c] = obs_out(v, as_torch)
+        if self.transform is not None:
+            out = self.transform(out)
         return out
 
 
@@ -125,8 +235,9 @@ class CellDataset(_Base, IterableDataset):
 
     path:           the dataset (.dcdb)
     where:          SQL predicate over the `cells` table ("cell_type IN ('B','NK') AND percent_mt < 5")
-    obs:            obs columns to return with each batch (categoricals as int64 codes,
-                    see .categories; NULL code -1; ints/reals/bools as tensors; text as arrays)
+    obs:            obs columns to return with each batch (categoricals as int64 codes, see
+                    .categories; ints/reals/bools as tensors; text as arrays); 'name' gives
+                    the cell names (barcodes), 'tile' the tile
     batch_size:     cells per batch (default 5000)
     shuffle:        shuffle tile order and cells within windows of tiles (default True)
     seed:           the order is a function of (seed, epoch) only
@@ -134,21 +245,32 @@ class CellDataset(_Base, IterableDataset):
     output:         'csr' (torch sparse CSR), 'csr_parts' (CSRBatch: three dense tensors, pins),
                     'dense' (torch dense), 'scipy' (scipy.sparse.csr_matrix; ids as numpy)
     dtype:          value dtype (default torch.float32; int32 returns the stored counts uncopied)
-    prefetch_tiles: read/decode about this many tiles ahead in a background thread (0: no thread)
+    prefetch_tiles: read/decode about this many tiles ahead in a background thread (0: no
+                    thread); the thread starts with the iteration, never before
     threads:        decoder threads of the extension (default: the extension's, or cores/workers)
-    drop_last:      drop each worker's short last batch
+    drop_last:      drop the rank's short last batch
     shuffle_window: tiles whose cells are shuffled together (default 2; larger mixes more,
                     costs more decoded-chunk cache)
     cache_mb:       the extension's decoded-chunk cache (default: enough for the window)
     rank, world_size: override torch.distributed's (default: the process group's, else 0 / 1)
     equal_batches:  False; True or 'pad' (ranks with fewer batches repeat some of their cells);
                     'drop' (ranks drop batches down to the smallest count). For DDP.
+    cells:          cell ids to select (e.g. a part of train_val_split); with where, both apply
+    transform:      a callable applied to every batch dict (see deltacells.transforms)
+    missing_code:   the code of a NULL categorical (or bool) obs value (default -100, the
+                    ignore_index of torch.nn.CrossEntropyLoss)
+    missing_genes:  'error' (default): an unknown panel gene is an error; 'zeros': it is a
+                    zero column of X, listed in .filled_genes (and a warning says which)
+
+    len(ds) and ds.n_batches are the number of batches this rank delivers in an epoch;
+    together the DataLoader's workers deliver exactly these batches, whatever their number.
     """
 
     def __init__(self, path, where=None, obs=None, batch_size=5000, shuffle=True, seed=0,
                  genes=None, output="csr", dtype=torch.float32, prefetch_tiles=2, threads=None,
                  drop_last=False, shuffle_window=2, cache_mb=None, rank=None, world_size=None,
-                 equal_batches=False):
+                 equal_batches=False, *, cells=None, transform=None, missing_code=-100,
+                 missing_genes="error"):
         super().__init__()
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.prefetch_tiles = _check_int("prefetch_tiles", prefetch_tiles, 0)
@@ -169,16 +291,25 @@ class CellDataset(_Base, IterableDataset):
             if rank >= world_size:
                 raise ValueError(f"rank {rank} is not below world_size {world_size}")
         self._rank_arg = (rank, world_size)
-        self._setup(path, where, obs, genes, output, dtype, threads, cache_mb)
+        self._setup(path, where, obs, genes, output, dtype, threads, cache_mb, cells=cells,
+                    transform=transform, missing_code=missing_code, missing_genes=missing_genes)
         self._tiles = self._cat.per_tile(self._selected)
-        self.n_cells = int(sum(len(c) for _, c in self._tiles))
-        self._epoch = 0
+        self._epoch_box = _SharedEpoch(0)
         self._resume = None       # {'epoch', 'batches_done'} for the next iteration
         self._progress = None     # in-process iteration: {'epoch', 'done'}
 
     # --- epochs and splitting ------------------------------------------------
+    @property
+    def _epoch(self):
+        return self._epoch_box.value
+
+    @_epoch.setter
+    def _epoch(self, v):
+        self._epoch_box.value = v
+
     def set_epoch(self, epoch):
-        """Choose the epoch whose order the next iteration follows."""
+        """Choose the epoch whose order the next iteration follows (DataLoader workers,
+        persistent ones too, follow)."""
         epoch = _check_int("epoch", epoch, 0)
         if self._resume is not None and self._resume["epoch"] != epoch:
             self._resume = None
@@ -196,16 +327,23 @@ class CellDataset(_Base, IterableDataset):
             return torch.distributed.get_rank(), torch.distributed.get_world_size()
         return 0, 1
 
-    def _plan(self, num_workers, world):
+    def _plan(self, world):
         return EpochPlan(self._tiles, seed=self.seed, epoch=self._epoch, shuffle=self.shuffle,
                          window=self.shuffle_window, batch_size=self.batch_size,
-                         drop_last=self.drop_last, world_size=world, num_workers=num_workers,
+                         drop_last=self.drop_last, world_size=world,
                          equal_batches=self.equal_batches)
 
-    def n_batches(self, num_workers=0):
-        """Batches this rank's DataLoader with num_workers workers delivers in an epoch."""
+    @property
+    def n_batches(self):
+        """Batches this rank delivers in an epoch (all DataLoader workers together; the
+        number does not depend on how many workers there are)."""
         rank, world = self._rank_world()
-        return self._plan(max(1, num_workers), world).n_batches(rank)
+        return self._plan(world).n_batches(rank)
+
+    def __len__(self):
+        """The number of batches of an epoch on this rank (= n_batches), so that
+        len(DataLoader(ds, batch_size=None, num_workers=N)) is exact for every N."""
+        return self.n_batches
 
     def _default_cache_mb(self):
         if not len(self._cat.tile_nnz):
@@ -236,7 +374,7 @@ class CellDataset(_Base, IterableDataset):
         state['batches_done'] batches (same dataset, selection, seed and batch settings,
         and the same number of DataLoader workers and ranks)."""
         for k in ("seed", "batch_size", "shuffle", "shuffle_window", "n_cells"):
-            mine = getattr(self, k) if k != "n_cells" else self.n_cells
+            mine = getattr(self, k)
             if state.get(k) != mine:
                 raise ValueError(f"state_dict was saved with {k}={state.get(k)!r}, "
                                  f"this dataset has {k}={mine!r}")
@@ -249,17 +387,17 @@ class CellDataset(_Base, IterableDataset):
         wi = get_worker_info()
         worker, nw = (wi.id, wi.num_workers) if wi is not None else (0, 1)
         rank, world = self._rank_world()
-        plan = self._plan(nw, world)
+        plan = self._plan(world)
         skip_total = 0
         if self._resume is not None and self._resume["epoch"] == self._epoch:
             skip_total = self._resume["batches_done"]
         if skip_total and nw > 1:
             # The rest of the epoch in the order the DataLoader delivered it (round robin
             # over workers), dealt again round robin, so this loader delivers the same.
-            rest = interleave([plan.batches(rank, w) for w in range(nw)])[skip_total:]
+            rest = interleave([plan.batches(rank, w, nw) for w in range(nw)])[skip_total:]
             batches = rest[worker::nw]
         else:
-            batches = plan.batches(rank, worker)[skip_total:]
+            batches = plan.batches(rank, worker, nw)[skip_total:]
         threads = None
         if wi is not None:
             threads = max(1, (os.cpu_count() or 1) // nw)
@@ -276,33 +414,21 @@ class CellDataset(_Base, IterableDataset):
         return s
 
 
-class _BatchIterator:
-    """Yields the batches of one worker; reads ahead in a background thread."""
+class _Producer:
+    """The prefetch thread of one iterator and the queue it fills, from batch `start` on.
+    All its SQLite work happens holding a fork gate (see _forksafe)."""
 
-    def __init__(self, ds, batches, threads, progress):
-        self.ds = ds
-        self.batches = batches
-        self.progress = progress
-        self.threads = threads
-        self._i = 0
-        self._finished = False
-        self._thread = None
-        self._con = None
-        if ds.prefetch_tiles > 0 and batches:
-            tiles = ds._cat.tile_n
-            per_tile = float(np.mean(tiles)) if len(tiles) else ds.batch_size
-            # finished batches waiting: about half of prefetch_tiles tiles of cells (at
-            # least 2); the decoded tiles themselves wait in the extension's cache
-            depth = max(2, int(round(ds.prefetch_tiles * per_tile / ds.batch_size / 2)))
-            self._q = queue.Queue(maxsize=depth)
-            self._stop = threading.Event()
-            self._thread = threading.Thread(
-                target=_BatchIterator._produce, name="deltacells-prefetch", daemon=True,
-                args=(ds, batches, threads, self._q, self._stop))
-            self._thread.start()
+    def __init__(self, ds, batches, start, threads, depth):
+        self.q = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.gate = _forksafe.Gate()
+        self.thread = threading.Thread(
+            target=_Producer._run, name="deltacells-prefetch", daemon=True,
+            args=(ds, batches, start, threads, self.q, self.stop, self.gate))
+        self.thread.start()
 
     @staticmethod
-    def _produce(ds, batches, threads, q, stop):
+    def _run(ds, batches, start, threads, q, stop, gate):
         # No reference to the iterator: dropping the iterator stops this thread (__del__).
         def put(item):
             while not stop.is_set():
@@ -314,26 +440,88 @@ class _BatchIterator:
             return False
         con = None
         try:
-            con = ds._open(threads)
+            with gate:
+                con = ds._open(threads)
             reader = ds._obs_reader()
-            for cells in batches:
-                if stop.is_set() or not put(ds._make_batch(con, reader, cells)):
+            for i in range(start, len(batches)):
+                if stop.is_set():
+                    return
+                with gate:
+                    item = ds._make_batch(con, reader, batches[i])
+                if not put(item):
                     return
             put(_END)
         except BaseException as e:  # handed to the consumer
             put(_Failure(e))
         finally:
             if con is not None:
-                con.close()
+                with gate:
+                    con.close()
+
+    def get(self):
+        return self.q.get()
+
+    def close(self):
+        self.stop.set()
+        try:   # unblock a producer waiting on a full queue
+            while True:
+                self.q.get_nowait()
+        except queue.Empty:
+            pass
+        self.thread.join(timeout=30)
+
+
+class _BatchIterator:
+    """Yields the batches of one worker.  Reads ahead in a background thread, started by
+    the first next() (never by the dataset or by iter()).  Used in a forked child (an
+    iterator inherited from the parent), it leaves the parent's thread and connection
+    alone and reads with a new connection (and thread) of its own from where it was."""
+
+    def __init__(self, ds, batches, threads, progress):
+        self.ds = ds
+        self.batches = batches
+        self.progress = progress
+        self.threads = threads
+        self._pid = os.getpid()
+        self._i = 0
+        self._finished = False
+        self._prod = None
+        self._con = None
+        self._reader = None
+
+    def _depth(self):
+        ds = self.ds
+        tiles = ds._cat.tile_n
+        per_tile = float(np.mean(tiles)) if len(tiles) else ds.batch_size
+        # finished batches waiting: about half of prefetch_tiles tiles of cells (at
+        # least 2); the decoded tiles themselves wait in the extension's cache
+        return max(2, int(round(ds.prefetch_tiles * per_tile / ds.batch_size / 2)))
+
+    def _forked(self):
+        """In a child of the process that made this iterator: drop the parent's thread
+        and queue (untouched), abandon its connection, continue from batch self._i."""
+        self._prod = None
+        if self._con is not None:
+            _forksafe.abandon(self._con)
+            self._con = None
+        self._pid = os.getpid()
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._pid != os.getpid():
+            self._forked()
         if self._finished:
             raise StopIteration
-        if self._thread is not None:
-            item = self._q.get()
+        if self._i >= len(self.batches):
+            self.close()
+            raise StopIteration
+        if self.ds.prefetch_tiles > 0:
+            if self._prod is None:
+                self._prod = _Producer(self.ds, self.batches, self._i, self.threads,
+                                       self._depth())
+            item = self._prod.get()
             if item is _END:
                 self.close()
                 raise StopIteration
@@ -341,30 +529,26 @@ class _BatchIterator:
                 self.close()
                 raise item.exc
         else:
-            if self._i >= len(self.batches):
-                self.close()
-                raise StopIteration
             if self._con is None:
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
             item = self.ds._make_batch(self._con, self._reader, self.batches[self._i])
-            self._i += 1
+        self._i += 1
         if self.progress is not None:
             self.progress["done"] += 1
         return item
 
+    def __len__(self):
+        return len(self.batches) - self._i
+
     def close(self):
         self._finished = True
-        if self._thread is not None:
-            self._stop.set()
-            try:   # unblock a producer waiting on a full queue
-                while True:
-                    self._q.get_nowait()
-            except queue.Empty:
-                pass
-            self._thread.join(timeout=30)
-            self._thread = None
-            self._q = None
+        if self._pid != os.getpid():
+            self._forked()
+            return
+        if self._prod is not None:
+            self._prod.close()
+            self._prod = None
         if self._con is not None:
             self._con.close()
             self._con = None

@@ -1,91 +1,256 @@
-"""deltacells.CellMapDataset (map-style) and GroupBatchSampler.
+"""deltacells.CellMapDataset (map-style), CellBatch, collate and GroupBatchSampler.
 
 A map-style dataset over the selected cells (index i = i-th selected cell, in
-cell_id order).  A whole batch is one dc_batch call: each needed chunk is
-decoded once per batch, and the extension's decoded-chunk cache serves
-neighbouring batches and later epochs.
+cell_id order).  ds[i] is one cell, so torch's samplers and default collate work:
 
-    ds = deltacells.CellMapDataset("perturb.dcdb", obs=["perturbation"])
-    sampler = deltacells.GroupBatchSampler(ds, "perturbation", batch_size=256, seed=0)
-    # either: the batch sampler as a sampler, no collation (any torch version)
-    loader = DataLoader(ds, sampler=sampler, batch_size=None, num_workers=2)
-    # or: torch's batch_sampler path, through __getitems__, with the identity collate
+    ds = deltacells.CellMapDataset("pbmc.dcdb", obs=["cell_type"])
+    ds[0]            # {'X': 1-D float32 tensor (n_genes,), 'cell_id': 0, 'cell_type': 3}
+    loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=2)
+    # batches: {'X': (64, n_genes) dense, 'cell_id': int64 (64,), 'cell_type': int64 (64,)}
+
+Fast path: the DataLoader fetches a batch through ds.__getitems__(indices), which is one
+dc_batch call (each needed chunk decoded once per batch; the extension's decoded-chunk
+cache serves neighbouring batches and later epochs) and returns a CellBatch: the cells
+as a sequence (what torch's default collate needs) and the whole batch as one dict in
+the `output` form (sparse CSR by default), which collate_fn=deltacells.collate returns
+without building single cells:
+
+    loader = DataLoader(ds, batch_size=256, shuffle=True, collate_fn=deltacells.collate)
+    sampler = deltacells.GroupBatchSampler(ds, "cell_type", batch_size=256, seed=0)
     loader = DataLoader(ds, batch_sampler=sampler, collate_fn=deltacells.collate)
+    loader = DataLoader(ds, sampler=sampler, batch_size=None)   # ds[list]: a batch dict
+
+Fork safety: the dataset keeps one connection per process and thread, opened on first
+use; a DataLoader worker forked after the parent used the dataset opens its own.
 """
-import threading
+import collections.abc
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
+from torch.utils.data._utils.collate import default_collate
 
 from ._core import ObsReader
+from ._forksafe import ConnSlot
+from ._convert import CSRBatch
 from .dataset import _Base, _check_int
+
+ROWS = ("dense", "sparse")
+
+
+def _row_parts(X, i):
+    """Row i of a batch's X -> (cols int64 tensor, values tensor, n_cols), or (None, row, n)."""
+    if isinstance(X, torch.Tensor):
+        if X.layout == torch.sparse_csr:
+            crow = X.crow_indices()
+            a, b = int(crow[i]), int(crow[i + 1])
+            return X.col_indices()[a:b].long(), X.values()[a:b], X.shape[1]
+        if X.layout == torch.strided:
+            return None, X[i], X.shape[1]
+    elif isinstance(X, CSRBatch):
+        a, b = int(X.crow_indices[i]), int(X.crow_indices[i + 1])
+        return X.col_indices[a:b].long(), X.values[a:b], X.shape[1]
+    elif hasattr(X, "indptr") and hasattr(X, "indices"):      # scipy CSR
+        a, b = int(X.indptr[i]), int(X.indptr[i + 1])
+        return (torch.from_numpy(np.asarray(X.indices[a:b], dtype=np.int64)),
+                torch.from_numpy(np.array(X.data[a:b])), X.shape[1])
+    raise TypeError(f"cannot take rows of X of type {type(X).__name__}")
+
+
+def _dense_rows(X):
+    """X of a batch -> dense 2-D tensor."""
+    if isinstance(X, torch.Tensor):
+        return X if X.layout == torch.strided else X.to_dense()
+    if isinstance(X, CSRBatch):
+        return X.to_dense()
+    if hasattr(X, "toarray"):
+        return torch.from_numpy(np.asarray(X.toarray()))
+    raise TypeError(f"cannot take rows of X of type {type(X).__name__}")
+
+
+def _value(v, i, n):
+    """Cell i's entry of a per-cell batch value (tensor/array/list of length n); other
+    values (not per cell) as they are."""
+    if isinstance(v, torch.Tensor):
+        if v.dim() >= 1 and v.shape[0] == n:
+            x = v[i]
+            return x.item() if x.dim() == 0 else x
+        return v
+    if isinstance(v, np.ndarray):
+        if v.ndim >= 1 and v.shape[0] == n:
+            x = v[i]
+            return x.item() if isinstance(x, np.generic) else x
+        return v
+    if isinstance(v, (list, tuple)) and len(v) == n:
+        return v[i]
+    return v
+
+
+class CellBatch(collections.abc.Sequence):
+    """What CellMapDataset.__getitems__ returns: the cells of one dc_batch call.
+
+    As a sequence, its items are single cells like ds[i] (built on first access), so
+    torch's default collate makes a batch of them; `.batch` is the same cells as one
+    batch dict in the dataset's output form (what deltacells.collate returns)."""
+
+    def __init__(self, batch, row="dense"):
+        self.batch = batch
+        self.row = row
+        self._cells = None
+
+    def __len__(self):
+        return len(self.batch["cell_id"])
+
+    def _build(self):
+        b, n = self.batch, len(self)
+        X = b["X"]
+        dense = _dense_rows(X) if self.row == "dense" else None
+        cells = []
+        for i in range(n):
+            if dense is not None:
+                x = dense[i]
+            else:
+                cols, vals, g = _row_parts(X, i)
+                if cols is None:
+                    nz = torch.nonzero(vals).reshape(-1)
+                    cols, vals = nz, vals[nz]
+                x = torch.sparse_coo_tensor(cols.reshape(1, -1), vals, (g,)).coalesce()
+            cell = {"X": x}
+            for k, v in b.items():
+                if k != "X":
+                    cell[k] = _value(v, i, n)
+            cells.append(cell)
+        self._cells = cells
+
+    def __getitem__(self, i):
+        if self._cells is None:
+            self._build()
+        return self._cells[i]
+
+    def __repr__(self):
+        return f"CellBatch({len(self)} cells, keys={list(self.batch)})"
 
 
 def collate(batch):
-    """collate_fn for CellMapDataset: its __getitems__ already returns a whole batch."""
-    return batch
+    """collate_fn for CellMapDataset.  A CellBatch (from __getitems__) -> its batch dict,
+    uncopied; a batch dict -> itself; a list of single cells (ds[i] dicts) -> one batch
+    dict (sparse rows become a torch sparse CSR X, dense rows a stacked tensor); anything
+    else -> torch's default_collate."""
+    if isinstance(batch, CellBatch):
+        return batch.batch
+    if isinstance(batch, collections.abc.Mapping):
+        return batch
+    if (isinstance(batch, (list, tuple)) and batch
+            and all(isinstance(c, collections.abc.Mapping) and "X" in c for c in batch)):
+        xs = [c["X"] for c in batch]
+        out = {}
+        if all(isinstance(x, torch.Tensor) and x.layout == torch.sparse_coo for x in xs):
+            xs = [x.coalesce() for x in xs]
+            lens = torch.tensor([x._nnz() for x in xs], dtype=torch.int64)
+            crow = torch.zeros(len(xs) + 1, dtype=torch.int64)
+            crow[1:] = torch.cumsum(lens, 0)
+            col = torch.cat([x.indices().reshape(-1) for x in xs])
+            val = torch.cat([x.values() for x in xs])
+            out["X"] = torch.sparse_csr_tensor(crow, col, val, size=(len(xs), xs[0].shape[0]))
+        else:
+            out["X"] = default_collate(xs)
+        for k in batch[0]:
+            if k != "X":
+                out[k] = default_collate([c[k] for c in batch])
+        return out
+    return default_collate(batch)
 
 
 class CellMapDataset(_Base, Dataset):
-    """Map-style dataset; ds[i] is a batch of one cell, ds[[i, j, ...]] and
-    ds.__getitems__([...]) a batch of those cells in that order (repeats allowed).
-    Arguments as CellDataset's (path, where, obs, genes, output, dtype, threads, cache_mb)."""
+    """Map-style dataset of the selected cells (position i = i-th selected cell, cell_id order).
+
+    ds[i]:   one cell: {'X': 1-D tensor of n_genes values (row='dense', the default) or a
+             1-D sparse COO tensor (row='sparse'), 'cell_id': int, and each obs column:
+             a Python int (category code, or int), float, bool or str}
+    ds[[i, j, ...]], ds[a:b], ds.batch(indices): one batch dict of those cells in that
+             order (repeats allowed), X in the `output` form, like CellDataset's batches
+    ds.__getitems__(indices): a CellBatch (both of the above), used by DataLoader
+    len(ds) == ds.n_cells
+
+    Arguments as CellDataset's (path, where, obs, genes, output, dtype, threads, cache_mb,
+    cells, transform, missing_code, missing_genes), and:
+    row:     'dense' (default) or 'sparse': the form of X of a single cell.  torch's
+             default collate stacks dense rows; it cannot stack sparse rows in DataLoader
+             workers: with row='sparse' use collate_fn=deltacells.collate.
+    The transform is applied to each batch dict; single cells are rows of the transformed
+    batch (ds[i] reads a batch of one cell).
+    """
 
     def __init__(self, path, where=None, obs=None, genes=None, output="csr",
-                 dtype=torch.float32, threads=None, cache_mb=None):
+                 dtype=torch.float32, threads=None, cache_mb=None, *, cells=None, row="dense",
+                 transform=None, missing_code=-100, missing_genes="error"):
         super().__init__()
-        self._setup(path, where, obs, genes, output, dtype, threads, cache_mb)
+        if row not in ROWS:
+            raise ValueError(f"row must be one of {ROWS}, got {row!r}")
+        self.row = row
+        self._setup(path, where, obs, genes, output, dtype, threads, cache_mb, cells=cells,
+                    transform=transform, missing_code=missing_code, missing_genes=missing_genes)
         self._ids = self.cell_ids
-        self._local = threading.local()
+        self._slot = ConnSlot(self._open_slot)
 
     def __len__(self):
         return len(self._ids)
 
-    def _conn(self):
-        loc = self._local
-        if getattr(loc, "con", None) is None:
-            loc.con = self._open()
-            loc.reader = self._obs_reader()
-        return loc.con, loc.reader
+    def _open_slot(self):
+        return self._open(), self._obs_reader()
 
-    def __getitems__(self, indices):
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    def _conn(self):
+        return self._slot.get()
+
+    def _positions(self, indices):
+        idx = np.asarray(indices)
+        if idx.size and idx.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers, not {idx.dtype}")
+        idx = idx.astype(np.int64).reshape(-1)
         n = len(self._ids)
         if len(idx) == 0:
             raise ValueError("an empty batch of indices")
         bad = idx[(idx < -n) | (idx >= n)]
         if len(bad):
             raise IndexError(f"index {int(bad[0])} out of range for {n} cells")
-        idx = np.where(idx < 0, idx + n, idx)
+        return np.where(idx < 0, idx + n, idx)
+
+    def batch(self, indices):
+        """The cells at these positions as one batch dict (one dc_batch call)."""
+        idx = self._positions(indices)
         con, reader = self._conn()
         return self._make_batch(con, reader, self._ids[idx])
 
+    def __getitems__(self, indices):
+        return CellBatch(self.batch(indices), self.row)
+
     def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            return CellBatch(self.batch([index]), self.row)[0]
+        if isinstance(index, torch.Tensor) and index.dim() == 0:
+            return self[int(index)]
         if isinstance(index, slice):
-            return self.__getitems__(np.arange(len(self._ids))[index])
-        if isinstance(index, (int, np.integer)):
-            return self.__getitems__([index])
-        return self.__getitems__(index)
+            return self.batch(np.arange(len(self._ids))[index])
+        return self.batch(index)
 
     def obs_values(self, column):
         """One obs column for every selected cell, in dataset order (codes for categoricals)."""
-        if column not in self._cat.columns:
+        if column not in self._cat.columns and column not in ("name", "tile"):
             self._cat.resolve_obs([column])   # raises the clear error
         con, _ = self._conn()
         if column not in self._cat._categories and self._cat.kind(column) == "category":
             self._cat.categories(column, con)
-        reader = ObsReader(self._cat, [column], max_tiles=1 << 30)
+        reader = ObsReader(self._cat, [column], max_tiles=1 << 30, missing_code=self.missing_code)
         return reader.gather(con, self._ids)[column]
 
     def __getstate__(self):
         s = self.__dict__.copy()
-        del s["_local"]
+        del s["_slot"]
         return s
 
     def __setstate__(self, s):
         self.__dict__.update(s)
-        self._local = threading.local()
+        self._slot = ConnSlot(self._open_slot)
 
 
 class GroupBatchSampler(Sampler):

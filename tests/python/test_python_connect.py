@@ -138,38 +138,57 @@ def _tiles(sizes, gap=0):
 def test_plan_partitions_cells(world, workers):
     tiles = _tiles([100, 100, 37, 100, 5, 100, 64])
     every = np.concatenate([c for _, c in tiles])
+    tile_of = {int(c): t for t, cs in tiles for c in cs}
     for drop_last in (False, True):
         p = EpochPlan(tiles, seed=1, epoch=3, shuffle=True, window=2, batch_size=32,
-                      drop_last=drop_last, world_size=world, num_workers=workers)
+                      drop_last=drop_last, world_size=world)
         got = []
         tiles_of = []
         for r in range(world):
-            rt = set()
-            for w in range(workers):
-                bs = p.batches(r, w)
-                assert len(bs) == p.counts[r][w]
-                for b in bs:
-                    assert len(b) == 32 or not drop_last
-                    got.append(b)
-                rt |= {t for t, _ in p.shards[r][w]}
-            tiles_of.append(rt)
+            whole = p.batches(r)                   # the rank's epoch, as one worker sees it
+            assert len(whole) == p.n_batches(r)
+            parts = [p.batches(r, w, workers) for w in range(workers)]
+            # the workers deliver exactly the rank's batches: contiguous runs, nearly equal
+            assert sum(len(x) for x in parts) == len(whole)
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+            flat = [b for x in parts for b in x]
+            assert all(np.array_equal(a, b) for a, b in zip(flat, whole))
+            for b in flat:
+                assert len(b) == 32 or not drop_last
+                got.append(b)
+            short = [b for b in whole if len(b) < 32]
+            assert len(short) <= 1 and (not short or np.array_equal(short[0], whole[-1]))
+            tiles_of.append({tile_of[int(c)] for b in flat for c in b})
         ids = np.concatenate(got)
         assert len(np.unique(ids)) == len(ids)
         if not drop_last:
             assert np.array_equal(np.sort(ids), every)
+        else:
+            assert len(ids) == sum(n // 32 * 32 for n in p.rank_cells)
         for a in range(world):
             for b in range(a + 1, world):
                 assert not tiles_of[a] & tiles_of[b]
+
+
+def test_plan_worker_reads_its_own_stretch():
+    # 8 tiles of 100 cells, window 1, batches of 50: each worker's cells come from its own
+    # tiles (the batches do not straddle workers' tiles when the split falls on a tile edge)
+    tiles = _tiles([100] * 8)
+    p = EpochPlan(tiles, seed=4, epoch=0, shuffle=True, window=1, batch_size=50,
+                  drop_last=False)
+    seen = [set((np.concatenate(p.batches(0, w, 4)) // 100).tolist()) for w in range(4)]
+    assert all(len(s) == 2 for s in seen)
+    assert not any(seen[a] & seen[b] for a in range(4) for b in range(a + 1, 4))
 
 
 @pytest.mark.parametrize("mode", ["pad", "drop"])
 def test_plan_equal_batches(mode):
     tiles = _tiles([300, 10, 10, 10])
     p = EpochPlan(tiles, seed=0, epoch=0, shuffle=True, window=1, batch_size=16, drop_last=False,
-                  world_size=2, num_workers=2, equal_batches=mode)
-    counts = [sum(len(p.batches(r, w)) for w in range(2)) for r in range(2)]
-    assert counts[0] == counts[1]
-    ids = np.concatenate([b for r in range(2) for w in range(2) for b in p.batches(r, w)])
+                  world_size=2, equal_batches=mode)
+    counts = [sum(len(p.batches(r, w, 2)) for w in range(2)) for r in range(2)]
+    assert counts[0] == counts[1] == p.n_batches(0) == p.n_batches(1)
+    ids = np.concatenate([b for r in range(2) for w in range(2) for b in p.batches(r, w, 2)])
     if mode == "pad":
         assert set(ids.tolist()) == set(range(330))
     else:

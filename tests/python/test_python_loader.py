@@ -60,7 +60,8 @@ def test_epoch_covers_every_cell_once(small, num_workers, prefetch):
     assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
     assert all(len(b) <= 256 for b in batches)
     assert not np.array_equal(ids, np.arange(N_CELLS)), "shuffle=True returned stored order"
-    assert ds.n_batches(num_workers) == len(batches)
+    assert ds.n_batches == len(ds) == len(batches)
+    assert len(DataLoader(ds, batch_size=None, num_workers=num_workers)) == len(batches)
 
 
 def test_where_selection_covered_once_with_workers(small, adata):
@@ -85,7 +86,7 @@ def test_drop_last(small):
     assert all(len(b) == 256 for b in batches)
     ids = np.concatenate(batches)
     assert len(np.unique(ids)) == len(ids)
-    assert len(ids) > N_CELLS - 2 * 256
+    assert len(ids) == N_CELLS // 256 * 256 == len(ds) * 256   # only the one short batch
 
 
 def test_order_reproducible_and_changes_with_epoch(small):
@@ -380,12 +381,16 @@ def test_map_dataset_getitems(small, adata, stored_genes):
     ds = deltacells.CellMapDataset(small[1], obs=["cell_type"], output="scipy")
     assert len(ds) == N_CELLS
     idx = [5, 2999, 5, 1200, 0, 401]
-    b = ds.__getitems__(idx)
+    b = ds.batch(idx)
     assert list(b["cell_id"]) == idx
     assert np.array_equal(b["X"].toarray(), ref[idx].toarray())
     assert np.array_equal(b["cell_type"], adata.obs["cell_type"].cat.codes.to_numpy()[idx])
-    one = ds[7]
-    assert one["X"].shape == (1, N_GENES) and list(one["cell_id"]) == [7]
+    one = ds[7]          # one cell: a 1-D row
+    assert one["X"].shape == (N_GENES,) and one["cell_id"] == 7
+    assert np.array_equal(one["X"].numpy(), ref[7].toarray()[0])
+    assert one["cell_type"] == adata.obs["cell_type"].cat.codes.to_numpy()[7]
+    b = deltacells.collate(ds.__getitems__(idx))     # the fast path: one batch dict
+    assert list(b["cell_id"]) == idx
     with pytest.raises(IndexError, match="out of range"):
         ds[[0, N_CELLS]]
 
