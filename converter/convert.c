@@ -30,6 +30,7 @@
 
 #include "dataset.h"
 #include "dc_codec.h"
+#include "dc_format.h"
 #include "dc_obs.h"
 #include "h5ad.h"
 
@@ -190,7 +191,7 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     if (!tot || !nc) { free(tot); free(nc); cv_fail(e, "out of memory"); goto done; }
     if (h->fmt == MAT_CSC) {
       p1ctx c = {pg, base, h->n_obs, h->nnz};
-      if (h5ad_csc_spool(h, spool_dir, base, T, tot, nc, csc_progress, &c, e)) { free(tot); free(nc); goto done; }
+      if (h5ad_csc_spool(h, spool_dir, T, tot, nc, csc_progress, &c, e)) { free(tot); free(nc); goto done; }
     } else {
       for (uint64_t r = 0; r < h->n_obs; r += T) {
         uint64_t r1 = r + T < h->n_obs ? r + T : h->n_obs;
@@ -369,11 +370,10 @@ static int read_tile(h5file *files, int nf, const uint64_t *first, const genes *
   return 0;
 }
 
-static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, const genes *g,
-                 const cv_opts *o, rowbuf *last, dsw *w, uint64_t *nnz_out, uint64_t *bytes_out, progress *pg,
-                 cv_err *e) {
-  uint32_t T = o->tile_cells;
-  uint64_t n_tiles = (n_cells + T - 1) / T;
+/* tstart[t] .. tstart[t+1]: the cells of tile t (n_tiles + 1 entries). */
+static int pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *tstart, uint64_t n_tiles,
+                 const genes *g, const cv_opts *o, rowbuf *last, dsw *w, uint64_t *nnz_out, uint64_t *bytes_out,
+                 progress *pg, cv_err *e) {
   int threads = o->threads > 0 ? o->threads : cv_ncores();
   /* one tile: this thread encodes it (the codec spreads its chunks over `threads`) */
   int workers = n_tiles <= 1 ? 0 : (uint64_t)threads < n_tiles ? threads : (int)n_tiles;
@@ -435,7 +435,7 @@ static int pass2(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
     slot *r = &pp.slots[next_read % (uint64_t)pp.n_slots];
     if (next_read < n_tiles && r->state == S_FREE) {
       pthread_mutex_unlock(&pp.mu);
-      uint64_t c0 = next_read * T, c1 = c0 + T < n_cells ? c0 + T : n_cells;
+      uint64_t c0 = tstart[next_read], c1 = tstart[next_read + 1];
       r->tile = (int64_t)next_read;
       r->first_cell = c0;
       if (read_tile(files, nf, first, g, c0, c1, &r->rb, next_read + 1 == n_tiles ? last : NULL, e)) goto done;
@@ -807,88 +807,125 @@ done:
 }
 
 /* ------------------------------------------------------------ genes table */
-static const char *sql_type(int kind) {
+/* The genes table, column by column (docs/format.md section 1): name,
+** total_counts, n_cells, then the union of the inputs' var columns.  A gene
+** takes a var column's value from the first input that has the gene (NULL
+** where that input lacks the column).  Stored kinds: int (int, and bool as
+** 0/1), real, text (text, and categorical as its labels). */
+static int stored_kind(int kind) {
   switch (kind) {
-    case CVK_INT: case CVK_BOOL: return "INTEGER";
-    case CVK_REAL: return "REAL";
-    default: return "TEXT";
+    case CVK_INT: case CVK_BOOL: return DC_OBS_INT;
+    case CVK_REAL: return DC_OBS_REAL;
+    default: return DC_OBS_TEXT;
   }
 }
 
-static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw *w, cv_err *e) {
+static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw *w, int64_t *bytes_out,
+                       cv_err *e) {
   static const char *const reserved[] = {"gene_id", "name", "total_counts", "n_cells", NULL};
   ocol *cols = NULL;
   int n = 0, rc = -1;
-  colbuf **vals = NULL; /* [col * nf + f]: the whole var column of file f */
-  colbuf one = {0};
+  colbuf *conv = NULL, tmp = {0};      /* conv[f]: file f's var column in the united kind */
+  uint32_t ng = g->n, block = o->genes_block ? o->genes_block : DC_GENES_BLOCK;
+  uint64_t nn = (uint64_t)ng + 1;
+  const char **tv = malloc(nn * sizeof *tv);
+  uint32_t *tl = malloc(nn * sizeof *tl);
+  int64_t *iv = malloc(nn * sizeof *iv);
+  uint8_t *valid = malloc(nn);
+  double *fv = malloc(nn * sizeof *fv);
+  int64_t bytes = 0, b = 0;
   int with_index = o->gene_key != NULL; /* the var index kept as a column when names come from a key */
-  if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e)) return -1;
+  if (!tv || !tl || !iv || !valid || !fv) { cv_fail(e, "out of memory"); goto done; }
+  /* the fixed columns */
+  {
+    dc_obs_values v;
+    memset(&v, 0, sizeof v);
+    v.n = ng;
+    v.kind = DC_OBS_TEXT;
+    for (uint32_t id = 0; id < ng; id++) {
+      tv[id] = g->name[g->order[id]];
+      tl[id] = (uint32_t)strlen(tv[id]);
+    }
+    v.text = tv;
+    v.text_len = tl;
+    if (dsw_genes_column(w, 0, "name", &v, block, &b, e)) goto done;
+    bytes += b;
+    memset(&v, 0, sizeof v);
+    v.n = ng;
+    v.kind = DC_OBS_INT;
+    v.i64 = iv;
+    for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->total[g->order[id]];
+    if (dsw_genes_column(w, 1, "total_counts", &v, block, &b, e)) goto done;
+    bytes += b;
+    for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->ncells[g->order[id]];
+    if (dsw_genes_column(w, 2, "n_cells", &v, block, &b, e)) goto done;
+    bytes += b;
+  }
+  if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e)) goto done;
   if (with_index) {
     free(cols[0].name);
     cols[0].name = unique_name("var_index", cols + 1, n - 1, reserved);
     if (!cols[0].name) { cv_fail(e, "out of memory"); goto done; }
   }
-  const char **names = calloc((size_t)n + 1, sizeof *names), **types = calloc((size_t)n + 1, sizeof *types);
-  vals = calloc((size_t)n * (size_t)nf + 1, sizeof *vals);
-  if (!names || !types || !vals) { free(names); free(types); cv_fail(e, "out of memory"); goto done; }
+  conv = calloc((size_t)nf, sizeof *conv);
+  if (!conv) { cv_fail(e, "out of memory"); goto done; }
   for (int i = 0; i < n; i++) {
-    names[i] = cols[i].name;
-    types[i] = sql_type(cols[i].kind);
-  }
-  int r = dsw_genes_create(w, n, names, types, e);
-  free(names);
-  free(types);
-  if (r) goto done;
-  for (int i = 0; i < n; i++)
+    const ocol *c = &cols[i];
     for (int f = 0; f < nf; f++) {
-      const h5col *sc = cols[i].src[f];
+      const h5col *sc = c->src[f];
       if (!sc) continue;
-      colbuf *cb = calloc(1, sizeof *cb);
-      if (!cb) { cv_fail(e, "out of memory"); goto done; }
-      vals[i * nf + f] = cb;
-      if (h5ad_col_read(&files[f], sc, 0, (size_t)files[f].n_vars, cb, e)) {
+      size_t k = (size_t)files[f].n_vars;
+      if (h5ad_col_read(&files[f], sc, 0, k, &tmp, e)) {
         cv_prefix(e, "%s column '%s'", files[f].var.path, sc->name);
         goto done;
       }
+      if (colbuf_reset(&conv[f], c->kind, k, e) || cast_into(c, f, sc, &tmp, &conv[f], 0, k, e)) goto done;
+      if (c->kind == CVK_TEXT) colbuf_text_done(&conv[f]);
     }
-  sqlite3_stmt *s = dsw_gene_stmt(w);
-  for (uint32_t id = 0; id < g->n; id++) {
-    uint32_t gl = g->order[id], f = g->file[gl], j = g->local[gl];
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_text(s, 2, g->name[gl], -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, (int64_t)g->total[gl]);
-    sqlite3_bind_int64(s, 4, (int64_t)g->ncells[gl]);
-    for (int i = 0; i < n; i++) {
-      colbuf *src = vals[i * nf + (int)f];
-      if (!src) continue; /* NULL */
-      /* one value through the same conversion as obs */
-      colbuf view = *src;
-      view.n = 1;
-      view.codes = src->codes + j; view.i64 = src->i64 + j; view.valid = src->valid + j;
-      view.f64 = src->f64 + j; view.b8 = src->b8 + j; view.text = src->text + j; view.text_len = src->text_len + j;
-      if (colbuf_reset(&one, cols[i].kind, 1, e) || cast_into(&cols[i], (int)f, cols[i].src[f], &view, &one, 0, 1, e))
-        goto done;
-      int p = 5 + i;
-      switch (cols[i].kind) {
+    dc_obs_values v;
+    memset(&v, 0, sizeof v);
+    v.n = ng;
+    v.kind = stored_kind(c->kind);
+    for (uint32_t id = 0; id < ng; id++) {
+      uint32_t gl = g->order[id], f = g->file[gl], j = g->local[gl];
+      const colbuf *src = c->src[f] ? &conv[f] : NULL;
+      tv[id] = NULL;
+      tl[id] = 0;
+      valid[id] = 0;
+      iv[id] = 0;
+      fv[id] = NAN;
+      if (!src) continue;
+      switch (c->kind) {
         case CVK_CATEGORY:
-          if (one.codes[0] >= 0) sqlite3_bind_text(s, p, cols[i].labels[one.codes[0]], -1, SQLITE_STATIC);
+          if (src->codes[j] >= 0) { tv[id] = c->labels[src->codes[j]]; tl[id] = (uint32_t)strlen(tv[id]); }
           break;
-        case CVK_INT: if (one.valid[0]) sqlite3_bind_int64(s, p, one.i64[0]); break;
-        case CVK_REAL: if (!isnan(one.f64[0])) sqlite3_bind_double(s, p, one.f64[0]); break;
-        case CVK_BOOL: if (one.b8[0] >= 0) sqlite3_bind_int(s, p, one.b8[0]); break;
         case CVK_TEXT:
-          colbuf_text_done(&one);
-          if (one.text[0]) sqlite3_bind_text64(s, p, one.text[0], one.text_len[0], SQLITE_TRANSIENT, SQLITE_UTF8);
+          if (src->text[j]) { tv[id] = src->text[j]; tl[id] = src->text_len[j]; }
           break;
+        case CVK_INT:
+          if (src->valid[j]) { valid[id] = 1; iv[id] = src->i64[j]; }
+          break;
+        case CVK_BOOL:
+          if (src->b8[j] >= 0) { valid[id] = 1; iv[id] = src->b8[j]; }
+          break;
+        case CVK_REAL: fv[id] = src->f64[j]; break;
       }
     }
-    if (dsw_gene_step(w, e)) goto done;
+    v.text = tv;
+    v.text_len = tl;
+    v.i64 = iv;
+    v.valid = valid;
+    v.f64 = fv;
+    if (dsw_genes_column(w, 3 + i, c->name, &v, block, &b, e)) goto done;
+    bytes += b;
   }
+  if (bytes_out) *bytes_out = bytes;
   rc = 0;
 done:
-  if (vals) for (int i = 0; i < n * nf; i++) if (vals[i]) { colbuf_free(vals[i]); free(vals[i]); }
-  free(vals);
-  colbuf_free(&one);
+  if (conv) for (int f = 0; f < nf; f++) colbuf_free(&conv[f]);
+  free(conv);
+  colbuf_free(&tmp);
+  free(tv); free(tl); free(iv); free(valid); free(fv);
   ocols_free(cols, n, nf);
   return rc;
 }
@@ -909,6 +946,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   int nf = o->n_inputs, rc = -1, opened = 0;
   h5file *files = calloc((size_t)nf, sizeof *files);
   uint64_t *first = calloc((size_t)nf + 1, sizeof *first);
+  uint64_t *ftile = calloc((size_t)nf + 1, sizeof *ftile), *tstart = NULL;
   genes g;
   dsw w;
   progress pg;
@@ -917,7 +955,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   memset(&w, 0, sizeof w);
   double t0 = cv_now();
   int show = !o->quiet && isatty(2);
-  if (!files || !first) { free(files); free(first); return cv_fail(e, "out of memory"); }
+  if (!files || !first || !ftile) { free(files); free(first); free(ftile); return cv_fail(e, "out of memory"); }
   struct stat st;
   if (stat(o->out, &st) == 0) {
     if (S_ISDIR(st.st_mode)) { cv_fail(e, "%s: is a directory", o->out); goto done; }
@@ -955,19 +993,36 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   prog_end(&pg);
   if (r1 || genes_renumber(&g, files, nf, e)) goto done;
 
+  /* the tiles: each input split on its own (no tile spans two inputs) */
+  uint64_t n_tiles = 0;
+  for (int f = 0; f < nf; f++) {
+    cv_split sp = cv_split_make(files[f].n_obs, o->tile_cells);
+    ftile[f] = n_tiles;
+    n_tiles += sp.k;
+  }
+  ftile[nf] = n_tiles;
+  tstart = malloc((n_tiles + 1) * sizeof *tstart);
+  if (!tstart) { cv_fail(e, "out of memory"); goto done; }
+  for (int f = 0; f < nf; f++) {
+    cv_split sp = cv_split_make(files[f].n_obs, o->tile_cells);
+    for (uint64_t t = 0; t < sp.k; t++) tstart[ftile[f] + t] = first[f] + cv_split_start(&sp, t);
+  }
+  tstart[n_tiles] = n_cells;
+
   /* pass 2 */
   if (dsw_open(&w, o->out, e)) goto done;
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
+  int64_t gbytes = 0;
   prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);
   double tp2 = cv_now();
-  int r2 = pass2(files, nf, first, n_cells, &g, o, &last, &w, &nnz, &xbytes, &pg, e);
+  int r2 = pass2(files, nf, first, tstart, n_tiles, &g, o, &last, &w, &nnz, &xbytes, &pg, e);
   prog_end(&pg);
   if (r2) goto done;
   if (nnz != nnz1) {
     cv_fail(e, "internal: pass 2 read %llu nonzeros, pass 1 %llu", (unsigned long long)nnz, (unsigned long long)nnz1);
     goto done;
   }
-  if (write_genes(files, nf, &g, o, &w, e)) goto done;
+  if (write_genes(files, nf, &g, o, &w, &gbytes, e)) goto done;
   int nobs_cols = 0;
   for (int f = 0; f < nf; f++) nobs_cols += files[f].obs.n_cols;
   prog_start(&pg, show, "pass 3/3 (obs)", n_cells * (uint64_t)(nobs_cols + 1 + (nf > 1)));
@@ -985,20 +1040,23 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   for (int f = 0; f < nf; f++) {
     sqlite3_str_appendall(src, f ? ",{\"file\":" : "{\"file\":");
     json_str(src, files[f].path);
-    sqlite3_str_appendf(src, ",\"matrix\":\"%s\",\"n_cells\":%llu,\"first_cell\":%llu}", files[f].mpath,
-                        (unsigned long long)files[f].n_obs, (unsigned long long)first[f]);
+    sqlite3_str_appendf(src, ",\"matrix\":\"%s\",\"n_cells\":%llu,\"first_cell\":%llu,\"first_tile\":%llu,"
+                        "\"n_tiles\":%llu}", files[f].mpath, (unsigned long long)files[f].n_obs,
+                        (unsigned long long)first[f], (unsigned long long)ftile[f],
+                        (unsigned long long)(ftile[f + 1] - ftile[f]));
   }
   sqlite3_str_appendchar(src, 1, ']');
   char *sources = sqlite3_str_finish(src);
-  uint64_t n_tiles = (n_cells + o->tile_cells - 1) / o->tile_cells;
   int mr = !sources ? cv_fail(e, "out of memory")
-           : (dsw_meta_int(&w, "format_version", 1, e) || dsw_meta_int(&w, "n_cells", (int64_t)n_cells, e) ||
+           : (dsw_meta_int(&w, "format_version", DC_FORMAT_VERSION, e) || dsw_meta_int(&w, "n_cells", (int64_t)n_cells, e) ||
               dsw_meta_int(&w, "n_genes", g.n, e) || dsw_meta_int(&w, "nnz", (int64_t)nnz, e) ||
               dsw_meta_int(&w, "n_tiles", (int64_t)n_tiles, e) ||
               dsw_meta_text(&w, "codec", dc_codec_name(codec), e) ||
               dsw_meta_int(&w, "level", o->level_set ? o->level : 0, e) ||
               dsw_meta_int(&w, "chunks", o->chunks, e) || dsw_meta_int(&w, "tile_cells", o->tile_cells, e) ||
-              dsw_meta_int(&w, "obs_block_cells", OBS_BLOCK, e) || dsw_meta_text(&w, "sources", sources, e) ||
+              dsw_meta_int(&w, "obs_block_cells", OBS_BLOCK, e) ||
+              dsw_meta_int(&w, "genes_block", o->genes_block ? o->genes_block : DC_GENES_BLOCK, e) ||
+              dsw_meta_text(&w, "sources", sources, e) ||
               dsw_meta_text(&w, "created_by", VERSION, e)) ? -1 : 0;
   sqlite3_free(sources);
   if (mr) goto done;
@@ -1020,5 +1078,7 @@ done:
   for (int f = 0; f < opened; f++) h5ad_close(&files[f]);
   free(files);
   free(first);
+  free(ftile);
+  free(tstart);
   return rc;
 }

@@ -20,6 +20,7 @@ typedef struct cv_opts {
   int threads;          /* 0 = one per core */
   const char *gene_key; /* NULL or a var column */
   int codec;            /* DC_CODEC_*; 0 = the codec library's default (rans) */
+  uint32_t genes_block; /* genes per stored block of the genes table; 0 = DC_GENES_BLOCK */
   int force, quiet;
 } cv_opts;
 

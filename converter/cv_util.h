@@ -54,6 +54,27 @@ uint32_t *cv_map_ref(cv_map *m, const char *key);
 int cv_map_put(cv_map *m, const char *key, uint32_t val, cv_err *e);
 void cv_map_free(cv_map *m);
 
+/* The tiles of one input: its n cells in k = ceil(n / tile_cells)
+** consecutive tiles of tile_cells cells, the last one shorter, so that no
+** tile spans two inputs (a single input's tiles are cells t * tile_cells ..).
+** Rows are the input's own (local). */
+typedef struct cv_split {
+  uint64_t n, k, size;
+} cv_split;
+static inline cv_split cv_split_make(uint64_t n, uint32_t tile_cells) {
+  cv_split s;
+  s.n = n;
+  s.size = tile_cells;
+  s.k = (n + tile_cells - 1) / tile_cells;
+  return s;
+}
+/* First row of tile t (t = k gives n). */
+static inline uint64_t cv_split_start(const cv_split *s, uint64_t t) {
+  return t * s->size < s->n ? t * s->size : s->n;
+}
+/* The tile of row r (< n). */
+static inline uint64_t cv_split_tile(const cv_split *s, uint64_t r) { return r / s->size; }
+
 /* Monotonic seconds. */
 double cv_now(void);
 /* Number of online cores (at least 1). */

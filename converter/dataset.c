@@ -2,6 +2,11 @@
 ** dataset.c — the SQLite side of the converter (see dataset.h, docs/format.md).
 */
 #include "dataset.h"
+#include "dc_format.h"
+
+/* zstd level of the genes table's blocks: they are small, and they are most
+** of a small dataset's bytes beside the tiles */
+#define GENES_LEVEL 19
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,9 +30,14 @@ static const char *SCHEMA =
     " PRIMARY KEY(col, code)) WITHOUT ROWID;"
     "CREATE TABLE cells_blocks(id INTEGER PRIMARY KEY, col INTEGER NOT NULL, block INTEGER NOT NULL,"
     " first_cell INTEGER NOT NULL, n_cells INTEGER NOT NULL, null_count INTEGER NOT NULL,"
-    " min, max, present BLOB, data BLOB NOT NULL);";
+    " min, max, present BLOB, data BLOB NOT NULL);"
+    "CREATE TABLE genes_columns(col INTEGER PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL,"
+    " null_count INTEGER NOT NULL, bytes INTEGER NOT NULL);"
+    "CREATE TABLE genes_blocks(id INTEGER PRIMARY KEY, col INTEGER NOT NULL, block INTEGER NOT NULL,"
+    " first_gene INTEGER NOT NULL, n_genes INTEGER NOT NULL, data BLOB NOT NULL);";
 
 static const char *VTABS[] = {
+    "CREATE VIRTUAL TABLE genes USING deltacells_genes",
     "CREATE VIRTUAL TABLE cells USING deltacells_cells",
     "CREATE VIRTUAL TABLE tiles USING deltacells_tiles",
     "CREATE VIRTUAL TABLE expression USING deltacells_expression",
@@ -107,14 +117,19 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
     return r;
   }
   sqlite3_extended_result_codes(w->db, 1);
-  if (exec(w, "PRAGMA page_size=65536; PRAGMA application_id=0x44435442; PRAGMA journal_mode=OFF;"
-           "PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN;", e) ||
+  char pragmas[256];
+  snprintf(pragmas, sizeof pragmas,
+           "PRAGMA page_size=%d; PRAGMA application_id=0x44435442; PRAGMA journal_mode=OFF;"
+           "PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN;", DC_PAGE_SIZE);
+  if (exec(w, pragmas, e) ||
       exec(w, SCHEMA, e) ||
       prep(w, "INSERT INTO tiles_data VALUES(?,?,?,?,?,?)", &w->ins_tile, e) ||
       prep(w, "INSERT INTO cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?)", &w->ins_block, e) ||
       prep(w, "INSERT INTO cells_dict VALUES(?,?,?)", &w->ins_dict, e) ||
       prep(w, "INSERT INTO cells_columns VALUES(?,?,?,?,?,?)", &w->ins_col, e) ||
-      prep(w, "INSERT INTO dc_meta VALUES(?,?)", &w->ins_meta, e)) {
+      prep(w, "INSERT INTO dc_meta VALUES(?,?)", &w->ins_meta, e) ||
+      prep(w, "INSERT INTO genes_blocks VALUES(?,?,?,?,?,?)", &w->ins_gblock, e) ||
+      prep(w, "INSERT INTO genes_columns VALUES(?,?,?,?,?)", &w->ins_gcol, e)) {
     dsw_abort(w);
     return -1;
   }
@@ -147,33 +162,54 @@ int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t 
   return step(w, s, what, e);
 }
 
-static char *quote_ident(const char *s) {
-  return sqlite3_mprintf("\"%w\"", s);
-}
-
-int dsw_genes_create(dsw *w, int n_cols, const char *const *names, const char *const *types, cv_err *e) {
-  sqlite3_str *sql = sqlite3_str_new(w->db), *ins = sqlite3_str_new(w->db);
-  sqlite3_str_appendall(sql, "CREATE TABLE genes(gene_id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                             " total_counts INTEGER NOT NULL, n_cells INTEGER NOT NULL");
-  sqlite3_str_appendall(ins, "INSERT INTO genes VALUES(?,?,?,?");
-  for (int i = 0; i < n_cols; i++) {
-    char *q = quote_ident(names[i]);
-    sqlite3_str_appendf(sql, ", %s %s", q, types[i]);
-    sqlite3_str_appendall(ins, ",?");
-    sqlite3_free(q);
+int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values *v, uint32_t block,
+                     int64_t *bytes_out, cv_err *e) {
+  int64_t bytes = 0, nulls = 0;
+  uint8_t *blob = NULL;
+  for (uint64_t b = 0, g0 = 0; g0 < v->n; b++, g0 += block) {
+    uint32_t k = v->n - g0 < block ? (uint32_t)(v->n - g0) : block;
+    dc_obs_values s = *v;
+    s.n = k;
+    if (s.codes) s.codes += g0;
+    if (s.i64) s.i64 += g0;
+    if (s.valid) s.valid += g0;
+    if (s.f64) s.f64 += g0;
+    if (s.b8) s.b8 += g0;
+    if (s.text) s.text += g0;
+    if (s.text_len) s.text_len += g0;
+    dc_obs_stats st;
+    memset(&st, 0, sizeof st);
+    dc_error de;
+    memset(&de, 0, sizeof de);
+    size_t len = 0;
+    if (dc_obs_encode(&s, GENES_LEVEL, &blob, &len, &st, &de) != DC_OK) {
+      dc_obs_stats_clear(&st);
+      return cv_fail(e, "genes column '%s', block %llu: %s", name, (unsigned long long)b, de.msg);
+    }
+    nulls += st.null_count;
+    dc_obs_stats_clear(&st);
+    sqlite3_stmt *q = w->ins_gblock;
+    sqlite3_bind_int64(q, 1, (col << 32) + (int64_t)b);
+    sqlite3_bind_int64(q, 2, col);
+    sqlite3_bind_int64(q, 3, (int64_t)b);
+    sqlite3_bind_int64(q, 4, (int64_t)g0);
+    sqlite3_bind_int64(q, 5, k);
+    sqlite3_bind_blob64(q, 6, blob, len, SQLITE_STATIC);
+    int r = step(w, q, "writing genes_blocks", e);
+    free(blob);
+    blob = NULL;
+    if (r) return -1;
+    bytes += (int64_t)len;
   }
-  sqlite3_str_appendall(sql, ")");
-  sqlite3_str_appendall(ins, ")");
-  char *a = sqlite3_str_finish(sql), *b = sqlite3_str_finish(ins);
-  int rc = (!a || !b) ? cv_fail(e, "out of memory") : (exec(w, a, e) || prep(w, b, &w->ins_gene, e)) ? -1 : 0;
-  sqlite3_free(a);
-  sqlite3_free(b);
-  w->n_gene_cols = n_cols;
-  return rc;
+  sqlite3_stmt *q = w->ins_gcol;
+  sqlite3_bind_int64(q, 1, col);
+  sqlite3_bind_text(q, 2, name, -1, SQLITE_STATIC);
+  sqlite3_bind_text(q, 3, dc_obs_kind_name(v->kind), -1, SQLITE_STATIC);
+  sqlite3_bind_int64(q, 4, nulls);
+  sqlite3_bind_int64(q, 5, bytes);
+  if (bytes_out) *bytes_out = bytes;
+  return step(w, q, "writing genes_columns", e);
 }
-
-sqlite3_stmt *dsw_gene_stmt(dsw *w) { return w->ins_gene; }
-int dsw_gene_step(dsw *w, cv_err *e) { return step(w, w->ins_gene, "writing genes", e); }
 
 int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
                int64_t null_count, int64_t bytes, cv_err *e) {
@@ -208,7 +244,6 @@ static int fsync_path(const char *path, int dir) {
 
 int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   char *msg = NULL;
-  if (exec(w, "CREATE INDEX genes_name ON genes(name);", e)) return -1;
   if (sqlite3_deltacells_init(w->db, &msg, NULL) != SQLITE_OK) {
     int r = cv_fail(e, "%s: loading the deltacells extension: %s", w->tmp_path, msg ? msg : "failed");
     sqlite3_free(msg);
@@ -218,7 +253,7 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   for (size_t i = 0; i < sizeof VTABS / sizeof *VTABS; i++)
     if (exec(w, VTABS[i], e)) return -1;
   if (exec(w, "COMMIT;", e)) return -1;
-  sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gene, &w->ins_meta};
+  sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gblock, &w->ins_gcol, &w->ins_meta};
   for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {
     sqlite3_finalize(*sts[i]);
     *sts[i] = NULL;
@@ -253,7 +288,7 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
 }
 
 void dsw_abort(dsw *w) {
-  sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gene, &w->ins_meta};
+  sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gblock, &w->ins_gcol, &w->ins_meta};
   for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {
     sqlite3_finalize(*sts[i]);
     *sts[i] = NULL;

@@ -11,13 +11,13 @@
 #include <sqlite3.h>
 #include <stdint.h>
 #include "cv_util.h"
+#include "dc_obs.h"
 
 typedef struct dsw {
   sqlite3 *db;
   char *tmp_path;
   char *out_path;
-  sqlite3_stmt *ins_tile, *ins_block, *ins_dict, *ins_col, *ins_gene, *ins_meta;
-  int n_gene_cols;     /* var columns of the genes table */
+  sqlite3_stmt *ins_tile, *ins_block, *ins_dict, *ins_col, *ins_gblock, *ins_gcol, *ins_meta;
 } dsw;
 
 /* Creates the temporary database beside out_path and begins the transaction. */
@@ -26,11 +26,12 @@ int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e);
 int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
 int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t nnz, int64_t chunks,
              const void *blob, size_t len, cv_err *e);
-/* genes: the var columns (names already unique, SQL types "INTEGER", "REAL", "TEXT"). */
-int dsw_genes_create(dsw *w, int n_cols, const char *const *names, const char *const *types, cv_err *e);
-/* Binds the fixed part; the caller binds var columns 5.. with dsw_gene_stmt and calls dsw_gene_step. */
-sqlite3_stmt *dsw_gene_stmt(dsw *w);
-int dsw_gene_step(dsw *w, cv_err *e);
+/* One column of the genes table (genes_columns row col, genes_blocks rows):
+** v holds the values of every gene in gene_id order (v->kind: DC_OBS_TEXT,
+** INT, BOOL or REAL), stored in blocks of `block` genes.  *bytes_out (may be
+** NULL) gets the stored bytes. */
+int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values *v, uint32_t block,
+                     int64_t *bytes_out, cv_err *e);
 int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
                int64_t null_count, int64_t bytes, cv_err *e);
 int dsw_dict(dsw *w, int64_t col, int64_t code, const char *value, size_t len, cv_err *e);

@@ -1179,9 +1179,8 @@ static int spool_flush(h5file *f, spool_bucket *b, cv_err *e) {
   return 0;
 }
 
-int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell, uint32_t tile_cells,
-                   uint64_t *total, uint64_t *ncells, void (*progress)(void *, uint64_t),
-                   void *parg, cv_err *e) {
+int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
+                   void (*progress)(void *, uint64_t), void *parg, cv_err *e) {
   char tmpl[4096];
   int64_t *ptr = NULL;
   int rc = -1;
@@ -1189,9 +1188,8 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell, uint32_t til
   f->spool_fd = mkstemp(tmpl);
   if (f->spool_fd < 0) return cv_fail(e, "%s: cannot create the CSC transpose spool in %s: %s", f->path, dir, strerror(errno));
   unlink(tmpl); /* never left behind, whatever happens */
-  f->tile_cells = tile_cells;
-  f->bucket_off = (uint32_t)(first_cell % tile_cells);
-  f->n_buckets = (size_t)((f->bucket_off + f->n_obs + tile_cells - 1) / tile_cells);
+  f->split = cv_split_make(f->n_obs, tile_cells);
+  f->n_buckets = (size_t)f->split.k;
   if (!f->n_buckets) f->n_buckets = 1;
   f->buckets = calloc(f->n_buckets, sizeof *f->buckets);
   size_t per = CV_SPOOL_RAM / 12 / f->n_buckets;
@@ -1244,7 +1242,7 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell, uint32_t til
       if (!v) continue;
       total[j] += v;
       ncells[j]++;
-      size_t bi = (size_t)((f->bucket_off + (uint64_t)r) / tile_cells);
+      size_t bi = (size_t)cv_split_tile(&f->split, (uint64_t)r);
       spool_bucket *bk = &f->buckets[bi];
       uint32_t *q = bk->buf + bk->n_buf * 3;
       q[0] = (uint32_t)r;
@@ -1267,8 +1265,11 @@ done:
 
 static int csc_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, rowbuf *rb, cv_err *e) {
   if (f->spool_fd < 0) return cv_fail(e, "%s: internal: CSC rows read before the spool pass", f->path);
-  size_t bi = (size_t)((f->bucket_off + r0) / f->tile_cells);
-  if (r1 > r0 && (size_t)((f->bucket_off + r1 - 1) / f->tile_cells) != bi)
+  if (r1 > r0 && r0 >= f->n_obs)
+    return cv_fail(e, "%s: internal: CSC rows %llu..%llu out of range", f->path, (unsigned long long)r0,
+                   (unsigned long long)r1);
+  size_t bi = r1 > r0 ? (size_t)cv_split_tile(&f->split, r0) : 0;
+  if (r1 > r0 && (size_t)cv_split_tile(&f->split, r1 - 1) != bi)
     return cv_fail(e, "%s: internal: CSC rows %llu..%llu span tiles", f->path, (unsigned long long)r0,
                    (unsigned long long)r1);
   spool_bucket *bk = &f->buckets[bi];

@@ -104,7 +104,7 @@ typedef struct h5file {
   /* CSC spool */
   int spool_fd;
   uint64_t spool_off, spool_len;
-  uint32_t tile_cells, bucket_off;
+  cv_split split;      /* the file's tiles: one spool bucket each */
   size_t n_buckets, bucket_cap;
   spool_bucket *buckets;
   uint32_t *cached;   /* the loaded bucket */
@@ -137,11 +137,10 @@ int h5ad_read_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap,
                    rowbuf *rb, cv_err *e);
 
 /* CSC only: reads the matrix once by columns, sums counts per gene into
-** total[]/ncells[] (local genes), and spools the entries by tile.
-** first_cell: the file's first cell in the dataset (tiles are aligned to
-** multiples of tile_cells of the dataset).  dir: where the spool file goes. */
-int h5ad_csc_spool(h5file *f, const char *dir, uint64_t first_cell,
-                   uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
+** total[]/ncells[] (local genes), and spools the entries by tile, the file's
+** tiles being cv_split_make(n_obs, tile_cells) (tiles never span two
+** inputs).  dir: where the spool file goes. */
+int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
                    void (*progress)(void *, uint64_t), void *parg, cv_err *e);
 
 /* Reads rows [start, start+n) of column c of a frame, as the column's kind. */

@@ -13,6 +13,7 @@
 #include "convert.h"
 #include "cv_util.h"
 #include "dc_codec.h"
+#include "dc_obs.h"
 #include "inspect.h"
 
 static const char *HELP_MAIN =
@@ -37,14 +38,18 @@ static const char *HELP_CONVERT =
     "  -o, --output OUT.dcdb  the dataset to write (required)\n"
     "  --layer NAME           read counts from layers/NAME instead of X\n"
     "  --raw                  read counts from raw/X (with raw/var) instead of X\n"
-    "  --tile-cells N         cells per tile (default 10000)\n"
+    "  --tile-cells N         cells per tile (default 10000); each input has tiles of its\n"
+    "                         own (its last one shorter), so no tile spans two inputs\n"
     "  --chunks N             independently compressed chunks per tile (default 8, at most 256)\n"
-    "  --codec rans|zstd      tile codec (default rans: smaller and ~20x faster to encode\n"
-    "                         than zstd; zstd is the published design, kept to compare)\n"
+    "  --codec rans|zstd|rans-v1  tile codec (default rans: smaller than zstd and faster to\n"
+    "                         encode and decode; zstd is the published design, kept to\n"
+    "                         compare; rans-v1 is the first release's codec)\n"
     "  --level N              codec level (default: the codec's; for zstd 19, ~40 CPU-s a tile)\n"
     "  --threads N            encoder threads (default: one per core)\n"
     "  --gene-key VARCOL      join genes of several inputs by this var column (e.g. gene_ids)\n"
     "                         instead of the var index; it becomes the genes' name\n"
+    "  --genes-block N        genes per stored block of the genes table (default 1048576;\n"
+    "                         smaller only to test readers on several blocks)\n"
     "  --force                replace OUT if it exists (never touched otherwise)\n"
     "  --quiet                no progress line and no summary\n"
     "\n"
@@ -135,7 +140,8 @@ static int cmd_convert(int argc, char **argv) {
       if (eq && a[1] == '-') { *eq = 0; v = a + (eq - opt) + 1; }
       int takes = strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0 || strcmp(opt, "--layer") == 0 ||
                   strcmp(opt, "--tile-cells") == 0 || strcmp(opt, "--chunks") == 0 || strcmp(opt, "--level") == 0 ||
-                  strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0;
+                  strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0 ||
+                  strcmp(opt, "--genes-block") == 0;
       if (takes && !v) {
         if (i + 1 >= argc) { free(in); return usage("an option needs a value", HELP_CONVERT); }
         v = argv[++i];
@@ -160,13 +166,16 @@ static int cmd_convert(int argc, char **argv) {
         if (int_arg(opt, v, -1000, 1000, &x)) { free(in); return 2; }
         o.level = (int)x;
         o.level_set = 1;
+      } else if (!strcmp(opt, "--genes-block")) {
+        if (int_arg(opt, v, 1, DC_OBS_MAX_N, &x)) { free(in); return 2; }
+        o.genes_block = (uint32_t)x;
       } else if (!strcmp(opt, "--threads")) {
         if (int_arg(opt, v, 0, 1024, &x)) { free(in); return 2; }
         o.threads = (int)x;
       } else if (!strcmp(opt, "--codec")) {
         o.codec = dc_codec_from_name(v);
         if (!o.codec) {
-          fprintf(stderr, "deltacells: --codec: unknown codec '%s' (rans or zstd)\n", v);
+          fprintf(stderr, "deltacells: --codec: unknown codec '%s' (rans, zstd or rans-v1)\n", v);
           free(in);
           return 2;
         }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_reader.h"
+#include "dc_format.h"
 
 #define HEAD_PROBE 4096
 #define MAX_PREFIX ((uint64_t)1 << 30)
@@ -103,9 +104,10 @@ static int load_index(dc_reader *r, char **pzErr) {
   int rc;
   free_index(r);
   if ((rc = meta_int(r, "format_version", &version, pzErr)) != SQLITE_OK) return rc;
-  if (version != 1) {
-    set_err(pzErr, "%s: unsupported dataset format_version %lld (this extension reads 1)", r->what,
-            (long long)version);
+  if (version < DC_FORMAT_MIN || version > DC_FORMAT_VERSION) {
+    set_err(pzErr, "%s: the dataset has format_version %lld; this extension reads versions %d..%d%s", r->what,
+            (long long)version, DC_FORMAT_MIN, DC_FORMAT_VERSION,
+            version > DC_FORMAT_VERSION ? " (a newer deltacells wrote it: upgrade deltacells)" : "");
     return SQLITE_ERROR;
   }
   if ((rc = meta_int(r, "n_cells", &n_cells, pzErr)) != SQLITE_OK) return rc;

@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
-# Runs every test of deltacells and ends with one line "N passed, N failed".
+# Runs every test of deltacells and ends with one line "N passed, N failed, N skipped".
 #   C tests (build/tests/*), the same under ASan+UBSan (build/asan/tests/*),
-#   the libFuzzer targets for a bounded time, the SQL-file tests (sql/tests/*.sql),
-#   and the Python tests (pytest tests/python).
-# Each C test function, each fuzz target, each SQL file and each pytest test counts once.
+#   the committed fuzz regression inputs (tests/fuzz/corpus/), the libFuzzer targets for a bounded time,
+#   the SQL-file tests (sql/tests/*.sql), the Python tests (pytest tests/python), and a
+#   check that the Python suite holds up with the real data hidden (DC_REAL_DATA='').
+# Each C test function, each fuzz target, each SQL file and each pytest test counts once;
+# the hidden-data check counts once. Every skip is listed with its reason before the last line.
+#
+# The real PBMC files are looked up in ../shared/data/real, or in $DC_REAL_DATA when it is set
+# (set it empty to hide them: every real-data test then skips, as on a fresh clone).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 PYTHON=${PYTHON:-/usr/bin/python3}
 FUZZ_TEST_SECONDS=${FUZZ_TEST_SECONDS:-20}
-pass=0; fail=0; failed_names=()
+pass=0; fail=0; skip=0; failed_names=(); skip_why=()
 log=build/test-logs; mkdir -p "$log"
+
+count_lines() {  # $1 = output of a C test binary or sql/tests/run.sh, $2 = its exit status, $3 = label
+  local out=$1 rc=$2 label=$3 p f s
+  p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^skip ' <<<"$out")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "  [$label] exit status $rc:"; tail -20 <<<"$out"; fi
+  grep '^FAIL ' <<<"$out" | sed "s|^|  [$label] |"
+  while IFS= read -r l; do [ -n "$l" ] && skip_why+=("[$label] ${l#skip }"); done < <(grep '^skip ' <<<"$out")
+  [ "$f" -gt 0 ] && failed_names+=("$label")
+  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+  echo "[$label] $p passed, $f failed, $s skipped"
+}
 
 count_c() {  # $1 = binary, $2 = label
   local out rc
   out=$("$1" 2>&1); rc=$?
-  local p f
-  p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; grep '' <<<"$out" | tail -20; fi
-  grep '^FAIL ' <<<"$out" | sed "s|^|  [$2] |"
-  [ "$f" -gt 0 ] && failed_names+=("$2")
-  pass=$((pass + p)); fail=$((fail + f))
-  echo "[$2] $p passed, $f failed"
+  count_lines "$out" "$rc" "$2"
 }
 
 echo "== C tests"
@@ -28,6 +38,28 @@ for t in build/tests/test_*; do [ -x "$t" ] && count_c "$t" "$(basename "$t")"; 
 echo "== C tests under ASan+UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in build/asan/tests/test_*; do [ -x "$t" ] && count_c "$t" "asan/$(basename "$t")"; done
+
+# The committed regression inputs, each run once: tests/fuzz/corpus/fuzz_NAME/* through
+# build/fuzz/fuzz_NAME, and the files directly in tests/fuzz/corpus/ through fuzz_decode (the
+# tile decoder's finds). Each input counts once.
+echo "== fuzz regression inputs (tests/fuzz/corpus)"
+replay() {  # $1 = fuzz binary, $2 = input file
+  local out rc label
+  label="fuzz/$(basename "$1")/$(basename "$2")"
+  out=$("$1" -rss_limit_mb=2048 -timeout=60 "$2" 2>&1); rc=$?
+  if [ "$rc" -eq 0 ] && grep -qF "Executed $2" <<<"$out"; then pass=$((pass + 1)); echo "[fuzz] ok replay $label"
+  else fail=$((fail + 1)); failed_names+=("$label"); echo "[fuzz] FAIL replay $label (exit status $rc)"; tail -30 <<<"$out"; fi
+}
+for input in tests/fuzz/corpus/*; do
+  if [ -f "$input" ]; then
+    replay build/fuzz/fuzz_decode "$input"
+  elif [ -d "$input" ]; then
+    target=build/fuzz/$(basename "$input")
+    if [ ! -x "$target" ]; then fail=$((fail + 1)); failed_names+=("fuzz/$(basename "$input")")
+      echo "[fuzz] FAIL $input: no fuzz target $target"; continue; fi
+    for g in "$input"/*; do [ -f "$g" ] && replay "$target" "$g"; done
+  fi
+done
 
 echo "== fuzz targets (${FUZZ_TEST_SECONDS}s each)"
 for f in build/fuzz/fuzz_*; do
@@ -43,22 +75,78 @@ done
 echo "== SQL-file tests"
 if [ -x sql/tests/run.sh ]; then
   out=$(bash sql/tests/run.sh 2>&1); rc=$?
-  echo "$out" | grep -E '^(ok|FAIL|  )' || true
-  p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out")
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "$out" | tail -20; fi
-  pass=$((pass + p)); fail=$((fail + f))
+  grep -E '^(ok|FAIL|skip|  )' <<<"$out" || true
+  count_lines "$out" "$rc" "sql"
 fi
+
+# pytest's last line, e.g. "200 passed, 35 skipped in 612.30s (0:10:12)", as "passed failed skipped"
+pytest_counts() {
+  local summary p f s
+  summary=$(grep -E '^=* ?[0-9]+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed)\b.* in [0-9.]+s' "$1" | tail -1)
+  [ -z "$summary" ] && { echo "- - -"; return; }
+  p=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+'); f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$summary" | awk '{s+=$1} END{print s+0}')
+  s=$(grep -oE '[0-9]+ skipped' <<<"$summary" | grep -oE '[0-9]+')
+  echo "${p:-0} ${f:-0} ${s:-0}"
+}
+
+# pytest's "SKIPPED [N] file:line: reason" lines, one per reason: "N: reason (files)"
+skip_reasons() {
+  sed -n 's/^SKIPPED \[\([0-9]*\)\] \([^:]*\):[0-9]*: /\1\t\2\t/p' "$1" | awk -F'\t' '
+    { n[$3] += $1; f = $2; sub(/.*\//, "", f); if (index(" " fs[$3] " ", " " f " ") == 0) fs[$3] = fs[$3] (fs[$3] ? " " : "") f
+      if (!($3 in seen)) { seen[$3] = 1; order[++k] = $3 } }
+    END { for (i = 1; i <= k; i++) printf "%d: %s (%s)\n", n[order[i]], order[i], fs[order[i]] }'
+}
 
 echo "== Python tests"
 if ls tests/python/test_*.py >/dev/null 2>&1; then
-  PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$log/pytest.log" | tail -40
-  summary=$(grep -E '[0-9]+ (passed|failed|errors?).* in [0-9.]+s' "$log/pytest.log" | tail -1)
-  p=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
-  f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$summary" | awk '{s+=$1} END{print s+0}')
-  [ -z "$summary" ] && f=$((f + 1))
-  pass=$((pass + ${p:-0})); fail=$((fail + ${f:-0}))
+  PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider -rfEs tests/python >"$log/pytest.log" 2>&1
+  read -r p f s < <(pytest_counts "$log/pytest.log")
+  # the whole log on a failure (warnings included), else the progress and the summary line
+  if [ "$p" = "-" ] || [ "$f" != 0 ]; then grep -v '^SKIPPED ' "$log/pytest.log" | tail -80
+  else grep -E '^[.sFEx]+ +\[ *[0-9]+%\]$|^[0-9]+ passed' "$log/pytest.log"; fi
+  if [ "$p" = "-" ]; then p=0; f=1; s=0; failed_names+=("pytest (no summary line)"); fi
+  [ "$f" -gt 0 ] && failed_names+=("pytest")
+  while IFS= read -r l; do skip_why+=("[pytest] $l"); done < <(skip_reasons "$log/pytest.log")
+  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+
+  # The same suite on a fresh clone (no ../shared): it must collect the same tests with the data
+  # hidden, and every real-data test (tests/python/test_*_real.py) must skip, none pass or fail.
+  # Only the real-data files run here, so this costs seconds, not a second run of the suite.
+  echo "== Python tests with the real data hidden (DC_REAL_DATA='')"
+  hid_fail=
+  PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider --collect-only tests/python >"$log/collect.log" 2>&1 ||
+    hid_fail="collection with the data visible failed"
+  DC_REAL_DATA='' PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider --collect-only tests/python \
+    >"$log/collect-hidden.log" 2>&1 || hid_fail="${hid_fail:+$hid_fail; }collection with the data hidden failed"
+  ids=$(grep '::' "$log/collect.log" | sort); ids_hidden=$(grep '::' "$log/collect-hidden.log" | sort)
+  n_ids=$(grep -c . <<<"$ids")
+  if [ "$ids" != "$ids_hidden" ]; then
+    hid_fail="${hid_fail:+$hid_fail; }the tests collected differ with the data hidden"
+    diff <(echo "$ids") <(echo "$ids_hidden") | head -10 | sed 's/^/  /'
+  fi
+  real_tests=(tests/python/test_*_real.py)
+  if [ -f "${real_tests[0]}" ]; then
+    n_real=$(grep -c -F -f <(printf '%s::\n' "${real_tests[@]}") <<<"$ids")
+    DC_REAL_DATA='' PYTHONPATH=python "$PYTHON" -m pytest -q -p no:cacheprovider -rs "${real_tests[@]}" >"$log/pytest-hidden.log" 2>&1
+    read -r hp hf hs < <(pytest_counts "$log/pytest-hidden.log")
+    if [ "$hp" != 0 ] || [ "$hf" != 0 ] || [ "$hs" != "$n_real" ]; then
+      hid_fail="${hid_fail:+$hid_fail; }real-data tests with the data hidden: $hp passed, $hf failed, $hs skipped of $n_real (want all skipped)"
+      grep -v '^SKIPPED ' "$log/pytest-hidden.log" | tail -30
+    fi
+  fi
+  if [ -z "$hid_fail" ]; then
+    pass=$((pass + 1))
+    echo "[hidden-data] ok: $n_ids tests collected either way; all ${n_real:-0} real-data tests skip:"
+    skip_reasons "$log/pytest-hidden.log" | sed 's/^/  /'
+  else
+    fail=$((fail + 1)); failed_names+=("hidden-data"); echo "[hidden-data] FAIL: $hid_fail (logs: $log/collect*.log, $log/pytest-hidden.log)"
+  fi
 fi
 
+if [ "${#skip_why[@]}" -gt 0 ]; then
+  echo "skipped (how many: why (where)):"
+  printf '  %s\n' "${skip_why[@]}"
+fi
 [ "${#failed_names[@]}" -gt 0 ] && echo "failed: ${failed_names[*]}"
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

@@ -49,12 +49,15 @@ const char *dc_strerror(int code);
 
 /* ---------------------------------------------------------------- codecs */
 enum {
-  DC_CODEC_RANS = 1,   /* the default (dc_encode_opts_default): context-modelled rANS,
-                          ~16% smaller than zstd-19 and ~40x faster to encode, but
-                          ~1.5x slower to decode on this machine (docs/codec-design.md) */
-  DC_CODEC_ZSTD = 2    /* the published design: zstd over byte planes, per chunk   */
+  DC_CODEC_RANS_V1 = 1, /* "rans-v1": the first release's codec (tile version 1);
+                          read for old datasets, written only on request         */
+  DC_CODEC_ZSTD = 2,   /* the published design: zstd over byte planes, per chunk   */
+  DC_CODEC_RANS = 3    /* "rans", the default (dc_encode_opts_default): contexts
+                          known before decoding, one stream per context, 32-lane
+                          rANS with 16-bit words; decoders for AVX-512, AVX2 and
+                          portable C (docs/codec-design.md) */
 };
-const char *dc_codec_name(int codec_id);          /* "rans", "zstd", or NULL */
+const char *dc_codec_name(int codec_id);          /* "rans", "zstd", "rans-v1", or NULL */
 int dc_codec_from_name(const char *name);         /* id, or 0 if unknown     */
 
 typedef struct dc_encode_opts {
@@ -204,6 +207,16 @@ uint64_t dc_gather_nnz(const dc_decoded *src, const uint32_t *tile,
 void dc_gather(dc_pool *p, const dc_decoded *src, const uint32_t *tile,
                const uint32_t *cell, size_t n, int64_t *indptr_out,
                int32_t *indices_out, int32_t *values_out);
+
+/* ---------------------------------------------------------------- SIMD */
+/* The decoders have one path per instruction set behind one dispatch.  The
+** path used is the best the CPU has, capped by the environment variable
+** DC_SIMD=avx512|avx2|scalar (read at every chunk decode; for tests and
+** benchmarks).  DC_NO_SIMD=1 (the first release's switch) means scalar. */
+enum { DC_SIMD_SCALAR = 0, DC_SIMD_AVX2 = 1, DC_SIMD_AVX512 = 2 };
+int dc_simd_supported(int level);                 /* 1 if this CPU (and build) has it */
+int dc_simd_level(void);                          /* the path decodes use now         */
+const char *dc_simd_name(int level);              /* "scalar", "avx2", "avx512"       */
 
 /* ---------------------------------------------------------------- misc */
 /* The per-chunk checksum: low 32 bits of XXH3-64 (Debian's libxxhash). */

@@ -36,6 +36,7 @@ const char *dc_codec_name(int codec_id) {
   switch (codec_id) {
     case DC_CODEC_RANS: return "rans";
     case DC_CODEC_ZSTD: return "zstd";
+    case DC_CODEC_RANS_V1: return "rans-v1";
     default: return NULL;
   }
 }
@@ -44,7 +45,49 @@ int dc_codec_from_name(const char *name) {
   if (!name) return 0;
   if (strcmp(name, "rans") == 0) return DC_CODEC_RANS;
   if (strcmp(name, "zstd") == 0) return DC_CODEC_ZSTD;
+  if (strcmp(name, "rans-v1") == 0) return DC_CODEC_RANS_V1;
   return 0;
+}
+
+/* ------------------------------------------------------------ SIMD dispatch */
+int dc_simd_supported(int level) {
+  if (level == DC_SIMD_SCALAR) return 1;
+#if defined(__x86_64__) && defined(__GNUC__)
+  static int have[3] = {-1, -1, -1};
+  if (level < 0 || level > DC_SIMD_AVX512) return 0;
+  if (__atomic_load_n(&have[level], __ATOMIC_RELAXED) < 0) {
+    __builtin_cpu_init();
+    int ok = level == DC_SIMD_AVX2
+                 ? __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")
+                 : __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                       __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("popcnt");
+    __atomic_store_n(&have[level], ok, __ATOMIC_RELAXED);
+  }
+  return have[level];
+#else
+  return 0;
+#endif
+}
+
+int dc_simd_level(void) {
+  int cap = DC_SIMD_AVX512;
+  const char *no = getenv("DC_NO_SIMD"), *want = getenv("DC_SIMD");
+  if (no && *no && *no != '0') cap = DC_SIMD_SCALAR;
+  else if (want && *want) {
+    if (!strcmp(want, "scalar") || !strcmp(want, "none") || !strcmp(want, "portable")) cap = DC_SIMD_SCALAR;
+    else if (!strcmp(want, "avx2")) cap = DC_SIMD_AVX2;
+  }
+  while (cap > DC_SIMD_SCALAR && !dc_simd_supported(cap)) cap--;
+  return cap;
+}
+
+const char *dc_simd_name(int level) {
+  switch (level) {
+    case DC_SIMD_AVX512: return "avx512";
+    case DC_SIMD_AVX2: return "avx2";
+    default: return "scalar";
+  }
 }
 
 void dc_encode_opts_default(dc_encode_opts *o) {
@@ -140,10 +183,14 @@ int dc_tile_parse(const uint8_t *buf, size_t len, dc_tile_hdr *h, dc_error *err)
     dc_error_set(err, DC_ECORRUPT, "tile header: checksum mismatch");
     return DC_ECORRUPT;
   }
-  if (h->version != DC_TILE_VERSION) {
-    dc_error_set(err, DC_EUNSUPPORTED, "tile header: format version %u (this build reads %u)",
+  if (h->version < 1 || h->version > DC_TILE_VERSION) {
+    dc_error_set(err, DC_EUNSUPPORTED, "tile header: format version %u (this build reads 1 to %u)",
                  h->version, DC_TILE_VERSION);
     return DC_EUNSUPPORTED;
+  }
+  if (h->codec == DC_CODEC_RANS && h->version < 2) {
+    dc_error_set(err, DC_ECORRUPT, "tile header: codec rans in a version %u tile", h->version);
+    return DC_ECORRUPT;
   }
   if (!dc_codec_name((int)h->codec)) {
     dc_error_set(err, DC_EUNSUPPORTED, "tile header: unknown codec id %u", h->codec);

@@ -4,7 +4,7 @@
 ** codec (the published design: zstd over byte planes).  The rANS encoder is
 ** in dc_rans_compress.c.  Byte layout: docs/format.md section 2.
 */
-#include "dc_internal.h"
+#include "dc_ctx.h"
 
 #include <stdlib.h>
 #include <zstd.h>
@@ -116,6 +116,7 @@ static void enc_item(void *v, size_t k, int tid) {
   int rc = DC_OK;
   {
     if (x->codec == DC_CODEC_ZSTD) rc = dc_zstd_encode_chunk(&c, x->level, &x->bufs[k], &x->errs[k]);
+    else if (x->codec == DC_CODEC_RANS) rc = dc_ctx_encode_chunk(&c, x->level, x->shared, &x->bufs[k], &x->errs[k]);
     else rc = dc_rans_encode_chunk(&c, x->level, x->shared, &x->bufs[k], &x->errs[k]);
   }
   if (rc == DC_OK && x->bufs[k].oom) {
@@ -202,6 +203,10 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   }
 
   if (o.codec == DC_CODEC_RANS && nc > 0) {
+    rc = dc_ctx_build_model(in, o.level, &model, &shared, err);
+    if (rc) goto done;
+    x.shared = model;
+  } else if (o.codec == DC_CODEC_RANS_V1 && nc > 0) {
     rc = dc_rans_build_model(in, o.level, &model, &shared, err);
     if (rc) goto done;
     x.shared = model;
@@ -231,7 +236,7 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   uint8_t *hp = tile.p;
   memset(hp, 0, (size_t)hl);
   dc_wr32(hp, DC_TILE_MAGIC);
-  dc_wr16(hp + 4, DC_TILE_VERSION);
+  dc_wr16(hp + 4, o.codec == DC_CODEC_RANS ? DC_TILE_VERSION : 1);
   dc_wr16(hp + 6, (uint16_t)o.codec);
   dc_wr32(hp + 8, in->n_cells);
   dc_wr32(hp + 12, in->n_genes);
@@ -265,7 +270,8 @@ done:
   free(x.bufs);
   free(x.rcs);
   free(x.errs);
-  dc_rans_free_model(model);
+  if (o.codec == DC_CODEC_RANS) dc_ctx_free_model(model);
+  else dc_rans_free_model(model);
   dc_buf_free(&shared);
   dc_buf_free(&tile);
   dc_pool_free(pool);

@@ -3,7 +3,7 @@
 ** decoding (checksums first), and the decoder of the zstd codec.  The rANS
 ** decoder is in dc_rans_decompress.c.  Byte layout: docs/format.md section 2.
 */
-#include "dc_internal.h"
+#include "dc_ctx.h"
 
 #include <stdlib.h>
 #include <zstd.h>
@@ -16,6 +16,7 @@ void dc_decoder_free(dc_decoder *d) {
   if (!d) return;
   if (d->zstd_dctx) ZSTD_freeDCtx(d->zstd_dctx);
   dc_rans_decoder_free(d->rans);
+  dc_ctx_decoder_free(d->ctx);
   free(d->scratch);
   free(d);
 }
@@ -173,6 +174,11 @@ int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
       rc = dc_zstd_decode_chunk(d, p, (size_t)ci->length, h, c, out, err);
       break;
     case DC_CODEC_RANS: {
+      const uint8_t *sh = buf + h->shared_offset;
+      rc = dc_ctx_decode_chunk(d, sh, (size_t)h->shared_len, p, (size_t)ci->length, h, c, out, err);
+      break;
+    }
+    case DC_CODEC_RANS_V1: {
       const uint8_t *sh = buf + h->shared_offset;
       rc = dc_rans_decode_chunk(d, sh, (size_t)h->shared_len, p, (size_t)ci->length, h, c, out, err);
       break;

@@ -16,7 +16,7 @@
 #define DC_CODEC_DEFAULT   DC_CODEC_RANS
 
 #define DC_TILE_MAGIC      0x4C544344u   /* "DCTL" read as a little-endian u32 */
-#define DC_TILE_VERSION    1u
+#define DC_TILE_VERSION    2u         /* written; 1 and 2 are read (codec 3 needs 2) */
 #define DC_HDR_FIXED       32u
 #define DC_HDR_CHUNK       24u
 #define DC_HDR_TAIL        8u
@@ -97,7 +97,8 @@ struct dc_decoder {
   void *zstd_dctx;           /* ZSTD_DCtx*, created on first use */
   uint8_t *scratch;          /* codec scratch, reused */
   size_t scratch_cap;
-  void *rans;                /* rANS decoder state (tables), codec private */
+  void *rans;                /* rans-v1 decoder state (tables), codec private */
+  void *ctx;                 /* rans decoder state (tables), codec private */
 };
 int dc_decoder_scratch(dc_decoder *d, size_t need, dc_error *err);
 

@@ -379,18 +379,7 @@ static inline __attribute__((always_inline)) int decode_lanes_t(chunk_ctx *k, la
 
 /* The CPU has AVX-512 (F, DQ, CD, VL, BW) and DC_NO_SIMD is not set in the
 ** environment (tests use it to check the scalar path against the SIMD one). */
-static int simd_ok(void) {
-  static int ok = -1;
-  const char *no = getenv("DC_NO_SIMD");
-  if (no && *no && *no != '0') return 0;
-  if (ok < 0) {
-    __builtin_cpu_init();
-    ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512bw");
-  }
-  return ok;
-}
+static int simd_ok(void) { return dc_simd_level() == DC_SIMD_AVX512; }
 
 /* Stores rows b[0..7][c..c+7] (step r, lane c+i) transposed: lane i gets its 8
 ** consecutive values at out[pos[i] + j0 ...]. */

@@ -17,6 +17,8 @@ import sqlite3
 from pathlib import Path
 
 ENTRY_POINT = "sqlite3_deltacells_init"
+# dataset format versions this package reads (ext/dc_format.h keeps the same numbers)
+FORMAT_MIN, FORMAT_VERSION = 1, 2
 _PKG_DIR = Path(__file__).resolve().parent
 
 NO_LOADING_MESSAGE = (
@@ -111,5 +113,11 @@ def _check_dataset(con, p):
     v = rows.get("format_version")
     if v is None:
         raise ValueError(f"{str(p)!r} is not a deltacells dataset (dc_meta has no format_version)")
-    if int(v) != 1:
-        raise ValueError(f"{str(p)!r} has format_version {v}; this deltacells reads version 1")
+    try:
+        v = int(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{str(p)!r} is not a deltacells dataset (format_version {v!r})") from None
+    if not FORMAT_MIN <= v <= FORMAT_VERSION:
+        newer = " (a newer deltacells wrote it: upgrade deltacells)" if v > FORMAT_VERSION else ""
+        raise ValueError(f"{str(p)!r} has format_version {v}; this deltacells reads versions "
+                         f"{FORMAT_MIN}..{FORMAT_VERSION}{newer}")

@@ -17,4 +17,4 @@ EXPLAIN QUERY PLAN SELECT count(*) FROM cells WHERE cell_type = 'nk' COLLATE NOC
 CREATE TEMP TABLE pick(id INTEGER);
 INSERT INTO pick VALUES (3), (30), (300);
 EXPLAIN QUERY PLAN SELECT c.cell_type FROM pick p JOIN cells c ON c.cell_id = p.id;
-SELECT c.cell_id, c.cell_type FROM pick p JOIN cells c ON c.cell_id = p.id ORDER BY 1;
+-- (its rows, and those of the other queries here, are checked against the oracle in cells_basic.sql)

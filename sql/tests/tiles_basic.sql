@@ -1,13 +1,13 @@
 .load build/deltacells
 .headers on
--- one row per tile, consistent with the shadow table and dc_meta
-SELECT tile, first_cell, n_cells, nnz, bytes > 0 AS has_bytes, chunks FROM tiles;
-SELECT count(*) AS consistent FROM tiles t JOIN tiles_data d USING (tile)
- WHERE t.bytes = length(d.data) AND t.nnz = d.nnz AND t.first_cell = d.first_cell;
-SELECT (SELECT sum(nnz) FROM tiles) = (SELECT value FROM dc_meta WHERE key = 'nnz') AS nnz_matches;
-SELECT tile FROM tiles WHERE tile = '1';
-SELECT tile FROM tiles WHERE tile > 0 ORDER BY tile DESC;
-SELECT tile FROM tiles WHERE rowid BETWEEN 1 AND 1;
+ATTACH 'build/fixtures/small.oracle.db' AS o;
+-- what only the dataset knows: the stored size and the chunks of each tile (--chunks, default 8)
+SELECT tile, bytes > 0 AS has_bytes, chunks FROM tiles;
+-- consistent with the shadow table tiles_data, and the cells and nonzeros are the oracle's
+SELECT count(*) AS consistent FROM tiles t JOIN tiles_data d USING (tile) JOIN o.tiles u USING (tile)
+ WHERE t.bytes = length(d.data) AND t.chunks = d.chunks AND t.nnz = d.nnz AND t.first_cell = d.first_cell
+   AND t.n_cells = d.n_cells AND d.first_cell = u.first_cell AND d.n_cells = u.n_cells AND d.nnz = u.nnz;
+SELECT (SELECT count(*) FROM tiles) = (SELECT count(*) FROM o.tiles) AS same_count;
 EXPLAIN QUERY PLAN SELECT * FROM tiles WHERE tile = 1;
 EXPLAIN QUERY PLAN SELECT * FROM tiles WHERE tile >= 1 AND tile < 3 ORDER BY tile;
 EXPLAIN QUERY PLAN SELECT * FROM tiles;

@@ -5,8 +5,10 @@
 **
 **     int main(void) { DCT_RUN(test_roundtrip); DCT_RUN(test_corrupt); return dct_done(); }
 **
-** Each DCT_RUN prints "ok NAME" or "FAIL NAME: file:line: expression", which
-** tests/run_all.sh counts; the binary exits non-zero if any test failed.
+** Each DCT_RUN prints "ok NAME", "FAIL NAME: file:line: expression" or, when the test called
+** DCT_SKIP("reason", ...) and no check failed, "skip NAME: reason" (e.g. a CPU feature the
+** machine lacks); tests/run_all.sh counts them.  The binary exits non-zero if any test failed.
+** A test that skips returns right after DCT_SKIP: a skip says the test checked nothing.
 */
 #ifndef DCTEST_H
 #define DCTEST_H
@@ -14,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int dct_failed_now, dct_n_pass, dct_n_fail;
-static char dct_where[512];
+static int dct_failed_now, dct_skipped_now, dct_n_pass, dct_n_fail, dct_n_skip;
+static char dct_where[512], dct_skip_why[256];
 
 #define DCT_CHECK(cond) do { if (!(cond)) { if (!dct_failed_now) { \
     snprintf(dct_where, sizeof dct_where, "%s:%d: %s", __FILE__, __LINE__, #cond); } \
@@ -24,12 +26,15 @@ static char dct_where[512];
     int dct_k = snprintf(dct_where, sizeof dct_where, "%s:%d: %s: ", __FILE__, __LINE__, #cond); \
     if (dct_k > 0 && (size_t)dct_k < sizeof dct_where) snprintf(dct_where + dct_k, sizeof dct_where - (size_t)dct_k, __VA_ARGS__); } \
     dct_failed_now = 1; } } while (0)
-#define DCT_RUN(fn) do { dct_failed_now = 0; fn(); \
+#define DCT_SKIP(...) do { dct_skipped_now = 1; \
+    snprintf(dct_skip_why, sizeof dct_skip_why, __VA_ARGS__); } while (0)
+#define DCT_RUN(fn) do { dct_failed_now = 0; dct_skipped_now = 0; fn(); \
     if (dct_failed_now) { dct_n_fail++; printf("FAIL %s: %s\n", #fn, dct_where); } \
+    else if (dct_skipped_now) { dct_n_skip++; printf("skip %s: %s\n", #fn, dct_skip_why); } \
     else { dct_n_pass++; printf("ok %s\n", #fn); } fflush(stdout); } while (0)
 
 static int dct_done(void) {
-  printf("# %d passed, %d failed\n", dct_n_pass, dct_n_fail);
+  printf("# %d passed, %d failed, %d skipped\n", dct_n_pass, dct_n_fail, dct_n_skip);
   return dct_n_fail ? 1 : 0;
 }
 #endif

@@ -5,7 +5,7 @@
 #include "dctest.h"
 #include "dc_testutil.h"
 
-static const int codecs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD};
+static const int codecs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 
 static int level_for(int codec, int variant) {
@@ -438,21 +438,194 @@ static void test_pool_for(void) {
   DCT_CHECK(sum[0] + sum[1] + sum[2] + sum[3] == 55);
 }
 
-/* the rans decoder's AVX-512 path (when the CPU has it) and its scalar path
-** decode the same tiles to the same matrix, for every lane count */
-static void test_rans_scalar_vs_simd(void) {
-  uint32_t cells[] = {7, 8, 9, 16, 24, 33, 40, 64, 300};
-  for (size_t t = 0; t < sizeof cells / sizeof cells[0]; t++) {
-    dct_mat m;
-    DCT_CHECK(dct_mat_random(&m, 500 + t, cells[t], 4000, 0.9, t % 2 ? DCT_MIXED : DCT_SMALL, 0.05, 0.01) == 0);
-    for (int no_simd = 0; no_simd < 2; no_simd++) {
-      setenv("DC_NO_SIMD", no_simd ? "1" : "0", 1);
-      roundtrip(&m, DC_CODEC_RANS, 0, 1, 1);
-      roundtrip(&m, DC_CODEC_RANS, 0, 3, 2);
-    }
-    dct_mat_free(&m);
+/* Decodes buf with the DC_SIMD path `path` into fresh buffers. */
+static int decode_with(const char *path, const uint8_t *buf, size_t len, int f32, dct_dec *d, dc_error *err) {
+  setenv("DC_SIMD", path, 1);
+  int rc = dct_decode(buf, len, f32, d, err);
+  unsetenv("DC_SIMD");
+  return rc;
+}
+
+/* Every decoder path decodes random tiles of every shape to the input, and
+** byte for byte to what the portable path decodes: 1 to 300 cells (streams
+** shorter and longer than the 32 lanes, tails of every length), each value
+** kind, int32 and float32 output. */
+static void check_path(const char *path, int level) {
+  if (!dc_simd_supported(level)) {
+    DCT_SKIP("this CPU has no %s", path);
+    return;
   }
+  setenv("DC_SIMD", path, 1);
+  int got = dc_simd_level();
+  unsetenv("DC_SIMD");
+  DCT_CHECKF(got == level, "DC_SIMD=%s selected %s", path, dc_simd_name(got));
+  uint32_t cells[] = {1, 7, 8, 9, 31, 33, 64, 65, 300};
+  for (size_t t = 0; t < sizeof cells / sizeof cells[0]; t++)
+    for (int kind = 0; kind < 4; kind++) {
+      dct_mat m;
+      DCT_CHECK(dct_mat_random(&m, 500 + t * 4 + (uint64_t)kind, cells[t], 4000, 0.9, kind, 0.05, 0.01) == 0);
+      dc_csr in = dct_csr(&m);
+      for (size_t ci = 0; ci < N_CODECS; ci++) {
+        dc_encode_opts o;
+        dc_encode_opts_default(&o);
+        o.codec = codecs[ci];
+        o.n_chunks = 1 + (uint32_t)(t % 3);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        dc_error err = {0};
+        DCT_CHECKF(dc_tile_encode(&in, &o, &buf, &len, &err) == DC_OK, "encode: %s", err.msg);
+        for (int f32 = 0; f32 < 2 && buf; f32++) {
+          dct_dec a, b;
+          int ra = decode_with(path, buf, len, f32, &a, &err);
+          DCT_CHECKF(ra == DC_OK, "%s %s: %s", path, dc_codec_name(codecs[ci]), err.msg);
+          int rb = decode_with("scalar", buf, len, f32, &b, &err);
+          DCT_CHECKF(rb == DC_OK, "scalar %s: %s", dc_codec_name(codecs[ci]), err.msg);
+          if (ra == DC_OK && rb == DC_OK) {
+            uint64_t nnz = a.hdr.nnz;
+            DCT_CHECKF(dct_same(&m, &a, f32), "%s %s %u cells kind %d: mismatch", path,
+                       dc_codec_name(codecs[ci]), cells[t], kind);
+            DCT_CHECK(!memcmp(a.indptr, b.indptr, ((size_t)a.hdr.n_cells + 1) * 8));
+            DCT_CHECK(!nnz || !memcmp(a.indices, b.indices, nnz * 4));
+            DCT_CHECK(!nnz || !memcmp(a.values, b.values, nnz * 4));
+          }
+          if (ra == DC_OK) dct_dec_free(&a);
+          if (rb == DC_OK) dct_dec_free(&b);
+        }
+        free(buf);
+      }
+      dct_mat_free(&m);
+    }
+}
+static void test_path_scalar(void) { check_path("scalar", DC_SIMD_SCALAR); }
+static void test_path_avx2(void) { check_path("avx2", DC_SIMD_AVX2); }
+static void test_path_avx512(void) { check_path("avx512", DC_SIMD_AVX512); }
+
+/* DC_SIMD names a path; an unknown or unsupported one falls back, never up */
+static void test_simd_dispatch(void) {
+  setenv("DC_SIMD", "scalar", 1);
+  DCT_CHECK(dc_simd_level() == DC_SIMD_SCALAR);
+  setenv("DC_SIMD", "avx2", 1);
+  DCT_CHECK(dc_simd_level() <= DC_SIMD_AVX2);
+  DCT_CHECK(dc_simd_level() == (dc_simd_supported(DC_SIMD_AVX2) ? DC_SIMD_AVX2 : DC_SIMD_SCALAR));
+  unsetenv("DC_SIMD");
+  setenv("DC_NO_SIMD", "1", 1);
+  DCT_CHECK(dc_simd_level() == DC_SIMD_SCALAR);
   unsetenv("DC_NO_SIMD");
+  DCT_CHECK(dc_simd_supported(DC_SIMD_SCALAR));
+  DCT_CHECK(!strcmp(dc_simd_name(DC_SIMD_AVX2), "avx2") && !strcmp(dc_simd_name(DC_SIMD_SCALAR), "scalar"));
+}
+
+static void escape_tile(int small) {
+  uint32_t C = 400, G = 1u << 20;
+  uint64_t seed = 99 + (uint64_t)small;
+  dct_mat m;
+  m.n_cells = C; m.n_genes = G;
+  m.indptr = malloc(((size_t)C + 1) * 8);
+  m.indices = malloc((size_t)C * 64 * 4);
+  m.data = malloc((size_t)C * 64 * 4);
+  uint64_t k = 0;
+  m.indptr[0] = 0;
+  for (uint32_t i = 0; i < C; i++) {
+    uint32_t g = (uint32_t)(dct_rng(&seed) % 64);
+    for (int j = 0; j < 64 && g < G; j++) {
+      m.indices[k] = g;
+      /* counts spread over all codes: 1 .. 2^32-1 (small: 1 .. 2^12-1) */
+      uint32_t e = (uint32_t)(dct_rng(&seed) % (small ? 12 : 32));
+      uint32_t v = (uint32_t)(dct_rng(&seed) & ((e == 31 ? 0xffffffffu : (2u << e) - 1)));
+      m.data[k++] = v ? v : 1;
+      uint32_t span = small ? 4000u : (dct_rng(&seed) % 2 ? 30000u : 40u);
+      g += 1 + (uint32_t)(dct_rng(&seed) % (1u + dct_rng(&seed) % span));
+    }
+    m.indptr[i + 1] = k;
+  }
+  for (int f = 0; f < 2; f++) {
+    roundtrip(&m, DC_CODEC_RANS, 0, 1 + 3 * (uint32_t)f, 1);
+    if (dc_simd_supported(DC_SIMD_AVX2)) {
+      setenv("DC_SIMD", "avx2", 1);
+      roundtrip(&m, DC_CODEC_RANS, 1 + f, 2, 1);
+      unsetenv("DC_SIMD");
+    }
+  }
+  dct_mat_free(&m);
+}
+/* More than 255 distinct (gap, count) codes in one context: the rarest take
+** the escape, whose codes travel raw.  Once with big gaps and counts (the
+** slow path for coded symbols too), once with values below 2^12 only (a
+** context whose coded symbols are all fast but whose stream has escapes). */
+static void test_rans_escape(void) {
+  escape_tile(0);
+  escape_tile(1);
+}
+
+static size_t encoded_len(const dct_mat *m) {
+  dc_csr in = dct_csr(m);
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  dc_error err;
+  DCT_CHECK(dc_tile_encode(&in, &o, &buf, &len, &err) == DC_OK);
+  free(buf);
+  return len;
+}
+
+/* A tile that uses every 7th gene only (as a tile of one input in a dataset
+** merged from several): the gene map renumbers them, so it costs about what
+** the same matrix on 7x fewer genes costs, and decodes to the original ids. */
+static void test_rans_gene_map(void) {
+  dct_mat m, c;
+  DCT_CHECK(dct_mat_random(&m, 41, 300, 3000, 0.9, DCT_MIXED, 0.05, 0.0) == 0);
+  DCT_CHECK(dct_mat_random(&c, 41, 300, 3000, 0.9, DCT_MIXED, 0.05, 0.0) == 0);
+  m.n_genes = 7 * 3000;
+  uint64_t nnz = m.indptr[m.n_cells];
+  for (uint64_t j = 0; j < nnz; j++) m.indices[j] *= 7;
+  roundtrip(&m, DC_CODEC_RANS, 0, 3, 1);
+  size_t sparse = encoded_len(&m), compact = encoded_len(&c);
+  DCT_CHECKF(sparse <= compact + compact / 50 + 1000, "every 7th gene: %zu bytes, compact: %zu", sparse, compact);
+  dct_mat_free(&m);
+  dct_mat_free(&c);
+}
+
+/* The tile version: rans (codec 3) tiles are version 2, the others stay
+** version 1 (first-release readers read them); an unknown version is
+** refused with a message that names it; a rans tile claiming version 1 is
+** corrupt. */
+static void test_tile_versions(void) {
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 31, 50, 500, 0.9, DCT_MIXED, 0.05, 0.0) == 0);
+  dc_csr in = dct_csr(&m);
+  int cs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
+  for (int i = 0; i < 3; i++) {
+    dc_encode_opts o;
+    dc_encode_opts_default(&o);
+    o.codec = cs[i];
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    dc_error err;
+    DCT_CHECK(dc_tile_encode(&in, &o, &buf, &len, &err) == DC_OK);
+    if (!buf) continue;
+    dc_tile_hdr h;
+    DCT_CHECK(dc_tile_parse(buf, len, &h, &err) == DC_OK);
+    DCT_CHECKF(h.version == (cs[i] == DC_CODEC_RANS ? 2u : 1u), "codec %d version %u", cs[i], h.version);
+    uint8_t *x = malloc(len);
+    uint16_t bad[] = {3, 0, 1};
+    for (int b = 0; b < 3; b++) {
+      if (bad[b] == 1 && cs[i] != DC_CODEC_RANS) continue;
+      memcpy(x, buf, len);
+      x[4] = (uint8_t)bad[b];
+      x[5] = 0;
+      dct_reseal(x, len);
+      int rc = dc_tile_parse(x, len, &h, &err);
+      if (bad[b] == 1)
+        DCT_CHECKF(rc == DC_ECORRUPT && strstr(err.msg, "version 1"), "rc %d %s", rc, err.msg);
+      else
+        DCT_CHECKF(rc == DC_EUNSUPPORTED && strstr(err.msg, "format version"), "rc %d %s", rc, err.msg);
+    }
+    free(x);
+    free(buf);
+  }
+  DCT_CHECK(dc_codec_from_name("rans-v1") == DC_CODEC_RANS_V1 && !strcmp(dc_codec_name(DC_CODEC_RANS_V1), "rans-v1"));
+  dct_mat_free(&m);
 }
 
 /* a tile whose rans tables are corrupt: every chunk fails, also when one
@@ -507,7 +680,13 @@ int main(void) {
   DCT_RUN(test_corrupt_truncation);
   DCT_RUN(test_corrupt_flips);
   DCT_RUN(test_pool_subset_gather);
-  DCT_RUN(test_rans_scalar_vs_simd);
+  DCT_RUN(test_simd_dispatch);
+  DCT_RUN(test_path_scalar);
+  DCT_RUN(test_path_avx2);
+  DCT_RUN(test_path_avx512);
+  DCT_RUN(test_rans_escape);
+  DCT_RUN(test_rans_gene_map);
+  DCT_RUN(test_tile_versions);
   DCT_RUN(test_rans_bad_tables);
   return dct_done();
 }

@@ -93,7 +93,29 @@ static void test_interrupt_flag(void) {
   cv_interrupted = 0;
 }
 
+/* The tiles of one input: consecutive, of tile_cells cells, the last shorter;
+** cv_split_tile inverts cv_split_start. */
+static void test_split(void) {
+  const uint64_t ns[] = {0, 1, 9, 10, 11, 25, 10000, 10001, 123457};
+  const uint32_t ts[] = {1, 3, 10, 10000, 4000000000u};
+  for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+    for (size_t b = 0; b < sizeof ts / sizeof *ts; b++) {
+      uint64_t n = ns[a];
+      uint32_t t = ts[b];
+      cv_split s = cv_split_make(n, t);
+      DCT_CHECKF(s.k == (n + t - 1) / t, "n %llu tile %u: %llu tiles", (unsigned long long)n, t, (unsigned long long)s.k);
+      DCT_CHECK(cv_split_start(&s, 0) == 0 && cv_split_start(&s, s.k) == n);
+      for (uint64_t k = 0; k < s.k; k++) {
+        uint64_t a0 = cv_split_start(&s, k), a1 = cv_split_start(&s, k + 1);
+        DCT_CHECKF(a1 > a0 && a1 - a0 <= t && (k + 1 == s.k || a1 - a0 == t), "n %llu tile %u: tile %llu",
+                   (unsigned long long)n, t, (unsigned long long)k);
+        DCT_CHECK(cv_split_tile(&s, a0) == k && cv_split_tile(&s, a1 - 1) == k);
+      }
+    }
+}
+
 int main(void) {
+  DCT_RUN(test_split);
   DCT_RUN(test_map_many);
   DCT_RUN(test_map_unicode_and_empty);
   DCT_RUN(test_utf8);

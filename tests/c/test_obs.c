@@ -101,6 +101,47 @@ static uint8_t *roundtrip(const dc_obs_values *v, int level, size_t *len_out) {
 
 static void corrupt_all(const dc_obs_values *v, int level);
 
+/* 1 when the decoded block b holds exactly the values of v (NULLs where v has them);
+** else 0 with *at the first value that differs (v->n for the kind, n or null count) */
+static int block_equals(const dc_obs_values *v, const dc_obs_block *b, uint32_t *at) {
+  *at = v->n;
+  if (b->kind != v->kind || b->n != v->n) return 0;
+  uint32_t nulls = 0;
+  for (uint32_t i = 0; i < v->n; i++) {
+    int same = 1, null = 0;
+    switch (v->kind) {
+      case DC_OBS_CATEGORY:
+        null = v->codes[i] < 0;
+        same = b->codes[i] == (null ? -1 : v->codes[i]);
+        break;
+      case DC_OBS_INT:
+        null = v->valid && !v->valid[i];
+        same = b->valid[i] == !null && (null || b->i64[i] == v->i64[i]);
+        break;
+      case DC_OBS_BOOL:
+        null = v->b8[i] == -1;
+        same = b->valid[i] == !null && (null || b->i64[i] == v->b8[i]);
+        break;
+      case DC_OBS_REAL:
+        null = isnan(v->f64[i]);
+        same = null ? isnan(b->f64[i]) : memcmp(&b->f64[i], &v->f64[i], 8) == 0;
+        break;
+      case DC_OBS_TEXT: {
+        null = v->text[i] == NULL;
+        size_t l = null ? 0 : v->text_len ? v->text_len[i] : strlen(v->text[i]);
+        same = b->valid[i] == !null && b->text_off[i + 1] - b->text_off[i] == l &&
+               (l == 0 || memcmp(b->text + b->text_off[i], v->text[i], l) == 0);
+        break;
+      }
+      default:
+        return 0;
+    }
+    if (!same) { *at = i; return 0; }
+    nulls += (uint32_t)null;
+  }
+  return b->null_count == nulls;
+}
+
 static void test_category_widths(void) {
   uint32_t ncats[] = {1, 30, 255, 256, 300, 65535, 65536, 70000};
   int expect_method[] = {1, 1, 1, 2, 2, 2, 3, 3};
@@ -350,9 +391,17 @@ static void corrupt_all(const dc_obs_values *v, int level) {
       int rc = dc_obs_decode(d, c, len, &ex, &b, &err);
       if (i < 24 && i != 4) DCT_CHECKF(rc == DC_ECORRUPT, "byte %zu bit %d: rc %d", i, bit, rc);
       else if (i == 4) DCT_CHECK(rc == DC_EUNSUPPORTED);
-      else DCT_CHECKF(rc == DC_ECORRUPT || rc == DC_OK, "byte %zu: rc %d", i, rc);
+      else {
+        DCT_CHECKF(rc == DC_ECORRUPT || rc == DC_OK, "byte %zu: rc %d", i, rc);
+        uint32_t at;
+        if (rc == DC_OK) DCT_CHECKF(block_equals(v, &b, &at), "byte %zu bit %d: decoded, but value %u differs", i, bit, at);
+      }
     }
   }
+  /* the comparison itself: the intact blob decodes to v's values */
+  uint32_t at;
+  DCT_CHECK(dc_obs_decode(d, blob, len, &ex, &b, &err) == DC_OK);
+  DCT_CHECKF(block_equals(v, &b, &at), "intact blob: value %u differs", at);
   /* the expectations of the reader are checked too */
   dc_obs_expect bad = ex;
   bad.n++;

@@ -65,10 +65,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (size < 10) return 0;
   const uint8_t *b = data + 1;
-  static const int codecs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD};
+  static const int codecs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
   dct_mat m;
   uint32_t cells = b[0] % 65, genes = 1 + (uint32_t)((b[1] | b[2] << 8) % 400);
-  int codec = codecs[b[3] & 1];
+  int codec = codecs[(b[3] & 1) ? 1 : (b[4] >> 7) ? 2 : 0];
   uint32_t chunks = b[4] % 12;
   int kind = b[5] % 4;
   double p0 = (1 + b[6] % 16) / 16.0;
@@ -91,7 +91,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tile[(x[0] | (size_t)x[1] << 8) % len] ^= x[2];
   }
   if (n_edits) dct_reseal(tile, len);
+  /* both decoder paths of this CPU: the portable one and the best SIMD one */
+  if (b[8] & 0x40) setenv("DC_SIMD", "scalar", 1);
   decode_all(tile, len, b[8] >> 7, n_edits ? NULL : &m);
+  if (b[8] & 0x40) unsetenv("DC_SIMD");
   free(tile);
   dct_mat_free(&m);
   return 0;

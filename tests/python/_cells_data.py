@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("DC_BUILD", ROOT / "build"))
 CONVERTER = BUILD / "deltacells"
 EXTENSION = BUILD / "deltacells.so"
-REAL = ROOT.parent / "shared" / "data" / "real"
+# the real files: where they are ($DC_REAL_DATA), their names, and a skip when absent
+from _batch_util import REAL, REAL_FILES, real_file  # noqa: E402,F401
 
 SQL_TYPE = {"category": "TEXT", "int": "INTEGER", "real": "REAL", "bool": "INTEGER", "text": "TEXT"}
 
@@ -83,8 +84,15 @@ def native_table(con, schema, obs, names, tiles):
     return kinds
 
 
-def tiles_of(con, n_cells):
-    t = np.zeros(n_cells, dtype=np.int64)
+def tiles_of(n_cells, tile_cells):
+    """The tile of each cell, from what the converter was asked for (docs/converter.md: tiles
+    of --tile-cells consecutive cells), not from the dataset under test."""
+    return np.arange(n_cells, dtype=np.int64) // int(tile_cells)
+
+
+def stored_tiles(con, n_cells):
+    """The tile of each cell as the dataset's shadow table tiles_data records it."""
+    t = np.full(n_cells, -1, dtype=np.int64)
     for tile, first, n in con.execute("SELECT tile, first_cell, n_cells FROM tiles_data"):
         t[first:first + n] = tile
     return t

@@ -15,10 +15,11 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from _cells_data import connect, convert, native_table, tiles_of
+from _cells_data import connect, convert, native_table, stored_tiles, tiles_of
 
 N = 140_000
 SEED = 20261130
+TILE_CELLS = 10_000  # --tile-cells: cell i is in tile i // TILE_CELLS
 
 
 def make_obs(rng):
@@ -75,10 +76,12 @@ def db(tmp_path_factory):
     X.data[:] = np.ceil(X.data * 10)
     h5 = d / "diff.h5ad"
     anndata.AnnData(X=X, obs=obs).write_h5ad(h5)
-    path = convert(h5, d / "diff.dcdb", "--tile-cells", "10000")
+    path = convert(h5, d / "diff.dcdb", "--tile-cells", str(TILE_CELLS))
     con = connect(path)
     con.execute("ATTACH ':memory:' AS n")
-    kinds = native_table(con, "n", obs, obs.index, tiles_of(con, N))
+    tiles = tiles_of(N, TILE_CELLS)
+    assert np.array_equal(stored_tiles(con, N), tiles)
+    kinds = native_table(con, "n", obs, obs.index, tiles)
     # a small table for joins and subqueries: TEXT, INTEGER, REAL and untyped columns
     prng = random.Random(5)
     con.execute("CREATE TABLE n.pick(id INTEGER, t TEXT, i INTEGER, r REAL, u)")

@@ -1,20 +1,18 @@
 """On the real files: every obs value the `cells` table returns equals what anndata reads
-(NaN and missing categories as NULL), and filters agree with pandas."""
+(NaN and missing categories as NULL), and filters agree with pandas.
+Each file is one test, skipped (with the reason) when the file is absent."""
 import math
 
 import anndata
 import numpy as np
-import pandas as pd
 import pytest
 
-from _cells_data import REAL, connect, convert, obs_kind, sql_value
-
-FILES = sorted(REAL.glob("*.h5ad")) if REAL.exists() else []
+from _cells_data import REAL_FILES, connect, convert, obs_kind, real_file, sql_value
 
 
-@pytest.mark.skipif(not FILES, reason=f"real data not present ({REAL})")
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
-def test_real_obs(path, tmp_path):
+@pytest.mark.parametrize("name", REAL_FILES, ids=[n[:-len(".h5ad")] for n in REAL_FILES])
+def test_real_obs(name, tmp_path):
+    path = real_file(name)
     db = convert(path, tmp_path / (path.stem + ".dcdb"))
     ad = anndata.read_h5ad(path, backed="r")
     obs = ad.obs

@@ -1,6 +1,5 @@
 """Edge cases of h5ad input, made with anndata and h5py; each one read back exactly."""
 import hashlib
-import os
 import subprocess
 import warnings
 
@@ -8,7 +7,6 @@ import anndata as ad
 import h5py
 import numpy as np
 import pandas as pd
-import pytest
 import scipy.sparse as sp
 
 from _converter_util import GEN, PY, Dataset, check_matrix, check_obs, convert, run
@@ -66,7 +64,7 @@ def test_csr_with_obs_kinds(tmp_path):
                      "is_doublet": "bool", "barcode": "text"}
     assert ds.meta["n_tiles"] == 4 and ds.meta["tile_cells"] == 16
     # var columns are kept in genes
-    names = dict(ds.db.execute("SELECT name, gene_ids FROM genes"))
+    names = dict(zip(ds.gene_names, ds.genes("gene_ids")))
     assert names == {f"G{i}": f"ENSG{i:06d}" for i in range(30)}
     ds.close()
 
@@ -329,7 +327,7 @@ def test_gene_key(tmp_path):
     assert sorted(ds.gene_names) == ["E1", "E2", "E3", "E4"]
     check_matrix(ds, [a, b], key="gene_ids")
     # the var index of the first file holding the gene is kept
-    vi = dict(ds.db.execute("SELECT name, var_index FROM genes"))
+    vi = dict(zip(ds.gene_names, ds.genes("var_index")))
     assert vi == {"E1": "A", "E2": "B", "E3": "C", "E4": "d"}
     ds.close()
     r = convert([pa], tmp_path / "bad.dcdb", "--gene-key", "nope", check=False)

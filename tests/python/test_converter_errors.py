@@ -357,11 +357,22 @@ def test_verify_finds_damage(tmp_path):
     # gene totals that disagree with the tiles
     shutil.copy(out, bad)
     db = sqlite3.connect(bad)
-    db.execute("UPDATE genes SET total_counts=total_counts+1 WHERE gene_id=3")
+    # (total_counts, stored column 1, replaced by the block of n_cells, column 2)
+    db.execute("UPDATE genes_blocks SET data=(SELECT data FROM genes_blocks WHERE col=2) WHERE col=1")
     db.commit()
     db.close()
     r = run("verify", bad, check=False)
-    assert r.returncode == 1 and "gene 3" in r.stderr
+    assert r.returncode == 1 and "gene 0" in r.stderr and "total_counts" in r.stderr
+    # a damaged block of the genes table
+    shutil.copy(out, bad)
+    db = sqlite3.connect(bad)
+    blob = bytearray(db.execute("SELECT data FROM genes_blocks WHERE col=0").fetchone()[0])
+    blob[-1] ^= 0xFF
+    db.execute("UPDATE genes_blocks SET data=? WHERE col=0", (bytes(blob),))
+    db.commit()
+    db.close()
+    r = run("verify", bad, check=False)
+    assert r.returncode == 1 and "genes column 'name' block 0" in r.stderr
     # a damaged obs block
     shutil.copy(out, bad)
     db = sqlite3.connect(bad)

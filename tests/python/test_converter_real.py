@@ -1,18 +1,14 @@
-"""The real 10x files in ../shared/data/real convert exactly (skipped when absent)."""
-import glob
-import os
-
+"""The real 10x files in ../shared/data/real ($DC_REAL_DATA) convert exactly.
+Each test is skipped (with the reason) when a file it needs is absent."""
 import anndata as ad
 import pytest
 
-from _converter_util import REAL, Dataset, check_matrix, check_obs, convert, run
-
-FILES = sorted(glob.glob(os.path.join(REAL, "*.h5ad")))
-pytestmark = pytest.mark.skipif(not FILES, reason="real data not present (../shared/data/real)")
+from _converter_util import REAL_FILES, Dataset, check_matrix, check_obs, convert, real_file, run
 
 
-@pytest.mark.parametrize("path", FILES, ids=[os.path.basename(f) for f in FILES])
-def test_real_file_roundtrip(path, tmp_path):
+@pytest.mark.parametrize("name", REAL_FILES, ids=REAL_FILES)
+def test_real_file_roundtrip(name, tmp_path):
+    path = str(real_file(name))
     out = tmp_path / "one.dcdb"
     convert(path, out, "--tile-cells", "1000")
     a = ad.read_h5ad(path)
@@ -30,9 +26,10 @@ def test_real_file_roundtrip(path, tmp_path):
 
 
 def test_all_real_files_into_one(tmp_path):
+    files = [str(real_file(n)) for n in REAL_FILES]
     out = tmp_path / "all.dcdb"
-    convert(FILES, out)
-    adatas = [ad.read_h5ad(f) for f in FILES]
+    convert(files, out)
+    adatas = [ad.read_h5ad(f) for f in files]
     ds = Dataset(out)
     try:
         union = set()
@@ -43,7 +40,7 @@ def test_all_real_files_into_one(tmp_path):
         check_obs(ds, adatas)
         src = ds.obs("source")
         exp = []
-        for f, a in zip(FILES, adatas):
+        for f, a in zip(files, adatas):
             exp += [f] * a.n_obs
         assert src == exp
     finally:

@@ -39,10 +39,10 @@ def test_schema_declares_the_virtual_tables(made):
     _, out = made
     con = sqlite3.connect(out)
     sql = " ".join(r[0] for r in con.execute("SELECT sql FROM sqlite_schema WHERE sql LIKE 'CREATE VIRTUAL%'"))
-    for m in ("deltacells_cells", "deltacells_tiles", "deltacells_expression", "deltacells_expression_long",
-              "deltacells_batch"):
+    for m in ("deltacells_genes", "deltacells_cells", "deltacells_tiles", "deltacells_expression",
+              "deltacells_expression_long", "deltacells_batch"):
         assert f"USING {m}" in sql
-    assert con.execute("PRAGMA page_size").fetchone()[0] == 65536
+    assert con.execute("PRAGMA page_size").fetchone()[0] == 32768   # DC_PAGE_SIZE, ext/dc_format.h
     assert con.execute("PRAGMA application_id").fetchone()[0] == 0x44435442
     con.close()
 

@@ -1,0 +1,121 @@
+/*
+** dc_ctx.h — definitions shared by the encoder and the decoders of the
+** default codec, `rans` (codec id 3, tile format version 2).  Private to
+** ext/codec.  The bytes are written down in docs/format.md section 2; why the
+** design looks like this, with measurements, in docs/codec-design.md.
+**
+** Model.  A gene's *rank bucket* is 0 for genes below 2^s (s = the model's
+** shift) and floor(log2 gene) - s + 1 above.  Each chunk stores, per cell, how
+** many of its nonzeros fall in each rank bucket, so every nonzero's context =
+** (cell-size bucket of its cell, rank bucket of its gene) is known before its
+** symbol is decoded.  The symbols of one context form one order-0 stream,
+** decoded in bulk: the table stays in L1 and no step waits for the previous
+** gene.  A symbol is the joint (gap code, count code) of a nonzero (gap =
+** gene - previous gene - 1 in the cell).  The codes' mantissa bits go to one
+** raw bit stream per chunk in nonzero order.
+**
+** Coder.  Static rANS, 12-bit probabilities, 32-bit states in [2^16, 2^32),
+** 16-bit renormalisation (at most one word per step), 32 lanes interleaved
+** symbol by symbol (symbol i of a stream uses lane i mod 32).  Lanes 8g ..
+** 8g+7 share word stream g (four per context stream), read in symbol order,
+** so 8 (AVX2) or 16 (AVX-512) lanes decode per instruction, the scalar
+** decoder is the same loop one lane at a time, and the four groups do not
+** wait on each other's word pointers.
+*/
+#ifndef DC_CTX_H
+#define DC_CTX_H
+
+#include "dc_internal.h"
+
+#define DC_CTX_PREC      12u
+#define DC_CTX_M         (1u << DC_CTX_PREC)
+#define DC_CTX_L         (1u << 16)      /* states live in [L, 2^32) */
+#define DC_CTX_LANES     32u
+#define DC_CTX_MAXSYM    255u            /* coded symbols per context; index 255.. never used */
+#define DC_CTX_NCODES    66u             /* value codes 0..65 cover 0 .. 2^32-1 (see dc_vcode) */
+#define DC_CTX_NGC       64u             /* gap codes (gaps < 2^32) */
+#define DC_CTX_NID       (DC_CTX_NGC * DC_CTX_NCODES)   /* joint ids: gap code * 66 + count code */
+#define DC_CTX_ESC_BITS  13u             /* an escaped symbol's joint id, raw */
+#define DC_CTX_MAXQ      4u              /* cell-size buckets */
+#define DC_CTX_MAXRB     32u             /* rank buckets */
+#define DC_CTX_MODEL_VERSION 2u
+#define DC_CTX_MAP_MIN   0.95            /* map when at most this share of genes occurs */
+
+/* Rank bucket of gene g under shift s (1 <= s <= 16). */
+static inline uint32_t dc_ctx_rb(uint32_t g, uint32_t s) {
+  if (g < (1u << s)) return 0;
+  return 31u - (uint32_t)__builtin_clz(g) - s + 1u;
+}
+/* First gene of rank bucket b. */
+static inline uint64_t dc_ctx_rb_lo(uint32_t b, uint32_t s) {
+  return b == 0 ? 0 : 1ull << (b + s - 1);
+}
+
+/* The model as both sides hold it.  With a gene map, the tile's genes are
+** renumbered 0 .. n_local-1 (the genes with a nonzero in the tile, in
+** order) before anything else, so that a tile of a dataset merged from
+** several inputs does not pay for the genes of the others. */
+typedef struct dc_ctx_model {
+  uint32_t n_local;                  /* genes after the map (= n_genes without one) */
+  uint32_t mapped;                   /* 1: the shared section holds a gene map */
+  uint32_t nq;                       /* cell-size buckets, 1..4 */
+  uint32_t q_lim[DC_CTX_MAXQ];       /* bucket k holds cells with nnz < q_lim[k] (last: all) */
+  uint32_t nrb;                      /* rank buckets, 1..32 */
+  uint32_t shift;                    /* s of dc_ctx_rb */
+  uint32_t n_ctx;                    /* nq * nrb; ctx = q * nrb + rank bucket */
+} dc_ctx_model;
+
+static inline uint32_t dc_ctx_q(const dc_ctx_model *m, uint64_t nnz) {
+  uint32_t k = 0;
+  while (k + 1 < m->nq && nnz >= m->q_lim[k]) k++;
+  return k;
+}
+
+/* value code / base / extra bits: the same codes as dc_rans.h */
+static inline uint32_t dc_ctx_vcode(uint64_t v) {
+  if (v < 8) return (uint32_t)v;
+  uint32_t e = 63u - (uint32_t)__builtin_clzll(v);
+  return 8u + 2u * (e - 3u) + (uint32_t)((v >> (e - 1)) & 1u);
+}
+static inline uint64_t dc_ctx_vbase(uint32_t c) {
+  if (c < 8) return c;
+  uint32_t e = (c - 8) / 2 + 3, sub = (c - 8) & 1;
+  return (uint64_t)(2u | sub) << (e - 1);
+}
+static inline uint32_t dc_ctx_vbits(uint32_t c) { return c < 8 ? 0 : (c - 8) / 2 + 2; }
+
+/* ------------------------------------------------------------ decoding
+** One decoding-table entry per slot (4096 per context):
+**   bits 0..11 frequency, 12..23 slot - start, 24..31 symbol index.
+** A stream as the decoders see it: min(n, 32) initial states (u32), then the
+** word streams of the four lane groups. */
+typedef struct dc_ctx_stream {
+  const uint8_t *st;                 /* states, 4 bytes each                  */
+  const uint8_t *w[4], *we[4];       /* word stream of lane group g: [w, we)  */
+} dc_ctx_stream;
+/* The stream decoders (one per instruction set) turn a stream of n symbols
+** into n symbol indices.  Each returns 0, or -1 when the stream is corrupt
+** (runs out of words, has words left, or ends in a wrong state). */
+typedef int (*dc_ctx_stream_fn)(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+int dc_ctx_stream_scalar(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+/* For the SIMD decoders: the initial states (the rest = L), and the scalar
+** tail from symbol `done` on with states x[32] and word pointers w[4], which
+** checks every read and the final states. */
+void dc_ctx_stream_start(const dc_ctx_stream *s, uint32_t n, uint32_t *x);
+int dc_ctx_stream_tail(const uint32_t *tab, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
+                       uint32_t done, uint32_t n, uint8_t *out);
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DC_CTX_X86 1
+int dc_ctx_stream_avx2(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+#endif
+
+/* The codec's entry points (dc_internal.h declares the rest of the codecs). */
+int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared, dc_error *err);
+int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err);
+void dc_ctx_free_model(void *model);
+int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
+                        const uint8_t *p, size_t len,
+                        const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err);
+void dc_ctx_decoder_free(void *state);
+
+#endif /* DC_CTX_H */

@@ -1,0 +1,386 @@
+/*
+** dc_ctx_compress.c — encoder of the default codec `rans` (id 3): builds the
+** tile's static model (per context, the symbol frequencies; written to the
+** tile's shared section) and encodes chunks with it.  The model and the coder
+** are described in dc_ctx.h, the bytes in docs/format.md section 2.
+*/
+#include "dc_ctx.h"
+
+#include <stdlib.h>
+#include <zstd.h>
+
+#define NIDX (DC_CTX_NID + 1u)          /* joint ids, then the escape */
+#define ESC_IX DC_CTX_NID
+
+typedef struct ctx_model {
+  dc_ctx_model m;
+  /* per context and joint id: symbol index + 1 (0 = escaped) */
+  uint8_t *six;                      /* n_ctx x NIDX */
+  uint16_t (*fs)[256][2];            /* n_ctx x 256: frequency, start (index nsym = escape) */
+  uint16_t *nsym;                    /* n_ctx: coded symbols (0 = unused context) */
+  uint32_t *loc;                     /* with a gene map: gene -> local id (n_genes) */
+} ctx_model;
+
+void dc_ctx_free_model(void *model) {
+  ctx_model *cm = model;
+  if (!cm) return;
+  free(cm->six);
+  free(cm->fs);
+  free(cm->nsym);
+  free(cm->loc);
+  free(cm);
+}
+
+static uint32_t choose_nq(uint64_t nnz, int level) {
+  if (level > 0 && level <= (int)DC_CTX_MAXQ) return (uint32_t)level;
+  if (nnz >= 12000000) return 4;
+  if (nnz >= 4000000) return 3;
+  if (nnz >= 1000000) return 2;
+  return 1;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+static int cmp_desc_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x > y ? -1 : x < y;
+}
+
+/* Scales counts c[0..n) to frequencies summing to M, each >= 1 (n >= 2, so
+** none reaches M). */
+static void normalize(const uint64_t *c, uint32_t *f, uint32_t n) {
+  uint64_t s = 0;
+  for (uint32_t i = 0; i < n; i++) s += c[i];
+  int64_t tot = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t v = (uint64_t)((double)c[i] * DC_CTX_M / (double)s + 0.5);
+    f[i] = v < 1 ? 1 : (uint32_t)v;
+    tot += f[i];
+  }
+  /* fix the sum where it costs least: cost change per slot ~ c / f */
+  while (tot != DC_CTX_M) {
+    uint32_t best = 0;
+    double bestv = -1;
+    for (uint32_t i = 0; i < n; i++) {
+      if (tot > DC_CTX_M && f[i] <= 1) continue;
+      double v = tot > DC_CTX_M ? (double)f[i] / (double)(c[i] + 1) : (double)c[i] / (double)f[i];
+      if (v > bestv) { bestv = v; best = i; }
+    }
+    if (tot > DC_CTX_M) { f[best]--; tot--; } else { f[best]++; tot++; }
+  }
+}
+
+/* One nonzero as the model sees it. */
+typedef struct nz {
+  uint32_t ctx, id;                  /* context, joint id */
+  uint64_t gx, cx;                   /* mantissa bits of the gap and of the count */
+  uint32_t gb, cb;                   /* their widths */
+} nz;
+
+/* Walks one cell: runs BODY for every nonzero in order (gap = gene -
+** previous gene - 1, the first gene of a cell counting from -1). */
+#define FOR_NZ(m, loc, q, idx, val, s, t, BODY)                                 \
+  do {                                                                          \
+    int64_t prev_ = -1;                                                         \
+    for (uint64_t j_ = (s); j_ < (t); j_++) {                                   \
+      uint32_t g_ = (loc) ? (loc)[(idx)[j_]] : (idx)[j_], v_ = (val)[j_];       \
+      uint32_t b_ = dc_ctx_rb(g_, (m)->shift);                                  \
+      uint64_t gap_ = (uint64_t)((int64_t)g_ - prev_ - 1);                      \
+      nz z_;                                                                    \
+      uint32_t gc_ = dc_ctx_vcode(gap_), cc_ = dc_ctx_vcode(v_);                \
+      z_.ctx = (q) * (m)->nrb + b_;                                             \
+      z_.id = gc_ * DC_CTX_NCODES + cc_;                                        \
+      z_.gb = dc_ctx_vbits(gc_);                                                \
+      z_.cb = dc_ctx_vbits(cc_);                                                \
+      z_.gx = gap_ - dc_ctx_vbase(gc_);                                         \
+      z_.cx = (uint64_t)v_ - dc_ctx_vbase(cc_);                                 \
+      prev_ = g_;                                                               \
+      { nz *Z = &z_; (void)Z; BODY; }                                           \
+    }                                                                           \
+  } while (0)
+
+int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared, dc_error *err) {
+  *model = NULL;
+  ctx_model *cm = calloc(1, sizeof *cm);
+  uint64_t *cnt = NULL, *key = NULL, *c = NULL;
+  uint32_t *nnzs = NULL, *f = NULL, *ids = NULL;
+  dc_buf raw = {0};
+  int rc = DC_ENOMEM;
+  if (!cm) goto done;
+  dc_ctx_model *m = &cm->m;
+  uint32_t C = in->n_cells;
+  uint64_t nnz = in->indptr[C] - in->indptr[0];
+  /* cell-size buckets at quantiles of the nonempty cells' nnz */
+  m->nq = choose_nq(nnz, level);
+  nnzs = malloc((C ? C : 1) * sizeof *nnzs);
+  if (!nnzs) goto done;
+  uint32_t ne = 0;
+  for (uint32_t i = 0; i < C; i++) {
+    uint64_t k = in->indptr[i + 1] - in->indptr[i];
+    if (k) nnzs[ne++] = (uint32_t)k;
+  }
+  qsort(nnzs, ne, sizeof *nnzs, cmp_u32);
+  for (uint32_t k = 0; k + 1 < m->nq; k++) {
+    uint32_t q = ne ? nnzs[(uint64_t)ne * (k + 1) / m->nq] : 0;
+    if (k && q <= m->q_lim[k - 1]) q = m->q_lim[k - 1] + 1;
+    m->q_lim[k] = q;
+  }
+  m->q_lim[m->nq - 1] = UINT32_MAX;
+  /* the gene map: worth it when a clear share of the genes never occurs in
+  ** the tile and those are not simply the last ones */
+  m->n_local = in->n_genes;
+  if (in->n_genes) {
+    cm->loc = malloc((size_t)in->n_genes * sizeof *cm->loc);
+    if (!cm->loc) goto done;
+    memset(cm->loc, 0, (size_t)in->n_genes * sizeof *cm->loc);
+    for (uint64_t j = in->indptr[0]; j < in->indptr[C]; j++) cm->loc[in->indices[j]] = 1;
+    uint32_t n = 0, last = 0;
+    for (uint32_t g = 0; g < in->n_genes; g++)
+      if (cm->loc[g]) { n++; last = g + 1; }
+    if (n < DC_CTX_MAP_MIN * in->n_genes && n < last) {
+      m->mapped = 1;
+      m->n_local = n;
+      for (uint32_t g = 0, k = 0; g < in->n_genes; g++) cm->loc[g] = cm->loc[g] ? k++ : UINT32_MAX;
+    } else {
+      free(cm->loc);
+      cm->loc = NULL;
+    }
+  }
+  m->shift = 4;
+  m->nrb = dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1;
+  m->n_ctx = m->nq * m->nrb;
+
+  cnt = calloc((size_t)m->n_ctx * NIDX, sizeof *cnt);
+  cm->six = calloc((size_t)m->n_ctx * NIDX, 1);
+  cm->fs = calloc(m->n_ctx, sizeof *cm->fs);
+  cm->nsym = calloc(m->n_ctx, sizeof *cm->nsym);
+  key = malloc(NIDX * sizeof *key);
+  c = malloc(257 * sizeof *c);
+  f = malloc(257 * sizeof *f);
+  ids = malloc(257 * sizeof *ids);
+  if (!cnt || !cm->six || !cm->fs || !cm->nsym || !key || !c || !f || !ids) goto done;
+  for (uint32_t i = 0; i < C; i++) {
+    uint64_t s = in->indptr[i], t = in->indptr[i + 1];
+    uint32_t q = dc_ctx_q(m, t - s);
+    FOR_NZ(m, cm->loc, q, in->indices, in->data, s, t, cnt[(size_t)Z->ctx * NIDX + Z->id]++);
+  }
+
+  /* per context: the 255 most frequent ids are coded, the rest escape */
+  dc_buf_put(&raw, (uint8_t[]){DC_CTX_MODEL_VERSION, (uint8_t)m->nq, (uint8_t)m->nrb, (uint8_t)m->shift,
+                               (uint8_t)m->mapped}, 5);
+  for (uint32_t k = 0; k + 1 < m->nq; k++) dc_buf_varint(&raw, m->q_lim[k]);
+  if (m->mapped) {               /* varint n_local, then a bitmap of the genes that occur */
+    dc_buf_varint(&raw, m->n_local);
+    size_t nb = ((size_t)in->n_genes + 7) / 8;
+    if (dc_buf_reserve(&raw, nb)) goto done;
+    memset(raw.p + raw.len, 0, nb);
+    for (uint32_t g = 0; g < in->n_genes; g++)
+      if (cm->loc[g] != UINT32_MAX) raw.p[raw.len + g / 8] |= (uint8_t)(1u << (g % 8));
+    raw.len += nb;
+  }
+  for (uint32_t x = 0; x < m->n_ctx; x++) {
+    const uint64_t *cx = cnt + (size_t)x * NIDX;
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < DC_CTX_NID; id++)
+      if (cx[id]) key[n++] = cx[id] << 13 | id;           /* ids < 2^13 */
+    if (!n) { dc_buf_varint(&raw, 0); continue; }
+    uint64_t esc = 0;
+    if (n > DC_CTX_MAXSYM) {
+      qsort(key, n, sizeof *key, cmp_desc_u64);
+      for (uint32_t k = DC_CTX_MAXSYM; k < n; k++) esc += key[k] >> 13;
+      n = DC_CTX_MAXSYM;
+    }
+    for (uint32_t k = 0; k < n; k++) ids[k] = (uint32_t)(key[k] & 8191);
+    qsort(ids, n, sizeof *ids, cmp_u32);
+    for (uint32_t k = 0; k < n; k++) c[k] = cx[ids[k]];
+    c[n] = esc;                                            /* the escape, index n */
+    normalize(c, f, n + 1);
+    uint8_t *sx = cm->six + (size_t)x * NIDX;
+    cm->nsym[x] = (uint16_t)n;
+    dc_buf_varint(&raw, n + 1);
+    uint32_t start = 0;
+    for (uint32_t k = 0; k <= n; k++) {
+      if (k < n) {
+        dc_buf_varint(&raw, k ? ids[k] - ids[k - 1] - 1 : ids[k]);
+        sx[ids[k]] = (uint8_t)(k + 1);
+      }
+      dc_buf_varint(&raw, f[k] - 1);
+      cm->fs[x][k][0] = (uint16_t)f[k];
+      cm->fs[x][k][1] = (uint16_t)start;
+      start += f[k];
+    }
+  }
+  if (raw.oom) goto done;
+  dc_buf_varint(shared, raw.len);
+  size_t bound = ZSTD_compressBound(raw.len);
+  if (dc_buf_reserve(shared, bound)) goto done;
+  size_t z = ZSTD_compress(shared->p + shared->len, bound, raw.p, raw.len, 9);
+  if (ZSTD_isError(z)) goto done;
+  shared->len += z;
+  *model = cm;
+  cm = NULL;
+  rc = DC_OK;
+done:
+  if (rc) dc_error_set(err, rc, "encode: out of memory building the rans model");
+  dc_ctx_free_model(cm);
+  free(cnt);
+  free(nnzs);
+  free(key);
+  free(c);
+  free(f);
+  free(ids);
+  dc_buf_free(&raw);
+  return rc;
+}
+
+/* ------------------------------------------------------------ chunks */
+typedef struct bitw {
+  dc_buf *b;
+  uint64_t acc;
+  uint32_t n;
+} bitw;
+static inline void bit_put(bitw *w, uint64_t v, uint32_t nb) {   /* nb <= 32 */
+  w->acc |= v << w->n;
+  w->n += nb;
+  while (w->n >= 8) {
+    uint8_t byte = (uint8_t)w->acc;
+    dc_buf_put(w->b, &byte, 1);
+    w->acc >>= 8;
+    w->n -= 8;
+  }
+}
+
+/* Words of a stream in reverse read order. */
+typedef struct wstack { uint16_t *w; size_t n, cap; } wstack;
+static inline int wpush(wstack *s, uint16_t v) {
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 1024;
+    uint16_t *w = realloc(s->w, cap * sizeof *w);
+    if (!w) return -1;
+    s->w = w;
+    s->cap = cap;
+  }
+  s->w[s->n++] = v;
+  return 0;
+}
+
+int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_buf *out, dc_error *err) {
+  (void)level;
+  const ctx_model *cm = model;
+  const dc_ctx_model *m = &cm->m;
+  uint32_t nx = m->n_ctx, nrb = m->nrb;
+  uint64_t *nper = calloc(nx, sizeof *nper), *at = calloc(nx, sizeof *at);
+  uint8_t *syms = malloc(ch->nnz ? (size_t)ch->nnz : 1);
+  uint32_t *bc = calloc(nrb, sizeof *bc);
+  dc_buf counts = {0}, mant = {0}, streams = {0}, dir = {0};
+  wstack ws[4] = {{0}};
+  int rc = DC_OK;
+  if (!nper || !at || !syms || !bc) goto oom;
+
+  /* pass 1: per-cell bucket counts, symbols per context */
+  for (uint32_t i = 0; i < ch->n_cells; i++) {
+    uint64_t s = ch->indptr[i], t = ch->indptr[i + 1];
+    uint32_t q = dc_ctx_q(m, t - s);
+    memset(bc, 0, nrb * sizeof *bc);
+    for (uint64_t j = s; j < t; j++)
+      bc[dc_ctx_rb(cm->loc ? cm->loc[ch->indices[j]] : ch->indices[j], m->shift)]++;
+    for (uint32_t b = 0; b < nrb; b++) {
+      dc_buf_varint(&counts, bc[b]);
+      nper[q * nrb + b] += bc[b];
+    }
+  }
+  for (uint32_t x = 0, o = 0; x < nx; x++) { at[x] = o; o += (uint32_t)nper[x]; }
+  /* pass 2: symbol indices grouped by context; mantissa bits in nonzero order */
+  bitw bw = {&mant, 0, 0};
+  for (uint32_t i = 0; i < ch->n_cells; i++) {
+    uint64_t s = ch->indptr[i], t = ch->indptr[i + 1];
+    uint32_t q = dc_ctx_q(m, t - s);
+    FOR_NZ(m, cm->loc, q, ch->indices, ch->data, s, t, {
+      if (!cm->nsym[Z->ctx]) goto oom;                       /* cannot happen: the model saw it */
+      uint32_t k = cm->six[(size_t)Z->ctx * NIDX + Z->id];
+      if (k) {
+        syms[at[Z->ctx]++] = (uint8_t)(k - 1);
+      } else {
+        syms[at[Z->ctx]++] = (uint8_t)cm->nsym[Z->ctx];     /* escape: the joint id follows raw */
+        bit_put(&bw, Z->id, DC_CTX_ESC_BITS);
+      }
+      bit_put(&bw, Z->gx, Z->gb);
+      bit_put(&bw, Z->cx, Z->cb);
+    });
+  }
+  if (bw.n) bit_put(&bw, 0, 8 - bw.n);
+  dc_buf_put(&mant, (uint8_t[8]){0}, 8);                     /* read-ahead room for the decoder */
+
+  /* pass 3: each context's stream, coded backwards */
+  for (uint32_t x = 0, o = 0; x < nx; x++) {
+    uint32_t n = (uint32_t)nper[x];
+    if (!n) continue;
+    const uint8_t *sy = syms + o;
+    o += n;
+    uint32_t st[DC_CTX_LANES];
+    for (uint32_t l = 0; l < DC_CTX_LANES; l++) st[l] = DC_CTX_L;
+    for (uint32_t g = 0; g < 4; g++) ws[g].n = 0;
+    const uint16_t (*fs)[2] = cm->fs[x];
+    for (uint32_t i = n; i-- > 0;) {
+      uint32_t l = i % DC_CTX_LANES, fr = fs[sy[i]][0], start = fs[sy[i]][1];
+      uint32_t xs = st[l];
+      uint32_t xmax = fr << 20;                               /* ((L >> PREC) << 16) * f */
+      if (xs >= xmax) {
+        if (wpush(&ws[l / 8], (uint16_t)xs)) goto oom;        /* lane group l/8's stream */
+        xs >>= 16;
+      }
+      st[l] = ((xs / fr) << DC_CTX_PREC) + xs % fr + start;
+    }
+    size_t before = streams.len;
+    uint32_t k = n < DC_CTX_LANES ? n : DC_CTX_LANES;
+    for (uint32_t l = 0; l < k; l++) {
+      uint8_t b4[4];
+      dc_wr32(b4, st[l]);
+      dc_buf_put(&streams, b4, 4);
+    }
+    for (uint32_t g = 0; g < 4; g++) {
+      if (dc_buf_reserve(&streams, ws[g].n * 2)) goto oom;
+      for (size_t i = ws[g].n; i-- > 0;) {
+        dc_wr16(streams.p + streams.len, ws[g].w[i]);
+        streams.len += 2;
+      }
+    }
+    dc_buf_varint(&dir, streams.len - before);
+    for (uint32_t g = 0; g < 3; g++) dc_buf_varint(&dir, ws[g].n);
+  }
+
+  /* payload: counts (zstd), mantissa bits, stream directory, streams */
+  dc_buf_varint(out, counts.len);
+  size_t bound = ZSTD_compressBound(counts.len);
+  dc_buf zc = {0};
+  if (dc_buf_reserve(&zc, bound)) goto oom;
+  size_t z = ZSTD_compress(zc.p, bound, counts.p, counts.len, 19);
+  if (ZSTD_isError(z)) { dc_buf_free(&zc); goto oom; }
+  zc.len = z;
+  dc_buf_varint(out, zc.len);
+  dc_buf_put(out, zc.p, zc.len);
+  dc_buf_free(&zc);
+  dc_buf_varint(out, mant.len);
+  dc_buf_varint(out, dir.len);
+  dc_buf_put(out, dir.p, dir.len);
+  dc_buf_put(out, mant.p, mant.len);
+  dc_buf_put(out, streams.p, streams.len);
+  if (counts.oom || mant.oom || streams.oom || dir.oom || out->oom) goto oom;
+  goto done;
+oom:
+  rc = DC_ENOMEM;
+  dc_error_set(err, rc, "out of memory encoding a chunk of %llu nonzeros", (unsigned long long)ch->nnz);
+done:
+  free(nper);
+  free(at);
+  free(syms);
+  free(bc);
+  for (uint32_t g = 0; g < 4; g++) free(ws[g].w);
+  dc_buf_free(&counts);
+  dc_buf_free(&mant);
+  dc_buf_free(&streams);
+  dc_buf_free(&dir);
+  return rc;
+}

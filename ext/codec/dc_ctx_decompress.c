@@ -1,0 +1,750 @@
+/*
+** dc_ctx_decompress.c — decoder of the default codec `rans` (id 3).
+**
+** A chunk decodes in three stages (dc_ctx.h has the model):
+**   1. the per-cell rank-bucket counts (a zstd frame of varints), which give
+**      every context's symbol count and every cell's size;
+**   2. each context's stream, decoded in bulk into symbol indices by the
+**      stream decoder of the selected instruction set (scalar here, AVX2 and
+**      AVX-512 in dc_ctx_simd.c; DC_SIMD forces one, see dc_simd_level);
+**   3. one pass over the cells in order: take each bucket's next symbols,
+**      add the mantissa bits, prefix-sum the gaps into gene indices, write.
+** The tile's tables are built once per decoder and reused while the same
+** shared section comes back (keyed by its bytes).
+**
+** Safety: every length is checked before use; tables are validated; stream
+** decoders check every word read and the final states; the mantissa reader
+** never reads outside its section (reads are clamped, and the bits consumed
+** must match the section's length exactly); indices are checked per cell.
+*/
+#include "dc_ctx.h"
+
+#include <stdlib.h>
+#include <zstd.h>
+
+/* Stage timers for tuning (a harness defines DC_CTX_PROFILE; off in builds). */
+#ifdef DC_CTX_PROFILE
+#include <time.h>
+uint64_t dc_ctx_prof[4];
+static inline uint64_t prof_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#define PROF(i) do { uint64_t t_ = prof_ns(); dc_ctx_prof[i] += t_ - prof_t; prof_t = t_; } while (0)
+#define PROF_START uint64_t prof_t = prof_ns()
+#else
+#define PROF(i) do { } while (0)
+#define PROF_START do { } while (0)
+#endif
+
+/* What a symbol index means, for stage 3 (8 bytes, so that the place loop
+** addresses it with one scaled index).  Fast symbols have values below 2^16
+** and at most 28 mantissa bits (two of them fit one 57-bit read):
+** gap = gbase + (bits & gmask), count = cbase + (bits >> gb), bits = the
+** next nb mantissa bits.  Slow ones (nb = SLOW) keep the codes in gbase and
+** cbase; gmask is 1 for big values and 2 for the escape. */
+typedef struct sinfo {
+  uint16_t gbase, cbase, gmask;
+  uint8_t nb, gb;
+} sinfo;
+#define SLOW 255u
+
+typedef struct ctx_state {
+  uint8_t *key;                      /* the shared section the tables were built from */
+  size_t key_len;
+  uint32_t key_genes;                /* and the tile's gene count */
+  dc_ctx_model m;
+  uint16_t *nsym;                    /* per context: coded symbols, 0 = unused   */
+  uint32_t *tab;                     /* n_ctx x 4096 slot entries                */
+  sinfo *inf;                        /* n_ctx x 256                              */
+  uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
+  uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
+                                        escape is checked per chunk: see stage 2) */
+} ctx_state;
+
+void dc_ctx_decoder_free(void *state) {
+  ctx_state *s = state;
+  if (!s) return;
+  free(s->key);
+  free(s->nsym);
+  free(s->tab);
+  free(s->inf);
+  free(s->has_slow);
+  free(s->map);
+  free(s);
+}
+
+#define CORRUPT(...) do { dc_error_set(err, DC_ECORRUPT, __VA_ARGS__); return DC_ECORRUPT; } while (0)
+
+static void set_info(sinfo *o, uint32_t id, int esc) {
+  memset(o, 0, sizeof *o);
+  o->nb = SLOW;
+  if (esc) { o->gmask = 2; return; }
+  uint32_t gc = id / DC_CTX_NCODES, cc = id % DC_CTX_NCODES;
+  uint32_t gb = dc_ctx_vbits(gc), cb = dc_ctx_vbits(cc);
+  uint64_t gbase = dc_ctx_vbase(gc), cbase = dc_ctx_vbase(cc);
+  o->gbase = (uint16_t)gc;
+  o->cbase = (uint16_t)cc;
+  o->gmask = 1;
+  if (gbase + (1ull << gb) > (1u << 16) || cbase + (1ull << cb) > (1u << 16) || gb + cb > 28) return;
+  o->gbase = (uint16_t)gbase;
+  o->cbase = (uint16_t)cbase;
+  o->gmask = (uint16_t)((1u << gb) - 1);
+  o->nb = (uint8_t)(gb + cb);
+  o->gb = (uint8_t)gb;
+}
+
+static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t n_genes,
+                        uint32_t c, dc_error *err) {
+  const uint8_t *end = sh + sh_len;
+  uint64_t raw_len;
+  size_t k = dc_get_varint(sh, end, &raw_len);
+  if (!k) CORRUPT("chunk %u: rans tables: truncated", c);
+  sh += k;
+  if (raw_len > (16u << 20)) CORRUPT("chunk %u: rans tables: %llu bytes", c, (unsigned long long)raw_len);
+  unsigned long long fcs = ZSTD_getFrameContentSize(sh, (size_t)(end - sh));
+  if (fcs != raw_len) CORRUPT("chunk %u: rans tables: bad zstd frame", c);
+  uint8_t *raw = malloc(raw_len ? raw_len : 1);
+  if (!raw) {
+    dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory for rans tables", c);
+    return DC_ENOMEM;
+  }
+  if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
+  size_t z = d->zstd_dctx ? ZSTD_decompressDCtx(d->zstd_dctx, raw, raw_len, sh, (size_t)(end - sh)) : 0;
+  int rc = DC_ECORRUPT;
+  const char *why = "bad zstd frame";
+  if (!d->zstd_dctx) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
+  if (ZSTD_isError(z) || z != raw_len) goto fail;
+  const uint8_t *p = raw, *pe = raw + raw_len;
+  why = "truncated";
+  if (pe - p < 5) goto fail;
+  why = "unknown model version";
+  if (p[0] != DC_CTX_MODEL_VERSION) goto fail;
+  dc_ctx_model *m = &s->m;
+  m->nq = p[1];
+  m->nrb = p[2];
+  m->shift = p[3];
+  m->mapped = p[4];
+  p += 5;
+  why = "bad context counts";
+  if (m->nq < 1 || m->nq > DC_CTX_MAXQ || m->nrb < 1 || m->nrb > DC_CTX_MAXRB || m->shift < 1 ||
+      m->shift > 16 || m->nrb + m->shift > 33 || m->mapped > 1)
+    goto fail;
+  m->n_ctx = m->nq * m->nrb;
+  for (uint32_t b = 0; b + 1 < m->nq; b++) {
+    uint64_t v;
+    why = "truncated";
+    if (!(k = dc_get_varint(p, pe, &v))) goto fail;
+    p += k;
+    why = "bad cell-size buckets";
+    if (v > UINT32_MAX || (b && v <= m->q_lim[b - 1])) goto fail;
+    m->q_lim[b] = (uint32_t)v;
+  }
+  m->q_lim[m->nq - 1] = UINT32_MAX;
+  m->n_local = n_genes;
+  free(s->map);
+  s->map = NULL;
+  if (m->mapped) {
+    uint64_t nl;
+    why = "truncated";
+    if (!(k = dc_get_varint(p, pe, &nl))) goto fail;
+    p += k;
+    size_t nb = ((size_t)n_genes + 7) / 8;
+    why = "bad gene map";
+    if (nl > n_genes || (size_t)(pe - p) < nb) goto fail;
+    s->map = malloc((nl ? nl : 1) * sizeof *s->map);
+    if (!s->map) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
+    uint32_t n = 0;
+    for (uint32_t g = 0; g < n_genes; g++)
+      if (p[g / 8] >> (g % 8) & 1) {
+        if (n == nl) goto fail;
+        s->map[n++] = g;
+      }
+    if (n != nl || (n_genes % 8 && p[nb - 1] >> (n_genes % 8))) goto fail;
+    p += nb;
+    m->n_local = n;
+  }
+  why = "bad context counts";
+  if (m->nrb != dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1) goto fail;
+  free(s->nsym); free(s->tab); free(s->inf); free(s->has_slow);
+  s->has_slow = calloc(m->n_ctx, 1);
+  s->nsym = calloc(m->n_ctx, sizeof *s->nsym);
+  s->tab = malloc((size_t)m->n_ctx * DC_CTX_M * sizeof *s->tab);
+  s->inf = malloc((size_t)m->n_ctx * 256 * sizeof *s->inf);
+  if (!s->nsym || !s->tab || !s->inf || !s->has_slow) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
+  for (uint32_t x = 0; x < m->n_ctx; x++) {
+    uint64_t n1;
+    why = "truncated";
+    if (!(k = dc_get_varint(p, pe, &n1))) goto fail;
+    p += k;
+    why = "too many symbols in a context";
+    if (n1 > DC_CTX_MAXSYM + 1) goto fail;
+    if (n1 == 0) continue;                    /* unused: a stream that uses it is corrupt */
+    uint32_t n = (uint32_t)n1 - 1;
+    uint32_t *t = s->tab + (size_t)x * DC_CTX_M;
+    sinfo *inf = s->inf + (size_t)x * 256;
+    uint32_t start = 0;
+    int64_t prev = -1;
+    for (uint32_t i = 0; i <= n; i++) {
+      uint64_t dv = 0, fv;
+      if (i < n) {
+        why = "truncated";
+        if (!(k = dc_get_varint(p, pe, &dv))) goto fail;
+        p += k;
+        why = "bad symbol";
+        if (dv >= DC_CTX_NID || prev + 1 + (int64_t)dv >= (int64_t)DC_CTX_NID) goto fail;
+        prev = prev + 1 + (int64_t)dv;
+      }
+      why = "truncated";
+      if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
+      p += k;
+      why = "frequencies do not sum to 2^12";
+      if (fv >= DC_CTX_M - 1 || start + fv + 1 > DC_CTX_M) goto fail;
+      uint32_t f = (uint32_t)fv + 1;
+      for (uint32_t j = 0; j < f; j++) t[start + j] = f | j << 12 | i << 24;
+      start += f;
+      set_info(&inf[i], (uint32_t)prev, i == n);
+      s->has_slow[x] |= i < n && inf[i].nb == SLOW;
+    }
+    why = "frequencies do not sum to 2^12";
+    if (start != DC_CTX_M) goto fail;
+    s->nsym[x] = (uint16_t)n1;
+  }
+  why = "trailing bytes";
+  if (p != pe) goto fail;
+  free(raw);
+  return DC_OK;
+fail:
+  free(raw);
+  dc_error_set(err, rc, "chunk %u: rans tables: %s", c, why);
+  return rc;
+}
+
+static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t n_genes, uint32_t c,
+                      ctx_state **out, dc_error *err) {
+  ctx_state *s = d->ctx;
+  if (s && s->key && s->key_len == sh_len && s->key_genes == n_genes && !memcmp(s->key, sh, sh_len)) {
+    *out = s;
+    return DC_OK;
+  }
+  if (!s) {
+    s = d->ctx = calloc(1, sizeof *s);
+    if (!s) {
+      dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory", c);
+      return DC_ENOMEM;
+    }
+  }
+  free(s->key);
+  s->key = NULL;
+  s->key_len = 0;
+  int rc = build_tables(d, s, sh, sh_len, n_genes, c, err);
+  if (rc) return rc;
+  s->key = malloc(sh_len ? sh_len : 1);
+  if (!s->key) {
+    dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory", c);
+    return DC_ENOMEM;
+  }
+  memcpy(s->key, sh, sh_len);
+  s->key_len = sh_len;
+  s->key_genes = n_genes;
+  *out = s;
+  return DC_OK;
+}
+
+/* ------------------------------------------------------------ streams
+** The scalar stream decoder: the reference the SIMD ones must equal.  Symbol
+** i uses lane i % 32; a lane whose state drops below L after its step reads
+** the next 16-bit word of its group's stream. */
+void dc_ctx_stream_start(const dc_ctx_stream *s, uint32_t n, uint32_t *x) {
+  uint32_t k = n < DC_CTX_LANES ? n : DC_CTX_LANES;
+  for (uint32_t l = 0; l < DC_CTX_LANES; l++) x[l] = l < k ? dc_rd32(s->st + 4 * l) : DC_CTX_L;
+}
+
+int dc_ctx_stream_tail(const uint32_t *tab, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
+                       uint32_t done, uint32_t n, uint8_t *out) {
+  for (uint32_t i = done; i < n; i++) {
+    uint32_t l = i % DC_CTX_LANES, g = l / 8, xs = x[l];
+    uint32_t e = tab[xs & (DC_CTX_M - 1)];
+    out[i] = (uint8_t)(e >> 24);
+    xs = (e & 0xfff) * (xs >> DC_CTX_PREC) + ((e >> 12) & 0xfff);
+    if (xs < DC_CTX_L) {
+      if (s->we[g] - w[g] < 2) return -1;
+      xs = xs << 16 | dc_rd16(w[g]);
+      w[g] += 2;
+    }
+    x[l] = xs;
+  }
+  uint32_t bad = 0;
+  for (uint32_t g = 0; g < 4; g++) bad |= w[g] != s->we[g];
+  for (uint32_t l = 0; l < DC_CTX_LANES; l++) bad |= x[l] != DC_CTX_L;
+  return bad ? -1 : 0;
+}
+
+/* One lane's step, branch-free (the renormalisation is taken half the time). */
+#define SCALAR_STEP(l, W)                                                       \
+  do {                                                                          \
+    uint32_t xs_ = x[l], e_ = tab[xs_ & (DC_CTX_M - 1)];                        \
+    o[l] = (uint8_t)(e_ >> 24);                                                 \
+    xs_ = (e_ & 0xfff) * (xs_ >> DC_CTX_PREC) + ((e_ >> 12) & 0xfff);           \
+    uint32_t r_ = xs_ < DC_CTX_L;                                               \
+    x[l] = (xs_ << (r_ << 4)) | (dc_rd16(W) & (0u - r_));                       \
+    W += 2 * r_;                                                                \
+  } while (0)
+
+int dc_ctx_stream_scalar(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
+  uint32_t x[DC_CTX_LANES];
+  dc_ctx_stream_start(s, n, x);
+  const uint8_t *w0 = s->w[0], *w1 = s->w[1], *w2 = s->w[2], *w3 = s->w[3];
+  /* main loop: rounds of 32 symbols while each group surely has 8 words */
+  uint32_t i = 0;
+  for (; i + DC_CTX_LANES <= n && s->we[0] - w0 >= 16 && s->we[1] - w1 >= 16 && s->we[2] - w2 >= 16 &&
+         s->we[3] - w3 >= 16;
+       i += DC_CTX_LANES) {
+    uint8_t *o = out + i;
+    for (uint32_t l = 0; l < 8; l++) {
+      SCALAR_STEP(l, w0);
+      SCALAR_STEP(l + 8, w1);
+      SCALAR_STEP(l + 16, w2);
+      SCALAR_STEP(l + 24, w3);
+    }
+  }
+  const uint8_t *w[4] = {w0, w1, w2, w3};
+  return dc_ctx_stream_tail(tab, s, x, w, i, n, out);
+}
+
+static dc_ctx_stream_fn stream_fn(void) {
+#ifdef DC_CTX_X86
+  switch (dc_simd_level()) {
+    case DC_SIMD_AVX512:   /* no AVX-512 stream decoder: it measured slower (codec-design.md) */
+    case DC_SIMD_AVX2: return dc_ctx_stream_avx2;
+    default: break;
+  }
+#endif
+  return dc_ctx_stream_scalar;
+}
+
+/* ------------------------------------------------------------ stage 3 */
+typedef struct mreader {
+  const uint8_t *p;                  /* a padded copy of the mantissa section */
+  uint64_t pos, lim;                 /* bit position; last byte offset a read may start at */
+  uint64_t end_bits;                 /* bits in the section: a cell must start inside */
+} mreader;
+
+static inline uint64_t mread(mreader *r, uint32_t nb) {  /* nb <= 56 */
+  uint64_t off = r->pos >> 3;
+  off = off < r->lim ? off : r->lim;
+  uint64_t w;
+  memcpy(&w, r->p + off, 8);
+  w = (w >> (r->pos & 7)) & ((1ull << nb) - 1);
+  r->pos += nb;
+  return w;
+}
+
+/* The rare symbols: values of 2^16 and more, escapes.  Returns 0 or -1. */
+static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint64_t *gap, uint64_t *cnt) {
+  uint32_t gc = in->gbase, cc = in->cbase;
+  if (in->gmask == 2) {
+    uint32_t id = (uint32_t)mread(r, DC_CTX_ESC_BITS);
+    if (id >= DC_CTX_NID) return -1;
+    gc = id / DC_CTX_NCODES;
+    cc = id % DC_CTX_NCODES;
+  }
+  if (cc >= DC_CTX_NCODES) return -1;
+  *gap = dc_ctx_vbase(gc) + mread(r, dc_ctx_vbits(gc));
+  *cnt = dc_ctx_vbase(cc) + mread(r, dc_ctx_vbits(cc));
+  return *cnt > UINT32_MAX || *gap >= (1ull << 31) ? -1 : 0;
+}
+
+/* Places one chunk's symbols, cell by cell: the cell's symbols are first
+** gathered from its rank buckets' streams into one list of (bucket << 8 |
+** symbol), so that one loop (one branch miss) covers the cell whatever its
+** segments.  Returns 0, or -1 on corrupt data (an index out of range, a bad
+** escape).  Reads are unclamped when even the cell's nnz reads of the
+** largest size stay inside the mantissa section (all but the last cells). */
+#define FLAT_LOOP                                                               \
+  for (uint64_t j = 0; j < tot; j++) {                                          \
+    const sinfo e = inf[fl[j]];                                                 \
+    uint64_t gap, cnt;                                                          \
+    if (__builtin_expect(e.nb == SLOW, 0)) {                                    \
+      r.pos = pos;                                                              \
+      if (slow_sym(&e, &r, &gap, &cnt)) return -1;                              \
+      pos = r.pos;                                                              \
+    } else {                                                                    \
+      uint64_t w;                                                               \
+      memcpy(&w, mant + (pos >> 3), 8);                                         \
+      w >>= (pos & 7);                                                          \
+      uint64_t bits = w & ((1ull << e.nb) - 1);                                 \
+      pos += e.nb;                                                              \
+      gap = e.gbase + (bits & e.gmask);                                         \
+      cnt = e.cbase + (bits >> e.gb);                                           \
+    }                                                                           \
+    /* gaps are below 2^31 and a cell has fewer than 2^31 nonzeros */          \
+    prev += (int64_t)gap + 1;                                                   \
+    ix[j] = (int32_t)prev;                                                      \
+    if (f32) vf[j] = (float)cnt; else vi[j] = (int32_t)(uint32_t)cnt;           \
+  }
+
+/* The common case: fast symbols only, reads inside the section; two
+** symbols per read (2 x 28 bits fit the 57 a read guarantees).  A function
+** of its own (per instruction set and output type), so that its few live
+** values stay in registers. */
+#define DEF_CELL_FAST(NAME, ATTR, F32)                                          \
+  ATTR __attribute__((noinline)) static uint64_t NAME(                          \
+      const sinfo *inf, const uint16_t *fl, const uint16_t *end, const uint8_t *mant, \
+      uint64_t pos, int64_t *last, int32_t *ix, void *val) {                    \
+    int64_t prev = -1;                                                          \
+    int32_t *vi = val;                                                          \
+    float *vf = val;                                                            \
+    for (; fl + 2 <= end; fl += 2, ix += 2, vi += 2, vf += 2) {                \
+      const sinfo *ea = inf + fl[0], *eb = inf + fl[1];                         \
+      uint64_t w;                                                               \
+      memcpy(&w, mant + (pos >> 3), 8);                                         \
+      w >>= (pos & 7);                                                          \
+      uint64_t na = ea->nb, nb = eb->nb;                                        \
+      uint64_t ba = w & ((1ull << na) - 1);                                     \
+      uint64_t bb = (w >> na) & ((1ull << nb) - 1);                             \
+      pos += na + nb;                                                           \
+      int64_t pa = prev + 1 + ea->gbase + (int64_t)(ba & ea->gmask);            \
+      prev = pa + 1 + eb->gbase + (int64_t)(bb & eb->gmask);                    \
+      ix[0] = (int32_t)pa;                                                      \
+      ix[1] = (int32_t)prev;                                                    \
+      uint32_t ca = ea->cbase + (uint32_t)(ba >> ea->gb);                       \
+      uint32_t cb = eb->cbase + (uint32_t)(bb >> eb->gb);                       \
+      if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                        \
+      else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                        \
+    }                                                                           \
+    if (fl < end) {                                                             \
+      const sinfo *e = inf + fl[0];                                             \
+      uint64_t w;                                                               \
+      memcpy(&w, mant + (pos >> 3), 8);                                         \
+      w >>= (pos & 7);                                                          \
+      uint64_t bits = w & ((1ull << e->nb) - 1);                                \
+      pos += e->nb;                                                             \
+      prev += 1 + e->gbase + (int64_t)(bits & e->gmask);                        \
+      ix[0] = (int32_t)prev;                                                    \
+      uint32_t c = e->cbase + (uint32_t)(bits >> e->gb);                        \
+      if (F32) vf[0] = (float)c; else vi[0] = (int32_t)c;                       \
+    }                                                                           \
+    *last = prev;                                                               \
+    return pos;                                                                 \
+  }
+
+/* The same for a cell of long segments, segment by segment (no gather). */
+#define DEF_SEGS_FAST(NAME, ATTR, F32)                                          \
+  ATTR __attribute__((noinline)) static uint64_t NAME(                          \
+      const sinfo *infq, const uint8_t **cq, const uint32_t *bc, uint32_t used, \
+      const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
+    int64_t prev = -1;                                                          \
+    int32_t *vi = val;                                                          \
+    float *vf = val;                                                            \
+    for (; used; used &= used - 1) {                                            \
+      uint32_t b = (uint32_t)__builtin_ctz(used);                               \
+      const uint8_t *src = cq[b], *end = src + bc[b];                           \
+      cq[b] = end;                                                              \
+      const sinfo *inf = infq + (size_t)b * 256;                                \
+      for (; src + 2 <= end; src += 2, ix += 2, vi += 2, vf += 2) {            \
+        const sinfo *ea = inf + src[0], *eb = inf + src[1];                     \
+        uint64_t w;                                                             \
+        memcpy(&w, mant + (pos >> 3), 8);                                       \
+        w >>= (pos & 7);                                                        \
+        uint64_t na = ea->nb, nb = eb->nb;                                      \
+        uint64_t ba = w & ((1ull << na) - 1);                                   \
+        uint64_t bb = (w >> na) & ((1ull << nb) - 1);                           \
+        pos += na + nb;                                                         \
+        int64_t pa = prev + 1 + ea->gbase + (int64_t)(ba & ea->gmask);          \
+        prev = pa + 1 + eb->gbase + (int64_t)(bb & eb->gmask);                  \
+        ix[0] = (int32_t)pa;                                                    \
+        ix[1] = (int32_t)prev;                                                  \
+        uint32_t ca = ea->cbase + (uint32_t)(ba >> ea->gb);                     \
+        uint32_t cb = eb->cbase + (uint32_t)(bb >> eb->gb);                     \
+        if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                      \
+        else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                      \
+      }                                                                         \
+      if (src < end) {                                                          \
+        const sinfo *e = inf + src[0];                                          \
+        uint64_t w;                                                             \
+        memcpy(&w, mant + (pos >> 3), 8);                                       \
+        w >>= (pos & 7);                                                        \
+        uint64_t bits = w & ((1ull << e->nb) - 1);                              \
+        pos += e->nb;                                                           \
+        prev += 1 + e->gbase + (int64_t)(bits & e->gmask);                      \
+        ix[0] = (int32_t)prev;                                                  \
+        uint32_t c = e->cbase + (uint32_t)(bits >> e->gb);                      \
+        if (F32) vf[0] = (float)c; else vi[0] = (int32_t)c;                     \
+        ix++; vi++; vf++;                                                       \
+      }                                                                         \
+    }                                                                           \
+    *last = prev;                                                               \
+    return pos;                                                                 \
+  }
+
+/* Gathers a cell's symbols: bucket b's k symbols, widened with b << 8.  The
+** portable version; the AVX2 one copies 16 at a time (the symbol buffer and
+** the list have 32 bytes of slack). */
+#define DEF_GATHER(NAME, ATTR)                                                  \
+  ATTR static inline uint16_t *NAME(uint16_t *fl, const uint8_t *src, uint32_t k, uint32_t b) { \
+    uint16_t hi = (uint16_t)(b << 8);                                           \
+    for (uint32_t j = 0; j < k; j++) fl[j] = (uint16_t)(hi | src[j]);           \
+    return fl + k;                                                              \
+  }
+DEF_GATHER(gather_sym, )
+#ifdef DC_CTX_X86
+#include <immintrin.h>
+__attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t *fl, const uint8_t *src,
+                                                                      uint32_t k, uint32_t b) {
+  const __m256i hi = _mm256_set1_epi16((short)(b << 8));
+  for (uint32_t j = 0; j < k; j += 16)
+    _mm256_storeu_si256((__m256i *)(fl + j),
+                        _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + j)))));
+  return fl + k;
+}
+#endif
+
+#define DEF_PLACE(NAME, ATTR, GATHER, FAST_I32, FAST_F32, SEGS_I32, SEGS_F32)   \
+  ATTR static int NAME(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, \
+                       const uint8_t **cur, uint16_t *fl, const uint8_t *slow, mreader *rd, \
+                       int64_t *indptr, uint64_t base, int32_t *ix, void *val, uint64_t n_genes, \
+                       int f32) {                                                \
+    const dc_ctx_model *m = &s->m;                                              \
+    const uint32_t nrb = m->nrb;                                                \
+    const uint8_t *mant = rd->p;                                                \
+    const uint64_t end_bits = rd->end_bits;                                     \
+    mreader r = *rd;                                                            \
+    uint64_t pos = r.pos, o = 0;                                                \
+    int32_t *vi = val;                                                          \
+    float *vf = val;                                                            \
+    /* per cell-size bucket: the rank buckets whose context has slow symbols */ \
+    uint32_t slowmask[DC_CTX_MAXQ] = {0};                                       \
+    for (uint32_t q = 0; q < m->nq; q++)                                        \
+      for (uint32_t b = 0; b < nrb; b++)                                        \
+        slowmask[q] |= (uint32_t)(slow[q * nrb + b] != 0) << b;                 \
+    for (uint32_t c = 0; c < n_cells; c++) {                                    \
+      const uint32_t *bc = bcnt + (size_t)c * nrb;                              \
+      uint64_t tot = 0;                                                         \
+      uint32_t used = 0;                                                        \
+      for (uint32_t b = 0; b < nrb; b++) {                                      \
+        tot += bc[b];                                                           \
+        used |= (uint32_t)(bc[b] != 0) << b;                                    \
+      }                                                                         \
+      const uint32_t q = dc_ctx_q(m, tot);                                      \
+      const uint8_t **cq = cur + (size_t)q * nrb;                               \
+      const sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
+      int64_t prev = -1;                                                        \
+      /* the mantissa copy has 10 bytes of zeros per nonzero of the largest   \
+      ** cell after its end, so a cell that starts inside the section reads   \
+      ** inside the copy whatever its symbols say */                          \
+      if (pos > end_bits) return -1;                                            \
+      if (!(used & slowmask[q]) &&                                              \
+          tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                  \
+        /* long segments: straight from the streams */                          \
+        pos = f32 ? SEGS_F32(inf, cq, bc, used, mant, pos, &prev, ix, vf)       \
+                  : SEGS_I32(inf, cq, bc, used, mant, pos, &prev, ix, vi);      \
+        goto next;                                                              \
+      }                                                                         \
+      uint16_t *fe = fl;                                                        \
+      for (uint32_t u = used; u; u &= u - 1) {                                  \
+        uint32_t b = (uint32_t)__builtin_ctz(u);                                \
+        fe = GATHER(fe, cq[b], bc[b], b);                                       \
+        cq[b] += bc[b];                                                         \
+      }                                                                         \
+      if (!(used & slowmask[q])) {                                              \
+        pos = f32 ? FAST_F32(inf, fl, fe, mant, pos, &prev, ix, vf)             \
+                  : FAST_I32(inf, fl, fe, mant, pos, &prev, ix, vi);            \
+      } else {                                                                  \
+        FLAT_LOOP                                                               \
+      }                                                                         \
+    next:                                                                       \
+      if (prev >= (int64_t)n_genes) return -1;                                  \
+      ix += tot;                                                                \
+      vi += tot;                                                                \
+      vf += tot;                                                                \
+      o += tot;                                                                 \
+      if (c + 1 < n_cells) indptr[c + 1] = (int64_t)(base + o);                 \
+    }                                                                           \
+    rd->pos = pos;                                                              \
+    return 0;                                                                   \
+  }
+
+/* The portable stage 3, and the same compiled for CPUs with AVX2 and BMI2
+** (bzhi, shrx, and the 16-wide gather of a cell's symbols). */
+DEF_CELL_FAST(cell_fast_i32, , 0)
+DEF_CELL_FAST(cell_fast_f32, , 1)
+DEF_SEGS_FAST(segs_fast_i32, , 0)
+DEF_SEGS_FAST(segs_fast_f32, , 1)
+DEF_PLACE(place, , gather_sym, cell_fast_i32, cell_fast_f32, segs_fast_i32, segs_fast_f32)
+#ifdef DC_CTX_X86
+#define AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
+DEF_CELL_FAST(cell_fast_i32_bmi2, AVX2_BMI2, 0)
+DEF_CELL_FAST(cell_fast_f32_bmi2, AVX2_BMI2, 1)
+DEF_SEGS_FAST(segs_fast_i32_bmi2, AVX2_BMI2, 0)
+DEF_SEGS_FAST(segs_fast_f32_bmi2, AVX2_BMI2, 1)
+DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, cell_fast_i32_bmi2, cell_fast_f32_bmi2, segs_fast_i32_bmi2,
+          segs_fast_f32_bmi2)
+#endif
+
+/* ------------------------------------------------------------ chunk */
+int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
+                        const uint8_t *p, size_t len,
+                        const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err) {
+  const dc_chunk_info *ci = &h->chunk[c];
+  PROF_START;
+  if (h->shared_checksum != dc_checksum(shared, shared_len))
+    CORRUPT("chunk %u: rans tables: checksum mismatch", c);
+  ctx_state *s;
+  int rc = get_tables(d, shared, shared_len, h->n_genes, c, &s, err);
+  if (rc) return rc;
+  const dc_ctx_model *m = &s->m;
+  const uint8_t *pe = p + len;
+  uint64_t craw, cz, mlen, dlen;
+  size_t k;
+  if (!(k = dc_get_varint(p, pe, &craw))) CORRUPT("chunk %u: truncated payload", c);
+  p += k;
+  if (!(k = dc_get_varint(p, pe, &cz)) || cz > (uint64_t)(pe - p - k)) CORRUPT("chunk %u: truncated payload", c);
+  p += k;
+  if (craw > 5ull * m->nrb * ci->n_cells || craw < (uint64_t)m->nrb * ci->n_cells)
+    CORRUPT("chunk %u: bucket counts of %llu bytes for %u cells", c, (unsigned long long)craw, ci->n_cells);
+  const uint8_t *zc = p;
+  p += cz;
+  if (!(k = dc_get_varint(p, pe, &mlen))) CORRUPT("chunk %u: truncated payload", c);
+  p += k;
+  if (!(k = dc_get_varint(p, pe, &dlen))) CORRUPT("chunk %u: truncated payload", c);
+  p += k;
+  if (dlen > (uint64_t)(pe - p) || mlen > (uint64_t)(pe - p) - dlen || mlen < 8)
+    CORRUPT("chunk %u: section sizes out of range", c);
+  const uint8_t *dir = p, *dire = p + dlen, *mant = dire;
+  const uint8_t *sp = mant + mlen;
+
+  /* scratch: raw counts | counts (u32, cells x nrb) | stream cursors |
+  ** symbols (+ slack for 16-byte copies) | one cell's symbol list */
+  size_t ncnt = (size_t)ci->n_cells * m->nrb;
+  size_t off_cnt = ((size_t)craw + 7) & ~(size_t)7;
+  size_t off_cur = off_cnt + ((ncnt * 4 + 7) & ~(size_t)7);
+  size_t off_sym = off_cur + (size_t)m->n_ctx * sizeof(uint8_t *);
+  size_t off_fl = (off_sym + (size_t)ci->nnz + 64 + 31) & ~(size_t)31;
+  size_t max_cell = ci->nnz < h->n_genes ? (size_t)ci->nnz : h->n_genes;
+  size_t off_mant = (off_fl + (max_cell + 32) * 2 + 7) & ~(size_t)7;
+  if (mlen > SIZE_MAX / 2 || max_cell > SIZE_MAX / 64) CORRUPT("chunk %u: section sizes out of range", c);
+  rc = dc_decoder_scratch(d, off_mant + (size_t)mlen + 10 * max_cell + 16, err);
+  if (rc) return rc;
+  uint8_t *craw_p = d->scratch;
+  uint32_t *bcnt = (uint32_t *)(d->scratch + off_cnt);
+  const uint8_t **cur = (const uint8_t **)(d->scratch + off_cur);
+  uint8_t *syms = d->scratch + off_sym;
+  uint16_t *fl = (uint16_t *)(d->scratch + off_fl);
+  uint8_t *mcopy = d->scratch + off_mant;
+  uint64_t max_tot = 0;
+  uint8_t slow[DC_CTX_MAXQ * DC_CTX_MAXRB];
+
+  /* 1. bucket counts */
+  if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
+  if (!d->zstd_dctx) {
+    dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory for a zstd context", c);
+    return DC_ENOMEM;
+  }
+  if (ZSTD_getFrameContentSize(zc, (size_t)cz) != craw) CORRUPT("chunk %u: bucket counts: bad zstd frame", c);
+  size_t z = ZSTD_decompressDCtx(d->zstd_dctx, craw_p, (size_t)craw, zc, (size_t)cz);
+  if (ZSTD_isError(z) || z != craw) CORRUPT("chunk %u: bucket counts: bad zstd frame", c);
+  {
+    const uint8_t *a = craw_p, *ae = craw_p + craw;
+    uint64_t sum = 0;
+    uint64_t nper[DC_CTX_MAXQ * DC_CTX_MAXRB];
+    memset(slow, 0, sizeof slow);
+    memset(nper, 0, sizeof nper);
+    int64_t *indptr = out->indptr + ci->first_cell;
+    dc_indptr_edge(&indptr[0], (int64_t)ci->nnz_before);
+    for (uint32_t i = 0; i < ci->n_cells; i++) {
+      uint32_t *bc = bcnt + (size_t)i * m->nrb;
+      uint64_t tot = 0;
+      for (uint32_t b = 0; b < m->nrb; b++) {
+        uint64_t v;
+        if (a < ae && *a < 0x80) { v = *a++; }
+        else {
+          if (!(k = dc_get_varint(a, ae, &v))) CORRUPT("chunk %u: bucket counts: truncated", c);
+          a += k;
+        }
+        uint64_t width = b == 0 ? dc_ctx_rb_lo(1, m->shift) : dc_ctx_rb_lo(b, m->shift);
+        if (v > width) CORRUPT("chunk %u: cell %u: %llu nonzeros in rank bucket %u", c, ci->first_cell + i,
+                               (unsigned long long)v, b);
+        bc[b] = (uint32_t)v;
+        tot += v;
+      }
+      if (tot > m->n_local || tot > ci->nnz - sum)
+        CORRUPT("chunk %u: cell %u has %llu nonzeros (%u genes, %llu left in the chunk)", c,
+                ci->first_cell + i, (unsigned long long)tot, m->n_local, (unsigned long long)(ci->nnz - sum));
+      uint32_t q = dc_ctx_q(m, tot);
+      if (tot > max_tot) max_tot = tot;
+      for (uint32_t b = 0; b < m->nrb; b++) nper[q * m->nrb + b] += bc[b];
+      sum += tot;
+    }
+    if (sum != ci->nnz)
+      CORRUPT("chunk %u: cells hold %llu nonzeros, header says %llu", c, (unsigned long long)sum,
+              (unsigned long long)ci->nnz);
+    if (a != ae) CORRUPT("chunk %u: bucket counts: trailing bytes", c);
+    dc_indptr_edge(&indptr[ci->n_cells], (int64_t)(ci->nnz_before + sum));
+
+    PROF(0);
+    /* 2. streams.  A context is slow in this chunk if a coded symbol of it is
+    ** slow or an escape occurs in its stream: stage 3's fast loops see
+    ** neither, whatever the bytes say. */
+    dc_ctx_stream_fn fn = stream_fn();
+    uint64_t o = 0;
+    for (uint32_t x = 0; x < m->n_ctx; x++) {
+      uint64_t n = nper[x];
+      cur[x] = syms + o;
+      if (!n) continue;
+      if (!s->nsym[x]) CORRUPT("chunk %u: %llu symbols in an unused context", c, (unsigned long long)n);
+      /* directory entry: stream bytes, then the words of lane groups 0..2 */
+      uint64_t sl, nw[3];
+      if (!(k = dc_get_varint(dir, dire, &sl)) || sl > (uint64_t)(pe - sp))
+        CORRUPT("chunk %u: stream directory: bad length", c);
+      dir += k;
+      uint64_t st_len = 4ull * (n < DC_CTX_LANES ? n : DC_CTX_LANES), used = st_len;
+      for (uint32_t g = 0; g < 3; g++) {
+        if (!(k = dc_get_varint(dir, dire, &nw[g])) || nw[g] > sl) CORRUPT("chunk %u: stream directory: bad length", c);
+        dir += k;
+        used += 2 * nw[g];
+      }
+      if (used > sl || (sl - used) % 2) CORRUPT("chunk %u: stream of context %u: bad lengths", c, x);
+      dc_ctx_stream st;
+      st.st = sp;
+      const uint8_t *q = sp + st_len;
+      for (uint32_t g = 0; g < 4; g++) {
+        st.w[g] = q;
+        q = g < 3 ? q + 2 * nw[g] : sp + sl;
+        st.we[g] = q;
+      }
+      if (fn(s->tab + (size_t)x * DC_CTX_M, &st, (uint32_t)n, syms + o))
+        CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, x);
+      slow[x] = s->has_slow[x] || memchr(syms + o, s->nsym[x] - 1, (size_t)n);
+      sp += sl;
+      o += n;
+    }
+    if (dir != dire || sp != pe) CORRUPT("chunk %u: trailing bytes after the streams", c);
+  }
+
+  PROF(1);
+  /* 3. cells */
+  /* a copy of the mantissa section followed by 10 zero bytes per nonzero of
+  ** the largest cell (the most a symbol can consume), so that stage 3's
+  ** reads need no bounds (see place) */
+  memcpy(mcopy, mant, (size_t)mlen);
+  memset(mcopy + mlen, 0, 10 * (size_t)max_tot + 16);
+  mreader r = {mcopy, 0, mlen + 10 * max_tot + 8, 8 * mlen};
+  int64_t *indptr = out->indptr + ci->first_cell;
+  int32_t *idx = out->indices + ci->nnz_before;
+  void *val = (uint8_t *)out->values + 4 * ci->nnz_before;     /* int32 or float32 */
+  int f32 = out->values_f32 != 0, bad;
+#ifdef DC_CTX_X86
+  if (dc_simd_level() >= DC_SIMD_AVX2)
+    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32);
+  else
+#endif
+    bad = place(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32);
+  PROF(2);
+  if (bad) CORRUPT("chunk %u: corrupt symbols (gene index out of range or bad escape)", c);
+  if ((r.pos + 7) / 8 != mlen - 8) CORRUPT("chunk %u: mantissa bits do not match their section", c);
+  if (s->map)                         /* local ids (checked < n_local) -> genes */
+    for (uint64_t j = 0; j < ci->nnz; j++) idx[j] = (int32_t)s->map[idx[j]];
+  return DC_OK;
+}

@@ -1,0 +1,99 @@
+/*
+** dc_ctx_simd.c — the AVX2 stream decoder of codec `rans` (id 3), chosen at
+** run time by dc_simd_level() (dc_common.c) on CPUs with AVX2 or AVX-512.
+** (An AVX-512 version with 16-lane registers was measured slower than this
+** one on an AVX-512 CPU and removed: docs/codec-design.md.)  It decodes
+** exactly what dc_ctx_stream_scalar (dc_ctx_decompress.c) decodes: symbol i
+** uses lane i mod 32 and the lanes of group g (8g .. 8g+7) that renormalise
+** read group g's word stream in lane order.  It runs whole rounds of 32
+** symbols while every group has 8 words left (a round reads at most 8 per
+** group), then hands the states to the scalar tail, which checks every read.
+**
+** Four registers of 8 lanes; per register eight table loads (a vpgatherdd of
+** 8 random entries measured slower than the loads and inserts), a
+** multiply-add, and the renormalisation: the lanes below L take consecutive
+** words of their group's stream, placed by a permutation looked up from the
+** lane mask.
+*/
+#include "dc_ctx.h"
+
+#ifdef DC_CTX_X86
+#include <immintrin.h>
+#include <pthread.h>
+
+#define AVX2 __attribute__((target("avx2,popcnt")))
+
+/* perm[m]: for lane i with bit i of m set, the index of its word among the
+** set lanes (popcount of the lower bits); 0 elsewhere (blended away). */
+static uint32_t perm[256][8] __attribute__((aligned(32)));
+static pthread_once_t perm_once = PTHREAD_ONCE_INIT;
+static void perm_init(void) {
+  for (uint32_t m = 0; m < 256; m++) {
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < 8; i++) perm[m][i] = (m >> i & 1) ? k++ : 0;
+  }
+}
+
+#define LOOKUP8(X) lookup8(tab, _mm256_and_si256(X, m12))
+AVX2 static inline __m256i lookup8(const uint32_t *tab, __m256i slot) {
+  uint32_t t[8] __attribute__((aligned(32)));
+  _mm256_store_si256((__m256i *)t, slot);
+  return _mm256_setr_epi32((int)tab[t[0]], (int)tab[t[1]], (int)tab[t[2]], (int)tab[t[3]],
+                           (int)tab[t[4]], (int)tab[t[5]], (int)tab[t[6]], (int)tab[t[7]]);
+}
+
+#define AVX2_STEP(X, S, W, WE)                                                       \
+  do {                                                                               \
+    __m256i e_ = LOOKUP8(X);                                                         \
+    __m256i f_ = _mm256_and_si256(e_, m12);                                          \
+    __m256i b_ = _mm256_and_si256(_mm256_srli_epi32(e_, 12), m12);                   \
+    S = _mm256_srli_epi32(e_, 24);                                                   \
+    X = _mm256_add_epi32(_mm256_mullo_epi32(f_, _mm256_srli_epi32(X, 12)), b_);      \
+    __m256i lt_ = _mm256_cmpeq_epi32(_mm256_srli_epi32(X, 16), zero);                \
+    int k_ = _mm256_movemask_ps(_mm256_castsi256_ps(lt_));                           \
+    __m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)W));         \
+    w_ = _mm256_permutevar8x32_epi32(w_, _mm256_load_si256((const __m256i *)perm[k_])); \
+    X = _mm256_blendv_epi8(X, _mm256_or_si256(_mm256_slli_epi32(X, 16), w_), lt_);   \
+    W += 2 * __builtin_popcount((unsigned)k_);                                       \
+  } while (0)
+
+/* all four word streams have a round's worth (8 words, one 16-byte load) */
+#define ROOM(w, s) ((s)->we[0] - (w)[0] >= 16 && (s)->we[1] - (w)[1] >= 16 && \
+                    (s)->we[2] - (w)[2] >= 16 && (s)->we[3] - (w)[3] >= 16)
+
+AVX2 int dc_ctx_stream_avx2(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
+  uint32_t x[DC_CTX_LANES] __attribute__((aligned(32)));
+  dc_ctx_stream_start(s, n, x);
+  const uint8_t *w[4] = {s->w[0], s->w[1], s->w[2], s->w[3]};
+  uint32_t i = 0;
+  if (n >= 2 * DC_CTX_LANES) {
+    pthread_once(&perm_once, perm_init);
+    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i X0 = _mm256_load_si256((const __m256i *)(x + 0));
+    __m256i X1 = _mm256_load_si256((const __m256i *)(x + 8));
+    __m256i X2 = _mm256_load_si256((const __m256i *)(x + 16));
+    __m256i X3 = _mm256_load_si256((const __m256i *)(x + 24));
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    for (; i + DC_CTX_LANES <= n; i += DC_CTX_LANES) {
+      const uint8_t *wn[4] = {w0, w1, w2, w3};
+      if (!ROOM(wn, s)) break;
+      __m256i S0, S1, S2, S3;
+      AVX2_STEP(X0, S0, w0, s->we[0]);
+      AVX2_STEP(X1, S1, w1, s->we[1]);
+      AVX2_STEP(X2, S2, w2, s->we[2]);
+      AVX2_STEP(X3, S3, w3, s->we[3]);
+      /* 32 symbols (each < 256 in a 32-bit lane) -> 32 bytes in lane order */
+      __m256i s01 = _mm256_packus_epi32(S0, S1), s23 = _mm256_packus_epi32(S2, S3);
+      __m256i b = _mm256_packus_epi16(s01, s23);
+      _mm256_storeu_si256((__m256i *)(out + i), _mm256_permutevar8x32_epi32(b, order));
+    }
+    w[0] = w0; w[1] = w1; w[2] = w2; w[3] = w3;
+    _mm256_store_si256((__m256i *)(x + 0), X0);
+    _mm256_store_si256((__m256i *)(x + 8), X1);
+    _mm256_store_si256((__m256i *)(x + 16), X2);
+    _mm256_store_si256((__m256i *)(x + 24), X3);
+  }
+  return dc_ctx_stream_tail(tab, s, x, w, i, n, out);
+}
+#endif

@@ -1,0 +1,25 @@
+/*
+** dc_format.h — the dataset file's format version and page size
+** (docs/format.md section 1).  Shared by the converter, which writes them,
+** and every reader in C (the extension's tables, `deltacells info/verify`);
+** python/deltacells/_connect.py keeps the same numbers.
+**
+** Versions:
+**   1  genes a plain table (+ index genes_name); tiles may span two inputs;
+**      64 KiB pages.
+**   2  genes a virtual table (deltacells_genes) over the compressed shadow
+**      tables genes_columns / genes_blocks; tiles never span two inputs, and
+**      dc_meta.sources gives each input's first_tile and n_tiles; 32 KiB pages.
+** A reader accepts DC_FORMAT_MIN .. DC_FORMAT_VERSION and refuses anything
+** else with a message naming the file's version and the ones it reads.
+*/
+#ifndef DC_FORMAT_H
+#define DC_FORMAT_H
+
+#define DC_FORMAT_VERSION 2        /* what the converter writes */
+#define DC_FORMAT_MIN 1            /* the oldest version the readers read */
+#define DC_FORMAT_GENES_MIN 2      /* the first version with the genes virtual table */
+#define DC_PAGE_SIZE 32768         /* PRAGMA page_size of a new dataset */
+#define DC_GENES_BLOCK 1048576     /* genes per genes_blocks row (default) */
+
+#endif
