@@ -179,6 +179,7 @@ def child(cfg):
 
     import anndata
     import scipy.sparse
+    from deltacells._convert import csr_tensor
     max_batches = cfg.get("max_batches")
     with PeakMemory() as mem:
         t_load = time.perf_counter()
@@ -207,10 +208,10 @@ def child(cfg):
         first = None
         for idx in batches:
             if ceiling:
-                sub = X[idx]
-                t = torch.sparse_csr_tensor(torch.from_numpy(sub.indptr),
+                sub = X[idx]       # the loader's constructor: unchecked, like the loader's
+                t = csr_tensor(torch.from_numpy(sub.indptr),
                                             torch.from_numpy(sub.indices),
-                                            torch.from_numpy(sub.data), size=sub.shape)
+                                            torch.from_numpy(sub.data), sub.shape)
                 if first is None:
                     first = time.perf_counter()
                 n += t.shape[0]
@@ -294,6 +295,9 @@ def main(argv):
                          "too (deltacells_before), same data, same extension, same run")
     ap.add_argument("--no-global", action="store_true",
                     help="skip the loader with a global shuffle (deltacells_global)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every loader configuration and the ceiling this many times, "
+                         "interleaved, and report the median (the machine is shared and noisy)")
     ap.add_argument("--obs", default="",
                     help="obs columns for the breakdown pass (comma-separated)")
     ap.add_argument("--json", action="store_true")
@@ -310,15 +314,14 @@ def main(argv):
     sizes = [int(b) for b in a.batch_size.split(",")]
     results = []
     for bs in sizes:
+        cfgs = []
         if not a.no_baselines:
             for kind, mb in (("ceiling", None), ("ceiling_tuned", None), ("anndata_mem", None),
                              ("anndata_backed", a.backed_batches)):
                 cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0}
                 if mb:
                     cfg["max_batches"] = max(1, mb if bs >= 5000 else mb * 10)
-                results.append(run_child(cfg))
-                if not a.json:
-                    show(results[-1])
+                cfgs.append(cfg)
         kinds = [("deltacells", {})]
         if not a.no_global:
             kinds.append(("deltacells_global", {"global_shuffle": True}))
@@ -328,11 +331,19 @@ def main(argv):
             for kind, extra in kinds:
                 if kind == "deltacells_global" and w != 0:
                     continue
-                cfg = dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
-                            "prefetch_tiles": a.prefetch_tiles}, **extra)
-                results.append(run_child(cfg))
+                cfgs.append(dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
+                                  "prefetch_tiles": a.prefetch_tiles}, **extra))
+        runs = {i: [] for i in range(len(cfgs))}
+        for rep in range(max(1, a.repeat)):
+            for i, cfg in enumerate(cfgs):
+                if rep and cfg["kind"] in ("anndata_mem", "anndata_backed"):
+                    continue              # far from the loader: once is enough
+                r = run_child(cfg)
+                runs[i].append(r)
                 if not a.json:
-                    show(results[-1])
+                    show(r)
+        for i in range(len(cfgs)):
+            results.append(median_run(runs[i]))
         cfg = {"kind": "breakdown", "batch_size": bs, "db": db, "workers": 0,
                "obs": [c for c in a.obs.split(",") if c]}
         results.append(run_child(cfg))
@@ -346,6 +357,18 @@ def main(argv):
         for line in summary["lines"]:
             print(line)
     return 0
+
+
+def median_run(rs):
+    """The run with the median cells/s; its peers' cells/s listed in `all_cells_per_s`."""
+    ok = [r for r in rs if "error" not in r]
+    if not ok:
+        return rs[0]
+    ok.sort(key=lambda r: r["cells_per_s"])
+    med = dict(ok[(len(ok) - 1) // 2])
+    med["all_cells_per_s"] = [r["cells_per_s"] for r in rs if "error" not in r]
+    med["runs"] = len(rs)
+    return med
 
 
 def show_breakdown(r):
@@ -395,7 +418,8 @@ def summarize(results):
             out[key] = {"cells_per_s": r["cells_per_s"], "rss_mb": r["rss_mb"],
                         "first_s": r["first_s"], "ratios": ratios}
             rs = ", ".join(f"{v:.2f}x {k}" for k, v in ratios.items())
-            lines.append(f"{r['kind']} batch {bs}, {r['workers']} workers: {r['cells_per_s']:,.0f} "
+            runs = f" (median of {r['runs']})" if r.get("runs", 1) > 1 else ""
+            lines.append(f"{r['kind']} batch {bs}, {r['workers']} workers{runs}: {r['cells_per_s']:,.0f} "
                          f"cells/s = {rs}; peak RSS {r['rss_mb']:.0f} MB; first batch "
                          f"{r['first_s']:.3f} s")
             if "first_vs_before" in r:

@@ -393,7 +393,8 @@ class CellDataset(_Base, IterableDataset):
         if not len(self._cat.tile_nnz):
             return None
         per_tile = float(self._cat.tile_nnz.max()) * 8 / 2**20
-        return int(per_tile * (self.shuffle_window + 1)) + 16
+        window = min(self.shuffle_window, len(self._tiles))   # a window past the last tile
+        return int(per_tile * (window + 1)) + 16               # holds no more tiles
 
     # --- resuming ------------------------------------------------------------
     def state_dict(self, batches_done=None):
