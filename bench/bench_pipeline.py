@@ -360,7 +360,8 @@ def main(argv):
 
 
 def median_run(rs):
-    """The run with the median cells/s; its peers' cells/s listed in `all_cells_per_s`."""
+    """The run with the median cells/s (its peers' in `all_cells_per_s`); first_s and
+    rss_mb are the medians of their own."""
     ok = [r for r in rs if "error" not in r]
     if not ok:
         return rs[0]
@@ -368,6 +369,9 @@ def median_run(rs):
     med = dict(ok[(len(ok) - 1) // 2])
     med["all_cells_per_s"] = [r["cells_per_s"] for r in rs if "error" not in r]
     med["runs"] = len(rs)
+    for k in ("first_s", "rss_mb", "pss_mb"):     # each field's own median
+        v = sorted(r[k] for r in ok)
+        med[k] = v[(len(v) - 1) // 2]
     return med
 
 

@@ -241,3 +241,16 @@ def test_pool_empty_arrays():
     for dt in (np.int32, np.float64, np.int16):
         a = pool.take(0, dt)
         assert a.shape == (0,) and a.dtype == dt
+
+
+def test_large_pool_buffers_are_writable_and_reused():
+    pool = _core.BufferPool()
+    a = pool.take(5 << 20, np.float32)         # large: an advised anonymous mapping
+    assert a.flags.writeable and len(a) == 5 << 20
+    a[:] = 3
+    t = torch.from_numpy(a)
+    assert float(t.sum()) == 3 * (5 << 20)
+    addr = a.ctypes.data
+    del a, t
+    b = pool.take(4 << 20, np.int32)
+    assert b.ctypes.data == addr
