@@ -245,7 +245,7 @@ def test_pool_empty_arrays():
 
 def test_large_pool_buffers_are_writable_and_reused():
     pool = _core.BufferPool()
-    a = pool.take(5 << 20, np.float32)         # large: an advised anonymous mapping
+    a = pool.take(5 << 20, np.float32)
     assert a.flags.writeable and len(a) == 5 << 20
     a[:] = 3
     t = torch.from_numpy(a)
