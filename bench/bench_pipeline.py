@@ -3,6 +3,8 @@
 
     PYTHONPATH=python /usr/bin/python3 bench/bench_pipeline.py [--workers 0,1,2]
         [--batch-size 512,5000] [--cells 100000] [--genes 61497] [--prefetch-tiles 2] [--json]
+        [--before DIR]   # also run the loader of another checkout's python/ (same run)
+        [--no-global]    # skip the loader with a global shuffle
 
 Data: scripts/gen_h5ad.py --cells N --genes 61497 (counts shaped like the reference tile),
 converted by build/deltacells; both cached in build/bench-data/.
@@ -14,9 +16,20 @@ Each configuration runs in its own process (so its memory is its own) and report
              sampled every 20 ms, summed); pss_mb the same with PSS (shared pages counted once)
   first_s    time to first batch, from constructing the Dataset
 Baselines in the same run (all shuffled random batches turned into torch CSR):
-  ceiling      the whole matrix as scipy CSR in RAM, random batches -> torch sparse CSR
+  ceiling      the whole matrix as scipy CSR in RAM (float32 values, int32 indices: the
+               loader's own output format), globally shuffled batches -> torch sparse CSR
+               with no widening copy; default malloc settings, as a user has them
+  ceiling_tuned  the same with glibc's malloc thresholds raised (deltacells.tune_malloc(),
+               opt-in), which keeps the ceiling's per-batch allocations out of fresh pages
   anndata_mem  anndata.read_h5ad in memory, adata[idx].X -> torch sparse CSR
   anndata_backed  anndata.read_h5ad(backed='r'), adata[sorted idx].X (a few batches)
+The loader runs with its default shuffle window (deltacells) and with a global shuffle
+(deltacells_global: shuffle_window = every tile).  With --before DIR, the loader of DIR
+(e.g. a `git archive` of the previous commit's python/) runs too, against the same
+extension (deltacells_before), so before/after are ratios from one run.
+Breakdown: one more pass at 0 workers with prefetch off and timings=True prints where a
+batch's time goes, per stage (SQL call and its parts inside the extension, copy into the
+batch's buffers, tensor construction, obs).
 Targets (2 cores, batch 5,000, shuffled): deltacells >= 3x the ceiling's cells/s;
 peak RSS <= 1.5 GB with prefetch_tiles=2; time to first batch <= 0.3 s.
 """
@@ -131,19 +144,23 @@ def child(cfg):
     import numpy as np
     import torch
     import deltacells
-    # the same malloc settings for every configuration (deltacells applies them on import;
-    # they help the baselines' large per-batch allocations just as much)
-    res_malloc = deltacells._malloc.applied
     kind, bs = cfg["kind"], cfg["batch_size"]
+    if kind == "ceiling_tuned":
+        deltacells._malloc.tune()
+    res_malloc = deltacells._malloc.applied
     torch.set_num_threads(cfg.get("torch_threads", 2))
-    res = dict(cfg, malloc_tuned=res_malloc)
-    if kind == "deltacells":
+    res = dict(cfg, malloc_tuned=res_malloc, package=os.path.dirname(deltacells.__file__))
+    if kind == "breakdown":
+        return breakdown(cfg, res)
+    if kind.startswith("deltacells"):
         from torch.utils.data import DataLoader
-        import deltacells
         with PeakMemory() as mem:
             t0 = time.perf_counter()
+            kw = {}
+            if cfg.get("global_shuffle"):
+                kw["shuffle_window"] = 1 << 20        # every tile: one global shuffle
             ds = deltacells.CellDataset(cfg["db"], batch_size=bs, shuffle=True, seed=0,
-                                        prefetch_tiles=cfg["prefetch_tiles"], output="csr")
+                                        prefetch_tiles=cfg["prefetch_tiles"], output="csr", **kw)
             loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"])
             n = nnz = 0
             first = None
@@ -162,6 +179,7 @@ def child(cfg):
 
     import anndata
     import scipy.sparse
+    from deltacells._convert import csr_tensor
     max_batches = cfg.get("max_batches")
     with PeakMemory() as mem:
         t_load = time.perf_counter()
@@ -174,9 +192,12 @@ def child(cfg):
                 # cannot row-index ("Output dtype not compatible"): one index dtype
                 ad.X = scipy.sparse.csr_matrix(ad.X)
         n_cells = ad.n_obs
-        X = ad.X if kind == "ceiling" else None
-        if kind == "ceiling":
-            X = scipy.sparse.csr_matrix(X)
+        ceiling = kind.startswith("ceiling")
+        X = None
+        if ceiling:     # the loader's output format: float32 values, int32 indices
+            X = scipy.sparse.csr_matrix(ad.X, dtype=np.float32)
+            X.indices = X.indices.astype(np.int32)
+            X.indptr = X.indptr.astype(np.int64 if X.nnz >= 2**31 else np.int32)
         load_s = time.perf_counter() - t_load
         perm = np.random.default_rng(0).permutation(n_cells)
         batches = [perm[i:i + bs] for i in range(0, n_cells, bs)]
@@ -186,8 +207,16 @@ def child(cfg):
         n = nnz = 0
         first = None
         for idx in batches:
-            if kind == "ceiling":
-                sub = X[idx]
+            if ceiling:
+                sub = X[idx]       # the loader's constructor: unchecked, like the loader's
+                t = csr_tensor(torch.from_numpy(sub.indptr),
+                                            torch.from_numpy(sub.indices),
+                                            torch.from_numpy(sub.data), sub.shape)
+                if first is None:
+                    first = time.perf_counter()
+                n += t.shape[0]
+                nnz += _touch(t)
+                continue
             elif kind == "anndata_mem":
                 sub = ad[idx].X
             else:
@@ -208,10 +237,44 @@ def child(cfg):
     return res
 
 
+STAGES = [("sql_call", "SQL call (execute: dc_batch, all of it)"),
+          ("ext_plan", "  in it: parse ids, map cells to chunks"),
+          ("ext_fetch", "  in it: blob reads + decode (cached/gathered chunks)"),
+          ("ext_direct", "  in it: decode straight into the result"),
+          ("ext_copy", "  in it: gather rows into the result"),
+          ("copy_out", "copy into Python (result -> batch buffers, dtype on the way)"),
+          ("tensor", "tensor construction"),
+          ("obs", "obs"),
+          ("transform", "transform")]
+
+
+def breakdown(cfg, res):
+    """0 workers, no prefetch thread: every stage of a batch in sequence, timed."""
+    import deltacells
+    import torch
+    ds = deltacells.CellDataset(cfg["db"], batch_size=cfg["batch_size"], shuffle=True, seed=0,
+                                prefetch_tiles=0, output="csr", obs=cfg.get("obs"),
+                                timings=True)
+    t0 = time.perf_counter()
+    n = 0
+    with iter(ds) as it:
+        for b in it:
+            n += b["X"].shape[0]
+            _touch(b["X"])
+        tm = dict(it.timings)
+    wall = time.perf_counter() - t0
+    nb = tm.pop("batches")
+    res.update(batches=nb, cells=n, wall_ms=1e3 * wall / nb,
+               stages_ms={k: 1e3 * v / nb for k, v in tm.items()})
+    return res
+
+
 def run_child(cfg, timeout=1800):
+    pypath = cfg.get("pythonpath") or os.path.join(ROOT, "python")
+    env = dict(os.environ, PYTHONPATH=pypath)
+    env.setdefault("DELTACELLS_EXTENSION", os.path.join(ROOT, "build", "deltacells.so"))
     r = subprocess.run([PY, os.path.abspath(__file__), "--_child", json.dumps(cfg)],
-                       capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+                       capture_output=True, text=True, timeout=timeout, env=env)
     if r.returncode != 0:
         return dict(cfg, error=r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "failed")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -227,6 +290,16 @@ def main(argv):
     ap.add_argument("--backed-batches", type=int, default=3,
                     help="batches timed for anndata backed='r' (it is slow)")
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--before", metavar="DIR",
+                    help="a python/ directory of another version of deltacells: its loader runs "
+                         "too (deltacells_before), same data, same extension, same run")
+    ap.add_argument("--no-global", action="store_true",
+                    help="skip the loader with a global shuffle (deltacells_global)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run every loader configuration and the ceiling this many times, "
+                         "interleaved, and report the median (the machine is shared and noisy)")
+    ap.add_argument("--obs", default="",
+                    help="obs columns for the breakdown pass (comma-separated)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -241,21 +314,41 @@ def main(argv):
     sizes = [int(b) for b in a.batch_size.split(",")]
     results = []
     for bs in sizes:
+        cfgs = []
         if not a.no_baselines:
-            for kind, mb in (("ceiling", None), ("anndata_mem", None),
+            for kind, mb in (("ceiling", None), ("ceiling_tuned", None), ("anndata_mem", None),
                              ("anndata_backed", a.backed_batches)):
                 cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0}
                 if mb:
                     cfg["max_batches"] = max(1, mb if bs >= 5000 else mb * 10)
-                results.append(run_child(cfg))
-                if not a.json:
-                    show(results[-1])
+                cfgs.append(cfg)
+        kinds = [("deltacells", {})]
+        if not a.no_global:
+            kinds.append(("deltacells_global", {"global_shuffle": True}))
+        if a.before:
+            kinds.append(("deltacells_before", {"pythonpath": os.path.abspath(a.before)}))
         for w in workers:
-            cfg = {"kind": "deltacells", "batch_size": bs, "db": db, "workers": w,
-                   "prefetch_tiles": a.prefetch_tiles}
-            results.append(run_child(cfg))
-            if not a.json:
-                show(results[-1])
+            for kind, extra in kinds:
+                if kind == "deltacells_global" and w != 0:
+                    continue
+                cfgs.append(dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
+                                  "prefetch_tiles": a.prefetch_tiles}, **extra))
+        runs = {i: [] for i in range(len(cfgs))}
+        for rep in range(max(1, a.repeat)):
+            for i, cfg in enumerate(cfgs):
+                if rep and cfg["kind"] in ("anndata_mem", "anndata_backed"):
+                    continue              # far from the loader: once is enough
+                r = run_child(cfg)
+                runs[i].append(r)
+                if not a.json:
+                    show(r)
+        for i in range(len(cfgs)):
+            results.append(median_run(runs[i]))
+        cfg = {"kind": "breakdown", "batch_size": bs, "db": db, "workers": 0,
+               "obs": [c for c in a.obs.split(",") if c]}
+        results.append(run_child(cfg))
+        if not a.json:
+            show_breakdown(results[-1])
     summary = summarize(results)
     if a.json:
         print(json.dumps({"results": results, "summary": summary}, indent=1))
@@ -266,12 +359,42 @@ def main(argv):
     return 0
 
 
+def median_run(rs):
+    """The run with the median cells/s (its peers' in `all_cells_per_s`); first_s and
+    rss_mb are the medians of their own."""
+    ok = [r for r in rs if "error" not in r]
+    if not ok:
+        return rs[0]
+    ok.sort(key=lambda r: r["cells_per_s"])
+    med = dict(ok[(len(ok) - 1) // 2])
+    med["all_cells_per_s"] = [r["cells_per_s"] for r in rs if "error" not in r]
+    med["runs"] = len(rs)
+    for k in ("first_s", "rss_mb", "pss_mb"):     # each field's own median
+        v = sorted(r[k] for r in ok)
+        med[k] = v[(len(v) - 1) // 2]
+    return med
+
+
+def show_breakdown(r):
+    if "error" in r:
+        print(f"breakdown bs={r['batch_size']} ERROR {r['error']}")
+        return
+    st = r["stages_ms"]
+    print(f"per-batch breakdown, batch {r['batch_size']}, 0 workers, no prefetch "
+          f"({r['batches']} batches, {r['wall_ms']:.1f} ms per batch in all):")
+    for k, label in STAGES:
+        if k in st:
+            print(f"  {label:62s} {st[k]:8.2f} ms  {100 * st[k] / r['wall_ms']:5.1f}%")
+    other = r["wall_ms"] - sum(st.get(k, 0) for k, _ in STAGES if not k.startswith("ext_"))
+    print(f"  {'the rest (the loop, the plan, the last_batch query)':62s} {other:8.2f} ms")
+
+
 def show(r):
     if "error" in r:
-        print(f"{r['kind']:15s} bs={r['batch_size']:5d} ERROR {r['error']}")
+        print(f"{r['kind']:17s} bs={r['batch_size']:5d} ERROR {r['error']}")
         return
-    extra = f" workers={r['workers']}" if r["kind"] == "deltacells" else ""
-    print(f"{r['kind']:15s} bs={r['batch_size']:5d}{extra:11s} {r['cells_per_s']:10,.0f} cells/s  "
+    extra = f" workers={r['workers']}" if r["kind"].startswith("deltacells") else ""
+    print(f"{r['kind']:17s} bs={r['batch_size']:5d}{extra:11s} {r['cells_per_s']:10,.0f} cells/s  "
           f"first batch {r['first_s']:6.3f} s  peak RSS {r['rss_mb']:7.0f} MB (PSS {r['pss_mb']:6.0f})",
           flush=True)
 
@@ -280,19 +403,33 @@ def summarize(results):
     lines = []
     out = {"lines": lines}
     for bs in sorted({r["batch_size"] for r in results}):
-        ok = [r for r in results if r["batch_size"] == bs and "error" not in r]
-        base = {r["kind"]: r for r in ok if r["kind"] != "deltacells"}
+        ok = [r for r in results if r["batch_size"] == bs and "error" not in r
+              and r["kind"] != "breakdown"]
+        base = {r["kind"]: r for r in ok if not r["kind"].startswith("deltacells")}
+        w0 = {r["kind"]: r for r in ok if r["kind"].startswith("deltacells") and r["workers"] == 0}
         for r in ok:
-            if r["kind"] != "deltacells":
+            if not r["kind"].startswith("deltacells"):
                 continue
             ratios = {k: r["cells_per_s"] / b["cells_per_s"] for k, b in base.items()}
-            key = f"bs{bs}_w{r['workers']}"
+            if r["workers"] and r["kind"] in w0:
+                ratios["same loader, 0 workers"] = r["cells_per_s"] / w0[r["kind"]]["cells_per_s"]
+            bef = [b for b in ok if b["kind"] == "deltacells_before" and b["workers"] == r["workers"]]
+            if r["kind"] == "deltacells" and bef:
+                ratios["before"] = r["cells_per_s"] / bef[0]["cells_per_s"]
+                r["first_vs_before"] = r["first_s"] / bef[0]["first_s"]
+                r["rss_vs_before"] = r["rss_mb"] / bef[0]["rss_mb"]
+            key = f"bs{bs}_{r['kind']}_w{r['workers']}"
             out[key] = {"cells_per_s": r["cells_per_s"], "rss_mb": r["rss_mb"],
                         "first_s": r["first_s"], "ratios": ratios}
             rs = ", ".join(f"{v:.2f}x {k}" for k, v in ratios.items())
-            lines.append(f"batch {bs}, {r['workers']} workers: {r['cells_per_s']:,.0f} cells/s = {rs}; "
-                         f"peak RSS {r['rss_mb']:.0f} MB; first batch {r['first_s']:.3f} s")
-            if bs == 5000 and "ceiling" in ratios:
+            runs = f" (median of {r['runs']})" if r.get("runs", 1) > 1 else ""
+            lines.append(f"{r['kind']} batch {bs}, {r['workers']} workers{runs}: {r['cells_per_s']:,.0f} "
+                         f"cells/s = {rs}; peak RSS {r['rss_mb']:.0f} MB; first batch "
+                         f"{r['first_s']:.3f} s")
+            if "first_vs_before" in r:
+                lines.append(f"  vs before: first batch {r['first_vs_before']:.2f}x, "
+                             f"peak RSS {r['rss_vs_before']:.2f}x")
+            if bs == 5000 and "ceiling" in ratios and r["kind"] == "deltacells":
                 lines.append(
                     f"  targets: >= 3x ceiling: {'met' if ratios['ceiling'] >= 3 else 'NOT met'} "
                     f"({ratios['ceiling']:.2f}x); RSS <= 1.5 GB: "

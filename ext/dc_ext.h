@@ -41,6 +41,13 @@ struct dc_conn {
   struct dc_bufpool *bufpool; /* recycled result/tile buffers (ext/cache.c)     */
   int n_ref;              /* references held by registered functions/modules   */
   uint64_t next_ns;       /* next cache namespace id (see dc_conn_namespace)    */
+  /* where the last dc_batch call of this connection spent its time (ns), for
+  ** dc_config('last_batch'): plan (parse, map cells to chunks), fetch (blob
+  ** reads + decoding of chunks not decoded straight into the output, cache
+  ** lookups), direct (chunks decoded straight into the output), copy (rows
+  ** gathered into the output) */
+  int64_t last_ns[4];
+  int64_t last_cells, last_nnz, last_direct_chunks, last_fetched_chunks;
 };
 
 /* The pool, created on first use.  NULL on out-of-memory. */

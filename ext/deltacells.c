@@ -181,9 +181,24 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     if (conn->cache) dc_cache_stats(conn->cache, &bytes, &entries, &hits, &misses);
     if (name[6] == 'u') sqlite3_result_double(ctx, (double)bytes / (1 << 20));
     else sqlite3_result_int64(ctx, name[6] == 'e' ? entries : name[6] == 'h' ? hits : misses);
+  } else if (strcmp(name, "last_batch") == 0) {
+    if (set) {
+      sqlite3_result_error(ctx, "dc_config: last_batch is read-only", -1);
+      return;
+    }
+    char *m = sqlite3_mprintf("{\"cells\": %lld, \"nnz\": %lld, \"plan_s\": %.9f, \"fetch_s\": %.9f, "
+                              "\"direct_s\": %.9f, \"copy_s\": %.9f, \"direct_chunks\": %lld, "
+                              "\"fetched_chunks\": %lld}",
+                              (long long)conn->last_cells, (long long)conn->last_nnz,
+                              conn->last_ns[0] * 1e-9, conn->last_ns[1] * 1e-9, conn->last_ns[2] * 1e-9,
+                              conn->last_ns[3] * 1e-9, (long long)conn->last_direct_chunks,
+                              (long long)conn->last_fetched_chunks);
+    if (!m) { sqlite3_result_error_nomem(ctx); return; }
+    sqlite3_result_text(ctx, m, -1, sqlite3_free);
   } else {
     char *m = sqlite3_mprintf("dc_config: unknown setting '%s' (known: threads, cache_mb, "
-                              "decode_mb, cache_used_mb, cache_entries, cache_hits, cache_misses)", name);
+                              "decode_mb, cache_used_mb, cache_entries, cache_hits, cache_misses, "
+                              "last_batch)", name);
     sqlite3_result_error(ctx, m ? m : "dc_config: unknown setting", -1);
     sqlite3_free(m);
   }

@@ -19,7 +19,18 @@
 **     genes HIDDEN       -- argument 2 (optional): JSON array of gene names, or
 **                        --   an int32 LE blob of gene ids; output gene indices are
 **                        --   then positions in this panel, other genes dropped
+**     ticket HIDDEN      -- read only: an integer that deltacells_ticket_take()
+**                        --   (a C function of this library) exchanges for the
+**                        --   indptr/indices/data, copied once into the caller's
+**                        --   buffers (and converted to the caller's dtype)
 **   );
+**
+** The ticket is how the Python loader avoids Python's sqlite3 copying every
+** blob into a fresh bytes object: it selects n_cells, n_genes and ticket, then
+** calls deltacells_ticket_take through ctypes with its own (reused) buffers.
+** At most TICKET_MAX tickets are outstanding in the process; older ones are
+** released.  An unknown (taken, released or made-up) ticket is an error, never
+** a memory access.
 **
 ** Cells may come in any order and repeat; rows follow the request.  The
 ** table reads nothing but its own schema's tiles_data, dc_meta and genes, so
@@ -50,10 +61,18 @@
 ** Output blobs are handed to SQLite without a copy (reference-counted
 ** buffers with their own destructor, so a column read twice stays valid).
 */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "dc_reader.h"
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 typedef struct batch_vtab {
   sqlite3_vtab base;
@@ -78,7 +97,7 @@ typedef struct batch_cursor {
   uint64_t len[4];
 } batch_cursor;
 
-enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES };
+enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES, COL_TICKET };
 
 static void cursor_reset(batch_cursor *c) {
   for (int i = 0; i < 4; i++) { rcbuf_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
@@ -94,7 +113,7 @@ static int batch_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   }
   int rc = sqlite3_declare_vtab(db,
       "CREATE TABLE x(n_cells INTEGER, n_genes INTEGER, cell_ids BLOB, indptr BLOB, indices BLOB,"
-      " data BLOB, cells HIDDEN, genes HIDDEN)");
+      " data BLOB, cells HIDDEN, genes HIDDEN, ticket HIDDEN)");
   if (rc != SQLITE_OK) return rc;
   sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
   batch_vtab *v = sqlite3_malloc64(sizeof *v);
@@ -512,6 +531,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   size_t *gslot = NULL;
   dc_chunk_data **gout = NULL;
 
+  int64_t t0 = now_ns(), t1 = 0, t2 = 0, t3 = 0;
+  size_t n_fetched = 0;
   cursor_reset(c);
   if (idxNum == 0)
     return vt_err(v, SQLITE_ERROR, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
@@ -584,6 +605,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     }
   }
 
+  t1 = now_ns();
   /* 3. the other rows: distinct chunks, fetched group by group */
   keys = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *keys);
   which = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *which);
@@ -634,6 +656,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     for (size_t q = 0; q < n_keys; q++)
       if (group[q] == gi && !chunks[q]) { gkeys[ng] = keys[q]; gslot[ng] = q; ng++; }
     if ((rc = dc_reader_fetch(r, gkeys, ng, gout, 0, &err)) != SQLITE_OK) goto done;
+    n_fetched += ng;
     for (size_t j = 0; j < ng; j++) chunks[gslot[j]] = gout[j];
     /* rows of this group */
     size_t nw = 0;
@@ -708,7 +731,9 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     dj[q].indices_out = o_idx;
     dj[q].values_out = o_val;
   }
+  t2 = now_ns();
   if ((rc = dc_reader_decode_into(r, dj, n_dj, &err)) != SQLITE_OK) goto done;
+  t3 = now_ns();
   {
     size_t nw = 0;
     for (int64_t i = 0; i < n; i++) if (!direct[i]) which[nw++] = (uint64_t)i;
@@ -723,6 +748,12 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   c->blob[2] = o_idx; c->len[2] = (uint64_t)total * 4; o_idx = NULL;
   c->blob[3] = o_val; c->len[3] = (uint64_t)total * 4; o_val = NULL;
   c->eof = 0;
+  {
+    dc_conn *cn = v->conn;
+    cn->last_ns[0] = t1 - t0; cn->last_ns[1] = t2 - t1; cn->last_ns[2] = t3 - t2; cn->last_ns[3] = now_ns() - t3;
+    cn->last_cells = n; cn->last_nnz = total;
+    cn->last_direct_chunks = (int64_t)n_dj; cn->last_fetched_chunks = (int64_t)n_fetched;
+  }
 
 done:
   dc_reader_end(r);
@@ -775,9 +806,119 @@ static int batch_next(sqlite3_vtab_cursor *cur) {
 }
 static int batch_eof(sqlite3_vtab_cursor *cur) { return ((batch_cursor *)cur)->eof; }
 
+/* ------------------------------------------------ tickets */
+#define TICKET_MAX 4
+typedef struct ticket {
+  uint64_t id;              /* 0: free slot */
+  int64_t n_cells, nnz;
+  void *indptr, *indices, *data;   /* references held */
+} ticket;
+static pthread_mutex_t ticket_mu = PTHREAD_MUTEX_INITIALIZER;
+static ticket tickets[TICKET_MAX];
+static uint64_t ticket_next = 1;
+
+/* a fork while another thread holds ticket_mu must not leave it locked in the child */
+static pthread_once_t ticket_once = PTHREAD_ONCE_INIT;
+static void ticket_lock(void) { pthread_mutex_lock(&ticket_mu); }
+static void ticket_unlock(void) { pthread_mutex_unlock(&ticket_mu); }
+static void ticket_atfork(void) { pthread_atfork(ticket_lock, ticket_unlock, ticket_unlock); }
+
+static void ticket_release(ticket *t) {
+  rcbuf_unref(t->indptr); rcbuf_unref(t->indices); rcbuf_unref(t->data);
+}
+
+/* registers the cursor's current result; returns the ticket id (0 on no result) */
+static uint64_t ticket_issue(batch_cursor *c) {
+  if (!c->blob[1] || !c->blob[2] || !c->blob[3]) return 0;
+  ticket t = { 0, c->n_cells, (int64_t)(c->len[3] / 4), c->blob[1], c->blob[2], c->blob[3] };
+  rcbuf_ref(t.indptr); rcbuf_ref(t.indices); rcbuf_ref(t.data);
+  ticket old = { 0, 0, 0, NULL, NULL, NULL };
+  pthread_once(&ticket_once, ticket_atfork);
+  pthread_mutex_lock(&ticket_mu);
+  t.id = ticket_next++;
+  int slot = 0;
+  for (int k = 0; k < TICKET_MAX; k++) {
+    if (!tickets[k].id) { slot = k; break; }
+    if (tickets[k].id < tickets[slot].id) slot = k;     /* the oldest goes */
+  }
+  old = tickets[slot];
+  tickets[slot] = t;
+  pthread_mutex_unlock(&ticket_mu);
+  if (old.id) ticket_release(&old);
+  return t.id;
+}
+
+/* Exchanges a ticket of dc_batch for its result, copied into the caller's
+** buffers, and releases it.  indptr_out: n_cells+1 int32 (or NULL);
+** indices_out: nnz int32 (or NULL); data_out: nnz values of kind data_kind
+** (or NULL): 0 int32, 1 float32, 2 int16, 3 int8, 4 uint8, 5 float64,
+** 6 int64.  All NULL: release only.  Returns 0; -1 unknown ticket (taken,
+** released, or never issued); -2 a count does not fit data_kind (*bad = the
+** count, *bad_at = its position); -3 nnz does not fit int32 indptr;
+** -4 unknown data_kind.  The sizes are checked against n_cells and nnz. */
+int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *indptr_out,
+                           int32_t *indices_out, void *data_out, int data_kind, int64_t *bad,
+                           int64_t *bad_at) {
+  ticket t = { 0, 0, 0, NULL, NULL, NULL };
+  if (!id) return -1;
+  pthread_mutex_lock(&ticket_mu);
+  for (int k = 0; k < TICKET_MAX; k++)
+    if (tickets[k].id == id) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
+  pthread_mutex_unlock(&ticket_mu);
+  if (!t.id) return -1;
+  int rc = 0;
+  if (!indptr_out && !indices_out && !data_out) goto out;
+  if (n_cells != t.n_cells || nnz != t.nnz) { rc = -1; goto out; }
+  if (data_kind < 0 || data_kind > 6) { rc = -4; goto out; }
+  const int64_t *ip = t.indptr;
+  const int32_t *val = t.data;
+  if (indptr_out) {
+    if (t.nnz > INT32_MAX) { rc = -3; goto out; }
+    for (int64_t i = 0; i <= t.n_cells; i++) indptr_out[i] = (int32_t)ip[i];
+  }
+  if (indices_out) memcpy(indices_out, t.indices, (size_t)t.nnz * 4);
+  if (data_out) {
+    int64_t lo = 0, hi = 0;
+    switch (data_kind) {
+      case 2: lo = INT16_MIN; hi = INT16_MAX; break;
+      case 3: lo = INT8_MIN; hi = INT8_MAX; break;
+      case 4: lo = 0; hi = UINT8_MAX; break;
+      default: break;
+    }
+    if (lo || hi) {
+      for (int64_t e = 0; e < t.nnz; e++)
+        if (val[e] < lo || val[e] > hi) {
+          if (bad) *bad = val[e];
+          if (bad_at) *bad_at = e;
+          rc = -2;
+          goto out;
+        }
+    }
+    switch (data_kind) {
+      case 0: memcpy(data_out, val, (size_t)t.nnz * 4); break;
+      case 1: { float *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (float)val[e]; break; }
+      case 2: { int16_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (int16_t)val[e]; break; }
+      case 3: { int8_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (int8_t)val[e]; break; }
+      case 4: { uint8_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (uint8_t)val[e]; break; }
+      case 5: { double *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (double)val[e]; break; }
+      case 6: { int64_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = val[e]; break; }
+    }
+  }
+out:
+  ticket_release(&t);
+  return rc;
+}
+
 static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
   batch_cursor *c = (batch_cursor *)cur;
   switch (i) {
+    case COL_TICKET: {
+      if (!c->blob[1]) { sqlite3_result_null(ctx); break; }
+      uint64_t id = ticket_issue(c);
+      if (!id) { sqlite3_result_error_nomem(ctx); break; }
+      sqlite3_result_int64(ctx, (sqlite3_int64)id);
+      break;
+    }
     case COL_NCELLS: sqlite3_result_int64(ctx, c->n_cells); break;
     case COL_NGENES: sqlite3_result_int64(ctx, c->n_genes); break;
     case COL_CELLIDS: case COL_INDPTR: case COL_INDICES: case COL_DATA: {

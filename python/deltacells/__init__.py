@@ -17,15 +17,26 @@ from ._connect import (NO_LOADING_MESSAGE, ExtensionNotFoundError, connect, find
 
 __version__ = "0.1.0"
 
+import os as _os  # noqa: E402
+
 from . import _malloc  # noqa: E402
-_malloc.tune()
+
+
+def tune_malloc():
+    """Opt-in, process-wide: raise glibc's malloc mmap/trim thresholds (see _malloc.py).
+    deltacells itself does not need it: it reuses its own buffers."""
+    return _malloc.tune()
+
+
+if _os.environ.get("DELTACELLS_MALLOC_TUNE") == "1":
+    _malloc.tune()
 
 _LAZY = {"to_anndata": "anndata_io", "CellDataset": "dataset", "CellMapDataset": "mapdataset",
          "GroupBatchSampler": "mapdataset", "collate": "mapdataset", "CellBatch": "mapdataset",
          "CSRBatch": "_convert", "Categories": "_core", "train_val_split": "split",
          "Split": "split", "transforms": None}
 
-__all__ = ["connect", "find_extension", "load_extension", "ExtensionNotFoundError",
+__all__ = ["connect", "find_extension", "load_extension", "ExtensionNotFoundError", "tune_malloc",
            "NO_LOADING_MESSAGE"] + list(_LAZY)
 
 

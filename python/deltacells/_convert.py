@@ -23,8 +23,18 @@ _TORCH_DTYPES = {
     "float32": torch.float32, "float": torch.float32, "float16": torch.float16,
     "half": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
     "double": torch.float64, "int32": torch.int32, "int": torch.int32,
-    "int64": torch.int64, "long": torch.int64, "int16": torch.int16,
+    "int64": torch.int64, "long": torch.int64, "int16": torch.int16, "short": torch.int16,
+    "int8": torch.int8, "uint8": torch.uint8,
 }
+# value dtypes the extension writes directly (the others: float32, then converted)
+_DIRECT = {torch.int32: "int32", torch.float32: "float32", torch.int16: "int16",
+           torch.int8: "int8", torch.uint8: "uint8", torch.float64: "float64",
+           torch.int64: "int64"}
+
+
+def take_dtype(tdtype):
+    """The numpy dtype the extension writes the values in for a torch dtype."""
+    return _DIRECT.get(tdtype, "float32")
 
 
 def torch_dtype(dtype):
@@ -125,6 +135,8 @@ class CSRBatch:
 
 
 def _crow32(indptr):
+    if indptr.dtype == np.int32:
+        return indptr
     if len(indptr) and int(indptr[-1]) >= 2**31:
         raise ValueError("a batch with 2^31 or more nonzeros does not fit int32 indices; "
                          "use a smaller batch_size")
@@ -139,7 +151,10 @@ def make_x(indptr, indices, data, n_cells, n_genes, output, tdtype):
         vals = data if ndt == data.dtype else data.astype(ndt)
         return scipy.sparse.csr_matrix((vals, indices, _crow32(indptr)), shape=(n_cells, n_genes))
     vals = torch.from_numpy(data)
-    if tdtype != torch.int32:
+    if vals.dtype != tdtype:
+        if tdtype == torch.float16 and len(data) and int(data.max()) > 65504:
+            raise ValueError(f"a count of {int(data.max())} does not fit torch.float16 "
+                             "(largest finite value 65504); use torch.float32")
         vals = vals.to(tdtype)
     if output == "dense":
         out = torch.zeros((n_cells, n_genes), dtype=tdtype)
@@ -152,7 +167,20 @@ def make_x(indptr, indices, data, n_cells, n_genes, output, tdtype):
     col = torch.from_numpy(indices)
     if output == "csr_parts":
         return CSRBatch(crow, col, vals, (n_cells, n_genes))
-    return torch.sparse_csr_tensor(crow, col, vals, size=(n_cells, n_genes))
+    return csr_tensor(crow, col, vals, (n_cells, n_genes))
+
+
+# torch.sparse_csr_tensor checks every index (about 10 ms for 12 M nonzeros); dc_batch's
+# output already holds the invariants (indptr from 0 to nnz, non-decreasing; indices in
+# range and sorted within each row: the extension checks decoded gene indices), so the
+# unchecked constructor is used where this torch has it.
+_csr_unsafe = getattr(torch, "_sparse_csr_tensor_unsafe", None)
+
+
+def csr_tensor(crow, col, vals, shape):
+    if _csr_unsafe is not None:
+        return _csr_unsafe(crow, col, vals, size=shape)
+    return torch.sparse_csr_tensor(crow, col, vals, size=shape)
 
 
 def obs_out(arr, as_torch):
@@ -162,7 +190,7 @@ def obs_out(arr, as_torch):
 
 
 def _rebuild_csr(crow, col, values, shape):
-    return torch.sparse_csr_tensor(crow, col, values, size=shape)
+    return csr_tensor(crow, col, values, tuple(shape))
 
 
 def install_csr_reduction():

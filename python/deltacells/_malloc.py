@@ -1,4 +1,9 @@
-"""Keep large buffers in the heap instead of fresh mmaps (glibc only).
+"""Opt-in: keep large buffers in the heap instead of fresh mmaps (glibc only).
+
+Importing deltacells changes nothing process-wide.  The loader reuses its own buffers
+(dataset.py, _core.BufferPool: the extension's result is copied once, into buffers
+that are recycled once the user drops a batch), so it does not need this.  What
+follows is for programs whose own large per-batch allocations fault pages in again.
 
 Every batch allocates blobs of tens of MB (the extension's output, the bytes Python's
 sqlite3 copies them into, the converted values).  glibc serves such sizes with a fresh
@@ -10,7 +15,8 @@ imported (mallopt; the memory of freed batches is then reused by the next batch 
 than returned to the system; peak memory is unchanged) and keeps threads on the main
 arena, whose heap can hold blocks of any size.
 
-Set DELTACELLS_MALLOC_TUNE=0 in the environment to leave malloc alone.
+That was the old default.  Now it happens only when asked: call
+deltacells.tune_malloc(), or set DELTACELLS_MALLOC_TUNE=1 before importing deltacells.
 """
 import ctypes
 import os
@@ -22,8 +28,10 @@ applied = False
 
 
 def tune():
+    """Raise glibc's mmap/trim thresholds and use one arena, for the whole process.
+    Returns True when applied (False where malloc is not glibc's)."""
     global applied
-    if applied or os.environ.get("DELTACELLS_MALLOC_TUNE", "1") == "0":
+    if applied:
         return applied
     try:
         libc = ctypes.CDLL(None)

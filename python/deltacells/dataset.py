@@ -18,8 +18,10 @@ Fork safety (DataLoader workers are forked on Linux): the dataset holds no conne
 a prefetch thread is parked outside SQLite whenever the process forks, and an iterator
 used in a forked child opens its own connection (see _forksafe.py).
 """
+import json
 import os
 import queue
+import time
 import threading
 import warnings
 
@@ -28,8 +30,9 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _forksafe
-from ._core import OUTPUTS, Catalogue, Categories, ObsReader, read_batch, with_connection
-from ._convert import install_csr_reduction, make_x, obs_out, torch_dtype
+from ._core import (OUTPUTS, BufferPool, Catalogue, Categories, ObsReader, read_batch,
+                    read_batch_into, with_connection)
+from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave
 
 _END = object()
@@ -216,17 +219,45 @@ class _Base:
     def _obs_reader(self):
         return ObsReader(self._cat, self.obs, missing_code=self.missing_code)
 
-    def _make_batch(self, con, obs_reader, cells):
-        ids, indptr, indices, data, g = read_batch(con, cells, panel=self._panel)
+    def _make_batch(self, con, obs_reader, cells, pool=None, timings=None):
+        """One batch for int64 cell ids.  With a BufferPool, the extension's result is
+        copied once, straight into reused buffers (converted to the value dtype on the
+        way); without one (or where that path is unavailable), through sqlite3's blobs.
+        timings: a dict that accumulates seconds per stage (see bench_pipeline.py)."""
+        t0 = time.perf_counter()
+        got = None
+        if pool is not None:
+            got = read_batch_into(con, cells, pool, take_dtype(self.dtype), panel=self._panel,
+                                  timings=timings)
+        if got is not None:
+            indptr, indices, data, g = got
+            ids = np.ascontiguousarray(cells, dtype=np.int64)
+        else:
+            ids, indptr, indices, data, g = read_batch(con, cells, panel=self._panel)
+        t1 = time.perf_counter()
+        if timings is not None:
+            if got is None:
+                timings["sql_call"] = timings.get("sql_call", 0.0) + (t1 - t0)
+            ext = json.loads(con.execute("SELECT dc_config('last_batch')").fetchone()[0])
+            for k in ("plan_s", "fetch_s", "direct_s", "copy_s"):
+                timings["ext_" + k[:-2]] = timings.get("ext_" + k[:-2], 0.0) + ext[k]
+            t1 = time.perf_counter()
         if g != self._n_genes_in():
             raise RuntimeError(f"dc_batch returned {g} genes, expected {self._n_genes_in()}")
         as_torch = self.output != "scipy"
         out = {"X": make_x(indptr, indices, data, len(ids), g, self.output, self.dtype),
                "cell_id": torch.from_numpy(ids) if as_torch else ids}
+        t2 = time.perf_counter()
         for c, v in obs_reader.gather(con, ids).items():
             out[c] = obs_out(v, as_torch)
+        t3 = time.perf_counter()
         if self.transform is not None:
             out = self.transform(out)
+        if timings is not None:
+            t4 = time.perf_counter()
+            for k, v in (("tensor", t2 - t1), ("obs", t3 - t2), ("transform", t4 - t3)):
+                timings[k] = timings.get(k, 0.0) + v
+            timings["batches"] = timings.get("batches", 0) + 1
         return out
 
 
@@ -261,6 +292,17 @@ class CellDataset(_Base, IterableDataset):
                     ignore_index of torch.nn.CrossEntropyLoss)
     missing_genes:  'error' (default): an unknown panel gene is an error; 'zeros': it is a
                     zero column of X, listed in .filled_genes (and a warning says which)
+    timings:        True: each iterator accumulates seconds per stage of making a batch in
+                    its .timings dict (also ds.last_timings): sql_call, ext_plan, ext_fetch
+                    (blob reads + decoding), ext_direct (decoding into the output), ext_copy
+                    (gather), copy_out (into the batch's buffers), tensor, obs, transform,
+                    wait (the consumer blocked on the prefetch queue)
+
+    Iterators are context managers (`with iter(ds) as it: ...`) and have close(); an
+    iterator also closes itself at the end of the epoch.  X's buffers are reused once the
+    tensors of an earlier batch are dropped, so a loop that keeps no batch alive touches
+    no fresh memory in steady state.  dtype may be narrower than int32 (torch.int16,
+    int8, uint8): a count that does not fit is an error naming the cell.
 
     len(ds) and ds.n_batches are the number of batches this rank delivers in an epoch;
     together the DataLoader's workers deliver exactly these batches, whatever their number.
@@ -270,8 +312,10 @@ class CellDataset(_Base, IterableDataset):
                  genes=None, output="csr", dtype=torch.float32, prefetch_tiles=2, threads=None,
                  drop_last=False, shuffle_window=2, cache_mb=None, rank=None, world_size=None,
                  equal_batches=False, *, cells=None, transform=None, missing_code=-100,
-                 missing_genes="error"):
+                 missing_genes="error", timings=False):
         super().__init__()
+        self.timings = bool(timings)
+        self.last_timings = None
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.prefetch_tiles = _check_int("prefetch_tiles", prefetch_tiles, 0)
         self.shuffle_window = _check_int("shuffle_window", shuffle_window, 1)
@@ -349,7 +393,8 @@ class CellDataset(_Base, IterableDataset):
         if not len(self._cat.tile_nnz):
             return None
         per_tile = float(self._cat.tile_nnz.max()) * 8 / 2**20
-        return int(per_tile * (self.shuffle_window + 1)) + 16
+        window = min(self.shuffle_window, len(self._tiles))   # a window past the last tile
+        return int(per_tile * (window + 1)) + 16               # holds no more tiles
 
     # --- resuming ------------------------------------------------------------
     def state_dict(self, batches_done=None):
@@ -418,17 +463,17 @@ class _Producer:
     """The prefetch thread of one iterator and the queue it fills, from batch `start` on.
     All its SQLite work happens holding a fork gate (see _forksafe)."""
 
-    def __init__(self, ds, batches, start, threads, depth):
+    def __init__(self, ds, batches, start, threads, depth, timings=None):
         self.q = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.gate = _forksafe.Gate()
         self.thread = threading.Thread(
             target=_Producer._run, name="deltacells-prefetch", daemon=True,
-            args=(ds, batches, start, threads, self.q, self.stop, self.gate))
+            args=(ds, batches, start, threads, self.q, self.stop, self.gate, timings))
         self.thread.start()
 
     @staticmethod
-    def _run(ds, batches, start, threads, q, stop, gate):
+    def _run(ds, batches, start, threads, q, stop, gate, timings):
         # No reference to the iterator: dropping the iterator stops this thread (__del__).
         def put(item):
             while not stop.is_set():
@@ -443,11 +488,12 @@ class _Producer:
             with gate:
                 con = ds._open(threads)
             reader = ds._obs_reader()
+            pool = BufferPool()
             for i in range(start, len(batches)):
                 if stop.is_set():
                     return
                 with gate:
-                    item = ds._make_batch(con, reader, batches[i])
+                    item = ds._make_batch(con, reader, batches[i], pool, timings)
                 if not put(item):
                     return
             put(_END)
@@ -461,14 +507,17 @@ class _Producer:
     def get(self):
         return self.q.get()
 
-    def close(self):
+    def close(self, wait=True):
+        """Stop the thread.  wait: join it (it finishes the batch in progress, if any, and
+        closes its connection); otherwise it does so on its own, shortly."""
         self.stop.set()
         try:   # unblock a producer waiting on a full queue
             while True:
                 self.q.get_nowait()
         except queue.Empty:
             pass
-        self.thread.join(timeout=30)
+        if wait and self.thread is not threading.current_thread():
+            self.thread.join()
 
 
 class _BatchIterator:
@@ -488,6 +537,10 @@ class _BatchIterator:
         self._prod = None
         self._con = None
         self._reader = None
+        self._pool = None
+        self.timings = {} if ds.timings else None
+        if ds.timings:
+            ds.last_timings = self.timings
 
     def _depth(self):
         ds = self.ds
@@ -504,10 +557,18 @@ class _BatchIterator:
         if self._con is not None:
             _forksafe.abandon(self._con)
             self._con = None
+        self._pool = None
         self._pid = os.getpid()
 
     def __iter__(self):
         return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def __next__(self):
         if self._pid != os.getpid():
@@ -520,8 +581,13 @@ class _BatchIterator:
         if self.ds.prefetch_tiles > 0:
             if self._prod is None:
                 self._prod = _Producer(self.ds, self.batches, self._i, self.threads,
-                                       self._depth())
-            item = self._prod.get()
+                                       self._depth(), self.timings)
+            if self.timings is not None:
+                t0 = time.perf_counter()
+                item = self._prod.get()
+                self.timings["wait"] = self.timings.get("wait", 0.0) + time.perf_counter() - t0
+            else:
+                item = self._prod.get()
             if item is _END:
                 self.close()
                 raise StopIteration
@@ -532,7 +598,9 @@ class _BatchIterator:
             if self._con is None:
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
-            item = self.ds._make_batch(self._con, self._reader, self.batches[self._i])
+                self._pool = BufferPool()
+            item = self.ds._make_batch(self._con, self._reader, self.batches[self._i],
+                                       self._pool, self.timings)
         self._i += 1
         if self.progress is not None:
             self.progress["done"] += 1
@@ -541,20 +609,24 @@ class _BatchIterator:
     def __len__(self):
         return len(self.batches) - self._i
 
-    def close(self):
+    def close(self, wait=True):
+        """Stop reading ahead and close the connection (idempotent).  wait=False: do not
+        wait for the prefetch thread, which finishes its batch and closes on its own."""
         self._finished = True
         if self._pid != os.getpid():
             self._forked()
             return
         if self._prod is not None:
-            self._prod.close()
+            self._prod.close(wait)
             self._prod = None
         if self._con is not None:
             self._con.close()
             self._con = None
+        self._pool = None
 
     def __del__(self):
+        # never blocks: the prefetch thread is told to stop and closes its own connection
         try:
-            self.close()
+            self.close(wait=False)
         except Exception:
             pass

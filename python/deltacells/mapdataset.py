@@ -24,13 +24,15 @@ Fork safety: the dataset keeps one connection per process and thread, opened on 
 use; a DataLoader worker forked after the parent used the dataset opens its own.
 """
 import collections.abc
+import os
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
-from ._core import ObsReader
+from ._core import BufferPool, ObsReader
+DEFAULT_CACHE_MB = 512      # the extension's default decoded-chunk cache (one process)
 from ._forksafe import ConnSlot
 from ._convert import CSRBatch
 from .dataset import _Base, _check_int
@@ -197,7 +199,29 @@ class CellMapDataset(_Base, Dataset):
         return len(self._ids)
 
     def _open_slot(self):
-        return self._open(), self._obs_reader()
+        threads = None
+        wi = get_worker_info()
+        if wi is not None:     # N workers share the cores and the memory budget
+            threads = max(1, (os.cpu_count() or 1) // wi.num_workers)
+        return self._open(threads), (self._obs_reader(), BufferPool())
+
+    def _default_cache_mb(self):
+        wi = get_worker_info()
+        if wi is not None and wi.num_workers > 1:
+            return max(16, DEFAULT_CACHE_MB // wi.num_workers)
+        return None
+
+    def close(self):
+        """Close this thread's connection now (others close when their thread ends or the
+        dataset is dropped); the dataset stays usable and reopens on the next read."""
+        self._slot.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
     def _conn(self):
         return self._slot.get()
@@ -218,8 +242,8 @@ class CellMapDataset(_Base, Dataset):
     def batch(self, indices):
         """The cells at these positions as one batch dict (one dc_batch call)."""
         idx = self._positions(indices)
-        con, reader = self._conn()
-        return self._make_batch(con, reader, self._ids[idx])
+        con, (reader, pool) = self._conn()
+        return self._make_batch(con, reader, self._ids[idx], pool)
 
     def __getitems__(self, indices):
         return CellBatch(self.batch(indices), self.row)

@@ -1,0 +1,256 @@
+"""The loader's hand-off (issue 10): results copied once into reused buffers through a
+dc_batch ticket, narrow dtypes, per-stage timings, no process-wide side effects on import,
+deterministic closing."""
+import ctypes
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _python_data import PY, ROOT, gen, read_h5ad, reindexed_X  # noqa: E402
+
+import deltacells  # noqa: E402
+from deltacells import _core  # noqa: E402
+
+N_CELLS, N_GENES, TILE = 2000, 200, 300
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return gen(tmp_path_factory.mktemp("py_handoff"), N_CELLS, N_GENES, 7, TILE)
+
+
+@pytest.fixture(scope="module")
+def ref(small):
+    adata = read_h5ad(small[0])
+    con = deltacells.connect(small[1])
+    names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")]
+    con.close()
+    return reindexed_X(adata, names)
+
+
+def _run(code, timeout=120):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    env.pop("DELTACELLS_MALLOC_TUNE", None)
+    p = subprocess.run([PY, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+# --- buffers ---------------------------------------------------------------------------
+def test_kept_batches_are_not_overwritten(small, ref):
+    """Buffers are reused only once a batch is dropped: batches kept alive stay intact."""
+    for prefetch in (0, 2):
+        ds = deltacells.CellDataset(small[1], batch_size=300, seed=1, prefetch_tiles=prefetch,
+                                    output="csr_parts")
+        kept = list(ds)
+        seen = 0
+        for b in kept:
+            ids = b["cell_id"].numpy()
+            assert np.array_equal(b["X"].to_dense().numpy(), ref[ids].toarray())
+            seen += len(ids)
+        assert seen == N_CELLS
+
+
+def test_dropped_batches_reuse_buffers(small, ref):
+    """A loop that keeps no batch touches the same few buffers, and every batch is right."""
+    ds = deltacells.CellDataset(small[1], batch_size=250, seed=2, prefetch_tiles=0,
+                                output="csr_parts")
+    ptrs = set()
+    with iter(ds) as it:
+        for b in it:
+            X = b["X"]
+            ptrs.add(X.values.data_ptr())
+            ids = b["cell_id"].numpy()
+            assert np.array_equal(X.to_dense().numpy(), ref[ids].toarray())
+            del X, b
+    assert len(ptrs) <= 3, f"{len(ptrs)} distinct value buffers for {len(ds)} batches"
+
+
+def test_pool_keeps_live_views():
+    pool = _core.BufferPool(keep=2)
+    a = pool.take(1000, np.float32)
+    a[:] = 1
+    b = pool.take(1000, np.float32)
+    assert a.ctypes.data != b.ctypes.data
+    b[:] = 2
+    assert (a == 1).all()
+    addr = a.ctypes.data
+    del a
+    c = pool.take(900, np.int32)          # reuses the dropped buffer
+    assert c.ctypes.data == addr and c.dtype == np.int32 and len(c) == 900
+
+
+# --- the ticket ------------------------------------------------------------------------
+def test_ticket_once_and_unknown(small):
+    fn = _core._ticket_take_fn()
+    assert fn is not None, "the extension's deltacells_ticket_take is not reachable"
+    con = deltacells.connect(small[1])
+    ids = np.array([5, 3, 1999], dtype=np.int64)
+    n, g, nnz, t = con.execute("SELECT n_cells, n_genes, length(data)/4, ticket FROM dc_batch(?)",
+                               (ids.tobytes(),)).fetchone()
+    blobs = con.execute("SELECT indptr, indices, data FROM dc_batch(?)", (ids.tobytes(),)).fetchone()
+    ip = np.zeros(n + 1, np.int32)
+    ix = np.zeros(nnz, np.int32)
+    dv = np.zeros(nnz, np.float32)
+    bad = ctypes.c_int64()
+    assert fn(t, n, nnz, ip.ctypes.data, ix.ctypes.data, dv.ctypes.data, 1, ctypes.byref(bad),
+              ctypes.byref(bad)) == 0
+    assert np.array_equal(ip, np.frombuffer(blobs[0], np.int64))
+    assert np.array_equal(ix, np.frombuffer(blobs[1], np.int32))
+    assert np.array_equal(dv, np.frombuffer(blobs[2], np.int32).astype(np.float32))
+    # taken once: a second take, a made-up ticket, wrong sizes are refused (no memory access)
+    assert fn(t, n, nnz, ip.ctypes.data, ix.ctypes.data, dv.ctypes.data, 1, None, None) == -1
+    assert fn(123456789, n, nnz, ip.ctypes.data, ix.ctypes.data, dv.ctypes.data, 1, None, None) == -1
+    t2 = con.execute("SELECT ticket FROM dc_batch(?)", (ids.tobytes(),)).fetchone()[0]
+    assert fn(t2, n + 1, nnz, ip.ctypes.data, ix.ctypes.data, dv.ctypes.data, 1, None, None) == -1
+    # many tickets never taken: the old ones are released, the newest still works
+    ts = [con.execute("SELECT ticket FROM dc_batch(?)", (ids.tobytes(),)).fetchone()[0]
+          for _ in range(10)]
+    assert fn(ts[0], n, nnz, ip.ctypes.data, ix.ctypes.data, dv.ctypes.data, 1, None, None) == -1
+    assert fn(ts[-1], n, nnz, ip.ctypes.data, ix.ctypes.data, dv.ctypes.data, 0, None, None) == 0
+    con.close()
+
+
+def test_read_batch_does_not_echo_ids(small):
+    con = deltacells.connect(small[1])
+    ids = np.array([7, 2, 7], dtype=np.int64)
+    out = _core.read_batch(con, ids)
+    assert out[0] is ids or np.shares_memory(out[0], ids)
+    con.close()
+
+
+# --- dtypes ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.int64, torch.float64,
+                                   torch.float16, torch.float32])
+def test_dtypes_equal_counts(small, ref, dtype):
+    ds = deltacells.CellDataset(small[1], batch_size=700, seed=3, dtype=dtype, output="csr_parts")
+    n = 0
+    for b in ds:
+        assert b["X"].values.dtype == dtype
+        ids = b["cell_id"].numpy()
+        got = b["X"].to_dense().to(torch.float64).numpy()
+        want = torch.from_numpy(ref[ids].toarray()).to(dtype).to(torch.float64).numpy()
+        assert np.array_equal(got, want)     # float16 rounds counts above 2048, as torch does
+        n += len(ids)
+    assert n == N_CELLS
+
+
+def test_narrow_dtype_overflow_names_the_cell(small, ref):
+    big = int(ref.data.max())
+    assert big > 127, "the fixture needs a count above 127"
+    for row in range(ref.shape[0]):
+        if ref[row].toarray().max() > 127:
+            break
+    ds = deltacells.CellDataset(small[1], batch_size=N_CELLS, shuffle=False, dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"cell \d+ has a count of \d+, which does not fit int8"):
+        next(iter(ds))
+    ds = deltacells.CellDataset(small[1], cells=[row], dtype=torch.uint8, prefetch_tiles=0)
+    with pytest.raises(ValueError, match=rf"cell {row} has a count of"):
+        next(iter(ds))
+
+
+# --- timings ---------------------------------------------------------------------------
+def test_timings_name_every_stage(small):
+    ds = deltacells.CellDataset(small[1], batch_size=500, prefetch_tiles=0, timings=True,
+                                obs=["cell_type"])
+    with iter(ds) as it:
+        n = sum(1 for _ in it)
+        tm = it.timings
+    assert tm["batches"] == n == len(ds)
+    for k in ("sql_call", "ext_plan", "ext_fetch", "ext_direct", "ext_copy", "copy_out",
+              "tensor", "obs"):
+        assert k in tm and tm[k] >= 0, k
+    assert tm["ext_plan"] + tm["ext_fetch"] + tm["ext_direct"] + tm["ext_copy"] <= tm["sql_call"]
+    assert ds.last_timings is tm
+    assert deltacells.CellDataset(small[1]).last_timings is None
+
+
+# --- side effects, hygiene -------------------------------------------------------------
+def test_import_changes_no_malloc_setting():
+    out = _run("""
+        import ctypes
+        before = ctypes.CDLL(None).mallopt   # glibc's mallopt exists; nothing to compare
+        import deltacells, deltacells._malloc as m
+        print(m.applied)
+    """)
+    assert out.split() == ["False"]
+    out = _run("""
+        import os
+        os.environ["DELTACELLS_MALLOC_TUNE"] = "1"
+        import deltacells, deltacells._malloc as m
+        print(m.applied)
+    """)
+    assert out.split() == ["True"]
+
+
+def _prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "deltacells-prefetch"]
+
+
+def test_iterator_context_closes_thread_and_connection(small):
+    ds = deltacells.CellDataset(small[1], batch_size=100, prefetch_tiles=4)
+    with iter(ds) as it:
+        next(it)
+        assert len(_prefetch_threads()) == 1
+    assert it._prod is None and it._con is None
+    assert not _prefetch_threads()
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_dropping_an_iterator_does_not_block(small):
+    ds = deltacells.CellDataset(small[1], batch_size=100, prefetch_tiles=4)
+    it = iter(ds)
+    next(it)
+    t = time.perf_counter()
+    del it
+    gc.collect()
+    assert time.perf_counter() - t < 1.0
+    deadline = time.time() + 10
+    while _prefetch_threads() and time.time() < deadline:
+        time.sleep(0.02)
+    assert not _prefetch_threads(), "the prefetch thread of a dropped iterator did not end"
+
+
+def test_map_dataset_close(small, ref):
+    m = deltacells.CellMapDataset(small[1])
+    with m:
+        x = m.batch([4, 9])["X"].to_dense().numpy()
+        held = m._slot._local.held
+        con = held.con
+    assert m._slot._local.held is None
+    with pytest.raises(Exception):
+        con.execute("SELECT 1")
+    assert np.array_equal(x, ref[[4, 9]].toarray())
+    assert np.array_equal(m.batch([4, 9])["X"].to_dense().numpy(), x)   # reopens
+    m.close()
+
+
+def test_pool_empty_arrays():
+    pool = _core.BufferPool()
+    for dt in (np.int32, np.float64, np.int16):
+        a = pool.take(0, dt)
+        assert a.shape == (0,) and a.dtype == dt
+
+
+def test_large_pool_buffers_are_writable_and_reused():
+    pool = _core.BufferPool()
+    a = pool.take(5 << 20, np.float32)
+    assert a.flags.writeable and len(a) == 5 << 20
+    a[:] = 3
+    t = torch.from_numpy(a)
+    assert float(t.sum()) == 3 * (5 << 20)
+    addr = a.ctypes.data
+    del a, t
+    b = pool.take(4 << 20, np.int32)
+    assert b.ctypes.data == addr
