@@ -103,6 +103,27 @@ def corelib():
     return lib
 
 
+def decode_tiles(db, what=""):
+    """Every tile of a dataset (an open sqlite3 connection) decoded through the codec library,
+    in tile order: (tile, indptr int64, indices int32, counts int32) per tile.  The decoder path
+    is the one DC_SIMD selects; `what` goes into the failure message."""
+    lib = corelib()
+    dec = lib.dc_decoder_new()
+    try:
+        for tile, nc, nnz, data in db.execute(
+                "SELECT tile, n_cells, nnz, data FROM tiles_data ORDER BY tile"):
+            ip = np.zeros(nc + 1, np.int64)
+            ix = np.zeros(max(nnz, 1), np.int32)
+            vx = np.zeros(max(nnz, 1), np.int32)
+            out = DcOut(ip.ctypes.data, ix.ctypes.data, vx.ctypes.data, 0)
+            err = DcError()
+            rc = lib.dc_tile_decode(dec, bytes(data), len(data), ctypes.byref(out), ctypes.byref(err))
+            assert rc == 0, f"{what}tile {tile}: {err.msg.decode()}"
+            yield tile, ip, ix[:nnz], vx[:nnz]
+    finally:
+        lib.dc_decoder_free(dec)
+
+
 KINDS = {"category": 1, "int": 2, "real": 3, "bool": 4, "text": 5}
 
 
@@ -129,26 +150,13 @@ class Dataset:
         self.db.close()
 
     def X(self):
-        lib = corelib()
-        dec = lib.dc_decoder_new()
         ptrs, inds, vals = [np.zeros(1, np.int64)], [], []
         base = 0
-        try:
-            for tile, fc, nc, nnz, data in self.db.execute(
-                    "SELECT tile, first_cell, n_cells, nnz, data FROM tiles_data ORDER BY tile"):
-                ip = np.zeros(nc + 1, np.int64)
-                ix = np.zeros(max(nnz, 1), np.int32)
-                vx = np.zeros(max(nnz, 1), np.int32)
-                out = DcOut(ip.ctypes.data, ix.ctypes.data, vx.ctypes.data, 0)
-                err = DcError()
-                rc = lib.dc_tile_decode(dec, bytes(data), len(data), ctypes.byref(out), ctypes.byref(err))
-                assert rc == 0, f"tile {tile}: {err.msg.decode()}"
-                ptrs.append(ip[1:] + base)
-                inds.append(ix[:nnz])
-                vals.append(vx[:nnz].view(np.uint32).astype(np.int64))
-                base += nnz
-        finally:
-            lib.dc_decoder_free(dec)
+        for _, ip, ix, vx in decode_tiles(self.db):
+            ptrs.append(ip[1:] + base)
+            inds.append(ix)
+            vals.append(vx.view(np.uint32).astype(np.int64))
+            base += len(ix)
         indptr = np.concatenate(ptrs)
         assert len(indptr) == self.n_cells + 1
         indices = np.concatenate(inds) if inds else np.zeros(0, np.int32)

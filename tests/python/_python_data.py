@@ -26,3 +26,13 @@ def reindexed_X(adata, gene_names):
     X = scipy.sparse.csr_matrix((np.asarray(X.data, dtype=np.int64), X.indices.astype(np.int64),
                                  X.indptr.astype(np.int64)), shape=X.shape)
     return X[:, pos]
+
+
+def stored_gene_names(db):
+    """The dataset's gene names in its stored order (gene_id), read through the extension."""
+    import deltacells
+    con = deltacells.connect(db)
+    try:
+        return [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")]
+    finally:
+        con.close()

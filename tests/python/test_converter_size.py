@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from _converter_util import EXTENSION, REAL, ROOT, Dataset, DcError, DcOut, check_matrix, convert, corelib, run
+from _converter_util import EXTENSION, REAL, ROOT, Dataset, check_matrix, convert, corelib, decode_tiles, run
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -456,32 +456,17 @@ def test_real_merged_costs_about_the_separate_files(real_sets):
 
 def _decode_tiles(path, simd):
     """Every tile of a dataset decoded with DC_SIMD=simd, as (indptr, indices, values) arrays."""
-    import ctypes
-    lib = corelib()
     old = os.environ.get("DC_SIMD")
     os.environ["DC_SIMD"] = simd
-    out = []
-    dec = lib.dc_decoder_new()
+    db = sqlite3.connect(str(path))
     try:
-        db = sqlite3.connect(str(path))
-        for tile, nc, nnz, data in db.execute(
-                "SELECT tile, n_cells, nnz, data FROM tiles_data ORDER BY tile"):
-            ip = np.zeros(nc + 1, np.int64)
-            ix = np.zeros(max(nnz, 1), np.int32)
-            vx = np.zeros(max(nnz, 1), np.int32)
-            o = DcOut(ip.ctypes.data, ix.ctypes.data, vx.ctypes.data, 0)
-            err = DcError()
-            rc = lib.dc_tile_decode(dec, bytes(data), len(data), ctypes.byref(o), ctypes.byref(err))
-            assert rc == 0, f"{path.name} tile {tile} with DC_SIMD={simd}: {err.msg.decode()}"
-            out.append((ip, ix[:nnz], vx[:nnz]))
-        db.close()
+        return [(ip, ix, vx) for _, ip, ix, vx in decode_tiles(db, f"{path.name} with DC_SIMD={simd}: ")]
     finally:
-        lib.dc_decoder_free(dec)
+        db.close()
         if old is None:
             os.environ.pop("DC_SIMD", None)
         else:
             os.environ["DC_SIMD"] = old
-    return out
 
 
 def test_real_tiles_decode_alike_on_every_path(real_sets):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _python_data import PY, ROOT, gen, read_h5ad, reindexed_X  # noqa: E402
+from _python_data import PY, ROOT, gen, read_h5ad, reindexed_X, stored_gene_names  # noqa: E402
 
 import deltacells  # noqa: E402
 from deltacells import _core  # noqa: E402
@@ -30,11 +30,7 @@ def small(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ref(small):
-    adata = read_h5ad(small[0])
-    con = deltacells.connect(small[1])
-    names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")]
-    con.close()
-    return reindexed_X(adata, names)
+    return reindexed_X(read_h5ad(small[0]), stored_gene_names(small[1]))
 
 
 def _run(code, timeout=120):

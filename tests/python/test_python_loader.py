@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _python_data import PY, ROOT, gen, read_h5ad, reindexed_X  # noqa: E402
+from _python_data import PY, ROOT, gen, read_h5ad, reindexed_X, stored_gene_names  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -32,10 +32,7 @@ def adata(small):
 
 @pytest.fixture(scope="module")
 def stored_genes(small):
-    con = deltacells.connect(small[1])
-    names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")]
-    con.close()
-    return names
+    return stored_gene_names(small[1])
 
 
 def epoch_ids(ds, num_workers=0, **kw):
