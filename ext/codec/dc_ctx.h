@@ -92,8 +92,31 @@ int dc_ctx_stream_scalar(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n
 void dc_ctx_stream_start(const dc_ctx_stream *s, uint32_t n, uint32_t *x);
 int dc_ctx_stream_tail(const uint32_t *tab, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
                        uint32_t done, uint32_t n, uint8_t *out);
+/* What a symbol index means, for stage 3 (8 bytes, so that the place loop
+** addresses it with one scaled index, and the AVX2 cell decoder loads it as
+** one u64: gbase | cbase << 16 | gmask << 32 | nb << 48 | gb << 56).  Fast
+** symbols have values below 2^16 and at most 28 mantissa bits (two of them
+** fit one 57-bit read): gap = gbase + (bits & gmask), count = cbase +
+** (bits >> gb), bits = the next nb mantissa bits.  Slow ones (nb = SLOW) keep
+** the codes in gbase and cbase; gmask is 1 for big values and 2 for the
+** escape. */
+typedef struct dc_ctx_sinfo {
+  uint16_t gbase, cbase, gmask;
+  uint8_t nb, gb;
+} dc_ctx_sinfo;
+#define DC_CTX_SLOW 255u
 #if defined(__x86_64__) && defined(__GNUC__)
 #define DC_CTX_X86 1
+
+/* Stage 3 of one cell whose symbols are all fast, on AVX2 (dc_ctx_simd.c).
+** fl: the cell's tot symbols as (rank bucket << 8 | symbol index), indices
+** into inf (the cell-size bucket's tables), followed by 8 entries that index
+** inf safely.  mant: the padded mantissa copy (64 readable bytes past any
+** position a cell may reach); pos: the cell's first mantissa bit.  Writes tot
+** gene indices and counts (int32, or float32 when f32); returns the next
+** bit position, and sets *bad when a gene index reaches n_genes. */
+uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
+                          uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad);
 int dc_ctx_stream_avx2(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 #endif
 

@@ -38,17 +38,6 @@ static inline uint64_t prof_ns(void) {
 #define PROF_START do { } while (0)
 #endif
 
-/* What a symbol index means, for stage 3 (8 bytes, so that the place loop
-** addresses it with one scaled index).  Fast symbols have values below 2^16
-** and at most 28 mantissa bits (two of them fit one 57-bit read):
-** gap = gbase + (bits & gmask), count = cbase + (bits >> gb), bits = the
-** next nb mantissa bits.  Slow ones (nb = SLOW) keep the codes in gbase and
-** cbase; gmask is 1 for big values and 2 for the escape. */
-typedef struct sinfo {
-  uint16_t gbase, cbase, gmask;
-  uint8_t nb, gb;
-} sinfo;
-#define SLOW 255u
 
 typedef struct ctx_state {
   uint8_t *key;                      /* the shared section the tables were built from */
@@ -57,7 +46,7 @@ typedef struct ctx_state {
   dc_ctx_model m;
   uint16_t *nsym;                    /* per context: coded symbols, 0 = unused   */
   uint32_t *tab;                     /* n_ctx x 4096 slot entries                */
-  sinfo *inf;                        /* n_ctx x 256                              */
+  dc_ctx_sinfo *inf;                        /* n_ctx x 256                              */
   uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
   uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
                                         escape is checked per chunk: see stage 2) */
@@ -77,9 +66,9 @@ void dc_ctx_decoder_free(void *state) {
 
 #define CORRUPT(...) do { dc_error_set(err, DC_ECORRUPT, __VA_ARGS__); return DC_ECORRUPT; } while (0)
 
-static void set_info(sinfo *o, uint32_t id, int esc) {
+static void set_info(dc_ctx_sinfo *o, uint32_t id, int esc) {
   memset(o, 0, sizeof *o);
-  o->nb = SLOW;
+  o->nb = DC_CTX_SLOW;
   if (esc) { o->gmask = 2; return; }
   uint32_t gc = id / DC_CTX_NCODES, cc = id % DC_CTX_NCODES;
   uint32_t gb = dc_vbits(gc), cb = dc_vbits(cc);
@@ -161,7 +150,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   s->has_slow = calloc(m->n_ctx, 1);
   s->nsym = calloc(m->n_ctx, sizeof *s->nsym);
   s->tab = malloc((size_t)m->n_ctx * DC_CTX_M * sizeof *s->tab);
-  s->inf = malloc((size_t)m->n_ctx * 256 * sizeof *s->inf);
+  s->inf = calloc((size_t)m->n_ctx * 256, sizeof *s->inf);
   if (!s->nsym || !s->tab || !s->inf || !s->has_slow) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
   for (uint32_t x = 0; x < m->n_ctx; x++) {
     uint64_t n1;
@@ -173,7 +162,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     if (n1 == 0) continue;                    /* unused: a stream that uses it is corrupt */
     uint32_t n = (uint32_t)n1 - 1;
     uint32_t *t = s->tab + (size_t)x * DC_CTX_M;
-    sinfo *inf = s->inf + (size_t)x * 256;
+    dc_ctx_sinfo *inf = s->inf + (size_t)x * 256;
     uint32_t start = 0;
     int64_t prev = -1;
     for (uint32_t i = 0; i <= n; i++) {
@@ -195,7 +184,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       for (uint32_t j = 0; j < f; j++) t[start + j] = f | j << 12 | i << 24;
       start += f;
       set_info(&inf[i], (uint32_t)prev, i == n);
-      s->has_slow[x] |= i < n && inf[i].nb == SLOW;
+      s->has_slow[x] |= i < n && inf[i].nb == DC_CTX_SLOW;
     }
     why = "frequencies do not sum to 2^12";
     if (start != DC_CTX_M) goto fail;
@@ -271,35 +260,50 @@ int dc_ctx_stream_tail(const uint32_t *tab, const dc_ctx_stream *s, uint32_t *x,
   return bad ? -1 : 0;
 }
 
-/* One lane's step, branch-free (the renormalisation is taken half the time). */
-#define SCALAR_STEP(l, W)                                                       \
+/* One lane's step, branch-free (the renormalisation is taken half the time:
+** a branch would miss often).  The lanes of a group live in registers (X);
+** the renormalisation word is read whatever the state and kept or masked. */
+#define SCALAR_STEP(X, L)                                                       \
   do {                                                                          \
-    uint32_t xs_ = x[l], e_ = tab[xs_ & (DC_CTX_M - 1)];                        \
-    o[l] = (uint8_t)(e_ >> 24);                                                 \
-    xs_ = (e_ & 0xfff) * (xs_ >> DC_CTX_PREC) + ((e_ >> 12) & 0xfff);           \
-    uint32_t r_ = xs_ < DC_CTX_L;                                               \
-    x[l] = (xs_ << (r_ << 4)) | (dc_rd16(W) & (0u - r_));                       \
+    uint32_t e_ = tab[X & (DC_CTX_M - 1)];                                      \
+    o[L] = (uint8_t)(e_ >> 24);                                                 \
+    uint32_t y_ = (e_ & 0xfff) * (X >> DC_CTX_PREC) + ((e_ >> 12) & 0xfff);     \
+    uint32_t w_ = dc_rd16(W), r_ = y_ < DC_CTX_L;                               \
+    X = (y_ << (r_ << 4)) | (w_ & (0u - r_));                                   \
     W += 2 * r_;                                                                \
   } while (0)
 
+/* The groups are independent (each has its own word stream and lanes), so
+** each is decoded alone for R rounds with its eight states in registers, R
+** being as many rounds as every group surely has words for (a round reads
+** at most 8 words per group); then R is worked out again from what is left.
+** The scalar tail takes the last rounds, checking every read. */
 int dc_ctx_stream_scalar(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
   uint32_t x[DC_CTX_LANES];
   dc_ctx_stream_start(s, n, x);
-  const uint8_t *w0 = s->w[0], *w1 = s->w[1], *w2 = s->w[2], *w3 = s->w[3];
-  /* main loop: rounds of 32 symbols while each group surely has 8 words */
+  const uint8_t *w[4] = {s->w[0], s->w[1], s->w[2], s->w[3]};
   uint32_t i = 0;
-  for (; i + DC_CTX_LANES <= n && s->we[0] - w0 >= 16 && s->we[1] - w1 >= 16 && s->we[2] - w2 >= 16 &&
-         s->we[3] - w3 >= 16;
-       i += DC_CTX_LANES) {
-    uint8_t *o = out + i;
-    for (uint32_t l = 0; l < 8; l++) {
-      SCALAR_STEP(l, w0);
-      SCALAR_STEP(l + 8, w1);
-      SCALAR_STEP(l + 16, w2);
-      SCALAR_STEP(l + 24, w3);
+  for (;;) {
+    size_t R = (n - i) / DC_CTX_LANES;
+    for (uint32_t g = 0; g < 4; g++) {
+      size_t rg = (size_t)(s->we[g] - w[g]) / 16;
+      if (rg < R) R = rg;
     }
+    if (!R) break;
+    for (uint32_t g = 0; g < 4; g++) {
+      uint32_t *xg = x + 8 * g;
+      uint32_t x0 = xg[0], x1 = xg[1], x2 = xg[2], x3 = xg[3], x4 = xg[4], x5 = xg[5], x6 = xg[6], x7 = xg[7];
+      const uint8_t *W = w[g];
+      uint8_t *o = out + i + 8 * g;
+      for (size_t r = 0; r < R; r++, o += DC_CTX_LANES) {
+        SCALAR_STEP(x0, 0); SCALAR_STEP(x1, 1); SCALAR_STEP(x2, 2); SCALAR_STEP(x3, 3);
+        SCALAR_STEP(x4, 4); SCALAR_STEP(x5, 5); SCALAR_STEP(x6, 6); SCALAR_STEP(x7, 7);
+      }
+      xg[0] = x0; xg[1] = x1; xg[2] = x2; xg[3] = x3; xg[4] = x4; xg[5] = x5; xg[6] = x6; xg[7] = x7;
+      w[g] = W;
+    }
+    i += (uint32_t)R * DC_CTX_LANES;
   }
-  const uint8_t *w[4] = {w0, w1, w2, w3};
   return dc_ctx_stream_tail(tab, s, x, w, i, n, out);
 }
 
@@ -332,7 +336,7 @@ static inline uint64_t mread(mreader *r, uint32_t nb) {  /* nb <= 56 */
 }
 
 /* The rare symbols: values of 2^16 and more, escapes.  Returns 0 or -1. */
-static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint64_t *gap, uint64_t *cnt) {
+static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r, uint64_t *gap, uint64_t *cnt) {
   uint32_t gc = in->gbase, cc = in->cbase;
   if (in->gmask == 2) {
     uint32_t id = (uint32_t)mread(r, DC_CTX_ESC_BITS);
@@ -354,9 +358,9 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
 ** largest size stay inside the mantissa section (all but the last cells). */
 #define FLAT_LOOP                                                               \
   for (uint64_t j = 0; j < tot; j++) {                                          \
-    const sinfo e = inf[fl[j]];                                                 \
+    const dc_ctx_sinfo e = inf[fl[j]];                                                 \
     uint64_t gap, cnt;                                                          \
-    if (__builtin_expect(e.nb == SLOW, 0)) {                                    \
+    if (__builtin_expect(e.nb == DC_CTX_SLOW, 0)) {                                    \
       r.pos = pos;                                                              \
       if (slow_sym(&e, &r, &gap, &cnt)) return -1;                              \
       pos = r.pos;                                                              \
@@ -382,7 +386,7 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
 ** output type), so that its few live values stay in registers. */
 #define FAST_PAIRS(SRC, END, INF, F32)                                          \
   for (; SRC + 2 <= END; SRC += 2, ix += 2, vi += 2, vf += 2) {                \
-    const sinfo *ea = (INF) + SRC[0], *eb = (INF) + SRC[1];                     \
+    const dc_ctx_sinfo *ea = (INF) + SRC[0], *eb = (INF) + SRC[1];                     \
     uint64_t w;                                                                 \
     memcpy(&w, mant + (pos >> 3), 8);                                           \
     w >>= (pos & 7);                                                            \
@@ -400,7 +404,7 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
     else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                          \
   }                                                                             \
   if (SRC < END) {                                                              \
-    const sinfo *e = (INF) + SRC[0];                                            \
+    const dc_ctx_sinfo *e = (INF) + SRC[0];                                            \
     uint64_t w;                                                                 \
     memcpy(&w, mant + (pos >> 3), 8);                                           \
     w >>= (pos & 7);                                                            \
@@ -416,7 +420,7 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
 /* A cell's gathered list [fl, end). */
 #define DEF_CELL_FAST(NAME, ATTR, F32)                                          \
   ATTR __attribute__((noinline)) static uint64_t NAME(                          \
-      const sinfo *inf, const uint16_t *fl, const uint16_t *end, const uint8_t *mant, \
+      const dc_ctx_sinfo *inf, const uint16_t *fl, const uint16_t *end, const uint8_t *mant, \
       uint64_t pos, int64_t *last, int32_t *ix, void *val) {                    \
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
@@ -429,7 +433,7 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
 /* A cell of long segments, segment by segment (no gather). */
 #define DEF_SEGS_FAST(NAME, ATTR, F32)                                          \
   ATTR __attribute__((noinline)) static uint64_t NAME(                          \
-      const sinfo *infq, const uint8_t **cq, const uint32_t *bc, uint32_t used, \
+      const dc_ctx_sinfo *infq, const uint8_t **cq, const uint32_t *bc, uint32_t used, \
       const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
@@ -438,7 +442,7 @@ static __attribute__((noinline)) int slow_sym(const sinfo *in, mreader *r, uint6
       uint32_t b = (uint32_t)__builtin_ctz(used);                               \
       const uint8_t *src = cq[b], *end = src + bc[b];                           \
       cq[b] = end;                                                              \
-      const sinfo *inf = infq + (size_t)b * 256;                                \
+      const dc_ctx_sinfo *inf = infq + (size_t)b * 256;                                \
       FAST_PAIRS(src, end, inf, F32)                                            \
     }                                                                           \
     *last = prev;                                                               \
@@ -467,7 +471,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
 }
 #endif
 
-#define DEF_PLACE(NAME, ATTR, GATHER, FAST_I32, FAST_F32, SEGS_I32, SEGS_F32)   \
+#define DEF_PLACE(NAME, ATTR, GATHER, FAST_I32, FAST_F32, SEGS_I32, SEGS_F32, USE_VEC, CELL_VEC) \
   ATTR static int NAME(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, \
                        const uint8_t **cur, uint16_t *fl, const uint8_t *slow, mreader *rd, \
                        int64_t *indptr, uint64_t base, int32_t *ix, void *val, uint64_t n_genes, \
@@ -495,12 +499,27 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       }                                                                         \
       const uint32_t q = dc_ctx_q(m, tot);                                      \
       const uint8_t **cq = cur + (size_t)q * nrb;                               \
-      const sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
+      const dc_ctx_sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
       int64_t prev = -1;                                                        \
       /* the mantissa copy has 10 bytes of zeros per nonzero of the largest   \
       ** cell after its end, so a cell that starts inside the section reads   \
       ** inside the copy whatever its symbols say */                          \
       if (pos > end_bits) return -1;                                            \
+      if (USE_VEC && !(used & slowmask[q])) {                                   \
+        /* one vectorised loop over the cell's gathered symbols */              \
+        uint16_t *fe = fl;                                                      \
+        for (uint32_t u = used; u; u &= u - 1) {                                \
+          uint32_t b = (uint32_t)__builtin_ctz(u);                              \
+          fe = GATHER(fe, cq[b], bc[b], b);                                     \
+          cq[b] += bc[b];                                                       \
+        }                                                                       \
+        memset(fe, 0, 8 * sizeof *fe);      /* the last step's dead lanes */    \
+        int bad_ = 0;                                                           \
+        pos = CELL_VEC(inf, fl, tot, mant, pos, (uint32_t)n_genes, ix,          \
+                       f32 ? (void *)vf : (void *)vi, f32, &bad_);              \
+        if (bad_) return -1;                                                    \
+        goto next;                                                              \
+      }                                                                         \
       if (!(used & slowmask[q]) &&                                              \
           tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                  \
         /* long segments: straight from the streams */                          \
@@ -538,7 +557,13 @@ DEF_CELL_FAST(cell_fast_i32, , 0)
 DEF_CELL_FAST(cell_fast_f32, , 1)
 DEF_SEGS_FAST(segs_fast_i32, , 0)
 DEF_SEGS_FAST(segs_fast_f32, , 1)
-DEF_PLACE(place, , gather_sym, cell_fast_i32, cell_fast_f32, segs_fast_i32, segs_fast_f32)
+static uint64_t no_cell_vec(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
+                            uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad) {
+  (void)inf; (void)fl; (void)tot; (void)mant; (void)n_genes; (void)ix; (void)val; (void)f32;
+  *bad = 1;                         /* never called: the portable place has no vector loop */
+  return pos;
+}
+DEF_PLACE(place, , gather_sym, cell_fast_i32, cell_fast_f32, segs_fast_i32, segs_fast_f32, 0, no_cell_vec)
 #ifdef DC_CTX_X86
 #define AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
 DEF_CELL_FAST(cell_fast_i32_bmi2, AVX2_BMI2, 0)
@@ -546,7 +571,7 @@ DEF_CELL_FAST(cell_fast_f32_bmi2, AVX2_BMI2, 1)
 DEF_SEGS_FAST(segs_fast_i32_bmi2, AVX2_BMI2, 0)
 DEF_SEGS_FAST(segs_fast_f32_bmi2, AVX2_BMI2, 1)
 DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, cell_fast_i32_bmi2, cell_fast_f32_bmi2, segs_fast_i32_bmi2,
-          segs_fast_f32_bmi2)
+          segs_fast_f32_bmi2, 1, dc_ctx_cell_avx2)
 #endif
 
 /* ------------------------------------------------------------ chunk */
@@ -591,7 +616,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   size_t max_cell = ci->nnz < h->n_genes ? (size_t)ci->nnz : h->n_genes;
   size_t off_mant = (off_fl + (max_cell + 32) * 2 + 7) & ~(size_t)7;
   if (mlen > SIZE_MAX / 2 || max_cell > SIZE_MAX / 64) CORRUPT("chunk %u: section sizes out of range", c);
-  rc = dc_decoder_scratch(d, off_mant + (size_t)mlen + 10 * max_cell + 16, err);
+  rc = dc_decoder_scratch(d, off_mant + (size_t)mlen + 10 * max_cell + 80, err);
   if (rc) return rc;
   uint8_t *craw_p = d->scratch;
   uint32_t *bcnt = (uint32_t *)(d->scratch + off_cnt);
@@ -692,10 +717,11 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   PROF(1);
   /* 3. cells */
   /* a copy of the mantissa section followed by 10 zero bytes per nonzero of
-  ** the largest cell (the most a symbol can consume), so that stage 3's
-  ** reads need no bounds (see place) */
+  ** the largest cell (the most a symbol can consume) and 80 more (the AVX2
+  ** cell decoder loads 64 bytes at a time), so that stage 3's reads need no
+  ** bounds (see place) */
   memcpy(mcopy, mant, (size_t)mlen);
-  memset(mcopy + mlen, 0, 10 * (size_t)max_tot + 16);
+  memset(mcopy + mlen, 0, 10 * (size_t)max_tot + 80);
   mreader r = {mcopy, 0, mlen + 10 * max_tot + 8, 8 * mlen};
   int64_t *indptr = out->indptr + ci->first_cell;
   int32_t *idx = out->indices + ci->nnz_before;

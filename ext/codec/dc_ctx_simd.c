@@ -96,4 +96,85 @@ AVX2 int dc_ctx_stream_avx2(const uint32_t *tab, const dc_ctx_stream *s, uint32_
   }
   return dc_ctx_stream_tail(tab, s, x, w, i, n, out);
 }
+
+/* ------------------------------------------------------------ stage 3
+** One cell, eight nonzeros per step.  The eight symbols' table entries give
+** their mantissa widths; a prefix sum of the widths places each symbol's bits
+** in the mantissa stream, and the 32-bit window at each place is cut from the
+** 32 bytes loaded at the step's first byte (two dword permutations and a
+** funnel shift per lane: a symbol's bits start at most 7 + 7 * 28 = 203 bits
+** into the load and need 28 more).  A second prefix sum turns the gaps
+** into gene indices.  The last step of a cell keeps only its live lanes. */
+#define CELL_AVX2 __attribute__((target("avx2,bmi,bmi2")))
+
+/* inclusive prefix sum of eight int32 lanes */
+CELL_AVX2 static inline __m256i prefix8(__m256i x) {
+  x = _mm256_add_epi32(x, _mm256_slli_si256(x, 4));
+  x = _mm256_add_epi32(x, _mm256_slli_si256(x, 8));
+  __m256i c = _mm256_shuffle_epi32(x, 0xff);                 /* lane 3 of each half */
+  return _mm256_add_epi32(x, _mm256_permute2x128_si256(c, c, 0x08));   /* [0, lo's lane 3] */
+}
+
+#define CELL_STEP(TAIL)                                                          \
+  do {                                                                           \
+    const uint16_t *f_ = fl + j;                                                 \
+    __m256i v0_ = _mm256_setr_epi64x((long long)inf[f_[0]], (long long)inf[f_[1]], \
+                                     (long long)inf[f_[4]], (long long)inf[f_[5]]); \
+    __m256i v1_ = _mm256_setr_epi64x((long long)inf[f_[2]], (long long)inf[f_[3]], \
+                                     (long long)inf[f_[6]], (long long)inf[f_[7]]); \
+    /* lo = gbase | cbase << 16, hi = gmask | nb << 16 | gb << 24, in lane order */ \
+    __m256i lo_ = _mm256_castps_si256(                                            \
+        _mm256_shuffle_ps(_mm256_castsi256_ps(v0_), _mm256_castsi256_ps(v1_), 0x88)); \
+    __m256i hi_ = _mm256_castps_si256(                                            \
+        _mm256_shuffle_ps(_mm256_castsi256_ps(v0_), _mm256_castsi256_ps(v1_), 0xdd)); \
+    __m256i nb_ = _mm256_and_si256(_mm256_srli_epi32(hi_, 16), mff);             \
+    if (TAIL) nb_ = _mm256_and_si256(nb_, live);                                 \
+    __m256i pn_ = prefix8(nb_);                                                  \
+    __m256i r0_ = _mm256_loadu_si256((const __m256i *)(mant + (pos >> 3)));      \
+    __m256i off_ = _mm256_add_epi32(_mm256_set1_epi32((int)(pos & 7)), _mm256_sub_epi32(pn_, nb_)); \
+    __m256i d_ = _mm256_srli_epi32(off_, 5), s_ = _mm256_and_si256(off_, m31);  \
+    __m256i lw_ = _mm256_permutevar8x32_epi32(r0_, d_);                          \
+    __m256i hw_ = _mm256_permutevar8x32_epi32(r0_, _mm256_add_epi32(d_, one));   \
+    __m256i w_ = _mm256_or_si256(_mm256_srlv_epi32(lw_, s_),                      \
+                                 _mm256_sllv_epi32(hw_, _mm256_sub_epi32(m32, s_))); \
+    __m256i bits_ = _mm256_and_si256(w_, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb_), one)); \
+    __m256i g1_ = _mm256_add_epi32(_mm256_and_si256(lo_, m16),                   \
+                                   _mm256_add_epi32(_mm256_and_si256(bits_, _mm256_and_si256(hi_, m16)), one)); \
+    if (TAIL) g1_ = _mm256_and_si256(g1_, live);                                 \
+    __m256i cnt_ = _mm256_add_epi32(_mm256_srli_epi32(lo_, 16),                  \
+                                    _mm256_srlv_epi32(bits_, _mm256_srli_epi32(hi_, 24))); \
+    __m256i gene_ = _mm256_add_epi32(prefix8(g1_), prev);                        \
+    badv = _mm256_or_si256(badv, _mm256_cmpgt_epi32(gene_, lim));               \
+    prev = _mm256_permutevar8x32_epi32(gene_, seven);                           \
+    pos += (uint32_t)_mm256_extract_epi32(pn_, 7);                               \
+    if (TAIL) {                                                                  \
+      _mm256_maskstore_epi32(ix + j, live, gene_);                               \
+      if (f32) _mm256_maskstore_ps((float *)val + j, live, _mm256_cvtepi32_ps(cnt_)); \
+      else _mm256_maskstore_epi32((int *)val + j, live, cnt_);                   \
+    } else {                                                                     \
+      _mm256_storeu_si256((__m256i *)(ix + j), gene_);                           \
+      if (f32) _mm256_storeu_ps((float *)val + j, _mm256_cvtepi32_ps(cnt_));     \
+      else _mm256_storeu_si256((__m256i *)((int32_t *)val + j), cnt_);           \
+    }                                                                            \
+  } while (0)
+
+CELL_AVX2 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *infs, const uint16_t *fl, uint64_t tot,
+                                    const uint8_t *mant, uint64_t pos, uint32_t n_genes, int32_t *ix,
+                                    void *val, int f32, int *bad) {
+  const uint64_t *inf = (const uint64_t *)(const void *)infs;   /* one load per entry */
+  const __m256i one = _mm256_set1_epi32(1), m16 = _mm256_set1_epi32(0xffff), mff = _mm256_set1_epi32(0xff);
+  const __m256i m31 = _mm256_set1_epi32(31), m32 = _mm256_set1_epi32(32), seven = _mm256_set1_epi32(7);
+  /* gene indices are compared signed: a corrupt cell passes n_genes - 1
+  ** long before its sums could wrap (a step adds at most 8 * 2^16) */
+  const __m256i lim = _mm256_set1_epi32((int)(n_genes - 1));
+  __m256i prev = _mm256_set1_epi32(-1), badv = _mm256_setzero_si256(), live = badv;
+  uint64_t j = 0;
+  for (; j + 8 <= tot; j += 8) CELL_STEP(0);
+  if (j < tot) {
+    live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(tot - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    CELL_STEP(1);
+  }
+  *bad = !_mm256_testz_si256(badv, badv);
+  return pos;
+}
 #endif
