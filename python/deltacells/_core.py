@@ -527,6 +527,62 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     return indptr, indices, data, int(g)
 
 
+def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0):
+    """dc_batch over `cell_ids` in chunks of `chunk_cells` -> (indptr int64, indices int32,
+    data int32, n_genes): one CSR for the whole selection, each chunk's result copied once,
+    straight into the final arrays (the ticket path; through read_batch when the ticket
+    path is not available).  `nnz_hint`: the expected total, to allocate once."""
+    import ctypes
+    ids = np.ascontiguousarray(cell_ids, dtype="<i8")
+    n = len(ids)
+    fn = _ticket_take_fn()
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    cap = max(0, int(nnz_hint))
+    indices = np.empty(cap, dtype=np.int32)
+    data = np.empty(cap, dtype=np.int32)
+    o, g = 0, None
+    ptr32 = np.empty(min(n, chunk_cells) + 1, dtype=np.int32)
+    bad, bad_at = ctypes.c_int64(0), ctypes.c_int64(0)
+    for s in range(0, n, chunk_cells):
+        part = ids[s:s + chunk_cells]
+        k = len(part)
+        if fn is None:
+            _, ip, ix, dt, g = read_batch(con, part, genes_blob)
+            nz, rel = len(dt), ip
+        else:
+            args = (part.tobytes(),) if genes_blob is None else (part.tobytes(), genes_blob)
+            sql = ("SELECT n_cells, n_genes, length(data) / 4, ticket FROM dc_batch("
+                   + ", ".join("?" * len(args)) + ")")
+            cur = con.execute(sql, args)
+            row = cur.fetchone()
+            cur.close()
+            if row is None:
+                raise RuntimeError("dc_batch returned no row")
+            kk, g, nz, ticket = row
+            if kk != k:
+                fn(ticket or 0, 0, 0, None, None, None, 0, None, None)
+                raise RuntimeError(f"dc_batch returned {kk} cells for {k} requested")
+        if o + nz > cap:
+            cap = max(o + nz, 2 * cap)
+            indices = np.concatenate([indices[:o], np.empty(cap - o, dtype=np.int32)])
+            data = np.concatenate([data[:o], np.empty(cap - o, dtype=np.int32)])
+        if fn is None:
+            indices[o:o + nz] = ix
+            data[o:o + nz] = dt
+        else:
+            rc = fn(ticket or 0, k, nz, ptr32.ctypes.data, indices[o:].ctypes.data,
+                    data[o:].ctypes.data, _KINDS["int32"], ctypes.byref(bad), ctypes.byref(bad_at))
+            if rc != 0:
+                raise RuntimeError(f"dc_batch: the result could not be taken (ticket {ticket}, code {rc})")
+            rel = ptr32[:k + 1]
+        indptr[s + 1:s + k + 1] = rel[1:k + 1] + o
+        o += nz
+    if g is None:
+        g = int(con.execute("SELECT count(*) FROM genes").fetchone()[0]) if genes_blob is None \
+            else len(genes_blob) // 4
+    return indptr, indices[:o], data[:o], int(g)
+
+
 def with_connection(path, threads=None, cache_mb=None, check_same_thread=True):
     con = connect(path, check_same_thread=check_same_thread)
     if threads is not None:

@@ -1,7 +1,7 @@
 """deltacells.to_anndata: a selection of a dataset as an AnnData, for analysis and checks."""
 import numpy as np
 
-from ._core import Catalogue, read_batch
+from ._core import Catalogue, read_csr
 
 
 def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_id=False):
@@ -27,15 +27,12 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         if ids is None:
             ids = np.arange(cat.n_cells, dtype=np.int64)
         blob = None if gids is None else gids.astype("<i4").tobytes()
-        parts = []
         n_genes = cat.n_genes if gids is None else len(gids)
-        for s in range(0, len(ids), chunk_cells):
-            _, indptr, indices, data, g = read_batch(con, ids[s:s + chunk_cells], blob)
-            parts.append(scipy.sparse.csr_matrix((data.copy(), indices.copy(), indptr.copy()),
-                                                 shape=(len(indptr) - 1, g)))
-        X = (scipy.sparse.vstack(parts, format="csr") if parts
-             else scipy.sparse.csr_matrix((0, n_genes), dtype=np.int32))
-        X.data = X.data.astype(np.int32, copy=False)
+        hint = 0
+        if gids is None and len(ids) == cat.n_cells:   # every cell: the stored total, exactly
+            hint = int(con.execute("SELECT coalesce(sum(nnz), 0) FROM tiles").fetchone()[0])
+        indptr, indices, data, _ = read_csr(con, ids, blob, chunk_cells, hint)
+        X = scipy.sparse.csr_matrix((data, indices, indptr), shape=(len(ids), n_genes))
 
         # obs: one query, rows matched to ids
         qcols = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
