@@ -44,7 +44,7 @@ LIBCORE_SAN := $(BUILD)/asan/libdccore.a
 EXTENSION   := $(BUILD)/deltacells.so
 CONVERTER   := $(BUILD)/deltacells
 
-.PHONY: all deps test demo clean fuzz fuzz-long sanitize bench
+.PHONY: all deps test demo clean fuzz fuzz-long sanitize bench benchmark
 all: $(LIBCORE) $(EXTENSION) $(CONVERTER) $(BENCHES) $(CTESTS)
 
 deps:
@@ -117,6 +117,18 @@ demo: deps
 
 bench: all
 	$(BUILD)/bench_decode
+
+# every benchmark -> bench/results/*.json -> docs/benchmarks.md (+ docs/img/*.png);
+# the defaults take about 15 minutes on 2 cores
+BENCH_CELLS   ?= 100000
+BENCH_THREADS ?= 1,2
+BENCH_WORKERS ?= 0,1,2
+BENCH_REAL    ?= ../shared/data/real
+benchmark: deps
+	@$(MAKE) --no-print-directory all
+	PYTHONPATH=python $(PYTHON) bench/run_benchmarks.py --cells $(BENCH_CELLS) \
+	  --threads $(BENCH_THREADS) --workers $(BENCH_WORKERS) --real $(BENCH_REAL)
+	$(PYTHON) bench/report
 
 clean:
 	rm -rf $(BUILD)

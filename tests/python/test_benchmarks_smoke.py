@@ -1,0 +1,89 @@
+"""make benchmark's scripts run and write what bench/report reads (issue 15).  A smoke run
+on tiny inputs: it checks that every suite runs and writes valid JSON records, and that the
+report turns them into tables and plots.  It does not check speed."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _python_data import PY, ROOT  # noqa: E402
+
+SUITES = ["decode", "levels", "formats", "pipeline", "obs", "real"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench_results")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    p = subprocess.run([PY, "bench/run_benchmarks.py", "--smoke", "--out", str(out)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return out, p.stderr
+
+
+def test_every_suite_writes_valid_records(smoke):
+    out, log = smoke
+    for s in SUITES:
+        path = out / f"{s}.json"
+        assert path.exists(), f"{s}: no results file\n{log}"
+        recs = json.loads(path.read_text())
+        assert isinstance(recs, list) and recs, s
+        for r in recs:
+            for k in ("suite", "name", "settings", "machine", "commit", "date", "result"):
+                assert k in r, (s, k)
+            assert r["suite"] == s
+            assert "error" not in r, f"{s}/{r['name']}: {r.get('error')}"
+            assert isinstance(r["result"], dict), (s, r["name"])
+            assert r["machine"]["cores"] >= 1 and r["commit"]
+
+
+def test_results_carry_the_measurements_the_report_uses(smoke):
+    out, _ = smoke
+    dec = json.loads((out / "decode.json").read_text())
+    for r in dec:
+        x = r["result"]
+        assert x["simd"] == r["settings"]["simd"]
+        assert x["decode_1t_ms"] > 0 and x["zstd_decode_1t_ms"] > 0 and x["bits_per_nnz"] > 0
+    fm = json.loads((out / "formats.json").read_text())[0]["result"]
+    names = [f["format"] for f in fm["formats"]]
+    assert names == ["h5ad", "zarr", "npz", "sqlite_zstd", "deltacells"]
+    by = {f["format"]: f for f in fm["formats"]}
+    assert by["deltacells"]["read_nt_s"] is not None and by["npz"]["read_nt_s"] is None
+    assert all(f["bytes"] > 0 and f["read_1t_s"] > 0 for f in fm["formats"])
+    pl = json.loads((out / "pipeline.json").read_text())[0]["result"]
+    assert any(q["kind"] == "deltacells" and q["cells_per_s"] > 0 for q in pl["results"])
+    nm = json.loads((out / "not_measured.json").read_text())
+    assert nm[0]["skipped"] and nm[0]["result"] is None
+
+
+def test_report_writes_tables_and_plots(smoke, tmp_path):
+    out, _ = smoke
+    md = tmp_path / "benchmarks.md"
+    p = subprocess.run([PY, "bench/report", "--results", str(out), "--out", str(md)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    text = md.read_text()
+    for h in ("## Where deltacells loses", "## Decode: the reference tile", "## Compression level and chunking",
+              "## Formats: size and file -> CSR in RAM", "## DataLoader throughput", "## Obs:",
+              "## Real files: decode", "## Is the loader fast enough for my model?"):
+        assert h in text, h
+    assert "| deltacells |" in text
+    assert "| avx2 |" in text or "| scalar |" in text
+    for png in ("levels.png", "formats.png", "pipeline.png"):
+        f = tmp_path / "img" / png
+        assert f.exists() and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_report_refuses_what_is_not_results(tmp_path):
+    (tmp_path / "decode.json").write_text(json.dumps({"not": "a list"}))
+    p = subprocess.run([PY, "bench/report", "--results", str(tmp_path), "--out", str(tmp_path / "b.md")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "not a list of records" in p.stderr
+    empty = tmp_path / "none"
+    empty.mkdir()
+    p = subprocess.run([PY, "bench/report", "--results", str(empty), "--out", str(tmp_path / "b.md")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "no results" in p.stderr
