@@ -104,15 +104,15 @@ def aggregate(path, by="cell_type", where=None, genes=None, *, cells=None, log1p
         ad.uns["deltacells"] = {"path": str(path), "by": by, "where": "" if where is None else str(where)}
         return ad
 
-    group = np.empty(G * n_out, dtype=object)
-    for i, g in enumerate(labels):
-        group[i * n_out:(i + 1) * n_out] = g
+    lab = np.empty(G, dtype=object)
+    lab[:] = labels
+    group = np.repeat(lab, n_out)
     data = {"group": group, "gene": np.tile(gene_names, G), "n_cells": np.repeat(n_cells, n_out),
             "sum": sums.ravel(), "mean": mean.ravel(), "n_expressing": nexpr.ravel(),
             "frac_expressing": frac.ravel()}
     if log1p_cpm:
         data["mean_log1p_cpm"] = lg.ravel()
-    return pd.DataFrame(data)
+    return pd.DataFrame(data, copy=False)      # no consolidation copy: the arrays are ours
 
 
 def _wide_table(con):
