@@ -23,6 +23,10 @@ Timed, interleaved, each after an untimed warm-up, medians of --repeat runs:
               and the long pandas DataFrame (one row per group and gene).
   python_ad   the same with as_anndata=True (groups x genes layers, scipy's output shape).
   to_anndata  deltacells.to_anndata(path, obs=['cell_type']) then the scipy computation.
+  gene_long   the gene axis: SELECT cell_type, sum(count) FROM expression_long JOIN cells
+              WHERE gene_id = (the 5th gene by total counts) GROUP BY 1, cache off (a cell-major
+              format decodes every chunk to find one gene).
+  gene_agg    the same sums from dc_aggregate('cell_type', NULL, '[that gene]').
 Every method's sums and counts are checked equal to scipy's before timing.
 Reported: seconds, and the ratios of the medians to scipy's and of to_anndata + scipy to ours.
 """
@@ -141,7 +145,20 @@ def bench(name, db, repeat, threads):
             k += 1
         scipy_stats(a.X.tocsr(), c, k)
 
-    fns = {"scipy": t_scipy, "sql": t_sql, "python": t_python, "python_ad": t_python_ad, "to_anndata": t_anndata}
+    top5 = con.execute("SELECT gene_id, name FROM genes ORDER BY gene_id LIMIT 1 OFFSET 4").fetchone()
+
+    def t_gene_long():
+        # the gene axis of a cell-major format: every chunk is decoded to find one gene (cache off)
+        con.execute("SELECT dc_config('cache_mb', 0)").fetchall()
+        con.execute("SELECT c.cell_type, sum(e.count) FROM expression_long e JOIN cells c USING (cell_id)"
+                    " WHERE e.gene_id = ? GROUP BY 1", (top5[0],)).fetchall()
+        con.execute("SELECT dc_config('cache_mb', 512)").fetchall()
+
+    def t_gene_agg():
+        con.execute("SELECT label, sum FROM dc_aggregate('cell_type', NULL, json_array(?))", (top5[1],)).fetchall()
+
+    fns = {"scipy": t_scipy, "sql": t_sql, "python": t_python, "python_ad": t_python_ad, "to_anndata": t_anndata,
+           "gene_long": t_gene_long, "gene_agg": t_gene_agg}
     times = {k: [] for k in fns}
     for f in fns.values():      # warm-up: buffers mapped, caches filled, imports done
         f()

@@ -329,9 +329,9 @@ static int64_t gmap_get(gmap *m, sqlite3_value *x) {
 static int type_class(int t) {
   return t == SQLITE_INTEGER || t == SQLITE_FLOAT ? 0 : t == SQLITE_TEXT ? 1 : t == SQLITE_BLOB ? 2 : 3;
 }
-static const gval *g_sort_base;
-static int cmp_group(const void *pa, const void *pb) {
-  const gval *a = &g_sort_base[*(const uint32_t *)pa], *b = &g_sort_base[*(const uint32_t *)pb];
+static int cmp_group(const void *pa, const void *pb, void *base) {
+  const gval *g = base;
+  const gval *a = &g[*(const uint32_t *)pa], *b = &g[*(const uint32_t *)pb];
   int ca = type_class(a->type), cb = type_class(b->type);
   if (a->rank >= 0 && b->rank >= 0) return a->rank < b->rank ? -1 : a->rank > b->rank;
   if (a->rank >= 0 && cb != 3) return -1;
@@ -729,9 +729,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     if (!c->order) { rc = SQLITE_NOMEM; goto done; }
     for (uint32_t g = 0; g < ng; g++) if (c->res.n_cells[g] > 0) c->order[c->n_order++] = g;
     if (group_col) {
-      g_sort_base = gm.g;
-      qsort(c->order, c->n_order, sizeof *c->order, cmp_group);
-      g_sort_base = NULL;
+      qsort_r(c->order, c->n_order, sizeof *c->order, cmp_group, gm.g);   /* no global: connections in threads */
       c->groups = gm.g; c->n_groups = gm.n;
       gm.g = NULL; gm.n = 0;
     }

@@ -145,3 +145,29 @@ def test_too_many_groups_is_a_clear_error(data):
     # with a small gene panel the same grouping fits
     n = con.execute("SELECT count(*), sum(n_cells) FROM dc_aggregate('cell_id', NULL, '[\"GENE1\"]')").fetchone()
     assert n == (X.shape[0], X.shape[0])
+
+
+def test_threads_with_their_own_connections(data):
+    """Several connections in threads aggregate at once (each its own pool and accumulators)."""
+    import threading
+    db, X, obs = data
+    ref, ref_order = reference(X, obs["cell_type"], log1p=False)
+    errors = []
+
+    def work(seed):
+        try:
+            con = connect(db, check_same_thread=False)
+            for _ in range(3):
+                order, got = wide(con, "cell_type", log1p=False)
+                assert_matches(order, got, ref_order, ref, log1p=False)
+            con.close()
+        except Exception as e:      # reported by the main thread
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in ts), "a thread hung"
+    assert not errors, errors
