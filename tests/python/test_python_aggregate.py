@@ -117,3 +117,47 @@ def test_errors(data):
         deltacells.aggregate(db, genes=["NOT_A_GENE"])
     assert isinstance(deltacells.aggregate(db, where="age > 1000"), pd.DataFrame)
     assert len(deltacells.aggregate(db, where="age > 1000")) == 0
+
+
+def test_kept_connection_follows_a_rewritten_file(data, tmp_path):
+    db, X, obs, names = data
+    path = tmp_path / "d.dcdb"
+    shutil.copy(db, path)
+    first = deltacells.aggregate(path, by=None)
+    assert first["n_cells"].iloc[0] == X.shape[0]
+    # another dataset moved over the same path (as the converter writes: a rename)
+    h5, other = generated(tmp_path, 500, 300, 9, 200)
+    tmp = tmp_path / "d.tmp"
+    shutil.copy(other, tmp)
+    import os
+    os.replace(tmp, path)
+    second = deltacells.aggregate(path, by=None)
+    assert second["n_cells"].iloc[0] == 500 and len(second) == 300
+    from deltacells import _aggregate
+    _aggregate.close_connections()
+    assert deltacells.aggregate(path, by=None)["n_cells"].iloc[0] == 500
+
+
+def _child_sum(path, q):
+    try:
+        q.put(int(deltacells.aggregate(path, by=None)["sum"].sum()))
+    except BaseException as e:     # reported to the parent
+        q.put(repr(e))
+
+
+def test_forked_child_uses_its_own_connection(data):
+    """The connection kept by the parent is never used in a forked child (no hang, same sums)."""
+    import multiprocessing
+    db, X, *_ = data
+    total = int(deltacells.aggregate(db, by=None)["sum"].sum())   # the parent keeps a connection
+    assert total == int(X.sum())
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_sum, args=(db, q))
+    p.start()
+    p.join(timeout=120)
+    if p.is_alive():
+        p.kill()
+        pytest.fail("the forked child hung")
+    assert q.get(timeout=5) == total
+    assert int(deltacells.aggregate(db, by=None)["sum"].sum()) == total    # the parent's still works
