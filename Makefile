@@ -17,12 +17,12 @@ HDF5_LIBS  := $(shell pkg-config --libs hdf5-serial 2>/dev/null)
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 ALLCFLAGS = $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -fPIC -pthread -MMD -MP \
-            -Iext -Iext/codec -Iext/obs -I$(BUILD)/gen $(PKG_CFLAGS)
+            -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen $(PKG_CFLAGS)
 SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDLIBS_CORE := $(ZSTD_LIBS) -lpthread -lm
 
 # --- sources -------------------------------------------------------------
-CORE_SRC  := $(wildcard ext/codec/*.c) $(wildcard ext/obs/*.c)   # pure C: no SQLite, no HDF5
+CORE_SRC  := $(wildcard ext/codec/*.c) $(wildcard ext/obs/*.c) $(wildcard ext/agg/*.c)   # pure C: no SQLite, no HDF5
 EXT_SRC   := $(wildcard ext/*.c)                                 # the SQLite extension
 CONV_SRC  := $(wildcard converter/*.c)                           # the converter CLI (HDF5)
 CTEST_SRC := $(wildcard tests/c/test_*.c)
@@ -96,7 +96,7 @@ $(BUILD)/asan/tests/%: tests/c/%.c tests/c/dctest.h $(LIBCORE_SAN)
 # libFuzzer targets: clang, built from the core sources directly
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
-	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs $(PKG_CFLAGS) \
+	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
 	  -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
 
 sanitize: $(CTESTS_SAN)

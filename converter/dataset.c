@@ -43,6 +43,8 @@ static const char *VTABS[] = {
     "CREATE VIRTUAL TABLE expression USING deltacells_expression",
     "CREATE VIRTUAL TABLE expression_long USING deltacells_expression_long",
     "CREATE VIRTUAL TABLE dc_batch USING deltacells_batch",
+    "CREATE VIRTUAL TABLE dc_aggregate USING deltacells_aggregate",
+    "CREATE VIRTUAL TABLE dc_aggregate_wide USING deltacells_aggregate_wide",
 };
 
 /* Names the output (the temporary file is an implementation detail) and the reason. */

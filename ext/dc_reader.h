@@ -93,6 +93,20 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
 /* Decodes whole chunks straight into caller arrays, in parallel. */
 int dc_reader_decode_into(dc_reader *r, const dc_direct *jobs, size_t n, char **pzErr);
 
+/* The bytes of the chunks keys[0..n) (sorted by tile then chunk, distinct),
+** read on the calling thread without decoding: one buffer per tile, the size
+** of the tile blob, holding its header, shared section and those chunks'
+** payloads (the rest untouched), for decoders on the pool.  Free with
+** dc_reader_read_free. */
+typedef struct dc_tilebytes { uint32_t tile; uint8_t *buf; } dc_tilebytes;
+int dc_reader_read(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_tilebytes **out, size_t *n_out,
+                   char **pzErr);
+void dc_reader_read_free(dc_tilebytes *tb, size_t n);
+
+/* The name of gene `id` (names loaded on first use); valid until the reader
+** reloads (the next dc_reader_begin after the data changed). */
+int dc_reader_gene_name(dc_reader *r, int64_t id, const char **name, char **pzErr);
+
 /* Gene id of a gene name: SQLITE_OK and *id >= 0; SQLITE_OK and *id == -1
 ** when unknown; *id == -2 when the name is not unique. */
 int dc_reader_gene_id(dc_reader *r, const char *name, int n, int64_t *id, char **pzErr);

@@ -356,7 +356,7 @@ static int cmp_key(const void *a, const void *b) {
 }
 
 /* Reads the tiles of keys (sorted by tile, chunk) into per-tile buffers. */
-typedef struct tilebuf { uint32_t tile; uint8_t *buf; } tilebuf;
+typedef dc_tilebytes tilebuf;
 
 static int read_tiles(dc_reader *r, const dc_chunkkey *keys, size_t n, tilebuf **out_tb, size_t *out_ntb,
                       char **pzErr) {
@@ -655,14 +655,40 @@ static int load_gene_names(dc_reader *r, char **pzErr) {
   return rc;
 }
 
-int dc_reader_gene_id(dc_reader *r, const char *name, int n, int64_t *id, char **pzErr) {
+static int names_ready(dc_reader *r, char **pzErr) {
   if (!r->gm_loaded) {
     sqlite3_free(r->gm_slot); r->gm_slot = NULL;
     if (r->gm_name) for (int64_t i = 0; i < r->n_genes; i++) sqlite3_free(r->gm_name[i]);
     sqlite3_free(r->gm_name); r->gm_name = NULL;
-    int rc = load_gene_names(r, pzErr);
-    if (rc != SQLITE_OK) return rc;
+    return load_gene_names(r, pzErr);
   }
+  return SQLITE_OK;
+}
+
+int dc_reader_gene_name(dc_reader *r, int64_t id, const char **name, char **pzErr) {
+  int rc = names_ready(r, pzErr);
+  if (rc != SQLITE_OK) return rc;
+  if (id < 0 || id >= r->n_genes) {
+    set_err(pzErr, "%s: no gene %lld", r->what, (long long)id);
+    return SQLITE_RANGE;
+  }
+  *name = r->gm_name[id];
+  return SQLITE_OK;
+}
+
+int dc_reader_read(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_tilebytes **out, size_t *n_out,
+                   char **pzErr) {
+  *out = NULL;
+  *n_out = 0;
+  if (n == 0) return SQLITE_OK;
+  return read_tiles(r, keys, n, out, n_out, pzErr);
+}
+
+void dc_reader_read_free(dc_tilebytes *tb, size_t n) { free_tiles(tb, n); }
+
+int dc_reader_gene_id(dc_reader *r, const char *name, int n, int64_t *id, char **pzErr) {
+  int rc = names_ready(r, pzErr);
+  if (rc != SQLITE_OK) return rc;
   uint64_t h = name_hash(name, n) & r->gm_mask;
   for (;;) {
     int64_t v = r->gm_slot[h];

@@ -66,7 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "dc_reader.h"
+#include "dc_select.h"
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -79,14 +79,7 @@ typedef struct batch_vtab {
   sqlite3 *db;
   dc_conn *conn;
   dc_reader *reader;
-  /* the last gene panel, kept while the data and the argument stay the same */
-  int panel_type;          /* SQLITE_BLOB or SQLITE_TEXT; 0 = none */
-  uint8_t *panel_arg;
-  int panel_arg_len;
-  uint64_t panel_ns;
-  int32_t *panel_map;      /* n_genes entries: panel position or -1 */
-  int64_t panel_size;
-  int panel_sorted;        /* positions increase with gene id */
+  dc_panel panel;          /* the last gene panel (ext/select.c) */
 } batch_vtab;
 
 typedef struct batch_cursor {
@@ -135,17 +128,10 @@ static int batch_connect(sqlite3 *db, void *aux, int argc, const char *const *ar
   return batch_init(db, aux, argc, argv, ppVtab, pzErr);
 }
 
-static void panel_clear(batch_vtab *v) {
-  sqlite3_free(v->panel_arg);
-  sqlite3_free(v->panel_map);
-  v->panel_arg = NULL; v->panel_map = NULL;
-  v->panel_type = 0; v->panel_arg_len = 0; v->panel_size = 0;
-}
-
 static int batch_disconnect(sqlite3_vtab *p) {
   batch_vtab *v = (batch_vtab *)p;
   dc_reader_free(v->reader);
-  panel_clear(v);
+  dc_panel_clear(&v->panel);
   sqlite3_free(v);
   return SQLITE_OK;
 }
@@ -194,218 +180,6 @@ static int vt_err(batch_vtab *v, int rc, const char *fmt, ...) {
   v->base.zErrMsg = sqlite3_vmprintf(fmt, ap);
   va_end(ap);
   return rc;
-}
-
-static const char *type_name(int t) {
-  switch (t) {
-    case SQLITE_INTEGER: return "an integer";
-    case SQLITE_FLOAT: return "a real";
-    case SQLITE_TEXT: return "text";
-    case SQLITE_BLOB: return "a blob";
-    default: return "NULL";
-  }
-}
-
-static int is_ws(char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; }
-
-/* A JSON array of integers -> ids (sqlite3_malloc64). */
-static int parse_json_ids(batch_vtab *v, const char *s, int n, int64_t **out, int64_t *out_n) {
-  int64_t cap = 64, m = 0;
-  int64_t *ids = sqlite3_malloc64((uint64_t)cap * sizeof *ids);
-  int i = 0;
-  if (!ids) return SQLITE_NOMEM;
-  while (i < n && is_ws(s[i])) i++;
-  if (i >= n || s[i] != '[') goto bad;
-  i++;
-  while (i < n && is_ws(s[i])) i++;
-  if (i < n && s[i] == ']') { i++; goto end; }
-  for (;;) {
-    while (i < n && is_ws(s[i])) i++;
-    int start = i, neg = 0;
-    if (i < n && s[i] == '-') { neg = 1; i++; }
-    if (i >= n || s[i] < '0' || s[i] > '9') goto bad_elem;
-    uint64_t x = 0;
-    int digits = 0;
-    while (i < n && s[i] >= '0' && s[i] <= '9') {
-      if (x > (UINT64_MAX - 9) / 10) goto bad_elem;
-      x = x * 10 + (uint64_t)(s[i] - '0');
-      i++; digits++;
-    }
-    if (i < n && (s[i] == '.' || s[i] == 'e' || s[i] == 'E')) goto bad_elem;
-    if (x > (uint64_t)INT64_MAX) goto bad_elem;
-    (void)start; (void)digits;
-    if (m == cap) {
-      cap *= 2;
-      int64_t *ni = sqlite3_realloc64(ids, (uint64_t)cap * sizeof *ids);
-      if (!ni) { sqlite3_free(ids); return SQLITE_NOMEM; }
-      ids = ni;
-    }
-    ids[m++] = neg ? -(int64_t)x : (int64_t)x;
-    while (i < n && is_ws(s[i])) i++;
-    if (i < n && s[i] == ',') { i++; continue; }
-    if (i < n && s[i] == ']') { i++; break; }
-    goto bad;
-  }
-end:
-  while (i < n && is_ws(s[i])) i++;
-  if (i != n) goto bad;
-  *out = ids;
-  *out_n = m;
-  return SQLITE_OK;
-bad_elem:
-  sqlite3_free(ids);
-  return vt_err(v, SQLITE_ERROR, "dc_batch: cells: element %lld of the JSON array is not an integer cell id",
-                (long long)m);
-bad:
-  sqlite3_free(ids);
-  return vt_err(v, SQLITE_ERROR, "dc_batch: cells: not a JSON array of integers (error at character %d)", i);
-}
-
-static int parse_cells(batch_vtab *v, sqlite3_value *val, int64_t **out, int64_t *out_n) {
-  int t = sqlite3_value_type(val);
-  int64_t *ids = NULL, n = 0;
-  int rc;
-  if (t == SQLITE_BLOB) {
-    int len = sqlite3_value_bytes(val);
-    const uint8_t *b = sqlite3_value_blob(val);
-    if (len % 8 != 0)
-      return vt_err(v, SQLITE_ERROR, "dc_batch: cells blob has %d bytes, not a multiple of 8 "
-                    "(expected little-endian int64 cell ids)", len);
-    n = len / 8;
-    ids = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *ids);
-    if (!ids) return SQLITE_NOMEM;
-    for (int64_t i = 0; i < n; i++) {
-      uint64_t x = 0;
-      for (int k = 7; k >= 0; k--) x = x << 8 | b[i * 8 + k];
-      ids[i] = (int64_t)x;
-    }
-  } else if (t == SQLITE_TEXT) {
-    rc = parse_json_ids(v, (const char *)sqlite3_value_text(val), sqlite3_value_bytes(val), &ids, &n);
-    if (rc != SQLITE_OK) return rc;
-  } else {
-    return vt_err(v, SQLITE_MISMATCH, "dc_batch: cells must be a blob of little-endian int64 cell ids "
-                  "or a JSON array, not %s", type_name(t));
-  }
-  int64_t nc = v->reader->n_cells;
-  for (int64_t i = 0; i < n; i++) {
-    if (ids[i] < 0 || ids[i] >= nc) {
-      long long bad = (long long)ids[i];
-      sqlite3_free(ids);
-      return vt_err(v, SQLITE_RANGE, "dc_batch: cell id %lld (element %lld) is out of range: the dataset has "
-                    "cells 0..%lld", bad, (long long)i, (long long)nc - 1);
-    }
-  }
-  *out = ids;
-  *out_n = n;
-  return SQLITE_OK;
-}
-
-/* Builds v->panel_map from the genes argument (cached while unchanged). */
-static int parse_genes(batch_vtab *v, sqlite3_value *val) {
-  int t = sqlite3_value_type(val);
-  int len = sqlite3_value_bytes(val);
-  const void *bytes = t == SQLITE_BLOB ? sqlite3_value_blob(val) : (const void *)sqlite3_value_text(val);
-  dc_reader *r = v->reader;
-  int rc = SQLITE_OK;
-  sqlite3_stmt *st = NULL;
-  if (t != SQLITE_BLOB && t != SQLITE_TEXT)
-    return vt_err(v, SQLITE_MISMATCH, "dc_batch: genes must be a JSON array of gene names or a blob of "
-                  "int32 gene ids, not %s", type_name(t));
-  if (v->panel_type == t && v->panel_ns == r->ns && v->panel_arg_len == len &&
-      (len == 0 || memcmp(v->panel_arg, bytes, (size_t)len) == 0))
-    return SQLITE_OK;
-  panel_clear(v);
-  int32_t *map = sqlite3_malloc64((uint64_t)(r->n_genes ? r->n_genes : 1) * sizeof *map);
-  if (!map) return SQLITE_NOMEM;
-  for (int64_t g = 0; g < r->n_genes; g++) map[g] = -1;
-  int64_t pos = 0, last = -1;
-  int sorted = 1;
-  if (t == SQLITE_BLOB) {
-    if (len % 4 != 0) {
-      rc = vt_err(v, SQLITE_ERROR, "dc_batch: genes blob has %d bytes, not a multiple of 4 "
-                  "(expected little-endian int32 gene ids)", len);
-      goto fail;
-    }
-    const uint8_t *b = bytes;
-    for (int i = 0; i < len / 4; i++) {
-      int32_t g = (int32_t)((uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 |
-                            (uint32_t)b[4 * i + 3] << 24);
-      if (g < 0 || g >= r->n_genes) {
-        rc = vt_err(v, SQLITE_RANGE, "dc_batch: gene id %d (element %d of genes) is out of range: the dataset "
-                    "has genes 0..%lld", g, i, (long long)r->n_genes - 1);
-        goto fail;
-      }
-      if (map[g] >= 0) {
-        rc = vt_err(v, SQLITE_ERROR, "dc_batch: gene id %d appears twice in the panel", g);
-        goto fail;
-      }
-      if (g < last) sorted = 0;
-      last = g;
-      map[g] = (int32_t)pos++;
-    }
-  } else {
-    char *sql = sqlite3_mprintf("SELECT type, value FROM json_each(?1)");
-    if (!sql) { rc = SQLITE_NOMEM; goto fail; }
-    rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
-    sqlite3_free(sql);
-    if (rc != SQLITE_OK) { rc = vt_err(v, rc, "dc_batch: genes: %s", sqlite3_errmsg(v->db)); goto fail; }
-    sqlite3_bind_value(st, 1, val);
-    {
-      const char *s = bytes;
-      int i = 0;
-      while (i < len && is_ws(s[i])) i++;
-      if (i >= len || s[i] != '[') {
-        rc = vt_err(v, SQLITE_ERROR, "dc_batch: genes is text but not a JSON array of gene names");
-        goto fail;
-      }
-    }
-    int64_t k = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-      const char *ty = (const char *)sqlite3_column_text(st, 0);
-      if (!ty || strcmp(ty, "text") != 0) {
-        rc = vt_err(v, SQLITE_MISMATCH, "dc_batch: element %lld of genes is not a gene name (JSON %s)",
-                    (long long)k, ty ? ty : "null");
-        goto fail;
-      }
-      const char *name = (const char *)sqlite3_column_text(st, 1);
-      int nlen = sqlite3_column_bytes(st, 1);
-      int64_t g;
-      char *err = NULL;
-      rc = dc_reader_gene_id(r, name ? name : "", nlen, &g, &err);
-      if (rc != SQLITE_OK) { rc = vt_err(v, rc, "%s", err ? err : "dc_batch: reading genes"); sqlite3_free(err); goto fail; }
-      if (g == -1) { rc = vt_err(v, SQLITE_ERROR, "dc_batch: unknown gene '%.*s'", nlen, name); goto fail; }
-      if (g == -2) {
-        rc = vt_err(v, SQLITE_ERROR, "dc_batch: gene name '%.*s' is not unique in this dataset; pass gene ids "
-                    "as an int32 blob", nlen, name);
-        goto fail;
-      }
-      if (map[g] >= 0) { rc = vt_err(v, SQLITE_ERROR, "dc_batch: gene '%.*s' appears twice in the panel", nlen, name); goto fail; }
-      if (g < last) sorted = 0;
-      last = g;
-      map[g] = (int32_t)pos++;
-      k++;
-    }
-    if (rc != SQLITE_DONE) {
-      rc = vt_err(v, rc, "dc_batch: genes is not valid JSON: %s", sqlite3_errmsg(v->db));
-      goto fail;
-    }
-    sqlite3_finalize(st);
-    st = NULL;
-  }
-  v->panel_arg = sqlite3_malloc64((uint64_t)(len ? len : 1));
-  if (!v->panel_arg) { rc = SQLITE_NOMEM; goto fail; }
-  if (len) memcpy(v->panel_arg, bytes, (size_t)len);
-  v->panel_arg_len = len;
-  v->panel_type = t;
-  v->panel_ns = r->ns;
-  v->panel_map = map;
-  v->panel_size = pos;
-  v->panel_sorted = sorted;
-  return SQLITE_OK;
-fail:
-  sqlite3_finalize(st);
-  sqlite3_free(map);
-  return rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_ERROR : rc;
 }
 
 /* ------------------------------------------------ row kernels (pool threads) */
@@ -541,12 +315,12 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan %d '%s'", idxNum, idxStr ? idxStr : "");
 
   if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
-  if ((rc = parse_cells(v, argv[0], &ids, &n)) != SQLITE_OK) goto done;
+  if ((rc = dc_parse_cells(r, argv[0], "dc_batch", &ids, &n, &err)) != SQLITE_OK) goto done;
   int64_t out_genes = r->n_genes;
   if (argc == 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
-    if ((rc = parse_genes(v, argv[1])) != SQLITE_OK) goto done;
-    map = v->panel_map;
-    out_genes = v->panel_size;
+    if ((rc = dc_panel_parse(&v->panel, v->db, r, argv[1], "dc_batch", &err)) != SQLITE_OK) goto done;
+    map = v->panel.map;
+    out_genes = v->panel.size;
   }
   dc_pool *pool = dc_conn_pool(v->conn);
   if (!pool) { rc = SQLITE_NOMEM; goto done; }
@@ -672,7 +446,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
       rows[i].n_in = (uint32_t)(d->indptr[ref[i].cell + 1] - d->indptr[ref[i].cell]);
       which[nw++] = (uint64_t)i;
     }
-    kernel k = { rows, which, nw, map, r->n_genes, v->panel_sorted, NULL, NULL, NULL, 0 };
+    kernel k = { rows, which, nw, map, r->n_genes, v->panel.sorted, NULL, NULL, NULL, 0 };
     run_kernel(pool, &k, count_block);
     if (k.bad) {
       rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
@@ -737,7 +511,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   {
     size_t nw = 0;
     for (int64_t i = 0; i < n; i++) if (!direct[i]) which[nw++] = (uint64_t)i;
-    kernel k = { rows, which, nw, staged ? NULL : map, r->n_genes, v->panel_sorted, off, o_idx, o_val, 0 };
+    kernel k = { rows, which, nw, staged ? NULL : map, r->n_genes, v->panel.sorted, off, o_idx, o_val, 0 };
     run_kernel(pool, &k, fill_block);
     if (k.bad) { rc = SQLITE_NOMEM; goto done; }
   }

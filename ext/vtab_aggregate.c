@@ -1,0 +1,869 @@
+/*
+** vtab_aggregate.c — dc_aggregate and dc_aggregate_wide: count statistics
+** per (group of cells, gene), computed in C in one pass over the tiles
+** (modules deltacells_aggregate and deltacells_aggregate_wide).
+**
+**   CREATE VIRTUAL TABLE dc_aggregate USING deltacells_aggregate;            -- in the dataset
+**   CREATE VIRTUAL TABLE dc_aggregate_wide USING deltacells_aggregate_wide;
+**   SELECT label, gene, mean, frac_expressing FROM dc_aggregate('cell_type') WHERE gene = 'CD3E';
+**   SELECT * FROM dc_aggregate('cell_type', NULL, '["CD3E", "MS4A1"]');     -- a gene panel
+**   SELECT * FROM dc_aggregate(NULL, (SELECT json_group_array(cell_id) FROM cells WHERE donor = 'D01'));
+**
+** A dataset made before these tables existed can declare them in temp, with
+** the schema to read as the argument:
+**   CREATE VIRTUAL TABLE temp.dc_aggregate USING deltacells_aggregate(main);
+**
+** Arguments (hidden columns, all optional, in this order):
+**   group_by  the name of a column of `cells` (text), or NULL: one group of all
+**             the cells.  Cells whose value is NULL form their own group.
+**   cells     the cells to aggregate, as for dc_batch: a blob of int64 LE ids or
+**             a JSON array (each cell at most once); NULL = every cell.
+**   genes     a gene panel, as for dc_batch: a JSON array of gene names or an
+**             int32 LE blob of gene ids; NULL = every gene.
+**
+** dc_aggregate: one row per (group, gene), groups in order (a category
+** column's dictionary order, else by value; the NULL group last), genes in
+** gene_id order or panel order:
+**   label            the group's value of group_by (NULL for the NULL group and
+**                    when group_by is NULL)
+**   gene_id, gene    the gene's id and name
+**   n_cells          cells of the group (in the selection)
+**   sum              the sum of the gene's counts over those cells
+**   mean             sum / n_cells: the mean INCLUDING the cells with count 0
+**   n_expressing     cells with a count > 0
+**   frac_expressing  n_expressing / n_cells
+**   mean_log1p_cpm   the mean over the group's cells of log1p(count / the
+**                    cell's total count (all genes) * 10,000); computed only
+**                    when the statement uses the column
+** Every (group, gene) pair has a row, zeros included.  Only groups with at
+** least one selected cell appear.
+**
+** dc_aggregate_wide: one row per group:
+**   label, n_cells, n_genes (genes per row), gene_ids (int32 LE blob: the
+**   genes in output order), sum, n_expressing (int64 LE blobs), mean_log1p_cpm
+**   (float64 LE blob; computed only when used).  The Python package uses it.
+**
+** How (xFilter, on the querying thread except the marked step): the tiles
+** holding selected cells are taken in windows of at most decode_mb/4 of
+** tile bytes; for a window the group_by values of its cells are read from
+** `cells` (a cell_id range query) and turned into group numbers, the blobs
+** of its chunks that hold selected cells are read (ext/reader.c; chunks
+** already in the decoded-chunk cache are used as they are), and the chunks
+** are decoded and accumulated on the pool [threads] by ext/agg/dc_agg.c,
+** which never sees SQLite.  Memory: the accumulators, threads x groups x
+** genes x 16 bytes (24 with mean_log1p_cpm), at most 4 x decode_mb (else
+** an error naming group_by), plus one window; nothing per cell of the
+** dataset.  Decoded chunks are not put in the cache (a whole-dataset pass
+** would only evict what other queries use).
+**
+** Plans: idxNum bits 1 group_by, 2 cells, 4 genes given; 8 mean_log1p_cpm
+** used; 16 gene names used.  idxStr lists the arguments in argv order and
+** the extras: ( "group_by" | "cells" | "genes" | "log1p" | "names" )* or
+** "all".
+*/
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "dc_agg.h"
+#include "dc_select.h"
+
+enum { L_LABEL, L_GENE_ID, L_GENE, L_NCELLS, L_SUM, L_MEAN, L_NEXPR, L_FRAC, L_LOG1P, L_NCOLS };
+enum { W_LABEL, W_NCELLS, W_NGENES, W_GENE_IDS, W_SUM, W_NEXPR, W_LOG1P, W_NCOLS };
+
+typedef struct agg_vtab {
+  sqlite3_vtab base;
+  sqlite3 *db;
+  dc_conn *conn;
+  dc_reader *reader;
+  int wide;
+  char *schema;              /* the dataset schema read */
+  dc_panel panel;
+  dc_agg *spare;             /* accumulators kept between calls (mapped memory) */
+} agg_vtab;
+
+/* group values: open addressing over (type, value) */
+typedef struct gval {
+  sqlite3_value *val;        /* a copy (NULL pointer for the NULL group) */
+  int type;
+  int64_t i;
+  double f;
+  const unsigned char *s;    /* text/blob bytes (inside val) */
+  int n;
+  uint64_t hash;
+  int64_t rank;              /* dictionary code of a category label, else -1 */
+} gval;
+
+typedef struct agg_cursor {
+  sqlite3_vtab_cursor base;
+  int eof;
+  dc_agg *agg;
+  dc_agg_result res;
+  gval *groups;              /* by group number */
+  uint32_t n_groups;
+  uint32_t *order;           /* output groups (n_cells > 0), in order */
+  uint32_t n_order;
+  int32_t *gene_ids;         /* output genes */
+  char **names;              /* their names (NULL unless used) */
+  int64_t row, n_rows;
+} agg_cursor;
+
+static int vt_err(agg_vtab *v, int rc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *m = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  sqlite3_free(v->base.zErrMsg);
+  v->base.zErrMsg = sqlite3_mprintf("%s: %s", v->wide ? "dc_aggregate_wide" : "dc_aggregate", m ? m : "out of memory");
+  sqlite3_free(m);
+  return rc;
+}
+
+/* ------------------------------------------------ connect / disconnect */
+static int agg_init(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab, char **pzErr,
+                    int wide) {
+  const char *mod = wide ? "deltacells_aggregate_wide" : "deltacells_aggregate";
+  if (argc > 4) {
+    *pzErr = sqlite3_mprintf("%s: takes at most one argument, the schema to read (default: its own)", mod);
+    return SQLITE_ERROR;
+  }
+  int rc = sqlite3_declare_vtab(db, wide
+      ? "CREATE TABLE x(label, n_cells INTEGER, n_genes INTEGER, gene_ids BLOB, sum BLOB, n_expressing BLOB,"
+        " mean_log1p_cpm BLOB, group_by HIDDEN, cells HIDDEN, genes HIDDEN)"
+      : "CREATE TABLE x(label, gene_id INTEGER, gene TEXT, n_cells INTEGER, sum INTEGER, mean REAL,"
+        " n_expressing INTEGER, frac_expressing REAL, mean_log1p_cpm REAL, group_by HIDDEN, cells HIDDEN,"
+        " genes HIDDEN)");
+  if (rc != SQLITE_OK) return rc;
+  sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+  agg_vtab *v = sqlite3_malloc64(sizeof *v);
+  if (!v) return SQLITE_NOMEM;
+  memset(v, 0, sizeof *v);
+  v->db = db;
+  v->conn = aux;
+  v->wide = wide;
+  if (argc == 4) {
+    const char *s = argv[3];
+    size_t n = strlen(s);
+    if (n >= 2 && (s[0] == '"' || s[0] == '\'' || s[0] == '[') ) v->schema = sqlite3_mprintf("%.*s", (int)n - 2, s + 1);
+    else v->schema = sqlite3_mprintf("%s", s);
+  } else {
+    v->schema = sqlite3_mprintf("%s", argv[1]);
+  }
+  if (!v->schema) { sqlite3_free(v); return SQLITE_NOMEM; }
+  rc = dc_reader_open(db, v->conn, v->schema, wide ? "dc_aggregate_wide" : "dc_aggregate", &v->reader, pzErr);
+  if (rc != SQLITE_OK) { sqlite3_free(v->schema); sqlite3_free(v); return rc; }
+  *ppVtab = &v->base;
+  return SQLITE_OK;
+}
+static int aggl_create(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **e) {
+  return agg_init(db, aux, argc, argv, pp, e, 0);
+}
+static int aggl_connect(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **e) {
+  return agg_init(db, aux, argc, argv, pp, e, 0);
+}
+static int aggw_create(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **e) {
+  return agg_init(db, aux, argc, argv, pp, e, 1);
+}
+static int aggw_connect(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **pp, char **e) {
+  return agg_init(db, aux, argc, argv, pp, e, 1);
+}
+
+static int agg_disconnect(sqlite3_vtab *p) {
+  agg_vtab *v = (agg_vtab *)p;
+  dc_reader_free(v->reader);
+  dc_panel_clear(&v->panel);
+  dc_agg_free(v->spare);
+  sqlite3_free(v->schema);
+  sqlite3_free(v);
+  return SQLITE_OK;
+}
+
+/* ------------------------------------------------ plans */
+static int agg_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
+  agg_vtab *v = (agg_vtab *)p;
+  int first_arg = v->wide ? W_NCOLS : L_NCOLS;
+  int idx[3] = { -1, -1, -1 }, unusable = 0;
+  for (int i = 0; i < info->nConstraint; i++) {
+    const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+    int a = c->iColumn - first_arg;
+    if (a < 0 || a > 2 || c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
+    if (!c->usable) { unusable |= 1 << a; continue; }
+    if (idx[a] < 0) idx[a] = i;
+  }
+  for (int a = 0; a < 3; a++)
+    if ((unusable >> a & 1) && idx[a] < 0) return SQLITE_CONSTRAINT;
+  static const char *const words[] = { "group_by", "cells", "genes" };
+  sqlite3_str *s = sqlite3_str_new(NULL);
+  int n = 0, num = 0;
+  for (int a = 0; a < 3; a++) {
+    if (idx[a] < 0) continue;
+    info->aConstraintUsage[idx[a]].argvIndex = ++n;
+    info->aConstraintUsage[idx[a]].omit = 1;
+    num |= 1 << a;
+    sqlite3_str_appendf(s, "%s%s", sqlite3_str_length(s) ? " " : "", words[a]);
+  }
+  int log1p_col = v->wide ? W_LOG1P : L_LOG1P;
+  if (info->colUsed & ((sqlite3_uint64)1 << log1p_col)) {
+    num |= 8;
+    sqlite3_str_appendf(s, "%slog1p", sqlite3_str_length(s) ? " " : "");
+  }
+  if (!v->wide && (info->colUsed & ((sqlite3_uint64)1 << L_GENE))) {
+    num |= 16;
+    sqlite3_str_appendf(s, "%snames", sqlite3_str_length(s) ? " " : "");
+  }
+  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "all");
+  if (dc_plan_finish(info, s, num) != SQLITE_OK) return SQLITE_NOMEM;
+  info->estimatedCost = 1e7;
+  info->estimatedRows = v->wide ? 20 : 500000;
+  return SQLITE_OK;
+}
+
+/* ------------------------------------------------ group values */
+typedef struct gmap {
+  gval *g;
+  uint32_t n, cap;
+  uint32_t *slot;            /* group number + 1, 0 = empty */
+  uint32_t mask;
+  int64_t null_group;        /* -1 until seen */
+} gmap;
+
+static uint64_t hash_bytes(const unsigned char *s, int n, uint64_t h) {
+  for (int i = 0; i < n; i++) { h ^= s[i]; h *= 1099511628211ull; }
+  return h ^ (h >> 29);
+}
+
+static void gval_key(sqlite3_value *x, gval *k) {
+  memset(k, 0, sizeof *k);
+  k->type = sqlite3_value_type(x);
+  k->rank = -1;
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)k->type;
+  switch (k->type) {
+    case SQLITE_INTEGER: k->i = sqlite3_value_int64(x); h = hash_bytes((const unsigned char *)&k->i, 8, h); break;
+    case SQLITE_FLOAT:
+      k->f = sqlite3_value_double(x);
+      if (k->f == 0) k->f = 0;   /* -0.0 and 0.0 are one group */
+      h = hash_bytes((const unsigned char *)&k->f, 8, h);
+      break;
+    case SQLITE_TEXT:
+      k->s = sqlite3_value_text(x); k->n = sqlite3_value_bytes(x); h = hash_bytes(k->s, k->n, h); break;
+    case SQLITE_BLOB:
+      k->s = sqlite3_value_blob(x); k->n = sqlite3_value_bytes(x); h = hash_bytes(k->s, k->n, h); break;
+    default: break;
+  }
+  k->hash = h;
+}
+
+static int gval_eq(const gval *a, const gval *b) {
+  if (a->type != b->type) return 0;
+  switch (a->type) {
+    case SQLITE_INTEGER: return a->i == b->i;
+    case SQLITE_FLOAT: return a->f == b->f;
+    case SQLITE_TEXT: case SQLITE_BLOB: return a->n == b->n && (a->n == 0 || memcmp(a->s, b->s, (size_t)a->n) == 0);
+    default: return 1;
+  }
+}
+
+static void gmap_free(gmap *m) {
+  for (uint32_t i = 0; i < m->n; i++) sqlite3_value_free(m->g[i].val);
+  sqlite3_free(m->g);
+  sqlite3_free(m->slot);
+  memset(m, 0, sizeof *m);
+}
+
+/* The group number of value x (a new group if unseen); -1 on OOM. */
+static int64_t gmap_get(gmap *m, sqlite3_value *x) {
+  gval k;
+  gval_key(x, &k);
+  if (k.type == SQLITE_NULL && m->null_group >= 0) return m->null_group;
+  if (m->slot) {
+    uint32_t h = (uint32_t)k.hash & m->mask;
+    while (m->slot[h]) {
+      gval *e = &m->g[m->slot[h] - 1];
+      if (e->hash == k.hash && gval_eq(e, &k)) return m->slot[h] - 1;
+      h = (h + 1) & m->mask;
+    }
+  }
+  /* new group */
+  if (m->n == m->cap) {
+    uint32_t nc = m->cap ? m->cap * 2 : 16;
+    gval *ng = sqlite3_realloc64(m->g, (uint64_t)nc * sizeof *ng);
+    if (!ng) return -1;
+    m->g = ng;
+    m->cap = nc;
+  }
+  if (!m->slot || (uint64_t)(m->n + 1) * 2 > (uint64_t)m->mask + 1) {
+    uint32_t size = m->slot ? (m->mask + 1) * 2 : 64;
+    uint32_t *ns = sqlite3_malloc64((uint64_t)size * sizeof *ns);
+    if (!ns) return -1;
+    memset(ns, 0, (size_t)size * sizeof *ns);
+    for (uint32_t i = 0; i < m->n; i++) {
+      if (m->g[i].type == SQLITE_NULL) continue;
+      uint32_t h = (uint32_t)m->g[i].hash & (size - 1);
+      while (ns[h]) h = (h + 1) & (size - 1);
+      ns[h] = i + 1;
+    }
+    sqlite3_free(m->slot);
+    m->slot = ns;
+    m->mask = size - 1;
+  }
+  gval *e = &m->g[m->n];
+  *e = k;
+  e->val = k.type == SQLITE_NULL ? NULL : sqlite3_value_dup(x);
+  if (k.type != SQLITE_NULL && !e->val) return -1;
+  if (e->val && (k.type == SQLITE_TEXT || k.type == SQLITE_BLOB)) {
+    e->s = k.type == SQLITE_TEXT ? sqlite3_value_text(e->val) : sqlite3_value_blob(e->val);
+    e->n = sqlite3_value_bytes(e->val);
+  }
+  if (k.type == SQLITE_NULL) {
+    m->null_group = m->n;
+  } else {
+    uint32_t h = (uint32_t)k.hash & m->mask;
+    while (m->slot[h]) h = (h + 1) & m->mask;
+    m->slot[h] = m->n + 1;
+  }
+  return m->n++;
+}
+
+/* order: values with a dictionary rank by rank; numbers by value; text, blobs
+** by bytes; NULL last */
+static int type_class(int t) {
+  return t == SQLITE_INTEGER || t == SQLITE_FLOAT ? 0 : t == SQLITE_TEXT ? 1 : t == SQLITE_BLOB ? 2 : 3;
+}
+static int cmp_group(const void *pa, const void *pb, void *base) {
+  const gval *g = base;
+  const gval *a = &g[*(const uint32_t *)pa], *b = &g[*(const uint32_t *)pb];
+  int ca = type_class(a->type), cb = type_class(b->type);
+  if (a->rank >= 0 && b->rank >= 0) return a->rank < b->rank ? -1 : a->rank > b->rank;
+  if (a->rank >= 0 && cb != 3) return -1;
+  if (b->rank >= 0 && ca != 3) return 1;
+  if (ca != cb) return ca < cb ? -1 : 1;
+  if (ca == 0) {
+    double x = a->type == SQLITE_INTEGER ? (double)a->i : a->f, y = b->type == SQLITE_INTEGER ? (double)b->i : b->f;
+    if (a->type == SQLITE_INTEGER && b->type == SQLITE_INTEGER) return a->i < b->i ? -1 : a->i > b->i;
+    return x < y ? -1 : x > y;
+  }
+  if (ca == 1 || ca == 2) {
+    int n = a->n < b->n ? a->n : b->n;
+    int c = n ? memcmp(a->s, b->s, (size_t)n) : 0;
+    return c ? c : (a->n < b->n ? -1 : a->n > b->n);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------ cursor */
+static void cursor_clear(agg_cursor *c, agg_vtab *v) {
+  if (c->agg) {
+    if (!v->spare) v->spare = c->agg; else dc_agg_free(c->agg);
+    c->agg = NULL;
+  }
+  if (c->groups) {
+    for (uint32_t i = 0; i < c->n_groups; i++) sqlite3_value_free(c->groups[i].val);
+    sqlite3_free(c->groups);
+  }
+  c->groups = NULL; c->n_groups = 0;
+  if (c->names) sqlite3_free(c->names);
+  c->names = NULL;
+  sqlite3_free(c->order); c->order = NULL; c->n_order = 0;
+  sqlite3_free(c->gene_ids); c->gene_ids = NULL;
+  memset(&c->res, 0, sizeof c->res);
+  c->row = c->n_rows = 0;
+  c->eof = 1;
+}
+
+static int agg_open(sqlite3_vtab *p, sqlite3_vtab_cursor **pp) {
+  (void)p;
+  agg_cursor *c = sqlite3_malloc64(sizeof *c);
+  if (!c) return SQLITE_NOMEM;
+  memset(c, 0, sizeof *c);
+  c->eof = 1;
+  *pp = &c->base;
+  return SQLITE_OK;
+}
+static int agg_close(sqlite3_vtab_cursor *cur) {
+  cursor_clear((agg_cursor *)cur, (agg_vtab *)cur->pVtab);
+  sqlite3_free(cur);
+  return SQLITE_OK;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Category dictionary ranks of the group_by column, when it is one: the
+** labels are seeded into the map in code order (group number = code). */
+static int seed_categories(agg_vtab *v, gmap *m, const char *col) {
+  sqlite3_stmt *st = NULL;
+  char *sql = sqlite3_mprintf("SELECT d.value FROM \"%w\".cells_dict d JOIN \"%w\".cells_columns c ON c.col = d.col"
+                              " WHERE c.name = ?1 COLLATE NOCASE AND c.kind = 'category' ORDER BY d.code", v->schema, v->schema);
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
+  sqlite3_free(sql);
+  if (rc != SQLITE_OK) return SQLITE_OK;   /* no dictionary tables: order by value */
+  sqlite3_bind_text(st, 1, col, -1, SQLITE_STATIC);
+  int64_t code = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t g = gmap_get(m, sqlite3_column_value(st, 0));
+    if (g < 0) { sqlite3_finalize(st); return SQLITE_NOMEM; }
+    if (m->g[g].rank < 0) m->g[g].rank = code;
+    code++;
+  }
+  sqlite3_finalize(st);
+  return SQLITE_OK;
+}
+
+/* group_by must name a column of cells (a double-quoted unknown name would
+** silently be read as a string literal). */
+static int check_column(agg_vtab *v, const char *col) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(v->db, "SELECT name FROM pragma_table_info('cells', ?1)", -1, &st, NULL);
+  if (rc != SQLITE_OK) return vt_err(v, rc, "group_by: cannot list the columns of cells: %s", sqlite3_errmsg(v->db));
+  sqlite3_bind_text(st, 1, v->schema, -1, SQLITE_STATIC);
+  sqlite3_str *names = sqlite3_str_new(NULL);
+  int found = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *n = (const char *)sqlite3_column_text(st, 0);
+    if (!n) continue;
+    if (sqlite3_stricmp(n, col) == 0) found = 1;
+    sqlite3_str_appendf(names, "%s%s", sqlite3_str_length(names) ? ", " : "", n);
+  }
+  sqlite3_finalize(st);
+  char *list = sqlite3_str_finish(names);
+  if (rc != SQLITE_DONE) rc = vt_err(v, rc, "group_by: cannot list the columns of cells: %s", sqlite3_errmsg(v->db));
+  else if (!found) rc = vt_err(v, SQLITE_ERROR, "group_by: cells has no column '%s' (columns: %s)", col, list ? list : "");
+  else rc = SQLITE_OK;
+  sqlite3_free(list);
+  return rc;
+}
+
+static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc, sqlite3_value **argv) {
+  agg_cursor *c = (agg_cursor *)cur;
+  agg_vtab *v = (agg_vtab *)cur->pVtab;
+  dc_reader *r = v->reader;
+  int rc = SQLITE_OK;
+  char *err = NULL;
+  int64_t *sel = NULL, n_sel = 0;
+  gmap gm;
+  memset(&gm, 0, sizeof gm);
+  gm.null_group = -1;
+  sqlite3_stmt *st = NULL;
+  int32_t *labels = NULL;
+  size_t labels_cap = 0;
+  dc_agg_job *jobs = NULL;
+  dc_chunkkey *keys = NULL;
+  dc_chunk_data **cached = NULL;
+  dc_tilebytes *tb = NULL;
+  size_t ntb = 0, n_cached = 0;
+  char *group_col = NULL;
+  (void)idxStr;
+
+  cursor_clear(c, v);
+  int nargs = (idxNum & 1) + (idxNum >> 1 & 1) + (idxNum >> 2 & 1);
+  if (argc != nargs) return vt_err(v, SQLITE_ERROR, "unknown plan %d", idxNum);
+  sqlite3_value *a_group = NULL, *a_cells = NULL, *a_genes = NULL;
+  {
+    int k = 0;
+    if (idxNum & 1) a_group = argv[k++];
+    if (idxNum & 2) a_cells = argv[k++];
+    if (idxNum & 4) a_genes = argv[k++];
+  }
+  const char *what = v->wide ? "dc_aggregate_wide" : "dc_aggregate";
+  if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
+
+  /* group_by */
+  if (a_group && sqlite3_value_type(a_group) != SQLITE_NULL) {
+    if (sqlite3_value_type(a_group) != SQLITE_TEXT) {
+      rc = vt_err(v, SQLITE_MISMATCH, "group_by must be the name of a column of cells (text) or NULL, not %s",
+                  dc_type_name(sqlite3_value_type(a_group)));
+      goto done;
+    }
+    group_col = sqlite3_mprintf("%s", (const char *)sqlite3_value_text(a_group));
+    if (!group_col) { rc = SQLITE_NOMEM; goto done; }
+    if ((rc = check_column(v, group_col)) != SQLITE_OK) goto done;
+    char *sql = sqlite3_mprintf("SELECT cell_id, \"%w\" FROM \"%w\".cells WHERE cell_id >= ?1 AND cell_id < ?2",
+                                group_col, v->schema);
+    if (!sql) { rc = SQLITE_NOMEM; goto done; }
+    rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
+    sqlite3_free(sql);
+    if (rc != SQLITE_OK) {
+      const char *m = sqlite3_errmsg(v->db);
+      if (strstr(m, "no such column"))
+        rc = vt_err(v, SQLITE_ERROR, "group_by: cells has no column '%s'", group_col);
+      else
+        rc = vt_err(v, rc, "group_by '%s': cannot read cells: %s", group_col, m);
+      goto done;
+    }
+    if ((rc = seed_categories(v, &gm, group_col)) != SQLITE_OK) goto done;
+  }
+
+  /* cells */
+  if (a_cells && sqlite3_value_type(a_cells) != SQLITE_NULL) {
+    if ((rc = dc_parse_cells(r, a_cells, what, &sel, &n_sel, &err)) != SQLITE_OK) goto done;
+    qsort(sel, (size_t)n_sel, sizeof *sel, cmp_i64);
+    for (int64_t i = 1; i < n_sel; i++)
+      if (sel[i] == sel[i - 1]) {
+        rc = vt_err(v, SQLITE_ERROR, "cells: cell id %lld appears twice (each cell counts once in a group)",
+                    (long long)sel[i]);
+        goto done;
+      }
+  }
+
+  /* genes */
+  const int32_t *panel = NULL;
+  int64_t n_out = r->n_genes;
+  if (a_genes && sqlite3_value_type(a_genes) != SQLITE_NULL) {
+    if ((rc = dc_panel_parse(&v->panel, v->db, r, a_genes, what, &err)) != SQLITE_OK) goto done;
+    panel = v->panel.map;
+    n_out = v->panel.size;
+  }
+  c->gene_ids = sqlite3_malloc64((uint64_t)(n_out ? n_out : 1) * sizeof *c->gene_ids);
+  if (!c->gene_ids) { rc = SQLITE_NOMEM; goto done; }
+  for (int64_t g = 0; g < r->n_genes; g++) {
+    int64_t p = panel ? panel[g] : g;
+    if (p >= 0) c->gene_ids[p] = (int32_t)g;
+  }
+  if (idxNum & 16) {
+    /* names copied (the reader may reload them later) */
+    int64_t bytes = 0;
+    const char *nm;
+    for (int64_t j = 0; j < n_out; j++) {
+      if ((rc = dc_reader_gene_name(r, c->gene_ids[j], &nm, &err)) != SQLITE_OK) goto done;
+      bytes += (int64_t)strlen(nm) + 1;
+    }
+    c->names = sqlite3_malloc64((uint64_t)(n_out ? n_out : 1) * sizeof(char *) + (uint64_t)bytes);
+    if (!c->names) { rc = SQLITE_NOMEM; goto done; }
+    char *p = (char *)(c->names + (n_out ? n_out : 1));
+    for (int64_t j = 0; j < n_out; j++) {
+      dc_reader_gene_name(r, c->gene_ids[j], &nm, &err);
+      size_t l = strlen(nm) + 1;
+      memcpy(p, nm, l);
+      c->names[j] = p;
+      p += l;
+    }
+  }
+
+  /* the accumulators */
+  dc_pool *pool = dc_conn_pool(v->conn);
+  if (!pool) { rc = SQLITE_NOMEM; goto done; }
+  dc_agg_opts o = { (uint32_t)r->n_genes, panel, (uint32_t)n_out, (idxNum & 8) != 0, 1e4, dc_pool_size(pool) };
+  uint64_t per_group = dc_agg_group_bytes(&o);
+  int64_t limit = 4 * v->conn->work_bytes;
+  {
+    dc_error de;
+    if (v->spare) { c->agg = v->spare; v->spare = NULL; rc = dc_agg_reset(c->agg, &o, &de); }
+    else { c->agg = dc_agg_new(&o, &de); rc = c->agg ? DC_OK : de.code; }
+    if (rc != DC_OK) { rc = vt_err(v, rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_ERROR, "%s", de.msg); goto done; }
+  }
+  if (!group_col) gm.null_group = 0;   /* one group, label NULL */
+
+  /* the windows of tiles */
+  {
+    uint32_t t = 0;
+    int64_t si = 0;                    /* next selected cell */
+    int64_t window_bytes = v->conn->work_bytes / 4;
+    while (t < r->n_tiles) {
+      /* skip tiles without selected cells */
+      if (sel) {
+        if (si >= n_sel) break;
+        int64_t tt = dc_reader_tile_of(r, sel[si]);
+        if (tt < 0) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "cell %lld has no tile", (long long)sel[si]); goto done; }
+        t = (uint32_t)tt;
+      }
+      if (r->tiles[t].n_cells == 0) { t++; continue; }
+      /* the window: tiles t .. t_end-1 */
+      uint32_t t_end = t;
+      int64_t bytes = 0;
+      size_t n_keys = 0, keys_cap = 0;
+      int64_t first = r->tiles[t].first_cell;
+      int64_t k = si;                  /* selected cells in the window so far */
+      while (t_end < r->n_tiles && (t_end == t || bytes < window_bytes)) {
+        const dc_tilehead *h;
+        if ((rc = dc_reader_head(r, t_end, &h, &err)) != SQLITE_OK) goto done;
+        bytes += (int64_t)h->blob_len;
+        t_end++;
+        if (sel) {
+          /* the next tile with a selected cell must follow at once to join */
+          int64_t end = r->tiles[t_end - 1].first_cell + r->tiles[t_end - 1].n_cells;
+          while (k < n_sel && sel[k] < end) k++;
+          if (k >= n_sel || dc_reader_tile_of(r, sel[k]) != (int64_t)t_end) break;
+        }
+      }
+      int64_t end_cell = r->tiles[t_end - 1].first_cell + r->tiles[t_end - 1].n_cells;
+      size_t nw = (size_t)(end_cell - first);
+      if (nw > labels_cap) {
+        sqlite3_free(labels);
+        labels = sqlite3_malloc64(nw * sizeof *labels);
+        if (!labels) { rc = SQLITE_NOMEM; goto done; }
+        labels_cap = nw;
+      }
+      /* selection mask: -2 = selected (group to be filled), -1 = not */
+      if (sel) {
+        for (size_t i = 0; i < nw; i++) labels[i] = -1;
+        while (si < n_sel && sel[si] < end_cell) labels[sel[si++] - first] = -2;
+      } else {
+        for (size_t i = 0; i < nw; i++) labels[i] = -2;
+      }
+      /* group numbers */
+      if (!group_col) {
+        for (size_t i = 0; i < nw; i++) if (labels[i] == -2) labels[i] = 0;
+      } else {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, first);
+        sqlite3_bind_int64(st, 2, end_cell);
+        size_t seen = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+          int64_t id = sqlite3_column_int64(st, 0) - first;
+          if (id < 0 || (size_t)id >= nw) continue;
+          seen++;
+          if (labels[id] != -2) continue;
+          int64_t g = gmap_get(&gm, sqlite3_column_value(st, 1));
+          if (g < 0) { rc = SQLITE_NOMEM; goto done; }
+          labels[id] = (int32_t)g;
+        }
+        if (rc != SQLITE_DONE) { rc = vt_err(v, rc, "group_by '%s': reading cells: %s", group_col, sqlite3_errmsg(v->db)); goto done; }
+        rc = SQLITE_OK;
+        if (seen != nw) {
+          rc = vt_err(v, SQLITE_CORRUPT_VTAB, "cells holds %lld rows for cells %lld..%lld, expected %lld",
+                      (long long)seen, (long long)first, (long long)end_cell - 1, (long long)nw);
+          goto done;
+        }
+      }
+      /* groups: every number in use; the memory bound */
+      uint32_t n_groups = gm.n > 0 ? gm.n : 1;
+      if ((uint64_t)n_groups * per_group > (uint64_t)limit) {
+        rc = vt_err(v, SQLITE_TOOBIG, "group_by '%s' gives %u groups: %u groups x %lld genes need %lld MiB of "
+                    "accumulators (%d threads), more than 4 x dc_config('decode_mb') = %lld MiB; pass a gene panel, "
+                    "group by a coarser column, or raise decode_mb", group_col ? group_col : "", n_groups, n_groups,
+                    (long long)n_out, (long long)((n_groups * per_group) >> 20), o.slots, (long long)(limit >> 20));
+        goto done;
+      }
+      {
+        dc_error de;
+        if (dc_agg_set_groups(c->agg, n_groups, &de) != DC_OK) { rc = vt_err(v, SQLITE_NOMEM, "%s", de.msg); goto done; }
+      }
+      /* the chunks holding selected cells */
+      for (uint32_t tt = t; tt < t_end; tt++) {
+        const dc_tilehead *h = r->heads[tt];
+        int64_t base = r->tiles[tt].first_cell - first;
+        for (uint32_t ch = 0; ch < h->hdr.n_chunks; ch++) {
+          const dc_chunk_info *ci = &h->hdr.chunk[ch];
+          int any = 0;
+          for (uint32_t k = 0; k < ci->n_cells && !any; k++) any = labels[base + ci->first_cell + k] >= 0;
+          if (!any) continue;
+          if (n_keys == keys_cap) {
+            keys_cap = keys_cap ? keys_cap * 2 : 64;
+            dc_chunkkey *nk = sqlite3_realloc64(keys, keys_cap * sizeof *nk);
+            if (!nk) { rc = SQLITE_NOMEM; goto done; }
+            keys = nk;
+          }
+          keys[n_keys].tile = tt;
+          keys[n_keys].chunk = ch;
+          n_keys++;
+        }
+      }
+      if (n_keys) {
+        jobs = sqlite3_malloc64(n_keys * sizeof *jobs);
+        cached = sqlite3_malloc64(n_keys * sizeof *cached);
+        dc_chunkkey *miss = sqlite3_malloc64(n_keys * sizeof *miss);
+        if (!jobs || !cached || !miss) { sqlite3_free(miss); rc = SQLITE_NOMEM; goto done; }
+        memset(jobs, 0, n_keys * sizeof *jobs);
+        struct dc_cache *cache = dc_conn_cache(v->conn);
+        size_t n_miss = 0;
+        n_cached = n_keys;
+        for (size_t q = 0; q < n_keys; q++) {
+          cached[q] = cache ? dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk) : NULL;
+          if (!cached[q]) miss[n_miss++] = keys[q];
+        }
+        rc = dc_reader_read(r, miss, n_miss, &tb, &ntb, &err);
+        sqlite3_free(miss);
+        if (rc != SQLITE_OK) goto done;
+        size_t b = 0;
+        for (size_t q = 0; q < n_keys; q++) {
+          const dc_tilehead *h = r->heads[keys[q].tile];
+          const dc_chunk_info *ci = &h->hdr.chunk[keys[q].chunk];
+          dc_agg_job *j = &jobs[q];
+          j->chunk = keys[q].chunk;
+          j->group = labels + (r->tiles[keys[q].tile].first_cell - first) + ci->first_cell;
+          if (cached[q]) {
+            if (cached[q]->n_cells != ci->n_cells) {
+              rc = vt_err(v, SQLITE_CORRUPT_VTAB, "tile %u chunk %u: cached chunk has %u cells, expected %u",
+                          keys[q].tile, keys[q].chunk, cached[q]->n_cells, ci->n_cells);
+              goto done;
+            }
+            j->n_cells = ci->n_cells;
+            j->indptr = cached[q]->indptr;
+            j->indices = cached[q]->indices;
+            j->values = cached[q]->values;
+          } else {
+            while (b < ntb && tb[b].tile < keys[q].tile) b++;
+            if (b >= ntb || tb[b].tile != keys[q].tile) { rc = vt_err(v, SQLITE_INTERNAL, "tile %u not read", keys[q].tile); goto done; }
+            j->buf = tb[b].buf;
+            j->len = (size_t)h->blob_len;
+            j->hdr = &h->hdr;
+          }
+        }
+        if (dc_agg_run(c->agg, pool, jobs, n_keys) != DC_OK) {
+          for (size_t q = 0; q < n_keys; q++)
+            if (jobs[q].rc != DC_OK) {
+              rc = vt_err(v, jobs[q].rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB, "tile %u %s",
+                          keys[q].tile, jobs[q].err.msg[0] ? jobs[q].err.msg : dc_strerror(jobs[q].rc));
+              break;
+            }
+          goto done;
+        }
+        dc_reader_read_free(tb, ntb); tb = NULL; ntb = 0;
+        for (size_t q = 0; q < n_cached; q++) dc_chunk_release(cached[q]);
+        sqlite3_free(cached); cached = NULL; n_cached = 0;
+        sqlite3_free(jobs); jobs = NULL;
+      }
+      t = t_end;
+    }
+  }
+
+  /* results */
+  {
+    dc_error de;
+    if (dc_agg_finish(c->agg, &c->res, &de) != DC_OK) { rc = vt_err(v, SQLITE_NOMEM, "%s", de.msg); goto done; }
+    uint32_t ng = c->res.n_groups;
+    c->order = sqlite3_malloc64((uint64_t)(ng ? ng : 1) * sizeof *c->order);
+    if (!c->order) { rc = SQLITE_NOMEM; goto done; }
+    for (uint32_t g = 0; g < ng; g++) if (c->res.n_cells[g] > 0) c->order[c->n_order++] = g;
+    if (group_col) {
+      qsort_r(c->order, c->n_order, sizeof *c->order, cmp_group, gm.g);   /* no global: connections in threads */
+      c->groups = gm.g; c->n_groups = gm.n;
+      gm.g = NULL; gm.n = 0;
+    }
+    c->n_rows = v->wide ? (int64_t)c->n_order : (int64_t)c->n_order * n_out;
+    c->row = 0;
+    c->eof = c->n_rows == 0;
+  }
+
+done:
+  dc_reader_end(r);
+  if (err) {
+    sqlite3_free(v->base.zErrMsg);
+    v->base.zErrMsg = err;
+  }
+  if (cached) for (size_t q = 0; q < n_cached; q++) dc_chunk_release(cached[q]);
+  sqlite3_free(cached);
+  dc_reader_read_free(tb, ntb);
+  sqlite3_free(jobs);
+  sqlite3_free(keys);
+  sqlite3_free(labels);
+  sqlite3_finalize(st);
+  sqlite3_free(group_col);
+  sqlite3_free(sel);
+  gmap_free(&gm);
+  if (rc != SQLITE_OK) cursor_clear(c, v);
+  return rc;
+}
+
+static int agg_next(sqlite3_vtab_cursor *cur) {
+  agg_cursor *c = (agg_cursor *)cur;
+  if (++c->row >= c->n_rows) c->eof = 1;
+  return SQLITE_OK;
+}
+static int agg_eof(sqlite3_vtab_cursor *cur) { return ((agg_cursor *)cur)->eof; }
+
+static void result_u64(sqlite3_context *ctx, uint64_t x) {
+  if (x <= (uint64_t)INT64_MAX) sqlite3_result_int64(ctx, (sqlite3_int64)x);
+  else sqlite3_result_double(ctx, (double)x);
+}
+
+static void result_label(agg_cursor *c, sqlite3_context *ctx, uint32_t g) {
+  if (c->groups && g < c->n_groups && c->groups[g].val) sqlite3_result_value(ctx, c->groups[g].val);
+  else sqlite3_result_null(ctx);
+}
+
+static int aggl_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
+  agg_cursor *c = (agg_cursor *)cur;
+  uint32_t n_out = c->res.n_out;
+  uint32_t g = c->order[c->row / n_out];
+  uint32_t j = (uint32_t)(c->row % n_out);
+  size_t k = (size_t)g * n_out + j;
+  double n = (double)c->res.n_cells[g];
+  switch (col) {
+    case L_LABEL: result_label(c, ctx, g); break;
+    case L_GENE_ID: sqlite3_result_int(ctx, c->gene_ids[j]); break;
+    case L_GENE:
+      if (c->names) sqlite3_result_text(ctx, c->names[j], -1, SQLITE_STATIC);
+      else sqlite3_result_null(ctx);
+      break;
+    case L_NCELLS: result_u64(ctx, c->res.n_cells[g]); break;
+    case L_SUM: result_u64(ctx, c->res.acc[2 * k]); break;
+    case L_MEAN: sqlite3_result_double(ctx, (double)c->res.acc[2 * k] / n); break;
+    case L_NEXPR: result_u64(ctx, c->res.acc[2 * k + 1]); break;
+    case L_FRAC: sqlite3_result_double(ctx, (double)c->res.acc[2 * k + 1] / n); break;
+    case L_LOG1P:
+      if (c->res.sum_log1p) sqlite3_result_double(ctx, c->res.sum_log1p[k] / n);
+      else sqlite3_result_null(ctx);
+      break;
+    default: sqlite3_result_null(ctx); break;
+  }
+  return SQLITE_OK;
+}
+
+static int aggw_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
+  agg_cursor *c = (agg_cursor *)cur;
+  uint32_t n_out = c->res.n_out;
+  uint32_t g = c->order[c->row];
+  size_t k0 = (size_t)g * n_out;
+  switch (col) {
+    case W_LABEL: result_label(c, ctx, g); break;
+    case W_NCELLS: result_u64(ctx, c->res.n_cells[g]); break;
+    case W_NGENES: sqlite3_result_int64(ctx, n_out); break;
+    case W_GENE_IDS: {
+      uint8_t *b = sqlite3_malloc64((uint64_t)n_out * 4 + 1);
+      if (!b) { sqlite3_result_error_nomem(ctx); break; }
+      for (uint32_t j = 0; j < n_out; j++) {
+        uint32_t x = (uint32_t)c->gene_ids[j];
+        b[4 * j] = (uint8_t)x; b[4 * j + 1] = (uint8_t)(x >> 8); b[4 * j + 2] = (uint8_t)(x >> 16); b[4 * j + 3] = (uint8_t)(x >> 24);
+      }
+      sqlite3_result_blob64(ctx, b, (uint64_t)n_out * 4, sqlite3_free);
+      break;
+    }
+    case W_SUM: case W_NEXPR: {
+      int64_t *b = sqlite3_malloc64((uint64_t)n_out * 8 + 1);
+      if (!b) { sqlite3_result_error_nomem(ctx); break; }
+      const uint64_t *a = c->res.acc + 2 * k0 + (col == W_NEXPR);
+      for (uint32_t j = 0; j < n_out; j++) b[j] = (int64_t)a[2 * j];   /* little-endian hosts (x86-64, arm64) */
+      sqlite3_result_blob64(ctx, b, (uint64_t)n_out * 8, sqlite3_free);
+      break;
+    }
+    case W_LOG1P: {
+      if (!c->res.sum_log1p) { sqlite3_result_null(ctx); break; }
+      double *b = sqlite3_malloc64((uint64_t)n_out * 8 + 1);
+      if (!b) { sqlite3_result_error_nomem(ctx); break; }
+      double n = (double)c->res.n_cells[g];
+      for (uint32_t j = 0; j < n_out; j++) b[j] = c->res.sum_log1p[k0 + j] / n;
+      sqlite3_result_blob64(ctx, b, (uint64_t)n_out * 8, sqlite3_free);
+      break;
+    }
+    default: sqlite3_result_null(ctx); break;
+  }
+  return SQLITE_OK;
+}
+
+static int agg_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *pRowid) {
+  *pRowid = ((agg_cursor *)cur)->row;
+  return SQLITE_OK;
+}
+
+static sqlite3_module aggl_module = {
+  3, aggl_create, aggl_connect, agg_best_index, agg_disconnect, agg_disconnect,
+  agg_open, agg_close, agg_filter, agg_next, agg_eof, aggl_column, agg_rowid,
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+};
+static sqlite3_module aggw_module = {
+  3, aggw_create, aggw_connect, agg_best_index, agg_disconnect, agg_disconnect,
+  agg_open, agg_close, agg_filter, agg_next, agg_eof, aggw_column, agg_rowid,
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+};
+
+int dc_register_aggregate(sqlite3 *db, dc_conn *conn) {
+  dc_conn_ref(conn);
+  int rc = sqlite3_create_module_v2(db, "deltacells_aggregate", &aggl_module, conn, dc_conn_unref);
+  if (rc != SQLITE_OK) return rc;
+  dc_conn_ref(conn);
+  return sqlite3_create_module_v2(db, "deltacells_aggregate_wide", &aggw_module, conn, dc_conn_unref);
+}
