@@ -22,7 +22,7 @@
 #ifdef DC_COVERAGE
 #include <unistd.h>
 void __gcov_dump(void);
-#define DCT_CHILD_EXIT(code) (__gcov_dump(), _exit(code))
+#define DCT_CHILD_EXIT(code) do { int dct_code_ = (code); __gcov_dump(); _exit(dct_code_); } while (0)
 #else
 #define DCT_CHILD_EXIT(code) _exit(code)
 #endif
