@@ -3,6 +3,8 @@
 #   make test   install missing Debian packages, build, run every test (also under ASan+UBSan)
 #   make demo   install missing Debian packages, build, make a small dataset, query it, train an epoch
 #   make fuzz-long   run the decoder fuzz targets for longer (FUZZ_SECONDS, default 600)
+#   make coverage    line and branch coverage of ext/ and converter/ over the C, SQL and Python tests
+#                    (an instrumented copy in build-cov/; scripts/coverage.sh, docs/testing.md)
 PYTHON   ?= /usr/bin/python3
 CC       ?= gcc
 CLANG    ?= clang
@@ -44,7 +46,7 @@ LIBCORE_SAN := $(BUILD)/asan/libdccore.a
 EXTENSION   := $(BUILD)/deltacells.so
 CONVERTER   := $(BUILD)/deltacells
 
-.PHONY: all deps test demo clean fuzz fuzz-long sanitize bench benchmark
+.PHONY: all deps test demo clean fuzz fuzz-long sanitize bench benchmark coverage
 all: $(LIBCORE) $(EXTENSION) $(CONVERTER) $(BENCHES) $(CTESTS)
 
 deps:
@@ -111,6 +113,10 @@ test: deps
 	@$(MAKE) --no-print-directory all sanitize fuzz
 	@PYTHON=$(PYTHON) bash tests/run_all.sh
 
+coverage:
+	@sh scripts/install-deps.sh gcovr
+	@PYTHON=$(PYTHON) bash scripts/coverage.sh
+
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@PYTHON=$(PYTHON) bash scripts/demo.sh
@@ -131,6 +137,6 @@ benchmark: deps
 	$(PYTHON) bench/report
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-cov
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

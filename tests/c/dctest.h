@@ -16,6 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A forked child leaves with DCT_CHILD_EXIT(code), i.e. _exit(code).  In the instrumented build of
+** `make coverage` (-DDC_COVERAGE) it first writes its coverage counters (gcc's __gcov_dump), which
+** _exit() would drop: what the child ran then counts. */
+#ifdef DC_COVERAGE
+#include <unistd.h>
+void __gcov_dump(void);
+#define DCT_CHILD_EXIT(code) do { int dct_code_ = (code); __gcov_dump(); _exit(dct_code_); } while (0)
+#else
+#define DCT_CHILD_EXIT(code) _exit(code)
+#endif
+
 static int dct_failed_now, dct_skipped_now, dct_n_pass, dct_n_fail, dct_n_skip;
 static char dct_where[512], dct_skip_why[256];
 

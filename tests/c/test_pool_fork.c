@@ -90,7 +90,7 @@ static int in_child(int (*fn)(void *), void *arg) {
   if (pid < 0) return 3;
   if (pid == 0) {
     alarm(CHILD_SECONDS);
-    _exit(fn(arg) ? 0 : 1);
+    DCT_CHILD_EXIT(fn(arg) ? 0 : 1);
   }
   int st = 0;
   if (waitpid(pid, &st, 0) != pid) return 3;

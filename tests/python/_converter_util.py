@@ -73,7 +73,8 @@ _lib = None
 
 
 def corelib():
-    """build/libdccore.a as a shared object (built once, into build/tests/)."""
+    """build/libdccore.a as a shared object (built once, into build/tests/).  $DC_CORELIB_LDFLAGS:
+    more flags for its link (make coverage: --coverage)."""
     global _lib
     if _lib is not None:
         return _lib
@@ -87,7 +88,8 @@ def corelib():
                               text=True, check=True).stdout.split()
         tmp = so + f".{os.getpid()}"
         subprocess.run(["gcc", "-shared", "-o", tmp, "-Wl,--whole-archive", a, "-Wl,--no-whole-archive",
-                        *libs, "-lpthread", "-lm"], check=True)
+                        *libs, "-lpthread", "-lm", *os.environ.get("DC_CORELIB_LDFLAGS", "").split()],
+                       check=True)
         os.replace(tmp, so)
     lib = ctypes.CDLL(so)
     lib.dc_decoder_new.restype = ctypes.c_void_p

@@ -383,3 +383,55 @@ def test_verify_finds_damage(tmp_path):
     db.close()
     r = run("verify", bad, check=False)
     assert r.returncode == 1 and "obs column 'ct'" in r.stderr
+
+
+# Damage to the genes table's storage and to dc_meta, each found by verify (exit status 1) with a
+# message that names the part and what is wrong with it; `info` refuses a file without dc_meta.
+GENES_DAMAGE = [
+    ("genes_block missing", "DELETE FROM dc_meta WHERE key = 'genes_block'",
+     "dc_meta.genes_block is missing or impossible"),
+    ("genes_block impossible", "UPDATE dc_meta SET value = 0 WHERE key = 'genes_block'",
+     "dc_meta.genes_block is missing or impossible (0)"),
+    ("fixed column renamed", "UPDATE genes_columns SET name = 'totals' WHERE col = 1",
+     "genes_columns: col 1 ('totals', kind 'int') is not what the format allows"),
+    ("fixed column of another kind", "UPDATE genes_columns SET kind = 'real' WHERE col = 2",
+     "genes_columns: col 2 ('n_cells', kind 'real') is not what the format allows"),
+    ("block at the wrong genes", "UPDATE genes_blocks SET first_gene = 3 WHERE col = 1",
+     "genes column 'total_counts' block 0: first_gene 3"),
+    ("block of too few genes", "UPDATE genes_blocks SET n_genes = n_genes - 1 WHERE col = 2",
+     "genes column 'n_cells' block 0: first_gene 0, n_genes"),
+    ("a block no column owns", "INSERT INTO genes_blocks SELECT id + (40 << 32), 40, block, first_gene, n_genes, "
+     "data FROM genes_blocks WHERE col = 0", "genes_blocks: 4 rows, of which 3 belong to the columns"),
+    ("n_genes in dc_meta", "UPDATE dc_meta SET value = value + 1 WHERE key = 'n_genes'",
+     "tile 0: header (100 cells, 1932 nonzeros, 8 chunks, 50 genes) disagrees with tiles_data (100, 1932, 8) "
+     "or the dataset's 51 genes"),
+    ("sources not JSON", "UPDATE dc_meta SET value = '[{' WHERE key = 'sources'", "dc_meta.sources: malformed JSON"),
+]
+
+
+@pytest.mark.parametrize("what,sql,message", GENES_DAMAGE, ids=[d[0] for d in GENES_DAMAGE])
+def test_verify_names_damage_to_genes_and_meta(tmp_path, what, sql, message):
+    p = small(tmp_path, n=300, g=50)
+    out = tmp_path / "v.dcdb"
+    convert(p, out, "--tile-cells", "100")
+    cols = sqlite3.connect(out).execute("SELECT count(*) FROM genes_columns").fetchone()[0]
+    assert cols == 3 and run("verify", out).returncode == 0
+    db = sqlite3.connect(out)
+    db.execute(sql)
+    db.commit()
+    db.close()
+    r = run("verify", out, check=False)
+    assert r.returncode == 1 and message in r.stderr, (what, r.stderr)
+
+
+def test_info_without_dc_meta(tmp_path):
+    p = small(tmp_path, n=40, g=12)
+    out = tmp_path / "m.dcdb"
+    convert(p, out)
+    db = sqlite3.connect(out)
+    db.execute("DELETE FROM dc_meta WHERE key = 'format_version'")
+    db.commit()
+    db.close()
+    for cmd in (["info"], ["obs", "info"], ["verify"]):
+        r = run(*cmd, out, check=False)
+        assert r.returncode == 1 and "not a deltacells dataset (no dc_meta format_version)" in r.stderr, (cmd, r.stderr)

@@ -146,6 +146,43 @@ def test_outputs_equal_anndata(small, adata, stored_genes, output):
     assert seen == N_CELLS
 
 
+@pytest.mark.parametrize("threads,cache_mb", [(1, 0), (2, 3)])
+def test_threads_and_cache_mb_reach_the_extension(small, adata, stored_genes, threads, cache_mb):
+    """CellDataset(threads=, cache_mb=) set the connection's decoder threads and decoded-chunk
+    cache (read back with dc_config on the iterator's own connection); the batches equal
+    anndata's rows whatever the settings, in the process, in the prefetch thread and in workers."""
+    ref = reindexed_X(adata, stored_genes)
+
+    def check(batches):
+        ids = np.concatenate([np.asarray(b["cell_id"]) for b in batches])
+        assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
+        for b in batches:
+            assert np.array_equal(b["X"].to_dense().numpy(), ref[np.asarray(b["cell_id"])].toarray())
+
+    kw = dict(batch_size=500, seed=8, threads=threads, cache_mb=cache_mb)
+    ds = deltacells.CellDataset(small[1], prefetch_tiles=0, **kw)
+    with iter(ds) as it:
+        batches = [next(it)]
+        con = it._con
+        assert con.execute("SELECT dc_config('threads'), dc_config('cache_mb')").fetchone() == (threads, cache_mb)
+        batches += [next(it) for _ in range(len(ds) - 2)]     # all but the last: still open
+        used, entries, misses = con.execute("SELECT dc_config('cache_used_mb'), dc_config('cache_entries'), "
+                                            "dc_config('cache_misses')").fetchone()
+        if cache_mb == 0:
+            assert used == 0 and entries == 0          # no cache at all
+        else:
+            assert 0 < used <= cache_mb and entries > 0 and misses > 0
+        batches += list(it)
+    assert len(batches) == len(ds)
+    check(batches)
+    check(list(deltacells.CellDataset(small[1], prefetch_tiles=2, **kw)))
+    check(list(DataLoader(deltacells.CellDataset(small[1], **kw), batch_size=None, num_workers=2)))
+    with pytest.raises(ValueError, match="threads"):
+        deltacells.CellDataset(small[1], threads=0)
+    with pytest.raises(ValueError, match="cache_mb"):
+        deltacells.CellDataset(small[1], cache_mb=-1)
+
+
 def test_dtype_int32_returns_counts(small, adata, stored_genes):
     ref = reindexed_X(adata, stored_genes)
     ds = deltacells.CellDataset(small[1], batch_size=1000, dtype=torch.int32, output="csr_parts")
@@ -360,14 +397,25 @@ def test_two_ranks_gloo_cover_every_cell_once(small, tmp_path):
     r0 = np.concatenate(res[0]["False"]); r1 = np.concatenate(res[1]["False"])
     assert np.array_equal(np.sort(np.concatenate([r0, r1])), np.arange(N_CELLS))
     assert not set((r0 // TILE).tolist()) & set((r1 // TILE).tolist())
-    # pad: equal batch counts, every cell at least once, extra cells are repeats of the rank's own
+    # the ranks' shares differ (whole tiles of 400 dealt to two ranks), so pad and drop do something
+    n0, n1 = -(-len(r0) // 128), -(-len(r1) // 128)
+    assert n0 != n1, (len(r0), len(r1))
+    # pad: as many batches as the larger rank, every cell at least once, and each rank's extra
+    # cells are repeats of the rank's own (the cells it holds without padding), none of the other's
     p0, p1 = res[0]["pad"], res[1]["pad"]
-    assert len(p0) == len(p1)
+    assert len(p0) == len(p1) == max(n0, n1)
+    for pad, own in ((p0, r0), (p1, r1)):
+        got = np.concatenate(pad)
+        assert np.array_equal(np.unique(got), np.sort(own))     # all its own cells, nothing else
+        n_extra = len(got) - len(own)
+        assert n_extra == 128 * (max(n0, n1) - -(-len(own) // 128))
     allp = np.concatenate([np.concatenate(p0), np.concatenate(p1)])
     assert np.array_equal(np.unique(allp), np.arange(N_CELLS))
-    # drop: equal batch counts, no cell twice
+    # drop: as many batches as the smaller rank, no cell twice, each rank's cells its own
     d0, d1 = res[0]["drop"], res[1]["drop"]
-    assert len(d0) == len(d1)
+    assert len(d0) == len(d1) == min(n0, n1)
+    for drop, own in ((d0, r0), (d1, r1)):
+        assert np.isin(np.concatenate(drop), own).all()
     alld = np.concatenate([np.concatenate(d0), np.concatenate(d1)])
     assert len(np.unique(alld)) == len(alld)
 
