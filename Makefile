@@ -2,7 +2,8 @@
 #   make        build the codec library, the SQLite extension, the converter, benchmarks, tests
 #   make test   install missing Debian packages, build, run every test (also under ASan+UBSan)
 #   make demo   install missing Debian packages, build, make a small dataset, query it, train an epoch
-#   make fuzz-long   run the decoder fuzz targets for longer (FUZZ_SECONDS, default 600)
+#   make fuzz-long   run each fuzz target for FUZZ_SECONDS (default 600) on build/corpus/NAME
+#                    (fuzz_obs seeds it from the encoder; findings worth keeping go to tests/fuzz/corpus/)
 #   make coverage    line and branch coverage of ext/ and converter/ over the C, SQL and Python tests
 #                    (an instrumented copy in build-cov/; scripts/coverage.sh, docs/testing.md)
 PYTHON   ?= /usr/bin/python3
@@ -36,6 +37,9 @@ CORE_SOBJ := $(CORE_SRC:%.c=$(BUILD)/asan/obj/%.o)
 EXT_OBJ   := $(EXT_SRC:%.c=$(BUILD)/obj/%.o)
 EXT_COBJ  := $(EXT_SRC:%.c=$(BUILD)/core/%.o)
 CONV_OBJ  := $(CONV_SRC:%.c=$(BUILD)/obj/%.o)
+EXT_SOBJ  := $(EXT_SRC:%.c=$(BUILD)/asan/obj/%.o)
+EXT_SCOBJ := $(EXT_SRC:%.c=$(BUILD)/asan/core/%.o)
+CONV_SOBJ := $(CONV_SRC:%.c=$(BUILD)/asan/obj/%.o)
 CTESTS    := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 CTESTS_SAN:= $(CTEST_SRC:tests/c/%.c=$(BUILD)/asan/tests/%)
 FUZZERS   := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
@@ -45,6 +49,10 @@ LIBCORE     := $(BUILD)/libdccore.a
 LIBCORE_SAN := $(BUILD)/asan/libdccore.a
 EXTENSION   := $(BUILD)/deltacells.so
 CONVERTER   := $(BUILD)/deltacells
+# the extension and the converter built with ASan+UBSan (make test runs the SQL-file tests and
+# a subset of pytest against them; a Python process loading the library needs libasan preloaded)
+EXTENSION_SAN := $(BUILD)/asan/deltacells.so
+CONVERTER_SAN := $(BUILD)/asan/deltacells
 
 .PHONY: all deps test demo clean fuzz fuzz-long sanitize bench benchmark coverage
 all: $(LIBCORE) $(EXTENSION) $(CONVERTER) $(BENCHES) $(CTESTS)
@@ -60,7 +68,7 @@ $(BUILD)/gen/dc_modules.h: FORCE
 	@printf '%s\n' $(foreach n,$(VTAB_NAMES),'DC_MODULE($(n))') > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
 FORCE:
-$(EXT_OBJ) $(EXT_COBJ): $(BUILD)/gen/dc_modules.h
+$(EXT_OBJ) $(EXT_COBJ) $(EXT_SOBJ) $(EXT_SCOBJ): $(BUILD)/gen/dc_modules.h
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -c $< -o $@
@@ -71,6 +79,10 @@ $(BUILD)/asan/obj/%.o: %.c
 $(BUILD)/core/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -DSQLITE_CORE -c $< -o $@
+
+$(BUILD)/asan/core/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) $(SANFLAGS) -DSQLITE_CORE -c $< -o $@
 
 $(LIBCORE): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
@@ -84,6 +96,10 @@ $(EXTENSION): $(EXT_OBJ) $(LIBCORE)
 	$(CC) -shared -o $@ $(EXT_OBJ) $(LIBCORE) $(LDLIBS_CORE)
 $(CONVERTER): $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE)
 	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+$(EXTENSION_SAN): $(EXT_SOBJ) $(LIBCORE_SAN)
+	$(CC) -shared $(SANFLAGS) -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(LDLIBS_CORE)
+$(CONVERTER_SAN): $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN)
+	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
 $(BUILD)/bench_%: bench/bench_%.c $(LIBCORE)
 	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
 # reads datasets through SQLite (and nothing of the core library)
@@ -101,7 +117,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
 	  -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
 
-sanitize: $(CTESTS_SAN)
+sanitize: $(CTESTS_SAN) $(EXTENSION_SAN) $(CONVERTER_SAN)
 fuzz: $(FUZZERS)
 
 FUZZ_SECONDS ?= 600

@@ -15,6 +15,7 @@
 **    (dc_obs_encode), then dc_meta; the writer commits and renames.
 */
 #include "convert.h"
+#include "dc_seal.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -726,6 +727,23 @@ static void bind_stat(sqlite3_stmt *s, int i, int kind, const dc_obs_stats *st, 
   }
 }
 
+/* A block statistic as bind_stat binds it, for its seal. */
+static dc_sealval stat_val(int kind, const dc_obs_stats *st, int max) {
+  dc_sealval v;
+  memset(&v, 0, sizeof v);
+  if (!st->has_minmax) return v;
+  switch (kind) {
+    case CVK_REAL: v.type = DC_SV_REAL; v.f = max ? st->max_f : st->min_f; break;
+    case CVK_TEXT:
+      v.type = DC_SV_TEXT;
+      v.p = max ? st->max_s : st->min_s;
+      v.n = max ? st->max_len : st->min_len;
+      break;
+    default: v.type = DC_SV_INT; v.i = max ? st->max_i : st->min_i; break;
+  }
+  return v;
+}
+
 static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, dsw *w,
                      uint64_t *obs_bytes, progress *pg, cv_err *e) {
   static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
@@ -777,6 +795,18 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
       if (st.present) sqlite3_bind_blob64(s, 9, st.present, st.present_len, SQLITE_TRANSIENT);
       else sqlite3_bind_null(s, 9);
       sqlite3_bind_blob64(s, 10, blob, len, SQLITE_STATIC);
+      dc_blockplace pl = {"cells", i, c->name, c->kind, c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1,
+                          (int64_t)b, (int64_t)c0, (int64_t)k, (int64_t)st.null_count};
+      dc_sealval mn = stat_val(c->kind, &st, 0), mx = stat_val(c->kind, &st, 1), pr;
+      memset(&pr, 0, sizeof pr);
+      if (st.present) { pr.type = DC_SV_BLOB; pr.p = st.present; pr.n = st.present_len; }
+      int64_t seal = 0;
+      if (dc_seal_block(w->dataset_id, &pl, &mn, &mx, &pr, len, blob, &seal)) {
+        dc_obs_stats_clear(&st);
+        cv_fail(e, "out of memory");
+        goto done;
+      }
+      sqlite3_bind_int64(s, 11, seal);
       int r = dsw_block_step(w, e);
       nulls += st.null_count;
       bytes += len + st.present_len;
@@ -786,13 +816,19 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
       if (r) goto done;
       prog_show(pg, (uint64_t)i * n_cells + c0 + k);
     }
+    dc_blockplace pl = {"cells", i, c->name, c->kind, c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1, 0, 0, 0, 0};
+    dc_seal ds;
+    dc_seal_dict_begin(&ds, w->dataset_id, &pl);
     for (uint32_t k = 0; k < c->n_labels; k++) {
       size_t l = strlen(c->labels[k]);
-      if (dsw_dict(w, i, k, c->labels[k], l, e)) goto done;
+      dc_seal_bytes(&ds, c->labels[k], l);
+      if (dsw_dict(w, i, k, c->labels[k], l, e)) { int64_t x; dc_seal_end(&ds, &x); goto done; }
       bytes += l;
     }
+    int64_t dseal = 0;
+    if (dc_seal_end(&ds, &dseal)) { cv_fail(e, "out of memory"); goto done; }
     if (dsw_column(w, i, c->name, cv_kind_name(c->kind), c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1,
-                   (int64_t)nulls, (int64_t)bytes, e))
+                   (int64_t)nulls, (int64_t)bytes, dseal, e))
       goto done;
     total += bytes;
   }
@@ -1010,7 +1046,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   tstart[n_tiles] = n_cells;
 
   /* pass 2 */
-  if (dsw_open(&w, o->out, e)) goto done;
+  if (dsw_open(&w, o->out, o->dataset_id_set ? &o->dataset_id : NULL, e)) goto done;
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
   int64_t gbytes = 0;
   prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);

@@ -21,6 +21,8 @@ typedef struct cv_opts {
   const char *gene_key; /* NULL or a var column */
   int codec;            /* DC_CODEC_*; 0 = the codec library's default (rans) */
   uint32_t genes_block; /* genes per stored block of the genes table; 0 = DC_GENES_BLOCK */
+  int dataset_id_set;   /* dataset_id given (--dataset-id): reproducible output */
+  uint64_t dataset_id;  /* else a random one (dc_meta.dataset_id, the seals' key) */
   int force, quiet;
 } cv_opts;
 

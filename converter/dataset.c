@@ -3,13 +3,17 @@
 */
 #include "dataset.h"
 #include "dc_format.h"
+#include "dc_seal.h"
+#include "dc_codec.h"
 
 /* zstd level of the genes table's blocks: they are small, and they are most
 ** of a small dataset's bytes beside the tiles */
 #define GENES_LEVEL 19
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,18 +27,20 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
 static const char *SCHEMA =
     "CREATE TABLE dc_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
     "CREATE TABLE tiles_data(tile INTEGER PRIMARY KEY, first_cell INTEGER NOT NULL,"
-    " n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL, chunks INTEGER NOT NULL, data BLOB NOT NULL);"
+    " n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL, chunks INTEGER NOT NULL, data BLOB NOT NULL,"
+    " checksum INTEGER NOT NULL);"
     "CREATE TABLE cells_columns(col INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
-    " kind TEXT NOT NULL, n_categories INTEGER, null_count INTEGER NOT NULL, bytes INTEGER NOT NULL);"
+    " kind TEXT NOT NULL, n_categories INTEGER, null_count INTEGER NOT NULL, bytes INTEGER NOT NULL,"
+    " checksum INTEGER NOT NULL);"
     "CREATE TABLE cells_dict(col INTEGER NOT NULL, code INTEGER NOT NULL, value TEXT NOT NULL,"
     " PRIMARY KEY(col, code)) WITHOUT ROWID;"
     "CREATE TABLE cells_blocks(id INTEGER PRIMARY KEY, col INTEGER NOT NULL, block INTEGER NOT NULL,"
     " first_cell INTEGER NOT NULL, n_cells INTEGER NOT NULL, null_count INTEGER NOT NULL,"
-    " min, max, present BLOB, data BLOB NOT NULL);"
+    " min, max, present BLOB, data BLOB NOT NULL, checksum INTEGER NOT NULL);"
     "CREATE TABLE genes_columns(col INTEGER PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL,"
     " null_count INTEGER NOT NULL, bytes INTEGER NOT NULL);"
     "CREATE TABLE genes_blocks(id INTEGER PRIMARY KEY, col INTEGER NOT NULL, block INTEGER NOT NULL,"
-    " first_gene INTEGER NOT NULL, n_genes INTEGER NOT NULL, data BLOB NOT NULL);";
+    " first_gene INTEGER NOT NULL, n_genes INTEGER NOT NULL, data BLOB NOT NULL, checksum INTEGER NOT NULL);";
 
 static const char *VTABS[] = {
     "CREATE VIRTUAL TABLE genes USING deltacells_genes",
@@ -86,8 +92,83 @@ static int step(dsw *w, sqlite3_stmt *st, const char *what, cv_err *e) {
   return 0;
 }
 
-int dsw_open(dsw *w, const char *out_path, cv_err *e) {
+/* The parts of out_path: its directory and the prefix `.NAME.tmp-` of its temporary files. */
+static int temp_prefix(const char *out_path, char **dir, char **prefix) {
+  char *a = strdup(out_path), *b = strdup(out_path);
+  *dir = NULL;
+  *prefix = NULL;
+  if (a && b) {
+    *dir = strdup(dirname(a));
+    const char *base = basename(b);
+    size_t n = strlen(base) + 8;
+    *prefix = malloc(n);
+    if (*prefix) snprintf(*prefix, n, ".%s.tmp-", base);
+  }
+  free(a);
+  free(b);
+  if (!*dir || !*prefix) { free(*dir); free(*prefix); *dir = *prefix = NULL; return -1; }
+  return 0;
+}
+
+/* mkstemp's six characters */
+static int is_temp_suffix(const char *s) {
+  for (int i = 0; i < 6; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9'))) return 0;
+  return 1;
+}
+
+int dsw_remove_stale(const char *out_path) {
+  char *dir = NULL, *prefix = NULL;
+  if (temp_prefix(out_path, &dir, &prefix)) return 0;
+  DIR *d = opendir(dir);
+  int removed = 0;
+  size_t pl = strlen(prefix);
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    const char *nm = de->d_name;
+    if (strncmp(nm, prefix, pl) != 0 || strlen(nm) < pl + 6 || !is_temp_suffix(nm + pl)) continue;
+    const char *rest = nm + pl + 6;
+    size_t len = strlen(dir) + strlen(nm) + 16;
+    char *path = malloc(len);
+    if (!path) break;
+    snprintf(path, len, "%s/%s", dir, nm);
+    if (*rest) {
+      /* a -journal or -wal whose database is gone */
+      if (!strcmp(rest, "-journal") || !strcmp(rest, "-wal")) {
+        char *main_path = strndup(path, strlen(path) - strlen(rest));
+        struct stat st;
+        if (main_path && stat(main_path, &st) != 0 && errno == ENOENT && unlink(path) == 0) removed++;
+        free(main_path);
+      }
+      free(path);
+      continue;
+    }
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    struct stat fs, ps;
+    /* our own regular file, whose writer's lock is gone (a live writer holds LOCK_EX) */
+    if (fd >= 0 && fstat(fd, &fs) == 0 && S_ISREG(fs.st_mode) && fs.st_uid == geteuid() &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0 && stat(path, &ps) == 0 && ps.st_ino == fs.st_ino &&
+        ps.st_dev == fs.st_dev && unlink(path) == 0) {
+      removed++;
+      strcat(path, "-journal");
+      unlink(path);
+      path[strlen(path) - 8] = 0;
+      strcat(path, "-wal");
+      unlink(path);
+    }
+    if (fd >= 0) close(fd);
+    free(path);
+  }
+  if (d) closedir(d);
+  free(dir);
+  free(prefix);
+  return removed;
+}
+
+int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e) {
   memset(w, 0, sizeof *w);
+  w->lock_fd = -1;
+  dsw_remove_stale(out_path);
   size_t n = strlen(out_path);
   char *dup = strdup(out_path), *dup2 = strdup(out_path);
   w->tmp_path = malloc(n + 64);
@@ -100,7 +181,22 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
   snprintf(w->tmp_path, n + 64, "%s/.%s.tmp-XXXXXX", dirname(dup), basename(dup2));
   free(dup);
   free(dup2);
-  int fd = mkstemp(w->tmp_path);
+  /* create and lock; should another writer's cleanup have removed it between
+  ** the two (it was not locked yet), the path no longer names our file: again */
+  int fd = -1;
+  size_t tl = strlen(w->tmp_path);
+  for (int tries = 0; tries < 16; tries++) {
+    memcpy(w->tmp_path + tl - 6, "XXXXXX", 6);
+    fd = mkstemp(w->tmp_path);
+    if (fd < 0) break;
+    struct stat fs, ps;
+    if (flock(fd, LOCK_EX) == 0 && fstat(fd, &fs) == 0 && stat(w->tmp_path, &ps) == 0 && fs.st_ino == ps.st_ino &&
+        fs.st_dev == ps.st_dev)
+      break;
+    close(fd);
+    fd = -1;
+    errno = EAGAIN;
+  }
   if (fd < 0) {
     int r = cv_fail(e, "%s: cannot create a temporary file beside it: %s", out_path, strerror(errno));
     free(w->tmp_path);
@@ -112,7 +208,7 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
   mode_t um = umask(0);
   umask(um);
   if (fchmod(fd, 0666 & ~um) != 0) { /* mkstemp made it 0600 */ }
-  close(fd);
+  w->lock_fd = fd;   /* kept open (and locked) until the file is renamed or removed */
   if (sqlite3_open_v2(w->tmp_path, &w->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
     int r = db_fail(w, e, "open");
     dsw_abort(w);
@@ -125,13 +221,26 @@ int dsw_open(dsw *w, const char *out_path, cv_err *e) {
            "PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN;", DC_PAGE_SIZE);
   if (exec(w, pragmas, e) ||
       exec(w, SCHEMA, e) ||
-      prep(w, "INSERT INTO tiles_data VALUES(?,?,?,?,?,?)", &w->ins_tile, e) ||
-      prep(w, "INSERT INTO cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?)", &w->ins_block, e) ||
+      prep(w, "INSERT INTO tiles_data VALUES(?,?,?,?,?,?,?)", &w->ins_tile, e) ||
+      prep(w, "INSERT INTO cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?,?)", &w->ins_block, e) ||
       prep(w, "INSERT INTO cells_dict VALUES(?,?,?)", &w->ins_dict, e) ||
-      prep(w, "INSERT INTO cells_columns VALUES(?,?,?,?,?,?)", &w->ins_col, e) ||
+      prep(w, "INSERT INTO cells_columns VALUES(?,?,?,?,?,?,?)", &w->ins_col, e) ||
       prep(w, "INSERT INTO dc_meta VALUES(?,?)", &w->ins_meta, e) ||
-      prep(w, "INSERT INTO genes_blocks VALUES(?,?,?,?,?,?)", &w->ins_gblock, e) ||
+      prep(w, "INSERT INTO genes_blocks VALUES(?,?,?,?,?,?,?)", &w->ins_gblock, e) ||
       prep(w, "INSERT INTO genes_columns VALUES(?,?,?,?,?)", &w->ins_gcol, e)) {
+    dsw_abort(w);
+    return -1;
+  }
+  /* the dataset's identity, which every seal is keyed with (dc_seal.h) */
+  char hex[17];
+  if (dataset_id) w->dataset_id = *dataset_id;
+  else if (dc_seal_new_id(&w->dataset_id) != 0) {
+    int r = cv_fail(e, "%s: no random dataset id: %s", out_path, strerror(errno));
+    dsw_abort(w);
+    return r;
+  }
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)w->dataset_id);
+  if (dsw_meta_text(w, "dataset_id", hex, e)) {
     dsw_abort(w);
     return -1;
   }
@@ -159,6 +268,19 @@ int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t 
   sqlite3_bind_int64(s, 4, nnz);
   sqlite3_bind_int64(s, 5, chunks);
   sqlite3_bind_blob64(s, 6, blob, len, SQLITE_STATIC);
+  dc_tile_hdr *h = malloc(sizeof *h);
+  dc_error de;
+  memset(&de, 0, sizeof de);
+  if (!h) return cv_fail(e, "out of memory");
+  if (dc_tile_parse(blob, len, h, &de) != DC_OK) {
+    free(h);
+    return cv_fail(e, "tile %lld: the encoder made a tile its own parser rejects: %s", (long long)tile, de.msg);
+  }
+  int64_t seal = 0;
+  int sr = dc_seal_tile(w->dataset_id, tile, first_cell, n_cells, nnz, chunks, len, blob, (size_t)h->hdr_len, &seal);
+  free(h);
+  if (sr) return cv_fail(e, "out of memory");
+  sqlite3_bind_int64(s, 7, seal);
   char what[64];
   snprintf(what, sizeof what, "writing tile %lld", (long long)tile);
   return step(w, s, what, e);
@@ -197,6 +319,13 @@ int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values 
     sqlite3_bind_int64(q, 4, (int64_t)g0);
     sqlite3_bind_int64(q, 5, k);
     sqlite3_bind_blob64(q, 6, blob, len, SQLITE_STATIC);
+    dc_blockplace pl = {"genes", col, name, v->kind, -1, (int64_t)b, (int64_t)g0, (int64_t)k, -1};
+    int64_t seal = 0;
+    if (dc_seal_block(w->dataset_id, &pl, NULL, NULL, NULL, len, blob, &seal)) {
+      free(blob);
+      return cv_fail(e, "out of memory");
+    }
+    sqlite3_bind_int64(q, 7, seal);
     int r = step(w, q, "writing genes_blocks", e);
     free(blob);
     blob = NULL;
@@ -214,7 +343,7 @@ int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values 
 }
 
 int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
-               int64_t null_count, int64_t bytes, cv_err *e) {
+               int64_t null_count, int64_t bytes, int64_t dict_seal, cv_err *e) {
   sqlite3_stmt *s = w->ins_col;
   sqlite3_bind_int64(s, 1, col);
   sqlite3_bind_text(s, 2, name, -1, SQLITE_STATIC);
@@ -222,6 +351,7 @@ int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t 
   if (n_categories >= 0) sqlite3_bind_int64(s, 4, n_categories);
   sqlite3_bind_int64(s, 5, null_count);
   sqlite3_bind_int64(s, 6, bytes);
+  sqlite3_bind_int64(s, 7, dict_seal);
   return step(w, s, "writing cells_columns", e);
 }
 
@@ -282,6 +412,8 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
     fsync_path(dirname(d), 1);
     free(d);
   }
+  if (w->lock_fd >= 0) close(w->lock_fd);
+  w->lock_fd = -1;
   free(w->tmp_path);
   w->tmp_path = NULL;
   free(w->out_path);
@@ -310,6 +442,8 @@ void dsw_abort(dsw *w) {
       free(j);
     }
   }
+  if (w->lock_fd >= 0) close(w->lock_fd);   /* after unlinking: no one could take it over */
+  w->lock_fd = -1;
   free(w->tmp_path);
   w->tmp_path = NULL;
   free(w->out_path);

@@ -18,10 +18,22 @@ typedef struct dsw {
   char *tmp_path;
   char *out_path;
   sqlite3_stmt *ins_tile, *ins_block, *ins_dict, *ins_col, *ins_gblock, *ins_gcol, *ins_meta;
+  uint64_t dataset_id;     /* dc_meta.dataset_id, the key of every seal (dc_seal.h) */
+  int lock_fd;             /* the temporary file, flock()ed while this writer lives */
 } dsw;
 
-/* Creates the temporary database beside out_path and begins the transaction. */
-int dsw_open(dsw *w, const char *out_path, cv_err *e);
+/* Removes the temporary files `.NAME.tmp-XXXXXX` (and their -journal, -wal)
+** that earlier writers of out_path left behind when they were killed: only
+** those no live writer holds the lock of.  Returns how many were removed. */
+int dsw_remove_stale(const char *out_path);
+
+/* Creates the temporary database beside out_path (first removing stale ones
+** of earlier killed writers, dsw_remove_stale), holds an flock() on it until
+** dsw_finish/dsw_abort, begins the transaction
+** and writes dc_meta.dataset_id: *dataset_id, or a fresh random one when NULL.  dsw_tile and
+** dsw_genes_column seal their rows; cells_blocks rows (dsw_block_stmt) and
+** dsw_column take seals the caller computes with dc_seal.h. */
+int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e);
 int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e);
 int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
 int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t nnz, int64_t chunks,
@@ -33,9 +45,9 @@ int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t 
 int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values *v, uint32_t block,
                      int64_t *bytes_out, cv_err *e);
 int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
-               int64_t null_count, int64_t bytes, cv_err *e);
+               int64_t null_count, int64_t bytes, int64_t dict_seal, cv_err *e);
 int dsw_dict(dsw *w, int64_t col, int64_t code, const char *value, size_t len, cv_err *e);
-sqlite3_stmt *dsw_block_stmt(dsw *w);  /* caller binds 1..10 then dsw_block_step */
+sqlite3_stmt *dsw_block_stmt(dsw *w);  /* caller binds 1..11 then dsw_block_step */
 int dsw_block_step(dsw *w, cv_err *e);
 /* Declares the virtual tables, commits, closes, syncs and renames to out_path.
 ** force: replace an existing out_path (else fail if it exists). */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "dc_seal.h"
 #include "cv_util.h"
 #include "dc_codec.h"
 #include "dc_obs.h"
@@ -50,6 +51,10 @@ static const char *HELP_CONVERT =
     "                         instead of the var index; it becomes the genes' name\n"
     "  --genes-block N        genes per stored block of the genes table (default 1048576;\n"
     "                         smaller only to test readers on several blocks)\n"
+    "  --dataset-id HEX       the dataset's id (16 hex digits), which keys the checksums that\n"
+    "                         bind every tile and block to its place; default: a random one.\n"
+    "                         Give the same id to get byte-identical output from the same\n"
+    "                         input and options (never reuse one for different data)\n"
     "  --force                replace OUT if it exists (never touched otherwise)\n"
     "  --quiet                no progress line and no summary\n"
     "\n"
@@ -69,10 +74,13 @@ static const char *HELP_CONVERT =
     "of 12 bytes per nonzero in OUT's directory, with at most 64 MiB of buffers (never\n"
     "less than 48 KiB per tile).  Obs columns are written block by block (65,536 cells).\n"
     "\n"
-    "The dataset is written into a temporary file beside OUT in one transaction and\n"
-    "renamed into place: an interruption, a full disk or bad input leaves no partial\n"
-    "dataset and no temporary file, and an existing OUT intact.  A progress line shows\n"
-    "on a terminal.\n";
+    "The dataset is written into a temporary file .OUT.tmp-XXXXXX beside OUT in one\n"
+    "transaction and renamed into place: OUT is never partial, and an existing OUT stays\n"
+    "intact until the new one replaces it whole.  A full disk, bad input, Ctrl-C or\n"
+    "SIGTERM also remove the temporary file; SIGKILL (or a crash, or power loss) cannot,\n"
+    "and leaves it behind: the next convert to the same OUT removes it, and any other\n"
+    "such file of OUT whose writer is gone (each writer holds a lock on its own while it\n"
+    "runs; a file still locked is left alone).  A progress line shows on a terminal.\n";
 
 static const char *HELP_INFO =
     "usage: deltacells info DATASET [--json]\n"
@@ -89,11 +97,21 @@ static const char *HELP_OBS =
     "NULL count, stored size (blocks + dictionary) and that size scaled to 100 M cells.\n";
 
 static const char *HELP_VERIFY =
-    "usage: deltacells verify DATASET [--quiet]\n"
+    "usage: deltacells verify DATASET [--quiet] [--json]\n"
     "\n"
-    "Decodes every tile (checking every chunk checksum), checks cell offsets, gene order\n"
-    "and the genes table's totals against the tiles, and decodes every obs block.  Prints\n"
-    "each fault naming the tile, chunk or column, and exits 1 if there is any.\n";
+    "Checks everything a query relies on: every table the virtual tables read is there;\n"
+    "dc_meta's n_cells, n_genes, nnz and n_tiles against the data; tiles numbered in order and\n"
+    "covering every cell once; every tile decoded (every chunk checksum, cell offsets, gene\n"
+    "order) and the genes table's totals against them; every seal (format version 3: a\n"
+    "tile, block or dictionary moved, swapped, copied or edited); every obs and genes block\n"
+    "decoded and its stored null count, min, max and present bitmap recomputed from its\n"
+    "values; dictionaries against the codes; then, if all that passed, the queries a user\n"
+    "runs (every row of cells, genes and tiles; dc_batch over each tile's first and last\n"
+    "cell) through the extension itself.  Prints one line per fault, naming the tile, column\n"
+    "or block and the reason: the first 20, then how many more.  --json prints one JSON\n"
+    "object instead (path, ok, faults, messages: the first 20, not_shown, format_version,\n"
+    "sealed, tiles, cells, nnz, genes, obs_blocks, duplicate_gene_names).  Gene names that\n"
+    "occur more than once are a note, not a fault.  Exits 1 if there is any fault.\n";
 
 static int usage(const char *msg, const char *help) {
   fprintf(stderr, "deltacells: %s\n\n%s", msg, help);
@@ -141,7 +159,7 @@ static int cmd_convert(int argc, char **argv) {
       int takes = strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0 || strcmp(opt, "--layer") == 0 ||
                   strcmp(opt, "--tile-cells") == 0 || strcmp(opt, "--chunks") == 0 || strcmp(opt, "--level") == 0 ||
                   strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0 ||
-                  strcmp(opt, "--genes-block") == 0;
+                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0;
       if (takes && !v) {
         if (i + 1 >= argc) { free(in); return usage("an option needs a value", HELP_CONVERT); }
         v = argv[++i];
@@ -169,6 +187,13 @@ static int cmd_convert(int argc, char **argv) {
       } else if (!strcmp(opt, "--genes-block")) {
         if (int_arg(opt, v, 1, DC_OBS_MAX_N, &x)) { free(in); return 2; }
         o.genes_block = (uint32_t)x;
+      } else if (!strcmp(opt, "--dataset-id")) {
+        if (dc_seal_parse_id(v, strlen(v), &o.dataset_id) != 0) {
+          fprintf(stderr, "deltacells: --dataset-id: '%s' is not 16 hex digits\n", v);
+          free(in);
+          return 2;
+        }
+        o.dataset_id_set = 1;
       } else if (!strcmp(opt, "--threads")) {
         if (int_arg(opt, v, 0, 1024, &x)) { free(in); return 2; }
         o.threads = (int)x;
@@ -205,7 +230,7 @@ static int cmd_simple(int argc, char **argv, const char *help, int which) {
   int json = 0, quiet = 0;
   for (int i = 0; i < argc; i++) {
     if (is_help(argv[i])) { fputs(help, stdout); return 0; }
-    if (which == 0 && !strcmp(argv[i], "--json")) json = 1;
+    if (which != 1 && !strcmp(argv[i], "--json")) json = 1;
     else if (which == 2 && (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q"))) quiet = 1;
     else if (argv[i][0] == '-' && argv[i][1]) {
       char m[128];
@@ -217,7 +242,7 @@ static int cmd_simple(int argc, char **argv, const char *help, int which) {
   if (!path) return usage("which dataset?", help);
   cv_err e;
   e.msg[0] = 0;
-  int rc = which == 0 ? cv_info(path, json, &e) : which == 1 ? cv_obs_info(path, &e) : cv_verify(path, quiet, &e);
+  int rc = which == 0 ? cv_info(path, json, &e) : which == 1 ? cv_obs_info(path, &e) : cv_verify(path, quiet, json, &e);
   return finish(rc, &e);
 }
 

@@ -36,6 +36,7 @@ struct dc_conn {
   int threads;            /* decoder threads; 0 = one per online core          */
   int64_t cache_bytes;    /* budget of the decoded-chunk cache                  */
   int64_t work_bytes;     /* decoded chunks one batch holds at once (groups)    */
+  int64_t batch_bytes;    /* the most output (and staging) one dc_batch call may make */
   dc_pool *pool;          /* created on first use with `threads` threads       */
   void *cache;            /* decoded-chunk cache (ext/cache.c), a dc_cache*     */
   struct dc_bufpool *bufpool; /* recycled result/tile buffers (ext/cache.c)     */
@@ -48,7 +49,17 @@ struct dc_conn {
   ** gathered into the output) */
   int64_t last_ns[4];
   int64_t last_cells, last_nnz, last_direct_chunks, last_fetched_chunks;
+  int allow_drop;         /* dc_config('allow_drop'): DROP TABLE of a dataset's tables */
+  char last_refusal[512]; /* dc_config('last_refusal'): why the last DROP TABLE failed */
 };
+
+/* xDestroy of every module starts with this: SQLITE_OK when
+** dc_config('allow_drop', 1) was set on the connection, else SQLITE_PERM
+** (DROP TABLE fails, the table and its data stay).  SQLite does not pass a
+** virtual table's message on from xDestroy (the user sees "access permission
+** denied"), so the full reason goes to sqlite3_log and to
+** dc_config('last_refusal'). */
+int dc_drop_check(dc_conn *conn, const char *schema, const char *table);
 
 /* The pool, created on first use.  NULL on out-of-memory. */
 dc_pool *dc_conn_pool(dc_conn *conn);

@@ -10,15 +10,20 @@
 **   2  genes a virtual table (deltacells_genes) over the compressed shadow
 **      tables genes_columns / genes_blocks; tiles never span two inputs, and
 **      dc_meta.sources gives each input's first_tile and n_tiles; 32 KiB pages.
+**   3  seals (ext/dc_seal.h): dc_meta.dataset_id, a random id; a `checksum`
+**      column in tiles_data, cells_blocks, genes_blocks and cells_columns
+**      binding each row's content to its place.  A reader of a version-3
+**      file checks them; it reads versions 1 and 2 without.
 ** A reader accepts DC_FORMAT_MIN .. DC_FORMAT_VERSION and refuses anything
 ** else with a message naming the file's version and the ones it reads.
 */
 #ifndef DC_FORMAT_H
 #define DC_FORMAT_H
 
-#define DC_FORMAT_VERSION 2        /* what the converter writes */
+#define DC_FORMAT_VERSION 3        /* what the converter writes */
 #define DC_FORMAT_MIN 1            /* the oldest version the readers read */
 #define DC_FORMAT_GENES_MIN 2      /* the first version with the genes virtual table */
+#define DC_FORMAT_SEALED 3         /* the first version with seals (dc_seal.h) */
 #define DC_PAGE_SIZE 32768         /* PRAGMA page_size of a new dataset */
 #define DC_GENES_BLOCK 1048576     /* genes per genes_blocks row (default) */
 

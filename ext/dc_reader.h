@@ -23,6 +23,7 @@ typedef struct dc_tileinfo {
   uint32_t n_cells;
   uint32_t chunks;
   uint64_t nnz;
+  int64_t seal;            /* tiles_data.checksum (format version 3) */
 } dc_tileinfo;
 
 typedef struct dc_tilehead {
@@ -43,6 +44,8 @@ struct dc_reader {
   uint64_t ns;             /* cache namespace of the current data version */
   int64_t n_cells, n_genes;
   uint32_t n_tiles;
+  int sealed;              /* format version >= 3: tiles carry seals (dc_seal.h) */
+  uint64_t dataset_id;     /* dc_meta.dataset_id, the seals' key */
   dc_tileinfo *tiles;
   dc_tilehead **heads;     /* n_tiles entries, NULL until read */
   sqlite3_blob *blob;      /* open between dc_reader_begin and dc_reader_end */
@@ -67,6 +70,14 @@ typedef struct dc_direct {
   int32_t *indices_out;    /* output arrays (whole)                   */
   int32_t *values_out;
 } dc_direct;
+
+/* The seal key of a dataset schema: *sealed = 1 and *id = dc_meta.dataset_id
+** for format version >= DC_FORMAT_SEALED, *sealed = 0 for older versions.
+** A version this build does not read is SQLITE_ERROR; a sealed dataset
+** without a well-formed dataset_id, SQLITE_CORRUPT_VTAB.  `what` starts the
+** message (e.g. "cells"). */
+int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *sealed, uint64_t *id,
+                    char **pzErr);
 
 int dc_reader_open(sqlite3 *db, dc_conn *conn, const char *schema, const char *what,
                    dc_reader **out, char **pzErr);

@@ -21,8 +21,21 @@
 **   decode_mb  decoded chunks one dc_batch call holds at once, in MiB,
 **              1..1048576 (default 256): a batch needing more is decoded in
 **              groups (its rows staged between groups).
+**   batch_mb   the most one dc_batch call may return, in MiB, 1..1048576
+**              (default 1024): cell_ids + indptr + indices + data (and rows
+**              staged between decode groups).  A request over it is refused
+**              before anything is decoded, from the tile index (each cell
+**              counted at its chunk's mean nonzeros), and again exactly
+**              before the output is allocated.
+**   allow_drop 0 (default) or 1: DROP TABLE of a dataset's virtual tables
+**              (cells, genes, tiles, expression, expression_long, dc_batch,
+**              which drop their shadow tables with them) is refused with
+**              SQLITE_PERM unless 1 (dc_drop_check).
+**   defensive  0 or 1: SQLITE_DBCONFIG_DEFENSIVE of the connection (shadow
+**              tables read-only to SQL and not droppable); never changed
+**              unless asked.  Reading it returns the connection's state.
 ** Read-only statistics: cache_used_mb (REAL), cache_entries, cache_hits,
-** cache_misses.
+** cache_misses; last_refusal (the reason of the last refused DROP TABLE).
 ** Unknown names and bad values are SQL errors naming the setting.
 **
 ** dc_config changes connection state, so it is SQLITE_DIRECTONLY: a view or
@@ -34,6 +47,7 @@
 #define DC_EXT_MAIN
 #include "dc_ext.h"
 SQLITE_EXTENSION_INIT1
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -63,6 +77,18 @@ static int64_t default_cache_bytes(void) {
     if (eighth < b) b = eighth;
   }
   return b;
+}
+
+int dc_drop_check(dc_conn *conn, const char *schema, const char *table) {
+  if (conn && conn->allow_drop) return SQLITE_OK;
+  char *m = sqlite3_mprintf("deltacells: DROP TABLE %s.%s refused: it would delete part of a deltacells dataset "
+                            "(SELECT dc_config('allow_drop', 1) first to drop it on purpose)", schema, table);
+  if (m) {
+    sqlite3_log(SQLITE_PERM, "%s", m);
+    if (conn) snprintf(conn->last_refusal, sizeof conn->last_refusal, "%s", m);
+    sqlite3_free(m);
+  }
+  return SQLITE_PERM;
 }
 
 dc_pool *dc_conn_pool(dc_conn *conn) {
@@ -181,6 +207,46 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     if (conn->cache) dc_cache_stats(conn->cache, &bytes, &entries, &hits, &misses);
     if (name[6] == 'u') sqlite3_result_double(ctx, (double)bytes / (1 << 20));
     else sqlite3_result_int64(ctx, name[6] == 'e' ? entries : name[6] == 'h' ? hits : misses);
+  } else if (strcmp(name, "batch_mb") == 0) {
+    if (set) {
+      if (v < 1 || v > DC_MAX_CACHE_MB) {
+        char *m = sqlite3_mprintf("dc_config: batch_mb must be 1 .. %d, got %lld", DC_MAX_CACHE_MB, (long long)v);
+        sqlite3_result_error(ctx, m ? m : "dc_config: bad batch_mb", -1);
+        sqlite3_free(m);
+        return;
+      }
+      conn->batch_bytes = (int64_t)v << 20;
+    }
+    sqlite3_result_int64(ctx, conn->batch_bytes >> 20);
+  } else if (strcmp(name, "allow_drop") == 0) {
+    if (set) {
+      if (v != 0 && v != 1) {
+        sqlite3_result_error(ctx, "dc_config: allow_drop must be 0 or 1", -1);
+        return;
+      }
+      conn->allow_drop = (int)v;
+    }
+    sqlite3_result_int(ctx, conn->allow_drop);
+  } else if (strcmp(name, "defensive") == 0) {
+    /* SQLITE_DBCONFIG_DEFENSIVE on this connection: shadow tables (tiles_data,
+    ** cells_blocks, ...) become read-only and cannot be dropped; set only on request */
+    int on = 0;
+    if (set) {
+      if (v != 0 && v != 1) {
+        sqlite3_result_error(ctx, "dc_config: defensive must be 0 or 1", -1);
+        return;
+      }
+      sqlite3_db_config(sqlite3_context_db_handle(ctx), SQLITE_DBCONFIG_DEFENSIVE, (int)v, &on);
+    } else {
+      sqlite3_db_config(sqlite3_context_db_handle(ctx), SQLITE_DBCONFIG_DEFENSIVE, -1, &on);
+    }
+    sqlite3_result_int(ctx, on);
+  } else if (strcmp(name, "last_refusal") == 0) {
+    if (set) {
+      sqlite3_result_error(ctx, "dc_config: last_refusal is read-only", -1);
+      return;
+    }
+    sqlite3_result_text(ctx, conn->last_refusal, -1, SQLITE_TRANSIENT);
   } else if (strcmp(name, "last_batch") == 0) {
     if (set) {
       sqlite3_result_error(ctx, "dc_config: last_batch is read-only", -1);
@@ -197,8 +263,8 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_text(ctx, m, -1, sqlite3_free);
   } else {
     char *m = sqlite3_mprintf("dc_config: unknown setting '%s' (known: threads, cache_mb, "
-                              "decode_mb, cache_used_mb, cache_entries, cache_hits, cache_misses, "
-                              "last_batch)", name);
+                              "decode_mb, batch_mb, allow_drop, defensive, cache_used_mb, cache_entries, cache_hits, "
+                              "cache_misses, last_batch, last_refusal)", name);
     sqlite3_result_error(ctx, m ? m : "dc_config: unknown setting", -1);
     sqlite3_free(m);
   }
@@ -216,6 +282,7 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
   conn->threads = 0;
   conn->cache_bytes = default_cache_bytes();
   conn->work_bytes = (int64_t)256 << 20;
+  conn->batch_bytes = (int64_t)1024 << 20;
   conn->n_ref = 1;                 /* the init's own reference, dropped below */
   conn->bufpool = dc_bufpool_new(); /* NULL (out of memory) only disables recycling */
 

@@ -20,6 +20,7 @@
 #include <string.h>
 #include "dc_reader.h"
 #include "dc_format.h"
+#include "dc_seal.h"
 
 #define HEAD_PROBE 4096
 #define MAX_PREFIX ((uint64_t)1 << 30)
@@ -99,6 +100,53 @@ static int meta_int(dc_reader *r, const char *key, int64_t *v, char **pzErr) {
   return rc;
 }
 
+int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *sealed, uint64_t *id,
+                    char **pzErr) {
+  sqlite3_stmt *st = NULL;
+  *sealed = 0;
+  *id = 0;
+  char *sql = sqlite3_mprintf("SELECT (SELECT value FROM \"%w\".dc_meta WHERE key = 'format_version'),"
+                              " (SELECT value FROM \"%w\".dc_meta WHERE key = 'dataset_id')", schema, schema);
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  sqlite3_free(sql);
+  if (rc != SQLITE_OK) {
+    set_err(pzErr, "%s: not a deltacells dataset (schema %s): %s", what, schema, sqlite3_errmsg(db));
+    return rc;
+  }
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW) {
+    set_err(pzErr, "%s: reading dc_meta: %s", what, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_ERROR : rc;
+  }
+  rc = SQLITE_OK;
+  if (sqlite3_column_type(st, 0) != SQLITE_INTEGER) {
+    set_err(pzErr, "%s: dc_meta.format_version is missing or not an integer (schema %s)", what, schema);
+    rc = SQLITE_CORRUPT_VTAB;
+  } else {
+    int64_t version = sqlite3_column_int64(st, 0);
+    if (version < DC_FORMAT_MIN || version > DC_FORMAT_VERSION) {
+      set_err(pzErr, "%s: the dataset has format_version %lld; this extension reads versions %d..%d%s", what,
+              (long long)version, DC_FORMAT_MIN, DC_FORMAT_VERSION,
+              version > DC_FORMAT_VERSION ? " (a newer deltacells wrote it: upgrade deltacells)" : "");
+      rc = SQLITE_ERROR;
+    } else if (version >= DC_FORMAT_SEALED) {
+      int is_text = sqlite3_column_type(st, 1) == SQLITE_TEXT;
+      const char *t = is_text ? (const char *)sqlite3_column_text(st, 1) : NULL;
+      if (!is_text || dc_seal_parse_id(t, (size_t)sqlite3_column_bytes(st, 1), id) != 0) {
+        set_err(pzErr, "%s: dc_meta.dataset_id is missing or not 16 hex digits (schema %s, format_version %lld): "
+                "the checksums cannot be checked", what, schema, (long long)version);
+        rc = SQLITE_CORRUPT_VTAB;
+      } else {
+        *sealed = 1;
+      }
+    }
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 static int load_index(dc_reader *r, char **pzErr) {
   int64_t version = 0, n_cells = 0, n_genes = 0, n_tiles = 0;
   int rc;
@@ -113,6 +161,7 @@ static int load_index(dc_reader *r, char **pzErr) {
   if ((rc = meta_int(r, "n_cells", &n_cells, pzErr)) != SQLITE_OK) return rc;
   if ((rc = meta_int(r, "n_genes", &n_genes, pzErr)) != SQLITE_OK) return rc;
   if ((rc = meta_int(r, "n_tiles", &n_tiles, pzErr)) != SQLITE_OK) return rc;
+  if ((rc = dc_dataset_seal(r->db, r->schema, r->what, &r->sealed, &r->dataset_id, pzErr)) != SQLITE_OK) return rc;
   if (n_cells < 0 || n_genes < 0 || n_genes > INT32_MAX || n_tiles < 0 || n_tiles > 100000000) {
     set_err(pzErr, "%s: dc_meta has impossible sizes (n_cells %lld, n_genes %lld, n_tiles %lld)", r->what,
             (long long)n_cells, (long long)n_genes, (long long)n_tiles);
@@ -124,8 +173,8 @@ static int load_index(dc_reader *r, char **pzErr) {
   memset(r->heads, 0, (uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
 
   sqlite3_stmt *st = NULL;
-  char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks FROM \"%w\".tiles_data ORDER BY tile",
-                              r->schema);
+  char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks%s FROM \"%w\".tiles_data ORDER BY tile",
+                              r->sealed ? ", checksum" : "", r->schema);
   if (!sql) return SQLITE_NOMEM;
   rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
@@ -138,7 +187,12 @@ static int load_index(dc_reader *r, char **pzErr) {
     int64_t tile = sqlite3_column_int64(st, 0), first = sqlite3_column_int64(st, 1);
     int64_t nc = sqlite3_column_int64(st, 2), nnz = sqlite3_column_int64(st, 3);
     int64_t ch = sqlite3_column_int64(st, 4);
-    if (i >= n_tiles || tile != i || first != next_cell || nc < 0 || nc > UINT32_MAX || nnz < 0 || ch < 0 ||
+    if (i >= n_tiles) {
+      set_err(pzErr, "%s: tiles_data holds more tiles than dc_meta.n_tiles says (%lld)", r->what, (long long)n_tiles);
+      sqlite3_finalize(st);
+      return SQLITE_CORRUPT_VTAB;
+    }
+    if (tile != i || first != next_cell || nc < 0 || nc > UINT32_MAX || nnz < 0 || ch < 0 ||
         ch > DC_MAX_CHUNKS) {
       set_err(pzErr, "%s: tiles_data row of tile %lld is inconsistent (expected tile %lld starting at cell %lld)",
               r->what, (long long)tile, (long long)i, (long long)next_cell);
@@ -149,6 +203,15 @@ static int load_index(dc_reader *r, char **pzErr) {
     r->tiles[i].n_cells = (uint32_t)nc;
     r->tiles[i].nnz = (uint64_t)nnz;
     r->tiles[i].chunks = (uint32_t)ch;
+    r->tiles[i].seal = 0;
+    if (r->sealed) {
+      if (sqlite3_column_type(st, 5) != SQLITE_INTEGER) {
+        set_err(pzErr, "%s: tiles_data row of tile %lld has no checksum (an integer)", r->what, (long long)tile);
+        sqlite3_finalize(st);
+        return SQLITE_CORRUPT_VTAB;
+      }
+      r->tiles[i].seal = sqlite3_column_int64(st, 5);
+    }
     next_cell += nc;
     i++;
   }
@@ -277,6 +340,18 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
             (unsigned long long)ti->nnz, ti->chunks, (long long)r->n_genes);
     rc = SQLITE_CORRUPT_VTAB;
     goto fail;
+  }
+  if (r->sealed) {
+    int64_t seal = 0;
+    if (dc_seal_tile(r->dataset_id, tile, ti->first_cell, ti->n_cells, (int64_t)ti->nnz, ti->chunks, len, buf,
+                     (size_t)h->hdr.hdr_len, &seal)) { rc = SQLITE_NOMEM; goto fail; }
+    if (seal != ti->seal) {
+      set_err(pzErr, "%s: tile %u: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %llu nonzeros) "
+              "were not written together for tile %u of this dataset (moved, swapped, copied or edited)", r->what, tile,
+              (long long)ti->first_cell, (long long)(ti->first_cell + ti->n_cells - 1), (unsigned long long)ti->nnz, tile);
+      rc = SQLITE_CORRUPT_VTAB;
+      goto fail;
+    }
   }
   /* chunks must tile the cells in order (the gather relies on it) */
   uint64_t prefix = h->hdr.n_chunks ? len : h->hdr.hdr_len;

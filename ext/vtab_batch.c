@@ -136,6 +136,13 @@ static int batch_disconnect(sqlite3_vtab *p) {
   return SQLITE_OK;
 }
 
+static int batch_destroy(sqlite3_vtab *p) {
+  batch_vtab *v = (batch_vtab *)p;
+  int refused = dc_drop_check(v->conn, v->reader ? v->reader->schema : "main", "dc_batch");
+  if (refused) return refused;
+  return batch_disconnect(p);
+}
+
 /* ------------------------------------------------ plans */
 static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   (void)p;
@@ -180,6 +187,26 @@ static int vt_err(batch_vtab *v, int rc, const char *fmt, ...) {
   v->base.zErrMsg = sqlite3_vmprintf(fmt, ap);
   va_end(ap);
   return rc;
+}
+
+/* The output of n cells and nnz nonzeros against dc_config('batch_mb') and
+** SQLite's blob limit; estimate: nnz comes from the tile index (before any
+** decoding), else it is exact (or a lower bound, while staging). */
+static int check_size(batch_vtab *v, int64_t n, double nnz, int estimate) {
+  double bytes = 16.0 * (double)n + 8 + 8 * nnz, mb = bytes / 1048576.0;
+  int64_t limit = sqlite3_limit(v->db, SQLITE_LIMIT_LENGTH, -1);
+  const char *how = estimate ? "about " : "";
+  const char *by = estimate ? " by the tile index" : "";
+  if (bytes > (double)v->conn->batch_bytes)
+    return vt_err(v, SQLITE_TOOBIG, "dc_batch: the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), over "
+                  "dc_config('batch_mb') = %lld: ask for fewer cells (or genes), or raise batch_mb",
+                  how, mb, (long long)n, how, nnz, by, (long long)(v->conn->batch_bytes >> 20));
+  if ((double)n * 8 + 8 > (double)limit || nnz * 4 > (double)limit)
+    return vt_err(v, SQLITE_TOOBIG, "dc_batch: a blob of the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), "
+                  "over SQLite's blob limit (SQLITE_LIMIT_LENGTH, %lld bytes): ask for fewer cells", how,
+                  ((double)n * 8 + 8 > nnz * 4 ? (double)n * 8 + 8 : nnz * 4) / 1048576.0, (long long)n, how, nnz, by,
+                  (long long)limit);
+  return SQLITE_OK;
 }
 
 /* ------------------------------------------------ row kernels (pool threads) */
@@ -335,6 +362,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   memset(direct, 0, (size_t)(n ? n : 1));
   memset(rows, 0, (size_t)(n ? n : 1) * sizeof *rows);
   memcpy(o_ids, ids, (size_t)n * 8);
+  double est_nnz = 0;   /* the output's nonzeros as the tile index predicts them */
   for (int64_t i = 0; i < n; i++) {
     int64_t t = dc_reader_tile_of(r, ids[i]);
     const dc_tilehead *h;
@@ -345,7 +373,11 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     ref[i].tile = (uint32_t)t;
     ref[i].chunk = ch;
     ref[i].cell = rel - h->hdr.chunk[ch].first_cell;
+    double mean = (double)h->hdr.chunk[ch].nnz / (double)h->hdr.chunk[ch].n_cells;
+    est_nnz += map && mean > (double)out_genes ? (double)out_genes : mean;
   }
+  /* refused before anything is decoded: over batch_mb, or a blob over SQLite's limit */
+  if ((rc = check_size(v, n, est_nnz, 1)) != SQLITE_OK) goto done;
 
   /* 2. direct runs: whole chunks requested in order, not cached, no panel */
   struct dc_cache *cache = dc_conn_cache(v->conn);
@@ -424,6 +456,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     group[q] = n_groups - 1;
   }
   int staged = n_groups > 1;
+  double staged_nnz = 0;
   for (uint32_t gi = 0; gi < n_groups; gi++) {
     /* decode this group's missing chunks (in parallel) */
     size_t ng = 0;
@@ -457,6 +490,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
       /* copy this group's rows into a staging buffer, then let the chunks go */
       int64_t total = 0;
       for (size_t j = 0; j < nw; j++) { off[which[j]] = total; total += rows[which[j]].n_out; }
+      staged_nnz += (double)total;   /* staged rows are the output's: never more than batch_mb */
+      if ((rc = check_size(v, n, staged_nnz, 0)) != SQLITE_OK) goto done;
       int32_t **ns = sqlite3_realloc64(stage, (n_stage + 1) * sizeof *stage);
       if (!ns) { rc = SQLITE_NOMEM; goto done; }
       stage = ns;
@@ -497,6 +532,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     o_indptr[i + 1] = total;
     i++;
   }
+  if ((rc = check_size(v, n, (double)total, 0)) != SQLITE_OK) goto done;
   o_idx = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
   o_val = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
   if (!o_idx || !o_val) { rc = SQLITE_NOMEM; goto done; }
@@ -714,7 +750,7 @@ static int batch_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *pRowid) {
 
 static sqlite3_module batch_module = {
   3,
-  batch_create, batch_connect, batch_best_index, batch_disconnect, batch_disconnect,
+  batch_create, batch_connect, batch_best_index, batch_disconnect, batch_destroy,
   batch_open, batch_close, batch_filter, batch_next, batch_eof, batch_column, batch_rowid,
   NULL, NULL, NULL, NULL, NULL, NULL, NULL,
   NULL, NULL, NULL,

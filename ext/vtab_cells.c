@@ -9,7 +9,7 @@
 ** the virtual table's own schema (main or an ATTACHed dataset) and fail with
 ** a message naming the table if one is missing.  xShadowName lists their
 ** suffixes, so SQLITE_DBCONFIG_DEFENSIVE makes them read-only to SQL.  The
-** `tile` column comes from tiles_data of the same schema (NULL without it).
+** `tile` column comes from tiles_data of the same schema (an error without it).
 ** xDestroy (DROP TABLE) drops the three shadow tables, as FTS5 does.
 ** Read-only, SQLITE_VTAB_INNOCUOUS (it reads only its own tables).
 **
@@ -81,6 +81,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_obs.h"
+#include "dc_reader.h"
+#include "dc_seal.h"
 
 /* ------------------------------------------------------------------ types */
 
@@ -107,6 +109,8 @@ typedef struct bstat {
   mm mn, mx;
   uint8_t *present;
   int present_len;
+  int64_t seal;   /* the row's checksum (format version 3) */
+  int verified;   /* seal checked against the blob's header */
 } bstat;
 
 /* One stored column (k = 0 is the obs index). */
@@ -154,6 +158,8 @@ typedef struct cells_vtab {
   int n_ocol;
   ocol *oc;               /* [n_ocol] */
   int loaded;
+  int sealed;             /* format version >= 3: rows carry seals (dc_seal.h) */
+  uint64_t dataset_id;    /* the seals' key */
   int64_t n_cells;
   int64_t n_blocks;
   int64_t *blk_first;     /* [n_blocks + 1] */
@@ -528,8 +534,17 @@ static int cells_load(cells_vtab *p) {
   memset(p->bs, 0, (size_t)(nb ? nb : 1) * (size_t)p->n_ocol * sizeof(bstat));
   p->blk_first[0] = 0;
 
-  sql = sqlite3_mprintf("SELECT id, col, block, first_cell, n_cells, null_count, min, max, present "
-                        "FROM \"%w\".\"%w_blocks\" ORDER BY col, block", p->zDb, p->zName);
+  {
+    char *msg = NULL;
+    rc = dc_dataset_seal(p->db, p->zDb, "cells", &p->sealed, &p->dataset_id, &msg);
+    if (rc) {
+      rc = set_err(&p->base, rc, "%s", msg ? msg : "cells: cannot read dc_meta");
+      sqlite3_free(msg);
+      goto done;
+    }
+  }
+  sql = sqlite3_mprintf("SELECT id, col, block, first_cell, n_cells, null_count, min, max, present%s "
+                        "FROM \"%w\".\"%w_blocks\" ORDER BY col, block", p->sealed ? ", checksum" : "", p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
   if (rc) { rc = set_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
@@ -601,6 +616,19 @@ static int cells_load(cells_vtab *p) {
         s->present_len = pl;
       }
     }
+    if (!s->present && sqlite3_column_type(st, 8) != SQLITE_NULL) {
+      rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: a present bitmap where none belongs "
+                   "(only a category block with values has one)", cname, (long long)blk);
+      goto done;
+    }
+    if (p->sealed) {
+      if (sqlite3_column_type(st, 9) != SQLITE_INTEGER) {
+        rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: no checksum (an integer)", cname,
+                     (long long)blk);
+        goto done;
+      }
+      s->seal = sqlite3_column_int64(st, 9);
+    }
     b++;
   }
   if (rc != SQLITE_DONE) { rc = set_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
@@ -609,8 +637,14 @@ static int cells_load(cells_vtab *p) {
   sqlite3_free(sql); sql = NULL;
   p->n_cells = p->blk_first[nb];
 
-  /* tiles */
-  if (table_exists(p->db, p->zDb, "tiles_data")) {
+  /* tiles: a dataset without them has lost its count matrix (a `tile` of NULL
+  ** would hide that) */
+  if (!table_exists(p->db, p->zDb, "tiles_data")) {
+    rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: table %s.tiles_data is missing (dropped?): the dataset has lost "
+                 "its count matrix", p->zDb);
+    goto done;
+  }
+  {
     sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells FROM \"%w\".tiles_data ORDER BY tile", p->zDb);
     if (!sql) { rc = SQLITE_NOMEM; goto done; }
     rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
@@ -674,6 +708,26 @@ static int dict_load(cells_vtab *p, int k) {
   uint64_t cap = 1024, used = 0;
   char *buf = NULL;
   uint32_t *off = NULL;
+  if (!p->loaded) return SQLITE_ERROR;   /* cells_load first: it knows whether the data is sealed */
+  int64_t want_seal = 0;
+  if (p->sealed) {
+    char *q = sqlite3_mprintf("SELECT checksum FROM \"%w\".\"%w_columns\" WHERE col = ?1", p->zDb, p->zName);
+    if (!q) return SQLITE_NOMEM;
+    rc = sqlite3_prepare_v2(p->db, q, -1, &st, NULL);
+    sqlite3_free(q);
+    if (rc) return set_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db));
+    sqlite3_bind_int64(st, 1, c->col);
+    rc = sqlite3_step(st);
+    int ok = rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER;
+    if (ok) want_seal = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (!ok) return set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s': %s_columns has no checksum (an integer) for it",
+                            c->name, p->zName);
+  }
+  dc_seal ds = {NULL};
+  dc_blockplace dpl = {"cells", c->col, c->name, c->kind, (int64_t)c->n_categories, 0, 0, 0, 0};
+  if (p->sealed && dc_seal_dict_begin(&ds, p->dataset_id, &dpl)) return SQLITE_NOMEM;
   char *sql = sqlite3_mprintf("SELECT code, value FROM \"%w\".\"%w_dict\" WHERE col = ?1 ORDER BY code", p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
@@ -702,6 +756,7 @@ static int dict_load(cells_vtab *p, int k) {
       buf = q;
     }
     if (n) memcpy(buf + used, z, (size_t)n);
+    if (p->sealed) dc_seal_bytes(&ds, z, (size_t)n);
     if (maybe_numeric((const char *)z, n)) numeric = 1;
     used += (uint64_t)n;
     buf[used] = 0;   /* a terminator past each value (not counted) */
@@ -715,6 +770,15 @@ static int dict_load(cells_vtab *p, int k) {
     goto done;
   }
   rc = SQLITE_OK;
+  if (p->sealed) {
+    int64_t got = 0;
+    if (dc_seal_end(&ds, &got)) { rc = SQLITE_NOMEM; goto done; }
+    if (got != want_seal) {
+      rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s': checksum mismatch: its dictionary (%u values in "
+                   "%s_dict) or its %s_columns row was changed", c->name, c->n_categories, p->zName, p->zName);
+      goto done;
+    }
+  }
   c->dict_buf = buf;
   c->dict_off = off;
   c->dict_numeric = numeric;
@@ -722,6 +786,7 @@ static int dict_load(cells_vtab *p, int k) {
   buf = NULL;
   off = NULL;
 done:
+  if (ds.st) { int64_t unused; dc_seal_end(&ds, &unused); }
   sqlite3_finalize(st);
   sqlite3_free(sql);
   sqlite3_free(buf);
@@ -858,6 +923,8 @@ static int cellsDisconnect(sqlite3_vtab *tab) {
 
 static int cellsDestroy(sqlite3_vtab *tab) {
   cells_vtab *p = (cells_vtab *)tab;
+  int refused = dc_drop_check(p->conn, p->zDb, p->zName);
+  if (refused) return refused;
   char *sql = sqlite3_mprintf("DROP TABLE IF EXISTS \"%w\".\"%w_blocks\";"
                               "DROP TABLE IF EXISTS \"%w\".\"%w_dict\";"
                               "DROP TABLE IF EXISTS \"%w\".\"%w_columns\";",
@@ -1189,6 +1256,71 @@ static dblock *dblock_new(int k, int64_t b, const dc_obs_block *src) {
 }
 
 
+/* Moves the cursor's blob handle to block b of stored column k. */
+static int blob_to(cells_cursor *c, int k, int64_t b) {
+  cells_vtab *p = (cells_vtab *)c->base.pVtab;
+  ocol *oc = &p->oc[k];
+  sqlite3_int64 rowid = (sqlite3_int64)((uint64_t)oc->col << 32 | (uint64_t)b);
+  int rc;
+  if (c->blob) {
+    rc = sqlite3_blob_reopen(c->blob, rowid);
+    if (rc) { sqlite3_blob_close(c->blob); c->blob = NULL; }
+  } else {
+    rc = sqlite3_blob_open(p->db, p->zDb, p->zBlocks, "data", rowid, 0, &c->blob);
+    if (rc) c->blob = NULL;
+  }
+  if (rc == SQLITE_NOMEM) return rc;
+  if (rc) return set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: cannot read its data (%s)",
+                         oc->name, (long long)b, sqlite3_errmsg(p->db));
+  return SQLITE_OK;
+}
+
+/* Checks the seal of block b of stored column k (format version 3): its
+** row's place and statistics with the first bytes of its blob (head, of a
+** blob of blob_len bytes).  Statistics are used only once checked. */
+static int block_seal_check(cells_vtab *p, int k, int64_t b, const uint8_t *head, uint64_t blob_len) {
+  bstat *bs = &p->bs[(int64_t)k * p->n_blocks + b];
+  if (!p->sealed || bs->verified) return SQLITE_OK;
+  const ocol *oc = &p->oc[k];
+  dc_blockplace pl = {"cells", oc->col, oc->name, oc->kind, oc->kind == DC_OBS_CATEGORY ? (int64_t)oc->n_categories : -1,
+                      b, p->blk_first[b], p->blk_first[b + 1] - p->blk_first[b], bs->null_count};
+  dc_sealval v[3];
+  memset(v, 0, sizeof v);
+  if (bs->has) {
+    const mm *m[2] = {&bs->mn, &bs->mx};
+    for (int j = 0; j < 2; j++) {
+      if (oc->kind == DC_OBS_TEXT) { v[j].type = DC_SV_TEXT; v[j].p = m[j]->s; v[j].n = (size_t)m[j]->n; }
+      else if (m[j]->real) { v[j].type = DC_SV_REAL; v[j].f = m[j]->f; }
+      else { v[j].type = DC_SV_INT; v[j].i = m[j]->i; }
+    }
+  }
+  if (bs->present) { v[2].type = DC_SV_BLOB; v[2].p = bs->present; v[2].n = (size_t)bs->present_len; }
+  int64_t seal = 0;
+  if (dc_seal_block(p->dataset_id, &pl, &v[0], &v[1], &v[2], blob_len, head, &seal)) return SQLITE_NOMEM;
+  if (seal != bs->seal)
+    return set_err(&p->base, SQLITE_CORRUPT_VTAB,
+                   "cells: column '%s' block %lld: checksum mismatch: its data, its statistics (null count, min, max, "
+                   "present) and its place (column %lld, cells %lld..%lld) were not written together "
+                   "(moved, swapped, copied or edited)", oc->name, (long long)b, (long long)oc->col,
+                   (long long)p->blk_first[b], (long long)p->blk_first[b + 1] - 1);
+  bs->verified = 1;
+  return SQLITE_OK;
+}
+
+/* The same, reading only the head of the blob (before its statistics prune). */
+static int block_seal_verify(cells_cursor *c, int k, int64_t b) {
+  cells_vtab *p = (cells_vtab *)c->base.pVtab;
+  if (!p->sealed || p->bs[(int64_t)k * p->n_blocks + b].verified) return SQLITE_OK;
+  int rc = blob_to(c, k, b);
+  if (rc) return rc;
+  uint8_t head[DC_SEAL_OBS_HEAD];
+  int len = sqlite3_blob_bytes(c->blob);
+  int n = len < DC_SEAL_OBS_HEAD ? len : DC_SEAL_OBS_HEAD;
+  rc = n ? sqlite3_blob_read(c->blob, head, n, 0) : SQLITE_OK;
+  if (rc) return set_err(&p->base, rc, "cells: column '%s' block %lld: %s", p->oc[k].name, (long long)b, sqlite3_errmsg(p->db));
+  return block_seal_check(p, k, b, head, (uint64_t)len);
+}
+
 /* Block b of stored column k, decoded: from the table's cache, or read
 ** through the cursor's blob handle, decoded, checked, and cached. */
 static int col_block(cells_cursor *c, int k, int64_t b, const dc_obs_block **out) {
@@ -1221,17 +1353,7 @@ static int col_block(cells_cursor *c, int k, int64_t b, const dc_obs_block **out
     cc->dec = dc_obs_decoder_new();
     if (!cc->dec) return SQLITE_NOMEM;
   }
-  sqlite3_int64 rowid = (sqlite3_int64)((uint64_t)oc->col << 32 | (uint64_t)b);
-  if (c->blob) {
-    rc = sqlite3_blob_reopen(c->blob, rowid);
-    if (rc) { sqlite3_blob_close(c->blob); c->blob = NULL; }
-  } else {
-    rc = sqlite3_blob_open(p->db, p->zDb, p->zBlocks, "data", rowid, 0, &c->blob);
-    if (rc) c->blob = NULL;
-  }
-  if (rc == SQLITE_NOMEM) return rc;
-  if (rc) return set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: cannot read its data (%s)",
-                         oc->name, (long long)b, sqlite3_errmsg(p->db));
+  if ((rc = blob_to(c, k, b)) != SQLITE_OK) return rc;
   int len = sqlite3_blob_bytes(c->blob);
   if ((size_t)len > c->buf_cap) {
     size_t cap = (size_t)len + (size_t)len / 4 + 64;
@@ -1242,6 +1364,7 @@ static int col_block(cells_cursor *c, int k, int64_t b, const dc_obs_block **out
   }
   rc = len ? sqlite3_blob_read(c->blob, c->buf, len, 0) : SQLITE_OK;
   if (rc) return set_err(&p->base, rc, "cells: column '%s' block %lld: %s", oc->name, (long long)b, sqlite3_errmsg(p->db));
+  if ((rc = block_seal_check(p, k, b, c->buf, (uint64_t)len)) != SQLITE_OK) return rc;
   dc_obs_expect ex;
   ex.kind = oc->kind;
   ex.n = (uint32_t)(p->blk_first[b + 1] - p->blk_first[b]);
@@ -1621,6 +1744,10 @@ static int advance_block(cells_cursor *c) {
     int64_t b = block_of(p, c->pos);
     int64_t bstart = p->blk_first[b], bend = p->blk_first[b + 1];
     int ok = 1;
+    for (int i = 0; i < c->nterms; i++) {   /* statistics are trusted once sealed */
+      int k = ocol_of(c->terms[i].col);
+      if (k >= 0 && (rc = block_seal_verify(c, k, b)) != SQLITE_OK) return rc;
+    }
     for (int i = 0; i < c->nterms && ok; i++) ok = block_may_match(p, &c->terms[i], b);
     if (ok) {
       /* rows of the intervals within this block */

@@ -133,6 +133,14 @@ static int expr_disconnect(sqlite3_vtab *p) {
   return SQLITE_OK;
 }
 
+static int expr_destroy(sqlite3_vtab *p) {
+  expr_vtab *v = (expr_vtab *)p;
+  int refused = dc_drop_check(v->conn, v->reader ? v->reader->schema : "main",
+                              v->long_form ? "expression_long" : "expression");
+  if (refused) return refused;
+  return expr_disconnect(p);
+}
+
 /* ------------------------------------------------ plans */
 static int expr_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   expr_vtab *v = (expr_vtab *)p;
@@ -591,12 +599,12 @@ static int expr_rowid(sqlite3_vtab_cursor *cur, sqlite3_int64 *pRowid) {
 }
 
 static sqlite3_module expr_module = {
-  3, expr_create, expr_connect, expr_best_index, expr_disconnect, expr_disconnect,
+  3, expr_create, expr_connect, expr_best_index, expr_disconnect, expr_destroy,
   expr_open, expr_close, expr_filter, expr_next, expr_eof, expr_column, expr_rowid,
   NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 };
 static sqlite3_module exprl_module = {
-  3, exprl_create, exprl_connect, expr_best_index, expr_disconnect, expr_disconnect,
+  3, exprl_create, exprl_connect, expr_best_index, expr_disconnect, expr_destroy,
   expr_open, expr_close, expr_filter, expr_next, expr_eof, expr_column, expr_rowid,
   NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 };

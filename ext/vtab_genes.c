@@ -58,6 +58,8 @@
 #include "dc_ext.h"
 #include "dc_format.h"
 #include "dc_obs.h"
+#include "dc_reader.h"
+#include "dc_seal.h"
 
 /* ------------------------------------------------------------ types */
 
@@ -77,6 +79,8 @@ typedef struct gdata {
   int ref;
   int64_t n;               /* genes (dc_meta.n_genes) */
   int64_t block;           /* genes per block (dc_meta.genes_block) */
+  int sealed;              /* format version >= 3: blocks carry seals (dc_seal.h) */
+  uint64_t dataset_id;
   int n_cols;
   gcol *cols;
   /* name index over column 0: open addressing, slot = first gene id + 1 */
@@ -88,6 +92,7 @@ typedef struct gdata {
 typedef struct genes_vtab {
   sqlite3_vtab base;
   sqlite3 *db;
+  dc_conn *conn;
   char *schema, *name;     /* the table's schema and name */
   int n_cols;              /* stored columns as declared */
   char **col_name;
@@ -206,7 +211,6 @@ static const char *const FIXED[3] = {"name", "total_counts", "n_cells"};
 
 static int genes_init(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab,
                       char **pzErr) {
-  (void)aux;
   if (argc > 3) {
     *pzErr = sqlite3_mprintf("deltacells_genes: takes no arguments");
     return SQLITE_ERROR;
@@ -215,6 +219,7 @@ static int genes_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   if (!v) return SQLITE_NOMEM;
   memset(v, 0, sizeof *v);
   v->db = db;
+  v->conn = (dc_conn *)aux;
   v->schema = sqlite3_mprintf("%s", argv[1]);
   v->name = sqlite3_mprintf("%s", argv[2]);
   sqlite3_stmt *st = NULL;
@@ -305,6 +310,8 @@ static int genes_disconnect(sqlite3_vtab *p) {
 
 static int genes_destroy(sqlite3_vtab *p) {
   genes_vtab *v = (genes_vtab *)p;
+  int refused = dc_drop_check(v->conn, v->schema, v->name);
+  if (refused) return refused;
   char *sql = sqlite3_mprintf("DROP TABLE IF EXISTS \"%w\".\"%w_blocks\"; DROP TABLE IF EXISTS \"%w\".\"%w_columns\";",
                               v->schema, v->name, v->schema, v->name);
   int rc = sql ? sqlite3_exec(v->db, sql, NULL, NULL, NULL) : SQLITE_NOMEM;
@@ -329,7 +336,17 @@ static int data_current(genes_vtab *v) {
   int rc = check_version(v);
   if (rc != SQLITE_OK) return rc;
   int64_t n = 0, block = 0;
-  int f1, f2;
+  int f1, f2, sealed = 0;
+  uint64_t dataset_id = 0;
+  {
+    char *msg = NULL;
+    rc = dc_dataset_seal(v->db, v->schema, "genes", &sealed, &dataset_id, &msg);
+    if (rc != SQLITE_OK) {
+      rc = set_err(v, rc, "%s", msg ? msg : "genes: cannot read dc_meta");
+      sqlite3_free(msg);
+      return rc;
+    }
+  }
   if ((rc = meta_int(v, "n_genes", &n, &f1)) != SQLITE_OK) return rc;
   if ((rc = meta_int(v, "genes_block", &block, &f2)) != SQLITE_OK) return rc;
   if (!f1 || !f2 || n < 0 || n > INT32_MAX || block < 1 || block > (int64_t)DC_OBS_MAX_N)
@@ -362,6 +379,8 @@ static int data_current(genes_vtab *v) {
   d->ref = 1;
   d->n = n;
   d->block = block;
+  d->sealed = sealed;
+  d->dataset_id = dataset_id;
   d->cols = sqlite3_malloc64((uint64_t)v->n_cols * sizeof *d->cols);
   if (!d->cols) { sqlite3_free(d); return SQLITE_NOMEM; }
   memset(d->cols, 0, (uint64_t)v->n_cols * sizeof *d->cols);
@@ -400,8 +419,8 @@ static int load_column(genes_vtab *v, gdata *d, int k) {
       if (!c->i64) { gcol_clear(c); return SQLITE_NOMEM; }
     }
   }
-  char *sql = sqlite3_mprintf("SELECT block, first_gene, n_genes, data, col FROM \"%w\".\"%w_blocks\""
-                              " WHERE id >= ?1 AND id < ?2 ORDER BY id", v->schema, v->name);
+  char *sql = sqlite3_mprintf("SELECT block, first_gene, n_genes, data, col%s FROM \"%w\".\"%w_blocks\""
+                              " WHERE id >= ?1 AND id < ?2 ORDER BY id", d->sealed ? ", checksum" : "", v->schema, v->name);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
@@ -423,6 +442,17 @@ static int load_column(genes_vtab *v, gdata *d, int k) {
     }
     const uint8_t *blob = sqlite3_column_blob(st, 3);
     size_t len = (size_t)sqlite3_column_bytes(st, 3);
+    if (d->sealed) {
+      dc_blockplace pl = {"genes", k, c->name, c->kind, -1, blk, first, cnt, -1};
+      int64_t seal = 0;
+      if (dc_seal_block(d->dataset_id, &pl, NULL, NULL, NULL, len, blob, &seal)) { rc = SQLITE_NOMEM; goto done; }
+      if (sqlite3_column_type(st, 5) != SQLITE_INTEGER || sqlite3_column_int64(st, 5) != seal) {
+        rc = set_err(v, SQLITE_CORRUPT_VTAB, "genes: column '%s' block %lld: checksum mismatch: its data and its place "
+                     "(genes %lld..%lld of column %d) were not written together (moved, swapped, copied or edited)",
+                     c->name, (long long)blk, (long long)first, (long long)(first + cnt - 1), k);
+        goto done;
+      }
+    }
     dc_obs_expect ex = {c->kind, (uint32_t)cnt, 0};
     dc_obs_block ob;
     dc_error de;

@@ -37,12 +37,16 @@
 */
 #include <string.h>
 #include "dc_ext.h"
+#include "dc_reader.h"
 
 typedef struct tiles_vtab {
   sqlite3_vtab base;
   sqlite3 *db;
   char *schema;          /* schema of the vtab (main, temp or ATTACH name) */
   char *shadow;          /* <name>_data */
+  dc_conn *conn;
+  dc_reader *reader;     /* the table named `tiles` (shadow tiles_data): checks
+                         ** every tile's header and seal before showing its row */
 } tiles_vtab;
 
 typedef struct tiles_cursor {
@@ -55,7 +59,6 @@ enum { COL_TILE, COL_FIRST, COL_NCELLS, COL_NNZ, COL_BYTES, COL_CHUNKS };
 
 static int tiles_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
                       sqlite3_vtab **ppVtab, char **pzErr, int create) {
-  (void)aux;
   if (argc > 3) {
     *pzErr = sqlite3_mprintf("deltacells_tiles: takes no arguments");
     return SQLITE_ERROR;
@@ -69,17 +72,22 @@ static int tiles_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   if (!v) return SQLITE_NOMEM;
   memset(v, 0, sizeof *v);
   v->db = db;
+  v->conn = (dc_conn *)aux;
   v->schema = sqlite3_mprintf("%s", argv[1]);
   v->shadow = sqlite3_mprintf("%s_data", argv[2]);
   if (!v->schema || !v->shadow) { rc = SQLITE_NOMEM; goto fail; }
   if (create) {
     char *sql = sqlite3_mprintf(
         "CREATE TABLE IF NOT EXISTS \"%w\".\"%w\"(tile INTEGER PRIMARY KEY, first_cell INTEGER NOT NULL,"
-        " n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL, chunks INTEGER NOT NULL, data BLOB NOT NULL)",
+        " n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL, chunks INTEGER NOT NULL, data BLOB NOT NULL, checksum INTEGER)",
         v->schema, v->shadow);
     if (!sql) { rc = SQLITE_NOMEM; goto fail; }
     rc = sqlite3_exec(db, sql, NULL, NULL, pzErr);
     sqlite3_free(sql);
+    if (rc != SQLITE_OK) goto fail;
+  }
+  if (strcmp(v->shadow, "tiles_data") == 0) {
+    rc = dc_reader_open(db, (dc_conn *)aux, v->schema, "tiles", &v->reader, pzErr);
     if (rc != SQLITE_OK) goto fail;
   }
   *ppVtab = &v->base;
@@ -102,6 +110,7 @@ static int tiles_connect(sqlite3 *db, void *aux, int argc, const char *const *ar
 
 static int tiles_disconnect(sqlite3_vtab *p) {
   tiles_vtab *v = (tiles_vtab *)p;
+  dc_reader_free(v->reader);
   sqlite3_free(v->schema);
   sqlite3_free(v->shadow);
   sqlite3_free(v);
@@ -110,6 +119,8 @@ static int tiles_disconnect(sqlite3_vtab *p) {
 
 static int tiles_destroy(sqlite3_vtab *p) {
   tiles_vtab *v = (tiles_vtab *)p;
+  int refused = dc_drop_check(v->conn, v->schema, "tiles");
+  if (refused) return refused;
   char *sql = sqlite3_mprintf("DROP TABLE IF EXISTS \"%w\".\"%w\"", v->schema, v->shadow);
   int rc = sql ? sqlite3_exec(v->db, sql, NULL, NULL, NULL) : SQLITE_NOMEM;
   sqlite3_free(sql);
@@ -169,6 +180,8 @@ static int tiles_open(sqlite3_vtab *p, sqlite3_vtab_cursor **ppCur) {
 
 static int tiles_close(sqlite3_vtab_cursor *cur) {
   tiles_cursor *c = (tiles_cursor *)cur;
+  tiles_vtab *v = (tiles_vtab *)cur->pVtab;
+  if (v->reader) dc_reader_end(v->reader);
   sqlite3_finalize(c->stmt);
   sqlite3_free(c);
   return SQLITE_OK;
@@ -177,10 +190,26 @@ static int tiles_close(sqlite3_vtab_cursor *cur) {
 static int tiles_next(sqlite3_vtab_cursor *cur) {
   tiles_cursor *c = (tiles_cursor *)cur;
   int rc = sqlite3_step(c->stmt);
-  if (rc == SQLITE_ROW) return SQLITE_OK;
-  c->eof = 1;
-  if (rc == SQLITE_DONE) return SQLITE_OK;
   tiles_vtab *v = (tiles_vtab *)cur->pVtab;
+  if (rc == SQLITE_ROW) {
+    /* a row is shown only once its tile's header and seal check out */
+    if (v->reader) {
+      const dc_tilehead *h;
+      char *msg = NULL;
+      int64_t tile = sqlite3_column_int64(c->stmt, 0);
+      rc = tile < 0 || tile > UINT32_MAX ? SQLITE_CORRUPT_VTAB : dc_reader_head(v->reader, (uint32_t)tile, &h, &msg);
+      if (rc != SQLITE_OK) {
+        c->eof = 1;
+        sqlite3_free(v->base.zErrMsg);
+        v->base.zErrMsg = msg ? msg : sqlite3_mprintf("tiles: tile %lld is out of range", (long long)tile);
+        return rc;
+      }
+    }
+    return SQLITE_OK;
+  }
+  c->eof = 1;
+  if (v->reader) dc_reader_end(v->reader);
+  if (rc == SQLITE_DONE) return SQLITE_OK;
   sqlite3_free(v->base.zErrMsg);
   v->base.zErrMsg = sqlite3_mprintf("tiles: reading %s: %s", v->shadow, sqlite3_errmsg(v->db));
   return rc;
@@ -194,6 +223,15 @@ static int tiles_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   c->stmt = NULL;
   c->eof = 1;
   if (idxNum != argc || !idxStr) goto bad_plan;
+  if (v->reader) {
+    char *msg = NULL;
+    int rc = dc_reader_begin(v->reader, &msg);
+    if (rc != SQLITE_OK) {
+      sqlite3_free(v->base.zErrMsg);
+      v->base.zErrMsg = msg;
+      return rc;
+    }
+  }
   sqlite3_str *s = sqlite3_str_new(v->db);
   sqlite3_str_appendf(s, "SELECT tile, first_cell, n_cells, nnz, length(data), chunks FROM \"%w\".\"%w\"",
                       v->schema, v->shadow);

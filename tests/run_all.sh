@@ -2,8 +2,10 @@
 # Runs every test of deltacells and ends with one line "N passed, N failed, N skipped".
 #   C tests (build/tests/*), the same under ASan+UBSan (build/asan/tests/*),
 #   the committed fuzz regression inputs (tests/fuzz/corpus/), the libFuzzer targets for a bounded time,
-#   the SQL-file tests (sql/tests/*.sql), the Python tests (pytest tests/python), and a
-#   check that the Python suite holds up with the real data hidden (DC_REAL_DATA='').
+#   the SQL-file tests (sql/tests/*.sql), the Python tests (pytest tests/python), a
+#   check that the Python suite holds up with the real data hidden (DC_REAL_DATA=''), and the
+#   SQL-file tests and a pytest subset again with the extension and converter built with
+#   ASan+UBSan (build/asan/deltacells.so, build/asan/deltacells).
 # Each C test function, each fuzz target, each SQL file and each pytest test counts once;
 # the hidden-data check counts once. Every skip is listed with its reason before the last line.
 #
@@ -141,6 +143,34 @@ if ls tests/python/test_*.py >/dev/null 2>&1; then
   else
     fail=$((fail + 1)); failed_names+=("hidden-data"); echo "[hidden-data] FAIL: $hid_fail (logs: $log/collect*.log, $log/pytest-hidden.log)"
   fi
+fi
+
+# The extension and the converter built with ASan+UBSan (build/asan/deltacells.so and
+# build/asan/deltacells): the SQL-file tests, then a subset of pytest (the damage, verify, limits
+# and dc_batch error tests) against them.  A process that loads the library must have libasan
+# first (LD_PRELOAD); leak checks are off there (Python itself keeps memory at exit).
+echo "== SQL-file tests and a pytest subset with the extension and converter built with ASan+UBSan"
+asan_lib=$(${CC:-gcc} -print-file-name=libasan.so)
+if [ -x build/asan/deltacells ] && [ -f build/asan/deltacells.so ] && [ -f "$asan_lib" ]; then
+  san_env=(env LD_PRELOAD="$asan_lib" ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+           UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
+  out=$("${san_env[@]}" DC_EXT=build/asan/deltacells bash sql/tests/run.sh 2>&1); rc=$?
+  grep -E '^(FAIL|  )' <<<"$out" || true
+  count_lines "$out" "$rc" "asan/sql"
+  asan_tests=(tests/python/test_integrity.py tests/python/test_verify.py tests/python/test_batch_limits.py
+              tests/python/test_cells_corrupt.py tests/python/test_batch_errors.py)
+  "${san_env[@]}" DC_BUILD=build/asan DELTACELLS_CONVERTER=build/asan/deltacells \
+    DELTACELLS_EXTENSION="$PWD/build/asan/deltacells.so" PYTHONPATH=python \
+    "$PYTHON" -m pytest -q -p no:cacheprovider -rfEs "${asan_tests[@]}" >"$log/pytest-asan.log" 2>&1
+  read -r p f s < <(pytest_counts "$log/pytest-asan.log")
+  if [ "$p" = "-" ] || [ "$f" != 0 ]; then grep -v '^SKIPPED ' "$log/pytest-asan.log" | tail -60; fi
+  if [ "$p" = "-" ]; then p=0; f=1; s=0; failed_names+=("asan/pytest (no summary line: a sanitizer report?)"); fi
+  [ "$f" -gt 0 ] && failed_names+=("asan/pytest")
+  while IFS= read -r l; do skip_why+=("[asan/pytest] $l"); done < <(skip_reasons "$log/pytest-asan.log")
+  echo "[asan/pytest] $p passed, $f failed, $s skipped ($(basename -a "${asan_tests[@]}" | tr '\n' ' '))"
+  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+else
+  fail=$((fail + 1)); failed_names+=("asan build"); echo "FAIL: build/asan/deltacells(.so) or $asan_lib is missing (make sanitize)"
 fi
 
 if [ "${#skip_why[@]}" -gt 0 ]; then

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ENTRY_POINT = "sqlite3_deltacells_init"
 # dataset format versions this package reads (ext/dc_format.h keeps the same numbers)
-FORMAT_MIN, FORMAT_VERSION = 1, 2
+FORMAT_MIN, FORMAT_VERSION = 1, 3
 _PKG_DIR = Path(__file__).resolve().parent
 
 NO_LOADING_MESSAGE = (

@@ -13,6 +13,8 @@
 #     extension: its .load line is dropped); that output must equal NAME.expected as well.
 #   - Other files (plans, errors, dc_batch) ATTACH the oracle as `o` and compare with it in SQL.
 # Prints "ok NAME" or "FAIL NAME" with the reason and a diff.
+# DC_EXT=PATH runs the files with another build of the extension (their `.load build/deltacells`
+# line becomes `.load PATH`; make test uses it for the ASan+UBSan build, with libasan preloaded).
 #   sql/tests/run.sh --update   rewrites NAME.expected (from the oracle for oracle files) and
 #                               NAME.error from the current output (review the diff!)
 set -u
@@ -47,7 +49,8 @@ differs() {
 for f in sql/tests/*.sql; do
   [ -e "$f" ] || continue
   name=$(basename "$f" .sql); exp=sql/tests/$name.expected; experr=sql/tests/$name.error
-  sqlite3 -batch -bail "$FIX" <"$f" >"$tmp/out" 2>"$tmp/err"; st=$?
+  sed "s|^\.load build/deltacells\$|.load ${DC_EXT:-build/deltacells}|" "$f" |
+    sqlite3 -batch -bail "$FIX" >"$tmp/out" 2>"$tmp/err"; st=$?
   oracle=0; grep -qx -- '-- oracle: same output' "$f" && oracle=1
   if [ "$oracle" = 1 ]; then
     sed '/^\.load /d' "$f" | sqlite3 -batch -bail -readonly "$ORACLE" >"$tmp/oout" 2>"$tmp/oerr"; ost=$?

@@ -3,15 +3,150 @@
 ** crashes, never reads out of bounds, and a block it accepts is consistent
 ** (NULL count, offsets within the text).  The first input byte chooses the
 ** kind and dictionary size the reader expects; the rest is the blob.  Seeds
-** of every kind and method are made by the encoder on the first call.
+** of every kind and method are made by the encoder: LLVMFuzzerInitialize
+** writes them into the first corpus directory on the command line (files
+** seed-*, written only where missing), so `build/fuzz/fuzz_obs DIR` starts
+** from real blocks of every kind, width, method, with and without NULLs
+** and zstd, not from nothing.
 */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "dc_obs.h"
 
 static dc_obs_decoder *dec;
+
+/* The selector byte of an input: kind = 1 + b % 5, n_categories = (b >> 3) * 9. */
+static uint8_t selector(int kind, uint32_t n_categories) {
+  uint32_t q = (n_categories + 8) / 9;
+  for (uint32_t x = q * 8; x < q * 8 + 8; x++)
+    if ((int)(x % 5) == kind - 1) return (uint8_t)x;
+  return 0;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static void write_seed(const char *dir, const char *name, const dc_obs_values *v, int level) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/seed-%s-n%u-l%d", dir, name, v->n, level);
+  struct stat st;
+  if (stat(path, &st) == 0) return;
+  uint8_t *blob = NULL;
+  size_t len = 0;
+  dc_error err;
+  if (dc_obs_encode(v, level, &blob, &len, NULL, &err) != DC_OK) { fprintf(stderr, "seed %s: %s\n", name, err.msg); abort(); }
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    uint8_t sel = selector(v->kind, v->kind == DC_OBS_CATEGORY ? v->n_categories : 0);
+    fwrite(&sel, 1, 1, f);
+    fwrite(blob, 1, len, f);
+    fclose(f);
+  }
+  free(blob);
+}
+
+/* Blocks of every kind and method (the encoder picks the method; the data
+** make each one the smallest), at three sizes and two levels. */
+static void write_seeds(const char *dir) {
+  static const uint32_t sizes[3] = {1, 97, 5000};
+  const uint32_t N = 5000;
+  int32_t *codes = malloc(N * sizeof *codes);
+  int64_t *i64 = malloc(N * sizeof *i64);
+  uint8_t *valid = malloc(N);
+  double *f64 = malloc(N * sizeof *f64);
+  int8_t *b8 = malloc(N);
+  const char **text = malloc(N * sizeof *text);
+  uint32_t *tlen = malloc(N * sizeof *tlen);
+  char *arena = malloc((size_t)N * 24);
+  if (!codes || !i64 || !valid || !f64 || !b8 || !text || !tlen || !arena) abort();
+  for (int s = 0; s < 3; s++) {
+    uint32_t n = sizes[s];
+    for (int nulls = 0; nulls < 2; nulls++) {
+      for (int level = 1; level <= 9; level += 8) {
+        dc_obs_values v;
+        char name[64];
+        /* category: few codes (u8), many (u16), NULLs as -1 */
+        static const uint32_t ncat[2] = {4, 270};
+        for (int c = 0; c < 2; c++) {
+          for (uint32_t i = 0; i < n; i++) codes[i] = nulls && rnd() % 7 == 0 ? -1 : (int32_t)(rnd() % ncat[c]);
+          memset(&v, 0, sizeof v);
+          v.kind = DC_OBS_CATEGORY; v.n = n; v.codes = codes; v.n_categories = ncat[c];
+          snprintf(name, sizeof name, "category%u-nulls%d", ncat[c], nulls);
+          write_seed(dir, name, &v, level);
+        }
+        /* int: random (FOR), increasing (DELTA), constant, wide */
+        for (int m = 0; m < 4; m++) {
+          int64_t acc = (int64_t)(rnd() % 1000);
+          for (uint32_t i = 0; i < n; i++) {
+            acc += (int64_t)(rnd() % 5);
+            i64[i] = m == 0 ? (int64_t)(rnd() % 3000) : m == 1 ? acc : m == 2 ? 42 : (int64_t)rnd();
+            valid[i] = !(nulls && rnd() % 5 == 0);
+          }
+          memset(&v, 0, sizeof v);
+          v.kind = DC_OBS_INT; v.n = n; v.i64 = i64; v.valid = nulls ? valid : NULL;
+          snprintf(name, sizeof name, "int%d-nulls%d", m, nulls);
+          write_seed(dir, name, &v, level);
+        }
+        /* real: binary64, binary32-exact, whole numbers; NaN = NULL */
+        for (int m = 0; m < 3; m++) {
+          for (uint32_t i = 0; i < n; i++) {
+            double x = (double)(rnd() % 100000) / 7.0;
+            f64[i] = m == 0 ? x : m == 1 ? (double)(float)x : (double)(rnd() % 500);
+            if (nulls && rnd() % 6 == 0) f64[i] = NAN;
+          }
+          memset(&v, 0, sizeof v);
+          v.kind = DC_OBS_REAL; v.n = n; v.f64 = f64;
+          snprintf(name, sizeof name, "real%d-nulls%d", m, nulls);
+          write_seed(dir, name, &v, level);
+        }
+        /* bool */
+        for (uint32_t i = 0; i < n; i++) b8[i] = nulls && rnd() % 4 == 0 ? -1 : (int8_t)(rnd() % 2);
+        memset(&v, 0, sizeof v);
+        v.kind = DC_OBS_BOOL; v.n = n; v.b8 = b8;
+        snprintf(name, sizeof name, "bool-nulls%d", nulls);
+        write_seed(dir, name, &v, level);
+        /* text: words, and barcodes (the DNA method) */
+        for (int m = 0; m < 2; m++) {
+          for (uint32_t i = 0; i < n; i++) {
+            char *t = arena + (size_t)i * 24;
+            uint32_t l = 0;
+            if (m == 0) { l = (uint32_t)(rnd() % 12); for (uint32_t j = 0; j < l; j++) t[j] = (char)('a' + rnd() % 26); }
+            else { l = 16; for (uint32_t j = 0; j < 14; j++) t[j] = "ACGT"[rnd() % 4]; t[14] = '-'; t[15] = '1'; }
+            t[l] = 0;
+            text[i] = nulls && rnd() % 9 == 0 ? NULL : t;
+            tlen[i] = l;
+          }
+          memset(&v, 0, sizeof v);
+          v.kind = DC_OBS_TEXT; v.n = n; v.text = text; v.text_len = tlen;
+          snprintf(name, sizeof name, "text%d-nulls%d", m, nulls);
+          write_seed(dir, name, &v, level);
+        }
+      }
+    }
+  }
+  free(codes); free(i64); free(valid); free(f64); free(b8); free(text); free(tlen); free(arena);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  for (int i = 1; i < *argc; i++) {
+    const char *a = (*argv)[i];
+    struct stat st;
+    if (a[0] != '-' && stat(a, &st) == 0 && S_ISDIR(st.st_mode)) {
+      write_seeds(a);
+      break;
+    }
+  }
+  return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!dec) dec = dc_obs_decoder_new();

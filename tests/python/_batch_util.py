@@ -28,8 +28,10 @@ def _real_dir():
 
 
 REAL, _REAL_HOW = _real_dir()
-CONVERTER = ROOT / "build" / "deltacells"
-EXTENSION = ROOT / "build" / "deltacells.so"
+# DC_BUILD: another build (make test uses build/asan, the ASan+UBSan build, for a subset)
+BUILD = Path(os.environ.get("DC_BUILD", ROOT / "build"))
+CONVERTER = BUILD / "deltacells"
+EXTENSION = BUILD / "deltacells.so"
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 REAL_FILES = ["fhil_pbmc3k.h5ad", "mudan_sorted_pbmc_reference.h5ad", "pisces_pbmc1k.h5ad",
               "scanpy_10x10k_subset.h5ad", "soupx_pbmc4k_subset.h5ad"]

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from _batch_util import (PY, ROOT, assert_csr_equal, batch, connect, generated, ids_blob,
+from _batch_util import (PY, ROOT, assert_csr_equal, batch, connect, convert, generated, ids_blob,
                          reference_matrix)
 
 
@@ -133,12 +133,22 @@ def test_change_by_another_connection_invalidates_cache(ds, tmp_path):
     reader.execute("SELECT dc_config('cache_mb', 64)")
     _, m, _ = batch(reader, ids_blob([0, 1, 999]))
     assert_csr_equal(m, X[[0, 1, 999]])
-    # another connection swaps the contents of tiles 0 and 1 (same cell counts)
+    # another connection rewrites tiles 0 and 1 with the cells of tiles 1 and 0: the tiles of
+    # the same input with those cells swapped, converted under this dataset's id, so that the
+    # new tiles are sealed for their places (a blob merely moved would be SQLITE_CORRUPT)
+    import anndata
+    a = anndata.read_h5ad(str(ds[0].parent / "gen_6000_1500_4.h5ad"))   # the fixture's input
+    order = np.r_[1000:2000, 0:1000, 2000:a.n_obs]
+    swapped_h5, swapped = tmp_path / "swapped.h5ad", tmp_path / "swapped.dcdb"
+    import scipy.sparse as sp
+    Xs = sp.csr_matrix(a.X).astype(np.int64)[order].astype(np.int32)
+    anndata.AnnData(X=Xs, obs=a.obs.iloc[order].copy(), var=a.var.copy(), dtype=Xs.dtype).write_h5ad(swapped_h5)
     w = sqlite3.connect(str(db))
-    r0 = w.execute("SELECT nnz, chunks, data FROM tiles_data WHERE tile = 0").fetchone()
-    r1 = w.execute("SELECT nnz, chunks, data FROM tiles_data WHERE tile = 1").fetchone()
-    w.execute("UPDATE tiles_data SET nnz = ?, chunks = ?, data = ? WHERE tile = 0", r1)
-    w.execute("UPDATE tiles_data SET nnz = ?, chunks = ?, data = ? WHERE tile = 1", r0)
+    (dataset_id,) = w.execute("SELECT value FROM dc_meta WHERE key = 'dataset_id'").fetchone()
+    convert(swapped_h5, swapped, 1000, ["--dataset-id", dataset_id])
+    w.execute("ATTACH ? AS s", (str(swapped),))
+    w.execute("UPDATE tiles_data SET (nnz, chunks, data, checksum) = (SELECT nnz, chunks, data, checksum FROM"
+              " s.tiles_data t WHERE t.tile = tiles_data.tile) WHERE tile IN (0, 1)")
     w.commit()
     w.close()
     _, m, _ = batch(reader, ids_blob([0, 1, 999]))

@@ -379,9 +379,13 @@ def test_deterministic_output(tmp_path):
     digests = set()
     for i, threads in enumerate(("1", "2", "3")):
         out = tmp_path / f"g{i}.dcdb"
-        convert(p, out, "--tile-cells", "100", "--threads", threads)
+        # the dataset id (the key of the seals) is random unless given
+        convert(p, out, "--tile-cells", "100", "--threads", threads, "--dataset-id", "00c0ffee12345678")
         digests.add(hashlib.sha256(out.read_bytes()).hexdigest())
     assert len(digests) == 1
+    out = tmp_path / "random-id.dcdb"
+    convert(p, out, "--tile-cells", "100")
+    assert hashlib.sha256(out.read_bytes()).hexdigest() not in digests
 
 
 def test_generator_fixture_shape(tmp_path):

@@ -357,12 +357,20 @@ def test_verify_finds_damage(tmp_path):
     # gene totals that disagree with the tiles
     shutil.copy(out, bad)
     db = sqlite3.connect(bad)
-    # (total_counts, stored column 1, replaced by the block of n_cells, column 2)
+    # (total_counts, stored column 1, replaced by the block of n_cells, column 2): in format
+    # version 3 the block's seal finds it first; in a version-2 file (no seals) the totals do
     db.execute("UPDATE genes_blocks SET data=(SELECT data FROM genes_blocks WHERE col=2) WHERE col=1")
+    db.commit()
+    r = run("verify", bad, check=False)
+    assert r.returncode == 1 and "genes column 'total_counts' block 0: checksum mismatch" in r.stderr, r.stderr
+    for t in ("tiles_data", "cells_blocks", "genes_blocks", "cells_columns"):
+        db.execute(f"ALTER TABLE {t} DROP COLUMN checksum")
+    db.execute("DELETE FROM dc_meta WHERE key = 'dataset_id'")
+    db.execute("UPDATE dc_meta SET value = 2 WHERE key = 'format_version'")
     db.commit()
     db.close()
     r = run("verify", bad, check=False)
-    assert r.returncode == 1 and "gene 0" in r.stderr and "total_counts" in r.stderr
+    assert r.returncode == 1 and "gene 0" in r.stderr and "total_counts" in r.stderr, r.stderr
     # a damaged block of the genes table
     shutil.copy(out, bad)
     db = sqlite3.connect(bad)

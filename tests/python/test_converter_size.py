@@ -71,7 +71,7 @@ def test_tiles_never_span_inputs(tmp_path):
     t, meta = tiles(out)
     assert [(fc, n) for _, fc, n in t] == [(0, 10), (10, 10), (20, 3), (23, 7), (30, 10), (40, 10), (50, 10),
                                            (60, 10)]
-    assert meta["format_version"] == 2 and meta["n_tiles"] == 8
+    assert meta["format_version"] == 3 and meta["n_tiles"] == 8
     src = json.loads(meta["sources"])
     assert [(s["first_cell"], s["n_cells"], s["first_tile"], s["n_tiles"]) for s in src] == \
         [(0, 23, 0, 3), (23, 7, 3, 1), (30, 40, 4, 4)]
@@ -284,6 +284,11 @@ def test_genes_is_read_only_and_drop_removes_its_storage(gds, tmp_path):
     for q in ("UPDATE genes SET name = 'x'", "DELETE FROM genes", "INSERT INTO genes(gene_id) VALUES(99)"):
         with pytest.raises(sqlite3.OperationalError, match="may not be modified"):
             con.execute(q)
+    with pytest.raises(sqlite3.OperationalError, match="access permission denied"):
+        con.execute("DROP TABLE genes")    # refused unless asked for (dc_config('allow_drop', 1))
+    assert "DROP TABLE main.genes refused" in con.execute("SELECT dc_config('last_refusal')").fetchone()[0]
+    assert con.execute("SELECT count(*) FROM genes").fetchone()[0] == len(NAMES)
+    con.execute("SELECT dc_config('allow_drop', 1)")
     con.execute("DROP TABLE genes")
     left = [r[0] for r in con.execute("SELECT name FROM sqlite_schema WHERE name LIKE 'genes%'")]
     assert left == []
@@ -310,13 +315,22 @@ def test_genes_see_changes_and_report_damage(gds, tmp_path):
     shutil.copy(small, p)
     con = connect(p)
     before = con.execute("SELECT total_counts, n_cells FROM genes ORDER BY gene_id").fetchall()
-    # another connection replaces total_counts by n_cells: the first sees it at its next statement
+    # another connection replaces total_counts by n_cells: the first sees it at its next statement,
+    # as a block that was not written for its place (format version 3 seals it), never as data
     w = sqlite3.connect(str(p))
     w.execute("UPDATE genes_blocks SET data = (SELECT data FROM genes_blocks b WHERE b.col = 2 AND"
               " b.block = genes_blocks.block) WHERE col = 1")
     w.commit()
+    with pytest.raises(sqlite3.DatabaseError, match="column 'total_counts' block 0: checksum mismatch"):
+        con.execute("SELECT total_counts, n_cells FROM genes ORDER BY gene_id").fetchall()
+    # ... and a change that keeps blocks in their places is seen: the columns back as they were
+    w.execute("ATTACH ? AS s", (str(small),))
+    w.execute("UPDATE genes_blocks SET data = (SELECT data FROM s.genes_blocks b WHERE b.id = genes_blocks.id)"
+              " WHERE col = 1")
+    w.commit()
+    w.execute("DETACH s")
     after = con.execute("SELECT total_counts, n_cells FROM genes ORDER BY gene_id").fetchall()
-    assert after == [(n, n) for _, n in before] and after != before
+    assert after == before
     # a flipped byte in block 1 of the names: SQLITE_CORRUPT naming the column and block
     blob = bytearray(w.execute("SELECT data FROM genes_blocks WHERE col = 0 AND block = 1").fetchone()[0])
     blob[-1] ^= 0xFF
@@ -349,18 +363,19 @@ def set_version(src, dst, v):
 
 def test_newer_format_version_is_refused_by_every_reader(gds, tmp_path):
     _, small, _ = gds
-    p = set_version(small, tmp_path / "v3.dcdb", 3)
+    p = set_version(small, tmp_path / "v4.dcdb", 4)
     con = connect(p)
-    for q in ("SELECT * FROM genes", "SELECT n_cells FROM dc_batch('[0]')", "SELECT * FROM expression LIMIT 1"):
-        with pytest.raises(sqlite3.Error, match=r"format_version 3.*versions [12]\.\.2.*upgrade deltacells"):
+    for q in ("SELECT * FROM genes", "SELECT n_cells FROM dc_batch('[0]')", "SELECT * FROM expression LIMIT 1",
+              "SELECT * FROM cells", "SELECT * FROM tiles"):
+        with pytest.raises(sqlite3.Error, match=r"format_version 4.*versions [12]\.\.3.*upgrade deltacells"):
             con.execute(q).fetchall()
     con.close()
     for cmd in ("info", "verify"):
         r = run(cmd, p, check=False)
-        assert r.returncode == 1 and "format_version 3" in r.stderr and "1..2" in r.stderr, r.stderr
+        assert r.returncode == 1 and "format_version 4" in r.stderr and "1..3" in r.stderr, r.stderr
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import deltacells
-    with pytest.raises(ValueError, match=r"format_version 3; this deltacells reads versions 1\.\.2"):
+    with pytest.raises(ValueError, match=r"format_version 4; this deltacells reads versions 1\.\.3"):
         deltacells.connect(p)
     for v in (0, "two"):
         q = set_version(small, tmp_path / f"v{v}.dcdb", v)
@@ -377,6 +392,7 @@ def test_version_1_dataset_still_reads(gds, tmp_path):
     shutil.copy(small, p)
     con = connect(p)
     con.execute("CREATE TABLE g1 AS SELECT * FROM genes")
+    con.execute("SELECT dc_config('allow_drop', 1)")
     con.execute("DROP TABLE genes")
     con.execute("ALTER TABLE g1 RENAME TO genes")
     con.execute("CREATE INDEX genes_name ON genes(name)")
@@ -393,7 +409,7 @@ def test_version_1_dataset_still_reads(gds, tmp_path):
     assert j["format_version"] == 1 and "genes_bytes" not in j
     q = set_version(small, tmp_path / "v1b.dcdb", 1)
     con = connect(q)
-    with pytest.raises(sqlite3.Error, match=r"format_version 1; this deltacells_genes table reads versions 2\.\.2"):
+    with pytest.raises(sqlite3.Error, match=r"format_version 1; this deltacells_genes table reads versions 2\.\.3"):
         con.execute("SELECT * FROM genes").fetchall()
     con.close()
 
@@ -429,7 +445,7 @@ def test_real_file_size_bound(real_sets):
         bound = 1.25 * (j["expression_bytes"] + j["obs_bytes"]) + 256 * 1024
         assert j["file_bytes"] == os.path.getsize(out)
         assert j["file_bytes"] <= bound, (out.name, j["file_bytes"], bound)
-        assert j["format_version"] == 2 and j["genes_bytes"] > 0
+        assert j["format_version"] == 3 and j["genes_bytes"] > 0
 
 
 def test_real_merged_tiles_are_the_separate_files_tiles(real_sets):

@@ -1,0 +1,287 @@
+"""`deltacells verify` checks everything a query relies on (issue 12 cases 4-6): missing tables,
+missing rows, dc_meta against the data, statistics recomputed from the values, dictionaries,
+seals; one line per fault, at most 20, then a count; --json.  And the property behind it:
+after any damage, either verify reports a fault or every query still gives the original answer."""
+import json
+import random
+import shutil
+import sqlite3
+import subprocess
+
+import pytest
+
+from _cells_data import CONVERTER, ROOT, connect, convert
+
+SQLITE_CORRUPT = 11
+
+
+@pytest.fixture(scope="module")
+def h5(tmp_path_factory):
+    d = tmp_path_factory.mktemp("verify")
+    p = d / "small.h5ad"
+    subprocess.run(["/usr/bin/python3", str(ROOT / "scripts" / "gen_h5ad.py"), "--cells", "3000", "--genes", "200",
+                    "--seed", "7", "-o", str(p)], check=True, capture_output=True, timeout=300)
+    return p
+
+
+@pytest.fixture(scope="module")
+def good(h5):
+    return convert(h5, h5.parent / "good.dcdb", "--tile-cells", "1000")
+
+
+def damaged(src, tmp_path, *sql, name="bad.dcdb"):
+    p = tmp_path / name
+    shutil.copy(src, p)
+    con = sqlite3.connect(p)
+    for q in sql:
+        con.execute(q)
+    con.commit()
+    con.close()
+    return p
+
+
+def verify(path, *args):
+    return subprocess.run([str(CONVERTER), "verify", str(path), *args], capture_output=True, text=True, timeout=600)
+
+
+def faults(path):
+    r = verify(path)
+    assert r.returncode != 0, f"verify passed a damaged dataset: {r.stdout}"
+    lines = [l for l in r.stderr.splitlines() if l.startswith("verify: ")]
+    assert lines, r.stderr
+    return "\n".join(lines)
+
+
+def col_id(db, name):
+    con = sqlite3.connect(db)
+    (c,) = con.execute("SELECT col FROM cells_columns WHERE name = ?", (name,)).fetchone()
+    con.close()
+    return c
+
+
+def query_fails(path, q, word):
+    con = connect(path)
+    with pytest.raises(sqlite3.DatabaseError, match=word):
+        con.execute(q).fetchall()
+    con.close()
+
+
+def test_good_dataset(good):
+    r = verify(good)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "ok: 3 tiles (3000 cells" in r.stdout and "seals" in r.stdout
+    r = verify(good, "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["ok"] is True and j["faults"] == 0 and j["messages"] == [] and j["sealed"] is True
+    assert (j["tiles"], j["cells"], j["genes"], j["format_version"]) == (3, 3000, 200, 3)
+    assert j["obs_blocks"] == sqlite3.connect(good).execute("SELECT count(*) FROM cells_blocks").fetchone()[0]
+
+
+def test_case4_tiles_data_dropped(good, tmp_path):
+    bad = damaged(good, tmp_path, "DROP TABLE tiles_data")
+    # the cells table no longer pretends every cell has tile NULL
+    query_fails(bad, "SELECT * FROM cells", "tiles_data is missing")
+    query_fails(bad, "SELECT tile FROM cells WHERE cell_id = 3", "tiles_data is missing")
+    assert "table tiles_data is missing" in faults(bad)
+
+
+@pytest.mark.parametrize("table", ["cells_dict", "cells_blocks", "cells_columns", "genes_blocks", "genes_columns"])
+def test_shadow_table_dropped(good, tmp_path, table):
+    bad = damaged(good, tmp_path, f"DROP TABLE {table}")
+    assert f"table {table} is missing" in faults(bad)
+
+
+def test_case5_cells_columns_row_deleted(good, tmp_path):
+    c = col_id(good, "age")
+    bad = damaged(good, tmp_path, f"DELETE FROM cells_columns WHERE col = {c}")
+    query_fails(bad, "SELECT count(*) FROM cells WHERE cell_id < 10", "lacks")
+    f = faults(bad)
+    assert f"col {c + 1} where {c} is expected" in f and f"blocks of column {c}, which cells_columns lacks" in f
+
+
+def test_case5_cells_dict_row_deleted(good, tmp_path):
+    c = col_id(good, "cell_type")
+    bad = damaged(good, tmp_path, f"DELETE FROM cells_dict WHERE col = {c} AND code = 3")
+    query_fails(bad, "SELECT cell_type FROM cells", "cell_type")
+    assert "'cell_type': dictionary code 4 where 3 is expected" in faults(bad)
+    bad = damaged(good, tmp_path, f"DELETE FROM cells_dict WHERE col = {c} AND code = "
+                                  f"(SELECT max(code) FROM cells_dict WHERE col = {c})", name="bad2.dcdb")
+    assert "'cell_type': the dictionary has" in faults(bad)
+
+
+@pytest.mark.parametrize("key,delta", [("n_tiles", 1), ("n_tiles", -1), ("n_cells", 1), ("nnz", 5), ("n_genes", 1)])
+def test_case5_meta_edited(good, tmp_path, key, delta):
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = value + {delta} WHERE key = '{key}'")
+    f = faults(bad)
+    assert f"dc_meta.{key}" in f, f
+    if key == "n_tiles":
+        query_fails(bad, "SELECT * FROM dc_batch('[0]')", "dc_meta says|dc_meta.n_tiles says")
+
+
+def test_meta_not_an_integer(good, tmp_path):
+    bad = damaged(good, tmp_path, "UPDATE dc_meta SET value = 'many' WHERE key = 'n_tiles'")
+    assert "dc_meta.n_tiles is missing, not an integer or impossible" in faults(bad)
+
+
+def test_case5_gene_names_swapped(good, tmp_path):
+    # the block of gene names swapped with the block of another text column of the genes table
+    con = sqlite3.connect(good)
+    (other,) = con.execute("SELECT col FROM genes_columns WHERE kind = 'text' AND col > 0").fetchone()
+    con.close()
+    bad = damaged(good, tmp_path, "CREATE TEMP TABLE s AS SELECT col, data FROM genes_blocks",
+                  f"UPDATE genes_blocks SET data = (SELECT data FROM s WHERE s.col = {other}) WHERE col = 0",
+                  f"UPDATE genes_blocks SET data = (SELECT data FROM s WHERE s.col = 0) WHERE col = {other}")
+    query_fails(bad, "SELECT name FROM genes", "checksum mismatch")
+    query_fails(bad, "SELECT * FROM dc_batch('[0]', '[\"GENE1\"]')", "checksum mismatch")
+    f = faults(bad)
+    assert "genes column 'name' block 0: checksum mismatch" in f
+
+
+def downgrade(good, tmp_path, name="v2.dcdb"):
+    return damaged(good, tmp_path, *[f"ALTER TABLE {t} DROP COLUMN checksum"
+                                     for t in ("tiles_data", "cells_blocks", "genes_blocks", "cells_columns")],
+                   "DELETE FROM dc_meta WHERE key = 'dataset_id'",
+                   "UPDATE dc_meta SET value = 2 WHERE key = 'format_version'", name=name)
+
+
+@pytest.mark.parametrize("stat,sql", [
+    ("max", "UPDATE cells_blocks SET max = max + 1 WHERE col = {age}"),
+    ("min", "UPDATE cells_blocks SET min = min - 1 WHERE col = {n_counts}"),
+    ("null_count", "UPDATE cells_blocks SET null_count = null_count + 1 WHERE col = {n_counts}"),
+    ("present", "UPDATE cells_blocks SET present = zeroblob(length(present)) WHERE col = {cell_type}"),
+    ("max", "UPDATE cells_blocks SET max = max * 2 WHERE col = {percent_mt}"),
+])
+def test_statistics_recomputed(good, tmp_path, stat, sql):
+    # without seals (version 2) only recomputing the statistics finds these
+    old = downgrade(good, tmp_path)
+    ids = {n: col_id(good, n) for n in ("age", "n_counts", "cell_type", "percent_mt")}
+    bad = damaged(old, tmp_path, sql.format(**ids), name="v2bad.dcdb")
+    assert f"cells_blocks.{stat} disagrees with the block's values" in faults(bad)
+
+
+def test_case6_output_capped(h5, tmp_path):
+    # 30 tiles, every one damaged: 20 lines, then the count
+    src = convert(h5, tmp_path / "t30.dcdb", "--tile-cells", "100")
+    bad = damaged(src, tmp_path, "UPDATE tiles_data SET data = substr(data, 1, 60) || zeroblob(8) || substr(data, 69)")
+    r = verify(bad)
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert len([l for l in lines if l.startswith("verify: ")]) == 21, r.stderr
+    assert "... and 10 more faults (only the first 20 are shown)" in r.stderr
+    assert lines[-1].endswith("30 faults found"), lines[-1]
+    r = verify(bad, "--json")
+    assert r.returncode == 1
+    j = json.loads(r.stdout)
+    assert j["ok"] is False and j["faults"] == 30 and len(j["messages"]) == 20 and j["not_shown"] == 10
+    assert all(m.startswith("tile ") for m in j["messages"])
+
+
+# --- the property: damage is either found by verify or changes no answer ---------------------
+
+QUERIES = [
+    "SELECT * FROM cells ORDER BY cell_id",
+    "SELECT count(*) FROM cells WHERE n_counts > 1000",
+    "SELECT count(*) FROM cells WHERE age BETWEEN 30 AND 50 AND is_doublet = 0",
+    "SELECT cell_type, count(*) FROM cells GROUP BY 1 ORDER BY 1",
+    "SELECT count(*) FROM cells WHERE cell_type IN (SELECT cell_type FROM cells WHERE cell_id = 7)",
+    "SELECT cell_id FROM cells WHERE percent_mt < 2 ORDER BY cell_id",
+    "SELECT * FROM genes ORDER BY gene_id",
+    "SELECT * FROM tiles ORDER BY tile",
+    "SELECT n_cells, indptr, indices, data FROM dc_batch('[0, 999, 1000, 1999, 2000, 2999, 5, 1500]')",
+    "SELECT n_genes, indices, data FROM dc_batch('[0, 1, 1500, 2999]', '[\"GENE0\", \"GENE5\", \"GENE150\"]')",
+    "SELECT cell_id, genes, counts FROM expression WHERE cell_id IN (1, 1001, 2001)",
+    "SELECT sum(count) FROM expression_long WHERE gene_id = 3",
+]
+
+
+def answers(path):
+    con = connect(path)
+    out = []
+    for q in QUERIES:
+        try:
+            out.append(con.execute(q).fetchall())
+        except sqlite3.DatabaseError as e:
+            out.append(("error", str(e)))
+    con.close()
+    return out
+
+
+# (table, key column, columns that may be damaged)
+DAMAGE = [
+    ("tiles_data", "tile", ["first_cell", "n_cells", "nnz", "chunks", "data", "checksum"]),
+    ("cells_blocks", "id", ["null_count", "min", "max", "present", "data", "checksum", "first_cell", "n_cells"]),
+    ("cells_columns", "col", ["name", "kind", "n_categories", "null_count", "bytes", "checksum"]),
+    ("cells_dict", "rowid", ["value", "code"]),
+    ("genes_blocks", "id", ["data", "checksum", "n_genes", "first_gene"]),
+    ("genes_columns", "col", ["name", "kind", "null_count", "bytes"]),
+    ("dc_meta", "key", ["value"]),
+]
+
+
+def random_damage(con, rng):
+    table, key, cols = rng.choice(DAMAGE)
+    col = rng.choice(cols)
+    if table == "cells_dict":
+        keys = [r[0] for r in con.execute("SELECT col || ',' || code FROM cells_dict")]
+        a, b = rng.sample(keys, 2)
+        where = lambda k: f"col = {k.split(',')[0]} AND code = {k.split(',')[1]}"  # noqa: E731
+    else:
+        keys = [r[0] for r in con.execute(f"SELECT {key} FROM {table}")]
+        a, b = rng.sample(keys, 2) if len(keys) > 1 else (keys[0], keys[0])
+        where = lambda k: f"{key} = {k!r}" if isinstance(k, str) else f"{key} = {k}"  # noqa: E731
+    how = rng.choice(["copy", "swap", "null", "bump"])
+    if how in ("copy", "swap"):
+        va = con.execute(f"SELECT {col} FROM {table} WHERE {where(a)}").fetchone()[0]
+        vb = con.execute(f"SELECT {col} FROM {table} WHERE {where(b)}").fetchone()[0]
+        try:
+            con.execute(f"UPDATE {table} SET {col} = ? WHERE {where(a)}", (vb,))
+            if how == "swap":
+                con.execute(f"UPDATE {table} SET {col} = ? WHERE {where(b)}", (va,))
+        except sqlite3.IntegrityError:
+            return None
+    elif how == "null":
+        try:
+            con.execute(f"UPDATE {table} SET {col} = NULL WHERE {where(a)}")
+        except sqlite3.IntegrityError:
+            return None
+    else:
+        v = con.execute(f"SELECT {col} FROM {table} WHERE {where(a)}").fetchone()[0]
+        if isinstance(v, int):
+            v += rng.choice([-1, 1, 1000])
+        elif isinstance(v, float):
+            v = v * 1.5 + 1
+        elif isinstance(v, bytes) and v:
+            i = rng.randrange(len(v))
+            v = v[:i] + bytes([v[i] ^ (1 << rng.randrange(8))]) + v[i + 1:]
+        elif isinstance(v, str):
+            v = v + "x"
+        else:
+            return None
+        try:
+            con.execute(f"UPDATE {table} SET {col} = ? WHERE {where(a)}", (v,))
+        except sqlite3.IntegrityError:
+            return None
+    return f"{how} {table}.{col} ({a}, {b})"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_damage_is_found_or_harmless(good, tmp_path, seed):
+    want = answers(good)
+    assert not any(isinstance(a, tuple) and a and a[0] == "error" for a in want)
+    rng = random.Random(seed)
+    for i in range(10):
+        p = tmp_path / f"d{i}.dcdb"
+        shutil.copy(good, p)
+        con = sqlite3.connect(p)
+        what = random_damage(con, rng)
+        con.commit()
+        con.close()
+        if what is None:
+            continue
+        got = answers(p)
+        for q, g, w in zip(QUERIES, got, want):
+            assert g == w or (isinstance(g, tuple) and g[0] == "error"), f"{what}: a wrong answer to {q}"
+        r = verify(p)
+        if r.returncode == 0:
+            assert got == want, f"{what}: verify passes but queries fail: {[g for g in got if isinstance(g, tuple)]}"
