@@ -42,6 +42,55 @@ def statements(path):
     return out
 
 
+def _native_agg(ora, group_col, cell_where="1", genes=None):
+    """(label, gene, n_cells, sum, mean, n_expressing, frac, mean_log1p_cpm) per group and gene,
+    computed from the oracle's native tables (nonzeros only there), zeros counted."""
+    import math
+    cells = ora.execute(f"SELECT cell_id, {group_col} FROM cells WHERE {cell_where}").fetchall()
+    label = dict(cells)
+    names = dict(ora.execute("SELECT gene_id, name FROM genes"))
+    total = dict(ora.execute("SELECT cell_id, sum(count) FROM expression_long GROUP BY cell_id"))
+    n = {}
+    for _, lab in cells:
+        n[lab] = n.get(lab, 0) + 1
+    acc = {}
+    for cid, gid, c in ora.execute("SELECT cell_id, gene_id, count FROM expression_long"):
+        if cid not in label or (genes is not None and names[gid] not in genes):
+            continue
+        a = acc.setdefault((label[cid], gid), [0, 0, 0.0])
+        a[0] += c
+        a[1] += 1
+        a[2] += math.log1p(c / total[cid] * 1e4)
+    gids = [g for g in names if genes is None or names[g] in genes]
+    out = []
+    for lab, k in n.items():
+        for g in gids:
+            s_, e_, l_ = acc.get((lab, g), [0, 0, 0.0])
+            out.append((lab, names[g], k, s_, s_ / k, e_, e_ / k, l_ / k))
+    return out
+
+
+def _check_aggregate(sql, got, ora):
+    """The dc_aggregate statements of sql/examples.sql against _native_agg."""
+    if "WHERE label = 'NK'" in sql:                       # top 5 genes of NK by mean
+        want = [(g, round(m, 3), round(f, 3)) for lab, g, _, _, m, _, f, _ in _native_agg(ora, "cell_type")
+                if lab == "NK"]
+        top = sorted((w[1] for w in want), reverse=True)[:5]
+        assert [r[1] for r in got] == top, (got, top)
+        assert all(r in want for r in got), got
+    elif "'donor'" in sql:                                # mean log1p cpm of GENE1 among NK, per donor
+        want = [(lab, g, round(l, 4)) for lab, g, _, _, _, _, _, l in
+                _native_agg(ora, "donor", "cell_type = 'NK'", {"GENE1"})]
+        assert len(got) == min(3, len(want)) and all(
+            any(r[:2] == w[:2] and abs(r[2] - w[2]) < 1e-4 for w in want) for r in got), (got, want)
+    else:                                                 # one gene per cell type
+        name = ora.execute("SELECT name FROM genes WHERE gene_id = 200").fetchone()[0]
+        want = [(lab, g, k, s_, round(m, 4), e_, round(f, 4)) for lab, g, k, s_, m, e_, f, _ in
+                _native_agg(ora, "cell_type", genes={name})]
+        assert sorted(got, key=str) == sorted(want, key=str), (got, want)
+    assert got
+
+
 def test_sql_examples(small):
     h5, db, oracle = small
     script = ROOT / "sql" / "examples.sql"
@@ -72,6 +121,9 @@ def test_sql_examples(small):
             assert [row[:4] for row in got] == want
             assert all(row[4] > 0 and 1 <= row[5] <= min(8, row[2]) for row in got)
             checked.add("tiles")
+        elif "dc_aggregate" in sql:
+            _check_aggregate(sql, got, ora)
+            checked.add(sql)
         elif "dc_config" in sql:
             assert got == [(os.cpu_count(), con.execute("SELECT dc_config('cache_mb')").fetchone()[0])]
             assert got[0][1] > 0

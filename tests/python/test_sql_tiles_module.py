@@ -59,8 +59,11 @@ def test_created_table_and_its_shadow(tmp_path, db):
     con.execute("CREATE VIRTUAL TABLE t USING deltacells_tiles")
     assert con.execute("SELECT name FROM sqlite_master WHERE name = 't_data'").fetchone() == ("t_data",)
     assert con.execute("SELECT * FROM t").fetchall() == []
-    con.execute("INSERT INTO t_data VALUES (0, 0, 10, 25, 1, x'00010203'), (1, 10, 5, 7, 2, x'0506')")
+    con.execute("INSERT INTO t_data VALUES (0, 0, 10, 25, 1, x'00010203', 0), (1, 10, 5, 7, 2, x'0506', 0)")
     assert con.execute("SELECT * FROM t ORDER BY tile DESC").fetchall() == [(1, 10, 5, 7, 2, 2), (0, 0, 10, 25, 4, 1)]
+    with pytest.raises(sqlite3.OperationalError):            # refused unless allowed
+        con.execute("DROP TABLE t")
+    con.execute("SELECT dc_config('allow_drop', 1)").fetchall()
     con.execute("DROP TABLE t")
     assert con.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('t', 't_data')").fetchone() == (0,)
     # the shadow table gone from under the table
