@@ -505,34 +505,28 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       ** cell after its end, so a cell that starts inside the section reads   \
       ** inside the copy whatever its symbols say */                          \
       if (pos > end_bits) return -1;                                            \
-      if (USE_VEC && !(used & slowmask[q])) {                                   \
-        /* one vectorised loop over the cell's gathered symbols */              \
-        uint16_t *fe = fl;                                                      \
-        for (uint32_t u = used; u; u &= u - 1) {                                \
-          uint32_t b = (uint32_t)__builtin_ctz(u);                              \
-          fe = GATHER(fe, cq[b], bc[b], b);                                     \
-          cq[b] += bc[b];                                                       \
-        }                                                                       \
-        memset(fe, 0, 8 * sizeof *fe);      /* the last step's dead lanes */    \
-        int bad_ = 0;                                                           \
-        pos = CELL_VEC(inf, fl, tot, mant, pos, (uint32_t)n_genes, ix,          \
-                       f32 ? (void *)vf : (void *)vi, f32, &bad_);              \
-        if (bad_) return -1;                                                    \
-        goto next;                                                              \
-      }                                                                         \
-      if (!(used & slowmask[q]) &&                                              \
-          tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                  \
-        /* long segments: straight from the streams */                          \
-        pos = f32 ? SEGS_F32(inf, cq, bc, used, mant, pos, &prev, ix, vf)       \
-                  : SEGS_I32(inf, cq, bc, used, mant, pos, &prev, ix, vi);      \
-        goto next;                                                              \
-      }                                                                         \
-      uint16_t *fe = fl;                                                        \
-      for (uint32_t u = used; u; u &= u - 1) {                                  \
-        uint32_t b = (uint32_t)__builtin_ctz(u);                                \
-        fe = GATHER(fe, cq[b], bc[b], b);                                       \
-        cq[b] += bc[b];                                                         \
-      }                                                                         \
+      if (!USE_VEC && !(used & slowmask[q]) &&                                \
+          tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                \
+        /* long segments: straight from the streams */                        \
+        pos = f32 ? SEGS_F32(inf, cq, bc, used, mant, pos, &prev, ix, vf)     \
+                  : SEGS_I32(inf, cq, bc, used, mant, pos, &prev, ix, vi);    \
+        goto next;                                                            \
+      }                                                                       \
+      uint16_t *fe = fl;                                                      \
+      for (uint32_t u = used; u; u &= u - 1) {                                \
+        uint32_t b = (uint32_t)__builtin_ctz(u);                              \
+        fe = GATHER(fe, cq[b], bc[b], b);                                     \
+        cq[b] += bc[b];                                                       \
+      }                                                                       \
+      if (USE_VEC && !(used & slowmask[q])) {                                 \
+        /* one vectorised loop over the cell's gathered symbols */            \
+        memset(fe, 0, 8 * sizeof *fe);      /* the last step's dead lanes */  \
+        int bad_ = 0;                                                         \
+        pos = CELL_VEC(inf, fl, tot, mant, pos, (uint32_t)n_genes, ix,        \
+                       f32 ? (void *)vf : (void *)vi, f32, &bad_);            \
+        if (bad_) return -1;                                                  \
+        goto next;                                                            \
+      }                                                                       \
       if (!(used & slowmask[q])) {                                              \
         pos = f32 ? FAST_F32(inf, fl, fe, mant, pos, &prev, ix, vf)             \
                   : FAST_I32(inf, fl, fe, mant, pos, &prev, ix, vi);            \
