@@ -42,6 +42,8 @@ EXT_SCOBJ := $(EXT_SRC:%.c=$(BUILD)/asan/core/%.o)
 CONV_SOBJ := $(CONV_SRC:%.c=$(BUILD)/asan/obj/%.o)
 CTESTS    := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 CTESTS_SAN:= $(CTEST_SRC:tests/c/%.c=$(BUILD)/asan/tests/%)
+# the pool tests built with ThreadSanitizer (from the core sources directly)
+CTESTS_TSAN := $(BUILD)/tsan/tests/test_pool_share
 FUZZERS   := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 BENCHES   := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 
@@ -111,13 +113,16 @@ $(BUILD)/tests/%: tests/c/%.c tests/c/dctest.h $(LIBCORE)
 $(BUILD)/asan/tests/%: tests/c/%.c tests/c/dctest.h $(LIBCORE_SAN)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) $(SANFLAGS) -o $@ $< $(LIBCORE_SAN) $(LDLIBS_CORE)
+$(BUILD)/tsan/tests/%: tests/c/%.c tests/c/dctest.h $(CORE_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -O1 -g -fsanitize=thread -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
 # libFuzzer targets: clang, built from the core sources directly
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
 	  -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
 
-sanitize: $(CTESTS_SAN) $(EXTENSION_SAN) $(CONVERTER_SAN)
+sanitize: $(CTESTS_SAN) $(CTESTS_TSAN) $(EXTENSION_SAN) $(CONVERTER_SAN)
 fuzz: $(FUZZERS)
 
 FUZZ_SECONDS ?= 600

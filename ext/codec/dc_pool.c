@@ -196,13 +196,24 @@ int dc_pool_size(const dc_pool *p) {
 void dc_pool_for_tid(dc_pool *p, size_t n, void (*fn)(void *, size_t, int), void *arg) {
   if (n == 0) return;
   p = pool_live(p);
-  if (!p || p->n_started == 0 || n == 1 || tl_in_pool == p) {
-    /* serial: no pool, one item, or a nested call from inside this pool
-    ** (tid 0 then; dc_pool_decode uses a private decoder when nested). */
+  if (!p || tl_in_pool == p) {
+    /* serial: no pool, or a nested call from inside this pool (tid 0 then;
+    ** dc_pool_decode uses a private decoder when nested). */
     for (size_t i = 0; i < n; i++) fn(arg, i, 0);
     return;
   }
   pthread_mutex_lock(&p->call_mu);
+  if (p->n_started == 0 || n == 1) {
+    /* serial on the caller's thread, still as the pool's tid 0: per-tid
+    ** state (p->dec[0]) belongs to whoever holds call_mu, so two threads
+    ** sharing the pool never use it at once. */
+    const dc_pool *saved = tl_in_pool;
+    tl_in_pool = p;
+    for (size_t i = 0; i < n; i++) fn(arg, i, 0);
+    tl_in_pool = saved;
+    pthread_mutex_unlock(&p->call_mu);
+    return;
+  }
   pthread_mutex_lock(&p->mu);
   p->fn = fn;
   p->arg = arg;
