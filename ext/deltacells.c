@@ -46,6 +46,7 @@
 */
 #define DC_EXT_MAIN
 #include "dc_ext.h"
+#include "dc_value.h"
 SQLITE_EXTENSION_INIT1
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,28 +116,6 @@ void dc_conn_unref(void *p) {
   sqlite3_free(conn);
 }
 
-/* An integer argument, strictly: INTEGER, or REAL/TEXT holding an integer. */
-static int int_arg(sqlite3_value *v, sqlite3_int64 *out) {
-  switch (sqlite3_value_type(v)) {
-    case SQLITE_INTEGER: *out = sqlite3_value_int64(v); return 1;
-    case SQLITE_FLOAT: {
-      double d = sqlite3_value_double(v);
-      if (d >= -9.0e18 && d <= 9.0e18 && d == (double)(sqlite3_int64)d) { *out = (sqlite3_int64)d; return 1; }
-      return 0;
-    }
-    case SQLITE_TEXT: {
-      const char *s = (const char *)sqlite3_value_text(v);
-      char *end;
-      if (!s || !*s) return 0;
-      long long x = strtoll(s, &end, 10);
-      while (*end == ' ') end++;
-      if (*end) return 0;
-      *out = x; return 1;
-    }
-    default: return 0;
-  }
-}
-
 static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   dc_conn *conn = sqlite3_user_data(ctx);
   const char *name = (const char *)sqlite3_value_text(argv[0]);
@@ -144,9 +123,9 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_error(ctx, "dc_config: the first argument must be a setting name (threads, cache_mb)", -1);
     return;
   }
-  sqlite3_int64 v = 0;
+  int64_t v = 0;
   int set = argc > 1;
-  if (set && !int_arg(argv[1], &v)) {
+  if (set && !dc_value_int_arg(argv[1], &v)) {
     char *m = sqlite3_mprintf("dc_config: %s must be an integer", name);
     sqlite3_result_error(ctx, m ? m : "dc_config: bad value", -1);
     sqlite3_free(m);

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_reader.h"
+#include "dc_value.h"
 
 typedef struct expr_vtab {
   sqlite3_vtab base;
@@ -201,33 +202,6 @@ static int expr_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
 }
 
 /* ------------------------------------------------ values -> candidates */
-/* How an INTEGER column compares with v: 1 and *x set when v equals an
-** integer x; 0 when v can equal no integer; -1 when unclear (no narrowing). */
-static int as_int(sqlite3_value *v, int64_t *x) {
-  switch (sqlite3_value_type(v)) {
-    case SQLITE_INTEGER: *x = sqlite3_value_int64(v); return 1;
-    case SQLITE_FLOAT: {
-      double d = sqlite3_value_double(v);
-      if (d >= -9.2e18 && d <= 9.2e18 && d == floor(d)) { *x = (int64_t)d; return 1; }
-      return 0;
-    }
-    case SQLITE_NULL: return 0;
-    case SQLITE_TEXT: {
-      const char *s = (const char *)sqlite3_value_text(v);
-      char *end;
-      if (!s) return 0;
-      while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
-      double d = strtod(s, &end);
-      if (end == s) return 0;                         /* not numeric: text never equals an integer */
-      while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
-      if (*end) return 0;
-      if (d >= -9.2e18 && d <= 9.2e18 && d == floor(d)) { *x = (int64_t)d; return 1; }
-      return -1;
-    }
-    default: return 0;                                /* blobs never equal integers */
-  }
-}
-
 /* A bound from a range constraint: narrows [lo, hi]; returns 0 if the range
 ** is empty (NULL operand). Only numeric operands narrow (superset otherwise). */
 static int apply_bound(sqlite3_value *v, const char *op, int64_t *lo, int64_t *hi) {
@@ -266,7 +240,7 @@ static int collect(sqlite3_value *v, int is_in, int64_t **list, int64_t *n, int6
   if (!is_in) e = v;
   while (rc == SQLITE_OK && e) {
     int64_t x;
-    int k = as_int(e, &x);
+    int k = dc_value_int_eq(e, &x);
     if (k < 0) return -1;
     if (k > 0) {
       if (*n == *cap) {

@@ -5,7 +5,7 @@ set -e
 PKGS="gcc make clang pkg-config sqlite3 libsqlite3-dev libzstd-dev libxxhash-dev libhdf5-dev
 python3 python3-numpy python3-scipy python3-h5py python3-anndata python3-pandas
 python3-torch python3-pytest python3-pip python3-setuptools
-python3-matplotlib python3-zarr python3-zstandard $*"
+python3-matplotlib python3-zarr python3-zstandard locales $*"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
