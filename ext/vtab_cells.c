@@ -90,6 +90,9 @@
 #define COL_NAME 1
 #define COL_TILE 2
 #define COL_OBS0 3
+/* The most constraints one plan pushes down (xBestIndex stops there and leaves the rest to
+** SQLite); with LIMIT and OFFSET a plan has at most CELLS_MAX_TERMS + 2 arguments. */
+#define CELLS_MAX_TERMS 250
 
 enum { OP_EQ = 1, OP_LT, OP_LE, OP_GT, OP_GE, OP_IN, OP_ISNULL, OP_NOTNULL };
 static const char *const op_words[] = {"", "=", "<", "<=", ">", ">=", "IN", "IS NULL", "IS NOT NULL"};
@@ -158,6 +161,7 @@ typedef struct cells_vtab {
   int n_ocol;
   ocol *oc;               /* [n_ocol] */
   int loaded;
+  unsigned int data_version;  /* SQLITE_FCNTL_DATA_VERSION of zDb when loaded */
   int sealed;             /* format version >= 3: rows carry seals (dc_seal.h) */
   uint64_t dataset_id;    /* the seals' key */
   int64_t n_cells;
@@ -495,6 +499,46 @@ static int cells_load(cells_vtab *p) {
     rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: %s_columns has no text column '_index' as col 0", p->zName);
     goto done;
   }
+  /* the columns' counts, which change when cells are added (the columns themselves are the
+  ** table's declared schema: a different set needs a new connection) */
+  sql = sqlite3_mprintf("SELECT col, name, kind, n_categories, null_count, bytes FROM \"%w\".\"%w_columns\" ORDER BY col",
+                        p->zDb, p->zName);
+  if (!sql) { rc = SQLITE_NOMEM; goto done; }
+  rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
+  if (rc) { rc = set_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  {
+    int k = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      const char *nm = (const char *)sqlite3_column_text(st, 1);
+      int kind = dc_obs_kind_from_name((const char *)sqlite3_column_text(st, 2));
+      int64_t ncat = sqlite3_column_int64(st, 3);
+      if (k >= p->n_ocol || sqlite3_column_int64(st, 0) != p->oc[k].col || !nm || strcmp(nm, p->oc[k].name) != 0 ||
+          kind != p->oc[k].kind) {
+        k = -1;
+        break;
+      }
+      if (kind == DC_OBS_CATEGORY) {
+        if (ncat < 0 || ncat > (int64_t)DC_OBS_MAX_CATEGORIES) {
+          rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' has %lld categories", nm, (long long)ncat);
+          goto done;
+        }
+        p->oc[k].n_categories = (uint32_t)ncat;
+      }
+      p->oc[k].null_count = sqlite3_column_int64(st, 4);
+      p->oc[k].bytes = sqlite3_column_int64(st, 5);
+      k++;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) { rc = set_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+    if (k != p->n_ocol) {
+      rc = set_err(&p->base, SQLITE_SCHEMA, "cells: the obs columns of %s.%s changed since this connection opened it: "
+                   "open the dataset again", p->zDb, p->zName);
+      goto done;
+    }
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(st);
+  st = NULL;
+  sqlite3_free(sql);
   /* blocks per column: all columns have the same count and boundaries */
   sql = sqlite3_mprintf("SELECT col, count(*) FROM \"%w\".\"%w_blocks\" GROUP BY col", p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
@@ -986,7 +1030,8 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
       case SQLITE_INDEX_CONSTRAINT_ISNULL: op = OP_ISNULL; break;
       case SQLITE_INDEX_CONSTRAINT_ISNOTNULL: op = OP_NOTNULL; break;
     }
-    if (!op || !c->usable) { unused = 1; continue; }
+    /* past CELLS_MAX_TERMS, SQLite checks the rest of the terms itself */
+    if (!op || !c->usable || nargs >= CELLS_MAX_TERMS) { unused = 1; continue; }
     int col = c->iColumn < 0 ? COL_CELL_ID : c->iColumn;
     int text = col_is_text(p, col);
     if (text) {
@@ -1215,6 +1260,33 @@ static void cache_drop(cells_vtab *p, dblock *d) {
 
 static void cache_fit(cells_vtab *p, int64_t budget) {
   while (p->cache_bytes > budget && p->lru_tail) cache_drop(p, p->lru_tail);
+}
+
+/* Forgets what cells_load loaded and every cached block (the data changed under the
+** table: another connection or this one wrote to the dataset).  Blocks that a cursor
+** still references are freed by their last release. */
+static void cells_unload(cells_vtab *p) {
+  if (!p->loaded) return;
+  cache_fit(p, -1);
+  sqlite3_free(p->ent); p->ent = NULL;
+  for (int k = 0; k < p->n_ocol; k++) {
+    ocol *oc = &p->oc[k];
+    sqlite3_free(oc->dict_buf); oc->dict_buf = NULL;
+    sqlite3_free(oc->dict_off); oc->dict_off = NULL;
+    sqlite3_free(oc->dict_sorted); oc->dict_sorted = NULL;
+    oc->dict_loaded = 0;
+    oc->dict_numeric = 0;
+  }
+  if (p->bs) {
+    for (int64_t i = 0; i < (int64_t)p->n_ocol * p->n_blocks; i++) {
+      sqlite3_free(p->bs[i].mn.s); sqlite3_free(p->bs[i].mx.s); sqlite3_free(p->bs[i].present);
+    }
+  }
+  sqlite3_free(p->bs); p->bs = NULL;
+  sqlite3_free(p->blk_first); p->blk_first = NULL;
+  sqlite3_free(p->tile_first); p->tile_first = NULL;
+  p->n_blocks = 0; p->n_tiles = 0; p->has_tiles = 0;
+  p->loaded = 0;
 }
 
 /* A copy of a decoded block in one allocation, with one reference. */
@@ -1939,9 +2011,23 @@ static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   c->emitted = 0;
   c->nsel = c->sel_pos = 0;
   if (idxNum != argc || !idxStr) return set_err(&p->base, SQLITE_ERROR, "cells: unknown plan");
-  uint8_t used[64];
+  {
+    /* inside the statement's read transaction: reload if the data changed since the
+    ** statistics were loaded (without a version, reload every time) */
+    unsigned int dv = 0;
+    int have = sqlite3_file_control(p->db, p->zDb, SQLITE_FCNTL_DATA_VERSION, &dv) == SQLITE_OK;
+    if (p->loaded && (!have || dv != p->data_version)) {
+      for (int k = 0; k < p->n_ocol; k++) { dblock_release(c->cc[k].d); c->cc[k].d = NULL; }
+      cells_unload(p);
+    }
+    rc = cells_load(p);
+    if (rc) return rc;
+    p->data_version = dv;
+  }
+  uint8_t used[CELLS_MAX_TERMS + 2];
   memset(used, 0, sizeof used);
-  if (argc > 64) return set_err(&p->base, SQLITE_ERROR, "cells: plan with %d arguments", argc);
+  if (argc < 0 || argc > CELLS_MAX_TERMS + 2)   /* xBestIndex never plans more (terms + LIMIT, OFFSET) */
+    return set_err(&p->base, SQLITE_ERROR, "cells: plan with %d arguments", argc);
   c->terms = sqlite3_malloc64(((sqlite3_uint64)argc + 1) * sizeof(term));
   if (!c->terms) return SQLITE_NOMEM;
   /* parse */
