@@ -94,12 +94,12 @@ $(LIBCORE_SAN): $(CORE_SOBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # --- products ------------------------------------------------------------
-$(EXTENSION): $(EXT_OBJ) $(LIBCORE)
-	$(CC) -shared -o $@ $(EXT_OBJ) $(LIBCORE) $(LDLIBS_CORE)
+$(EXTENSION): $(EXT_OBJ) $(LIBCORE) ext/deltacells.map
+	$(CC) -shared -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_OBJ) $(LIBCORE) $(LDLIBS_CORE)
 $(CONVERTER): $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE)
 	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
-$(EXTENSION_SAN): $(EXT_SOBJ) $(LIBCORE_SAN)
-	$(CC) -shared $(SANFLAGS) -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(LDLIBS_CORE)
+$(EXTENSION_SAN): $(EXT_SOBJ) $(LIBCORE_SAN) ext/deltacells.map
+	$(CC) -shared $(SANFLAGS) -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(LDLIBS_CORE)
 $(CONVERTER_SAN): $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN)
 	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
 $(BUILD)/bench_%: bench/bench_%.c $(LIBCORE)

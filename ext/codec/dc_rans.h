@@ -8,7 +8,7 @@
 ** candidate gene, i.e. previous gene + 1).  A value code is exact below 8,
 ** then two codes per octave; the code's extra (mantissa) bits of the gap and
 ** of the count are carried in the same rANS step (as a symbol of precision
-** 11 + extra bits) when they total at most DC_RANS_MAXB bits, else in raw steps.
+** 10 + extra bits) when they total at most DC_RANS_MAXB bits, else in raw steps.
 **
 ** Coder.  64-bit states in [2^31, 2^63), 32-bit renormalisation (at most one
 ** word per step), probabilities of precision 10 bits.  A chunk is split into

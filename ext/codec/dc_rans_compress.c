@@ -202,7 +202,7 @@ static inline void put_word(wbuf *b, uint32_t w) {
   b->w[b->n++] = w;
 }
 
-/* A symbol of frequency f at precision 11 followed by nb raw bits (value
+/* A symbol of frequency f at precision DC_RANS_PREC (10) followed by nb raw bits (value
 ** bits): the decoder reads them in one step. */
 static inline void enc_sym(uint64_t *x, uint32_t f, uint32_t start, uint32_t nb, uint64_t bits, wbuf *b) {
   uint64_t xmax = (uint64_t)f << (63 - DC_RANS_PREC - nb);

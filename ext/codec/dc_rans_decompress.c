@@ -5,7 +5,7 @@
 ** by lane in lockstep straight into the caller's buffers.  See dc_rans.h.
 **
 ** Safety: every length is checked before use; the tables are validated
-** (frequencies sum to 2^11, no zero frequency, codes in range); the hot loop
+** (frequencies sum to 2^10 = DC_RANS_M, no zero frequency, codes in range); the hot loop
 ** runs over blocks of steps for which the word stream is known to be long
 ** enough, the rest with a check per read; every loop is bounded by the
 ** nonzero counts of the header; gene indices are checked before returning.
@@ -30,7 +30,7 @@ typedef struct rans_state {
   uint8_t *key;               /* the shared section these tables were built from */
   size_t key_len;
   dc_rans_model m;
-  uint64_t *dtab;             /* n_ctx x 2^11 entries */
+  uint64_t *dtab;             /* n_ctx x 2^10 (DC_RANS_M) entries */
 } rans_state;
 
 void dc_rans_decoder_free(void *state) {
@@ -108,7 +108,7 @@ static int build_tables(dc_decoder *d, rans_state *s, const uint8_t *sh, size_t 
       uint32_t gc = id >> 7, cc = id & 127;
       int esc = id == DC_RANS_ESC;
       if (!esc && (gc > 63 || cc >= DC_RANS_NCODES)) goto fail;
-      why = "frequencies do not sum to 2^11";
+      why = "frequencies do not sum to 2^10";
       if (fv >= DC_RANS_M || start + fv + 1 > DC_RANS_M) goto fail;
       uint32_t f = (uint32_t)fv + 1;
       uint64_t hi;
@@ -122,7 +122,7 @@ static int build_tables(dc_decoder *d, rans_state *s, const uint8_t *sh, size_t 
       for (uint32_t j = 0; j < f; j++) dt[start + j] = hi | (f - 1) | (uint64_t)j << 11;
       start += f;
     }
-    why = "frequencies do not sum to 2^11";
+    why = "frequencies do not sum to 2^10";
     if (start != DC_RANS_M) goto fail;
   }
   why = "trailing bytes";
