@@ -7,9 +7,12 @@
 ** per entry, every user one more; a chunk is freed when the last reference
 ** goes.  So eviction never frees a chunk that a running query still reads.
 **
-** Entries are keyed by (namespace, tile, chunk).  A namespace names one
-** database file at one data version (dc_conn_namespace): when a file may have
-** changed, its reader takes a new namespace and old entries age out.
+** Entries are keyed by (namespace, tile, chunk).  A namespace names one tile
+** index: for a sealed dataset a digest of the dataset id and every tiles_data
+** row, shared by every reader of the connection that loads the same index
+** (dc_batch, expression, expression_long, any schema); for an unsealed one a
+** fresh counter value per load (dc_conn_namespace).  When a file changes, its
+** readers load a new index under a new namespace and old entries age out.
 **
 ** Eviction is least-recently-used under a byte budget (dc_config cache_mb).
 ** All functions lock the cache's mutex; none calls SQLite.

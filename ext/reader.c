@@ -21,6 +21,7 @@
 #include "dc_reader.h"
 #include "dc_format.h"
 #include "dc_seal.h"
+#include <xxhash.h>
 
 #define HEAD_PROBE 4096
 #define MAX_PREFIX ((uint64_t)1 << 30)
@@ -147,6 +148,31 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
   return rc;
 }
 
+/* The cache namespace of the tile index just loaded.  A sealed dataset (format version 3)
+** binds every tile's blob to its tiles_data row and to the dataset's id (dc_seal.h), so an
+** index with the same id and the same rows names the same decoded chunks: its namespace is a
+** digest of them, and every reader of the connection that loads that index (dc_batch,
+** expression, expression_long, on any schema the same file is attached as) shares the cached
+** chunks.  Any change of a tile changes the digest, so stale chunks are never found.  The
+** digest has its top bit set; unsealed datasets take a fresh counter value (top bit clear)
+** at every load, as every reader did before. */
+static uint64_t index_namespace(const dc_reader *r) {
+  if (!r->sealed) return dc_conn_namespace(r->conn);
+  XXH64_state_t *st = XXH64_createState();
+  if (!st) return dc_conn_namespace(r->conn);
+  XXH64_reset(st, 0x64636e73ull);
+  int64_t head[4] = {(int64_t)r->dataset_id, (int64_t)r->n_tiles, r->n_cells, r->n_genes};
+  XXH64_update(st, head, sizeof head);
+  for (uint32_t i = 0; i < r->n_tiles; i++) {
+    const dc_tileinfo *t = &r->tiles[i];
+    int64_t row[5] = {t->first_cell, (int64_t)t->n_cells, (int64_t)t->nnz, (int64_t)t->chunks, t->seal};
+    XXH64_update(st, row, sizeof row);
+  }
+  uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h | (1ull << 63);
+}
+
 static int load_index(dc_reader *r, char **pzErr) {
   int64_t version = 0, n_cells = 0, n_genes = 0, n_tiles = 0;
   int rc;
@@ -229,7 +255,7 @@ static int load_index(dc_reader *r, char **pzErr) {
   r->n_cells = n_cells;
   r->n_genes = n_genes;
   r->loaded = 1;
-  r->ns = dc_conn_namespace(r->conn);
+  r->ns = index_namespace(r);
   return SQLITE_OK;
 }
 

@@ -1,0 +1,68 @@
+"""One decoded-chunk cache per connection, shared by dc_batch, expression and expression_long:
+a chunk decoded for one table is a cache hit for the others (it used to be decoded once per
+table: cache_entries 3, cache_hits 0), also through a second schema the same file is attached
+as; and a changed tile is never served from the cache."""
+import sqlite3
+
+import numpy as np
+
+from _batch_util import batch, connect, generated, ids_blob, reference_matrix
+
+
+def stats(con):
+    return tuple(con.execute(f"SELECT dc_config('{k}')").fetchone()[0] for k in ("cache_entries", "cache_hits"))
+
+
+def test_tables_share_decoded_chunks(tmp_path):
+    h5, db = generated(tmp_path, 1500, 300, 51, 500)
+    X = reference_matrix(h5, db)
+    con = connect(db)
+    con.execute("SELECT dc_config('cache_mb', 256)")
+    e0, h0 = stats(con)
+    _, got, _ = batch(con, ids_blob([10, 11, 12]))
+    assert np.array_equal(got.toarray(), X[[10, 11, 12]].toarray())
+    e1, h1 = stats(con)
+    assert e1 > e0
+    # the same cells through expression and expression_long: hits, no new entries
+    rows = con.execute("SELECT cell_id, genes, counts FROM expression WHERE cell_id IN (10, 11, 12)").fetchall()
+    assert [r[0] for r in rows] == [10, 11, 12]
+    for cid, g, c in rows:
+        assert np.array_equal(np.frombuffer(g, "<i4"), X[cid].indices)
+        assert np.array_equal(np.frombuffer(c, "<i4"), X[cid].data)
+    e2, h2 = stats(con)
+    assert e2 == e1 and h2 > h1
+    n = con.execute("SELECT count(*) FROM expression_long WHERE cell_id = 11").fetchone()[0]
+    assert n == X[11].nnz
+    e3, h3 = stats(con)
+    assert e3 == e1 and h3 > h2
+    # the same file attached under another name shares them too
+    con.execute("ATTACH ? AS other", (str(db),))
+    assert con.execute("SELECT count(*) FROM other.expression_long WHERE cell_id = 12").fetchone()[0] == X[12].nnz
+    e4, h4 = stats(con)
+    assert e4 == e1 and h4 > h3
+
+
+def test_changed_tile_is_not_served_from_cache(tmp_path):
+    """two datasets whose tiles differ: after the file's rows are replaced, the reader's
+    answers follow the new data although the old chunks are still cached"""
+    h_a, a = generated(tmp_path, 1200, 300, 52, 400)
+    h_b, b = generated(tmp_path, 1200, 300, 53, 400)
+    Xa, Xb = reference_matrix(h_a, a), reference_matrix(h_b, b)
+    path = tmp_path / "live.dcdb"
+    path.write_bytes(a.read_bytes())
+    con = connect(path)
+    con.execute("SELECT dc_config('cache_mb', 256)")
+    assert np.array_equal(batch(con, ids_blob([5, 600]))[1].toarray(), Xa[[5, 600]].toarray())
+    w = sqlite3.connect(str(path), isolation_level=None)
+    w.execute("ATTACH ? AS src", (str(b),))
+    tables = [r[0] for r in w.execute(
+        "SELECT name FROM main.sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'")]
+    w.execute("BEGIN IMMEDIATE")
+    for t in tables:
+        w.execute(f'DELETE FROM main."{t}"')
+        w.execute(f'INSERT INTO main."{t}" SELECT * FROM src."{t}"')
+    w.execute("COMMIT")
+    w.close()
+    assert np.array_equal(batch(con, ids_blob([5, 600]))[1].toarray(), Xb[[5, 600]].toarray())
+    n = con.execute("SELECT count(*) FROM expression_long WHERE cell_id = 600").fetchone()[0]
+    assert n == Xb[600].nnz
