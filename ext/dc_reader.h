@@ -34,6 +34,9 @@ typedef struct dc_tilehead {
 } dc_tilehead;
 
 typedef struct dc_reader dc_reader;
+typedef struct dc_index dc_index;   /* the shared tile index (reader.c) */
+/* The index fields below are the reader's view of the shared index of its schema (read
+** only: reader.c owns them); they are valid between dc_reader_begin and the next begin. */
 struct dc_reader {
   sqlite3 *db;
   dc_conn *conn;
@@ -55,6 +58,8 @@ struct dc_reader {
   uint32_t gm_mask;
   int64_t *gm_slot;        /* gene id + 1, 0 = empty, -1 = name not unique marker */
   char **gm_name;          /* name of gene i (n_genes entries) */
+  dc_index *ix;            /* the shared index this view is of (a reference) */
+  struct dc_slot *slot;    /* this schema's slot in the connection (reader.c) */
 };
 
 typedef struct dc_chunkkey { uint32_t tile, chunk; } dc_chunkkey;

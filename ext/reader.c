@@ -34,22 +34,154 @@ static void set_err(char **pzErr, const char *fmt, ...) {
   if (pzErr) { sqlite3_free(*pzErr); *pzErr = m; } else sqlite3_free(m);
 }
 
-static void free_index(dc_reader *r) {
-  if (r->heads) {
-    for (uint32_t i = 0; i < r->n_tiles; i++) {
-      if (r->heads[i]) { free(r->heads[i]->prefix); free(r->heads[i]); }
+/* ------------------------------------------------------ the shared index
+** One tile index per connection, schema and data version (a dc_index), shared by every
+** reader of that schema (dc_batch, expression, expression_long, dc_aggregate*, tiles): the
+** first reader that begins a statement after the data changed loads it, the others join it.
+** A dc_slot per (schema, file) holds the current index; it lives while readers of that
+** schema exist (DETACH frees the schema's tables and so its readers and its slot).  Readers
+** hold a reference to the index they began with, so a reload never frees an index a reader
+** still uses.  All of it runs on the querying thread, under the connection's mutex. */
+struct dc_index {
+  int n_ref;
+  unsigned int data_version;
+  uint64_t ns;
+  int64_t n_cells, n_genes;
+  uint32_t n_tiles;
+  int sealed;
+  uint64_t dataset_id;
+  dc_tileinfo *tiles;
+  dc_tilehead **heads;
+  int gm_loaded;
+  uint32_t gm_mask;
+  int64_t *gm_slot;
+  char **gm_name;
+};
+
+struct dc_slot {
+  struct dc_slot *next;
+  char *schema, *file;
+  int n_readers;
+  dc_index *ix;            /* the current index (one reference), or NULL */
+};
+
+static void free_arrays(dc_tileinfo *tiles, dc_tilehead **heads, uint32_t n_tiles, int64_t *gm_slot,
+                        char **gm_name, int64_t n_genes) {
+  if (heads) {
+    for (uint32_t i = 0; i < n_tiles; i++) {
+      if (heads[i]) { free(heads[i]->prefix); free(heads[i]); }
     }
   }
-  sqlite3_free(r->heads);
-  sqlite3_free(r->tiles);
-  r->heads = NULL; r->tiles = NULL; r->n_tiles = 0;
-  if (r->gm_name) {
-    for (int64_t i = 0; i < r->n_genes; i++) sqlite3_free(r->gm_name[i]);
+  sqlite3_free(heads);
+  sqlite3_free(tiles);
+  if (gm_name) {
+    for (int64_t i = 0; i < n_genes; i++) sqlite3_free(gm_name[i]);
   }
-  sqlite3_free(r->gm_name);
-  sqlite3_free(r->gm_slot);
+  sqlite3_free(gm_name);
+  sqlite3_free(gm_slot);
+}
+
+static void index_unref(dc_index *ix) {
+  if (!ix || --ix->n_ref > 0) return;
+  free_arrays(ix->tiles, ix->heads, ix->n_tiles, ix->gm_slot, ix->gm_name, ix->n_genes);
+  sqlite3_free(ix);
+}
+
+/* the reader's view of ix (its fields are the reader's, for the modules that read them) */
+static void view(dc_reader *r, dc_index *ix) {
+  r->ix = ix;
+  ix->n_ref++;
+  r->ns = ix->ns;
+  r->n_cells = ix->n_cells;
+  r->n_genes = ix->n_genes;
+  r->n_tiles = ix->n_tiles;
+  r->sealed = ix->sealed;
+  r->dataset_id = ix->dataset_id;
+  r->tiles = ix->tiles;
+  r->heads = ix->heads;
+  r->gm_loaded = ix->gm_loaded;
+  r->gm_mask = ix->gm_mask;
+  r->gm_slot = ix->gm_slot;
+  r->gm_name = ix->gm_name;
+  r->data_version = ix->data_version;
+  r->loaded = 1;
+}
+
+/* Drops the reader's index: its reference to a shared one, or the arrays of a load that
+** failed half way (not shared yet). */
+static void free_index(dc_reader *r) {
+  if (r->ix) index_unref(r->ix);
+  else free_arrays(r->tiles, r->heads, r->n_tiles, r->gm_slot, r->gm_name, r->n_genes);
+  r->ix = NULL;
+  r->heads = NULL; r->tiles = NULL; r->n_tiles = 0;
   r->gm_name = NULL; r->gm_slot = NULL; r->gm_loaded = 0;
   r->loaded = 0;
+}
+
+/* Makes the arrays the reader just loaded a shared index (the slot's current one when the
+** data version is known). */
+static int share_index(dc_reader *r, int have_version, unsigned int dv) {
+  dc_index *ix = sqlite3_malloc64(sizeof *ix);
+  if (!ix) return SQLITE_NOMEM;
+  memset(ix, 0, sizeof *ix);
+  ix->data_version = have_version ? dv : 0;
+  ix->ns = r->ns;
+  ix->n_cells = r->n_cells;
+  ix->n_genes = r->n_genes;
+  ix->n_tiles = r->n_tiles;
+  ix->sealed = r->sealed;
+  ix->dataset_id = r->dataset_id;
+  ix->tiles = r->tiles;
+  ix->heads = r->heads;
+  view(r, ix);             /* the reader's reference */
+  if (have_version && r->slot) {
+    index_unref(r->slot->ix);
+    r->slot->ix = ix;
+    ix->n_ref++;           /* the slot's */
+  }
+  return SQLITE_OK;
+}
+
+static struct dc_slot **slot_list(dc_conn *conn) { return (struct dc_slot **)&conn->index_slots; }
+
+static int slot_join(dc_reader *r) {
+  const char *file = sqlite3_db_filename(r->db, r->schema);
+  if (!file) file = "";
+  struct dc_slot **pp = slot_list(r->conn);
+  for (struct dc_slot *sl = *pp; sl; sl = sl->next) {
+    if (!strcmp(sl->schema, r->schema) && !strcmp(sl->file, file)) {
+      sl->n_readers++;
+      r->slot = sl;
+      return SQLITE_OK;
+    }
+  }
+  struct dc_slot *sl = sqlite3_malloc64(sizeof *sl);
+  if (!sl) return SQLITE_NOMEM;
+  memset(sl, 0, sizeof *sl);
+  sl->schema = sqlite3_mprintf("%s", r->schema);
+  sl->file = sqlite3_mprintf("%s", file);
+  if (!sl->schema || !sl->file) {
+    sqlite3_free(sl->schema); sqlite3_free(sl->file); sqlite3_free(sl);
+    return SQLITE_NOMEM;
+  }
+  sl->n_readers = 1;
+  sl->next = *pp;
+  *pp = sl;
+  r->slot = sl;
+  return SQLITE_OK;
+}
+
+static void slot_leave(dc_reader *r) {
+  struct dc_slot *sl = r->slot;
+  r->slot = NULL;
+  if (!sl || --sl->n_readers > 0) return;
+  for (struct dc_slot **pp = slot_list(r->conn); *pp; pp = &(*pp)->next) {
+    if (*pp == sl) { *pp = sl->next; break; }
+  }
+  index_unref(sl->ix);
+  sqlite3_free(sl->schema);
+  sqlite3_free(sl->file);
+  sqlite3_free(sl);
 }
 
 int dc_reader_open(sqlite3 *db, dc_conn *conn, const char *schema, const char *what,
@@ -62,7 +194,7 @@ int dc_reader_open(sqlite3 *db, dc_conn *conn, const char *schema, const char *w
   r->conn = conn;
   r->schema = sqlite3_mprintf("%s", schema);
   r->what = sqlite3_mprintf("%s", what);
-  if (!r->schema || !r->what) { dc_reader_free(r); return SQLITE_NOMEM; }
+  if (!r->schema || !r->what || (conn && slot_join(r) != SQLITE_OK)) { dc_reader_free(r); return SQLITE_NOMEM; }
   *out = r;
   return SQLITE_OK;
 }
@@ -71,6 +203,7 @@ void dc_reader_free(dc_reader *r) {
   if (!r) return;
   dc_reader_end(r);
   free_index(r);
+  slot_leave(r);
   sqlite3_free(r->schema);
   sqlite3_free(r->what);
   sqlite3_free(r);
@@ -264,9 +397,18 @@ int dc_reader_begin(dc_reader *r, char **pzErr) {
   /* inside the statement's read transaction on this schema: the version is current */
   int have = sqlite3_file_control(r->db, r->schema, SQLITE_FCNTL_DATA_VERSION, &dv) == SQLITE_OK;
   if (r->loaded && have && dv == r->data_version) return SQLITE_OK;
+  /* another reader of this schema loaded the index of this version already: join it */
+  dc_index *cur = r->slot ? r->slot->ix : NULL;
+  if (have && cur && cur->data_version == dv) {
+    free_index(r);
+    view(r, cur);
+    return SQLITE_OK;
+  }
   int rc = load_index(r, pzErr);
-  if (rc == SQLITE_OK) r->data_version = have ? dv : 0;
-  if (rc == SQLITE_OK && !have) r->loaded = 0;   /* cannot tell: reload next time */
+  if (rc == SQLITE_OK && r->conn) r->conn->index_loads++;
+  if (rc == SQLITE_OK) rc = share_index(r, have, dv);
+  if (rc != SQLITE_OK) { free_index(r); return rc; }
+  if (!have) r->loaded = 0;   /* cannot tell: reload next time */
   return rc;
 }
 
@@ -757,11 +899,31 @@ static int load_gene_names(dc_reader *r, char **pzErr) {
 }
 
 static int names_ready(dc_reader *r, char **pzErr) {
+  dc_index *ix = r->ix;
+  if (ix && ix->gm_loaded) {   /* loaded by a reader sharing the index */
+    r->gm_loaded = 1; r->gm_mask = ix->gm_mask; r->gm_slot = ix->gm_slot; r->gm_name = ix->gm_name;
+    return SQLITE_OK;
+  }
   if (!r->gm_loaded) {
-    sqlite3_free(r->gm_slot); r->gm_slot = NULL;
-    if (r->gm_name) for (int64_t i = 0; i < r->n_genes; i++) sqlite3_free(r->gm_name[i]);
-    sqlite3_free(r->gm_name); r->gm_name = NULL;
-    return load_gene_names(r, pzErr);
+    /* r->gm_* are the index's (NULL) or left over from a failed load of this reader */
+    if (!ix || r->gm_slot != ix->gm_slot) {
+      sqlite3_free(r->gm_slot);
+      if (r->gm_name) for (int64_t i = 0; i < r->n_genes; i++) sqlite3_free(r->gm_name[i]);
+      sqlite3_free(r->gm_name);
+    }
+    r->gm_slot = NULL; r->gm_name = NULL;
+    int rc = load_gene_names(r, pzErr);
+    if (ix) {   /* the index owns them, loaded or not (a failed load is freed with it, or retried) */
+      if (rc == SQLITE_OK) {
+        ix->gm_loaded = 1; ix->gm_mask = r->gm_mask; ix->gm_slot = r->gm_slot; ix->gm_name = r->gm_name;
+      } else {
+        sqlite3_free(r->gm_slot);
+        if (r->gm_name) for (int64_t i = 0; i < r->n_genes; i++) sqlite3_free(r->gm_name[i]);
+        sqlite3_free(r->gm_name);
+        r->gm_slot = NULL; r->gm_name = NULL; r->gm_loaded = 0;
+      }
+    }
+    return rc;
   }
   return SQLITE_OK;
 }

@@ -66,3 +66,32 @@ def test_changed_tile_is_not_served_from_cache(tmp_path):
     assert np.array_equal(batch(con, ids_blob([5, 600]))[1].toarray(), Xb[[5, 600]].toarray())
     n = con.execute("SELECT count(*) FROM expression_long WHERE cell_id = 600").fetchone()[0]
     assert n == Xb[600].nnz
+
+
+def test_one_tile_index_per_schema(tmp_path):
+    """every table that reads counts shares one tile index per schema and data version
+    (it used to be loaded once per table: dc_batch, expression, expression_long, tiles, ...)"""
+    h5, db = generated(tmp_path, 1300, 300, 54, 400)
+    X = reference_matrix(h5, db)
+    con = connect(db)
+    loads = lambda: con.execute("SELECT dc_config('index_loads')").fetchone()[0]
+    assert loads() == 0
+    batch(con, ids_blob([1, 2]))
+    con.execute("SELECT count(*) FROM expression WHERE cell_id < 10").fetchone()
+    con.execute("SELECT count(*) FROM expression_long WHERE cell_id = 3").fetchone()
+    con.execute("SELECT count(*) FROM tiles").fetchone()
+    con.execute("SELECT count(*) FROM dc_aggregate(NULL, ?)", (ids_blob([1, 2, 3]),)).fetchall()
+    assert loads() == 1
+    con.execute("ATTACH ? AS other", (str(db),))
+    assert con.execute("SELECT count(*) FROM other.expression_long WHERE cell_id = 4").fetchone()[0] == X[4].nnz
+    batch(con, ids_blob([5]), schema="other")
+    assert loads() == 2
+    # a change of the data: one reload for all tables, and answers from the new data
+    w = sqlite3.connect(str(db), isolation_level=None)
+    w.execute("INSERT INTO dc_meta VALUES ('x_touch', 1)")   # two commits: a new data version,
+    w.execute("DELETE FROM dc_meta WHERE key = 'x_touch'")   # the same rows
+    w.close()
+    assert con.execute("SELECT count(*) FROM expression_long WHERE cell_id = 3").fetchone()[0] == X[3].nnz
+    _, m, _ = batch(con, ids_blob([3]))
+    assert np.array_equal(m.toarray(), X[[3]].toarray())
+    assert loads() == 3
