@@ -2,8 +2,9 @@
 #   make        build the codec library, the SQLite extension, the converter, benchmarks, tests
 #   make test   install missing Debian packages, build, run every test (also under ASan+UBSan)
 #   make demo   install missing Debian packages, build, make a small dataset, query it, train an epoch
-#   make fuzz-long   run each fuzz target for FUZZ_SECONDS (default 600) on build/corpus/NAME
-#                    (fuzz_obs seeds it from the encoder; findings worth keeping go to tests/fuzz/corpus/)
+#   make fuzz-long   run each fuzz target for FUZZ_SECONDS (default 600) on build/corpus/NAME, seeded
+#                    from tests/fuzz/corpus/NAME (fuzz_obs also from the encoder; findings worth
+#                    keeping go to tests/fuzz/corpus/)
 #   make coverage    line and branch coverage of ext/ and converter/ over the C, SQL and Python tests
 #                    (an instrumented copy in build-cov/; scripts/coverage.sh, docs/testing.md)
 PYTHON   ?= /usr/bin/python3
@@ -122,13 +123,26 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
 	  -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
 
+# the SQL-level target: the extension compiled in (SQLITE_CORE), over a small dataset made once
+FUZZ_SQL_DB := $(BUILD)/fuzz/fuzz_sql.dcdb
+$(BUILD)/fuzz/fuzz_sql: tests/fuzz/fuzz_sql.c $(CORE_SRC) $(EXT_SRC) $(BUILD)/gen/dc_modules.h
+	@mkdir -p $(dir $@)
+	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -DSQLITE_CORE -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen \
+	  $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) $(LDLIBS_CORE)
+$(FUZZ_SQL_DB): $(CONVERTER) scripts/gen_h5ad.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) scripts/gen_h5ad.py --cells 300 --genes 200 --seed 5 -o $(BUILD)/fuzz/fuzz_sql.h5ad
+	$(CONVERTER) convert $(BUILD)/fuzz/fuzz_sql.h5ad -o $@ --tile-cells 100 --chunks 4 --quiet --force \
+	  --dataset-id 0123456789abcdef
+
 sanitize: $(CTESTS_SAN) $(CTESTS_TSAN) $(EXTENSION_SAN) $(CONVERTER_SAN)
-fuzz: $(FUZZERS)
+fuzz: $(FUZZERS) $(FUZZ_SQL_DB)
 
 FUZZ_SECONDS ?= 600
-fuzz-long: $(FUZZERS)
-	@for f in $(FUZZERS); do mkdir -p $(BUILD)/corpus/$$(basename $$f); \
-	  $$f -max_total_time=$(FUZZ_SECONDS) $(BUILD)/corpus/$$(basename $$f) || exit 1; done
+fuzz-long: $(FUZZERS) $(FUZZ_SQL_DB)
+	@for f in $(FUZZERS); do n=$$(basename $$f); mkdir -p $(BUILD)/corpus/$$n; \
+	  if [ -d tests/fuzz/corpus/$$n ]; then cp -n tests/fuzz/corpus/$$n/* $(BUILD)/corpus/$$n/; fi; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) $(BUILD)/corpus/$$n || exit 1; done
 
 test: deps
 	@$(MAKE) --no-print-directory all sanitize fuzz
