@@ -880,6 +880,7 @@ void h5ad_close(h5file *f) {
   free(f->cached);
   free(f->sind);
   free(f->sval);
+  free(f->rowkeys);
   free(f->path);
   memset(f, 0, sizeof *f);
   f->fid = f->data = f->indices = f->indptr = -1;
@@ -1054,6 +1055,54 @@ static uint64_t csr_row(int ity, const void *sind, int vty, const void *sval, si
   return csr_row_t(ity, sind, vty, sval, ka, kb, n_vars, gmap, oind, oval, out, bad_k, bad);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The message of a fault in row `row` at gene index g: out of range, a gene
+** given twice (dup), or a bad value. Returns -1. */
+static int row_fault(h5file *f, uint64_t row, int64_t g, int dup, double bad, cv_err *e) {
+  char cell[300];
+  h5ad_cell_name(f, row, cell, sizeof cell);
+  if (g < 0 || (uint64_t)g >= f->n_vars)
+    return cv_fail(e, "%s: %s/indices: cell %s has gene index %lld, out of range 0..%llu", f->path, f->mpath, cell,
+                   (long long)g, (unsigned long long)(f->n_vars ? f->n_vars - 1 : 0));
+  if (dup)
+    return cv_fail(e, "%s: %s/indices: cell %s: gene '%s' (column %lld) appears twice; sum the duplicates "
+                   "first (scipy: X.sum_duplicates())", f->path, f->mpath, cell, f->var_names[g], (long long)g);
+  return bad_value(f, row, (uint64_t)g, bad, e);
+}
+
+/* A row whose gene indices are not in increasing order (slab entries [ka, kb),
+** as scipy allows): its entries sorted by gene and appended at out; *out2 gets
+** the new end.  A gene given twice is an error naming the cell and the gene. */
+static int csr_row_sorted(h5file *f, uint64_t row, size_t ka, size_t kb, const uint32_t *gmap, uint32_t *oind,
+                          uint32_t *oval, uint64_t out, uint64_t *out2, cv_err *e) {
+  size_t n = kb - ka;
+  if (cv_grow((void **)&f->rowkeys, &f->rowkeys_cap, n + 1, sizeof *f->rowkeys, e)) return -1;
+  for (size_t k = ka; k < kb; k++) {
+    int64_t g = slab_idx(f->ity, f->sind, k);
+    if (g < 0 || (uint64_t)g >= f->n_vars) return row_fault(f, row, g, 0, 0, e);
+    f->rowkeys[k - ka] = (uint64_t)g << 32 | (uint64_t)(k - ka);
+  }
+  qsort(f->rowkeys, n, sizeof *f->rowkeys, cmp_u64);
+  for (size_t i = 0; i < n; i++) {
+    int64_t g = (int64_t)(f->rowkeys[i] >> 32);
+    size_t k = ka + (size_t)(uint32_t)f->rowkeys[i];
+    if (i > 0 && (uint64_t)g == f->rowkeys[i - 1] >> 32) return row_fault(f, row, g, 1, 0, e);
+    uint32_t v;
+    double bad = 0;
+    if (slab_val(f->vty, f->sval, k, &v, &bad)) return row_fault(f, row, g, 0, bad, e);
+    if (!v) continue;
+    oind[out] = gmap ? gmap[g] : (uint32_t)g;
+    oval[out] = v;
+    out++;
+  }
+  *out2 = out;
+  return 0;
+}
+
 /* Reads CSR rows [r0, r1). */
 static int csr_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, rowbuf *rb, cv_err *e) {
   uint64_t nr = r1 - r0;
@@ -1088,18 +1137,12 @@ static int csr_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, r
                           oind, oval, out, &bad_k, &bad);
     if (o2 == UINT64_MAX) {
       int64_t g = slab_idx(f->ity, f->sind, bad_k), prev = bad_k > (size_t)(a - wlo) ? slab_idx(f->ity, f->sind, bad_k - 1) : -1;
-      char cell[300];
-      h5ad_cell_name(f, row, cell, sizeof cell);
-      if (g < 0 || (uint64_t)g >= f->n_vars)
-        cv_fail(e, "%s: %s/indices: cell %s has gene index %lld, out of range 0..%llu", f->path,
-                f->mpath, cell, (long long)g, (unsigned long long)(f->n_vars ? f->n_vars - 1 : 0));
-      else if (g <= prev)
-        cv_fail(e, "%s: %s/indices: cell %s: gene indices %s (%lld after %lld); sort them first "
-                "(scipy: X.sort_indices(), X.sum_duplicates())", f->path, f->mpath, cell,
-                g == prev ? "repeat" : "are not sorted", (long long)g, (long long)prev);
-      else
-        bad_value(f, row, (uint64_t)g, bad, e);
-      goto done;
+      if (g >= 0 && (uint64_t)g < f->n_vars && g < prev) { /* unsorted within the row (scipy allows it): sort it */
+        if (csr_row_sorted(f, row, (size_t)(a - wlo), (size_t)(b - wlo), gmap, oind, oval, out, &o2, e)) goto done;
+      } else {
+        row_fault(f, row, g, g == prev, bad, e);
+        goto done;
+      }
     }
     out = o2;
     rb->indptr[++rb->n_rows] = out;
@@ -1179,6 +1222,13 @@ static int spool_flush(h5file *f, spool_bucket *b, cv_err *e) {
   return 0;
 }
 
+static int csc_dup(h5file *f, uint64_t r, uint64_t j, cv_err *e) {
+  char cell[300];
+  h5ad_cell_name(f, r, cell, sizeof cell);
+  return cv_fail(e, "%s: %s/indices: cell %s: gene '%s' (column %llu) appears twice; sum the duplicates first "
+                 "(scipy: X.sum_duplicates())", f->path, f->mpath, cell, f->var_names[j], (unsigned long long)j);
+}
+
 int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
                    void (*progress)(void *, uint64_t), void *parg, cv_err *e) {
   char tmpl[4096];
@@ -1221,6 +1271,7 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
       if (progress) progress(parg, wlo);
     }
     int64_t prev = -1;
+    int unsorted = 0;
     for (uint64_t k = a; k < b; k++) {
       int64_t r = slab_idx(f->ity, f->sind, (size_t)(k - wlo));
       if (r < 0 || (uint64_t)r >= f->n_obs) {
@@ -1229,12 +1280,11 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
                 (unsigned long long)(f->n_obs ? f->n_obs - 1 : 0));
         goto done;
       }
-      if (r <= prev) {
-        cv_fail(e, "%s: %s/indices: gene '%s' (column %llu): cell indices %s (%lld after %lld); sort "
-                "them first (scipy: X.sort_indices())", f->path, f->mpath, f->var_names[j],
-                (unsigned long long)j, r == prev ? "repeat" : "are not sorted", (long long)r, (long long)prev);
+      if (r == prev) {
+        csc_dup(f, (uint64_t)r, j, e);
         goto done;
       }
+      if (r < prev) unsorted = 1; /* scipy allows it; the spool puts cells in order anyway */
       prev = r;
       uint32_t v;
       double bad;
@@ -1250,6 +1300,14 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
       q[2] = v;
       bk->nnz++;
       if (++bk->n_buf == f->bucket_cap && spool_flush(f, bk, e)) goto done;
+    }
+    if (unsorted) { /* a cell given twice in this gene's column, not next to each other? */
+      size_t n = (size_t)(b - a);
+      if (cv_grow((void **)&f->rowkeys, &f->rowkeys_cap, n + 1, sizeof *f->rowkeys, e)) goto done;
+      for (uint64_t k = a; k < b; k++) f->rowkeys[k - a] = (uint64_t)slab_idx(f->ity, f->sind, (size_t)(k - wlo));
+      qsort(f->rowkeys, n, sizeof *f->rowkeys, cmp_u64);
+      for (size_t i = 1; i < n; i++)
+        if (f->rowkeys[i] == f->rowkeys[i - 1]) { csc_dup(f, f->rowkeys[i], j, e); goto done; }
     }
   }
   for (size_t b = 0; b < f->n_buckets; b++) {

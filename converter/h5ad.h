@@ -101,6 +101,8 @@ typedef struct h5file {
   int ity, vty;
   void *sind, *sval;
   size_t scap;
+  uint64_t *rowkeys;  /* a row with unsorted gene indices: (gene << 32 | entry), sorted */
+  size_t rowkeys_cap;
   /* CSC spool */
   int spool_fd;
   uint64_t spool_off, spool_len;
