@@ -34,6 +34,7 @@
 #include "dc_format.h"
 #include "dc_obs.h"
 #include "h5ad.h"
+#include "tenx.h"
 
 #define OBS_BLOCK 65536u
 #define VERSION "deltacells 0.1"
@@ -193,6 +194,9 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     if (h->fmt == MAT_CSC) {
       p1ctx c = {pg, base, h->n_obs, h->nnz};
       if (h5ad_csc_spool(h, spool_dir, T, tot, nc, csc_progress, &c, e)) { free(tot); free(nc); goto done; }
+    } else if (h->fmt == MAT_SPOOL) {
+      p1ctx c = {pg, base, h->n_obs, h->nnz};
+      if (tenx_mtx_spool(h, spool_dir, T, tot, nc, csc_progress, &c, e)) { free(tot); free(nc); goto done; }
     } else {
       for (uint64_t r = 0; r < h->n_obs; r += T) {
         uint64_t r1 = r + T < h->n_obs ? r + T : h->n_obs;
@@ -217,7 +221,7 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     base += h->n_obs;
   }
   *nnz_out = nnz;
-  if (nf == 1 && files[0].fmt != MAT_CSC && files[0].n_obs > 0 && files[0].n_obs <= T) {
+  if (nf == 1 && (files[0].fmt == MAT_CSR || files[0].fmt == MAT_DENSE) && files[0].n_obs > 0 && files[0].n_obs <= T) {
     *last = rb; /* the only tile: no second read, and no more memory than pass 2 needs anyway */
     memset(&rb, 0, sizeof rb);
   }
@@ -1009,7 +1013,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
       if (a.st_dev == st.st_dev && a.st_ino == st.st_ino) { cv_fail(e, "%s: the output would replace an input", o->out); goto done; }
     }
     opened = f + 1;
-    if (h5ad_open(o->inputs[f], o->layer, o->raw, o->gene_key, &files[f], e)) goto done;
+    if (cv_input_open(o->inputs[f], o->layer, o->raw, o->gene_key, &files[f], e)) goto done;
     first[f + 1] = first[f] + files[f].n_obs;
   }
   uint64_t n_cells = first[nf];
