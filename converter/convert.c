@@ -73,7 +73,11 @@ static void prog_end(progress *p) {
 
 /* ------------------------------------------------------------ genes */
 typedef struct genes {
-  uint32_t n;
+  uint32_t n;           /* genes stored (after --genes intersect) */
+  uint32_t n_all;       /* genes joined (the union): global ids 0..n_all-1 */
+  uint32_t n_shared;    /* genes in every input */
+  uint32_t *nfiles;     /* by global id: how many inputs have it */
+  uint8_t *keep;        /* NULL (all kept), or by global id: 1 if stored */
   char **name;          /* by global id (order of first appearance) */
   uint32_t *file, *local; /* where it first appears */
   uint64_t *total, *ncells;
@@ -84,8 +88,8 @@ typedef struct genes {
 } genes;
 
 static void genes_free(genes *g, int n_files) {
-  for (uint32_t i = 0; i < g->n; i++) free(g->name[i]);
-  free(g->name); free(g->file); free(g->local); free(g->total); free(g->ncells);
+  for (uint32_t i = 0; i < g->n_all; i++) free(g->name[i]);
+  free(g->name); free(g->nfiles); free(g->keep); free(g->file); free(g->local); free(g->total); free(g->ncells);
   free(g->rank); free(g->order);
   if (g->fmap) for (int f = 0; f < n_files; f++) free(g->fmap[f]);
   free(g->fmap);
@@ -123,12 +127,13 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
           cv_map_free(&occ);
           return cv_fail(e, "too many genes");
         }
-        size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+        size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap, c6 = cap;
         if (cv_grow((void **)&g->name, &c1, g->n + 1, sizeof *g->name, e) ||
             cv_grow((void **)&g->file, &c2, g->n + 1, sizeof *g->file, e) ||
             cv_grow((void **)&g->local, &c3, g->n + 1, sizeof *g->local, e) ||
             cv_grow((void **)&g->total, &c4, g->n + 1, sizeof *g->total, e) ||
-            cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e)) {
+            cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e) ||
+            cv_grow((void **)&g->nfiles, &c6, g->n + 1, sizeof *g->nfiles, e)) {
           if (key != kbuf) free(key);
           cv_map_free(&occ);
           return -1;
@@ -138,7 +143,9 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
         g->file[id] = (uint32_t)f;
         g->local[id] = (uint32_t)j;
         g->total[id] = g->ncells[id] = 0;
+        g->nfiles[id] = 0;
         g->n++;
+        g->n_all = g->n;
         if (!g->name[id] || cv_map_put(&g->map, key, id, e)) {
           if (key != kbuf) free(key);
           cv_map_free(&occ);
@@ -147,10 +154,49 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
       }
       if (key != kbuf) free(key);
       g->fmap[f][j] = id;
+      g->nfiles[id]++; /* once per file: a repeat in the file has a key of its own */
     }
     cv_map_free(&occ);
   }
+  for (uint32_t i = 0; i < g->n; i++) g->n_shared += g->nfiles[i] == (uint32_t)nf;
   return 0;
+}
+
+/* Several inputs: how many genes all of them share, and per input the
+** fraction of its genes that are shared; a warning below min_frac. */
+static void genes_overlap(const genes *g, h5file *files, int nf, int quiet, double min_frac, int intersect) {
+  if (nf < 2) return;
+  if (!quiet)
+    printf("genes: %u in the union of %d inputs, %u in every one of them%s\n", g->n_all, nf, g->n_shared,
+           intersect ? " (--genes intersect: only those are stored)" : "");
+  int low = 0;
+  double worst = 1;
+  const char *wname = NULL;
+  for (int f = 0; f < nf; f++) {
+    uint64_t sh = 0, some = 0;
+    for (uint64_t j = 0; j < files[f].n_vars; j++) {
+      uint32_t k = g->nfiles[g->fmap[f][j]];
+      sh += k == (uint32_t)nf;
+      some += k > 1;
+    }
+    double fr = files[f].n_vars ? (double)sh / (double)files[f].n_vars : 1.0;
+    if (!quiet)
+      printf("  %s: %llu genes; %.1f%% in every input, %.1f%% in at least one other\n", files[f].path,
+             (unsigned long long)files[f].n_vars, 100.0 * fr,
+             files[f].n_vars ? 100.0 * (double)some / (double)files[f].n_vars : 100.0);
+    double fo = files[f].n_vars ? (double)some / (double)files[f].n_vars : 1.0;
+    if (fr < min_frac) {
+      low++;
+      if (fo < worst || !wname) { worst = fo; wname = files[f].path; }
+    }
+  }
+  fflush(stdout);
+  if (low)
+    fprintf(stderr, "deltacells: warning: the inputs share few genes: %u genes are in all %d inputs; %d input%s share%s "
+            "less than %.0f%% of %s genes (the most apart: %s, with %.1f%% of its genes in any other input).  Different species, or genes named differently (symbols vs "
+            "Ensembl ids: --gene-key gene_ids)?%s\n", g->n_shared, nf, low, low > 1 ? "s" : "", low > 1 ? "" : "s",
+            100.0 * min_frac, low > 1 ? "their" : "its", wname, 100.0 * worst,
+            intersect ? "" : " The union is stored (--genes intersect keeps the shared genes only).");
 }
 
 static const genes *sort_ctx;
@@ -160,11 +206,18 @@ static int cmp_rank(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Dataset gene ids by decreasing total counts; with g->keep, the genes not
+** kept get UINT32_MAX (their entries are dropped from the tiles). */
 static int genes_renumber(genes *g, h5file *files, int nf, cv_err *e) {
-  g->order = malloc((g->n + 1) * sizeof *g->order);
-  g->rank = malloc((g->n + 1) * sizeof *g->rank);
+  g->order = malloc((g->n_all + 1) * sizeof *g->order);
+  g->rank = malloc((g->n_all + 1) * sizeof *g->rank);
   if (!g->order || !g->rank) return cv_fail(e, "out of memory");
-  for (uint32_t i = 0; i < g->n; i++) g->order[i] = i;
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < g->n_all; i++) {
+    g->rank[i] = UINT32_MAX;
+    if (!g->keep || g->keep[i]) g->order[n++] = i;
+  }
+  g->n = n;
   sort_ctx = g;
   qsort(g->order, g->n, sizeof *g->order, cmp_rank);
   for (uint32_t r = 0; r < g->n; r++) g->rank[g->order[r]] = r;
@@ -214,7 +267,7 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
       uint32_t id = g->fmap[f][j];
       g->total[id] += tot[j];
       g->ncells[id] += nc[j];
-      nnz += nc[j];
+      if (!g->keep || g->keep[id]) nnz += nc[j];
     }
     free(tot);
     free(nc);
@@ -251,6 +304,7 @@ typedef struct pipe {
   slot *slots;
   int n_slots;
   uint32_t n_genes;
+  int dropping;         /* some genes are not stored (--genes intersect) */
   dc_encode_opts opts;
 } pipe_t;
 
@@ -306,7 +360,24 @@ static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **ka, uint64_t **kb,
 }
 
 /* Sorts and encodes the tile of slot s (on any thread; no SQLite, no HDF5). */
+/* Removes the entries of genes not stored (index UINT32_MAX: --genes intersect). */
+static void drop_genes(rowbuf *rb) {
+  uint64_t out = 0, a = 0;
+  for (uint64_t i = 0; i < rb->n_rows; i++) {
+    uint64_t b = rb->indptr[i + 1];
+    for (uint64_t k = a; k < b; k++)
+      if (rb->indices[k] != UINT32_MAX) {
+        rb->indices[out] = rb->indices[k];
+        rb->data[out] = rb->data[k];
+        out++;
+      }
+    a = b;
+    rb->indptr[i + 1] = out;
+  }
+}
+
 static int encode_slot(pipe_t *pp, slot *s, uint64_t **ka, uint64_t **kb, size_t *kcap) {
+  if (pp->dropping) drop_genes(&s->rb);
   if (sort_tile(&s->rb, pp->n_genes, ka, kb, kcap, &s->err)) return 0;
   dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
   dc_error de;
@@ -390,6 +461,7 @@ static int pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *t
   pp.n_slots = workers + 1;
   pp.slots = calloc((size_t)pp.n_slots, sizeof *pp.slots);
   pp.n_genes = g->n;
+  pp.dropping = g->keep != NULL;
   dc_encode_opts_default(&pp.opts);
   if (o->codec) pp.opts.codec = o->codec;
   if (o->level_set) pp.opts.level = o->level;
@@ -1017,7 +1089,20 @@ int cv_convert(const cv_opts *o, cv_err *e) {
     first[f + 1] = first[f] + files[f].n_obs;
   }
   uint64_t n_cells = first[nf];
+  if (!o->keep_gene_whitespace)
+    for (int f = 0; f < nf; f++) {
+      uint64_t k = h5ad_strip_gene_names(&files[f]);
+      if (k)
+        fprintf(stderr, "deltacells: note: %s: %llu gene names had surrounding whitespace, removed ('  TAZ' is stored "
+                "as 'TAZ'; --keep-gene-whitespace keeps names as they are)\n", files[f].path, (unsigned long long)k);
+    }
   if (genes_join(&g, files, nf, e)) goto done;
+  genes_overlap(&g, files, nf, o->quiet, o->min_overlap > 0 ? o->min_overlap : 0.5, o->genes_intersect);
+  if (o->genes_intersect && nf > 1) {
+    if (!g.n_shared) { cv_fail(e, "--genes intersect: no gene is in every input; nothing to store"); goto done; }
+    if (!(g.keep = malloc(g.n_all + 1))) { cv_fail(e, "out of memory"); goto done; }
+    for (uint32_t i = 0; i < g.n_all; i++) g.keep[i] = g.nfiles[i] == (uint32_t)nf;
+  }
 
   /* pass 1 */
   char *od = strdup(o->out);

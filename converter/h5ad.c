@@ -3,6 +3,7 @@
 */
 #include "h5ad.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -920,6 +921,21 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
                    f->var.path, (unsigned long long)f->n_vars);
 
   return h5ad_gene_names(f, gene_key, e);
+}
+
+uint64_t h5ad_strip_gene_names(h5file *f) {
+  uint64_t n = 0;
+  for (uint64_t i = 0; f->var_names && i < f->n_vars; i++) {
+    char *s = f->var_names[i];
+    size_t a = 0, b = strlen(s);
+    while (a < b && isspace((unsigned char)s[a])) a++;
+    while (b > a && isspace((unsigned char)s[b - 1])) b--;
+    if (a == b || (a == 0 && s[b] == 0)) continue; /* all blank: kept as it is */
+    memmove(s, s + a, b - a);
+    s[b - a] = 0;
+    n++;
+  }
+  return n;
 }
 
 void h5ad_close(h5file *f) {

@@ -55,6 +55,13 @@ static const char *HELP_CONVERT =
     "  --threads N            encoder threads (default: one per core)\n"
     "  --gene-key VARCOL      join genes of several inputs by this var column (e.g. gene_ids)\n"
     "                         instead of the var index; it becomes the genes' name\n"
+    "  --genes union|intersect  with several inputs: store every gene of any input (union,\n"
+    "                         the default; a gene an input lacks is 0 in its cells) or only\n"
+    "                         the genes every input has.  Either way the overlap is reported\n"
+    "                         (genes in all inputs; per input the fraction of its genes that\n"
+    "                         are shared), with a warning when an input shares under 50%\n"
+    "  --keep-gene-whitespace keep gene names as they are; by default surrounding\n"
+    "                         whitespace is removed (' TAZ' joins 'TAZ'), with a note\n"
     "  --genes-block N        genes per stored block of the genes table (default 1048576;\n"
     "                         smaller only to test readers on several blocks)\n"
     "  --dataset-id HEX       the dataset's id (16 hex digits), which keys the checksums that\n"
@@ -166,7 +173,7 @@ static int cmd_convert(int argc, char **argv) {
       int takes = strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0 || strcmp(opt, "--layer") == 0 ||
                   strcmp(opt, "--tile-cells") == 0 || strcmp(opt, "--chunks") == 0 || strcmp(opt, "--level") == 0 ||
                   strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0 ||
-                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0;
+                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0 || strcmp(opt, "--genes") == 0;
       if (takes && !v) {
         if (i + 1 >= argc) { free(in); return usage("an option needs a value", HELP_CONVERT); }
         v = argv[++i];
@@ -181,6 +188,12 @@ static int cmd_convert(int argc, char **argv) {
       else if (!strcmp(opt, "--force")) o.force = 1;
       else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) o.quiet = 1;
       else if (!strcmp(opt, "--gene-key")) o.gene_key = v;
+      else if (!strcmp(opt, "--keep-gene-whitespace")) o.keep_gene_whitespace = 1;
+      else if (!strcmp(opt, "--genes")) {
+        if (!strcmp(v, "intersect")) o.genes_intersect = 1;
+        else if (!strcmp(v, "union")) o.genes_intersect = 0;
+        else { free(in); return usage("--genes: 'union' (the default) or 'intersect'", HELP_CONVERT); }
+      }
       else if (!strcmp(opt, "--tile-cells")) {
         if (int_arg(opt, v, 1, 1L << 24, &x)) { free(in); return 2; }
         o.tile_cells = (uint32_t)x;

@@ -14,11 +14,12 @@ from _batch_util import REAL_FILES, connect, convert, real_file, reference_matri
 
 
 def _matrix(ad, matrix):
+    """X and its gene names as the converter stores them (surrounding whitespace removed)."""
     if matrix == "X":
-        return ad.X, ad.var_names
+        return ad.X, ad.var_names.str.strip()
     if matrix == "raw/X":
-        return ad.raw.X, ad.raw.var_names
-    return ad.layers[matrix.split("/", 1)[1]], ad.var_names
+        return ad.raw.X, ad.raw.var_names.str.strip()
+    return ad.layers[matrix.split("/", 1)[1]], ad.var_names.str.strip()
 
 
 @pytest.fixture(scope="module", params=REAL_FILES)

@@ -34,7 +34,7 @@ def test_all_real_files_into_one(tmp_path):
     try:
         union = set()
         for a in adatas:
-            union |= set(a.var_names)
+            union |= set(a.var_names.str.strip())
         assert set(ds.gene_names) == union and ds.n_genes == len(union)
         check_matrix(ds, adatas)
         check_obs(ds, adatas)
