@@ -67,6 +67,20 @@ static void prog_show(progress *p, uint64_t done) {
   fflush(stderr);
 }
 
+/* Pass 3: column col (0-based) of ncols, done of n cells in it; the rate and
+** ETA over all columns. */
+static void prog_cols(progress *p, int col, int ncols, uint64_t done, uint64_t n) {
+  if (!p->on) return;
+  double now = cv_now();
+  if (now - p->last < 0.25 && !(col + 1 == ncols && done >= n)) return;
+  p->last = now;
+  double all = (double)n * ncols, sofar = (double)n * col + (double)done, el = now - p->t0;
+  double rate = el > 0 ? sofar / el : 0, eta = rate > 0 ? (all - sofar) / rate : 0;
+  fprintf(stderr, "\r%s: column %d of %d, %llu / %llu cells  ETA %dm%02ds   ", p->label, col + 1, ncols,
+          (unsigned long long)done, (unsigned long long)n, (int)eta / 60, (int)eta % 60);
+  fflush(stderr);
+}
+
 static void prog_end(progress *p) {
   if (p->on) fprintf(stderr, "\r%-78s\r", "");
 }
@@ -678,7 +692,7 @@ static int ocols_build(h5file *files, int nf, int var, int with_index, int with_
     for (int f = 0; f < nf; f++) {
       uint32_t code;
       if (c[i].is_source) {
-        if (add_label(&c[i], files[f].path, &code, e)) goto fail;
+        if (add_label(&c[i], files[f].label ? files[f].label : files[f].path, &code, e)) goto fail;
         if (!(c[i].remap[f] = malloc(sizeof(int32_t)))) goto oom;
         c[i].remap[f][0] = (int32_t)code; /* a file given twice has one label */
         continue;
@@ -890,7 +904,7 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
       free(blob);
       blob = NULL;
       if (r) goto done;
-      prog_show(pg, (uint64_t)i * n_cells + c0 + k);
+      prog_cols(pg, i, n, c0 + k, n_cells);
     }
     dc_blockplace pl = {"cells", i, c->name, c->kind, c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1, 0, 0, 0, 0};
     dc_seal ds;
@@ -1053,6 +1067,61 @@ static void json_str(sqlite3_str *s, const char *v) {
   sqlite3_str_appendchar(s, 1, '"');
 }
 
+/* ------------------------------------------------------------ source labels */
+/* The last k components of path (trailing slashes ignored); the whole path
+** when it has fewer. */
+static const char *path_tail(const char *path, size_t len, int k) {
+  const char *p = path + len;
+  for (int c = 0; p > path; p--) {
+    if (p[-1] == '/' && ++c == k) return p;
+  }
+  return path;
+}
+
+/* files[f].label: the shortest ending of each input's path (whole components)
+** that no other input with a different path has: the base name unless two
+** inputs share it (10x outputs all have the same names), then the parent
+** directory too, and so on.  The same path given twice keeps one label. */
+static int make_labels(h5file *files, int nf, cv_err *e) {
+  size_t *len = calloc((size_t)nf + 1, sizeof *len);
+  int *k = calloc((size_t)nf + 1, sizeof *k);
+  if (!len || !k) { free(len); free(k); return cv_fail(e, "out of memory"); }
+  for (int f = 0; f < nf; f++) {
+    len[f] = strlen(files[f].path);
+    while (len[f] > 1 && files[f].path[len[f] - 1] == '/') len[f]--;
+    k[f] = 1;
+  }
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int f = 0; f < nf; f++) {
+      const char *a = path_tail(files[f].path, len[f], k[f]);
+      size_t al = (size_t)(files[f].path + len[f] - a);
+      for (int h = 0; h < nf; h++) {
+        if (h == f || (len[h] == len[f] && memcmp(files[h].path, files[f].path, len[f]) == 0)) continue;
+        const char *b = path_tail(files[h].path, len[h], k[h]);
+        size_t bl = (size_t)(files[h].path + len[h] - b);
+        if (al == bl && memcmp(a, b, al) == 0) {
+          if (a != files[f].path) { k[f]++; changed = 1; }
+          if (b != files[h].path) { k[h]++; changed = 1; }
+          if (changed) break;
+        }
+      }
+    }
+  }
+  for (int f = 0; f < nf; f++) {
+    const char *a = path_tail(files[f].path, len[f], k[f]);
+    free(files[f].label);
+    if (!(files[f].label = strndup(a, (size_t)(files[f].path + len[f] - a)))) {
+      free(len);
+      free(k);
+      return cv_fail(e, "out of memory");
+    }
+  }
+  free(len);
+  free(k);
+  return 0;
+}
+
 /* ------------------------------------------------------------ driver */
 int cv_convert(const cv_opts *o, cv_err *e) {
   int nf = o->n_inputs, rc = -1, opened = 0;
@@ -1089,6 +1158,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
     first[f + 1] = first[f] + files[f].n_obs;
   }
   uint64_t n_cells = first[nf];
+  if (make_labels(files, nf, e)) goto done;
   if (!o->keep_gene_whitespace)
     for (int f = 0; f < nf; f++) {
       uint64_t k = h5ad_strip_gene_names(&files[f]);
@@ -1148,9 +1218,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
     goto done;
   }
   if (write_genes(files, nf, &g, o, &w, &gbytes, e)) goto done;
-  int nobs_cols = 0;
-  for (int f = 0; f < nf; f++) nobs_cols += files[f].obs.n_cols;
-  prog_start(&pg, show, "pass 3/3 (obs)", n_cells * (uint64_t)(nobs_cols + 1 + (nf > 1)));
+  prog_start(&pg, show, "pass 3/3 (obs)", n_cells);
   double tp3 = cv_now();
   int r3 = write_obs(files, nf, first, n_cells, &w, &obytes, &pg, e);
   prog_end(&pg);
@@ -1164,7 +1232,13 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   sqlite3_str_appendchar(src, 1, '[');
   for (int f = 0; f < nf; f++) {
     sqlite3_str_appendall(src, f ? ",{\"file\":" : "{\"file\":");
-    json_str(src, files[f].path);
+    char *full = realpath(files[f].path, NULL);  /* the full path: `source` holds the label */
+    json_str(src, full ? full : files[f].path);
+    free(full);
+    sqlite3_str_appendall(src, ",\"source\":");
+    json_str(src, files[f].label ? files[f].label : files[f].path);
+    sqlite3_str_appendall(src, ",\"kind\":");
+    json_str(src, files[f].kind ? files[f].kind : "h5ad");
     sqlite3_str_appendf(src, ",\"matrix\":\"%s\",\"n_cells\":%llu,\"first_cell\":%llu,\"first_tile\":%llu,"
                         "\"n_tiles\":%llu}", files[f].mpath, (unsigned long long)files[f].n_obs,
                         (unsigned long long)first[f], (unsigned long long)ftile[f],

@@ -958,6 +958,7 @@ void h5ad_close(h5file *f) {
   free(f->sval);
   free(f->rowkeys);
   free(f->stamp);
+  free(f->label);
   if (f->ext && f->ext_free) f->ext_free(f->ext);
   free(f->path);
   memset(f, 0, sizeof *f);

@@ -115,6 +115,8 @@ typedef struct h5file {
   uint64_t cached_nnz;
   int64_t cached_b;
   uint32_t *stamp;    /* MAT_SPOOL: per local gene, the last row + 1 that had it (repeats) */
+  char *label;        /* the `source` column's value: the shortest ending of the path that
+                         no other input shares (its base name, mostly); set by convert */
   const char *kind;   /* what the input is: "h5ad", "10x h5", "10x mtx" (messages, dc_meta) */
   void *ext;          /* another reader's state (tenx.c), freed by ext_free */
   void (*ext_free)(void *);

@@ -6,6 +6,8 @@
 */
 #include <hdf5.h>
 #include <limits.h>
+#include <sqlite3.h>
+#include <zlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,9 @@
 #include "dc_codec.h"
 #include "dc_obs.h"
 #include "inspect.h"
+#include "dc_format.h"
+
+#define DC_VERSION "0.1"
 
 static const char *HELP_MAIN =
     "usage: deltacells COMMAND [ARGS]\n"
@@ -27,6 +32,7 @@ static const char *HELP_MAIN =
     "  info DATASET [--json]     cells, genes, nonzeros, tiles, bytes, codec settings\n"
     "  obs info DATASET          one row per obs column: type, categories, stored size\n"
     "  verify DATASET            decode every tile and obs block, check every checksum\n"
+    "  version                   the versions of deltacells, its format and libraries\n"
     "\n"
     "`deltacells COMMAND --help` describes a command.  Query a dataset with the sqlite3\n"
     "shell: `sqlite3 OUT.dcdb` then `.load build/deltacells`.\n";
@@ -78,7 +84,9 @@ static const char *HELP_CONVERT =
     "genes are joined by name (the k-th repeat of a name in one file joins the k-th in\n"
     "another), obs columns are united (NULL where a file lacks one; int+bool -> int,\n"
     "numbers of different kinds -> real, anything else mixed -> text), and a categorical\n"
-    "`source` column names each cell's file.  Obs columns named like the cells table's own\n"
+    "`source` column names each cell's file: its base name, or the shortest ending of its\n"
+    "path that tells two inputs apart (s1/outs/x.h5 and s2/outs/x.h5); dc_meta's sources\n"
+    "keep full paths.  Obs columns named like the cells table's own\n"
     "columns (cell_id, name, tile) are stored as NAME_1.\n"
     "\n"
     "Memory is bounded whatever the input size: (threads + 1) tiles in flight, each\n"
@@ -127,8 +135,18 @@ static const char *HELP_VERIFY =
     "sealed, tiles, cells, nnz, genes, obs_blocks, duplicate_gene_names).  Gene names that\n"
     "occur more than once are a note, not a fault.  Exits 1 if there is any fault.\n";
 
+/* A usage error: one line, and where the help is (the command's words are
+** those of its help's usage line: "usage: deltacells obs info DATASET" -> "obs info"). */
 static int usage(const char *msg, const char *help) {
-  fprintf(stderr, "deltacells: %s\n\n%s", msg, help);
+  char cmd[64] = "";
+  const char *p = strstr(help, "usage: deltacells ");
+  if (p) {
+    p += strlen("usage: deltacells ");
+    size_t n = 0;
+    while (p[n] && ((p[n] >= 'a' && p[n] <= 'z') || (p[n] == ' ' && p[n + 1] >= 'a' && p[n + 1] <= 'z'))) n++;
+    if (n && n < sizeof cmd - 1) { memcpy(cmd, p, n); cmd[n] = ' '; cmd[n + 1] = 0; }
+  }
+  fprintf(stderr, "deltacells: %s (see deltacells %s--help)\n", msg, cmd);
   return 2;
 }
 
@@ -175,11 +193,18 @@ static int cmd_convert(int argc, char **argv) {
                   strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0 ||
                   strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0 || strcmp(opt, "--genes") == 0;
       if (takes && !v) {
-        if (i + 1 >= argc) { free(in); return usage("an option needs a value", HELP_CONVERT); }
+        if (i + 1 >= argc) {
+          char m[128];
+          snprintf(m, sizeof m, "%s needs a value", opt);
+          free(in);
+          return usage(m, HELP_CONVERT);
+        }
         v = argv[++i];
       } else if (!takes && v) {
+        char m[128];
+        snprintf(m, sizeof m, "%s takes no value", opt);
         free(in);
-        return usage("an option that takes no value was given one", HELP_CONVERT);
+        return usage(m, HELP_CONVERT);
       }
       long x;
       if (!strcmp(opt, "-o") || !strcmp(opt, "--output")) o.out = v;
@@ -272,7 +297,14 @@ int main(int argc, char **argv) {
   if (argc < 2) return usage("which command?", HELP_MAIN);
   const char *c = argv[1];
   if (is_help(c) || !strcmp(c, "help")) { fputs(HELP_MAIN, stdout); return 0; }
-  if (!strcmp(c, "--version")) { puts("deltacells 0.1"); return 0; }
+  if (!strcmp(c, "--version") || !strcmp(c, "version")) {
+    if (argc > 2 && is_help(argv[2])) { puts("usage: deltacells version\n\nThe versions of deltacells, its dataset format and the libraries it runs with."); return 0; }
+    unsigned h1 = 0, h2 = 0, h3 = 0;
+    H5get_libversion(&h1, &h2, &h3);
+    printf("deltacells %s (dataset format %d; SQLite %s, HDF5 %u.%u.%u, zlib %s)\n", DC_VERSION, DC_FORMAT_VERSION,
+           sqlite3_libversion(), h1, h2, h3, zlibVersion());
+    return 0;
+  }
   if (!strcmp(c, "convert")) return cmd_convert(argc - 2, argv + 2);
   if (!strcmp(c, "info")) return cmd_simple(argc - 2, argv + 2, HELP_INFO, 0);
   if (!strcmp(c, "verify")) return cmd_simple(argc - 2, argv + 2, HELP_VERIFY, 2);
@@ -281,7 +313,10 @@ int main(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "info") != 0) return usage("obs: the subcommand is `obs info DATASET`", HELP_OBS);
     return cmd_simple(argc - 3, argv + 3, HELP_OBS, 1);
   }
-  char m[128];
-  snprintf(m, sizeof m, "unknown command '%s'", c);
+  static const char *const cmds[] = {"convert", "info", "obs", "verify", "version", "help"};
+  const char *best = cv_closest(c, cmds, (int)(sizeof cmds / sizeof *cmds));
+  char m[300];
+  snprintf(m, sizeof m, "unknown command '%.100s'%s%s%s", c, best ? "; did you mean '" : "", best ? best : "",
+           best ? "'?" : "");
   return usage(m, HELP_MAIN);
 }

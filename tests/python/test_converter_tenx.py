@@ -219,8 +219,10 @@ def test_tenx_with_h5ad_and_feature_types(tmp_path):
     check_matrix(ds, [as_anndata(X, bc, names), a2])
     ft = dict(zip(ds.gene_names, ds.genes("feature_types")))
     assert [ft[n] for n in names] == types
-    assert ds.obs("source") == ["ab.h5"] * N_CELLS + ["b.h5ad"] * 20 or \
-        ds.obs("source") == [str(h5)] * N_CELLS + [str(p2)] * 20
+    assert ds.obs("source") == ["ab.h5"] * N_CELLS + ["b.h5ad"] * 20
+    src = json.loads(ds.meta["sources"])
+    assert [s["kind"] for s in src] == ["10x h5", "h5ad"] and [s["source"] for s in src] == ["ab.h5", "b.h5ad"]
+    assert [s["file"] for s in src] == [str(h5.resolve()), str(p2.resolve())]
     ds.close()
 
 
