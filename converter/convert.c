@@ -288,7 +288,8 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     base += h->n_obs;
   }
   *nnz_out = nnz;
-  if (nf == 1 && (files[0].fmt == MAT_CSR || files[0].fmt == MAT_DENSE) && files[0].n_obs > 0 && files[0].n_obs <= T) {
+  if (nf == 1 && (files[0].fmt == MAT_CSR || files[0].fmt == MAT_DENSE || files[0].fmt == MAT_DENSE_T) &&
+      files[0].n_obs > 0 && files[0].n_obs <= T) {
     *last = rb; /* the only tile: no second read, and no more memory than pass 2 needs anyway */
     memset(&rb, 0, sizeof rb);
   }

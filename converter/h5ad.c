@@ -1232,9 +1232,27 @@ done:
   return rc;
 }
 
+/* Columns [c0, c0+nc) of a 2-D dataset of nr rows, into buf (nr x nc). */
+static int ds_read_cols(hid_t ds, hid_t mt, uint64_t c0, uint64_t nc, uint64_t nr, void *buf) {
+  if (nc == 0 || nr == 0) return 0;
+  hid_t fs = H5Dget_space(ds), ms = -1;
+  int rc = -1;
+  if (fs < 0) return -1;
+  hsize_t st[2] = {0, c0}, ct[2] = {nr, nc};
+  if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL) >= 0 && (ms = H5Screate_simple(2, ct, NULL)) >= 0 &&
+      H5Dread(ds, mt, ms, fs, H5P_DEFAULT, buf) >= 0)
+    rc = 0;
+  if (ms >= 0) H5Sclose(ms);
+  H5Sclose(fs);
+  return rc;
+}
+
 static int dense_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, rowbuf *rb, cv_err *e) {
   uint64_t g = f->n_vars;
+  int tr = f->fmt == MAT_DENSE_T; /* stored genes x cells */
   uint64_t step = g ? CV_SLAB / g : r1 - r0;
+  if (tr && f->stripe) step = step / f->stripe * f->stripe; /* whole chunks: each read once */
+  if (tr && step < f->stripe) step = f->stripe;
   if (step < 1) step = 1;
   size_t cap = (size_t)(step * g);
   double *fv = NULL;
@@ -1245,7 +1263,9 @@ static int dense_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap,
   if (!fv && !iv) return cv_fail(e, "out of memory");
   for (uint64_t s = r0; s < r1; s += step) {
     uint64_t n = r1 - s < step ? r1 - s : step;
-    if (g && ds_read(f->data, fv ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, s, n, g, fv ? (void *)fv : (void *)iv) < 0) {
+    hid_t mt = fv ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64;
+    void *buf = fv ? (void *)fv : (void *)iv;
+    if (g && (tr ? ds_read_cols(f->data, mt, s, n, g, buf) : ds_read(f->data, mt, s, n, g, buf)) < 0) {
       h5_fail(e, f, f->mpath);
       goto done;
     }
@@ -1254,13 +1274,14 @@ static int dense_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap,
     for (uint64_t i = 0; i < n; i++) {
       for (uint64_t j = 0; j < g; j++) {
         uint32_t v;
+        uint64_t at = tr ? j * n + i : i * g + j;
         if (fv) {
-          double d = fv[i * g + j];
+          double d = fv[at];
           if (d == 0) continue;
           if (!val_ok_f(d)) { bad_value(f, s + i, j, d, e); goto done; }
           v = (uint32_t)d;
         } else {
-          int64_t d = iv[i * g + j];
+          int64_t d = iv[at];
           if (d == 0) continue;
           if (d < 0 || d > (int64_t)UINT32_MAX) { bad_value(f, s + i, j, (double)d, e); goto done; }
           v = (uint32_t)d;
@@ -1497,7 +1518,7 @@ int h5ad_read_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, ro
   if (rb_reserve(rb, r1 - r0, 0, e)) return -1;
   switch (f->fmt) {
     case MAT_CSR: return csr_rows(f, r0, r1, gmap, rb, e);
-    case MAT_DENSE: return dense_rows(f, r0, r1, gmap, rb, e);
+    case MAT_DENSE: case MAT_DENSE_T: return dense_rows(f, r0, r1, gmap, rb, e);
     case MAT_CSC: case MAT_SPOOL: return csc_rows(f, r0, r1, gmap, rb, e);
   }
   return cv_fail(e, "%s: internal: unknown matrix format", f->path);

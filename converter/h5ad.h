@@ -79,7 +79,9 @@ typedef struct h5frame {
 
 /* MAT_SPOOL: entries in any order (a Matrix Market file, tenx.c) put into the
 ** transpose spool by the input's reader in pass 1, then read like CSC. */
-enum { MAT_CSR = 1, MAT_CSC, MAT_DENSE, MAT_SPOOL };
+/* MAT_DENSE_T: a dense matrix stored genes x cells (loom), read by column
+** stripes of f->stripe cells. */
+enum { MAT_CSR = 1, MAT_CSC, MAT_DENSE, MAT_SPOOL, MAT_DENSE_T };
 
 typedef struct spool_run { uint64_t off; uint32_t n; } spool_run;
 typedef struct spool_bucket {
@@ -114,6 +116,7 @@ typedef struct h5file {
   uint32_t *cached;   /* the loaded bucket */
   uint64_t cached_nnz;
   int64_t cached_b;
+  uint64_t stripe;    /* MAT_DENSE_T: cells per read (a multiple of the chunk width) */
   uint32_t *stamp;    /* MAT_SPOOL: per local gene, the last row + 1 that had it (repeats) */
   char *label;        /* the `source` column's value: the shortest ending of the path that
                          no other input shares (its base name, mostly); set by convert */

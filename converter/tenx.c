@@ -186,6 +186,114 @@ done:
   return rc;
 }
 
+/* ------------------------------------------------------------ loom */
+/* The members of group g that are 1-D datasets of n values (others skipped). */
+static int loom_cols(h5file *f, hid_t g, const char *gpath, const char *skip, uint64_t n, h5frame *fr, cv_err *e) {
+  H5G_info_t gi;
+  if (H5Gget_info(g, &gi) < 0) { H5Eclear2(H5E_DEFAULT); return cv_fail(e, "%s: %s: unreadable group", f->path, gpath); }
+  fr->cols = calloc(gi.nlinks + 1, sizeof *fr->cols);
+  if (!fr->cols) return cv_fail(e, "out of memory");
+  uint64_t skipped = 0;
+  for (hsize_t i = 0; i < gi.nlinks; i++) {
+    char nm[512];
+    if (H5Lget_name_by_idx(g, ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, nm, sizeof nm, H5P_DEFAULT) < 0 &&
+        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nm, sizeof nm, H5P_DEFAULT) < 0) {
+      H5Eclear2(H5E_DEFAULT);
+      continue;
+    }
+    H5Eclear2(H5E_DEFAULT);
+    if (strcmp(nm, skip) == 0) continue;
+    if (h5_type(g, nm) != H5O_TYPE_DATASET || dset_len(g, nm) != (int64_t)n) { skipped++; continue; }
+    h5col *c = &fr->cols[fr->n_cols];
+    c->dset = c->mask = -1;
+    int r = h5ad_col_open(f, g, gpath, nm, n, c, e);
+    if (r < 0) return -1;
+    if (r == 0) fr->n_cols++;
+  }
+  if (skipped)
+    fprintf(stderr, "deltacells: note: %s: %s: %llu attributes that are not one value per %s (embeddings...) are "
+            "not stored\n", f->path, gpath, (unsigned long long)skipped, fr == &f->obs ? "cell" : "gene");
+  return 0;
+}
+
+static const char *first_of(hid_t g, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (h5_type(g, names[i]) == H5O_TYPE_DATASET) return names[i];
+  return NULL;
+}
+
+static int loom_open(const char *path, hid_t fid, const char *layer, const char *gene_key, h5file *f, cv_err *e) {
+  static const char *const cell_ids[] = {"CellID", "obs_names", "cell_names", "CellId", "cell_id", NULL};
+  static const char *const gene_ids[] = {"Gene", "var_names", "gene_names", "Genes", "gene", NULL};
+  init_file(f);
+  f->kind = "loom";
+  f->fid = fid;
+  if (!(f->path = strdup(path))) return cv_fail(e, "out of memory");
+  if (layer) snprintf(f->mpath, sizeof f->mpath, "layers/%s", layer);
+  else snprintf(f->mpath, sizeof f->mpath, "matrix");
+  hid_t ca = H5Gopen2(fid, "col_attrs", H5P_DEFAULT), ra = H5Gopen2(fid, "row_attrs", H5P_DEFAULT), dcpl = -1;
+  int rc = -1;
+  H5Eclear2(H5E_DEFAULT);
+  if (ca < 0 || ra < 0) { cv_fail(e, "%s: a loom file without col_attrs or row_attrs", path); goto done; }
+  if (h5_type(fid, f->mpath) != H5O_TYPE_DATASET) {
+    if (layer) cv_fail(e, "%s: no layer '%s' (loom layers/%s does not exist)", path, layer, layer);
+    else cv_fail(e, "%s: loom: /matrix is not a dataset", path);
+    goto done;
+  }
+  hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+  H5Pset_chunk_cache(dapl, 12421, (size_t)64 << 20, 1.0);
+  f->data = H5Dopen2(fid, f->mpath, dapl);
+  H5Pclose(dapl);
+  if (f->data < 0) { H5Eclear2(H5E_DEFAULT); cv_fail(e, "%s: %s: cannot open", path, f->mpath); goto done; }
+  hid_t sp = H5Dget_space(f->data), t = H5Dget_type(f->data);
+  hsize_t d[2] = {0, 0};
+  int nd = H5Sget_simple_extent_ndims(sp);
+  if (nd == 2) H5Sget_simple_extent_dims(sp, d, NULL);
+  H5T_class_t cls = H5Tget_class(t);
+  H5Sclose(sp);
+  H5Tclose(t);
+  if (nd != 2) { cv_fail(e, "%s: %s: a loom matrix is 2-D (genes x cells), not %d-D", path, f->mpath, nd); goto done; }
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) { cv_fail(e, "%s: %s: not numbers", path, f->mpath); goto done; }
+  f->data_float = cls == H5T_FLOAT;
+  f->n_vars = d[0];
+  f->n_obs = d[1];
+  f->fmt = MAT_DENSE_T;
+  dcpl = H5Dget_create_plist(f->data);
+  hsize_t ch[2] = {0, 0};
+  f->stripe = H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 2, ch) == 2 ? ch[1] : 64;
+  if (f->n_obs >= UINT32_MAX) { cv_fail(e, "%s: %llu cells: at most 2^32-2 per file", path, (unsigned long long)f->n_obs); goto done; }
+  if (f->n_vars >= INT32_MAX) { cv_fail(e, "%s: %llu genes: too many", path, (unsigned long long)f->n_vars); goto done; }
+  const char *ci = first_of(ca, cell_ids), *gi = first_of(ra, gene_ids);
+  if (!ci) { cv_fail(e, "%s: loom col_attrs has no cell names (CellID or obs_names)", path); goto done; }
+  if (!gi) { cv_fail(e, "%s: loom row_attrs has no gene names (Gene or var_names)", path); goto done; }
+  if (dset_len(ca, ci) != (int64_t)f->n_obs || dset_len(ra, gi) != (int64_t)f->n_vars) {
+    cv_fail(e, "%s: %s is %llu genes x %llu cells, but col_attrs/%s has %lld values and row_attrs/%s %lld", path,
+            f->mpath, (unsigned long long)f->n_vars, (unsigned long long)f->n_obs, ci, (long long)dset_len(ca, ci), gi,
+            (long long)dset_len(ra, gi));
+    goto done;
+  }
+  snprintf(f->obs.path, sizeof f->obs.path, "col_attrs");
+  snprintf(f->var.path, sizeof f->var.path, "row_attrs");
+  f->obs.n_rows = f->n_obs;
+  f->var.n_rows = f->n_vars;
+  int r = h5ad_col_open(f, ca, "col_attrs", ci, f->n_obs, &f->obs.index, e);
+  if (r == 1) cv_fail(e, "%s: col_attrs/%s: unsupported type", path, ci);
+  if (r) goto done;
+  r = h5ad_col_open(f, ra, "row_attrs", gi, f->n_vars, &f->var.index, e);
+  if (r == 1) cv_fail(e, "%s: row_attrs/%s: unsupported type", path, gi);
+  if (r) goto done;
+  if (loom_cols(f, ca, "col_attrs", ci, f->n_obs, &f->obs, e) || loom_cols(f, ra, "row_attrs", gi, f->n_vars, &f->var, e))
+    goto done;
+  if (h5ad_gene_names(f, gene_key, e)) goto done;
+  rc = 0;
+done:
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (ca >= 0) H5Gclose(ca);
+  if (ra >= 0) H5Gclose(ra);
+  H5Eclear2(H5E_DEFAULT);
+  return rc;
+}
+
 /* ------------------------------------------------------------ text files */
 typedef struct lreader {
   gzFile gz;
@@ -625,11 +733,14 @@ int cv_input_open(const char *path, const char *layer, int raw, const char *gene
         grp = "matrix";
         v3 = 1;
       } else if (h5_type(fid, "matrix") == H5O_TYPE_DATASET && h5_has(fid, "row_attrs") && h5_has(fid, "col_attrs")) {
-        H5Fclose(fid);
-        init_file(f);
-        f->path = strdup(path);
-        return cv_fail(e, "%s: a loom file, which the converter does not read (convert it to h5ad first: "
-                       "anndata.read_loom(PATH).write_h5ad(OUT))", path);
+        if (raw) {
+          H5Fclose(fid);
+          init_file(f);
+          f->path = strdup(path);
+          return cv_fail(e, "%s: a loom file has no raw counts apart (--raw applies to h5ad files; --layer NAME reads "
+                         "loom layers/NAME)", path);
+        }
+        return loom_open(path, fid, layer, gene_key, f, e);
       } else { /* CellRanger 2: one group per genome, each with barcodes, genes, gene_names, data... */
         hid_t root = H5Gopen2(fid, "/", H5P_DEFAULT);
         H5G_info_t gi;

@@ -1,5 +1,6 @@
 /*
-** tenx.h — the converter's inputs other than h5ad: 10x Genomics HDF5 files
+** tenx.h — the converter's inputs other than h5ad: loom files (/matrix dense
+** genes x cells, MAT_DENSE_T; row_attrs/col_attrs as var/obs), 10x Genomics HDF5 files
 ** (CellRanger 3+ `filtered_feature_bc_matrix.h5`, and CellRanger 2's
 ** one-group-per-genome layout) and 10x Matrix Market directories
 ** (matrix.mtx[.gz], features.tsv[.gz] or genes.tsv[.gz], barcodes.tsv[.gz]).

@@ -341,10 +341,61 @@ def test_h5_malformed(tmp_path, mat):
     bad(tmp_path, p, "k.h5", "'nope'", "gene_ids", opts=("--gene-key", "nope"))
 
 
-def test_loom_is_named(tmp_path):
-    p = tmp_path / "x.loom"
-    with h5py.File(p, "w") as f:
-        f["matrix"] = np.zeros((4, 3), np.float32)
-        f.create_group("row_attrs")
-        f.create_group("col_attrs")
-    bad(tmp_path, p, "x.loom", "loom")
+# ---------------------------------------------------------------- loom
+def write_loom(path, X, barcodes, ids, names, chunks=(16, 16), layer=None):
+    """As loompy writes it: /matrix genes x cells (dense, chunked), row_attrs, col_attrs, layers."""
+    D = np.asarray(X.todense()).T.astype(np.float32)
+    s = h5py.string_dtype()
+    with h5py.File(path, "w") as f:
+        f.create_dataset("matrix", data=D, chunks=chunks, compression="gzip")
+        ra = f.create_group("row_attrs")
+        ra.create_dataset("Gene", data=np.array(names, dtype=object), dtype=s)
+        ra.create_dataset("Accession", data=np.array(ids, dtype=object), dtype=s)
+        ca = f.create_group("col_attrs")
+        ca.create_dataset("CellID", data=np.array(barcodes, dtype=object), dtype=s)
+        ca["nGene"] = np.asarray((X > 0).sum(axis=1)).ravel().astype(np.int64)
+        ca.create_dataset("ClusterName", data=np.array(["T", "B", "NK"] * (len(barcodes) // 3) +
+                                                       ["T"] * (len(barcodes) % 3), dtype=object), dtype=s)
+        ca["_X_umap"] = np.zeros((len(barcodes), 2), np.float32)   # 2-D: not an obs column
+        f.create_group("layers")
+        if layer is not None:
+            f["layers/spliced"] = np.asarray(layer.todense()).T.astype(np.int32)
+        f.create_group("attrs")
+    return path
+
+
+@pytest.mark.parametrize("chunks", [(16, 16), (41, 7), None])
+def test_loom(tmp_path, mat, chunks):
+    X, bc, ids, names, types = mat
+    spliced = X.copy()
+    spliced.data = spliced.data // 2 + 1
+    p = write_loom(tmp_path / "m.loom", X, bc, ids, names, chunks=chunks, layer=spliced)
+    out = tmp_path / "loom.dcdb"
+    r = convert(p, out, "--tile-cells", "20")
+    assert "_X_umap" not in r.stderr or "not stored" in r.stderr
+    ds = Dataset(out)
+    check_matrix(ds, [as_anndata(X, bc, names)])
+    assert ds.obs("_index") == bc
+    assert ds.obs("nGene") == [int(v) for v in np.asarray((X > 0).sum(axis=1)).ravel()]
+    assert "_X_umap" not in ds.columns
+    assert dict(zip(ds.gene_names, ds.genes("Accession"))) == dict(zip(names, ids))
+    assert json.loads(ds.meta["sources"])[0]["kind"] == "loom"
+    ds.close()
+    h5 = write_h5_v3(tmp_path / "m.h5", *mat)
+    convert(h5, tmp_path / "h5.dcdb", "--tile-cells", "20")
+    same(contents(out), contents(tmp_path / "h5.dcdb"))
+    out2 = tmp_path / "sp.dcdb"
+    convert(p, out2, "--layer", "spliced")
+    ds = Dataset(out2)
+    check_matrix(ds, [as_anndata(spliced, bc, names)])
+    ds.close()
+    bad(tmp_path, p, "no layer 'unspliced'", opts=("--layer", "unspliced"))
+    bad(tmp_path, p, "--raw", opts=("--raw",))
+
+
+def test_loom_fractional_counts(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    Y = X.astype(np.float32)
+    Y.data = Y.data / 3
+    p = write_loom(tmp_path / "f.loom", Y, bc, ids, names)
+    bad(tmp_path, p, "f.loom", "not an integer count")
