@@ -92,6 +92,9 @@ typedef struct genes {
   uint32_t n_shared;    /* genes in every input */
   uint32_t *nfiles;     /* by global id: how many inputs have it */
   uint8_t *keep;        /* NULL (all kept), or by global id: 1 if stored */
+  uint8_t **gone;       /* NULL, or per file NULL or by local gene: 1 if left out (10x
+                           features that are not gene expression) */
+  int dropping;         /* some entries are left out of the tiles (keep or gone) */
   char **name;          /* by global id (order of first appearance) */
   uint32_t *file, *local; /* where it first appears */
   uint64_t *total, *ncells;
@@ -106,6 +109,8 @@ static void genes_free(genes *g, int n_files) {
   free(g->name); free(g->nfiles); free(g->keep); free(g->file); free(g->local); free(g->total); free(g->ncells);
   free(g->rank); free(g->order);
   if (g->fmap) for (int f = 0; f < n_files; f++) free(g->fmap[f]);
+  if (g->gone) for (int f = 0; f < n_files; f++) free(g->gone[f]);
+  free(g->gone);
   free(g->fmap);
   cv_map_free(&g->map);
   memset(g, 0, sizeof *g);
@@ -121,6 +126,7 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
     if (!g->fmap[f]) return cv_fail(e, "out of memory");
     for (uint64_t j = 0; j < files[f].n_vars; j++) {
       const char *nm = files[f].var_names[j];
+      if (g->gone && g->gone[f] && g->gone[f][j]) { g->fmap[f][j] = UINT32_MAX; continue; }
       uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
       if (seen) {
         k = ++*seen; /* the k-th repeat of a name in this file */
@@ -187,18 +193,18 @@ static void genes_overlap(const genes *g, h5file *files, int nf, int quiet, doub
   double worst = 1;
   const char *wname = NULL;
   for (int f = 0; f < nf; f++) {
-    uint64_t sh = 0, some = 0;
+    uint64_t sh = 0, some = 0, ng = 0;
     for (uint64_t j = 0; j < files[f].n_vars; j++) {
+      if (g->fmap[f][j] == UINT32_MAX) continue;
+      ng++;
       uint32_t k = g->nfiles[g->fmap[f][j]];
       sh += k == (uint32_t)nf;
       some += k > 1;
     }
-    double fr = files[f].n_vars ? (double)sh / (double)files[f].n_vars : 1.0;
+    double fr = ng ? (double)sh / (double)ng : 1.0, fo = ng ? (double)some / (double)ng : 1.0;
     if (!quiet)
       printf("  %s: %llu genes; %.1f%% in every input, %.1f%% in at least one other\n", files[f].path,
-             (unsigned long long)files[f].n_vars, 100.0 * fr,
-             files[f].n_vars ? 100.0 * (double)some / (double)files[f].n_vars : 100.0);
-    double fo = files[f].n_vars ? (double)some / (double)files[f].n_vars : 1.0;
+             (unsigned long long)ng, 100.0 * fr, 100.0 * fo);
     if (fr < min_frac) {
       low++;
       if (fo < worst || !wname) { worst = fo; wname = files[f].path; }
@@ -236,7 +242,8 @@ static int genes_renumber(genes *g, h5file *files, int nf, cv_err *e) {
   qsort(g->order, g->n, sizeof *g->order, cmp_rank);
   for (uint32_t r = 0; r < g->n; r++) g->rank[g->order[r]] = r;
   for (int f = 0; f < nf; f++)
-    for (uint64_t j = 0; j < files[f].n_vars; j++) g->fmap[f][j] = g->rank[g->fmap[f][j]];
+    for (uint64_t j = 0; j < files[f].n_vars; j++)
+      if (g->fmap[f][j] != UINT32_MAX) g->fmap[f][j] = g->rank[g->fmap[f][j]];
   return 0;
 }
 
@@ -279,6 +286,7 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     }
     for (uint64_t j = 0; j < h->n_vars; j++) {
       uint32_t id = g->fmap[f][j];
+      if (id == UINT32_MAX) continue; /* a feature left out */
       g->total[id] += tot[j];
       g->ncells[id] += nc[j];
       if (!g->keep || g->keep[id]) nnz += nc[j];
@@ -476,7 +484,7 @@ static int pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *t
   pp.n_slots = workers + 1;
   pp.slots = calloc((size_t)pp.n_slots, sizeof *pp.slots);
   pp.n_genes = g->n;
-  pp.dropping = g->keep != NULL;
+  pp.dropping = g->dropping;
   dc_encode_opts_default(&pp.opts);
   if (o->codec) pp.opts.codec = o->codec;
   if (o->level_set) pp.opts.level = o->level;
@@ -1167,11 +1175,30 @@ int cv_convert(const cv_opts *o, cv_err *e) {
         fprintf(stderr, "deltacells: note: %s: %llu gene names had surrounding whitespace, removed ('  TAZ' is stored "
                 "as 'TAZ'; --keep-gene-whitespace keeps names as they are)\n", files[f].path, (unsigned long long)k);
     }
+  if (!o->all_features) /* 10x inputs: gene expression only, as scanpy's read_10x_h5/mtx */
+    for (int f = 0; f < nf; f++) {
+      if (!files[f].kind || strncmp(files[f].kind, "10x", 3) != 0) continue;
+      uint8_t *m = NULL;
+      char ex[128];
+      uint64_t k = tenx_other_features(&files[f], &m, ex, sizeof ex);
+      if (!k) continue;
+      if (k == files[f].n_vars) { /* nothing but other features: keep them */
+        free(m);
+        continue;
+      }
+      if (!g.gone && !(g.gone = calloc((size_t)nf, sizeof *g.gone))) { free(m); cv_fail(e, "out of memory"); goto done; }
+      g.gone[f] = m;
+      g.dropping = 1;
+      fprintf(stderr, "deltacells: note: %s: %llu features that are not 'Gene Expression' (e.g. '%s') are left out, "
+              "as scanpy's read_10x_h5 does (--all-features keeps them, told apart by the genes column "
+              "feature_types)\n", files[f].path, (unsigned long long)k, ex);
+    }
   if (genes_join(&g, files, nf, e)) goto done;
   genes_overlap(&g, files, nf, o->quiet, o->min_overlap > 0 ? o->min_overlap : 0.5, o->genes_intersect);
   if (o->genes_intersect && nf > 1) {
     if (!g.n_shared) { cv_fail(e, "--genes intersect: no gene is in every input; nothing to store"); goto done; }
     if (!(g.keep = malloc(g.n_all + 1))) { cv_fail(e, "out of memory"); goto done; }
+    g.dropping = 1;
     for (uint32_t i = 0; i < g.n_all; i++) g.keep[i] = g.nfiles[i] == (uint32_t)nf;
   }
 

@@ -67,6 +67,10 @@ static const char *HELP_CONVERT =
     "                         the genes every input has.  Either way the overlap is reported\n"
     "                         (genes in all inputs; per input the fraction of its genes that\n"
     "                         are shared), with a warning when an input shares under 50%\n"
+    "  --all-features         10x inputs: keep features that are not 'Gene Expression'\n"
+    "                         (antibody capture, CRISPR guides: told apart by the genes\n"
+    "                         column feature_types); by default they are left out, with a\n"
+    "                         note, as scanpy's read_10x_h5 and read_10x_mtx do\n"
     "  --keep-gene-whitespace keep gene names as they are; by default surrounding\n"
     "                         whitespace is removed (' TAZ' joins 'TAZ'), with a note\n"
     "  --genes-block N        genes per stored block of the genes table (default 1048576;\n"
@@ -215,6 +219,7 @@ static int cmd_convert(int argc, char **argv) {
       else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) o.quiet = 1;
       else if (!strcmp(opt, "--gene-key")) o.gene_key = v;
       else if (!strcmp(opt, "--keep-gene-whitespace")) o.keep_gene_whitespace = 1;
+      else if (!strcmp(opt, "--all-features")) o.all_features = 1;
       else if (!strcmp(opt, "--genes")) {
         if (!strcmp(v, "intersect")) o.genes_intersect = 1;
         else if (!strcmp(v, "union")) o.genes_intersect = 0;

@@ -103,32 +103,34 @@ static int tenx_frames(h5file *f, hid_t gb, const char *gbpath, const char *bc, 
   return 0;
 }
 
-/* Notes features that are not gene expression (antibody capture, CRISPR
-** guides...): they are stored as genes too, told apart by feature_types. */
-static void note_feature_types(h5file *f) {
+uint64_t tenx_other_features(h5file *f, uint8_t **other, char *example, size_t n) {
+  *other = NULL;
+  if (example && n) example[0] = 0;
   for (int i = 0; i < f->var.n_cols; i++) {
     h5col *c = &f->var.cols[i];
     if (strcmp(c->name, "feature_types") != 0) continue;
     colbuf cb = {0};
     cv_err e;
-    uint64_t other = 0;
-    const char *first = NULL;
-    char firstbuf[128] = "";
+    uint64_t cnt = 0;
+    uint8_t *m = calloc(f->n_vars + 1, 1);
+    if (!m) return 0;
     for (uint64_t s = 0; s < f->n_vars; s += 65536) {
       size_t k = (size_t)(f->n_vars - s < 65536 ? f->n_vars - s : 65536);
-      if (h5ad_col_read(f, c, s, k, &cb, &e)) break;
+      if (h5ad_col_read(f, c, s, k, &cb, &e)) { colbuf_free(&cb); free(m); return 0; }
       for (size_t j = 0; j < k; j++) {
         const char *t = cb.kind == CVK_TEXT ? cb.text[j] : cb.kind == CVK_CATEGORY && cb.codes[j] >= 0 ? c->cats[cb.codes[j]] : NULL;
         if (t && strcmp(t, "Gene Expression") != 0) {
-          if (!other++) { snprintf(firstbuf, sizeof firstbuf, "%s", t); first = firstbuf; }
+          if (!cnt++ && example && n) snprintf(example, n, "%s", t);
+          m[s + j] = 1;
         }
       }
     }
     colbuf_free(&cb);
-    if (other)
-      fprintf(stderr, "deltacells: note: %s: %llu features are not 'Gene Expression' (e.g. '%s'); they are stored as "
-              "genes too, told apart by the genes column feature_types\n", f->path, (unsigned long long)other, first);
+    if (!cnt) { free(m); return 0; }
+    *other = m;
+    return cnt;
   }
+  return 0;
 }
 
 /* ------------------------------------------------------------ 10x HDF5 */
@@ -178,7 +180,6 @@ static int tenx_h5_open(const char *path, hid_t fid, const char *grp, int v3, co
   int64_t cs[2] = {shape[1], shape[0]};
   if (h5ad_sparse_open(f, g, cs, e)) goto done;
   if (h5ad_gene_names(f, gene_key, e)) goto done;
-  note_feature_types(f);
   rc = 0;
 done:
   if (gv >= 0) H5Gclose(gv);
@@ -616,7 +617,6 @@ static int tenx_mtx_open(const char *path, const char *gene_key, h5file *f, cv_e
     goto done;
   f->fmt = MAT_SPOOL;
   if (h5ad_gene_names(f, gene_key, e)) goto done;
-  note_feature_types(f);
   rc = 0;
 done:
   if (gv >= 0) H5Gclose(gv);

@@ -32,4 +32,9 @@ int cv_input_open(const char *path, const char *layer, int raw, const char *gene
 int tenx_mtx_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
                    void (*progress)(void *, uint64_t), void *parg, cv_err *e);
 
+/* A 10x input's features whose feature_types is not "Gene Expression"
+** (antibody capture, CRISPR guides, custom): their count, *other a mask by
+** local gene (malloc'd; NULL when none), example: the first such type. */
+uint64_t tenx_other_features(h5file *f, uint8_t **other, char *example, size_t n);
+
 #endif

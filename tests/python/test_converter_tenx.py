@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from _converter_util import Dataset, check_matrix, convert
+from _converter_util import Dataset, check_matrix, convert, run
 
 warnings.filterwarnings("ignore")
 
@@ -204,17 +204,32 @@ def test_prefixed_mtx_file_and_real_values(tmp_path, mat):
 
 
 def test_tenx_with_h5ad_and_feature_types(tmp_path):
-    """A 10x file beside an h5ad: genes joined by name, `source` per file; antibody
-    features are noted and kept, told apart by feature_types."""
+    """A 10x file beside an h5ad: genes joined by name, `source` per file.  Antibody
+    features are left out by default (as scanpy's read_10x_h5), with a note; --all-features
+    keeps them, told apart by feature_types."""
     X, bc, ids, names, types = make_matrix(antibodies=3)
     h5 = write_h5_v3(tmp_path / "ab.h5", X, bc, ids, names, types)
+    d = write_mtx(tmp_path / "abdir", X, bc, ids, names, types)
     X2, bc2, _, _, _ = make_matrix(seed=9, n=20)
     a2 = as_anndata(X2, [b + "x" for b in bc2], names)
     p2 = tmp_path / "b.h5ad"
     a2.write_h5ad(p2)
-    out = tmp_path / "mix.dcdb"
-    r = convert([h5, p2], out, check=True)
-    assert "3 features are not 'Gene Expression'" in r.stderr and "Antibody Capture" in r.stderr
+    gex = [n for n, t in zip(names, types) if t == "Gene Expression"]
+    for inp in (h5, d):
+        out = tmp_path / "mix.dcdb"
+        r = convert([inp, p2], out, "--force")
+        assert "3 features that are not 'Gene Expression' (e.g. 'Antibody Capture') are left out" in r.stderr
+        ds = Dataset(out)
+        a1 = as_anndata(X, bc, names)
+        # the h5ad keeps its 3 last genes; the 10x file's cells have none of them
+        check_matrix(ds, [a1[:, gex], a2])
+        X1 = ds.X()[:N_CELLS].toarray()
+        ab_cols = [ds.gene_names.index(n) for n in names[-3:]]
+        assert not X1[:, ab_cols].any()
+        ds.close()
+    out = tmp_path / "all.dcdb"
+    r = convert([h5, p2], out, "--all-features")
+    assert "left out" not in r.stderr
     ds = Dataset(out)
     check_matrix(ds, [as_anndata(X, bc, names), a2])
     ft = dict(zip(ds.gene_names, ds.genes("feature_types")))
@@ -224,6 +239,14 @@ def test_tenx_with_h5ad_and_feature_types(tmp_path):
     assert [s["kind"] for s in src] == ["10x h5", "h5ad"] and [s["source"] for s in src] == ["ab.h5", "b.h5ad"]
     assert [s["file"] for s in src] == [str(h5.resolve()), str(p2.resolve())]
     ds.close()
+    # a single 10x input, antibodies left out: verify passes, totals match
+    out = tmp_path / "one.dcdb"
+    convert(h5, out)
+    ds = Dataset(out)
+    assert sorted(ds.gene_names) == sorted(gex)
+    check_matrix(ds, [as_anndata(X, bc, names)[:, gex]])
+    ds.close()
+    run("verify", out)
 
 
 # ---------------------------------------------------------------- malformed inputs
