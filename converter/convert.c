@@ -1076,6 +1076,19 @@ static void json_str(sqlite3_str *s, const char *v) {
   sqlite3_str_appendchar(s, 1, '"');
 }
 
+/* How many of a file's gene names repeat an earlier one (-1: out of memory). */
+static int64_t count_repeats(const h5file *f) {
+  cv_map m = {0};
+  cv_err e;
+  int64_t n = 0;
+  for (uint64_t j = 0; j < f->n_vars; j++) {
+    if (cv_map_ref(&m, f->var_names[j])) n++;
+    else if (cv_map_put(&m, f->var_names[j], 0, &e)) { n = -1; break; }
+  }
+  cv_map_free(&m);
+  return n;
+}
+
 /* ------------------------------------------------------------ source labels */
 /* The last k components of path (trailing slashes ignored); the whole path
 ** when it has fewer. */
@@ -1170,10 +1183,16 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   if (make_labels(files, nf, e)) goto done;
   if (!o->keep_gene_whitespace)
     for (int f = 0; f < nf; f++) {
+      int64_t r0 = count_repeats(&files[f]);
       uint64_t k = h5ad_strip_gene_names(&files[f]);
-      if (k)
-        fprintf(stderr, "deltacells: note: %s: %llu gene names had surrounding whitespace, removed ('  TAZ' is stored "
-                "as 'TAZ'; --keep-gene-whitespace keeps names as they are)\n", files[f].path, (unsigned long long)k);
+      if (!k) continue;
+      int64_t r1 = count_repeats(&files[f]);
+      char more[200] = "";
+      if (r0 >= 0 && r1 > r0)
+        snprintf(more, sizeof more, "; %lld of them now repeat another name of the file ('TAZ' and ' TAZ'), kept apart "
+                 "as two genes of that name", (long long)(r1 - r0));
+      fprintf(stderr, "deltacells: note: %s: %llu gene names had surrounding whitespace, removed ('  TAZ' is stored "
+              "as 'TAZ'; --keep-gene-whitespace keeps names as they are)%s\n", files[f].path, (unsigned long long)k, more);
     }
   if (!o->all_features) /* 10x inputs: gene expression only, as scanpy's read_10x_h5/mtx */
     for (int f = 0; f < nf; f++) {

@@ -53,6 +53,23 @@ def test_whitespace_stripped_by_default(tmp_path):
     ds.close()
 
 
+def test_whitespace_repeat_within_a_file(tmp_path):
+    """'TAZ' and ' TAZ' in one file: both stored (two genes named TAZ, as any repeat), said in the note."""
+    pa, a = write(tmp_path, "a", ["TAZ", " TAZ", "C"])
+    out = tmp_path / "r.dcdb"
+    r = convert(pa, out)
+    assert "1 gene names had surrounding whitespace" in r.stderr and "1 of them now repeat another name" in r.stderr
+    ds = Dataset(out)
+    assert sorted(ds.gene_names) == ["C", "TAZ", "TAZ"]
+    X = ds.X().toarray()
+    cols = [i for i, n in enumerate(ds.gene_names) if n == "TAZ"]
+    got = sorted(tuple(X[:, c]) for c in cols)
+    want = sorted(tuple(a.X.toarray()[:, c]) for c in (0, 1))
+    assert got == want
+    ds.close()
+    assert run("verify", out).returncode == 0
+
+
 def test_overlap_report_and_intersect(tmp_path):
     pa, a = write(tmp_path, "a", [f"G{i}" for i in range(10)])          # G0..G9
     pb, b = write(tmp_path, "b", [f"G{i}" for i in range(5, 15)], seed=1)  # G5..G14
