@@ -17,6 +17,8 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 ZSTD_LIBS  := $(shell pkg-config --libs libzstd libxxhash 2>/dev/null)
 SQLITE_LIBS:= $(shell pkg-config --libs sqlite3 2>/dev/null)
 HDF5_LIBS  := $(shell pkg-config --libs hdf5-serial 2>/dev/null)
+# zlib: the converter reads gzipped 10x Matrix Market files (converter/tenx.c)
+ZLIB_LIBS  := $(shell pkg-config --libs zlib 2>/dev/null || echo -lz)
 
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
@@ -98,11 +100,11 @@ $(LIBCORE_SAN): $(CORE_SOBJ)
 $(EXTENSION): $(EXT_OBJ) $(LIBCORE) ext/deltacells.map
 	$(CC) -shared -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_OBJ) $(LIBCORE) $(LDLIBS_CORE)
 $(CONVERTER): $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE)
-	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
 $(EXTENSION_SAN): $(EXT_SOBJ) $(LIBCORE_SAN) ext/deltacells.map
 	$(CC) -shared $(SANFLAGS) -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(LDLIBS_CORE)
 $(CONVERTER_SAN): $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN)
-	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
 $(BUILD)/bench_%: bench/bench_%.c $(LIBCORE)
 	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
 # reads datasets through SQLite (and nothing of the core library)

@@ -34,6 +34,7 @@
 #include "dc_format.h"
 #include "dc_obs.h"
 #include "h5ad.h"
+#include "tenx.h"
 
 #define OBS_BLOCK 65536u
 #define VERSION "deltacells 0.1"
@@ -66,13 +67,34 @@ static void prog_show(progress *p, uint64_t done) {
   fflush(stderr);
 }
 
+/* Pass 3: column col (0-based) of ncols, done of n cells in it; the rate and
+** ETA over all columns. */
+static void prog_cols(progress *p, int col, int ncols, uint64_t done, uint64_t n) {
+  if (!p->on) return;
+  double now = cv_now();
+  if (now - p->last < 0.25 && !(col + 1 == ncols && done >= n)) return;
+  p->last = now;
+  double all = (double)n * ncols, sofar = (double)n * col + (double)done, el = now - p->t0;
+  double rate = el > 0 ? sofar / el : 0, eta = rate > 0 ? (all - sofar) / rate : 0;
+  fprintf(stderr, "\r%s: column %d of %d, %llu / %llu cells  ETA %dm%02ds   ", p->label, col + 1, ncols,
+          (unsigned long long)done, (unsigned long long)n, (int)eta / 60, (int)eta % 60);
+  fflush(stderr);
+}
+
 static void prog_end(progress *p) {
   if (p->on) fprintf(stderr, "\r%-78s\r", "");
 }
 
 /* ------------------------------------------------------------ genes */
 typedef struct genes {
-  uint32_t n;
+  uint32_t n;           /* genes stored (after --genes intersect) */
+  uint32_t n_all;       /* genes joined (the union): global ids 0..n_all-1 */
+  uint32_t n_shared;    /* genes in every input */
+  uint32_t *nfiles;     /* by global id: how many inputs have it */
+  uint8_t *keep;        /* NULL (all kept), or by global id: 1 if stored */
+  uint8_t **gone;       /* NULL, or per file NULL or by local gene: 1 if left out (10x
+                           features that are not gene expression) */
+  int dropping;         /* some entries are left out of the tiles (keep or gone) */
   char **name;          /* by global id (order of first appearance) */
   uint32_t *file, *local; /* where it first appears */
   uint64_t *total, *ncells;
@@ -83,10 +105,12 @@ typedef struct genes {
 } genes;
 
 static void genes_free(genes *g, int n_files) {
-  for (uint32_t i = 0; i < g->n; i++) free(g->name[i]);
-  free(g->name); free(g->file); free(g->local); free(g->total); free(g->ncells);
+  for (uint32_t i = 0; i < g->n_all; i++) free(g->name[i]);
+  free(g->name); free(g->nfiles); free(g->keep); free(g->file); free(g->local); free(g->total); free(g->ncells);
   free(g->rank); free(g->order);
   if (g->fmap) for (int f = 0; f < n_files; f++) free(g->fmap[f]);
+  if (g->gone) for (int f = 0; f < n_files; f++) free(g->gone[f]);
+  free(g->gone);
   free(g->fmap);
   cv_map_free(&g->map);
   memset(g, 0, sizeof *g);
@@ -102,6 +126,7 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
     if (!g->fmap[f]) return cv_fail(e, "out of memory");
     for (uint64_t j = 0; j < files[f].n_vars; j++) {
       const char *nm = files[f].var_names[j];
+      if (g->gone && g->gone[f] && g->gone[f][j]) { g->fmap[f][j] = UINT32_MAX; continue; }
       uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
       if (seen) {
         k = ++*seen; /* the k-th repeat of a name in this file */
@@ -122,12 +147,13 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
           cv_map_free(&occ);
           return cv_fail(e, "too many genes");
         }
-        size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+        size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap, c6 = cap;
         if (cv_grow((void **)&g->name, &c1, g->n + 1, sizeof *g->name, e) ||
             cv_grow((void **)&g->file, &c2, g->n + 1, sizeof *g->file, e) ||
             cv_grow((void **)&g->local, &c3, g->n + 1, sizeof *g->local, e) ||
             cv_grow((void **)&g->total, &c4, g->n + 1, sizeof *g->total, e) ||
-            cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e)) {
+            cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e) ||
+            cv_grow((void **)&g->nfiles, &c6, g->n + 1, sizeof *g->nfiles, e)) {
           if (key != kbuf) free(key);
           cv_map_free(&occ);
           return -1;
@@ -137,7 +163,9 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
         g->file[id] = (uint32_t)f;
         g->local[id] = (uint32_t)j;
         g->total[id] = g->ncells[id] = 0;
+        g->nfiles[id] = 0;
         g->n++;
+        g->n_all = g->n;
         if (!g->name[id] || cv_map_put(&g->map, key, id, e)) {
           if (key != kbuf) free(key);
           cv_map_free(&occ);
@@ -146,10 +174,49 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
       }
       if (key != kbuf) free(key);
       g->fmap[f][j] = id;
+      g->nfiles[id]++; /* once per file: a repeat in the file has a key of its own */
     }
     cv_map_free(&occ);
   }
+  for (uint32_t i = 0; i < g->n; i++) g->n_shared += g->nfiles[i] == (uint32_t)nf;
   return 0;
+}
+
+/* Several inputs: how many genes all of them share, and per input the
+** fraction of its genes that are shared; a warning below min_frac. */
+static void genes_overlap(const genes *g, h5file *files, int nf, int quiet, double min_frac, int intersect) {
+  if (nf < 2) return;
+  if (!quiet)
+    printf("genes: %u in the union of %d inputs, %u in every one of them%s\n", g->n_all, nf, g->n_shared,
+           intersect ? " (--genes intersect: only those are stored)" : "");
+  int low = 0;
+  double worst = 1;
+  const char *wname = NULL;
+  for (int f = 0; f < nf; f++) {
+    uint64_t sh = 0, some = 0, ng = 0;
+    for (uint64_t j = 0; j < files[f].n_vars; j++) {
+      if (g->fmap[f][j] == UINT32_MAX) continue;
+      ng++;
+      uint32_t k = g->nfiles[g->fmap[f][j]];
+      sh += k == (uint32_t)nf;
+      some += k > 1;
+    }
+    double fr = ng ? (double)sh / (double)ng : 1.0, fo = ng ? (double)some / (double)ng : 1.0;
+    if (!quiet)
+      printf("  %s: %llu genes; %.1f%% in every input, %.1f%% in at least one other\n", files[f].path,
+             (unsigned long long)ng, 100.0 * fr, 100.0 * fo);
+    if (fr < min_frac) {
+      low++;
+      if (fo < worst || !wname) { worst = fo; wname = files[f].path; }
+    }
+  }
+  fflush(stdout);
+  if (low)
+    fprintf(stderr, "deltacells: warning: the inputs share few genes: %u genes are in all %d inputs; %d input%s share%s "
+            "less than %.0f%% of %s genes (the most apart: %s, with %.1f%% of its genes in any other input).  Different species, or genes named differently (symbols vs "
+            "Ensembl ids: --gene-key gene_ids)?%s\n", g->n_shared, nf, low, low > 1 ? "s" : "", low > 1 ? "" : "s",
+            100.0 * min_frac, low > 1 ? "their" : "its", wname, 100.0 * worst,
+            intersect ? "" : " The union is stored (--genes intersect keeps the shared genes only).");
 }
 
 static const genes *sort_ctx;
@@ -159,16 +226,24 @@ static int cmp_rank(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Dataset gene ids by decreasing total counts; with g->keep, the genes not
+** kept get UINT32_MAX (their entries are dropped from the tiles). */
 static int genes_renumber(genes *g, h5file *files, int nf, cv_err *e) {
-  g->order = malloc((g->n + 1) * sizeof *g->order);
-  g->rank = malloc((g->n + 1) * sizeof *g->rank);
+  g->order = malloc((g->n_all + 1) * sizeof *g->order);
+  g->rank = malloc((g->n_all + 1) * sizeof *g->rank);
   if (!g->order || !g->rank) return cv_fail(e, "out of memory");
-  for (uint32_t i = 0; i < g->n; i++) g->order[i] = i;
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < g->n_all; i++) {
+    g->rank[i] = UINT32_MAX;
+    if (!g->keep || g->keep[i]) g->order[n++] = i;
+  }
+  g->n = n;
   sort_ctx = g;
   qsort(g->order, g->n, sizeof *g->order, cmp_rank);
   for (uint32_t r = 0; r < g->n; r++) g->rank[g->order[r]] = r;
   for (int f = 0; f < nf; f++)
-    for (uint64_t j = 0; j < files[f].n_vars; j++) g->fmap[f][j] = g->rank[g->fmap[f][j]];
+    for (uint64_t j = 0; j < files[f].n_vars; j++)
+      if (g->fmap[f][j] != UINT32_MAX) g->fmap[f][j] = g->rank[g->fmap[f][j]];
   return 0;
 }
 
@@ -193,6 +268,9 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     if (h->fmt == MAT_CSC) {
       p1ctx c = {pg, base, h->n_obs, h->nnz};
       if (h5ad_csc_spool(h, spool_dir, T, tot, nc, csc_progress, &c, e)) { free(tot); free(nc); goto done; }
+    } else if (h->fmt == MAT_SPOOL) {
+      p1ctx c = {pg, base, h->n_obs, h->nnz};
+      if (tenx_mtx_spool(h, spool_dir, T, tot, nc, csc_progress, &c, e)) { free(tot); free(nc); goto done; }
     } else {
       for (uint64_t r = 0; r < h->n_obs; r += T) {
         uint64_t r1 = r + T < h->n_obs ? r + T : h->n_obs;
@@ -208,16 +286,18 @@ static int pass1(h5file *files, int nf, genes *g, uint32_t T, const char *spool_
     }
     for (uint64_t j = 0; j < h->n_vars; j++) {
       uint32_t id = g->fmap[f][j];
+      if (id == UINT32_MAX) continue; /* a feature left out */
       g->total[id] += tot[j];
       g->ncells[id] += nc[j];
-      nnz += nc[j];
+      if (!g->keep || g->keep[id]) nnz += nc[j];
     }
     free(tot);
     free(nc);
     base += h->n_obs;
   }
   *nnz_out = nnz;
-  if (nf == 1 && files[0].fmt != MAT_CSC && files[0].n_obs > 0 && files[0].n_obs <= T) {
+  if (nf == 1 && (files[0].fmt == MAT_CSR || files[0].fmt == MAT_DENSE || files[0].fmt == MAT_DENSE_T) &&
+      files[0].n_obs > 0 && files[0].n_obs <= T) {
     *last = rb; /* the only tile: no second read, and no more memory than pass 2 needs anyway */
     memset(&rb, 0, sizeof rb);
   }
@@ -247,6 +327,7 @@ typedef struct pipe {
   slot *slots;
   int n_slots;
   uint32_t n_genes;
+  int dropping;         /* some genes are not stored (--genes intersect) */
   dc_encode_opts opts;
 } pipe_t;
 
@@ -302,7 +383,24 @@ static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **ka, uint64_t **kb,
 }
 
 /* Sorts and encodes the tile of slot s (on any thread; no SQLite, no HDF5). */
+/* Removes the entries of genes not stored (index UINT32_MAX: --genes intersect). */
+static void drop_genes(rowbuf *rb) {
+  uint64_t out = 0, a = 0;
+  for (uint64_t i = 0; i < rb->n_rows; i++) {
+    uint64_t b = rb->indptr[i + 1];
+    for (uint64_t k = a; k < b; k++)
+      if (rb->indices[k] != UINT32_MAX) {
+        rb->indices[out] = rb->indices[k];
+        rb->data[out] = rb->data[k];
+        out++;
+      }
+    a = b;
+    rb->indptr[i + 1] = out;
+  }
+}
+
 static int encode_slot(pipe_t *pp, slot *s, uint64_t **ka, uint64_t **kb, size_t *kcap) {
+  if (pp->dropping) drop_genes(&s->rb);
   if (sort_tile(&s->rb, pp->n_genes, ka, kb, kcap, &s->err)) return 0;
   dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
   dc_error de;
@@ -386,6 +484,7 @@ static int pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *t
   pp.n_slots = workers + 1;
   pp.slots = calloc((size_t)pp.n_slots, sizeof *pp.slots);
   pp.n_genes = g->n;
+  pp.dropping = g->dropping;
   dc_encode_opts_default(&pp.opts);
   if (o->codec) pp.opts.codec = o->codec;
   if (o->level_set) pp.opts.level = o->level;
@@ -602,7 +701,7 @@ static int ocols_build(h5file *files, int nf, int var, int with_index, int with_
     for (int f = 0; f < nf; f++) {
       uint32_t code;
       if (c[i].is_source) {
-        if (add_label(&c[i], files[f].path, &code, e)) goto fail;
+        if (add_label(&c[i], files[f].label ? files[f].label : files[f].path, &code, e)) goto fail;
         if (!(c[i].remap[f] = malloc(sizeof(int32_t)))) goto oom;
         c[i].remap[f][0] = (int32_t)code; /* a file given twice has one label */
         continue;
@@ -814,7 +913,7 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
       free(blob);
       blob = NULL;
       if (r) goto done;
-      prog_show(pg, (uint64_t)i * n_cells + c0 + k);
+      prog_cols(pg, i, n, c0 + k, n_cells);
     }
     dc_blockplace pl = {"cells", i, c->name, c->kind, c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1, 0, 0, 0, 0};
     dc_seal ds;
@@ -977,6 +1076,74 @@ static void json_str(sqlite3_str *s, const char *v) {
   sqlite3_str_appendchar(s, 1, '"');
 }
 
+/* How many of a file's gene names repeat an earlier one (-1: out of memory). */
+static int64_t count_repeats(const h5file *f) {
+  cv_map m = {0};
+  cv_err e;
+  int64_t n = 0;
+  for (uint64_t j = 0; j < f->n_vars; j++) {
+    if (cv_map_ref(&m, f->var_names[j])) n++;
+    else if (cv_map_put(&m, f->var_names[j], 0, &e)) { n = -1; break; }
+  }
+  cv_map_free(&m);
+  return n;
+}
+
+/* ------------------------------------------------------------ source labels */
+/* The last k components of path (trailing slashes ignored); the whole path
+** when it has fewer. */
+static const char *path_tail(const char *path, size_t len, int k) {
+  const char *p = path + len;
+  for (int c = 0; p > path; p--) {
+    if (p[-1] == '/' && ++c == k) return p;
+  }
+  return path;
+}
+
+/* files[f].label: the shortest ending of each input's path (whole components)
+** that no other input with a different path has: the base name unless two
+** inputs share it (10x outputs all have the same names), then the parent
+** directory too, and so on.  The same path given twice keeps one label. */
+static int make_labels(h5file *files, int nf, cv_err *e) {
+  size_t *len = calloc((size_t)nf + 1, sizeof *len);
+  int *k = calloc((size_t)nf + 1, sizeof *k);
+  if (!len || !k) { free(len); free(k); return cv_fail(e, "out of memory"); }
+  for (int f = 0; f < nf; f++) {
+    len[f] = strlen(files[f].path);
+    while (len[f] > 1 && files[f].path[len[f] - 1] == '/') len[f]--;
+    k[f] = 1;
+  }
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (int f = 0; f < nf; f++) {
+      const char *a = path_tail(files[f].path, len[f], k[f]);
+      size_t al = (size_t)(files[f].path + len[f] - a);
+      for (int h = 0; h < nf; h++) {
+        if (h == f || (len[h] == len[f] && memcmp(files[h].path, files[f].path, len[f]) == 0)) continue;
+        const char *b = path_tail(files[h].path, len[h], k[h]);
+        size_t bl = (size_t)(files[h].path + len[h] - b);
+        if (al == bl && memcmp(a, b, al) == 0) {
+          if (a != files[f].path) { k[f]++; changed = 1; }
+          if (b != files[h].path) { k[h]++; changed = 1; }
+          if (changed) break;
+        }
+      }
+    }
+  }
+  for (int f = 0; f < nf; f++) {
+    const char *a = path_tail(files[f].path, len[f], k[f]);
+    free(files[f].label);
+    if (!(files[f].label = strndup(a, (size_t)(files[f].path + len[f] - a)))) {
+      free(len);
+      free(k);
+      return cv_fail(e, "out of memory");
+    }
+  }
+  free(len);
+  free(k);
+  return 0;
+}
+
 /* ------------------------------------------------------------ driver */
 int cv_convert(const cv_opts *o, cv_err *e) {
   int nf = o->n_inputs, rc = -1, opened = 0;
@@ -1009,11 +1176,50 @@ int cv_convert(const cv_opts *o, cv_err *e) {
       if (a.st_dev == st.st_dev && a.st_ino == st.st_ino) { cv_fail(e, "%s: the output would replace an input", o->out); goto done; }
     }
     opened = f + 1;
-    if (h5ad_open(o->inputs[f], o->layer, o->raw, o->gene_key, &files[f], e)) goto done;
+    if (cv_input_open(o->inputs[f], o->layer, o->raw, o->gene_key, &files[f], e)) goto done;
     first[f + 1] = first[f] + files[f].n_obs;
   }
   uint64_t n_cells = first[nf];
+  if (make_labels(files, nf, e)) goto done;
+  if (!o->keep_gene_whitespace)
+    for (int f = 0; f < nf; f++) {
+      int64_t r0 = count_repeats(&files[f]);
+      uint64_t k = h5ad_strip_gene_names(&files[f]);
+      if (!k) continue;
+      int64_t r1 = count_repeats(&files[f]);
+      char more[200] = "";
+      if (r0 >= 0 && r1 > r0)
+        snprintf(more, sizeof more, "; %lld of them now repeat another name of the file ('TAZ' and ' TAZ'), kept apart "
+                 "as two genes of that name", (long long)(r1 - r0));
+      fprintf(stderr, "deltacells: note: %s: %llu gene names had surrounding whitespace, removed ('  TAZ' is stored "
+              "as 'TAZ'; --keep-gene-whitespace keeps names as they are)%s\n", files[f].path, (unsigned long long)k, more);
+    }
+  if (!o->all_features) /* 10x inputs: gene expression only, as scanpy's read_10x_h5/mtx */
+    for (int f = 0; f < nf; f++) {
+      if (!files[f].kind || strncmp(files[f].kind, "10x", 3) != 0) continue;
+      uint8_t *m = NULL;
+      char ex[128];
+      uint64_t k = tenx_other_features(&files[f], &m, ex, sizeof ex);
+      if (!k) continue;
+      if (k == files[f].n_vars) { /* nothing but other features: keep them */
+        free(m);
+        continue;
+      }
+      if (!g.gone && !(g.gone = calloc((size_t)nf, sizeof *g.gone))) { free(m); cv_fail(e, "out of memory"); goto done; }
+      g.gone[f] = m;
+      g.dropping = 1;
+      fprintf(stderr, "deltacells: note: %s: %llu features that are not 'Gene Expression' (e.g. '%s') are left out, "
+              "as scanpy's read_10x_h5 does (--all-features keeps them, told apart by the genes column "
+              "feature_types)\n", files[f].path, (unsigned long long)k, ex);
+    }
   if (genes_join(&g, files, nf, e)) goto done;
+  genes_overlap(&g, files, nf, o->quiet, o->min_overlap > 0 ? o->min_overlap : 0.5, o->genes_intersect);
+  if (o->genes_intersect && nf > 1) {
+    if (!g.n_shared) { cv_fail(e, "--genes intersect: no gene is in every input; nothing to store"); goto done; }
+    if (!(g.keep = malloc(g.n_all + 1))) { cv_fail(e, "out of memory"); goto done; }
+    g.dropping = 1;
+    for (uint32_t i = 0; i < g.n_all; i++) g.keep[i] = g.nfiles[i] == (uint32_t)nf;
+  }
 
   /* pass 1 */
   char *od = strdup(o->out);
@@ -1059,9 +1265,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
     goto done;
   }
   if (write_genes(files, nf, &g, o, &w, &gbytes, e)) goto done;
-  int nobs_cols = 0;
-  for (int f = 0; f < nf; f++) nobs_cols += files[f].obs.n_cols;
-  prog_start(&pg, show, "pass 3/3 (obs)", n_cells * (uint64_t)(nobs_cols + 1 + (nf > 1)));
+  prog_start(&pg, show, "pass 3/3 (obs)", n_cells);
   double tp3 = cv_now();
   int r3 = write_obs(files, nf, first, n_cells, &w, &obytes, &pg, e);
   prog_end(&pg);
@@ -1075,7 +1279,13 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   sqlite3_str_appendchar(src, 1, '[');
   for (int f = 0; f < nf; f++) {
     sqlite3_str_appendall(src, f ? ",{\"file\":" : "{\"file\":");
-    json_str(src, files[f].path);
+    char *full = realpath(files[f].path, NULL);  /* the full path: `source` holds the label */
+    json_str(src, full ? full : files[f].path);
+    free(full);
+    sqlite3_str_appendall(src, ",\"source\":");
+    json_str(src, files[f].label ? files[f].label : files[f].path);
+    sqlite3_str_appendall(src, ",\"kind\":");
+    json_str(src, files[f].kind ? files[f].kind : "h5ad");
     sqlite3_str_appendf(src, ",\"matrix\":\"%s\",\"n_cells\":%llu,\"first_cell\":%llu,\"first_tile\":%llu,"
                         "\"n_tiles\":%llu}", files[f].mpath, (unsigned long long)files[f].n_obs,
                         (unsigned long long)first[f], (unsigned long long)ftile[f],

@@ -23,6 +23,10 @@ typedef struct cv_opts {
   uint32_t genes_block; /* genes per stored block of the genes table; 0 = DC_GENES_BLOCK */
   int dataset_id_set;   /* dataset_id given (--dataset-id): reproducible output */
   uint64_t dataset_id;  /* else a random one (dc_meta.dataset_id, the seals' key) */
+  int keep_gene_whitespace; /* else surrounding whitespace of gene names is removed */
+  int all_features;     /* 10x inputs: keep features that are not gene expression */
+  int genes_intersect;  /* store only the genes every input has (else the union) */
+  double min_overlap;   /* warn when an input shares less than this fraction of its genes; 0 = 0.5 */
   int force, quiet;
 } cv_opts;
 

@@ -3,6 +3,7 @@
 */
 #include "cv_util.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,4 +180,52 @@ int cv_utf8_valid(const char *s, size_t n) {
     i += k + 1;
   }
   return 1;
+}
+
+/* Edit distance (case-insensitive), capped at 255 per string length. */
+static int edit_distance(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 255 || m > 255) return 1 << 20;
+  int row[256];
+  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int up = row[j];
+      int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      int v = diag + cost;
+      if (up + 1 < v) v = up + 1;
+      if (row[j - 1] + 1 < v) v = row[j - 1] + 1;
+      row[j] = v;
+      diag = up;
+    }
+  }
+  return row[m];
+}
+
+const char *cv_closest(const char *name, const char *const *cands, int n) {
+  const char *best = NULL;
+  int bd = 1 << 20;
+  for (int i = 0; i < n; i++) {
+    int d = edit_distance(name, cands[i]);
+    if (d < bd) { bd = d; best = cands[i]; }
+  }
+  int len = (int)strlen(name);
+  int limit = len / 3 > 2 ? len / 3 : 2;
+  return best && bd <= limit ? best : NULL;
+}
+
+void cv_list_names(char *buf, size_t cap, const char *const *names, int n) {
+  size_t at = 0;
+  buf[0] = 0;
+  if (n == 0) { snprintf(buf, cap, "none"); return; }
+  for (int i = 0; i < n; i++) {
+    int k = snprintf(buf + at, cap - at, "%s'%s'", i ? ", " : "", names[i]);
+    if (k < 0 || (size_t)k >= cap - at || (at + (size_t)k > cap - 24 && i + 1 < n)) {
+      snprintf(buf + at, cap - at, "%s... (%d in all)", i ? ", " : "", n);
+      return;
+    }
+    at += (size_t)k;
+  }
 }

@@ -82,4 +82,10 @@ int cv_ncores(void);
 /* 1 if s is valid UTF-8 of length n. */
 int cv_utf8_valid(const char *s, size_t n);
 
+/* The candidate closest to name (case-insensitive edit distance), or NULL
+** when none is close (more than max(2, len/3) edits): "did you mean". */
+const char *cv_closest(const char *name, const char *const *cands, int n);
+/* 'a', 'b', 'c' into buf (cut with "... (N in all)" when it does not fit). */
+void cv_list_names(char *buf, size_t cap, const char *const *names, int n);
+
 #endif

@@ -3,6 +3,7 @@
 */
 #include "h5ad.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -446,8 +447,8 @@ static int dset_kind(hid_t ds) {
 
 /* Opens column `name` of frame group g. Returns 0, -1 (error), or 1 (an
 ** unsupported column, skipped with a warning). */
-static int col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint64_t n_rows,
-                    h5col *c, cv_err *e) {
+int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint64_t n_rows, h5col *c,
+                  cv_err *e) {
   char what[600];
   hid_t o = -1;
   memset(c, 0, sizeof *c);
@@ -566,7 +567,8 @@ static int frame_open(h5file *f, const char *path, h5frame *fr, cv_err *e) {
   fr->index.dset = fr->index.mask = -1;
   snprintf(fr->path, sizeof fr->path, "%s", path);
   H5I_type_t t = h5_open_obj(f->fid, path, &g);
-  if (t == H5I_BADID) return cv_fail(e, "%s: no '%s' (not an h5ad file?)", f->path, path);
+  if (t == H5I_BADID)
+    return cv_fail(e, "%s: no '%s' group: not an h5ad file (nor a 10x HDF5 file: no 'matrix' group)", f->path, path);
   if (t != H5I_GROUP) {
     close_id(&g);
     return cv_fail(e, "%s: %s is a dataset (a structured array of anndata < 0.7), which is not "
@@ -602,7 +604,7 @@ static int frame_open(h5file *f, const char *path, h5frame *fr, cv_err *e) {
       goto done;
     }
     fr->n_rows = (uint64_t)n;
-    int r = col_open(f, g, path, idx, fr->n_rows, &fr->index, e);
+    int r = h5ad_col_open(f, g, path, idx, fr->n_rows, &fr->index, e);
     free(idx);
     if (r == 1) cv_fail(e, "%s: %s: the index has an unsupported type", f->path, path);
     if (r) goto done;
@@ -613,7 +615,7 @@ static int frame_open(h5file *f, const char *path, h5frame *fr, cv_err *e) {
   if (!fr->cols) { cv_fail(e, "out of memory"); goto done; }
   for (long i = 0; i < n_order; i++) {
     h5col *c = &fr->cols[fr->n_cols];
-    int r = col_open(f, g, path, order[i], fr->n_rows, c, e);
+    int r = h5ad_col_open(f, g, path, order[i], fr->n_rows, c, e);
     if (r < 0) { col_free(c); goto done; }
     if (r == 1) { col_free(c); continue; }
     fr->n_cols++;
@@ -708,6 +710,28 @@ static int open_x_dset(h5file *f, hid_t g, const char *name, hid_t *out, cv_err 
   return 0;
 }
 
+/* The names of group path's members (sorted by name); 0 if none or absent. */
+static int group_members(hid_t fid, const char *path, char ***out) {
+  *out = NULL;
+  if (!h5_exists(fid, path)) return 0;
+  hid_t g = H5Gopen2(fid, path, H5P_DEFAULT);
+  H5G_info_t gi;
+  int n = 0;
+  if (g < 0 || H5Gget_info(g, &gi) < 0 || !(*out = calloc(gi.nlinks + 1, sizeof **out))) {
+    if (g >= 0) H5Gclose(g);
+    H5Eclear2(H5E_DEFAULT);
+    return 0;
+  }
+  for (hsize_t i = 0; i < gi.nlinks; i++) {
+    char nm[512];
+    if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nm, sizeof nm, H5P_DEFAULT) < 0) continue;
+    if (((*out)[n] = strdup(nm))) n++;
+  }
+  H5Gclose(g);
+  H5Eclear2(H5E_DEFAULT);
+  return n;
+}
+
 static int check_num_type(h5file *f, hid_t ds, const char *what, int allow_float, int *is_float,
                           cv_err *e) {
   hid_t t = H5Dget_type(ds);
@@ -719,6 +743,92 @@ static int check_num_type(h5file *f, hid_t ds, const char *what, int allow_float
                  allow_float ? "integers or floats" : "integers");
 }
 
+/* Opens data/indices/indptr of sparse group x (f->fmt MAT_CSR or MAT_CSC;
+** shape: rows x columns as stored) and checks their types and lengths. */
+int h5ad_sparse_open(h5file *f, hid_t x, const int64_t shape[2], cv_err *e) {
+  if (open_x_dset(f, x, "data", &f->data, e) || open_x_dset(f, x, "indices", &f->indices, e) ||
+      open_x_dset(f, x, "indptr", &f->indptr, e)) {
+    return -1;
+  }
+  if (check_num_type(f, f->data, "data", 1, &f->data_float, e) ||
+      check_num_type(f, f->indices, "indices", 0, NULL, e) ||
+      check_num_type(f, f->indptr, "indptr", 0, NULL, e))
+    return -1;
+  int64_t nd = ds_len1(f->data), ni = ds_len1(f->indices), np = ds_len1(f->indptr);
+  if (nd < 0 || ni < 0 || np < 0) return cv_fail(e, "%s: %s: data/indices/indptr must be 1-D", f->path, f->mpath);
+  if (nd != ni)
+    return cv_fail(e, "%s: %s: data has %lld values but indices %lld", f->path, f->mpath, (long long)nd, (long long)ni);
+  int64_t major = f->fmt == MAT_CSR ? shape[0] : shape[1];
+  if (np != major + 1)
+    return cv_fail(e, "%s: %s: indptr has %lld entries, but shape %lld x %lld needs %lld", f->path,
+                   f->mpath, (long long)np, (long long)shape[0], (long long)shape[1], (long long)(major + 1));
+  int64_t ends[2];
+  if (np > 0) {
+    if (ds_read(f->indptr, H5T_NATIVE_INT64, 0, 1, 0, &ends[0]) < 0 ||
+        ds_read(f->indptr, H5T_NATIVE_INT64, (uint64_t)np - 1, 1, 0, &ends[1]) < 0)
+      return h5_fail(e, f, "indptr");
+    if (ends[0] != 0 || ends[1] != nd)
+      return cv_fail(e, "%s: %s: indptr runs from %lld to %lld, but there are %lld values", f->path,
+                     f->mpath, (long long)ends[0], (long long)ends[1], (long long)nd);
+  }
+  f->nnz = (uint64_t)nd;
+  return 0;
+}
+
+/* f->var_names from the var index, or from var column gene_key. */
+int h5ad_gene_names(h5file *f, const char *gene_key, cv_err *e) {
+  /* gene names: the var index, or the --gene-key column */
+  const h5col *gc = &f->var.index;
+  if (gene_key) {
+    gc = NULL;
+    for (int i = 0; i < f->var.n_cols; i++)
+      if (strcmp(f->var.cols[i].name, gene_key) == 0) gc = &f->var.cols[i];
+    if (!gc) {
+      const char **nm = calloc((size_t)f->var.n_cols + 1, sizeof *nm);
+      if (!nm) return cv_fail(e, "out of memory");
+      for (int i = 0; i < f->var.n_cols; i++) nm[i] = f->var.cols[i].name;
+      const char *best = cv_closest(gene_key, nm, f->var.n_cols);
+      char list[1024], hint[300] = "";
+      cv_list_names(list, sizeof list, nm, f->var.n_cols);
+      if (best) snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+      free(nm);
+      return cv_fail(e, "%s: --gene-key: %s has no column '%s' (its columns: %s)%s", f->path, f->var.path, gene_key,
+                     list, hint);
+    }
+  }
+  f->var_names = calloc(f->n_vars + 1, sizeof *f->var_names);
+  if (!f->var_names) return cv_fail(e, "out of memory");
+  colbuf cb = {0};
+  for (uint64_t s = 0; s < f->n_vars; s += 65536) {
+    size_t k = (size_t)(f->n_vars - s < 65536 ? f->n_vars - s : 65536);
+    if (h5ad_col_read(f, gc, s, k, &cb, e)) { colbuf_free(&cb); return cv_prefix(e, "gene names of %s", f->var.path); }
+    for (size_t i = 0; i < k; i++) {
+      char buf[64];
+      const char *s1 = buf;
+      switch (cb.kind) {
+        case CVK_TEXT: s1 = cb.text[i]; break;
+        case CVK_CATEGORY: s1 = cb.codes[i] < 0 ? NULL : gc->cats[cb.codes[i]]; break;
+        case CVK_INT: if (cb.valid[i]) snprintf(buf, sizeof buf, "%lld", (long long)cb.i64[i]); else s1 = NULL; break;
+        case CVK_REAL: if (!isnan(cb.f64[i])) fmt_real(cb.f64[i], buf, sizeof buf); else s1 = NULL; break;
+        case CVK_BOOL: if (cb.b8[i] >= 0) snprintf(buf, sizeof buf, "%s", cb.b8[i] ? "True" : "False"); else s1 = NULL; break;
+      }
+      if (!s1) {
+        colbuf_free(&cb);
+        return cv_fail(e, "%s: gene %llu of %s has no name (missing value in '%s')", f->path,
+                       (unsigned long long)(s + i), f->var.path, gc->name);
+      }
+      if (!cv_utf8_valid(s1, strlen(s1))) {
+        colbuf_free(&cb);
+        return cv_fail(e, "%s: gene %llu of %s: its name is not valid UTF-8", f->path, (unsigned long long)(s + i),
+                       f->var.path);
+      }
+      if (!(f->var_names[s + i] = strdup(s1))) { colbuf_free(&cb); return cv_fail(e, "out of memory"); }
+    }
+  }
+  colbuf_free(&cb);
+  return 0;
+}
+
 int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key, h5file *f,
               cv_err *e) {
   hid_t x = -1;
@@ -727,6 +837,7 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
   f->obs.index.dset = f->obs.index.mask = f->var.index.dset = f->var.index.mask = -1;
   f->spool_fd = -1;
   f->cached_b = -1;
+  f->kind = "h5ad";
   if (!(f->path = strdup(path))) return cv_fail(e, "out of memory");
   struct stat st;
   if (stat(path, &st) != 0) return cv_fail(e, "%s: %s", path, strerror(errno));
@@ -741,6 +852,11 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
   if (layer) snprintf(f->mpath, sizeof f->mpath, "layers/%s", layer);
   else snprintf(f->mpath, sizeof f->mpath, "%s", raw ? "raw/X" : "X");
   if (frame_open(f, "obs", &f->obs, e)) return -1;
+  if (raw && !h5_exists(f->fid, "raw"))
+    return cv_fail(e, "%s: --raw: the file has no raw counts (no 'raw' group); counts are in X%s", path,
+                   h5_exists(f->fid, "layers") ? " or a layer (--layer NAME)" : "");
+  if (raw && !h5_exists(f->fid, "raw/var"))
+    return cv_fail(e, "%s: --raw: the file's 'raw' group has no 'var' (damaged raw?)", path);
   if (frame_open(f, raw ? "raw/var" : "var", &f->var, e)) return -1;
   f->n_obs = f->obs.n_rows;
   f->n_vars = f->var.n_rows;
@@ -749,8 +865,16 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
 
   H5I_type_t t = h5_open_obj(f->fid, f->mpath, &x);
   if (t == H5I_BADID) {
-    if (layer && !h5_exists(f->fid, f->mpath))
-      return cv_fail(e, "%s: no layer '%s' (layers/%s does not exist)", path, layer, layer);
+    if (layer && !h5_exists(f->fid, f->mpath)) {
+      char **nm = NULL, list[1024], hint[300] = "";
+      int n = group_members(f->fid, "layers", &nm);
+      const char *best = cv_closest(layer, (const char *const *)nm, n);
+      cv_list_names(list, sizeof list, (const char *const *)nm, n);
+      if (best) snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+      cv_fail(e, "%s: no layer '%s' (the file's layers: %s)%s", path, layer, list, hint);
+      free_strs(nm, n);
+      return -1;
+    }
     return cv_fail(e, "%s: no %s: the file has no count matrix there%s", path, f->mpath,
                    raw || layer ? "" : " (try --layer NAME or --raw)");
   }
@@ -787,79 +911,31 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
     }
     free(enc);
     if (n != 2) { close_id(&x); return cv_fail(e, "%s: %s: no valid `shape` attribute", path, f->mpath); }
-    if (open_x_dset(f, x, "data", &f->data, e) || open_x_dset(f, x, "indices", &f->indices, e) ||
-        open_x_dset(f, x, "indptr", &f->indptr, e)) {
-      close_id(&x);
-      return -1;
-    }
+    int r = h5ad_sparse_open(f, x, shape, e);
     close_id(&x);
-    if (check_num_type(f, f->data, "data", 1, &f->data_float, e) ||
-        check_num_type(f, f->indices, "indices", 0, NULL, e) ||
-        check_num_type(f, f->indptr, "indptr", 0, NULL, e))
-      return -1;
-    int64_t nd = ds_len1(f->data), ni = ds_len1(f->indices), np = ds_len1(f->indptr);
-    if (nd < 0 || ni < 0 || np < 0) return cv_fail(e, "%s: %s: data/indices/indptr must be 1-D", path, f->mpath);
-    if (nd != ni)
-      return cv_fail(e, "%s: %s: data has %lld values but indices %lld", path, f->mpath, (long long)nd, (long long)ni);
-    int64_t major = f->fmt == MAT_CSR ? shape[0] : shape[1];
-    if (np != major + 1)
-      return cv_fail(e, "%s: %s: indptr has %lld entries, but shape %lld x %lld needs %lld", path,
-                     f->mpath, (long long)np, (long long)shape[0], (long long)shape[1], (long long)(major + 1));
-    int64_t ends[2];
-    if (np > 0) {
-      if (ds_read(f->indptr, H5T_NATIVE_INT64, 0, 1, 0, &ends[0]) < 0 ||
-          ds_read(f->indptr, H5T_NATIVE_INT64, (uint64_t)np - 1, 1, 0, &ends[1]) < 0)
-        return h5_fail(e, f, "indptr");
-      if (ends[0] != 0 || ends[1] != nd)
-        return cv_fail(e, "%s: %s: indptr runs from %lld to %lld, but there are %lld values", path,
-                       f->mpath, (long long)ends[0], (long long)ends[1], (long long)nd);
-    }
-    f->nnz = (uint64_t)nd;
+    if (r) return -1;
   }
   if (shape[0] != (int64_t)f->n_obs || shape[1] != (int64_t)f->n_vars)
     return cv_fail(e, "%s: %s has shape %lld x %lld, but obs has %llu rows and %s has %llu", path,
                    f->mpath, (long long)shape[0], (long long)shape[1], (unsigned long long)f->n_obs,
                    f->var.path, (unsigned long long)f->n_vars);
 
-  /* gene names: the var index, or the --gene-key column */
-  const h5col *gc = &f->var.index;
-  if (gene_key) {
-    gc = NULL;
-    for (int i = 0; i < f->var.n_cols; i++)
-      if (strcmp(f->var.cols[i].name, gene_key) == 0) gc = &f->var.cols[i];
-    if (!gc) return cv_fail(e, "%s: %s has no column '%s' (--gene-key)", path, f->var.path, gene_key);
+  return h5ad_gene_names(f, gene_key, e);
+}
+
+uint64_t h5ad_strip_gene_names(h5file *f) {
+  uint64_t n = 0;
+  for (uint64_t i = 0; f->var_names && i < f->n_vars; i++) {
+    char *s = f->var_names[i];
+    size_t a = 0, b = strlen(s);
+    while (a < b && isspace((unsigned char)s[a])) a++;
+    while (b > a && isspace((unsigned char)s[b - 1])) b--;
+    if (a == b || (a == 0 && s[b] == 0)) continue; /* all blank: kept as it is */
+    memmove(s, s + a, b - a);
+    s[b - a] = 0;
+    n++;
   }
-  f->var_names = calloc(f->n_vars + 1, sizeof *f->var_names);
-  if (!f->var_names) return cv_fail(e, "out of memory");
-  colbuf cb = {0};
-  for (uint64_t s = 0; s < f->n_vars; s += 65536) {
-    size_t k = (size_t)(f->n_vars - s < 65536 ? f->n_vars - s : 65536);
-    if (h5ad_col_read(f, gc, s, k, &cb, e)) { colbuf_free(&cb); return cv_prefix(e, "gene names of %s", f->var.path); }
-    for (size_t i = 0; i < k; i++) {
-      char buf[64];
-      const char *s1 = buf;
-      switch (cb.kind) {
-        case CVK_TEXT: s1 = cb.text[i]; break;
-        case CVK_CATEGORY: s1 = cb.codes[i] < 0 ? NULL : gc->cats[cb.codes[i]]; break;
-        case CVK_INT: if (cb.valid[i]) snprintf(buf, sizeof buf, "%lld", (long long)cb.i64[i]); else s1 = NULL; break;
-        case CVK_REAL: if (!isnan(cb.f64[i])) fmt_real(cb.f64[i], buf, sizeof buf); else s1 = NULL; break;
-        case CVK_BOOL: if (cb.b8[i] >= 0) snprintf(buf, sizeof buf, "%s", cb.b8[i] ? "True" : "False"); else s1 = NULL; break;
-      }
-      if (!s1) {
-        colbuf_free(&cb);
-        return cv_fail(e, "%s: gene %llu of %s has no name (missing value in '%s')", path,
-                       (unsigned long long)(s + i), f->var.path, gc->name);
-      }
-      if (!cv_utf8_valid(s1, strlen(s1))) {
-        colbuf_free(&cb);
-        return cv_fail(e, "%s: gene %llu of %s: its name is not valid UTF-8", path, (unsigned long long)(s + i),
-                       f->var.path);
-      }
-      if (!(f->var_names[s + i] = strdup(s1))) { colbuf_free(&cb); return cv_fail(e, "out of memory"); }
-    }
-  }
-  colbuf_free(&cb);
-  return 0;
+  return n;
 }
 
 void h5ad_close(h5file *f) {
@@ -880,6 +956,10 @@ void h5ad_close(h5file *f) {
   free(f->cached);
   free(f->sind);
   free(f->sval);
+  free(f->rowkeys);
+  free(f->stamp);
+  free(f->label);
+  if (f->ext && f->ext_free) f->ext_free(f->ext);
   free(f->path);
   memset(f, 0, sizeof *f);
   f->fid = f->data = f->indices = f->indptr = -1;
@@ -1054,6 +1134,54 @@ static uint64_t csr_row(int ity, const void *sind, int vty, const void *sval, si
   return csr_row_t(ity, sind, vty, sval, ka, kb, n_vars, gmap, oind, oval, out, bad_k, bad);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The message of a fault in row `row` at gene index g: out of range, a gene
+** given twice (dup), or a bad value. Returns -1. */
+static int row_fault(h5file *f, uint64_t row, int64_t g, int dup, double bad, cv_err *e) {
+  char cell[300];
+  h5ad_cell_name(f, row, cell, sizeof cell);
+  if (g < 0 || (uint64_t)g >= f->n_vars)
+    return cv_fail(e, "%s: %s/indices: cell %s has gene index %lld, out of range 0..%llu", f->path, f->mpath, cell,
+                   (long long)g, (unsigned long long)(f->n_vars ? f->n_vars - 1 : 0));
+  if (dup)
+    return cv_fail(e, "%s: %s/indices: cell %s: gene '%s' (column %lld) appears twice; sum the duplicates "
+                   "first (scipy: X.sum_duplicates())", f->path, f->mpath, cell, f->var_names[g], (long long)g);
+  return bad_value(f, row, (uint64_t)g, bad, e);
+}
+
+/* A row whose gene indices are not in increasing order (slab entries [ka, kb),
+** as scipy allows): its entries sorted by gene and appended at out; *out2 gets
+** the new end.  A gene given twice is an error naming the cell and the gene. */
+static int csr_row_sorted(h5file *f, uint64_t row, size_t ka, size_t kb, const uint32_t *gmap, uint32_t *oind,
+                          uint32_t *oval, uint64_t out, uint64_t *out2, cv_err *e) {
+  size_t n = kb - ka;
+  if (cv_grow((void **)&f->rowkeys, &f->rowkeys_cap, n + 1, sizeof *f->rowkeys, e)) return -1;
+  for (size_t k = ka; k < kb; k++) {
+    int64_t g = slab_idx(f->ity, f->sind, k);
+    if (g < 0 || (uint64_t)g >= f->n_vars) return row_fault(f, row, g, 0, 0, e);
+    f->rowkeys[k - ka] = (uint64_t)g << 32 | (uint64_t)(k - ka);
+  }
+  qsort(f->rowkeys, n, sizeof *f->rowkeys, cmp_u64);
+  for (size_t i = 0; i < n; i++) {
+    int64_t g = (int64_t)(f->rowkeys[i] >> 32);
+    size_t k = ka + (size_t)(uint32_t)f->rowkeys[i];
+    if (i > 0 && (uint64_t)g == f->rowkeys[i - 1] >> 32) return row_fault(f, row, g, 1, 0, e);
+    uint32_t v;
+    double bad = 0;
+    if (slab_val(f->vty, f->sval, k, &v, &bad)) return row_fault(f, row, g, 0, bad, e);
+    if (!v) continue;
+    oind[out] = gmap ? gmap[g] : (uint32_t)g;
+    oval[out] = v;
+    out++;
+  }
+  *out2 = out;
+  return 0;
+}
+
 /* Reads CSR rows [r0, r1). */
 static int csr_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, rowbuf *rb, cv_err *e) {
   uint64_t nr = r1 - r0;
@@ -1088,18 +1216,12 @@ static int csr_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, r
                           oind, oval, out, &bad_k, &bad);
     if (o2 == UINT64_MAX) {
       int64_t g = slab_idx(f->ity, f->sind, bad_k), prev = bad_k > (size_t)(a - wlo) ? slab_idx(f->ity, f->sind, bad_k - 1) : -1;
-      char cell[300];
-      h5ad_cell_name(f, row, cell, sizeof cell);
-      if (g < 0 || (uint64_t)g >= f->n_vars)
-        cv_fail(e, "%s: %s/indices: cell %s has gene index %lld, out of range 0..%llu", f->path,
-                f->mpath, cell, (long long)g, (unsigned long long)(f->n_vars ? f->n_vars - 1 : 0));
-      else if (g <= prev)
-        cv_fail(e, "%s: %s/indices: cell %s: gene indices %s (%lld after %lld); sort them first "
-                "(scipy: X.sort_indices(), X.sum_duplicates())", f->path, f->mpath, cell,
-                g == prev ? "repeat" : "are not sorted", (long long)g, (long long)prev);
-      else
-        bad_value(f, row, (uint64_t)g, bad, e);
-      goto done;
+      if (g >= 0 && (uint64_t)g < f->n_vars && g < prev) { /* unsorted within the row (scipy allows it): sort it */
+        if (csr_row_sorted(f, row, (size_t)(a - wlo), (size_t)(b - wlo), gmap, oind, oval, out, &o2, e)) goto done;
+      } else {
+        row_fault(f, row, g, g == prev, bad, e);
+        goto done;
+      }
     }
     out = o2;
     rb->indptr[++rb->n_rows] = out;
@@ -1110,9 +1232,27 @@ done:
   return rc;
 }
 
+/* Columns [c0, c0+nc) of a 2-D dataset of nr rows, into buf (nr x nc). */
+static int ds_read_cols(hid_t ds, hid_t mt, uint64_t c0, uint64_t nc, uint64_t nr, void *buf) {
+  if (nc == 0 || nr == 0) return 0;
+  hid_t fs = H5Dget_space(ds), ms = -1;
+  int rc = -1;
+  if (fs < 0) return -1;
+  hsize_t st[2] = {0, c0}, ct[2] = {nr, nc};
+  if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL) >= 0 && (ms = H5Screate_simple(2, ct, NULL)) >= 0 &&
+      H5Dread(ds, mt, ms, fs, H5P_DEFAULT, buf) >= 0)
+    rc = 0;
+  if (ms >= 0) H5Sclose(ms);
+  H5Sclose(fs);
+  return rc;
+}
+
 static int dense_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, rowbuf *rb, cv_err *e) {
   uint64_t g = f->n_vars;
+  int tr = f->fmt == MAT_DENSE_T; /* stored genes x cells */
   uint64_t step = g ? CV_SLAB / g : r1 - r0;
+  if (tr && f->stripe) step = step / f->stripe * f->stripe; /* whole chunks: each read once */
+  if (tr && step < f->stripe) step = f->stripe;
   if (step < 1) step = 1;
   size_t cap = (size_t)(step * g);
   double *fv = NULL;
@@ -1123,7 +1263,9 @@ static int dense_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap,
   if (!fv && !iv) return cv_fail(e, "out of memory");
   for (uint64_t s = r0; s < r1; s += step) {
     uint64_t n = r1 - s < step ? r1 - s : step;
-    if (g && ds_read(f->data, fv ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, s, n, g, fv ? (void *)fv : (void *)iv) < 0) {
+    hid_t mt = fv ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64;
+    void *buf = fv ? (void *)fv : (void *)iv;
+    if (g && (tr ? ds_read_cols(f->data, mt, s, n, g, buf) : ds_read(f->data, mt, s, n, g, buf)) < 0) {
       h5_fail(e, f, f->mpath);
       goto done;
     }
@@ -1132,13 +1274,14 @@ static int dense_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap,
     for (uint64_t i = 0; i < n; i++) {
       for (uint64_t j = 0; j < g; j++) {
         uint32_t v;
+        uint64_t at = tr ? j * n + i : i * g + j;
         if (fv) {
-          double d = fv[i * g + j];
+          double d = fv[at];
           if (d == 0) continue;
           if (!val_ok_f(d)) { bad_value(f, s + i, j, d, e); goto done; }
           v = (uint32_t)d;
         } else {
-          int64_t d = iv[i * g + j];
+          int64_t d = iv[at];
           if (d == 0) continue;
           if (d < 0 || d > (int64_t)UINT32_MAX) { bad_value(f, s + i, j, (double)d, e); goto done; }
           v = (uint32_t)d;
@@ -1179,14 +1322,18 @@ static int spool_flush(h5file *f, spool_bucket *b, cv_err *e) {
   return 0;
 }
 
-int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
-                   void (*progress)(void *, uint64_t), void *parg, cv_err *e) {
+static int csc_dup(h5file *f, uint64_t r, uint64_t j, cv_err *e) {
+  char cell[300];
+  h5ad_cell_name(f, r, cell, sizeof cell);
+  return cv_fail(e, "%s: %s/indices: cell %s: gene '%s' (column %llu) appears twice; sum the duplicates first "
+                 "(scipy: X.sum_duplicates())", f->path, f->mpath, cell, f->var_names[j], (unsigned long long)j);
+}
+
+int h5ad_spool_begin(h5file *f, const char *dir, uint32_t tile_cells, cv_err *e) {
   char tmpl[4096];
-  int64_t *ptr = NULL;
-  int rc = -1;
   snprintf(tmpl, sizeof tmpl, "%s/.deltacells-spool-XXXXXX", dir);
   f->spool_fd = mkstemp(tmpl);
-  if (f->spool_fd < 0) return cv_fail(e, "%s: cannot create the CSC transpose spool in %s: %s", f->path, dir, strerror(errno));
+  if (f->spool_fd < 0) return cv_fail(e, "%s: cannot create the transpose spool in %s: %s", f->path, dir, strerror(errno));
   unlink(tmpl); /* never left behind, whatever happens */
   f->split = cv_split_make(f->n_obs, tile_cells);
   f->n_buckets = (size_t)f->split.k;
@@ -1198,7 +1345,36 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
   f->bucket_cap = per;
   if (!f->buckets) return cv_fail(e, "out of memory");
   for (size_t b = 0; b < f->n_buckets; b++)
-    if (!(f->buckets[b].buf = malloc(per * 12))) return cv_fail(e, "out of memory (CSC spool buffers)");
+    if (!(f->buckets[b].buf = malloc(per * 12))) return cv_fail(e, "out of memory (transpose spool buffers)");
+  return 0;
+}
+
+int h5ad_spool_put(h5file *f, uint32_t r, uint32_t j, uint32_t v, cv_err *e) {
+  size_t bi = (size_t)cv_split_tile(&f->split, r);
+  spool_bucket *bk = &f->buckets[bi];
+  uint32_t *q = bk->buf + bk->n_buf * 3;
+  q[0] = r;
+  q[1] = j;
+  q[2] = v;
+  bk->nnz++;
+  if (++bk->n_buf == f->bucket_cap && spool_flush(f, bk, e)) return -1;
+  return 0;
+}
+
+int h5ad_spool_end(h5file *f, cv_err *e) {
+  for (size_t b = 0; b < f->n_buckets; b++) {
+    if (spool_flush(f, &f->buckets[b], e)) return -1;
+    free(f->buckets[b].buf);
+    f->buckets[b].buf = NULL;
+  }
+  return 0;
+}
+
+int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
+                   void (*progress)(void *, uint64_t), void *parg, cv_err *e) {
+  int64_t *ptr = NULL;
+  int rc = -1;
+  if (h5ad_spool_begin(f, dir, tile_cells, e)) return -1;
   uint64_t ng = f->n_vars;
   ptr = malloc((ng + 1) * sizeof *ptr);
   if (!ptr) return cv_fail(e, "out of memory");
@@ -1221,6 +1397,7 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
       if (progress) progress(parg, wlo);
     }
     int64_t prev = -1;
+    int unsorted = 0;
     for (uint64_t k = a; k < b; k++) {
       int64_t r = slab_idx(f->ity, f->sind, (size_t)(k - wlo));
       if (r < 0 || (uint64_t)r >= f->n_obs) {
@@ -1229,12 +1406,11 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
                 (unsigned long long)(f->n_obs ? f->n_obs - 1 : 0));
         goto done;
       }
-      if (r <= prev) {
-        cv_fail(e, "%s: %s/indices: gene '%s' (column %llu): cell indices %s (%lld after %lld); sort "
-                "them first (scipy: X.sort_indices())", f->path, f->mpath, f->var_names[j],
-                (unsigned long long)j, r == prev ? "repeat" : "are not sorted", (long long)r, (long long)prev);
+      if (r == prev) {
+        csc_dup(f, (uint64_t)r, j, e);
         goto done;
       }
+      if (r < prev) unsorted = 1; /* scipy allows it; the spool puts cells in order anyway */
       prev = r;
       uint32_t v;
       double bad;
@@ -1242,21 +1418,18 @@ int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
       if (!v) continue;
       total[j] += v;
       ncells[j]++;
-      size_t bi = (size_t)cv_split_tile(&f->split, (uint64_t)r);
-      spool_bucket *bk = &f->buckets[bi];
-      uint32_t *q = bk->buf + bk->n_buf * 3;
-      q[0] = (uint32_t)r;
-      q[1] = (uint32_t)j;
-      q[2] = v;
-      bk->nnz++;
-      if (++bk->n_buf == f->bucket_cap && spool_flush(f, bk, e)) goto done;
+      if (h5ad_spool_put(f, (uint32_t)r, (uint32_t)j, v, e)) goto done;
+    }
+    if (unsorted) { /* a cell given twice in this gene's column, not next to each other? */
+      size_t n = (size_t)(b - a);
+      if (cv_grow((void **)&f->rowkeys, &f->rowkeys_cap, n + 1, sizeof *f->rowkeys, e)) goto done;
+      for (uint64_t k = a; k < b; k++) f->rowkeys[k - a] = (uint64_t)slab_idx(f->ity, f->sind, (size_t)(k - wlo));
+      qsort(f->rowkeys, n, sizeof *f->rowkeys, cmp_u64);
+      for (size_t i = 1; i < n; i++)
+        if (f->rowkeys[i] == f->rowkeys[i - 1]) { csc_dup(f, f->rowkeys[i], j, e); goto done; }
     }
   }
-  for (size_t b = 0; b < f->n_buckets; b++) {
-    if (spool_flush(f, &f->buckets[b], e)) goto done;
-    free(f->buckets[b].buf);
-    f->buckets[b].buf = NULL;
-  }
+  if (h5ad_spool_end(f, e)) goto done;
   rc = 0;
 done:
   free(ptr);
@@ -1306,15 +1479,35 @@ static int csc_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, r
   /* ip[i] is now the start of row i (relative ip[0] = base); scatter with cursors */
   uint64_t *cur = malloc((nr + 1) * sizeof *cur);
   if (!cur) return cv_fail(e, "out of memory");
+  if (f->fmt == MAT_SPOOL && !f->stamp && !(f->stamp = calloc(f->n_vars + 1, sizeof *f->stamp))) {
+    free(cur);
+    return cv_fail(e, "out of memory");
+  }
   for (uint64_t i = 0; i < nr; i++) cur[i] = ip[i];
   for (uint64_t k = 0; k < f->cached_nnz; k++) {
     uint64_t r = c[k * 3];
     if (r < r0 || r >= r1) continue;
     uint64_t at = cur[r - r0]++;
-    rb->indices[at] = gmap ? gmap[c[k * 3 + 1]] : c[k * 3 + 1];
+    rb->indices[at] = f->stamp || !gmap ? c[k * 3 + 1] : gmap[c[k * 3 + 1]];
     rb->data[at] = c[k * 3 + 2];
   }
   free(cur);
+  if (f->stamp) { /* entries came in any order: a gene given twice in a cell? Then the gene map */
+    for (uint64_t i = 0; i < nr; i++) {
+      uint32_t mark = (uint32_t)(r0 + i + 1);
+      for (uint64_t k = ip[i]; k < ip[i + 1]; k++) {
+        uint32_t j = rb->indices[k];
+        if (f->stamp[j] == mark) {
+          char cell[300];
+          h5ad_cell_name(f, r0 + i, cell, sizeof cell);
+          return cv_fail(e, "%s: %s: cell %s: gene '%s' (feature %u) appears twice", f->path, f->mpath, cell,
+                         f->var_names[j], j + 1);
+        }
+        f->stamp[j] = mark;
+        if (gmap) rb->indices[k] = gmap[j];
+      }
+    }
+  }
   (void)base;
   rb->n_rows += nr;
   return 0;
@@ -1325,8 +1518,8 @@ int h5ad_read_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, ro
   if (rb_reserve(rb, r1 - r0, 0, e)) return -1;
   switch (f->fmt) {
     case MAT_CSR: return csr_rows(f, r0, r1, gmap, rb, e);
-    case MAT_DENSE: return dense_rows(f, r0, r1, gmap, rb, e);
-    case MAT_CSC: return csc_rows(f, r0, r1, gmap, rb, e);
+    case MAT_DENSE: case MAT_DENSE_T: return dense_rows(f, r0, r1, gmap, rb, e);
+    case MAT_CSC: case MAT_SPOOL: return csc_rows(f, r0, r1, gmap, rb, e);
   }
   return cv_fail(e, "%s: internal: unknown matrix format", f->path);
 }

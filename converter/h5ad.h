@@ -77,7 +77,11 @@ typedef struct h5frame {
   h5col *cols;
 } h5frame;
 
-enum { MAT_CSR = 1, MAT_CSC, MAT_DENSE };
+/* MAT_SPOOL: entries in any order (a Matrix Market file, tenx.c) put into the
+** transpose spool by the input's reader in pass 1, then read like CSC. */
+/* MAT_DENSE_T: a dense matrix stored genes x cells (loom), read by column
+** stripes of f->stripe cells. */
+enum { MAT_CSR = 1, MAT_CSC, MAT_DENSE, MAT_SPOOL, MAT_DENSE_T };
 
 typedef struct spool_run { uint64_t off; uint32_t n; } spool_run;
 typedef struct spool_bucket {
@@ -101,6 +105,8 @@ typedef struct h5file {
   int ity, vty;
   void *sind, *sval;
   size_t scap;
+  uint64_t *rowkeys;  /* a row with unsorted gene indices: (gene << 32 | entry), sorted */
+  size_t rowkeys_cap;
   /* CSC spool */
   int spool_fd;
   uint64_t spool_off, spool_len;
@@ -110,6 +116,13 @@ typedef struct h5file {
   uint32_t *cached;   /* the loaded bucket */
   uint64_t cached_nnz;
   int64_t cached_b;
+  uint64_t stripe;    /* MAT_DENSE_T: cells per read (a multiple of the chunk width) */
+  uint32_t *stamp;    /* MAT_SPOOL: per local gene, the last row + 1 that had it (repeats) */
+  char *label;        /* the `source` column's value: the shortest ending of the path that
+                         no other input shares (its base name, mostly); set by convert */
+  const char *kind;   /* what the input is: "h5ad", "10x h5", "10x mtx" (messages, dc_meta) */
+  void *ext;          /* another reader's state (tenx.c), freed by ext_free */
+  void (*ext_free)(void *);
 } h5file;
 
 /* Opens an input and checks its structure (matrix, shapes, frames).
@@ -118,6 +131,21 @@ typedef struct h5file {
 int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key,
               h5file *f, cv_err *e);
 void h5ad_close(h5file *f);
+
+/* Removes surrounding whitespace (isspace) from f->var_names in place (a
+** name that is all blank stays as it is); returns how many names changed. */
+uint64_t h5ad_strip_gene_names(h5file *f);
+
+/* The parts of h5ad_open that the other readers (tenx.c) share. */
+/* Opens column `name` of group g as a frame column of n_rows values (fpath:
+** the group's path, for messages).  0, -1, or 1 (unsupported type: skipped). */
+int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint64_t n_rows, h5col *c,
+                  cv_err *e);
+/* Opens data/indices/indptr of sparse group x (f->fmt MAT_CSR or MAT_CSC,
+** shape rows x columns as stored) and checks their types and lengths. */
+int h5ad_sparse_open(h5file *f, hid_t x, const int64_t shape[2], cv_err *e);
+/* Reads f->var_names from the var index, or from var column gene_key. */
+int h5ad_gene_names(h5file *f, const char *gene_key, cv_err *e);
 
 /* Rows appended to a CSR buffer.  Values are validated and zeros dropped. */
 typedef struct rowbuf {
@@ -142,6 +170,15 @@ int h5ad_read_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap,
 ** inputs).  dir: where the spool file goes. */
 int h5ad_csc_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
                    void (*progress)(void *, uint64_t), void *parg, cv_err *e);
+
+/* The transpose spool by itself (h5ad_csc_spool, and readers of other
+** inputs whose entries come in any order): begin (the file's tiles being
+** cv_split_make(n_obs, tile_cells)), put entries (cell r, local gene j,
+** count v > 0), end; h5ad_read_rows then reads a tile's rows.  The entries of
+** a row come out in the order they were put. */
+int h5ad_spool_begin(h5file *f, const char *dir, uint32_t tile_cells, cv_err *e);
+int h5ad_spool_put(h5file *f, uint32_t r, uint32_t j, uint32_t v, cv_err *e);
+int h5ad_spool_end(h5file *f, cv_err *e);
 
 /* Reads rows [start, start+n) of column c of a frame, as the column's kind. */
 int h5ad_col_read(h5file *f, const h5col *c, uint64_t start, size_t n, colbuf *out,

@@ -6,6 +6,8 @@
 */
 #include <hdf5.h>
 #include <limits.h>
+#include <sqlite3.h>
+#include <zlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,9 @@
 #include "dc_codec.h"
 #include "dc_obs.h"
 #include "inspect.h"
+#include "dc_format.h"
+
+#define DC_VERSION "0.1"
 
 static const char *HELP_MAIN =
     "usage: deltacells COMMAND [ARGS]\n"
@@ -23,18 +28,26 @@ static const char *HELP_MAIN =
     "Single-cell count matrices as one SQLite file: tiles of cells, genes, cell metadata.\n"
     "\n"
     "commands:\n"
-    "  convert IN.h5ad [IN2.h5ad ...] -o OUT.dcdb [options]   h5ad files -> one dataset\n"
+    "  convert IN.h5ad [IN2 ...] -o OUT.dcdb [options]   h5ad / 10x files -> one dataset\n"
     "  info DATASET [--json]     cells, genes, nonzeros, tiles, bytes, codec settings\n"
     "  obs info DATASET          one row per obs column: type, categories, stored size\n"
     "  verify DATASET            decode every tile and obs block, check every checksum\n"
+    "  version                   the versions of deltacells, its format and libraries\n"
     "\n"
     "`deltacells COMMAND --help` describes a command.  Query a dataset with the sqlite3\n"
     "shell: `sqlite3 OUT.dcdb` then `.load build/deltacells`.\n";
 
 static const char *HELP_CONVERT =
-    "usage: deltacells convert IN.h5ad [IN2.h5ad ...] -o OUT.dcdb [options]\n"
+    "usage: deltacells convert IN.h5ad [IN2 ...] -o OUT.dcdb [options]\n"
     "\n"
-    "Converts h5ad files (as anndata writes them) into one deltacells dataset.\n"
+    "Converts inputs into one deltacells dataset.  Each input is, told apart by itself:\n"
+    "  an h5ad file (as anndata writes it);\n"
+    "  a 10x HDF5 file (filtered_feature_bc_matrix.h5 of CellRanger 3+, or CellRanger 2's);\n"
+    "  a 10x Matrix Market directory: matrix.mtx[.gz], features.tsv[.gz] (or genes.tsv[.gz])\n"
+    "  and barcodes.tsv[.gz], gzipped or not (or a PREFIXmatrix.mtx[.gz] file itself);\n"
+    "  a loom file (/matrix genes x cells, or --layer NAME; row_attrs and col_attrs).\n"
+    "10x barcodes name the cells; gene symbols name the genes, with the var columns\n"
+    "gene_ids, feature_types (and genome) kept: --gene-key gene_ids keys by Ensembl id.\n"
     "\n"
     "  -o, --output OUT.dcdb  the dataset to write (required)\n"
     "  --layer NAME           read counts from layers/NAME instead of X\n"
@@ -49,6 +62,17 @@ static const char *HELP_CONVERT =
     "  --threads N            encoder threads (default: one per core)\n"
     "  --gene-key VARCOL      join genes of several inputs by this var column (e.g. gene_ids)\n"
     "                         instead of the var index; it becomes the genes' name\n"
+    "  --genes union|intersect  with several inputs: store every gene of any input (union,\n"
+    "                         the default; a gene an input lacks is 0 in its cells) or only\n"
+    "                         the genes every input has.  Either way the overlap is reported\n"
+    "                         (genes in all inputs; per input the fraction of its genes that\n"
+    "                         are shared), with a warning when an input shares under 50%\n"
+    "  --all-features         10x inputs: keep features that are not 'Gene Expression'\n"
+    "                         (antibody capture, CRISPR guides: told apart by the genes\n"
+    "                         column feature_types); by default they are left out, with a\n"
+    "                         note, as scanpy's read_10x_h5 and read_10x_mtx do\n"
+    "  --keep-gene-whitespace keep gene names as they are; by default surrounding\n"
+    "                         whitespace is removed (' TAZ' joins 'TAZ'), with a note\n"
     "  --genes-block N        genes per stored block of the genes table (default 1048576;\n"
     "                         smaller only to test readers on several blocks)\n"
     "  --dataset-id HEX       the dataset's id (16 hex digits), which keys the checksums that\n"
@@ -58,13 +82,16 @@ static const char *HELP_CONVERT =
     "  --force                replace OUT if it exists (never touched otherwise)\n"
     "  --quiet                no progress line and no summary\n"
     "\n"
-    "X may be CSR, CSC or dense, of any integer or float type; floats must be whole\n"
-    "numbers (normalised data is refused: use --layer counts or --raw).  Genes are\n"
+    "X may be CSR (indices sorted or not: rows are sorted here), CSC or dense, of any\n"
+    "integer or float type; floats must be whole numbers (normalised data is refused:\n"
+    "use --layer counts or --raw).  Genes are\n"
     "renumbered by decreasing total counts (two passes over X).  With several inputs,\n"
     "genes are joined by name (the k-th repeat of a name in one file joins the k-th in\n"
     "another), obs columns are united (NULL where a file lacks one; int+bool -> int,\n"
     "numbers of different kinds -> real, anything else mixed -> text), and a categorical\n"
-    "`source` column names each cell's file.  Obs columns named like the cells table's own\n"
+    "`source` column names each cell's file: its base name, or the shortest ending of its\n"
+    "path that tells two inputs apart (s1/outs/x.h5 and s2/outs/x.h5); dc_meta's sources\n"
+    "keep full paths.  Obs columns named like the cells table's own\n"
     "columns (cell_id, name, tile) are stored as NAME_1.\n"
     "\n"
     "Memory is bounded whatever the input size: (threads + 1) tiles in flight, each\n"
@@ -113,8 +140,18 @@ static const char *HELP_VERIFY =
     "sealed, tiles, cells, nnz, genes, obs_blocks, duplicate_gene_names).  Gene names that\n"
     "occur more than once are a note, not a fault.  Exits 1 if there is any fault.\n";
 
+/* A usage error: one line, and where the help is (the command's words are
+** those of its help's usage line: "usage: deltacells obs info DATASET" -> "obs info"). */
 static int usage(const char *msg, const char *help) {
-  fprintf(stderr, "deltacells: %s\n\n%s", msg, help);
+  char cmd[64] = "";
+  const char *p = strstr(help, "usage: deltacells ");
+  if (p) {
+    p += strlen("usage: deltacells ");
+    size_t n = 0;
+    while (p[n] && ((p[n] >= 'a' && p[n] <= 'z') || (p[n] == ' ' && p[n + 1] >= 'a' && p[n + 1] <= 'z'))) n++;
+    if (n && n < sizeof cmd - 1) { memcpy(cmd, p, n); cmd[n] = ' '; cmd[n + 1] = 0; }
+  }
+  fprintf(stderr, "deltacells: %s (see deltacells %s--help)\n", msg, cmd);
   return 2;
 }
 
@@ -159,13 +196,20 @@ static int cmd_convert(int argc, char **argv) {
       int takes = strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0 || strcmp(opt, "--layer") == 0 ||
                   strcmp(opt, "--tile-cells") == 0 || strcmp(opt, "--chunks") == 0 || strcmp(opt, "--level") == 0 ||
                   strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0 ||
-                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0;
+                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0 || strcmp(opt, "--genes") == 0;
       if (takes && !v) {
-        if (i + 1 >= argc) { free(in); return usage("an option needs a value", HELP_CONVERT); }
+        if (i + 1 >= argc) {
+          char m[128];
+          snprintf(m, sizeof m, "%s needs a value", opt);
+          free(in);
+          return usage(m, HELP_CONVERT);
+        }
         v = argv[++i];
       } else if (!takes && v) {
+        char m[128];
+        snprintf(m, sizeof m, "%s takes no value", opt);
         free(in);
-        return usage("an option that takes no value was given one", HELP_CONVERT);
+        return usage(m, HELP_CONVERT);
       }
       long x;
       if (!strcmp(opt, "-o") || !strcmp(opt, "--output")) o.out = v;
@@ -174,6 +218,13 @@ static int cmd_convert(int argc, char **argv) {
       else if (!strcmp(opt, "--force")) o.force = 1;
       else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) o.quiet = 1;
       else if (!strcmp(opt, "--gene-key")) o.gene_key = v;
+      else if (!strcmp(opt, "--keep-gene-whitespace")) o.keep_gene_whitespace = 1;
+      else if (!strcmp(opt, "--all-features")) o.all_features = 1;
+      else if (!strcmp(opt, "--genes")) {
+        if (!strcmp(v, "intersect")) o.genes_intersect = 1;
+        else if (!strcmp(v, "union")) o.genes_intersect = 0;
+        else { free(in); return usage("--genes: 'union' (the default) or 'intersect'", HELP_CONVERT); }
+      }
       else if (!strcmp(opt, "--tile-cells")) {
         if (int_arg(opt, v, 1, 1L << 24, &x)) { free(in); return 2; }
         o.tile_cells = (uint32_t)x;
@@ -252,7 +303,14 @@ int main(int argc, char **argv) {
   if (argc < 2) return usage("which command?", HELP_MAIN);
   const char *c = argv[1];
   if (is_help(c) || !strcmp(c, "help")) { fputs(HELP_MAIN, stdout); return 0; }
-  if (!strcmp(c, "--version")) { puts("deltacells 0.1"); return 0; }
+  if (!strcmp(c, "--version") || !strcmp(c, "version")) {
+    if (argc > 2 && is_help(argv[2])) { puts("usage: deltacells version\n\nThe versions of deltacells, its dataset format and the libraries it runs with."); return 0; }
+    unsigned h1 = 0, h2 = 0, h3 = 0;
+    H5get_libversion(&h1, &h2, &h3);
+    printf("deltacells %s (dataset format %d; SQLite %s, HDF5 %u.%u.%u, zlib %s)\n", DC_VERSION, DC_FORMAT_VERSION,
+           sqlite3_libversion(), h1, h2, h3, zlibVersion());
+    return 0;
+  }
   if (!strcmp(c, "convert")) return cmd_convert(argc - 2, argv + 2);
   if (!strcmp(c, "info")) return cmd_simple(argc - 2, argv + 2, HELP_INFO, 0);
   if (!strcmp(c, "verify")) return cmd_simple(argc - 2, argv + 2, HELP_VERIFY, 2);
@@ -261,7 +319,10 @@ int main(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "info") != 0) return usage("obs: the subcommand is `obs info DATASET`", HELP_OBS);
     return cmd_simple(argc - 3, argv + 3, HELP_OBS, 1);
   }
-  char m[128];
-  snprintf(m, sizeof m, "unknown command '%s'", c);
+  static const char *const cmds[] = {"convert", "info", "obs", "verify", "version", "help"};
+  const char *best = cv_closest(c, cmds, (int)(sizeof cmds / sizeof *cmds));
+  char m[300];
+  snprintf(m, sizeof m, "unknown command '%.100s'%s%s%s", c, best ? "; did you mean '" : "", best ? best : "",
+           best ? "'?" : "");
   return usage(m, HELP_MAIN);
 }

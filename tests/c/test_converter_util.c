@@ -114,7 +114,35 @@ static void test_split(void) {
     }
 }
 
+/* "did you mean": the closest name within max(2, len/3) edits, case-insensitive. */
+static void test_closest(void) {
+  const char *layers[] = {"counts", "spliced", "unspliced"};
+  DCT_CHECK(strcmp(cv_closest("count", layers, 3), "counts") == 0);
+  DCT_CHECK(strcmp(cv_closest("COUNTS", layers, 3), "counts") == 0);
+  DCT_CHECK(strcmp(cv_closest("unsplicd", layers, 3), "unspliced") == 0);
+  DCT_CHECK(cv_closest("zzzzzzzz", layers, 3) == NULL);
+  DCT_CHECK(cv_closest("x", layers, 0) == NULL);
+  const char *cols[] = {"gene_ids", "feature_types"};
+  DCT_CHECK(strcmp(cv_closest("gene_id", cols, 2), "gene_ids") == 0);
+  DCT_CHECK(strcmp(cv_closest("featuretype", cols, 2), "feature_types") == 0);
+}
+
+static void test_list_names(void) {
+  char buf[64];
+  const char *a[] = {"x", "y"};
+  cv_list_names(buf, sizeof buf, a, 2);
+  DCT_CHECK(strcmp(buf, "'x', 'y'") == 0);
+  cv_list_names(buf, sizeof buf, a, 0);
+  DCT_CHECK(strcmp(buf, "none") == 0);
+  const char *many[40];
+  for (int i = 0; i < 40; i++) many[i] = "layer_name";
+  cv_list_names(buf, sizeof buf, many, 40);
+  DCT_CHECK(strlen(buf) < sizeof buf && strstr(buf, "(40 in all)") != NULL);
+}
+
 int main(void) {
+  DCT_RUN(test_closest);
+  DCT_RUN(test_list_names);
   DCT_RUN(test_split);
   DCT_RUN(test_map_many);
   DCT_RUN(test_map_unicode_and_empty);

@@ -108,7 +108,7 @@ def reference_matrix(h5, db):
     X = X.astype(np.int64)
     pos = {}
     for i, n in enumerate(var_names):
-        pos.setdefault(n, []).append(i)
+        pos.setdefault(n.strip(), []).append(i)  # the converter removes surrounding whitespace
     # duplicated var names keep their relative order in the dataset's numbering
     used = {}
     perm = np.empty(len(names), dtype=np.int64)

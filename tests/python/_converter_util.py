@@ -257,8 +257,9 @@ def expected_values(series):
     return [None if (v is None or (isinstance(v, float) and np.isnan(v))) else str(v) for v in series]
 
 
-def check_matrix(ds, adatas, matrices=None, key=None):
-    """The dataset's X equals the inputs' matrices stacked, genes mapped by name."""
+def check_matrix(ds, adatas, matrices=None, key=None, strip=True):
+    """The dataset's X equals the inputs' matrices stacked, genes mapped by name (with
+    surrounding whitespace removed, as the converter does by default: strip)."""
     X = ds.X()
     gid = {n: i for i, n in enumerate(ds.gene_names)}
     assert len(gid) == len(ds.gene_names), "test inputs must have unique gene names"
@@ -279,6 +280,8 @@ def check_matrix(ds, adatas, matrices=None, key=None):
         M = a.X if matrices is None else matrices[k]
         M = sp.csr_matrix(M)
         names = list(a.var_names) if key is None else list(a.var[key])
+        if strip:
+            names = [n.strip() for n in names]
         cols = np.array([gid[n] for n in names], dtype=np.int64)
         exp = sp.csr_matrix((M.shape[0], ds.n_genes), dtype=np.int64)
         if M.shape[1]:

@@ -14,11 +14,12 @@ from _batch_util import REAL_FILES, connect, convert, real_file, reference_matri
 
 
 def _matrix(ad, matrix):
+    """X and its gene names as the converter stores them (surrounding whitespace removed)."""
     if matrix == "X":
-        return ad.X, ad.var_names
+        return ad.X, ad.var_names.str.strip()
     if matrix == "raw/X":
-        return ad.raw.X, ad.raw.var_names
-    return ad.layers[matrix.split("/", 1)[1]], ad.var_names
+        return ad.raw.X, ad.raw.var_names.str.strip()
+    return ad.layers[matrix.split("/", 1)[1]], ad.var_names.str.strip()
 
 
 @pytest.fixture(scope="module", params=REAL_FILES)
@@ -69,11 +70,11 @@ def test_five_files_merged_by_source(tmp_path_factory):
         coo = Xf.tocoo()
         blocks.append(sp.csr_matrix((coo.data.astype(np.int64), (coo.row, cols[coo.col])),
                                     shape=(Xf.shape[0], len(names))))
-        labels += [str(p)] * Xf.shape[0]
+        labels += [p.name] * Xf.shape[0]  # `source` holds base names
     X = sp.vstack(blocks).tocsr()
     X.eliminate_zeros()
     import pandas as pd
-    lab = pd.Categorical(labels, categories=[str(p) for p in paths])
+    lab = pd.Categorical(labels, categories=[p.name for p in paths])
     ref, ref_order = reference(X, lab)
     order, got = wide(con, "source")
     assert_matches(order, got, ref_order, ref, gene_ids=np.arange(len(names)))

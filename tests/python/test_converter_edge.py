@@ -305,7 +305,7 @@ def test_several_inputs_union(tmp_path):
     assert ds.obs("n") == [float(i) for i in range(30)] + [i * 0.5 for i in range(25)]
     assert ds.obs("mix") == [str(i) for i in range(30)] + ["x"] * 25
     assert ds.obs("only_a") == [1.0] * 30 + [None] * 25
-    assert ds.obs("source") == [str(pa)] * 30 + [str(pb)] * 25
+    assert ds.obs("source") == [pa.name] * 30 + [pb.name] * 25  # base names; full paths in dc_meta
     assert ds.obs("_index") == list(a.obs_names) + list(b.obs_names)
     ds.close()
     run("verify", out)

@@ -137,18 +137,18 @@ def test_negative_gene_index(tmp_path):
     fails(tmp_path, p, "gene index -3")
 
 
-def test_unsorted_gene_indices(tmp_path):
+def test_duplicate_gene_in_a_cell(tmp_path):
+    """A gene given twice in one cell (next to each other) names the cell and the gene."""
     p = small(tmp_path)
 
     def bad(f):
         ind = f["X/indices"][:]
         ptr = f["X/indptr"][:]
         row = int(np.argmax(np.diff(ptr) >= 2))
-        a = ptr[row]
-        ind[a], ind[a + 1] = ind[a + 1], ind[a]
+        ind[ptr[row] + 1] = ind[ptr[row]]
         f["X/indices"][:] = ind
     edit(p, bad)
-    fails(tmp_path, p, "are not sorted", "sort_indices")
+    fails(tmp_path, p, "appears twice", "sum_duplicates", "cell 'c", "gene 'G")
 
 
 def test_csc_cell_index_out_of_range(tmp_path):

@@ -49,7 +49,9 @@ _ad_cache = {}
 
 def source(name):
     if name not in _ad_cache:
-        _ad_cache[name] = read_h5ad(real_file(name))
+        a = read_h5ad(real_file(name))
+        a.var_names = a.var_names.str.strip()  # as the converter stores them
+        _ad_cache[name] = a
     return _ad_cache[name]
 
 

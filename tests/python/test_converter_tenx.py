@@ -1,0 +1,424 @@
+"""10x Genomics inputs: a CellRanger 3+ HDF5 file (filtered_feature_bc_matrix.h5), a
+CellRanger 2 HDF5 file, and Matrix Market directories (gzipped or not, entries in any
+order, either orientation), all written here from one scipy matrix, convert to the same
+dataset: the same cells, gene names, var columns and X by gene name.  Malformed inputs
+fail with a message naming the file and the reason."""
+import gzip
+import json
+import os
+import shutil
+import warnings
+
+import anndata as ad
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+
+from _converter_util import Dataset, check_matrix, convert, run
+
+warnings.filterwarnings("ignore")
+
+N_CELLS, N_GENES = 57, 41
+
+
+def make_matrix(seed=3, n=N_CELLS, g=N_GENES, antibodies=0):
+    rng = np.random.default_rng(seed)
+    m = (rng.integers(1, 300, (n, g)) * (rng.random((n, g)) < 0.3)).astype(np.int32)
+    m[5] = 0            # an empty cell
+    m[:, 7] = 0         # a gene no cell has
+    barcodes = [f"{''.join(rng.choice(list('ACGT'), 16))}-1" for _ in range(n)]
+    ids = [f"ENSG{i:011d}" for i in range(g)]
+    names = [f"GENE{i}" for i in range(g)]
+    types = ["Gene Expression"] * (g - antibodies) + ["Antibody Capture"] * antibodies
+    return sp.csr_matrix(m), barcodes, ids, names, types
+
+
+def write_h5_v3(path, X, barcodes, ids, names, types):
+    """As CellRanger 3+ writes it: /matrix CSC of genes x cells."""
+    C = sp.csc_matrix(X.T)   # genes x cells, compressed by cell
+    with h5py.File(path, "w") as f:
+        m = f.create_group("matrix")
+        m["barcodes"] = np.array(barcodes, dtype="S")
+        m["data"] = C.data.astype(np.int32)
+        m["indices"] = C.indices.astype(np.int64)
+        m["indptr"] = C.indptr.astype(np.int64)
+        m["shape"] = np.array(C.shape, dtype=np.int32)
+        ft = m.create_group("features")
+        ft["_all_tag_keys"] = np.array([b"genome"])
+        ft["feature_type"] = np.array(types, dtype="S")
+        ft["genome"] = np.array(["GRCh38"] * len(ids), dtype="S")
+        ft["id"] = np.array(ids, dtype="S")
+        ft["name"] = np.array(names, dtype="S")
+    return path
+
+
+def write_h5_v2(path, X, barcodes, ids, names, genome="hg19"):
+    C = sp.csc_matrix(X.T)
+    with h5py.File(path, "w") as f:
+        m = f.create_group(genome)
+        m["barcodes"] = np.array(barcodes, dtype="S")
+        m["data"] = C.data.astype(np.int32)
+        m["indices"] = C.indices.astype(np.int64)
+        m["indptr"] = C.indptr.astype(np.int64)
+        m["shape"] = np.array(C.shape, dtype=np.int32)
+        m["genes"] = np.array(ids, dtype="S")
+        m["gene_names"] = np.array(names, dtype="S")
+    return path
+
+
+def write_mtx(d, X, barcodes, ids, names, types, gz=True, shuffle=False, transpose=False, v2=False,
+              prefix="", header="%%MatrixMarket matrix coordinate integer general", field_fmt="{}"):
+    """A 10x Matrix Market directory (matrix.mtx: genes x cells, 1-based)."""
+    os.makedirs(d, exist_ok=True)
+    op = (lambda p: gzip.open(p, "wt")) if gz else (lambda p: open(p, "w"))
+    ext = ".gz" if gz else ""
+    C = sp.coo_matrix(X.T)  # genes x cells
+    r, c, v = C.row + 1, C.col + 1, C.data
+    order = np.lexsort((r, c))        # by cell, then gene (as CellRanger writes)
+    if shuffle:
+        order = np.random.default_rng(1).permutation(len(r))
+    r, c, v = r[order], c[order], v[order]
+    rows, cols = X.shape[1], X.shape[0]
+    if transpose:
+        r, c, rows, cols = c, r, cols, rows
+    with op(os.path.join(d, f"{prefix}matrix.mtx{ext}")) as f:
+        f.write(header + "\n%metadata_json: {\"software_version\": \"test\"}\n")
+        f.write(f"{rows} {cols} {len(v)}\n")
+        f.writelines(f"{a} {b} {field_fmt.format(x)}\n" for a, b, x in zip(r, c, v))
+    feat = f"{prefix}genes.tsv{ext}" if v2 else f"{prefix}features.tsv{ext}"
+    with op(os.path.join(d, feat)) as f:
+        for i, n, t in zip(ids, names, types):
+            f.write(f"{i}\t{n}\n" if v2 else f"{i}\t{n}\t{t}\n")
+    with op(os.path.join(d, f"{prefix}barcodes.tsv{ext}")) as f:
+        f.writelines(b + "\n" for b in barcodes)
+    return d
+
+
+def as_anndata(X, barcodes, names):
+    return ad.AnnData(X=X, obs=pd.DataFrame(index=barcodes), var=pd.DataFrame(index=names), dtype=np.int32)
+
+
+def contents(path):
+    """What must agree between inputs: cells, genes (name -> total), X by gene name, var columns."""
+    ds = Dataset(path)
+    X = ds.X().toarray()
+    names = ds.gene_names
+    order = np.argsort(names, kind="stable")
+    out = {"cells": ds.obs("_index"), "genes": [names[i] for i in order],
+           "X": X[:, order], "cols": {c: [ds.genes(c)[i] for i in order]
+                                      for c in ds.gene_columns if c not in ("name", "total_counts", "n_cells")}}
+    ds.close()
+    return out
+
+
+def same(a, b):
+    assert a["cells"] == b["cells"]
+    assert a["genes"] == b["genes"]
+    assert np.array_equal(a["X"], b["X"])
+
+
+@pytest.fixture(scope="module")
+def mat():
+    return make_matrix()
+
+
+def test_h5_and_mtx_give_the_same_dataset(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    h5 = write_h5_v3(tmp_path / "filtered_feature_bc_matrix.h5", *mat)
+    gzd = write_mtx(tmp_path / "gz", *mat, gz=True)
+    pld = write_mtx(tmp_path / "plain", *mat, gz=False)
+    shd = write_mtx(tmp_path / "shuffled", *mat, gz=True, shuffle=True)
+    trd = write_mtx(tmp_path / "transposed", *mat, gz=False, transpose=True, shuffle=True)
+    res = {}
+    for name, inp in [("h5", h5), ("gz", gzd), ("plain", pld), ("shuffled", shd), ("transposed", trd)]:
+        out = tmp_path / f"{name}.dcdb"
+        convert(inp, out, "--tile-cells", "20")
+        ds = Dataset(out)
+        check_matrix(ds, [as_anndata(X, bc, names)])    # X equals the matrix, genes by name
+        assert ds.obs("_index") == bc                     # barcodes name the cells
+        assert ds.n_cells == N_CELLS and ds.n_genes == N_GENES
+        gid = dict(zip(ds.gene_names, ds.genes("gene_ids")))
+        assert gid == dict(zip(names, ids))               # gene_ids kept as a var column
+        assert ds.genes("feature_types") == ["Gene Expression"] * N_GENES
+        src = json.loads(ds.meta["sources"])
+        assert len(src) == 1 and src[0]["n_cells"] == N_CELLS
+        ds.close()
+        res[name] = contents(out)
+    for k in ("gz", "plain", "shuffled", "transposed"):
+        same(res["h5"], res[k])
+    assert res["h5"]["cols"]["gene_ids"] == res["gz"]["cols"]["gene_ids"]
+    assert res["h5"]["cols"]["genome"] == ["GRCh38"] * N_GENES
+    # the same dataset, byte for byte, from the HDF5 file and the mtx directory (same id);
+    # only dc_meta's sources differ (paths), and the h5's genome column
+    a, b = tmp_path / "a.dcdb", tmp_path / "b.dcdb"
+    convert(h5, a, "--dataset-id", "00000000000000aa")
+    convert(gzd, b, "--dataset-id", "00000000000000aa")
+    qa, qb = Dataset(a), Dataset(b)
+    assert (list(qa.db.execute("SELECT data FROM tiles_data ORDER BY tile")) ==
+            list(qb.db.execute("SELECT data FROM tiles_data ORDER BY tile")))
+
+
+def test_gene_key_gene_ids(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    h5 = write_h5_v3(tmp_path / "m.h5", *mat)
+    d = write_mtx(tmp_path / "d", *mat)
+    for inp in (h5, d):
+        out = tmp_path / "k.dcdb"
+        convert(inp, out, "--gene-key", "gene_ids", "--force")
+        ds = Dataset(out)
+        a = as_anndata(X, bc, names)
+        a.var["gene_ids"] = ids
+        check_matrix(ds, [a], key="gene_ids")
+        assert dict(zip(ds.gene_names, ds.genes("var_index"))) == dict(zip(ids, names))
+        ds.close()
+
+
+def test_cellranger2_h5_and_genes_tsv(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    h5 = write_h5_v2(tmp_path / "v2.h5", X, bc, ids, names)
+    d = write_mtx(tmp_path / "v2", *mat, v2=True, gz=False)
+    outs = []
+    for k, inp in enumerate((h5, d)):
+        out = tmp_path / f"v2_{k}.dcdb"
+        convert(inp, out)
+        ds = Dataset(out)
+        check_matrix(ds, [as_anndata(X, bc, names)])
+        assert dict(zip(ds.gene_names, ds.genes("gene_ids"))) == dict(zip(names, ids))
+        ds.close()
+        outs.append(contents(out))
+    same(outs[0], outs[1])
+
+
+def test_prefixed_mtx_file_and_real_values(tmp_path, mat):
+    """GEO-style prefixed names, the matrix file given itself; 'real' values holding whole numbers."""
+    X, bc, ids, names, types = mat
+    d = write_mtx(tmp_path / "geo", *mat, prefix="GSM1_", header="%%MatrixMarket matrix coordinate real general",
+                  field_fmt="{}.0")
+    out = tmp_path / "geo.dcdb"
+    convert(tmp_path / "geo" / "GSM1_matrix.mtx.gz", out)
+    ds = Dataset(out)
+    check_matrix(ds, [as_anndata(X, bc, names)])
+    ds.close()
+
+
+def test_tenx_with_h5ad_and_feature_types(tmp_path):
+    """A 10x file beside an h5ad: genes joined by name, `source` per file.  Antibody
+    features are left out by default (as scanpy's read_10x_h5), with a note; --all-features
+    keeps them, told apart by feature_types."""
+    X, bc, ids, names, types = make_matrix(antibodies=3)
+    h5 = write_h5_v3(tmp_path / "ab.h5", X, bc, ids, names, types)
+    d = write_mtx(tmp_path / "abdir", X, bc, ids, names, types)
+    X2, bc2, _, _, _ = make_matrix(seed=9, n=20)
+    a2 = as_anndata(X2, [b + "x" for b in bc2], names)
+    p2 = tmp_path / "b.h5ad"
+    a2.write_h5ad(p2)
+    gex = [n for n, t in zip(names, types) if t == "Gene Expression"]
+    for inp in (h5, d):
+        out = tmp_path / "mix.dcdb"
+        r = convert([inp, p2], out, "--force")
+        assert "3 features that are not 'Gene Expression' (e.g. 'Antibody Capture') are left out" in r.stderr
+        ds = Dataset(out)
+        a1 = as_anndata(X, bc, names)
+        # the h5ad keeps its 3 last genes; the 10x file's cells have none of them
+        check_matrix(ds, [a1[:, gex], a2])
+        X1 = ds.X()[:N_CELLS].toarray()
+        ab_cols = [ds.gene_names.index(n) for n in names[-3:]]
+        assert not X1[:, ab_cols].any()
+        ds.close()
+    out = tmp_path / "all.dcdb"
+    r = convert([h5, p2], out, "--all-features")
+    assert "left out" not in r.stderr
+    ds = Dataset(out)
+    check_matrix(ds, [as_anndata(X, bc, names), a2])
+    ft = dict(zip(ds.gene_names, ds.genes("feature_types")))
+    assert [ft[n] for n in names] == types
+    assert ds.obs("source") == ["ab.h5"] * N_CELLS + ["b.h5ad"] * 20
+    src = json.loads(ds.meta["sources"])
+    assert [s["kind"] for s in src] == ["10x h5", "h5ad"] and [s["source"] for s in src] == ["ab.h5", "b.h5ad"]
+    assert [s["file"] for s in src] == [str(h5.resolve()), str(p2.resolve())]
+    ds.close()
+    # a single 10x input, antibodies left out: verify passes, totals match
+    out = tmp_path / "one.dcdb"
+    convert(h5, out)
+    ds = Dataset(out)
+    assert sorted(ds.gene_names) == sorted(gex)
+    check_matrix(ds, [as_anndata(X, bc, names)[:, gex]])
+    ds.close()
+    run("verify", out)
+
+
+# ---------------------------------------------------------------- malformed inputs
+def bad(tmp_path, inp, *words, opts=()):
+    out = tmp_path / "bad.dcdb"
+    r = convert(inp, out, *opts, check=False)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("deltacells: "), r.stderr
+    for w in words:
+        assert w in r.stderr, f"{w!r} not in {r.stderr!r}"
+    assert not out.exists()
+    assert not [f for f in os.listdir(tmp_path) if ".tmp-" in f or "spool" in f]
+    return r.stderr
+
+
+def rewrite(path, fn):
+    """Rewrites a (maybe gzipped) text file's lines through fn."""
+    gz = str(path).endswith(".gz")
+    op = gzip.open if gz else open
+    with op(path, "rt") as f:
+        lines = f.read().splitlines()
+    with op(path, "wt") as f:
+        f.write("".join(x + "\n" for x in fn(lines)))
+
+
+def test_mtx_truncated(tmp_path, mat):
+    d = write_mtx(tmp_path / "t", *mat, gz=False)
+    rewrite(d / "matrix.mtx", lambda ls: ls[:-10])
+    bad(tmp_path, d, "matrix.mtx", "ends after", "truncated")
+
+
+def test_mtx_gz_truncated(tmp_path, mat):
+    d = write_mtx(tmp_path / "tg", *mat, gz=True)
+    p = d / "matrix.mtx.gz"
+    raw = p.read_bytes()
+    p.write_bytes(raw[:len(raw) // 2])
+    bad(tmp_path, d, "matrix.mtx.gz", "truncated")
+
+
+def test_mtx_wrong_header(tmp_path, mat):
+    d = write_mtx(tmp_path / "h", *mat, gz=False, header="%%MatrixMarket matrix array integer general")
+    bad(tmp_path, d, "matrix.mtx", "matrix coordinate")
+    d = write_mtx(tmp_path / "h2", *mat, gz=False, header="hello")
+    bad(tmp_path, d, "matrix.mtx", "line 1", "not a Matrix Market header")
+    d = write_mtx(tmp_path / "h3", *mat, gz=False, header="%%MatrixMarket matrix coordinate complex general")
+    bad(tmp_path, d, "matrix.mtx", "complex")
+    d = write_mtx(tmp_path / "h4", *mat, gz=False, header="%%MatrixMarket matrix coordinate integer symmetric")
+    bad(tmp_path, d, "symmetric")
+
+
+def test_mtx_shape_mismatch(tmp_path, mat):
+    d = write_mtx(tmp_path / "s", *mat, gz=True)
+    rewrite(d / "barcodes.tsv.gz", lambda ls: ls[:-1])
+    bad(tmp_path, d, "matrix.mtx.gz", f"{N_GENES} x {N_CELLS}", f"{N_CELLS - 1} barcodes", "barcodes.tsv.gz")
+
+
+def test_mtx_missing_barcodes(tmp_path, mat):
+    d = write_mtx(tmp_path / "mb", *mat, gz=True)
+    os.remove(d / "barcodes.tsv.gz")
+    bad(tmp_path, d, str(d), "is a directory without barcodes.tsv.gz or barcodes.tsv")
+    d2 = tmp_path / "empty"
+    d2.mkdir()
+    bad(tmp_path, d2, "is a directory without matrix.mtx.gz or matrix.mtx")
+
+
+def test_mtx_bad_entries(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    cases = [
+        (lambda ls: ls[:3] + [f"{N_GENES + 1} 1 5"] + ls[4:], ("line 4", "outside the")),
+        (lambda ls: ls[:3] + ["1 2 -5"] + ls[4:], ("line 4", "not a count", f"'{bc[1]}'", "'GENE0'")),
+        (lambda ls: ls[:3] + ["1 2 2.5"] + ls[4:], ("line 4", "not a count")),
+        (lambda ls: ls[:3] + ["1 x 2"] + ls[4:], ("line 4", "not an entry")),
+        (lambda ls: ls + ["1 1 1"], ("more entries than",)),
+        (lambda ls: ls[:2] + ["41 57"] + ls[3:], ("not a size line",)),
+    ]
+    for k, (fn, words) in enumerate(cases):
+        d = write_mtx(tmp_path / f"e{k}", *mat, gz=False)
+        rewrite(d / "matrix.mtx", fn)
+        bad(tmp_path, d, "matrix.mtx", *words)
+
+
+def test_mtx_duplicate_entry(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    d = write_mtx(tmp_path / "dup", *mat, gz=False, shuffle=True)
+
+    def dup(ls):
+        i, j, _ = ls[3].split()
+        body = ls[3:] + [f"{i} {j} 1"]
+        body = body[:len(body) // 2] + [body[-1]] + body[len(body) // 2:-1]  # apart from its first
+        return ls[:2] + [f"{N_GENES} {N_CELLS} {len(body)}"] + body
+    rewrite(d / "matrix.mtx", dup)
+    i, j, _ = (d / "matrix.mtx").read_text().splitlines()[3].split()
+    bad(tmp_path, d, "appears twice", f"'{bc[int(j) - 1]}'", f"'{names[int(i) - 1]}'")
+
+
+def test_h5_malformed(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    p = write_h5_v3(tmp_path / "s.h5", *mat)
+    with h5py.File(p, "r+") as f:
+        f["matrix/shape"][...] = np.array([N_GENES, N_CELLS + 1], np.int32)
+    bad(tmp_path, p, "s.h5", "shape", f"{N_CELLS} barcodes")
+    p = write_h5_v3(tmp_path / "i.h5", *mat)
+    with h5py.File(p, "r+") as f:
+        ip = f["matrix/indptr"][:]
+        del f["matrix/indptr"]
+        f["matrix/indptr"] = ip[:-1]
+    bad(tmp_path, p, "i.h5", "indptr has")
+    p = write_h5_v3(tmp_path / "d.h5", *mat)
+    with h5py.File(p, "r+") as f:
+        del f["matrix/data"]
+    bad(tmp_path, p, "d.h5", "without 'data'")
+    p = write_h5_v3(tmp_path / "l.h5", *mat)
+    bad(tmp_path, p, "l.h5", "--layer", "h5ad files only", opts=("--layer", "counts"))
+    p = write_h5_v3(tmp_path / "k.h5", *mat)
+    bad(tmp_path, p, "k.h5", "'nope'", "gene_ids", opts=("--gene-key", "nope"))
+
+
+# ---------------------------------------------------------------- loom
+def write_loom(path, X, barcodes, ids, names, chunks=(16, 16), layer=None):
+    """As loompy writes it: /matrix genes x cells (dense, chunked), row_attrs, col_attrs, layers."""
+    D = np.asarray(X.todense()).T.astype(np.float32)
+    s = h5py.string_dtype()
+    with h5py.File(path, "w") as f:
+        f.create_dataset("matrix", data=D, chunks=chunks, compression="gzip")
+        ra = f.create_group("row_attrs")
+        ra.create_dataset("Gene", data=np.array(names, dtype=object), dtype=s)
+        ra.create_dataset("Accession", data=np.array(ids, dtype=object), dtype=s)
+        ca = f.create_group("col_attrs")
+        ca.create_dataset("CellID", data=np.array(barcodes, dtype=object), dtype=s)
+        ca["nGene"] = np.asarray((X > 0).sum(axis=1)).ravel().astype(np.int64)
+        ca.create_dataset("ClusterName", data=np.array(["T", "B", "NK"] * (len(barcodes) // 3) +
+                                                       ["T"] * (len(barcodes) % 3), dtype=object), dtype=s)
+        ca["_X_umap"] = np.zeros((len(barcodes), 2), np.float32)   # 2-D: not an obs column
+        f.create_group("layers")
+        if layer is not None:
+            f["layers/spliced"] = np.asarray(layer.todense()).T.astype(np.int32)
+        f.create_group("attrs")
+    return path
+
+
+@pytest.mark.parametrize("chunks", [(16, 16), (41, 7), None])
+def test_loom(tmp_path, mat, chunks):
+    X, bc, ids, names, types = mat
+    spliced = X.copy()
+    spliced.data = spliced.data // 2 + 1
+    p = write_loom(tmp_path / "m.loom", X, bc, ids, names, chunks=chunks, layer=spliced)
+    out = tmp_path / "loom.dcdb"
+    r = convert(p, out, "--tile-cells", "20")
+    assert "_X_umap" not in r.stderr or "not stored" in r.stderr
+    ds = Dataset(out)
+    check_matrix(ds, [as_anndata(X, bc, names)])
+    assert ds.obs("_index") == bc
+    assert ds.obs("nGene") == [int(v) for v in np.asarray((X > 0).sum(axis=1)).ravel()]
+    assert "_X_umap" not in ds.columns
+    assert dict(zip(ds.gene_names, ds.genes("Accession"))) == dict(zip(names, ids))
+    assert json.loads(ds.meta["sources"])[0]["kind"] == "loom"
+    ds.close()
+    h5 = write_h5_v3(tmp_path / "m.h5", *mat)
+    convert(h5, tmp_path / "h5.dcdb", "--tile-cells", "20")
+    same(contents(out), contents(tmp_path / "h5.dcdb"))
+    out2 = tmp_path / "sp.dcdb"
+    convert(p, out2, "--layer", "spliced")
+    ds = Dataset(out2)
+    check_matrix(ds, [as_anndata(spliced, bc, names)])
+    ds.close()
+    bad(tmp_path, p, "no layer 'unspliced'", opts=("--layer", "unspliced"))
+    bad(tmp_path, p, "--raw", opts=("--raw",))
+
+
+def test_loom_fractional_counts(tmp_path, mat):
+    X, bc, ids, names, types = mat
+    Y = X.astype(np.float32)
+    Y.data = Y.data / 3
+    p = write_loom(tmp_path / "f.loom", Y, bc, ids, names)
+    bad(tmp_path, p, "f.loom", "not an integer count")
