@@ -13,7 +13,7 @@
 ** appended to the extendible data/indices datasets.  Memory: one decoded tile
 ** (8 bytes per nonzero), its blob, the output's indptr (8 bytes per cell) and
 ** the selected cell ids (8 bytes per cell), the genes table, and obs buffers
-** of 65,536 rows.  obs is read through the extension's `cells` table in one
+** of 16,384 rows.  obs is read through the extension's `cells` table in one
 ** query (so --where is any SQL expression over it) and written in blocks.
 */
 #include "export.h"
@@ -34,8 +34,8 @@
 #include "dc_format.h"
 #include "dc_seal.h"
 
-#define EX_OBS_ROWS 65536u
-#define EX_CHUNK ((hsize_t)1 << 18) /* elements per HDF5 chunk of X's data/indices */
+#define EX_OBS_ROWS 16384u
+#define EX_CHUNK ((hsize_t)1 << 16) /* elements per HDF5 chunk of X's data/indices */
 #define EX_CONV ((uint64_t)1 << 16)  /* X values converted per write */
 
 /* The extension, compiled into the converter with -DSQLITE_CORE. */
@@ -125,7 +125,7 @@ static int ex_open(const char *path, sqlite3 **db, int64_t *version, cv_err *e) 
     return r;
   }
   sqlite3_free(msg);
-  sqlite3_exec(*db, "PRAGMA cache_size=-4096", NULL, NULL, NULL); /* 4 MiB: tiles are read through blobs */
+  sqlite3_exec(*db, "PRAGMA cache_size=-1024", NULL, NULL, NULL); /* 1 MiB: tiles are read through blobs, once */
   *version = v;
   return 0;
 }
@@ -205,11 +205,14 @@ static int gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e) {
   for (int c = 0; c < g->n_cols; c++) {
     gcolumn *k = &g->cols[c];
     k->name = strdup(sqlite3_column_name(s, c));
-    k->i = calloc(n, sizeof *k->i);
-    k->f = calloc(n, sizeof *k->f);
-    k->t = calloc(n, sizeof *k->t);
+    /* the kind the table declares (SQLite converts a value of another type to it) */
+    const char *dt = sqlite3_column_decltype(s, c);
+    k->kind = dt && !strcasecmp(dt, "INTEGER") ? GK_INT : dt && !strcasecmp(dt, "REAL") ? GK_REAL : GK_TEXT;
+    if (k->kind == GK_INT) k->i = calloc(n, sizeof *k->i);
+    else if (k->kind == GK_REAL) k->f = calloc(n, sizeof *k->f);
+    else k->t = calloc(n, sizeof *k->t);
     k->null = calloc(n, 1);
-    if (!k->name || !k->i || !k->f || !k->t || !k->null) { cv_fail(e, "out of memory"); goto done; }
+    if (!k->name || !(k->i || k->f || k->t) || !k->null) { cv_fail(e, "out of memory"); goto done; }
     if (!strcmp(k->name, "name")) g->c_name = c;
     else if (!strcmp(k->name, "total_counts")) g->c_total = c;
     else if (!strcmp(k->name, "n_cells")) g->c_ncells = c;
@@ -221,22 +224,14 @@ static int gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e) {
     if (row >= g->n) { cv_fail(e, "%s: the genes table changed while it was read", path); goto done; }
     for (int c = 0; c < g->n_cols; c++) {
       gcolumn *k = &g->cols[c];
-      switch (sqlite3_column_type(s, c)) {
-        case SQLITE_NULL: k->null[row] = 1; k->n_null++; break;
-        case SQLITE_INTEGER:
-          k->i[row] = sqlite3_column_int64(s, c);
-          k->f[row] = (double)k->i[row];
-          if (!k->kind) k->kind = GK_INT;
-          break;
-        case SQLITE_FLOAT:
-          k->f[row] = sqlite3_column_double(s, c);
-          if (k->kind < GK_REAL) k->kind = GK_REAL;
-          break;
-        default:
-          k->kind = GK_TEXT;
-          break;
-      }
-      if (sqlite3_column_type(s, c) != SQLITE_NULL) {
+      if (sqlite3_column_type(s, c) == SQLITE_NULL) {
+        k->null[row] = 1;
+        k->n_null++;
+      } else if (k->kind == GK_INT) {
+        k->i[row] = sqlite3_column_int64(s, c);
+      } else if (k->kind == GK_REAL) {
+        k->f[row] = sqlite3_column_double(s, c);
+      } else {
         const char *t = (const char *)sqlite3_column_text(s, c);
         k->t[row] = strdup(t ? t : "");
         if (!k->t[row]) { cv_fail(e, "out of memory"); goto done; }
@@ -247,7 +242,11 @@ static int gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e) {
   if (r != SQLITE_DONE) { cv_fail(e, "%s: the genes table: %s", path, sqlite3_errmsg(db)); goto done; }
   if (row != g->n) { cv_fail(e, "%s: the genes table changed while it was read", path); goto done; }
   if (g->c_name < 0) { cv_fail(e, "%s: the genes table has no name column", path); goto done; }
-  for (int c = 0; c < g->n_cols; c++) if (!g->cols[c].kind) g->cols[c].kind = GK_INT; /* all NULL */
+  if (g->cols[g->c_name].kind != GK_TEXT || (g->c_total >= 0 && g->cols[g->c_total].kind != GK_INT) ||
+      (g->c_ncells >= 0 && g->cols[g->c_ncells].kind != GK_INT) || (g->c_orig >= 0 && g->cols[g->c_orig].kind != GK_INT)) {
+    cv_fail(e, "%s: the genes table's name, total_counts, n_cells or orig_index column has an unexpected type", path);
+    goto done;
+  }
   g->orig = malloc(n * sizeof *g->orig);
   if (!g->orig) { cv_fail(e, "out of memory"); goto done; }
   char *go = ex_meta(db, "gene_order");
@@ -783,7 +782,7 @@ static int write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int 
     sqlite3_free(qi);
   }
   sqlite3_str_appendall(q, " FROM cells");
-  if (o->where) sqlite3_str_appendf(q, " WHERE (%s)", o->where);
+  if (o->where) sqlite3_str_appendf(q, " WHERE (%s\n)", o->where); /* the newline ends a -- comment */
   sqlite3_str_appendall(q, " ORDER BY cell_id");
   char *sql = sqlite3_str_finish(q);
   if (!sql || sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) {
@@ -889,9 +888,9 @@ static int write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g,
     int bad = 0;
     for (int64_t j = 0; j < x->n_out; j++) {
       int64_t id = x->ids[j];
-      tv[j] = k->t[id] ? k->t[id] : "";
-      iv[j] = k->i[id];
-      fv[j] = k->null[id] ? NAN : k->f[id];
+      tv[j] = k->t && k->t[id] ? k->t[id] : "";
+      iv[j] = k->i ? k->i[id] : 0;
+      fv[j] = k->null[id] || !k->f ? NAN : k->f[id];
       mk[j] = (int8_t)k->null[id];
     }
     if (k->kind == GK_TEXT) bad = put_strings(vg, names[i], tv, (hsize_t)x->n_out);
@@ -1214,7 +1213,7 @@ int cv_export(const ex_opts *o, cv_err *e) {
   int64_t n_sel = n_cells;
   if (o->where) {
     sqlite3_stmt *s = NULL;
-    char *sql = sqlite3_mprintf("SELECT cell_id FROM cells WHERE (%s) ORDER BY cell_id", o->where);
+    char *sql = sqlite3_mprintf("SELECT cell_id FROM cells WHERE (%s\n) ORDER BY cell_id", o->where);
     const char *tail = NULL;
     if (!sql || sqlite3_prepare_v2(db, sql, -1, &s, &tail) != SQLITE_OK) {
       cv_fail(e, "--where: %s", sqlite3_errmsg(db));

@@ -137,7 +137,7 @@ static const char *HELP_EXPORT =
     "\n"
     "It streams tile by tile: memory is one decoded tile (8 bytes a nonzero), the output's\n"
     "indptr and the selected cell ids (8 bytes a cell each), the genes table and obs blocks\n"
-    "of 65,536 rows.  A text obs column's NULLs (a file without it) are written as ''.\n";
+    "of 16,384 rows.  A text obs column's NULLs (a file without it) are written as ''.\n";
 
 static const char *HELP_GENES =
     "usage: deltacells genes DATASET [--json] [--order original|stored]\n"

@@ -422,7 +422,7 @@ def test_verify_names_damage_to_genes_and_meta(tmp_path, what, sql, message):
     out = tmp_path / "v.dcdb"
     convert(p, out, "--tile-cells", "100")
     cols = sqlite3.connect(out).execute("SELECT count(*) FROM genes_columns").fetchone()[0]
-    assert cols == 3 and run("verify", out).returncode == 0
+    assert cols == 4 and run("verify", out).returncode == 0  # name, total_counts, n_cells, orig_index
     db = sqlite3.connect(out)
     db.execute(sql)
     db.commit()
