@@ -419,6 +419,7 @@ static hid_t dset(hid_t loc, const char *name, hid_t ft, hsize_t n, int ext, con
   hsize_t mx = H5S_UNLIMITED, ch = EX_CHUNK;
   hid_t sp = H5Screate_simple(1, &n, ext ? &mx : NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
   if (ext) H5Pset_chunk(pl, 1, &ch);
+  if (H5Tget_class(ft) != H5T_STRING) H5Pset_fill_time(pl, H5D_FILL_TIME_NEVER); /* all written: no zero-fill */
   hid_t d = H5Dcreate2(loc, name, ft, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
   H5Pclose(pl);
   H5Sclose(sp);
@@ -922,13 +923,13 @@ done:
 
 /* ------------------------------------------------------------ export: X */
 /* Puts the entries of one cell in increasing column order (LSD radix on the
-** column bits, 8 a pass; insertion sort for short cells). */
-static void sort_cell(int32_t *ix, int32_t *vx, size_t n, uint64_t *a, uint64_t *b, int passes) {
+** column bits, `width` (<= 11) a pass; insertion sort for short cells). */
+static void sort_cell(int32_t *ix, int32_t *vx, size_t n, uint64_t *a, uint64_t *b, int passes, int width) {
   size_t k;
   for (k = 1; k < n && ix[k] > ix[k - 1]; k++) {}
   if (k >= n) return;
   for (k = 0; k < n; k++) a[k] = (uint64_t)(uint32_t)ix[k] << 32 | (uint32_t)vx[k];
-  if (n <= 32) {
+  if (n <= 48) {
     for (k = 1; k < n; k++) {
       uint64_t t = a[k];
       size_t j = k;
@@ -936,13 +937,14 @@ static void sort_cell(int32_t *ix, int32_t *vx, size_t n, uint64_t *a, uint64_t 
       a[j] = t;
     }
   } else {
+    uint32_t cnt[(1u << 11) + 1];
+    uint64_t mask = ((uint64_t)1 << width) - 1;
     for (int p = 0; p < passes; p++) {
-      uint32_t cnt[257];
-      memset(cnt, 0, sizeof cnt);
-      int sh = 32 + 8 * p;
-      for (k = 0; k < n; k++) cnt[((a[k] >> sh) & 255) + 1]++;
-      for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
-      for (k = 0; k < n; k++) b[cnt[(a[k] >> sh) & 255]++] = a[k];
+      memset(cnt, 0, ((1u << width) + 1) * sizeof *cnt);
+      int sh = 32 + width * p;
+      for (k = 0; k < n; k++) cnt[((a[k] >> sh) & mask) + 1]++;
+      for (uint32_t d = 0; d < (1u << width); d++) cnt[d + 1] += cnt[d];
+      for (k = 0; k < n; k++) b[cnt[(a[k] >> sh) & mask]++] = a[k];
       uint64_t *t = a;
       a = b;
       b = t;
@@ -1012,8 +1014,10 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
   /* chunk by chunk: each decoded into chunk-sized buffers (its header entry, in a copy
   ** of the header, rebased to cell 0 and nonzero 0), so memory is one chunk, not one tile */
   const int32_t *col = x->xg->col;
-  int passes = 0;
-  for (uint64_t v = x->xg->n_out > 0 ? (uint64_t)x->xg->n_out - 1 : 0; v; v >>= 8) passes++;
+  int bits = 0, passes, width; /* radix passes of at most 11 bits over the column bits */
+  for (uint64_t v = x->xg->n_out > 0 ? (uint64_t)x->xg->n_out - 1 : 0; v; v >>= 1) bits++;
+  passes = bits ? (bits + 10) / 11 : 1;
+  width = bits ? (bits + passes - 1) / passes : 1;
   int64_t i = 0, k_sel = s1 - s0; /* i: next selected cell of the tile (index from s0) */
   for (uint32_t c = 0; c < x->h->n_chunks && i < k_sel; c++) {
     dc_chunk_info ci = x->h->chunk[c];
@@ -1049,7 +1053,7 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
         size_t kc = x->k_cap, kd = x->k_cap;
         if (cv_grow((void **)&x->ka, &kc, n, sizeof *x->ka, e) || cv_grow((void **)&x->kb, &kd, n, sizeof *x->kb, e)) return -1;
         x->k_cap = kc < kd ? kc : kd;
-        sort_cell(x->ix + w0, x->vx + w0, n, x->ka, x->kb, passes);
+        sort_cell(x->ix + w0, x->vx + w0, n, x->ka, x->kb, passes, width);
       }
       x->indptr[out_row + i + 1] = (int64_t)(x->nnz_out + w);
     }
