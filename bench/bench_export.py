@@ -16,7 +16,10 @@ For each, in the same run:
   apart       reading X and obs apart through the extension in Python: deltacells.read_csr over
               every cell (X, stored order) plus `SELECT * FROM cells` fetched whole, no writing;
   anndata     to_anndata(gene_order='original') then AnnData.write_h5ad: the Python route to the
-              same file.
+              same file;
+  info        `deltacells info DATASET`: what starting the converter's process costs (libhdf5
+              and SQLite loaded, first pages touched), which export pays and the in-process
+              Python reading does not.
 Each time is the median of --reps runs after one warm-up run (files in the OS cache).
 
 Targets: peak RSS / csr bytes < 2; export time not much above reading X and obs apart.
@@ -131,17 +134,20 @@ def main():
         t_ex = statistics.median(t for t, _ in ex)
         rss = max(r for _, r in ex)
         cb, nnz = csr_bytes(out)
+        t_info = statistics.median(run_child([str(CONVERTER), "info", str(db)])[0] for _ in range(a.reps))
         read_apart(db)  # warm-up
         t_ap = statistics.median(read_apart(db) for _ in range(a.reps))
         via_anndata(db, tmp / "py.h5ad")
         t_py = statistics.median(via_anndata(db, tmp / "py.h5ad") for _ in range(a.reps))
         r = {"dataset": name, "nnz": nnz, "csr_bytes": cb, "export_peak_rss": rss,
              "rss_over_csr": rss / cb, "export_s": t_ex, "read_x_obs_apart_s": t_ap,
-             "export_over_apart": t_ex / t_ap, "to_anndata_write_s": t_py, "export_over_anndata": t_ex / t_py}
+             "export_over_apart": t_ex / t_ap, "to_anndata_write_s": t_py, "export_over_anndata": t_ex / t_py,
+             "info_s": t_info}
         results.append(r)
         print(f"{name:>18}: nnz {nnz:,}  CSR {cb / 1e6:.1f} MB  export peak RSS {rss / 1e6:.1f} MB "
               f"({r['rss_over_csr']:.2f}x CSR)  export {t_ex:.3f} s  read X+obs apart {t_ap:.3f} s "
-              f"({r['export_over_apart']:.2f}x)  to_anndata+write_h5ad {t_py:.3f} s ({r['export_over_anndata']:.2f}x)")
+              f"({r['export_over_apart']:.2f}x)  to_anndata+write_h5ad {t_py:.3f} s ({r['export_over_anndata']:.2f}x)  "
+              f"[`deltacells info` {t_info:.3f} s: a process's start]")
     if a.json:
         Path(a.json).write_text(json.dumps({"bench": "export", "results": results}, indent=1) + "\n")
     for p in tmp.iterdir():
