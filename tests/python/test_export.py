@@ -327,3 +327,19 @@ def test_many_genes_per_cell(tmp_path):
     assert list(p.var_names) == pick
     assert (sp.csr_matrix(p.X) - sp.csr_matrix(a[:, pick].X)).count_nonzero() == 0
     assert p.X.has_sorted_indices
+
+
+def test_gene_key_round_trip(tmp_path):
+    """--gene-key: genes are named by the key, but export gives back the input's var index
+    (the var_index column) and keeps the key as the var column it was."""
+    a = make_adata(n_cells=50, n_genes=20, seed=4)
+    db = tmp_path / "k.dcdb"
+    dc("convert", write(a, tmp_path / "k.h5ad"), "-o", db, "--quiet", "--gene-key", "gene_ids")
+    con = connect(db)
+    assert con.execute("SELECT name FROM genes WHERE orig_index = 0").fetchone()[0] == "ENSG00000000"
+    con.close()
+    export(db, tmp_path / "o.h5ad")
+    b = anndata.read_h5ad(tmp_path / "o.h5ad")
+    assert_same(a, b)
+    assert list(b.var.columns) == ["gene_ids", "length", "gc"]
+    assert list(b.var["gene_ids"]) == list(a.var["gene_ids"])
