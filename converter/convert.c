@@ -857,6 +857,8 @@ static int stored_kind(int kind) {
   }
 }
 
+static void json_str(sqlite3_str *s, const char *v);
+
 static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw *w, int64_t *bytes_out,
                        cv_err *e) {
   static const char *const reserved[] = {"gene_id", "name", "total_counts", "n_cells", "orig_index", NULL};
@@ -961,6 +963,28 @@ static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, 
     v.f64 = fv;
     if (dsw_genes_column(w, 4 + i, c->name, &v, block, &b, e)) goto done;
     bytes += b;
+  }
+  { /* categorical var columns are stored as text: dc_meta var_categories keeps their categories
+    ** (in order) so that export writes them back as categoricals */
+    sqlite3_str *js = sqlite3_str_new(NULL);
+    int any = 0;
+    sqlite3_str_appendchar(js, 1, '{');
+    for (int i = 0; i < n; i++) {
+      if (cols[i].kind != CVK_CATEGORY) continue;
+      if (any++) sqlite3_str_appendchar(js, 1, ',');
+      json_str(js, cols[i].name);
+      sqlite3_str_appendall(js, ":[");
+      for (uint32_t k = 0; k < cols[i].n_labels; k++) {
+        if (k) sqlite3_str_appendchar(js, 1, ',');
+        json_str(js, cols[i].labels[k]);
+      }
+      sqlite3_str_appendchar(js, 1, ']');
+    }
+    sqlite3_str_appendchar(js, 1, '}');
+    char *jt = sqlite3_str_finish(js);
+    int jr = !jt ? cv_fail(e, "out of memory") : any ? dsw_meta_text(w, "var_categories", jt, e) : 0;
+    sqlite3_free(jt);
+    if (jr) goto done;
   }
   if (bytes_out) *bytes_out = bytes;
   rc = 0;

@@ -856,6 +856,28 @@ done:
 }
 
 /* ------------------------------------------------------------ export: var */
+/* The categories of var column `col` if it was categorical (dc_meta var_categories): *n = 0 if not. */
+static int var_categories(sqlite3 *db, const char *col, char ***cats, uint32_t *n, cv_map *m, cv_err *e) {
+  sqlite3_stmt *s = NULL;
+  size_t cap = 0;
+  *n = 0;
+  if (sqlite3_prepare_v2(db, "SELECT v.value FROM json_each((SELECT value FROM dc_meta WHERE key = 'var_categories')) j,"
+                         " json_each(j.value) v WHERE j.key = ?1 ORDER BY CAST(v.key AS INTEGER)", -1, &s, NULL) != SQLITE_OK)
+    return cv_fail(e, "dc_meta.var_categories: %s", sqlite3_errmsg(db));
+  sqlite3_bind_text(s, 1, col, -1, SQLITE_STATIC);
+  int r;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *v = (const char *)sqlite3_column_text(s, 0);
+    if (cv_grow((void **)cats, &cap, *n + 1, sizeof **cats, e)) break;
+    (*cats)[*n] = strdup(v ? v : "");
+    if (!(*cats)[*n] || cv_map_put(m, (*cats)[*n], *n, e)) { free((*cats)[*n]); cv_fail(e, "dc_meta.var_categories: column '%s': a repeated category or out of memory", col); break; }
+    (*n)++;
+  }
+  sqlite3_finalize(s);
+  if (r != SQLITE_DONE) return e->msg[0] ? -1 : cv_fail(e, "dc_meta.var_categories: malformed");
+  return 0;
+}
+
 static int write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, const xgenes *x, hid_t bt, cv_err *e) {
   char *vic = ex_meta(db, "var_index_column");
   int c_index = g->c_name;
@@ -899,7 +921,24 @@ static int write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g,
       fv[j] = k->null[id] || !k->f ? NAN : k->f[id];
       mk[j] = (int8_t)k->null[id];
     }
-    if (k->kind == GK_TEXT) bad = put_strings(vg, names[i], tv, (hsize_t)x->n_out);
+    char **cats = NULL;
+    uint32_t n_cats = 0;
+    cv_map cm = {0};
+    if (k->kind == GK_TEXT && var_categories(db, names[i], &cats, &n_cats, &cm, e)) goto done;
+    if (n_cats) { /* categorical in the input: codes + categories */
+      int32_t *codes = (int32_t *)iv; /* n_out int64 slots hold n_out int32 codes */
+      for (int64_t j = 0; j < x->n_out && !bad; j++) {
+        uint32_t cd = 0;
+        int64_t id = x->ids[j];
+        if (k->null[id]) codes[j] = -1;
+        else if (cv_map_get(&cm, k->t[id], &cd)) codes[j] = (int32_t)cd;
+        else bad = 1;
+      }
+      sub = bad ? -1 : group(vg, names[i], "categorical", "0.2.0");
+      d = sub < 0 ? -1 : dset(sub, "codes", code_type(n_cats), (hsize_t)x->n_out, 0, "array", "0.2.0");
+      bad = bad || d < 0 || attr_bool(sub, "ordered", 0) || dset_put(d, H5T_NATIVE_INT32, codes, 0, (hsize_t)x->n_out, 0) ||
+            put_strings(sub, "categories", (const char *const *)cats, n_cats);
+    } else if (k->kind == GK_TEXT) bad = put_strings(vg, names[i], tv, (hsize_t)x->n_out);
     else if (k->kind == GK_REAL) {
       d = dset(vg, names[i], H5T_IEEE_F64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
       bad = d < 0 || dset_put(d, H5T_NATIVE_DOUBLE, fv, 0, (hsize_t)x->n_out, 0);
@@ -916,6 +955,9 @@ static int write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g,
     if (d >= 0) H5Dclose(d);
     if (m >= 0) H5Dclose(m);
     if (sub >= 0) H5Gclose(sub);
+    for (uint32_t c = 0; c < n_cats; c++) free(cats[c]);
+    free(cats);
+    cv_map_free(&cm);
     if (bad) { cv_fail(e, "%s: writing var column '%s'", o->out, names[i]); goto done; }
   }
   rc = 0;

@@ -52,6 +52,8 @@ def make_adata(n_cells=300, n_genes=60, dtype=np.int32, seed=0, prefix="g", cell
         "gene_ids": [f"ENSG{i:08d}" for i in range(n_genes)],
         "length": rng.integers(100, 5000, n_genes).astype(np.int64),
         "gc": rng.uniform(0.3, 0.6, n_genes),
+        "feature_types": pd.Categorical(rng.choice(["Gene Expression", "Antibody Capture"], n_genes),
+                                        categories=["Gene Expression", "Antibody Capture", "CRISPR"]),
     }, index=[f"{prefix}{i:03d}" for i in range(n_genes)])
     return anndata.AnnData(X=X, obs=obs, var=var, dtype=dtype)
 
@@ -117,8 +119,11 @@ def test_round_trip_synthetic(synth):
     b = anndata.read_h5ad(out)
     assert_same(a, b)
     # var columns come back (the dataset's own total_counts / n_cells / orig_index do not)
-    assert list(b.var.columns) == ["gene_ids", "length", "gc"]
+    assert list(b.var.columns) == ["gene_ids", "length", "gc", "feature_types"]
     assert list(b.var["gene_ids"]) == list(a.var["gene_ids"])
+    # a categorical var column comes back categorical, with its categories in order (unused kept)
+    assert list(b.var["feature_types"].cat.categories) == list(a.var["feature_types"].cat.categories)
+    assert np.array_equal(b.var["feature_types"].cat.codes.values, a.var["feature_types"].cat.codes.values)
     assert np.array_equal(b.var["length"].values, a.var["length"].values)
     assert np.array_equal(b.var["gc"].values, a.var["gc"].values)
     assert str(b.obs["maybe"].dtype) == "Int64"
@@ -341,5 +346,5 @@ def test_gene_key_round_trip(tmp_path):
     export(db, tmp_path / "o.h5ad")
     b = anndata.read_h5ad(tmp_path / "o.h5ad")
     assert_same(a, b)
-    assert list(b.var.columns) == ["gene_ids", "length", "gc"]
+    assert list(b.var.columns) == ["gene_ids", "length", "gc", "feature_types"]
     assert list(b.var["gene_ids"]) == list(a.var["gene_ids"])
