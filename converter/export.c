@@ -561,6 +561,8 @@ typedef struct xcol {
   uint32_t n_cats;
   cv_map codes;        /* label -> code */
   hid_t d, m;          /* values (codes) and mask datasets */
+  hid_t tg;            /* a text column with NULLs: its categorical group (categories written last) */
+  size_t cats_cap;
   hid_t ft;            /* file type of d */
   /* a block of rows */
   int64_t *i64;
@@ -574,6 +576,7 @@ static void xcol_free(xcol *c) {
   for (uint32_t k = 0; k < c->n_cats; k++) free(c->cats[k]);
   free(c->cats);
   cv_map_free(&c->codes);
+  if (c->tg >= 0) H5Gclose(c->tg);
   if (c->d >= 0) H5Dclose(c->d);
   if (c->m >= 0) H5Dclose(c->m);
   if (c->txt) for (uint32_t k = 0; k < EX_OBS_ROWS; k++) free(c->txt[k]);
@@ -601,7 +604,7 @@ static int obs_columns(sqlite3 *db, const char *path, const char *list, xcol **o
     }
     xcol *c = &all[n];
     memset(c, 0, sizeof *c);
-    c->d = c->m = -1;
+    c->d = c->m = c->tg = -1;
     c->col = sqlite3_column_int64(s, 0);
     c->name = strdup((const char *)sqlite3_column_text(s, 1));
     c->kind = kind_of((const char *)sqlite3_column_text(s, 2));
@@ -722,6 +725,13 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
       if (c->d < 0) goto done;
       break;
     default: {
+      if (nullable) { /* no nullable strings in anndata 0.8: a categorical with missing values */
+        c->tg = group(g, c->name, "categorical", "0.2.0");
+        if (c->tg < 0 || attr_bool(c->tg, "ordered", 0)) goto done;
+        c->d = dset(c->tg, "codes", H5T_STD_I32LE, n, 0, "array", "0.2.0");
+        if (c->d < 0) goto done;
+        break;
+      }
       hid_t t = vlstr();
       c->ft = -1;
       c->d = dset(g, c->name, t, n, 0, "string-array", "0.2.0");
@@ -735,7 +745,10 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
     case OK_INT: c->i64 = malloc(B * sizeof *c->i64); c->mask = malloc(B); if (!c->i64 || !c->mask) goto done; break;
     case OK_BOOL: c->b8 = malloc(B); c->mask = malloc(B); if (!c->b8 || !c->mask) goto done; break;
     case OK_REAL: c->f64 = malloc(B * sizeof *c->f64); if (!c->f64) goto done; break;
-    default: c->txt = calloc(B, sizeof *c->txt); if (!c->txt) goto done;
+    default:
+      if (c->tg >= 0) { c->c32 = malloc(B * sizeof *c->c32); if (!c->c32) goto done; break; }
+      c->txt = calloc(B, sizeof *c->txt);
+      if (!c->txt) goto done;
   }
   r = 0;
 done:
@@ -744,6 +757,7 @@ done:
 }
 
 static int obs_flush(xcol *c, hsize_t off, hsize_t k, hid_t bt) {
+  if (c->tg >= 0) return dset_put(c->d, H5T_NATIVE_INT32, c->c32, off, k, 0);
   switch (c->kind) {
     case OK_CAT: return dset_put(c->d, H5T_NATIVE_INT32, c->c32, off, k, 0);
     case OK_INT:
@@ -833,8 +847,21 @@ static int write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int 
         case OK_REAL: c->f64[k] = isnull ? NAN : sqlite3_column_double(s, i + 1); break;
         default: {
           const char *v = (const char *)sqlite3_column_text(s, i + 1);
+          if (c->tg >= 0) { /* categories in order of first appearance */
+            uint32_t code = 0;
+            if (isnull) { c->c32[k] = -1; break; }
+            if (!cv_map_get(&c->codes, v ? v : "", &code)) {
+              code = c->n_cats;
+              if (cv_grow((void **)&c->cats, &c->cats_cap, (size_t)c->n_cats + 1, sizeof *c->cats, e)) goto done;
+              if (!(c->cats[c->n_cats] = strdup(v ? v : ""))) { cv_fail(e, "out of memory"); goto done; }
+              c->n_cats++;
+              if (cv_map_put(&c->codes, c->cats[code], code, e)) goto done;
+            }
+            c->c32[k] = (int32_t)code;
+            break;
+          }
           free(c->txt[k]);
-          c->txt[k] = strdup(v ? v : ""); /* a NULL text value (a file without the column) is written as "" */
+          c->txt[k] = strdup(v ? v : "");
           if (!c->txt[k]) { cv_fail(e, "out of memory"); goto done; }
         }
       }
@@ -843,6 +870,11 @@ static int write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int 
   }
   if (r != SQLITE_DONE) { cv_fail(e, "%s: reading obs: %s", o->path, sqlite3_errmsg(db)); goto done; }
   if (row != n_sel) { cv_fail(e, "%s: the cells changed while they were read", o->path); goto done; }
+  for (int i = 0; i < nc; i++)
+    if (cols[i].tg >= 0 && put_strings(cols[i].tg, "categories", (const char *const *)cols[i].cats, cols[i].n_cats)) {
+      cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name);
+      goto done;
+    }
   rc = 0;
 done:
   sqlite3_finalize(s);

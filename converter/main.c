@@ -137,7 +137,8 @@ static const char *HELP_EXPORT =
     "\n"
     "It streams tile by tile: memory is one decoded tile (8 bytes a nonzero), the output's\n"
     "indptr and the selected cell ids (8 bytes a cell each), the genes table and obs blocks\n"
-    "of 16,384 rows.  A text obs column's NULLs (a file without it) are written as ''.\n";
+    "of 16,384 rows.  A text obs column with NULLs (a file without it) is written as a\n"
+    "categorical with missing values (anndata 0.8 has no nullable strings).\n";
 
 static const char *HELP_GENES =
     "usage: deltacells genes DATASET [--json] [--order original|stored]\n"
