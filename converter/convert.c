@@ -33,6 +33,7 @@
 #include "dc_codec.h"
 #include "dc_format.h"
 #include "dc_obs.h"
+#include "export.h"
 #include "h5ad.h"
 #include "tenx.h"
 
@@ -955,9 +956,11 @@ static int stored_kind(int kind) {
   }
 }
 
+static void json_str(sqlite3_str *s, const char *v);
+
 static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw *w, int64_t *bytes_out,
                        cv_err *e) {
-  static const char *const reserved[] = {"gene_id", "name", "total_counts", "n_cells", NULL};
+  static const char *const reserved[] = {"gene_id", "name", "total_counts", "n_cells", "orig_index", NULL};
   ocol *cols = NULL;
   int n = 0, rc = -1;
   colbuf *conv = NULL, tmp = {0};      /* conv[f]: file f's var column in the united kind */
@@ -995,12 +998,18 @@ static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, 
     for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->ncells[g->order[id]];
     if (dsw_genes_column(w, 2, "n_cells", &v, block, &b, e)) goto done;
     bytes += b;
+    /* the original order (dc_meta gene_order 'union'): a gene's global id is its place in the
+    ** union of the inputs' var, first input first, each in its var order */
+    for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->order[id];
+    if (dsw_genes_column(w, 3, "orig_index", &v, block, &b, e)) goto done;
+    bytes += b;
   }
   if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e)) goto done;
   if (with_index) {
     free(cols[0].name);
     cols[0].name = unique_name("var_index", cols + 1, n - 1, reserved);
     if (!cols[0].name) { cv_fail(e, "out of memory"); goto done; }
+    if (dsw_meta_text(w, "var_index_column", cols[0].name, e)) goto done; /* export's var index */
   }
   conv = calloc((size_t)nf, sizeof *conv);
   if (!conv) { cv_fail(e, "out of memory"); goto done; }
@@ -1051,8 +1060,30 @@ static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, 
     v.i64 = iv;
     v.valid = valid;
     v.f64 = fv;
-    if (dsw_genes_column(w, 3 + i, c->name, &v, block, &b, e)) goto done;
+    if (dsw_genes_column(w, 4 + i, c->name, &v, block, &b, e)) goto done;
     bytes += b;
+  }
+  { /* categorical var columns are stored as text: dc_meta var_categories keeps their categories
+    ** (in order) so that export writes them back as categoricals */
+    sqlite3_str *js = sqlite3_str_new(NULL);
+    int any = 0;
+    sqlite3_str_appendchar(js, 1, '{');
+    for (int i = 0; i < n; i++) {
+      if (cols[i].kind != CVK_CATEGORY) continue;
+      if (any++) sqlite3_str_appendchar(js, 1, ',');
+      json_str(js, cols[i].name);
+      sqlite3_str_appendall(js, ":[");
+      for (uint32_t k = 0; k < cols[i].n_labels; k++) {
+        if (k) sqlite3_str_appendchar(js, 1, ',');
+        json_str(js, cols[i].labels[k]);
+      }
+      sqlite3_str_appendchar(js, 1, ']');
+    }
+    sqlite3_str_appendchar(js, 1, '}');
+    char *jt = sqlite3_str_finish(js);
+    int jr = !jt ? cv_fail(e, "out of memory") : any ? dsw_meta_text(w, "var_categories", jt, e) : 0;
+    sqlite3_free(jt);
+    if (jr) goto done;
   }
   if (bytes_out) *bytes_out = bytes;
   rc = 0;
@@ -1302,7 +1333,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
               dsw_meta_int(&w, "chunks", o->chunks, e) || dsw_meta_int(&w, "tile_cells", o->tile_cells, e) ||
               dsw_meta_int(&w, "obs_block_cells", OBS_BLOCK, e) ||
               dsw_meta_int(&w, "genes_block", o->genes_block ? o->genes_block : DC_GENES_BLOCK, e) ||
-              dsw_meta_text(&w, "sources", sources, e) ||
+              dsw_meta_text(&w, "sources", sources, e) || cv_meta_export(&w, files, nf, e) ||
               dsw_meta_text(&w, "created_by", VERSION, e)) ? -1 : 0;
   sqlite3_free(sources);
   if (mr) goto done;

@@ -17,6 +17,7 @@
 #include "cv_util.h"
 #include "dc_codec.h"
 #include "dc_obs.h"
+#include "export.h"
 #include "inspect.h"
 #include "dc_format.h"
 
@@ -33,6 +34,8 @@ static const char *HELP_MAIN =
     "  obs info DATASET          one row per obs column: type, categories, stored size\n"
     "  verify DATASET            decode every tile and obs block, check every checksum\n"
     "  version                   the versions of deltacells, its format and libraries\n"
+    "  export DATASET -o OUT.h5ad [--where SQL] [--genes FILE] [--obs COLS]   back to h5ad\n"
+    "  genes DATASET [--json] [--order original|stored]   genes: stored and original order, counts\n"
     "\n"
     "`deltacells COMMAND --help` describes a command.  Query a dataset with the sqlite3\n"
     "shell: `sqlite3 OUT.dcdb` then `.load build/deltacells`.\n";
@@ -139,6 +142,39 @@ static const char *HELP_VERIFY =
     "object instead (path, ok, faults, messages: the first 20, not_shown, format_version,\n"
     "sealed, tiles, cells, nnz, genes, obs_blocks, duplicate_gene_names).  Gene names that\n"
     "occur more than once are a note, not a fault.  Exits 1 if there is any fault.\n";
+
+static const char *HELP_EXPORT =
+    "usage: deltacells export DATASET -o OUT.h5ad [--where SQL] [--genes FILE] [--obs COLS]\n"
+    "                         [--order original|stored] [--force] [--quiet]\n"
+    "\n"
+    "Writes the dataset, or a selection of it, as an h5ad file that anndata (0.8+) and scanpy\n"
+    "read: X as CSR (data, indices, indptr) in the input's dtype (int32 for datasets written\n"
+    "before it was recorded), obs (categoricals as codes + categories, NULLs of int and bool\n"
+    "columns as nullable arrays), var (the input's var columns; not total_counts, n_cells).\n"
+    "\n"
+    "  -o, --output OUT.h5ad  the file to write (a temporary file beside it, renamed into place)\n"
+    "  --where SQL            the cells for which this SQL expression over the cells table is\n"
+    "                         true, e.g. --where \"cell_type = 'B cell' AND n_genes > 500\"\n"
+    "  --genes FILE           only these genes, one name a line, in the file's order\n"
+    "  --obs COLS             only these obs columns (comma list; '' for none)\n"
+    "  --order original|stored  gene order of X and var without --genes: the input's own\n"
+    "                         (default; the union of the inputs' var, first input first) or the\n"
+    "                         stored one (decreasing total counts)\n"
+    "  --force                replace OUT if it exists\n"
+    "\n"
+    "It streams tile by tile: memory is one decoded tile (8 bytes a nonzero), the output's\n"
+    "indptr and the selected cell ids (8 bytes a cell each), the genes table and obs blocks\n"
+    "of 16,384 rows.  A text obs column with NULLs (a file without it) is written as a\n"
+    "categorical with missing values (anndata 0.8 has no nullable strings).\n";
+
+static const char *HELP_GENES =
+    "usage: deltacells genes DATASET [--json] [--order original|stored]\n"
+    "\n"
+    "One line per gene: gene_id (the stored order: decreasing total counts), orig_index (its\n"
+    "place in the input's var; with several inputs, in the union of their var, first input\n"
+    "first), name, total_counts and n_cells.  --order original lists them in the input's\n"
+    "order (default: stored).  Datasets written before the original order was recorded show\n"
+    "orig_index = gene_id (and say so).  --json prints one JSON object.\n";
 
 /* A usage error: one line, and where the help is (the command's words are
 ** those of its help's usage line: "usage: deltacells obs info DATASET" -> "obs info"). */
@@ -297,6 +333,72 @@ static int cmd_simple(int argc, char **argv, const char *help, int which) {
   return finish(rc, &e);
 }
 
+static int cmd_export(int argc, char **argv) {
+  ex_opts o;
+  memset(&o, 0, sizeof o);
+  for (int i = 0; i < argc; i++) {
+    char *a = argv[i], *v = NULL, opt[64];
+    if (is_help(a)) { fputs(HELP_EXPORT, stdout); return 0; }
+    if (a[0] == '-' && a[1]) {
+      snprintf(opt, sizeof opt, "%s", a);
+      char *eq = strchr(opt, '=');
+      if (eq && a[1] == '-') { *eq = 0; v = a + (eq - opt) + 1; }
+      int takes = !strcmp(opt, "-o") || !strcmp(opt, "--output") || !strcmp(opt, "--where") ||
+                  !strcmp(opt, "--genes") || !strcmp(opt, "--obs") || !strcmp(opt, "--order");
+      if (takes && !v) {
+        if (i + 1 >= argc) return usage("an option needs a value", HELP_EXPORT);
+        v = argv[++i];
+      } else if (!takes && v) {
+        return usage("an option that takes no value was given one", HELP_EXPORT);
+      }
+      if (!strcmp(opt, "-o") || !strcmp(opt, "--output")) o.out = v;
+      else if (!strcmp(opt, "--where")) o.where = *v ? v : NULL;
+      else if (!strcmp(opt, "--genes")) o.genes_file = v;
+      else if (!strcmp(opt, "--obs")) o.obs = v;
+      else if (!strcmp(opt, "--order")) o.order = v;
+      else if (!strcmp(opt, "--force")) o.force = 1;
+      else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) o.quiet = 1;
+      else {
+        char m[128];
+        snprintf(m, sizeof m, "unknown option %s", a);
+        return usage(m, HELP_EXPORT);
+      }
+      continue;
+    }
+    if (o.path) return usage("one dataset at a time", HELP_EXPORT);
+    o.path = a;
+  }
+  if (!o.path) return usage("which dataset?", HELP_EXPORT);
+  if (!o.out) return usage("export needs -o OUT.h5ad", HELP_EXPORT);
+  cv_err e;
+  e.msg[0] = 0;
+  return finish(cv_export(&o, &e), &e);
+}
+
+static int cmd_genes(int argc, char **argv) {
+  const char *path = NULL;
+  int json = 0, original = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (is_help(a)) { fputs(HELP_GENES, stdout); return 0; }
+    if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--order") || !strncmp(a, "--order=", 8)) {
+      const char *v = a[7] == '=' ? a + 8 : i + 1 < argc ? argv[++i] : NULL;
+      if (!v || (strcmp(v, "original") && strcmp(v, "stored"))) return usage("--order takes original or stored", HELP_GENES);
+      original = !strcmp(v, "original");
+    } else if (a[0] == '-' && a[1]) {
+      char m[128];
+      snprintf(m, sizeof m, "unknown option %s", a);
+      return usage(m, HELP_GENES);
+    } else if (path) return usage("one dataset at a time", HELP_GENES);
+    else path = a;
+  }
+  if (!path) return usage("which dataset?", HELP_GENES);
+  cv_err e;
+  e.msg[0] = 0;
+  return finish(cv_genes(path, json, original, &e), &e);
+}
+
 int main(int argc, char **argv) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors become our messages */
   cv_install_signals();
@@ -314,12 +416,14 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "convert")) return cmd_convert(argc - 2, argv + 2);
   if (!strcmp(c, "info")) return cmd_simple(argc - 2, argv + 2, HELP_INFO, 0);
   if (!strcmp(c, "verify")) return cmd_simple(argc - 2, argv + 2, HELP_VERIFY, 2);
+  if (!strcmp(c, "export")) return cmd_export(argc - 2, argv + 2);
+  if (!strcmp(c, "genes")) return cmd_genes(argc - 2, argv + 2);
   if (!strcmp(c, "obs")) {
     if (argc >= 3 && is_help(argv[2])) { fputs(HELP_OBS, stdout); return 0; }
     if (argc < 3 || strcmp(argv[2], "info") != 0) return usage("obs: the subcommand is `obs info DATASET`", HELP_OBS);
     return cmd_simple(argc - 3, argv + 3, HELP_OBS, 1);
   }
-  static const char *const cmds[] = {"convert", "info", "obs", "verify", "version", "help"};
+  static const char *const cmds[] = {"convert", "info", "obs", "verify", "version", "export", "genes", "help"};
   const char *best = cv_closest(c, cmds, (int)(sizeof cmds / sizeof *cmds));
   char m[300];
   snprintf(m, sizeof m, "unknown command '%.100s'%s%s%s", c, best ? "; did you mean '" : "", best ? best : "",

@@ -4,11 +4,26 @@ import numpy as np
 from ._core import Catalogue, read_csr
 
 
-def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_id=False):
+def original_gene_order(con):
+    """gene_ids in the input's original order: by genes.orig_index (the place of each gene in the
+    union of the inputs' var, first input first), or None when the dataset does not record it
+    (written before it was stored: then the stored order is all there is)."""
+    row = con.execute("SELECT value FROM dc_meta WHERE key = 'gene_order'").fetchone()
+    cols = [r[1] for r in con.execute("PRAGMA table_info(genes)").fetchall()]
+    if row is None or "orig_index" not in cols:
+        return None
+    orig = np.array([r[0] for r in con.execute("SELECT orig_index FROM genes ORDER BY gene_id")], dtype=np.int64)
+    return np.argsort(orig, kind="stable").astype(np.int64)
+
+
+def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_id=False,
+               gene_order="stored"):
     """Return an AnnData of the cells matching `where` (SQL over `cells`), in cell_id order.
 
-    X:    scipy CSR of the stored int32 counts; columns in the dataset's gene order
-          (gene_id: decreasing total counts), or in the order of the `genes` panel.
+    X:    scipy CSR of the stored int32 counts; columns in the order of the `genes` panel if
+          given, else by `gene_order`: 'stored' (gene_id: decreasing total counts, the default)
+          or 'original' (the input's var order; with several inputs the union of their var,
+          first input first; the stored order for a dataset that does not record it).
     obs:  the columns listed (default all), indexed by the cell names; categoricals keep
           their category lists; with cell_id=True also a 'cell_id' column.
     var:  the genes table (total_counts, n_cells and the var columns), indexed by name.
@@ -18,11 +33,15 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
     import scipy.sparse
 
     from ._core import with_connection
+    if gene_order not in ("stored", "original"):
+        raise ValueError(f"gene_order must be 'stored' or 'original', not {gene_order!r}")
     con = with_connection(path)
     try:
         cat = Catalogue(con, path)
         cols = list(cat.columns) if obs is None else cat.resolve_obs(obs)
         gids = cat.resolve_genes(genes)
+        if gids is None and gene_order == "original":
+            gids = original_gene_order(con)
         ids = cat.select(con, where)
         if ids is None:
             ids = np.arange(cat.n_cells, dtype=np.int64)

@@ -409,7 +409,7 @@ GENES_DAMAGE = [
     ("block of too few genes", "UPDATE genes_blocks SET n_genes = n_genes - 1 WHERE col = 2",
      "genes column 'n_cells' block 0: first_gene 0, n_genes"),
     ("a block no column owns", "INSERT INTO genes_blocks SELECT id + (40 << 32), 40, block, first_gene, n_genes, "
-     "data, checksum FROM genes_blocks WHERE col = 0", "genes_blocks: 4 rows, of which 3 belong to the columns"),
+     "data, checksum FROM genes_blocks WHERE col = 0", "genes_blocks: 5 rows, of which 4 belong to the columns"),
     ("n_genes in dc_meta", "UPDATE dc_meta SET value = value + 1 WHERE key = 'n_genes'",
      "dc_meta.n_genes says 51, the tiles are of 50 genes"),
     ("sources not JSON", "UPDATE dc_meta SET value = '[{' WHERE key = 'sources'", "dc_meta.sources: malformed JSON"),
@@ -422,7 +422,7 @@ def test_verify_names_damage_to_genes_and_meta(tmp_path, what, sql, message):
     out = tmp_path / "v.dcdb"
     convert(p, out, "--tile-cells", "100")
     cols = sqlite3.connect(out).execute("SELECT count(*) FROM genes_columns").fetchone()[0]
-    assert cols == 3 and run("verify", out).returncode == 0
+    assert cols == 4 and run("verify", out).returncode == 0  # name, total_counts, n_cells, orig_index
     db = sqlite3.connect(out)
     db.execute(sql)
     db.commit()

@@ -170,13 +170,16 @@ def test_genes_blocks_and_table_agree(gds):
         ds = Dataset(path)
         assert ds.meta["genes_block"] == per
         assert ds.db.execute("SELECT count(*) FROM genes_blocks WHERE col=0").fetchone()[0] == (3 if per == 5 else 1)
-        assert list(ds.gene_columns) == ["name", "total_counts", "n_cells", "feature", "length", "gc", "hv", "note"]
-        assert [k for _, k in ds.gene_columns.values()] == ["text", "int", "int", "text", "int", "real", "int", "text"]
+        assert list(ds.gene_columns) == ["name", "total_counts", "n_cells", "orig_index", "feature", "length", "gc", "hv",
+                                         "note"]
+        assert [k for _, k in ds.gene_columns.values()] == ["text", "int", "int", "int", "text", "int", "real", "int",
+                                                                 "text"]
         con = connect(path)
         cur = con.execute("SELECT * FROM genes ORDER BY gene_id")
         cols = [c[0] for c in cur.description]
         rows = cur.fetchall()
-        assert cols == ["gene_id", "name", "total_counts", "n_cells", "feature", "length", "gc", "hv", "note"]
+        assert cols == ["gene_id", "name", "total_counts", "n_cells", "orig_index", "feature", "length", "gc", "hv",
+                        "note"]
         assert [r[0] for r in rows] == list(range(len(NAMES)))
         for j, c in enumerate(cols[1:], start=1):
             assert [r[j] for r in rows] == ds.genes(c), c
@@ -186,11 +189,12 @@ def test_genes_blocks_and_table_agree(gds):
         for r, i in zip(rows, order):
             if i is None:
                 continue
-            assert r[4] == (None if pd.isna(var["feature"].iloc[i]) else str(var["feature"].iloc[i]))
-            assert r[5] == (None if pd.isna(var["length"].iloc[i]) else int(var["length"].iloc[i]))
-            assert r[6] == (None if np.isnan(var["gc"].iloc[i]) else float(var["gc"].iloc[i]))
-            assert r[7] == int(var["hv"].iloc[i])
-            assert r[8] == (None if pd.isna(var["note"].iloc[i]) else var["note"].iloc[i])
+            assert r[4] == i  # orig_index: the place in the input's var
+            assert r[5] == (None if pd.isna(var["feature"].iloc[i]) else str(var["feature"].iloc[i]))
+            assert r[6] == (None if pd.isna(var["length"].iloc[i]) else int(var["length"].iloc[i]))
+            assert r[7] == (None if np.isnan(var["gc"].iloc[i]) else float(var["gc"].iloc[i]))
+            assert r[8] == int(var["hv"].iloc[i])
+            assert r[9] == (None if pd.isna(var["note"].iloc[i]) else var["note"].iloc[i])
         types = con.execute("SELECT typeof(name), typeof(total_counts), typeof(gc) FROM genes WHERE gc IS NOT NULL"
                             " LIMIT 1").fetchone()
         assert types == ("text", "integer", "real")
@@ -246,7 +250,7 @@ def test_genes_queries_match_a_native_table(gds):
     _, small, _ = gds
     con = connect(small)
     con.execute("CREATE TEMP TABLE ref(gene_id INTEGER PRIMARY KEY, name TEXT, total_counts INTEGER, n_cells INTEGER,"
-                " feature TEXT, length INTEGER, gc REAL, hv INTEGER, note TEXT)")
+                " orig_index INTEGER, feature TEXT, length INTEGER, gc REAL, hv INTEGER, note TEXT)")
     con.execute("INSERT INTO ref SELECT * FROM genes")
     con.execute("CREATE TEMP TABLE t(v)")        # no affinity: values as given
     con.executemany("INSERT INTO t VALUES(?)", [("G1",), (5,), ("5",), (3,), ("3",), (2.0,), (None,), (b"G1",)])
@@ -341,7 +345,7 @@ def test_genes_see_changes_and_report_damage(gds, tmp_path):
     assert "column 'name' block 1" in str(ei.value)
     assert getattr(ei.value, "sqlite_errorname", "SQLITE_CORRUPT").startswith("SQLITE_CORRUPT")
     # a missing block
-    w.execute("DELETE FROM genes_blocks WHERE col = 3 AND block = 2")
+    w.execute("DELETE FROM genes_blocks WHERE col = 4 AND block = 2")
     w.commit()
     with pytest.raises(sqlite3.DatabaseError, match="column 'feature'"):
         con.execute("SELECT feature FROM genes").fetchall()
