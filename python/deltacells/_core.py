@@ -403,6 +403,16 @@ def _alloc(nbytes):
     return np.empty(nbytes, dtype=np.uint8)
 
 
+def new_pool(shared=False):
+    """The buffers of one reader: in a DataLoader worker (shared=True) reused slots that
+    the main process copies from once (_xfer.py), else a BufferPool."""
+    if shared:
+        from . import _xfer
+        if _xfer.available():
+            return _xfer.WorkerSlots(BufferPool())
+    return BufferPool()
+
+
 class BufferPool:
     """Reused output buffers of one reader (an iterator, a thread's connection).
 
@@ -434,6 +444,10 @@ class BufferPool:
             bufs.append(_alloc(cap))
             best = len(bufs) - 1
         return bufs[best][:nbytes].view(dtype)[:n]
+
+    def take_batch(self, n, nnz, dtype):
+        """A batch's (indptr int32 [n+1], indices int32 [nnz], data dtype [nnz])."""
+        return self.take(n + 1, np.int32), self.take(nnz, np.int32), self.take(nnz, dtype)
 
     def clear(self):
         self._bufs = []
@@ -500,9 +514,7 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
         fn(ticket or 0, 0, 0, None, None, None, 0, None, None)
         raise RuntimeError(f"dc_batch returned {n} cells for {len(ids)} requested")
     name = np.dtype(value_dtype).name
-    indptr = pool.take(n + 1, np.int32)
-    indices = pool.take(nnz, np.int32)
-    data = pool.take(nnz, name)
+    indptr, indices, data = pool.take_batch(n, nnz, name)
     bad, bad_at = ctypes.c_int64(0), ctypes.c_int64(0)
     rc = fn(ticket or 0, n, nnz, indptr.ctypes.data, indices.ctypes.data, data.ctypes.data,
             _KINDS[name], ctypes.byref(bad), ctypes.byref(bad_at))

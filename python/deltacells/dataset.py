@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _forksafe
-from ._core import (OUTPUTS, BufferPool, Catalogue, Categories, ObsReader, read_batch,
+from ._core import (OUTPUTS, Catalogue, Categories, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave
@@ -76,6 +76,16 @@ class _SharedEpoch:
 
     def __setstate__(self, s):
         self._raw, self._plain = s["raw"], s["plain"]
+
+
+def worker_threads(num_workers):
+    """Decoder threads of one of num_workers DataLoader workers: the cores this process may
+    run on (its affinity mask, else the machine's), shared out, at least one."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, num_workers))
 
 
 def _check_int(name, v, lo):
@@ -445,7 +455,7 @@ class CellDataset(_Base, IterableDataset):
             batches = plan.batches(rank, worker, nw)[skip_total:]
         threads = None
         if wi is not None:
-            threads = max(1, (os.cpu_count() or 1) // nw)
+            threads = worker_threads(nw)
         progress = None
         if wi is None:
             self._resume = None
@@ -463,17 +473,17 @@ class _Producer:
     """The prefetch thread of one iterator and the queue it fills, from batch `start` on.
     All its SQLite work happens holding a fork gate (see _forksafe)."""
 
-    def __init__(self, ds, batches, start, threads, depth, timings=None):
+    def __init__(self, ds, batches, start, threads, depth, timings=None, shared=False):
         self.q = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.gate = _forksafe.Gate()
         self.thread = threading.Thread(
             target=_Producer._run, name="deltacells-prefetch", daemon=True,
-            args=(ds, batches, start, threads, self.q, self.stop, self.gate, timings))
+            args=(ds, batches, start, threads, self.q, self.stop, self.gate, timings, shared))
         self.thread.start()
 
     @staticmethod
-    def _run(ds, batches, start, threads, q, stop, gate, timings):
+    def _run(ds, batches, start, threads, q, stop, gate, timings, shared):
         # No reference to the iterator: dropping the iterator stops this thread (__del__).
         def put(item):
             while not stop.is_set():
@@ -488,7 +498,7 @@ class _Producer:
             with gate:
                 con = ds._open(threads)
             reader = ds._obs_reader()
-            pool = BufferPool()
+            pool = new_pool(shared)
             for i in range(start, len(batches)):
                 if stop.is_set():
                     return
@@ -532,6 +542,10 @@ class _BatchIterator:
         self.progress = progress
         self.threads = threads
         self._pid = os.getpid()
+        # A DataLoader worker reads ahead already (the loader's prefetch_factor batches
+        # per worker): no prefetch thread there, whose queue would only hold more batches
+        # (more memory to fault in, shared slots busy) without adding a core.
+        self._in_worker = get_worker_info() is not None
         self._i = 0
         self._finished = False
         self._prod = None
@@ -549,6 +563,10 @@ class _BatchIterator:
         # finished batches waiting: about half of prefetch_tiles tiles of cells (at
         # least 2); the decoded tiles themselves wait in the extension's cache
         return max(2, int(round(ds.prefetch_tiles * per_tile / ds.batch_size / 2)))
+
+    def _shared(self):
+        """In a DataLoader worker, batches go to the main process copied once, from reused slots (_xfer)."""
+        return get_worker_info() is not None and self.ds.output in ("csr", "csr_parts")
 
     def _forked(self):
         """In a child of the process that made this iterator: drop the parent's thread
@@ -578,10 +596,10 @@ class _BatchIterator:
         if self._i >= len(self.batches):
             self.close()
             raise StopIteration
-        if self.ds.prefetch_tiles > 0:
+        if self.ds.prefetch_tiles > 0 and not self._in_worker:
             if self._prod is None:
                 self._prod = _Producer(self.ds, self.batches, self._i, self.threads,
-                                       self._depth(), self.timings)
+                                       self._depth(), self.timings, self._shared())
             if self.timings is not None:
                 t0 = time.perf_counter()
                 item = self._prod.get()
@@ -598,7 +616,7 @@ class _BatchIterator:
             if self._con is None:
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
-                self._pool = BufferPool()
+                self._pool = new_pool(self._shared())
             item = self.ds._make_batch(self._con, self._reader, self.batches[self._i],
                                        self._pool, self.timings)
         self._i += 1
