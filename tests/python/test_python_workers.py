@@ -143,3 +143,40 @@ def test_slots_are_freed_by_the_receiver_or_when_unsent(db):
     """
     out = run(code, db)
     assert "worker 3 3" in out and out.strip().endswith("ok"), out
+
+
+def test_worker_threads_share_the_cores(monkeypatch):
+    sys.path.insert(0, str(ROOT / "python"))
+    from deltacells.dataset import worker_threads
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+    assert [worker_threads(n) for n in (1, 2, 3, 4, 6, 12)] == [6, 3, 2, 1, 1, 1]
+
+
+def test_a_worker_reads_with_its_share_of_threads_and_no_prefetch_thread(db):
+    code = """
+        import sys, os, torch
+        from torch.utils.data import DataLoader, IterableDataset
+        import deltacells
+        from deltacells.dataset import worker_threads
+        class Probe(IterableDataset):
+            def __init__(self, ds): self.ds = ds
+            def __iter__(self):
+                with iter(self.ds) as it:
+                    b = next(it)
+                    th = it._con.execute("SELECT dc_config('threads')").fetchone()[0]
+                    yield {"threads": th, "prefetch_thread": it._prod is not None,
+                           "expect": worker_threads(2), "n": len(b["cell_id"])}
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, prefetch_tiles=2)
+        got = list(DataLoader(Probe(ds), batch_size=None, num_workers=2,
+                              multiprocessing_context="fork"))
+        assert len(got) == 2, got
+        for g in got:
+            assert g["threads"] == g["expect"] and not g["prefetch_thread"] and g["n"] == 100, g
+        # in the main process the same dataset reads ahead in a thread
+        with iter(ds) as it:
+            next(it)
+            assert it._prod is not None
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
