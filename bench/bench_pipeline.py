@@ -249,7 +249,7 @@ STAGES = [("sql_call", "SQL call (execute: dc_batch, all of it)"),
           ("ext_copy", "  in it: gather rows into the result"),
           ("copy_out", "copy into Python (result -> batch buffers, dtype on the way)"),
           ("tensor", "tensor construction"),
-          ("obs", "obs"),
+          ("obs", "obs (text columns; the others come in the SQL call)"),
           ("transform", "transform")]
 
 

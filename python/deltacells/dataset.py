@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _forksafe
-from ._core import (OUTPUTS, Catalogue, Categories, ObsReader, new_pool, read_batch,
+from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave
@@ -227,7 +227,11 @@ class _Base:
         return None
 
     def _obs_reader(self):
-        return ObsReader(self._cat, self.obs, missing_code=self.missing_code)
+        """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the
+        others: text columns, 'name', 'tile')."""
+        codes = ObsCodes(self._cat, self.obs, self.missing_code)
+        rest = [c for c in self.obs if c not in codes.columns]
+        return codes, ObsReader(self._cat, rest, missing_code=self.missing_code)
 
     def _make_batch(self, con, obs_reader, cells, pool=None, timings=None):
         """One batch for int64 cell ids.  With a BufferPool, the extension's result is
@@ -236,14 +240,19 @@ class _Base:
         timings: a dict that accumulates seconds per stage (see bench_pipeline.py)."""
         t0 = time.perf_counter()
         got = None
+        codes, obs_reader = obs_reader
+        obs = {}
         if pool is not None:
             got = read_batch_into(con, cells, pool, take_dtype(self.dtype), panel=self._panel,
-                                  timings=timings)
+                                  timings=timings, obs=codes)
         if got is not None:
-            indptr, indices, data, g = got
+            indptr, indices, data, g, obs = got
             ids = np.ascontiguousarray(cells, dtype=np.int64)
         else:
             ids, indptr, indices, data, g = read_batch(con, cells, panel=self._panel)
+            if codes.columns:
+                obs = ObsReader(self._cat, codes.columns, missing_code=self.missing_code) \
+                    .gather(con, ids)
         t1 = time.perf_counter()
         if timings is not None:
             if got is None:
@@ -258,8 +267,10 @@ class _Base:
         out = {"X": make_x(indptr, indices, data, len(ids), g, self.output, self.dtype),
                "cell_id": torch.from_numpy(ids) if as_torch else ids}
         t2 = time.perf_counter()
-        for c, v in obs_reader.gather(con, ids).items():
-            out[c] = obs_out(v, as_torch)
+        if obs_reader.columns:
+            obs.update(obs_reader.gather(con, ids))
+        for c in self.obs:
+            out[c] = obs_out(obs[c], as_torch)
         t3 = time.perf_counter()
         if self.transform is not None:
             out = self.transform(out)
@@ -305,7 +316,8 @@ class CellDataset(_Base, IterableDataset):
     timings:        True: each iterator accumulates seconds per stage of making a batch in
                     its .timings dict (also ds.last_timings): sql_call, ext_plan, ext_fetch
                     (blob reads + decoding), ext_direct (decoding into the output), ext_copy
-                    (gather), copy_out (into the batch's buffers), tensor, obs, transform,
+                    (gather), copy_out (into the batch's buffers), tensor, obs (text obs
+                    columns; the others come with dc_batch, in sql_call), transform,
                     wait (the consumer blocked on the prefetch queue)
 
     Iterators are context managers (`with iter(ds) as it: ...`) and have close(); an
