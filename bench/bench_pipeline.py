@@ -29,7 +29,10 @@ The loader runs with its default shuffle window (deltacells) and with a global s
 extension (deltacells_before), so before/after are ratios from one run.
 Breakdown: one more pass at 0 workers with prefetch off and timings=True prints where a
 batch's time goes, per stage (SQL call and its parts inside the extension, copy into the
-batch's buffers, tensor construction, obs).
+batch's buffers, tensor construction, obs); with workers, one more pass per worker count
+prints each worker's stages and the main process's (waiting, receiving the copy).
+deltacells_malloc: the loader with deltacells.tune_malloc() (opt-in, process-wide), to
+show what the package's own buffer reuse leaves to it.
 Targets (2 cores, batch 5,000, shuffled): deltacells >= 3x the ceiling's cells/s;
 peak RSS <= 1.5 GB with prefetch_tiles=2; time to first batch <= 0.3 s.
 """
@@ -150,8 +153,10 @@ def child(cfg):
     res_malloc = deltacells._malloc.applied
     torch.set_num_threads(cfg.get("torch_threads", 2))
     res = dict(cfg, malloc_tuned=res_malloc, package=os.path.dirname(deltacells.__file__))
+    if cfg.get("malloc_tune"):
+        res["malloc_tuned"] = deltacells._malloc.tune()
     if kind == "breakdown":
-        return breakdown(cfg, res)
+        return breakdown(cfg, res) if not cfg.get("workers") else breakdown_workers(cfg, res)
     if kind.startswith("deltacells"):
         from torch.utils.data import DataLoader
         with PeakMemory() as mem:
@@ -161,18 +166,25 @@ def child(cfg):
                 kw["shuffle_window"] = 1 << 20        # every tile: one global shuffle
             ds = deltacells.CellDataset(cfg["db"], batch_size=bs, shuffle=True, seed=0,
                                         prefetch_tiles=cfg["prefetch_tiles"], output="csr", **kw)
-            loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"])
-            n = nnz = 0
+            epochs = cfg.get("epochs", 1)
+            persistent = epochs > 1 and cfg["workers"] > 0
+            loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"],
+                                persistent_workers=persistent)
             first = None
-            for b in loader:
-                if first is None:
-                    first = time.perf_counter()
-                n += b["X"].shape[0]
-                nnz += _touch(b["X"])
-            t1 = time.perf_counter()
+            for e in range(epochs):      # with epochs > 1: cells/s of the last epoch
+                ds.set_epoch(e)
+                t_e = time.perf_counter()
+                n = nnz = 0
+                for b in loader:
+                    if first is None:
+                        first = time.perf_counter()
+                    n += b["X"].shape[0]
+                    nnz += _touch(b["X"])
+                t1 = time.perf_counter()
+            del loader
         assert n == ds.n_cells, (n, ds.n_cells)
-        res.update(cells=n, nnz=nnz, seconds=t1 - t0, first_s=first - t0,
-                   cells_per_s=n / (t1 - t0),
+        res.update(cells=n, nnz=nnz, seconds=t1 - t_e, first_s=first - t0,
+                   cells_per_s=n / (t1 - t_e),
                    steady_cells_per_s=(n - min(n, bs)) / max(1e-9, t1 - first),
                    rss_mb=mem.rss / 1024, pss_mb=mem.pss / 1024)
         return res
@@ -244,7 +256,7 @@ STAGES = [("sql_call", "SQL call (execute: dc_batch, all of it)"),
           ("ext_copy", "  in it: gather rows into the result"),
           ("copy_out", "copy into Python (result -> batch buffers, dtype on the way)"),
           ("tensor", "tensor construction"),
-          ("obs", "obs"),
+          ("obs", "obs (text columns; the others come in the SQL call)"),
           ("transform", "transform")]
 
 
@@ -269,6 +281,56 @@ def breakdown(cfg, res):
     return res
 
 
+def breakdown_workers(cfg, res):
+    """N DataLoader workers: each worker's stages (sent back after its last batch), and
+    the main process's: waiting for the next batch, receiving it (the copy from the
+    worker, _xfer), and everything else of the loop."""
+    import deltacells
+    from deltacells import _xfer
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Timed(IterableDataset):
+        def __init__(self, ds):
+            self.ds = ds
+
+        def __iter__(self):
+            with iter(self.ds) as it:
+                yield from it
+                tm = dict(it.timings)
+            yield {"_timings": tm}
+
+    ds = deltacells.CellDataset(cfg["db"], batch_size=cfg["batch_size"], shuffle=True, seed=0,
+                                prefetch_tiles=cfg["prefetch_tiles"], output="csr",
+                                obs=cfg.get("obs"), timings=True)
+    t0 = time.perf_counter()
+    n = nb = 0
+    wait = 0.0
+    per_worker = []
+    tw = time.perf_counter()
+    for b in DataLoader(Timed(ds), batch_size=None, num_workers=cfg["workers"]):
+        wait += time.perf_counter() - tw
+        if "_timings" in b:
+            per_worker.append(b["_timings"])
+        else:
+            nb += 1
+            n += b["X"].shape[0]
+            _touch(b["X"])
+        tw = time.perf_counter()
+    wall = time.perf_counter() - t0
+    tm = {}
+    for w in per_worker:
+        for k, v in w.items():
+            tm[k] = tm.get(k, 0) + v
+    wb = tm.pop("batches", nb)
+    stages = {k: 1e3 * v / max(1, wb) for k, v in tm.items()}
+    recv = _xfer.stats["seconds"]
+    res.update(batches=nb, cells=n, wall_ms=1e3 * wall / max(1, nb), stages_ms=stages,
+               main_ms={"wait (blocked on the loader, receive included)": 1e3 * wait / max(1, nb),
+                        "  in it: receive (copy from the worker, _xfer)": 1e3 * recv / max(1, nb)},
+               received_mb=_xfer.stats["bytes"] / 2**20)
+    return res
+
+
 def run_child(cfg, timeout=1800):
     pypath = cfg.get("pythonpath") or os.path.join(ROOT, "python")
     env = dict(os.environ, PYTHONPATH=pypath)
@@ -290,11 +352,21 @@ def main(argv):
     ap.add_argument("--backed-batches", type=int, default=3,
                     help="batches timed for anndata backed='r' (it is slow)")
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--baselines", default="ceiling,ceiling_tuned,anndata_mem,anndata_backed",
+                    help="which baselines run (comma-separated; anndata_mem reads the whole h5ad)")
     ap.add_argument("--before", metavar="DIR",
                     help="a python/ directory of another version of deltacells: its loader runs "
                          "too (deltacells_before), same data, same extension, same run")
     ap.add_argument("--no-global", action="store_true",
                     help="skip the loader with a global shuffle (deltacells_global)")
+    ap.add_argument("--epochs", type=int, default=1,
+                    help="loader epochs per run (persistent workers); cells/s of the last epoch "
+                         "(the ceiling: its one pass)")
+    ap.add_argument("--h5ad", metavar="FILE",
+                    help="a real h5ad file instead of the generated data (converted into "
+                         "build/bench-data/)")
+    ap.add_argument("--no-malloc", action="store_true",
+                    help="skip the loader with deltacells.tune_malloc() (deltacells_malloc)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every loader configuration and the ceiling this many times, "
                          "interleaved, and report the median (the machine is shared and noisy)")
@@ -306,10 +378,19 @@ def main(argv):
     if a._child:
         print(json.dumps(child(json.loads(a._child))))
         return 0
-    if a.cells < 100000:
+    if a.cells < 100000 and not a.h5ad:
         print(f"note: --cells {a.cells} is below the 100,000 the targets are defined for",
               file=sys.stderr)
-    h5, db = ensure_data(a.cells, a.genes)
+    if a.h5ad:
+        h5 = os.path.abspath(a.h5ad)
+        d = os.path.join(ROOT, "build", "bench-data")
+        os.makedirs(d, exist_ok=True)
+        db = os.path.join(d, os.path.basename(h5)[:-5] + ".dcdb")
+        if not os.path.exists(db) or os.path.getmtime(db) < os.path.getmtime(h5):
+            subprocess.run([os.path.join(ROOT, "build", "deltacells"), "convert", h5, "-o", db,
+                            "--force"], check=True, stdout=subprocess.DEVNULL)
+    else:
+        h5, db = ensure_data(a.cells, a.genes)
     workers = [int(w) for w in a.workers.split(",")]
     sizes = [int(b) for b in a.batch_size.split(",")]
     results = []
@@ -318,6 +399,8 @@ def main(argv):
         if not a.no_baselines:
             for kind, mb in (("ceiling", None), ("ceiling_tuned", None), ("anndata_mem", None),
                              ("anndata_backed", a.backed_batches)):
+                if kind not in a.baselines.split(","):
+                    continue
                 cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0}
                 if mb:
                     cfg["max_batches"] = max(1, mb if bs >= 5000 else mb * 10)
@@ -325,14 +408,16 @@ def main(argv):
         kinds = [("deltacells", {})]
         if not a.no_global:
             kinds.append(("deltacells_global", {"global_shuffle": True}))
+        if not a.no_malloc:
+            kinds.append(("deltacells_malloc", {"malloc_tune": True}))
         if a.before:
             kinds.append(("deltacells_before", {"pythonpath": os.path.abspath(a.before)}))
         for w in workers:
             for kind, extra in kinds:
-                if kind == "deltacells_global" and w != 0:
+                if kind in ("deltacells_global", "deltacells_malloc") and w != 0:
                     continue
                 cfgs.append(dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
-                                  "prefetch_tiles": a.prefetch_tiles}, **extra))
+                                  "prefetch_tiles": a.prefetch_tiles, "epochs": a.epochs}, **extra))
         runs = {i: [] for i in range(len(cfgs))}
         for rep in range(max(1, a.repeat)):
             for i, cfg in enumerate(cfgs):
@@ -349,6 +434,11 @@ def main(argv):
         results.append(run_child(cfg))
         if not a.json:
             show_breakdown(results[-1])
+        for w in workers:
+            if w:
+                results.append(run_child(dict(cfg, workers=w, prefetch_tiles=a.prefetch_tiles)))
+                if not a.json:
+                    show_breakdown(results[-1])
     summary = summarize(results)
     if a.json:
         print(json.dumps({"results": results, "summary": summary}, indent=1))
@@ -380,6 +470,16 @@ def show_breakdown(r):
         print(f"breakdown bs={r['batch_size']} ERROR {r['error']}")
         return
     st = r["stages_ms"]
+    if r.get("workers"):
+        print(f"per-batch breakdown, batch {r['batch_size']}, {r['workers']} workers "
+              f"({r['batches']} batches, {r['wall_ms']:.1f} ms per batch of wall time; worker "
+              f"stages are per batch of one worker, {r['workers']} run at once):")
+        for k, label in STAGES:
+            if k in st:
+                print(f"  worker: {label:54s} {st[k]:8.2f} ms")
+        for k, v in r["main_ms"].items():
+            print(f"  main:   {k:54s} {v:8.2f} ms")
+        return
     print(f"per-batch breakdown, batch {r['batch_size']}, 0 workers, no prefetch "
           f"({r['batches']} batches, {r['wall_ms']:.1f} ms per batch in all):")
     for k, label in STAGES:
@@ -413,6 +513,8 @@ def summarize(results):
             ratios = {k: r["cells_per_s"] / b["cells_per_s"] for k, b in base.items()}
             if r["workers"] and r["kind"] in w0:
                 ratios["same loader, 0 workers"] = r["cells_per_s"] / w0[r["kind"]]["cells_per_s"]
+            if r["kind"] == "deltacells_malloc" and "deltacells" in w0:
+                ratios["deltacells, malloc untouched"] = r["cells_per_s"] / w0["deltacells"]["cells_per_s"]
             bef = [b for b in ok if b["kind"] == "deltacells_before" and b["workers"] == r["workers"]]
             if r["kind"] == "deltacells" and bef:
                 ratios["before"] = r["cells_per_s"] / bef[0]["cells_per_s"]

@@ -53,7 +53,18 @@ struct dc_conn {
   int64_t last_cells, last_nnz, last_direct_chunks, last_fetched_chunks;
   int allow_drop;         /* dc_config('allow_drop'): DROP TABLE of a dataset's tables */
   char last_refusal[512]; /* dc_config('last_refusal'): why the last DROP TABLE failed */
+  void *cells_tabs;       /* the connected `cells` tables (ext/vtab_cells.c), for dc_batch's obs */
 };
+
+/* Obs values of cells ids[0..n) from the `cells` table of schema zDb (connected
+** on demand), for dc_batch: cols[0..m) are cells_columns.col ids of stored
+** columns that are not text.  out: m*n 8-byte values, column after column:
+** int64 category codes (-1: NULL), int64 bools (0/1, -1: NULL), float64 reals
+** (NaN: NULL), int64 ints, or float64 ints (NaN: NULL) when the batch holds a
+** NULL of that column: fmt[j] = 1 then (float64), else 0.  Blocks are read,
+** checked against their seals and cached by the cells table itself. */
+int dc_cells_values(dc_conn *conn, sqlite3 *db, const char *zDb, const int64_t *cols, int m,
+                    const int64_t *ids, int64_t n, void *out, int64_t *fmt, char **pzErr);
 
 /* xDestroy of every module starts with this: SQLITE_OK when
 ** dc_config('allow_drop', 1) was set on the connection, else SQLITE_PERM

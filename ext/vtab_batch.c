@@ -19,11 +19,25 @@
 **     genes HIDDEN       -- argument 2 (optional): JSON array of gene names, or
 **                        --   an int32 LE blob of gene ids; output gene indices are
 **                        --   then positions in this panel, other genes dropped
+**     obs HIDDEN         -- argument 3 (optional): JSON array of obs column names
+**                        --   (stored columns of the cells table, not text)
 **     ticket HIDDEN      -- read only: an integer that deltacells_ticket_take()
 **                        --   (a C function of this library) exchanges for the
 **                        --   indptr/indices/data, copied once into the caller's
 **                        --   buffers (and converted to the caller's dtype)
+**     obs_values HIDDEN  -- read only, with obs: the values of those columns for
+**                        --   the batch's cells, in row order, in one blob: m int64
+**                        --   formats (0 int64, 1 float64), then m columns of
+**                        --   n_cells 8-byte values: category codes (-1 NULL),
+**                        --   bools 0/1 (-1 NULL), reals (NaN NULL), ints (as
+**                        --   float64 with NaN when the batch holds a NULL)
 **   );
+**
+**   SELECT n_cells, ticket, obs_values FROM dc_batch(?1, NULL, '["cell_type"]');
+**
+** Obs values come from the same blocks the cells table reads (dc_cells_values in
+** vtab_cells.c: seals checked, blocks cached by that table): labels as codes, in
+** the same call as the counts, with no per-cell text.
 **
 ** The ticket is how the Python loader avoids Python's sqlite3 copying every
 ** blob into a fresh bytes object: it selects n_cells, n_genes and ticket, then
@@ -37,10 +51,10 @@
 ** it is SQLITE_VTAB_INNOCUOUS.  It owns no shadow tables (tiles_data belongs
 ** to `tiles`).
 **
-** Plans (xBestIndex): idxNum bit 1 = cells given, bit 2 = genes given;
-** idxStr is the printable list of arguments in argv order:
+** Plans (xBestIndex): idxNum bit 1 = cells given, bit 2 = genes given, bit 4 =
+** obs given; idxStr is the printable list of arguments in argv order:
 **
-**   plan := "cells" | "cells genes" | "no-arguments"
+**   plan := "cells" ["genes"] ["obs"] | "no-arguments"
 **
 ** "no-arguments" is chosen only when the query gives no cells; xFilter then
 ** fails with an error saying so.  An argument that exists but is not usable
@@ -86,14 +100,15 @@ typedef struct batch_cursor {
   sqlite3_vtab_cursor base;
   int eof;
   int64_t n_cells, n_genes;
-  void *blob[4];           /* cell_ids, indptr, indices, data (refcounted) */
-  uint64_t len[4];
+  void *blob[5];           /* cell_ids, indptr, indices, data, obs_values (refcounted) */
+  uint64_t len[5];
 } batch_cursor;
 
-enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES, COL_TICKET };
+enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES, COL_OBS,
+       COL_TICKET, COL_OBSVAL };
 
 static void cursor_reset(batch_cursor *c) {
-  for (int i = 0; i < 4; i++) { rcbuf_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
+  for (int i = 0; i < 5; i++) { rcbuf_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
   c->eof = 1;
 }
 
@@ -106,7 +121,7 @@ static int batch_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   }
   int rc = sqlite3_declare_vtab(db,
       "CREATE TABLE x(n_cells INTEGER, n_genes INTEGER, cell_ids BLOB, indptr BLOB, indices BLOB,"
-      " data BLOB, cells HIDDEN, genes HIDDEN, ticket HIDDEN)");
+      " data BLOB, cells HIDDEN, genes HIDDEN, obs HIDDEN, ticket HIDDEN, obs_values HIDDEN)");
   if (rc != SQLITE_OK) return rc;
   sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
   batch_vtab *v = sqlite3_malloc64(sizeof *v);
@@ -146,16 +161,16 @@ static int batch_destroy(sqlite3_vtab *p) {
 /* ------------------------------------------------ plans */
 static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   (void)p;
-  int idx[2] = { -1, -1 }, unusable = 0;
+  int idx[3] = { -1, -1, -1 }, unusable = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
-    if (c->iColumn != COL_CELLS && c->iColumn != COL_GENES) continue;
-    int a = c->iColumn - COL_CELLS;
+    if (c->iColumn != COL_CELLS && c->iColumn != COL_GENES && c->iColumn != COL_OBS) continue;
+    int a = c->iColumn == COL_OBS ? 2 : c->iColumn - COL_CELLS;
     if (c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
     if (!c->usable) { unusable |= 1 << a; continue; }
     if (idx[a] < 0) idx[a] = i;
   }
-  if (unusable & ~((idx[0] >= 0 ? 1 : 0) | (idx[1] >= 0 ? 2 : 0))) return SQLITE_CONSTRAINT;
+  if (unusable & ~((idx[0] >= 0 ? 1 : 0) | (idx[1] >= 0 ? 2 : 0) | (idx[2] >= 0 ? 4 : 0))) return SQLITE_CONSTRAINT;
   if (idx[0] < 0) {
     info->idxNum = 0;
     info->idxStr = "no-arguments";
@@ -167,12 +182,20 @@ static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   info->aConstraintUsage[idx[0]].omit = 1;
   info->idxNum = 1;
   info->idxStr = "cells";
+  int argn = 1;
   if (idx[1] >= 0) {
-    info->aConstraintUsage[idx[1]].argvIndex = 2;
+    info->aConstraintUsage[idx[1]].argvIndex = ++argn;
     info->aConstraintUsage[idx[1]].omit = 1;
-    info->idxNum = 3;
-    info->idxStr = "cells genes";
+    info->idxNum |= 2;
   }
+  if (idx[2] >= 0) {
+    info->aConstraintUsage[idx[2]].argvIndex = ++argn;
+    info->aConstraintUsage[idx[2]].omit = 1;
+    info->idxNum |= 4;
+  }
+  static const char *const plans[] = {"cells", "cells", "cells", "cells genes", "cells", "cells obs", "cells",
+                                      "cells genes obs"};
+  info->idxStr = (char *)plans[info->idxNum];
   info->estimatedCost = 1000;
   info->estimatedRows = 1;
   info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
@@ -304,6 +327,63 @@ static int cmp_key(const void *a, const void *b) {
   return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
 }
 
+/* The obs argument, a JSON array of column names -> cells_columns.col ids. */
+static int parse_obs(batch_vtab *v, const char *schema, sqlite3_value *arg, int64_t **cols, int *n, char **err) {
+  if (sqlite3_value_type(arg) != SQLITE_TEXT) {
+    *err = sqlite3_mprintf("dc_batch: obs must be a JSON array of obs column names");
+    return SQLITE_ERROR;
+  }
+  char *sql = sqlite3_mprintf("SELECT j.value, c.col, c.kind, j.type FROM json_each(?1) j LEFT JOIN \"%w\".cells_columns c"
+                              " ON c.name = j.value AND c.col > 0 ORDER BY j.key", schema);
+  if (!sql) return SQLITE_NOMEM;
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
+  sqlite3_free(sql);
+  if (rc != SQLITE_OK) {
+    *err = sqlite3_mprintf("dc_batch: obs: %s", sqlite3_errmsg(v->db));
+    return rc;
+  }
+  sqlite3_bind_value(st, 1, arg);
+  int64_t *out = NULL;
+  int m = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    const char *type = (const char *)sqlite3_column_text(st, 3);
+    if (!type || strcmp(type, "text") != 0) {
+      *err = sqlite3_mprintf("dc_batch: obs must be a JSON array of column names (strings)");
+      rc = SQLITE_ERROR;
+      break;
+    }
+    if (sqlite3_column_type(st, 1) == SQLITE_NULL) {
+      *err = sqlite3_mprintf("dc_batch: obs: no stored obs column '%s' in the cells table", name ? name : "");
+      rc = SQLITE_ERROR;
+      break;
+    }
+    const char *kind = (const char *)sqlite3_column_text(st, 2);
+    if (kind && strcmp(kind, "text") == 0) {
+      *err = sqlite3_mprintf("dc_batch: obs: column '%s' is text; read it from the cells table", name ? name : "");
+      rc = SQLITE_ERROR;
+      break;
+    }
+    if (m >= 256) {
+      *err = sqlite3_mprintf("dc_batch: obs: more than 256 columns");
+      rc = SQLITE_ERROR;
+      break;
+    }
+    int64_t *q = sqlite3_realloc64(out, (uint64_t)(m + 1) * sizeof *out);
+    if (!q) { rc = SQLITE_NOMEM; break; }
+    out = q;
+    out[m++] = sqlite3_column_int64(st, 1);
+  }
+  if (rc == SQLITE_DONE) rc = SQLITE_OK;
+  else if (rc != SQLITE_OK && !*err && rc != SQLITE_NOMEM) *err = sqlite3_mprintf("dc_batch: obs: %s", sqlite3_errmsg(v->db));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_OK) { sqlite3_free(out); return rc; }
+  *cols = out;
+  *n = m;
+  return SQLITE_OK;
+}
+
 static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
                         sqlite3_value **argv) {
   batch_cursor *c = (batch_cursor *)cur;
@@ -338,16 +418,22 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   if (idxNum == 0)
     return vt_err(v, SQLITE_ERROR, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
                   "a blob of int64 ids or a JSON array");
-  if ((idxNum != 1 && idxNum != 3) || argc != (idxNum == 3 ? 2 : 1) || !idxStr)
+  if (idxNum < 1 || idxNum > 7 || !(idxNum & 1) || argc != 1 + !!(idxNum & 2) + !!(idxNum & 4) || !idxStr)
     return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan %d '%s'", idxNum, idxStr ? idxStr : "");
+  sqlite3_value *obs_arg = (idxNum & 4) ? argv[argc - 1] : NULL;
+  int64_t *obs_cols = NULL;
+  int n_obs = 0;
 
   if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
   if ((rc = dc_parse_cells(r, argv[0], "dc_batch", &ids, &n, &err)) != SQLITE_OK) goto done;
   int64_t out_genes = r->n_genes;
-  if (argc == 2 && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
+  if ((idxNum & 2) && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
     if ((rc = dc_panel_parse(&v->panel, v->db, r, argv[1], "dc_batch", &err)) != SQLITE_OK) goto done;
     map = v->panel.map;
     out_genes = v->panel.size;
+  }
+  if (obs_arg && sqlite3_value_type(obs_arg) != SQLITE_NULL) {
+    if ((rc = parse_obs(v, r->schema, obs_arg, &obs_cols, &n_obs, &err)) != SQLITE_OK) goto done;
   }
   dc_pool *pool = dc_conn_pool(v->conn);
   if (!pool) { rc = SQLITE_NOMEM; goto done; }
@@ -551,6 +637,16 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     run_kernel(pool, &k, fill_block);
     if (k.bad) { rc = SQLITE_NOMEM; goto done; }
   }
+  if (n_obs) {
+    uint64_t ob = (uint64_t)n_obs * 8 * ((uint64_t)n + 1);
+    int64_t *o = rcbuf_new(v->conn->bufpool, ob);
+    if (!o) { rc = SQLITE_NOMEM; goto done; }
+    dc_reader_end(r);   /* the cells table reads with its own blob handle */
+    rc = dc_cells_values(v->conn, v->db, r->schema, obs_cols, n_obs, ids, n, o + n_obs, o, &err);
+    if (rc != SQLITE_OK) { rcbuf_unref(o); goto done; }
+    c->blob[4] = o;
+    c->len[4] = ob;
+  }
   c->n_cells = n;
   c->n_genes = out_genes;
   c->blob[0] = o_ids; c->len[0] = (uint64_t)n * 8; o_ids = NULL;
@@ -588,6 +684,7 @@ done:
   sqlite3_free(direct);
   sqlite3_free(ref);
   sqlite3_free(ids);
+  sqlite3_free(obs_cols);
   rcbuf_unref(o_ids);
   rcbuf_unref(o_indptr);
   rcbuf_unref(o_idx);
@@ -738,6 +835,11 @@ static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
       sqlite3_result_blob64(ctx, b, c->len[i - COL_CELLIDS], rcbuf_unref);
       break;
     }
+    case COL_OBSVAL:
+      if (!c->blob[4]) { sqlite3_result_null(ctx); break; }
+      rcbuf_ref(c->blob[4]);
+      sqlite3_result_blob64(ctx, c->blob[4], c->len[4], rcbuf_unref);
+      break;
     default: sqlite3_result_null(ctx); break;   /* hidden argument columns */
   }
   return SQLITE_OK;

@@ -205,9 +205,14 @@ def install_csr_reduction():
     if orig is None or getattr(orig, "_deltacells_csr", False):
         return
 
+    from . import _xfer
+
     def reduce_tensor(t):
         if t.layout == torch.sparse_csr:
             return (_rebuild_csr, (t.crow_indices(), t.col_indices(), t.values(), tuple(t.shape)))
+        shared = _xfer.reduce_worker_tensor(t)   # a worker's reused slot: copied once
+        if shared is not None:
+            return shared
         return orig(t)
     reduce_tensor._deltacells_csr = True
     ForkingPickler.register(torch.Tensor, reduce_tensor)

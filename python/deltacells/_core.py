@@ -362,6 +362,48 @@ class ObsReader:
         return out
 
 
+class ObsCodes:
+    """Obs columns that dc_batch returns with the counts (its obs argument): stored
+    columns that are not text.  Categories come as int64 codes (NULL: missing_code),
+    ints as int64 (float64 with NaN when the batch holds a NULL), reals as float64,
+    bools as bool (with NULLs: int8 or int64 holding missing_code), like ObsReader."""
+
+    def __init__(self, cat, columns, missing_code=-100):
+        self.columns = [c for c in columns if c in cat.columns and cat.kind(c) != "text"]
+        self.kinds = [cat.kind(c) for c in self.columns]
+        self.missing_code = int(missing_code)
+        self.arg = json.dumps(self.columns)
+
+    def decode(self, blob, n):
+        m = len(self.columns)
+        if not m:
+            return {}
+        if blob is None or len(blob) != 8 * m * (n + 1):
+            raise RuntimeError(f"dc_batch returned {0 if blob is None else len(blob)} bytes of obs "
+                               f"values for {m} columns of {n} cells")
+        fmt = np.frombuffer(blob, dtype="<i8", count=m)
+        out = {}
+        miss = self.missing_code
+        for j, (c, kind) in enumerate(zip(self.columns, self.kinds)):
+            raw = np.frombuffer(blob, dtype="<i8", count=n, offset=8 * (m + j * n))
+            if kind == "real" or fmt[j] == 1:
+                out[c] = raw.view("<f8").astype(np.float64)
+            elif kind == "category":
+                v = raw.astype(np.int64)
+                v[v < 0] = miss
+                out[c] = v
+            elif kind == "bool":
+                nul = raw < 0
+                if nul.any():
+                    dt = np.int8 if -128 <= miss <= 127 else np.int64
+                    out[c] = np.where(nul, miss, raw).astype(dt)
+                else:
+                    out[c] = raw.astype(bool)
+            else:
+                out[c] = raw.astype(np.int64)
+        return out
+
+
 def read_batch(con, cell_ids, genes_blob=None, panel=None):
     """dc_batch for int64 cell ids -> (cell_ids, indptr, indices, data, n_genes),
     numpy arrays viewing the returned blobs (read-only); cell_ids is the request
@@ -403,6 +445,16 @@ def _alloc(nbytes):
     return np.empty(nbytes, dtype=np.uint8)
 
 
+def new_pool(shared=False):
+    """The buffers of one reader: in a DataLoader worker (shared=True) reused slots that
+    the main process copies from once (_xfer.py), else a BufferPool."""
+    if shared:
+        from . import _xfer
+        if _xfer.available():
+            return _xfer.WorkerSlots(BufferPool())
+    return BufferPool()
+
+
 class BufferPool:
     """Reused output buffers of one reader (an iterator, a thread's connection).
 
@@ -434,6 +486,10 @@ class BufferPool:
             bufs.append(_alloc(cap))
             best = len(bufs) - 1
         return bufs[best][:nbytes].view(dtype)[:n]
+
+    def take_batch(self, n, nnz, dtype):
+        """A batch's (indptr int32 [n+1], indices int32 [nnz], data dtype [nnz])."""
+        return self.take(n + 1, np.int32), self.take(nnz, np.int32), self.take(nnz, dtype)
 
     def clear(self):
         self._bufs = []
@@ -472,11 +528,12 @@ class DtypeOverflow(ValueError):
 
 
 def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=None,
-                    timings=None):
+                    timings=None, obs=None):
     """dc_batch -> (indptr int32, indices int32, data, n_genes) in buffers of `pool`,
     each copied once from the extension's result (values converted to value_dtype,
     a numpy dtype among _KINDS, on the way).  None when the ticket path is not
-    available (the caller then uses read_batch)."""
+    available (the caller then uses read_batch).  obs: an ObsCodes; its columns come
+    from the same dc_batch call and are returned as a 5th item, {column: array}."""
     import ctypes
     fn = _ticket_take_fn()
     if fn is None:
@@ -484,25 +541,26 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     ids = np.ascontiguousarray(cell_ids, dtype="<i8")
     blob = panel.blob if panel is not None else genes_blob
     t0 = time.perf_counter()
-    if blob is None:
-        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket FROM dc_batch(?)",
+    if obs is not None and obs.columns:
+        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket, obs_values "
+                          "FROM dc_batch(?, ?, ?)", (ids.tobytes(), blob, obs.arg))
+    elif blob is None:
+        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket, NULL FROM dc_batch(?)",
                           (ids.tobytes(),))
     else:
-        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket FROM dc_batch(?, ?)",
-                          (ids.tobytes(), blob))
+        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket, NULL "
+                          "FROM dc_batch(?, ?)", (ids.tobytes(), blob))
     row = cur.fetchone()
     cur.close()
     t1 = time.perf_counter()
     if row is None:
         raise RuntimeError("dc_batch returned no row")
-    n, g, nnz, ticket = row
+    n, g, nnz, ticket, obs_blob = row
     if n != len(ids):
         fn(ticket or 0, 0, 0, None, None, None, 0, None, None)
         raise RuntimeError(f"dc_batch returned {n} cells for {len(ids)} requested")
     name = np.dtype(value_dtype).name
-    indptr = pool.take(n + 1, np.int32)
-    indices = pool.take(nnz, np.int32)
-    data = pool.take(nnz, name)
+    indptr, indices, data = pool.take_batch(n, nnz, name)
     bad, bad_at = ctypes.c_int64(0), ctypes.c_int64(0)
     rc = fn(ticket or 0, n, nnz, indptr.ctypes.data, indices.ctypes.data, data.ctypes.data,
             _KINDS[name], ctypes.byref(bad), ctypes.byref(bad_at))
@@ -524,6 +582,8 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     if timings is not None:
         timings["sql_call"] = timings.get("sql_call", 0.0) + (t1 - t0)
         timings["copy_out"] = timings.get("copy_out", 0.0) + (t2 - t1)
+    if obs is not None:
+        return indptr, indices, data, int(g), obs.decode(obs_blob, n)
     return indptr, indices, data, int(g)
 
 

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _forksafe
-from ._core import (OUTPUTS, BufferPool, Catalogue, Categories, ObsReader, read_batch,
+from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave
@@ -76,6 +76,16 @@ class _SharedEpoch:
 
     def __setstate__(self, s):
         self._raw, self._plain = s["raw"], s["plain"]
+
+
+def worker_threads(num_workers):
+    """Decoder threads of one of num_workers DataLoader workers: the cores this process may
+    run on (its affinity mask, else the machine's), shared out, at least one."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, num_workers))
 
 
 def _check_int(name, v, lo):
@@ -217,7 +227,11 @@ class _Base:
         return None
 
     def _obs_reader(self):
-        return ObsReader(self._cat, self.obs, missing_code=self.missing_code)
+        """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the
+        others: text columns, 'name', 'tile')."""
+        codes = ObsCodes(self._cat, self.obs, self.missing_code)
+        rest = [c for c in self.obs if c not in codes.columns]
+        return codes, ObsReader(self._cat, rest, missing_code=self.missing_code)
 
     def _make_batch(self, con, obs_reader, cells, pool=None, timings=None):
         """One batch for int64 cell ids.  With a BufferPool, the extension's result is
@@ -226,14 +240,19 @@ class _Base:
         timings: a dict that accumulates seconds per stage (see bench_pipeline.py)."""
         t0 = time.perf_counter()
         got = None
+        codes, obs_reader = obs_reader
+        obs = {}
         if pool is not None:
             got = read_batch_into(con, cells, pool, take_dtype(self.dtype), panel=self._panel,
-                                  timings=timings)
+                                  timings=timings, obs=codes)
         if got is not None:
-            indptr, indices, data, g = got
+            indptr, indices, data, g, obs = got
             ids = np.ascontiguousarray(cells, dtype=np.int64)
         else:
             ids, indptr, indices, data, g = read_batch(con, cells, panel=self._panel)
+            if codes.columns:
+                obs = ObsReader(self._cat, codes.columns, missing_code=self.missing_code) \
+                    .gather(con, ids)
         t1 = time.perf_counter()
         if timings is not None:
             if got is None:
@@ -248,8 +267,10 @@ class _Base:
         out = {"X": make_x(indptr, indices, data, len(ids), g, self.output, self.dtype),
                "cell_id": torch.from_numpy(ids) if as_torch else ids}
         t2 = time.perf_counter()
-        for c, v in obs_reader.gather(con, ids).items():
-            out[c] = obs_out(v, as_torch)
+        if obs_reader.columns:
+            obs.update(obs_reader.gather(con, ids))
+        for c in self.obs:
+            out[c] = obs_out(obs[c], as_torch)
         t3 = time.perf_counter()
         if self.transform is not None:
             out = self.transform(out)
@@ -295,7 +316,8 @@ class CellDataset(_Base, IterableDataset):
     timings:        True: each iterator accumulates seconds per stage of making a batch in
                     its .timings dict (also ds.last_timings): sql_call, ext_plan, ext_fetch
                     (blob reads + decoding), ext_direct (decoding into the output), ext_copy
-                    (gather), copy_out (into the batch's buffers), tensor, obs, transform,
+                    (gather), copy_out (into the batch's buffers), tensor, obs (text obs
+                    columns; the others come with dc_batch, in sql_call), transform,
                     wait (the consumer blocked on the prefetch queue)
 
     Iterators are context managers (`with iter(ds) as it: ...`) and have close(); an
@@ -445,7 +467,7 @@ class CellDataset(_Base, IterableDataset):
             batches = plan.batches(rank, worker, nw)[skip_total:]
         threads = None
         if wi is not None:
-            threads = max(1, (os.cpu_count() or 1) // nw)
+            threads = worker_threads(nw)
         progress = None
         if wi is None:
             self._resume = None
@@ -463,17 +485,17 @@ class _Producer:
     """The prefetch thread of one iterator and the queue it fills, from batch `start` on.
     All its SQLite work happens holding a fork gate (see _forksafe)."""
 
-    def __init__(self, ds, batches, start, threads, depth, timings=None):
+    def __init__(self, ds, batches, start, threads, depth, timings=None, shared=False):
         self.q = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.gate = _forksafe.Gate()
         self.thread = threading.Thread(
             target=_Producer._run, name="deltacells-prefetch", daemon=True,
-            args=(ds, batches, start, threads, self.q, self.stop, self.gate, timings))
+            args=(ds, batches, start, threads, self.q, self.stop, self.gate, timings, shared))
         self.thread.start()
 
     @staticmethod
-    def _run(ds, batches, start, threads, q, stop, gate, timings):
+    def _run(ds, batches, start, threads, q, stop, gate, timings, shared):
         # No reference to the iterator: dropping the iterator stops this thread (__del__).
         def put(item):
             while not stop.is_set():
@@ -488,7 +510,7 @@ class _Producer:
             with gate:
                 con = ds._open(threads)
             reader = ds._obs_reader()
-            pool = BufferPool()
+            pool = new_pool(shared)
             for i in range(start, len(batches)):
                 if stop.is_set():
                     return
@@ -532,6 +554,10 @@ class _BatchIterator:
         self.progress = progress
         self.threads = threads
         self._pid = os.getpid()
+        # A DataLoader worker reads ahead already (the loader's prefetch_factor batches
+        # per worker): no prefetch thread there, whose queue would only hold more batches
+        # (more memory to fault in, shared slots busy) without adding a core.
+        self._in_worker = get_worker_info() is not None
         self._i = 0
         self._finished = False
         self._prod = None
@@ -549,6 +575,10 @@ class _BatchIterator:
         # finished batches waiting: about half of prefetch_tiles tiles of cells (at
         # least 2); the decoded tiles themselves wait in the extension's cache
         return max(2, int(round(ds.prefetch_tiles * per_tile / ds.batch_size / 2)))
+
+    def _shared(self):
+        """In a DataLoader worker, batches go to the main process copied once, from reused slots (_xfer)."""
+        return get_worker_info() is not None and self.ds.output in ("csr", "csr_parts")
 
     def _forked(self):
         """In a child of the process that made this iterator: drop the parent's thread
@@ -578,10 +608,10 @@ class _BatchIterator:
         if self._i >= len(self.batches):
             self.close()
             raise StopIteration
-        if self.ds.prefetch_tiles > 0:
+        if self.ds.prefetch_tiles > 0 and not self._in_worker:
             if self._prod is None:
                 self._prod = _Producer(self.ds, self.batches, self._i, self.threads,
-                                       self._depth(), self.timings)
+                                       self._depth(), self.timings, self._shared())
             if self.timings is not None:
                 t0 = time.perf_counter()
                 item = self._prod.get()
@@ -598,7 +628,7 @@ class _BatchIterator:
             if self._con is None:
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
-                self._pool = BufferPool()
+                self._pool = new_pool(self._shared())
             item = self.ds._make_batch(self._con, self._reader, self.batches[self._i],
                                        self._pool, self.timings)
         self._i += 1

@@ -24,18 +24,17 @@ Fork safety: the dataset keeps one connection per process and thread, opened on 
 use; a DataLoader worker forked after the parent used the dataset opens its own.
 """
 import collections.abc
-import os
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
-from ._core import BufferPool, ObsReader
+from ._core import ObsReader, new_pool
 DEFAULT_CACHE_MB = 512      # the extension's default decoded-chunk cache (one process)
 from ._forksafe import ConnSlot
 from ._convert import CSRBatch
-from .dataset import _Base, _check_int
+from .dataset import _Base, _check_int, worker_threads
 
 ROWS = ("dense", "sparse")
 
@@ -202,8 +201,9 @@ class CellMapDataset(_Base, Dataset):
         threads = None
         wi = get_worker_info()
         if wi is not None:     # N workers share the cores and the memory budget
-            threads = max(1, (os.cpu_count() or 1) // wi.num_workers)
-        return self._open(threads), (self._obs_reader(), BufferPool())
+            threads = worker_threads(wi.num_workers)
+        shared = wi is not None and self.output in ("csr", "csr_parts")
+        return self._open(threads), (self._obs_reader(), new_pool(shared))
 
     def _default_cache_mb(self):
         wi = get_worker_info()
