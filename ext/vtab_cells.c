@@ -2006,6 +2006,20 @@ static int parse_term(cells_vtab *p, const char **pz, term *t, int *kind, int na
   return 0;
 }
 
+/* Inside a statement's read transaction: reloads what cells_load loaded if the data changed
+** since (without a data version, every time); c's blocks in use are let go first. */
+static int cells_refresh(cells_vtab *p, cells_cursor *c) {
+  unsigned int dv = 0;
+  int have = sqlite3_file_control(p->db, p->zDb, SQLITE_FCNTL_DATA_VERSION, &dv) == SQLITE_OK;
+  if (p->loaded && (!have || dv != p->data_version)) {
+    for (int k = 0; k < p->n_ocol; k++) { dblock_release(c->cc[k].d); c->cc[k].d = NULL; }
+    cells_unload(p);
+  }
+  int rc = cells_load(p);
+  if (rc == SQLITE_OK) p->data_version = dv;
+  return rc;
+}
+
 static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc, sqlite3_value **argv) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
@@ -2017,19 +2031,8 @@ static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   c->emitted = 0;
   c->nsel = c->sel_pos = 0;
   if (idxNum != argc || !idxStr) return set_err(&p->base, SQLITE_ERROR, "cells: unknown plan");
-  {
-    /* inside the statement's read transaction: reload if the data changed since the
-    ** statistics were loaded (without a version, reload every time) */
-    unsigned int dv = 0;
-    int have = sqlite3_file_control(p->db, p->zDb, SQLITE_FCNTL_DATA_VERSION, &dv) == SQLITE_OK;
-    if (p->loaded && (!have || dv != p->data_version)) {
-      for (int k = 0; k < p->n_ocol; k++) { dblock_release(c->cc[k].d); c->cc[k].d = NULL; }
-      cells_unload(p);
-    }
-    rc = cells_load(p);
-    if (rc) return rc;
-    p->data_version = dv;
-  }
+  rc = cells_refresh(p, c);
+  if (rc) return rc;
   uint8_t used[CELLS_MAX_TERMS + 2];
   memset(used, 0, sizeof used);
   if (argc < 0 || argc > CELLS_MAX_TERMS + 2)   /* xBestIndex never plans more (terms + LIMIT, OFFSET) */
@@ -2225,6 +2228,11 @@ int dc_cells_values(dc_conn *conn, sqlite3 *db, const char *zDb, const int64_t *
   }
   cur->pVtab = &p->base;
   cells_cursor *c = (cells_cursor *)cur;
+  if ((rc = cells_refresh(p, c)) != SQLITE_OK) {   /* the data may have changed since the last query */
+    if (p->base.zErrMsg) *pzErr = sqlite3_mprintf("dc_batch: obs: %s", p->base.zErrMsg);
+    sqlite3_free(p->base.zErrMsg);
+    p->base.zErrMsg = NULL;
+  }
   for (int j = 0; j < m && rc == SQLITE_OK; j++) {
     int k = -1;
     for (int q = 0; q < p->n_ocol; q++) if (p->oc[q].col == cols[j]) { k = q; break; }
