@@ -16,11 +16,13 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 ZSTD_LIBS  := $(shell pkg-config --libs libzstd libxxhash 2>/dev/null)
 SQLITE_LIBS:= $(shell pkg-config --libs sqlite3 2>/dev/null)
 HDF5_LIBS  := $(shell pkg-config --libs hdf5-serial 2>/dev/null)
+CURL_CFLAGS:= $(shell pkg-config --cflags libcurl 2>/dev/null)
+CURL_LIBS  := $(shell pkg-config --libs libcurl 2>/dev/null)
 
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 ALLCFLAGS = $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -fPIC -pthread -MMD -MP \
-            -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen $(PKG_CFLAGS)
+            -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen $(PKG_CFLAGS) $(CURL_CFLAGS)
 SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDLIBS_CORE := $(ZSTD_LIBS) -lpthread -lm
 
@@ -93,13 +95,13 @@ $(LIBCORE_SAN): $(CORE_SOBJ)
 
 # --- products ------------------------------------------------------------
 $(EXTENSION): $(EXT_OBJ) $(LIBCORE)
-	$(CC) -shared -o $@ $(EXT_OBJ) $(LIBCORE) $(LDLIBS_CORE)
+	$(CC) -shared -o $@ $(EXT_OBJ) $(LIBCORE) $(CURL_LIBS) $(LDLIBS_CORE)
 $(CONVERTER): $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE)
-	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(SQLITE_LIBS) $(CURL_LIBS) $(LDLIBS_CORE)
 $(EXTENSION_SAN): $(EXT_SOBJ) $(LIBCORE_SAN)
-	$(CC) -shared $(SANFLAGS) -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(LDLIBS_CORE)
+	$(CC) -shared $(SANFLAGS) -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(CURL_LIBS) $(LDLIBS_CORE)
 $(CONVERTER_SAN): $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN)
-	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(SQLITE_LIBS) $(CURL_LIBS) $(LDLIBS_CORE)
 $(BUILD)/bench_%: bench/bench_%.c $(LIBCORE)
 	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
 # reads datasets through SQLite (and nothing of the core library)

@@ -33,6 +33,12 @@ static void set_err(char **pzErr, const char *fmt, ...) {
   if (pzErr) { sqlite3_free(*pzErr); *pzErr = m; } else sqlite3_free(m);
 }
 
+/* the remote VFS's reason for an I/O error (ext/vfs_http.c), or "" */
+static const char *io_detail(int rc) {
+  const char *d = (rc & 0xff) == SQLITE_IOERR || (rc & 0xff) == SQLITE_CANTOPEN ? dc_vfs_last_error() : "";
+  return d && *d ? d : "";
+}
+
 static void free_index(dc_reader *r) {
   if (r->heads) {
     for (uint32_t i = 0; i < r->n_tiles; i++) {
@@ -270,7 +276,8 @@ static int blob_at(dc_reader *r, uint32_t tile, char **pzErr) {
     if (rc != SQLITE_OK) { sqlite3_blob_close(r->blob); r->blob = NULL; }
   }
   if (rc != SQLITE_OK) {
-    set_err(pzErr, "%s: cannot read tile %u: %s", r->what, tile, sqlite3_errmsg(r->db));
+    const char *d = io_detail(rc);
+    set_err(pzErr, "%s: cannot read tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
     return rc == SQLITE_ERROR ? SQLITE_CORRUPT_VTAB : rc;
   }
   r->blob_row = tile;
@@ -280,8 +287,9 @@ static int blob_at(dc_reader *r, uint32_t tile, char **pzErr) {
 static int blob_read(dc_reader *r, uint32_t tile, void *buf, uint64_t n, uint64_t off, char **pzErr) {
   int rc = sqlite3_blob_read(r->blob, buf, (int)n, (int)off);
   if (rc != SQLITE_OK) {
-    set_err(pzErr, "%s: reading tile %u (%llu bytes at %llu): %s", r->what, tile, (unsigned long long)n,
-            (unsigned long long)off, sqlite3_errmsg(r->db));
+    const char *d = io_detail(rc);
+    set_err(pzErr, "%s: reading tile %u (%llu bytes at %llu): %s%s%s", r->what, tile, (unsigned long long)n,
+            (unsigned long long)off, sqlite3_errmsg(r->db), *d ? ": " : "", d);
     return rc;
   }
   return SQLITE_OK;
