@@ -56,6 +56,7 @@
 static sqlite3_vfs *g_base;          /* the default VFS we delegate local files and temp files to */
 static sqlite3_vfs g_vfs;
 static _Thread_local char g_err[1024];
+static int g_trace;                  /* DC_HTTP_TRACE=1: each block read goes to stderr */
 
 static _Atomic int64_t st_requests, st_bytes, st_retries, st_mem_hits, st_disk_hits, st_disk_bytes, st_disk_writes,
     st_evictions, st_errors, st_opens, st_throttle_ns;
@@ -369,6 +370,8 @@ static int fetch_block(dc_hfile *f, int64_t idx, const uint8_t **out, int64_t *o
   uint8_t *slot = dc_blockcache_slot(f->mem, idx);
   if (!slot) return SQLITE_IOERR_NOMEM;
   int64_t got = 0;
+  if (g_trace) fprintf(stderr, "dchttp: %s block %lld (bytes %lld..%lld)\n", f->name, (long long)idx,
+                       (long long)(idx * f->bsize), (long long)(idx * f->bsize + len - 1));
   if (f->local) {
     double t0 = now_s();
     int rc = f->local->pMethods->xRead(f->local, slot, (int)len, idx * f->bsize);
@@ -488,7 +491,8 @@ static int remote_setup(dc_hfile *f, const char *zName) {
       return SQLITE_CANTOPEN;
     }
     f->cache_dir = sqlite3_mprintf("%s", cd);
-    f->cache_budget = param_int(zName, "cache_mb", "DC_CACHE_MB", 1024) << 20;
+    double mb = param_double(zName, "cache_mb", "DC_CACHE_MB");
+    f->cache_budget = (int64_t)((mb > 0 ? mb : 1024) * 1048576.0);
     f->cache_used = -1;
   }
   /* the first block: the size and the validators of this version */
@@ -629,6 +633,8 @@ int dc_register_vfs(sqlite3 *db) {
   pthread_mutex_lock(&g_reg_lock);
   if (!sqlite3_vfs_find(DC_VFS_NAME)) {
     g_base = sqlite3_vfs_find(NULL);
+    const char *tr = getenv("DC_HTTP_TRACE");
+    g_trace = tr && *tr && *tr != '0';
     if (!g_base) rc = SQLITE_ERROR;
     else if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) rc = SQLITE_ERROR;
     else {

@@ -4,6 +4,7 @@ a slow body, a file replaced between reads) for what nginx cannot do."""
 import email.utils
 import hashlib
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -36,8 +37,11 @@ class Nginx:
             self.port = free_port()
             conf = os.path.join(self.work, "nginx.conf")
             w = self.work
+            # run as root (CI containers), nginx's workers would drop to "nobody", who cannot
+            # read pytest's private temporary directories: keep the workers' user ours
+            user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
             with open(conf, "w") as f:
-                f.write(f"""daemon on;
+                f.write(user + f"""daemon on;
 worker_processes 1;
 pid {w}/nginx.pid;
 error_log {w}/error.log warn;
