@@ -47,7 +47,8 @@ pid {w}/nginx.pid;
 error_log {w}/error.log warn;
 events {{ worker_connections 64; }}
 http {{
-  access_log {w}/access.log;
+  log_format dc '$connection $status $body_bytes_sent "$http_range" "$http_user_agent"';
+  access_log {w}/access.log dc;
   client_body_temp_path {w}/body; proxy_temp_path {w}/proxy; fastcgi_temp_path {w}/fcgi;
   uwsgi_temp_path {w}/uwsgi; scgi_temp_path {w}/scgi;
   keepalive_requests 100000;

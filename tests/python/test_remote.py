@@ -376,3 +376,42 @@ def test_sqlite3_shell_attach(nginx):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["3000", "200"]
     assert ROOT.exists()
+
+
+def test_curl_handle_not_used_across_fork(nginx, data):
+    """The VFS detects a fork: a child that (against the package's rule) reads through a connection
+    its parent opened makes its own curl handle and connection (the server sees a second client
+    connection), and the parent's keeps working afterwards."""
+    url = nginx.url("small.dcdb")
+    local = deltacells.connect(data["small"])
+    want = local.execute("SELECT * FROM cells ORDER BY cell_id").fetchall()
+    local.close()
+    con = deltacells.connect(url, remote={"block_kb": 4, "mem_blocks": 1})
+    con.execute("SELECT count(*) FROM genes").fetchall()
+    before = nginx.requests()
+    parent_conn = before[-1].split()[0]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            got = con.execute("SELECT * FROM cells ORDER BY cell_id").fetchall()
+            code = 0 if got == want else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    child = [ln.split()[0] for ln in nginx.requests()[len(before):]]
+    assert child and parent_conn not in child, (parent_conn, child)
+    try:
+        assert con.execute("SELECT * FROM cells ORDER BY cell_id").fetchall() == want
+    finally:
+        con.close()
