@@ -18,6 +18,10 @@ int dc_blocks_for(int64_t off, int64_t len, int64_t bsize, int64_t fsize, int64_
 /* bytes of block idx (0 past the end) */
 int64_t dc_block_len(int64_t idx, int64_t bsize, int64_t fsize);
 
+/* Sequential read-ahead: after `run` misses of consecutive blocks, the next fetch takes
+** 2^run blocks, at most max_blocks (at least 1). */
+int64_t dc_readahead_blocks(int run, int64_t max_blocks);
+
 /* --- retry policy --------------------------------------------------------
 ** transport: 1 when the transfer failed in a way worth retrying (timeout,
 ** reset, refused connection, short body), 0 otherwise; status: the HTTP status

@@ -179,8 +179,10 @@ static int load_index(dc_reader *r, char **pzErr) {
   memset(r->heads, 0, (uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
 
   sqlite3_stmt *st = NULL;
-  char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks%s FROM \"%w\".tiles_data ORDER BY tile",
-                              r->sealed ? ", checksum" : "", r->schema);
+  /* not the checksum: it follows the data blob in the row, and reading it walks every page of
+  ** every tile (a remote dataset would fetch them all); dc_reader_head reads it per tile */
+  char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks FROM \"%w\".tiles_data ORDER BY tile",
+                              r->schema);
   if (!sql) return SQLITE_NOMEM;
   rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
@@ -210,14 +212,6 @@ static int load_index(dc_reader *r, char **pzErr) {
     r->tiles[i].nnz = (uint64_t)nnz;
     r->tiles[i].chunks = (uint32_t)ch;
     r->tiles[i].seal = 0;
-    if (r->sealed) {
-      if (sqlite3_column_type(st, 5) != SQLITE_INTEGER) {
-        set_err(pzErr, "%s: tiles_data row of tile %lld has no checksum (an integer)", r->what, (long long)tile);
-        sqlite3_finalize(st);
-        return SQLITE_CORRUPT_VTAB;
-      }
-      r->tiles[i].seal = sqlite3_column_int64(st, 5);
-    }
     next_cell += nc;
     i++;
   }
@@ -304,6 +298,33 @@ uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell) {
   return lo;
 }
 
+/* tiles_data.checksum of one tile (read when its head is, not by the load) */
+static int tile_checksum(dc_reader *r, uint32_t tile, int64_t *out, char **pzErr) {
+  sqlite3_stmt *st = NULL;
+  char *sql = sqlite3_mprintf("SELECT checksum FROM \"%w\".tiles_data WHERE tile = ?1", r->schema);
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
+  sqlite3_free(sql);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, tile);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
+      *out = sqlite3_column_int64(st, 0);
+      sqlite3_finalize(st);
+      return SQLITE_OK;
+    }
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+      sqlite3_finalize(st);
+      set_err(pzErr, "%s: tiles_data row of tile %u has no checksum (an integer)", r->what, tile);
+      return SQLITE_CORRUPT_VTAB;
+    }
+  }
+  const char *d = io_detail(rc);
+  set_err(pzErr, "%s: reading the checksum of tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
+  sqlite3_finalize(st);
+  return rc;
+}
+
 int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **pzErr) {
   if (tile >= r->n_tiles) { set_err(pzErr, "%s: no tile %u", r->what, tile); return SQLITE_ERROR; }
   if (r->heads[tile]) { *out = r->heads[tile]; return SQLITE_OK; }
@@ -350,10 +371,11 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
     goto fail;
   }
   if (r->sealed) {
-    int64_t seal = 0;
+    int64_t seal = 0, want = 0;
+    if ((rc = tile_checksum(r, tile, &want, pzErr)) != SQLITE_OK) goto fail;
     if (dc_seal_tile(r->dataset_id, tile, ti->first_cell, ti->n_cells, (int64_t)ti->nnz, ti->chunks, len, buf,
                      (size_t)h->hdr.hdr_len, &seal)) { rc = SQLITE_NOMEM; goto fail; }
-    if (seal != ti->seal) {
+    if (seal != want) {
       set_err(pzErr, "%s: tile %u: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %llu nonzeros) "
               "were not written together for tile %u of this dataset (moved, swapped, copied or edited)", r->what, tile,
               (long long)ti->first_cell, (long long)(ti->first_cell + ti->n_cells - 1), (unsigned long long)ti->nnz, tile);

@@ -24,6 +24,13 @@ int64_t dc_block_len(int64_t idx, int64_t bsize, int64_t fsize) {
   return fsize - start < bsize ? fsize - start : bsize;
 }
 
+int64_t dc_readahead_blocks(int run, int64_t max_blocks) {
+  int64_t n = 1;
+  for (int i = 0; i < run && n < max_blocks; i++) n *= 2;
+  if (n > max_blocks) n = max_blocks;
+  return n < 1 ? 1 : n;
+}
+
 int dc_retryable(int transport, long status) {
   if (transport) return 1;
   return status == 408 || status == 429 || (status >= 500 && status <= 599);
@@ -100,6 +107,7 @@ struct dc_blockcache {
   uint64_t *used;      /* last use, for LRU */
   uint64_t tick;
   uint8_t **buf;
+  int pending;         /* the slot dc_blockcache_slot handed out, until committed (-1: none) */
 };
 
 dc_blockcache *dc_blockcache_new(int slots, int64_t bsize) {
@@ -113,6 +121,7 @@ dc_blockcache *dc_blockcache_new(int slots, int64_t bsize) {
   c->buf = calloc((size_t)slots, sizeof *c->buf);
   if (!c->idx || !c->len || !c->used || !c->buf) { dc_blockcache_free(c); return NULL; }
   for (int i = 0; i < slots; i++) c->idx[i] = -1;
+  c->pending = -1;
   return c;
 }
 
@@ -138,16 +147,22 @@ uint8_t *dc_blockcache_slot(dc_blockcache *c, int64_t idx) {
   if (!c->buf[v] && !(c->buf[v] = malloc((size_t)c->bsize))) return NULL;
   c->idx[v] = -1;        /* not held until committed */
   c->used[v] = ++c->tick;
+  c->pending = v;
   return c->buf[v];
 }
 
 void dc_blockcache_commit(dc_blockcache *c, int64_t idx, int64_t len) {
-  for (int i = 0; i < c->slots; i++)
-    if (c->idx[i] < 0 && c->used[i] == c->tick) { c->idx[i] = idx; c->len[i] = len; return; }
+  if (c->pending < 0) return;
+  for (int i = 0; i < c->slots; i++)       /* one slot per block */
+    if (c->idx[i] == idx) c->idx[i] = -1;
+  c->idx[c->pending] = idx;
+  c->len[c->pending] = len;
+  c->pending = -1;
 }
 
 void dc_blockcache_clear(dc_blockcache *c) {
   for (int i = 0; i < c->slots; i++) c->idx[i] = -1;
+  c->pending = -1;
 }
 
 static uint64_t fnv(uint64_t h, const char *s) {

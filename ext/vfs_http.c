@@ -12,6 +12,8 @@
 ** journal); it is opened read-only whatever the flags ask.  URI parameters
 ** (each with an environment default):
 **   block_kb   read-ahead block, KiB (DC_HTTP_BLOCK_KB, default 1024)
+**   readahead_kb  the most one sequential read-ahead request takes, KiB
+**              (DC_HTTP_READAHEAD_KB, default 16384; 0: off), at most mem_blocks/2 blocks
 **   mem_blocks blocks held in memory per open file (DC_HTTP_MEM_BLOCKS, 32)
 **   cache_dir  on-disk block cache directory (DC_CACHE_DIR; none by default)
 **   cache_mb   its budget in MiB (DC_CACHE_MB, default 1024)
@@ -93,6 +95,12 @@ typedef struct dc_hfile {
   long timeout_ms;
   dc_throttle thr;
   int throttled;
+  int64_t last_miss;            /* the last block fetched (sequential read-ahead) */
+  int run;
+  int64_t ra_blocks;            /* the most blocks one read-ahead request takes */
+  int64_t mem_slots;
+  uint8_t *rabuf;               /* a read-ahead request's bytes */
+  int64_t rabuf_cap;
 } dc_hfile;
 
 static double now_s(void) {
@@ -363,34 +371,48 @@ static void disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len) 
 }
 
 /* --- blocks ---------------------------------------------------------------- */
-static int fetch_block(dc_hfile *f, int64_t idx, const uint8_t **out, int64_t *outlen) {
-  int64_t len = dc_block_len(idx, f->bsize, f->size);
-  const uint8_t *b = dc_blockcache_get(f->mem, idx, outlen);
-  if (b) { atomic_fetch_add(&st_mem_hits, 1); *out = b; return SQLITE_OK; }
-  uint8_t *slot = dc_blockcache_slot(f->mem, idx);
-  if (!slot) return SQLITE_IOERR_NOMEM;
-  int64_t got = 0;
-  if (g_trace) fprintf(stderr, "dchttp: %s block %lld (bytes %lld..%lld)\n", f->name, (long long)idx,
-                       (long long)(idx * f->bsize), (long long)(idx * f->bsize + len - 1));
+static int on_disk(dc_hfile *f, int64_t idx) {
+  if (!f->cache_dir) return 0;
+  char p[4096];
+  cache_path(f, idx, p, sizeof p);
+  return access(p, R_OK) == 0;
+}
+
+/* Fetches blocks idx..last (all missing) in one request into f->rabuf. */
+static int fetch_range(dc_hfile *f, int64_t idx, int64_t last, int64_t *total_out) {
+  int64_t total = (last - idx) * f->bsize + dc_block_len(last, f->bsize, f->size);
+  if (!f->rabuf || f->rabuf_cap < total) {
+    uint8_t *nb = realloc(f->rabuf, (size_t)total);
+    if (!nb) return SQLITE_IOERR_NOMEM;
+    f->rabuf = nb; f->rabuf_cap = total;
+  }
+  if (g_trace) fprintf(stderr, "dchttp: %s blocks %lld..%lld (bytes %lld..%lld)\n", f->name, (long long)idx,
+                       (long long)last, (long long)(idx * f->bsize), (long long)(idx * f->bsize + total - 1));
   if (f->local) {
     double t0 = now_s();
-    int rc = f->local->pMethods->xRead(f->local, slot, (int)len, idx * f->bsize);
+    int rc = f->local->pMethods->xRead(f->local, f->rabuf, (int)total, idx * f->bsize);
     if (rc != SQLITE_OK) { set_error("%s: read failed (%d)", f->name, rc); return rc; }
     atomic_fetch_add(&st_requests, 1);
-    atomic_fetch_add(&st_bytes, len);
-    throttle(f, len, t0);
-  } else if (!disk_get(f, idx, slot, len)) {
-    int rc = http_get(f, idx * f->bsize, len, slot, &got, 0);
+    atomic_fetch_add(&st_bytes, total);
+    throttle(f, total, t0);
+  } else {
+    int64_t got = 0;
+    int rc = http_get(f, idx * f->bsize, total, f->rabuf, &got, 0);
     if (rc != SQLITE_OK) return rc;
-    if (got != len) { set_error("%s: block %lld: %lld bytes, expected %lld", f->name, (long long)idx,
-                                (long long)got, (long long)len); return SQLITE_IOERR_READ; }
-    disk_put(f, idx, slot, len);
+    if (got != total) {
+      set_error("%s: blocks %lld..%lld: %lld bytes, expected %lld", f->name, (long long)idx, (long long)last,
+                (long long)got, (long long)total);
+      return SQLITE_IOERR_READ;
+    }
   }
-  dc_blockcache_commit(f->mem, idx, len);
-  *out = slot; *outlen = len;
+  *total_out = total;
   return SQLITE_OK;
 }
 
+/* A read: each block from memory, the disk cache, or fetched.  Missing blocks are fetched
+** together, one request for the run of missing blocks the read covers; a read that continues
+** where the last fetch ended is sequential (an overflow chain, a tile) and its fetch takes
+** 2^run times as much ahead (dc_readahead_blocks), up to ra_blocks. */
 static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
   dc_hfile *f = (dc_hfile *)pf;
   int64_t first, last;
@@ -399,18 +421,56 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     memset(out, 0, (size_t)amt);
     return SQLITE_IOERR_SHORT_READ;
   }
-  int64_t pos = off, end = off + amt < f->size ? off + amt : f->size;
+  int64_t end = off + amt < f->size ? off + amt : f->size;
+  int64_t nblocks = (f->size + f->bsize - 1) / f->bsize;
   for (int64_t b = first; b <= last; b++) {
-    const uint8_t *blk;
-    int64_t blen;
-    int rc = fetch_block(f, b, &blk, &blen);
+    int64_t bstart = b * f->bsize, blen;
+    const uint8_t *blk = dc_blockcache_get(f->mem, b, &blen);
+    if (blk) atomic_fetch_add(&st_mem_hits, 1);
+    else if (!f->local && f->cache_dir) {
+      blen = dc_block_len(b, f->bsize, f->size);
+      uint8_t *slot = dc_blockcache_slot(f->mem, b);
+      if (!slot) return SQLITE_IOERR_NOMEM;
+      if (disk_get(f, b, slot, blen)) { dc_blockcache_commit(f->mem, b, blen); blk = slot; }
+    }
+    if (blk) {
+      int64_t from = (b == first ? off : bstart) - bstart, to = (end - bstart < blen ? end - bstart : blen);
+      memcpy(dst + (bstart + from - off), blk + from, (size_t)(to - from));
+      continue;
+    }
+    /* a miss: the missing run of this read, and more ahead when reading sequentially */
+    f->run = b == f->last_miss + 1 ? f->run + 1 : 0;
+    int64_t need = last - b + 1;
+    int64_t want = need * dc_readahead_blocks(f->run, f->ra_blocks);
+    if (want > f->ra_blocks && want > need) want = f->ra_blocks > need ? f->ra_blocks : need;
+    int64_t x = b;
+    while (x + 1 < b + want && x + 1 < nblocks) {
+      int64_t l2;
+      if (dc_blockcache_get(f->mem, x + 1, &l2) || on_disk(f, x + 1)) break;
+      x++;
+    }
+    f->last_miss = x;
+    int64_t total;
+    int rc = fetch_range(f, b, x, &total);
     if (rc != SQLITE_OK) return rc;
-    int64_t bstart = b * f->bsize, from = pos - bstart, to = end - bstart < blen ? end - bstart : blen;
-    memcpy(dst + (pos - off), blk + from, (size_t)(to - from));
-    pos = bstart + to;
+    /* this read's part of it */
+    int64_t from = b == first ? off : bstart, to = end < bstart + total ? end : bstart + total;
+    memcpy(dst + (from - off), f->rabuf + (from - bstart), (size_t)(to - from));
+    /* every block into the disk cache; into memory those that fit, the last ones kept */
+    int64_t nb = x - b + 1, keep_from = b + (nb > f->mem_slots ? nb - f->mem_slots : 0);
+    for (int64_t k = b; k <= x; k++) {
+      int64_t lk = dc_block_len(k, f->bsize, f->size);
+      const uint8_t *src = f->rabuf + (k - b) * f->bsize;
+      if (!f->local) disk_put(f, k, src, lk);
+      if (k >= keep_from) {
+        uint8_t *s2 = dc_blockcache_slot(f->mem, k);
+        if (s2) { memcpy(s2, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
+      }
+    }
+    b = x;
   }
-  if (pos < off + amt) {
-    memset(dst + (pos - off), 0, (size_t)(off + amt - pos));
+  if (end < off + amt) {
+    memset(dst + (end - off), 0, (size_t)(off + amt - end));
     return SQLITE_IOERR_SHORT_READ;
   }
   return SQLITE_OK;
@@ -422,6 +482,7 @@ static int hf_close(sqlite3_file *pf) {
   if (f->curl && f->pid == getpid()) curl_easy_cleanup(f->curl);
   curl_slist_free_all(f->headers);
   dc_blockcache_free(f->mem);
+  free(f->rabuf);
   sqlite3_free(f->name); sqlite3_free(f->url); sqlite3_free(f->cache_dir);
   sqlite3_free(f->userpwd); sqlite3_free(f->sigv4);
   return SQLITE_OK;
@@ -529,7 +590,14 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   if (bkb > 65536) bkb = 65536;
   f->bsize = bkb << 10;
   int slots = (int)param_int(zName, "mem_blocks", "DC_HTTP_MEM_BLOCKS", 32);
-  f->mem = dc_blockcache_new(slots < 1 ? 1 : slots, f->bsize);
+  if (slots < 1) slots = 1;
+  f->mem = dc_blockcache_new(slots, f->bsize);
+  /* read-ahead: at most readahead_kb (default 16 MiB) and half the memory blocks */
+  f->ra_blocks = (param_int(zName, "readahead_kb", "DC_HTTP_READAHEAD_KB", 16384) << 10) / f->bsize;
+  if (f->ra_blocks > slots / 2) f->ra_blocks = slots / 2;
+  if (f->ra_blocks < 1) f->ra_blocks = 1;
+  f->last_miss = -2;
+  f->mem_slots = slots;
   f->thr.latency_s = param_double(zName, "latency_ms", "DC_THROTTLE_LATENCY_MS") / 1000;
   f->thr.bytes_per_s = param_double(zName, "mbps", "DC_THROTTLE_MBPS") * 1e6;
   f->throttled = f->thr.latency_s > 0 || f->thr.bytes_per_s > 0;

@@ -82,7 +82,7 @@ def load_extension(con, path=None):
 
 
 REMOTE_SCHEMES = ("http://", "https://", "s3://")
-VFS_PARAMS = ("block_kb", "mem_blocks", "cache_dir", "cache_mb", "retries", "timeout_ms",
+VFS_PARAMS = ("block_kb", "readahead_kb", "mem_blocks", "cache_dir", "cache_mb", "retries", "timeout_ms",
               "latency_ms", "mbps")
 
 
@@ -218,7 +218,7 @@ def connect(path, *, readonly=True, check_same_thread=True, extension=None, time
     HTTP range requests through the extension's read-only ``dchttp`` VFS.
     readonly: open with ``mode=ro`` (default); the dataset file must exist.
     extension: the library's path (default: see the module docstring).
-    remote: URI parameters of the dchttp VFS (block_kb, mem_blocks, cache_dir, cache_mb,
+    remote: URI parameters of the dchttp VFS (block_kb, readahead_kb, mem_blocks, cache_dir, cache_mb,
     retries, timeout_ms, latency_ms, mbps); with a local path, opens it through dchttp
     (read-only; latency_ms and mbps throttle it like an object store).
     """

@@ -26,6 +26,16 @@ static void test_blocks(void) {
   DCT_CHECK(!dc_blocks_for(-1, 10, 4096, 100000, &a, &b));
 }
 
+static void test_readahead(void) {
+  DCT_CHECK(dc_readahead_blocks(0, 16) == 1);
+  DCT_CHECK(dc_readahead_blocks(1, 16) == 2);
+  DCT_CHECK(dc_readahead_blocks(3, 16) == 8);
+  DCT_CHECK(dc_readahead_blocks(4, 16) == 16);
+  DCT_CHECK(dc_readahead_blocks(40, 16) == 16);
+  DCT_CHECK(dc_readahead_blocks(5, 12) == 12);
+  DCT_CHECK(dc_readahead_blocks(5, 0) == 1);
+}
+
 static void test_retry_policy(void) {
   DCT_CHECK(dc_retryable(1, 0));
   DCT_CHECK(dc_retryable(0, 500) && dc_retryable(0, 503) && dc_retryable(0, 429) && dc_retryable(0, 408));
@@ -93,6 +103,14 @@ static void test_blockcache(void) {
   DCT_CHECK(g && g[0] == 'a');
   g = dc_blockcache_get(c, 2, &len);
   DCT_CHECK(g && g[0] == 'c' && len == 16);
+  /* a lookup between taking a slot and committing it does not lose the slot */
+  s = dc_blockcache_slot(c, 5); memset(s, 'e', 16);
+  DCT_CHECK(dc_blockcache_get(c, 2, &len) != NULL);
+  dc_blockcache_commit(c, 5, 16);
+  g = dc_blockcache_get(c, 5, &len);
+  DCT_CHECK(g && g[0] == 'e');
+  uint8_t *s6 = dc_blockcache_slot(c, 6);              /* must not hand out 5's buffer */
+  DCT_CHECK(s6 != s);
   dc_blockcache_clear(c);
   DCT_CHECK(dc_blockcache_get(c, 2, &len) == NULL);
   dc_blockcache_free(c);
@@ -130,6 +148,7 @@ static void test_s3(void) {
 
 int main(void) {
   DCT_RUN(test_blocks);
+  DCT_RUN(test_readahead);
   DCT_RUN(test_retry_policy);
   DCT_RUN(test_throttle);
   DCT_RUN(test_validators);

@@ -303,6 +303,25 @@ def test_cache_budget_is_respected(nginx, data, tmp_path):
     assert s["evictions"] > 0 and 0 < used <= budget * (1 << 20)
 
 
+def test_sequential_read_ahead(nginx, data):
+    """Reading the tiles (long overflow chains) with 64 KiB blocks: read-ahead makes far fewer
+    requests than one per block, and the bytes are the same as without it."""
+    q = "SELECT rowid, data FROM tiles_data ORDER BY rowid"
+    out = {}
+    for ra in (0, 4096):
+        con = deltacells.connect(nginx.url("big.dcdb"), remote={"block_kb": 64, "readahead_kb": ra})
+        try:
+            reset(con)
+            rows = con.execute(q).fetchall()
+            out[ra] = (rows, stats(con)["requests"])
+        finally:
+            con.close()
+    assert out[0][0] == out[4096][0]
+    tile_blocks = sum(len(r[1]) for r in out[0][0]) / (64 << 10)
+    assert out[0][1] >= tile_blocks * 0.9, (out[0][1], tile_blocks)
+    assert out[4096][1] * 2 <= out[0][1], (out[4096][1], out[0][1])
+
+
 def test_three_obs_columns_fetch_only_their_bytes(nginx, data):
     """Reading three obs columns fetches those columns' bytes plus a few metadata pages (schema,
     the blocks' b-tree, the tile index): not the other columns' data, nor the expression tiles."""
@@ -317,7 +336,8 @@ def test_three_obs_columns_fetch_only_their_bytes(nginx, data):
     local.close()
 
     def fetched(sql):
-        con = deltacells.connect(nginx.url("big.dcdb"), remote={"block_kb": 4})
+        # 4 KiB blocks and no sequential read-ahead: reads at the precision of the pages
+        con = deltacells.connect(nginx.url("big.dcdb"), remote={"block_kb": 4, "readahead_kb": 0})
         try:
             con.execute("SELECT count(*) FROM genes").fetchall()     # schema and dc_meta read
             reset(con)
