@@ -67,6 +67,17 @@ uint8_t *dc_blockcache_slot(dc_blockcache *c, int64_t idx);
 void dc_blockcache_commit(dc_blockcache *c, int64_t idx, int64_t len);
 void dc_blockcache_clear(dc_blockcache *c);
 
+/* --- a cache of blocks shared by the open files of a process (keyed by file version and
+** block), a fixed number of slots of at most cap bytes; no locking here (the VFS holds a
+** mutex around every call) */
+typedef struct dc_sharedcache dc_sharedcache;
+dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap);
+void dc_sharedcache_free(dc_sharedcache *c);
+/* copies block (key, idx) into out (len bytes expected); 1 when held */
+int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *out, int64_t len);
+/* stores a copy (a block over cap is not kept), evicting the least recently used */
+void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len);
+
 /* --- on-disk cache ------------------------------------------------------------ */
 /* a 64-bit key of one version of one file: URL, ETag, Last-Modified, size */
 uint64_t dc_cache_key(const char *url, const dc_validator *v);

@@ -165,6 +165,66 @@ void dc_blockcache_clear(dc_blockcache *c) {
   c->pending = -1;
 }
 
+struct dc_sharedcache {
+  int slots;
+  int64_t cap;
+  uint64_t *key;
+  int64_t *idx, *len;
+  uint64_t *used, tick;
+  uint8_t **buf;
+  int64_t *bcap;       /* each slot's buffer size */
+};
+
+dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap) {
+  if (slots < 1 || cap < 1) return NULL;
+  dc_sharedcache *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->slots = slots; c->cap = cap;
+  c->key = calloc((size_t)slots, sizeof *c->key);
+  c->idx = malloc(sizeof *c->idx * (size_t)slots);
+  c->len = calloc((size_t)slots, sizeof *c->len);
+  c->used = calloc((size_t)slots, sizeof *c->used);
+  c->buf = calloc((size_t)slots, sizeof *c->buf);
+  c->bcap = calloc((size_t)slots, sizeof *c->bcap);
+  if (!c->key || !c->idx || !c->len || !c->used || !c->buf || !c->bcap) { dc_sharedcache_free(c); return NULL; }
+  for (int i = 0; i < slots; i++) c->idx[i] = -1;
+  return c;
+}
+
+void dc_sharedcache_free(dc_sharedcache *c) {
+  if (!c) return;
+  if (c->buf) for (int i = 0; i < c->slots; i++) free(c->buf[i]);
+  free(c->buf); free(c->bcap); free(c->key); free(c->idx); free(c->len); free(c->used); free(c);
+}
+
+int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *out, int64_t len) {
+  for (int i = 0; i < c->slots; i++)
+    if (c->idx[i] == idx && c->key[i] == key && c->len[i] == len) {
+      memcpy(out, c->buf[i], (size_t)len);
+      c->used[i] = ++c->tick;
+      return 1;
+    }
+  return 0;
+}
+
+void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len) {
+  if (len > c->cap || len < 0) return;
+  int v = 0;
+  for (int i = 0; i < c->slots; i++) {
+    if (c->idx[i] == idx && c->key[i] == key) { v = i; break; }
+    if (c->idx[i] < 0) { v = i; break; }
+    if (c->used[i] < c->used[v]) v = i;
+  }
+  if (c->bcap[v] < len) {
+    uint8_t *nb = realloc(c->buf[v], (size_t)(len ? len : 1));
+    if (!nb) return;
+    c->buf[v] = nb; c->bcap[v] = len;
+  }
+  c->idx[v] = -1;
+  memcpy(c->buf[v], b, (size_t)len);
+  c->key[v] = key; c->idx[v] = idx; c->len[v] = len; c->used[v] = ++c->tick;
+}
+
 static uint64_t fnv(uint64_t h, const char *s) {
   for (; *s; s++) { h ^= (uint8_t)*s; h *= 1099511628211ull; }
   h ^= 0xff; h *= 1099511628211ull;           /* field separator */

@@ -15,6 +15,8 @@
 **   readahead_kb  the most one sequential read-ahead request takes, KiB
 **              (DC_HTTP_READAHEAD_KB, default 16384; 0: off), at most mem_blocks/2 blocks
 **   mem_blocks blocks held in memory per open file (DC_HTTP_MEM_BLOCKS, 32)
+**   shared     0: keep this file out of the process's shared block cache (DC_HTTP_SHARED_MB
+**              MiB, default 256, of blocks up to 1 MiB, shared by the open files of one version)
 **   cache_dir  on-disk block cache directory (DC_CACHE_DIR; none by default)
 **   cache_mb   its budget in MiB (DC_CACHE_MB, default 1024)
 **   retries    attempts after the first (DC_HTTP_RETRIES, 4)
@@ -59,7 +61,16 @@ static sqlite3_vfs *g_base;          /* the default VFS we delegate local files 
 static sqlite3_vfs g_vfs;
 static _Thread_local char g_err[1024];
 static int g_trace;                  /* DC_HTTP_TRACE=1: each block read goes to stderr */
+/* blocks shared by the process's open files of the same version (connections of a
+** DataLoader worker, its prefetch thread, each epoch's new connection): DC_HTTP_SHARED_MB
+** slots (default 256; 0: off) of blocks up to 1 MiB */
+static dc_sharedcache *g_shared;
+static int64_t g_shared_bsize;
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static void shared_prepare(void) { pthread_mutex_lock(&g_shared_lock); }
+static void shared_release(void) { pthread_mutex_unlock(&g_shared_lock); }
 
+static _Atomic int64_t st_shared_hits;
 static _Atomic int64_t st_requests, st_bytes, st_retries, st_mem_hits, st_disk_hits, st_disk_bytes, st_disk_writes,
     st_evictions, st_errors, st_opens, st_throttle_ns;
 
@@ -99,6 +110,7 @@ typedef struct dc_hfile {
   int run;
   int64_t ra_blocks;            /* the most blocks one read-ahead request takes */
   int64_t mem_slots;
+  int no_shared;                /* URI shared=0: not in the process's shared block cache */
   uint8_t *rabuf;               /* a read-ahead request's bytes */
   int64_t rabuf_cap;
 } dc_hfile;
@@ -409,6 +421,22 @@ static int fetch_range(dc_hfile *f, int64_t idx, int64_t last, int64_t *total_ou
   return SQLITE_OK;
 }
 
+static int shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len) {
+  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return 0;
+  pthread_mutex_lock(&g_shared_lock);
+  int ok = dc_sharedcache_get(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, out, len);
+  pthread_mutex_unlock(&g_shared_lock);
+  if (ok) atomic_fetch_add(&st_shared_hits, 1);
+  return ok;
+}
+
+static void shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
+  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return;
+  pthread_mutex_lock(&g_shared_lock);
+  dc_sharedcache_put(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, b, len);
+  pthread_mutex_unlock(&g_shared_lock);
+}
+
 /* A read: each block from memory, the disk cache, or fetched.  Missing blocks are fetched
 ** together, one request for the run of missing blocks the read covers; a read that continues
 ** where the last fetch ended is sequential (an overflow chain, a tile) and its fetch takes
@@ -427,11 +455,16 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     int64_t bstart = b * f->bsize, blen;
     const uint8_t *blk = dc_blockcache_get(f->mem, b, &blen);
     if (blk) atomic_fetch_add(&st_mem_hits, 1);
-    else if (!f->local && f->cache_dir) {
+    else if (!f->local) {
       blen = dc_block_len(b, f->bsize, f->size);
       uint8_t *slot = dc_blockcache_slot(f->mem, b);
       if (!slot) return SQLITE_IOERR_NOMEM;
-      if (disk_get(f, b, slot, blen)) { dc_blockcache_commit(f->mem, b, blen); blk = slot; }
+      if (shared_get(f, b, slot, blen)) { dc_blockcache_commit(f->mem, b, blen); blk = slot; }
+      else if (f->cache_dir && disk_get(f, b, slot, blen)) {
+        dc_blockcache_commit(f->mem, b, blen);
+        shared_put(f, b, slot, blen);
+        blk = slot;
+      }
     }
     if (blk) {
       int64_t from = (b == first ? off : bstart) - bstart, to = (end - bstart < blen ? end - bstart : blen);
@@ -461,7 +494,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     for (int64_t k = b; k <= x; k++) {
       int64_t lk = dc_block_len(k, f->bsize, f->size);
       const uint8_t *src = f->rabuf + (k - b) * f->bsize;
-      if (!f->local) disk_put(f, k, src, lk);
+      if (!f->local) { disk_put(f, k, src, lk); shared_put(f, k, src, lk); }
       if (k >= keep_from) {
         uint8_t *s2 = dc_blockcache_slot(f->mem, k);
         if (s2) { memcpy(s2, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
@@ -567,6 +600,14 @@ static int remote_setup(dc_hfile *f, const char *zName) {
     sqlite3_log(SQLITE_WARNING, "dchttp: %s has neither ETag nor Last-Modified: only its size guards against "
                 "a change on the server", zName);
   f->key = dc_cache_key(f->url, &f->val);
+  pthread_mutex_lock(&g_shared_lock);
+  if (!g_shared && !g_shared_bsize) {
+    /* slots of up to 1 MiB (larger blocks are not shared), as many as the budget holds */
+    int64_t mb = param_int(NULL, NULL, "DC_HTTP_SHARED_MB", 256);
+    g_shared_bsize = 1 << 20;
+    if (mb > 0) g_shared = dc_sharedcache_new((int)mb, g_shared_bsize);
+  }
+  pthread_mutex_unlock(&g_shared_lock);
   dc_blockcache_commit(f->mem, 0, got);
   if (got == dc_block_len(0, f->bsize, f->size)) disk_put(f, 0, slot, got);
   return SQLITE_OK;
@@ -598,6 +639,7 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   if (f->ra_blocks < 1) f->ra_blocks = 1;
   f->last_miss = -2;
   f->mem_slots = slots;
+  f->no_shared = param_int(zName, "shared", NULL, 1) == 0;
   f->thr.latency_s = param_double(zName, "latency_ms", "DC_THROTTLE_LATENCY_MS") / 1000;
   f->thr.bytes_per_s = param_double(zName, "mbps", "DC_THROTTLE_MBPS") * 1e6;
   f->throttled = f->thr.latency_s > 0 || f->thr.bytes_per_s > 0;
@@ -674,15 +716,16 @@ static void stats_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       return;
     }
     st_requests = st_bytes = st_retries = st_mem_hits = st_disk_hits = st_disk_bytes = st_disk_writes = 0;
-    st_evictions = st_errors = st_opens = st_throttle_ns = 0;
+    st_evictions = st_errors = st_opens = st_throttle_ns = st_shared_hits = 0;
   }
   char *m = sqlite3_mprintf(
       "{\"requests\": %lld, \"bytes\": %lld, \"retries\": %lld, \"mem_hits\": %lld, \"disk_hits\": %lld, "
       "\"disk_bytes\": %lld, \"disk_writes\": %lld, \"evictions\": %lld, \"errors\": %lld, \"opens\": %lld, "
-      "\"throttle_s\": %.6f}",
+      "\"throttle_s\": %.6f, \"shared_hits\": %lld}",
       (long long)st_requests, (long long)st_bytes, (long long)st_retries, (long long)st_mem_hits,
       (long long)st_disk_hits, (long long)st_disk_bytes, (long long)st_disk_writes, (long long)st_evictions,
-      (long long)st_errors, (long long)st_opens, (double)st_throttle_ns * 1e-9);
+      (long long)st_errors, (long long)st_opens, (double)st_throttle_ns * 1e-9,
+      (long long)st_shared_hits);
   if (!m) { sqlite3_result_error_nomem(ctx); return; }
   sqlite3_result_text(ctx, m, -1, sqlite3_free);
 }
@@ -721,6 +764,8 @@ int dc_register_vfs(sqlite3 *db) {
       g_vfs.xSleep = hv_sleep; g_vfs.xCurrentTime = hv_time; g_vfs.xGetLastError = hv_lasterr;
       g_vfs.xCurrentTimeInt64 = hv_time64;
       rc = sqlite3_vfs_register(&g_vfs, 0);
+      /* no fork inside a shared-cache copy: the child gets the lock free */
+      if (rc == SQLITE_OK) pthread_atfork(shared_prepare, shared_release, shared_release);
     }
   }
   pthread_mutex_unlock(&g_reg_lock);

@@ -82,7 +82,7 @@ def load_extension(con, path=None):
 
 
 REMOTE_SCHEMES = ("http://", "https://", "s3://")
-VFS_PARAMS = ("block_kb", "readahead_kb", "mem_blocks", "cache_dir", "cache_mb", "retries", "timeout_ms",
+VFS_PARAMS = ("block_kb", "readahead_kb", "mem_blocks", "shared", "cache_dir", "cache_mb", "retries", "timeout_ms",
               "latency_ms", "mbps")
 
 

@@ -117,6 +117,25 @@ static void test_blockcache(void) {
   DCT_CHECK(dc_blockcache_new(0, 16) == NULL);
 }
 
+static void test_sharedcache(void) {
+  dc_sharedcache *c = dc_sharedcache_new(2, 8);
+  DCT_CHECK(c != NULL);
+  if (!c) return;
+  uint8_t b[8], o[8];
+  memset(b, 'a', 8); dc_sharedcache_put(c, 1, 0, b, 8);
+  memset(b, 'b', 8); dc_sharedcache_put(c, 2, 0, b, 8);    /* same block, another file version */
+  DCT_CHECK(dc_sharedcache_get(c, 1, 0, o, 8) && o[0] == 'a');
+  DCT_CHECK(dc_sharedcache_get(c, 2, 0, o, 8) && o[0] == 'b');
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 7));            /* a length that differs is a miss */
+  memset(b, 'c', 8); dc_sharedcache_put(c, 1, 5, b, 8);    /* evicts (1,0), the least recent */
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 8));
+  DCT_CHECK(dc_sharedcache_get(c, 1, 5, o, 8) && o[7] == 'c');
+  uint8_t big[9] = {0};
+  dc_sharedcache_put(c, 3, 0, big, 9);                      /* over cap: not kept */
+  DCT_CHECK(!dc_sharedcache_get(c, 3, 0, big, 9));
+  dc_sharedcache_free(c);
+}
+
 static void test_cache_names_and_eviction(void) {
   dc_validator a = {"\"e1\"", "", 100}, b = a;
   strcpy(b.etag, "\"e2\"");
@@ -153,6 +172,7 @@ int main(void) {
   DCT_RUN(test_throttle);
   DCT_RUN(test_validators);
   DCT_RUN(test_blockcache);
+  DCT_RUN(test_sharedcache);
   DCT_RUN(test_cache_names_and_eviction);
   DCT_RUN(test_s3);
   return dct_done();

@@ -275,13 +275,18 @@ def test_second_run_reads_from_the_cache(nginx, data, tmp_path):
     con.close()
     assert s1["requests"] > 0 and s1["disk_writes"] > 0
     before = len(nginx.requests())
-    con = deltacells.connect(nginx.url("small.dcdb"), remote=opts)
-    try:
-        reset(con)
-        assert con.execute(q).fetchall() == first
-        s2 = stats(con)
-    finally:
-        con.close()
+    # the second run: another process (nothing in memory)
+    code = ("import deltacells, json, sys\n"
+            f"con = deltacells.connect({nginx.url('small.dcdb')!r}, remote={opts!r})\n"
+            "con.execute(\"SELECT dc_vfs_stats('reset')\").fetchall()\n"
+            f"rows = con.execute({q!r}).fetchall()\n"
+            "print(json.dumps([deltacells.vfs_stats(con), [list(r) for r in rows]]))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+    assert r.returncode == 0, r.stderr
+    import json
+    s2, rows = json.loads(r.stdout)
+    assert [tuple(x) for x in rows] == first
     # the open's one request (it checks the version) and nothing else
     assert s2["requests"] == 0 and s2["disk_hits"] >= s1["requests"] - 1
     assert len(nginx.requests()) - before == 1
@@ -303,13 +308,33 @@ def test_cache_budget_is_respected(nginx, data, tmp_path):
     assert s["evictions"] > 0 and 0 < used <= budget * (1 << 20)
 
 
+def test_connections_of_a_process_share_blocks(nginx, data):
+    """A second connection of the same process to the same file version reads the blocks the
+    first fetched from the shared in-memory cache, not the server."""
+    q = "SELECT data FROM tiles_data ORDER BY rowid"
+    a = deltacells.connect(nginx.url("small.dcdb"), remote={"block_kb": 64})
+    b = None
+    try:
+        want = a.execute(q).fetchall()
+        b = deltacells.connect(nginx.url("small.dcdb"), remote={"block_kb": 64})
+        reset(b)
+        assert b.execute(q).fetchall() == want
+        s = stats(b)
+        assert s["requests"] == 0 and s["shared_hits"] > 0, s
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
 def test_sequential_read_ahead(nginx, data):
     """Reading the tiles (long overflow chains) with 64 KiB blocks: read-ahead makes far fewer
     requests than one per block, and the bytes are the same as without it."""
     q = "SELECT rowid, data FROM tiles_data ORDER BY rowid"
     out = {}
     for ra in (0, 4096):
-        con = deltacells.connect(nginx.url("big.dcdb"), remote={"block_kb": 64, "readahead_kb": ra})
+        con = deltacells.connect(nginx.url("big.dcdb"), remote={"block_kb": 64, "readahead_kb": ra,
+                                                                "shared": 0})
         try:
             reset(con)
             rows = con.execute(q).fetchall()
@@ -337,7 +362,8 @@ def test_three_obs_columns_fetch_only_their_bytes(nginx, data):
 
     def fetched(sql):
         # 4 KiB blocks and no sequential read-ahead: reads at the precision of the pages
-        con = deltacells.connect(nginx.url("big.dcdb"), remote={"block_kb": 4, "readahead_kb": 0})
+        con = deltacells.connect(nginx.url("big.dcdb"), remote={"block_kb": 4, "readahead_kb": 0,
+                                                                       "shared": 0})
         try:
             con.execute("SELECT count(*) FROM genes").fetchall()     # schema and dc_meta read
             reset(con)
