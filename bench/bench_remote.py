@@ -59,7 +59,7 @@ def _raw_reader(url, tiles, remote, out):
 def ceiling(url, n_tiles, conns, remote):
     """max(workers,1) processes, contiguous tile ranges, raw blob reads: (seconds, bytes)."""
     per = -(-n_tiles // conns)
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context("spawn")     # fresh processes: nothing cached in memory
     q = ctx.Queue()
     ps = [ctx.Process(target=_raw_reader, args=(url, [(i * per, min(n_tiles, (i + 1) * per) - 1)], remote, q))
           for i in range(conns) if i * per < n_tiles]
@@ -73,7 +73,22 @@ def ceiling(url, n_tiles, conns, remote):
     return wall, sum(r[1] for r in res), max(r[0] for r in res)
 
 
-def epoch(url, workers, prefetch, batch_size):
+def _epoch_child(args, q):
+    q.put(_epoch(*args))
+
+
+def epoch(*args):
+    """One epoch in a fresh (spawned) process: no block is in memory from an earlier run."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_epoch_child, args=(args, q))
+    p.start()
+    r = q.get(timeout=1800)
+    p.join(timeout=60)
+    return r
+
+
+def _epoch(url, workers, prefetch, batch_size):
     import torch
     import deltacells
     from torch.utils.data import DataLoader
