@@ -249,7 +249,7 @@ static int by_age(const void *a, const void *b) {
 }
 
 int dc_evict_plan(dc_cachefile *files, int n, int64_t budget, int64_t incoming) {
-  qsort(files, (size_t)n, sizeof *files, by_age);
+  if (n > 0) qsort(files, (size_t)n, sizeof *files, by_age);   /* files is NULL for an empty directory */
   int64_t total = incoming;
   for (int i = 0; i < n; i++) total += files[i].size;
   int k = 0;

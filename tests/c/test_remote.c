@@ -151,6 +151,7 @@ static void test_cache_names_and_eviction(void) {
   dc_cachefile g[2] = {{100, 1, 0}, {100, 2, 1}};
   DCT_CHECK(dc_evict_plan(g, 2, 1000, 100) == 0);
   DCT_CHECK(dc_evict_plan(g, 2, 50, 100) == 2);    /* even all gone it does not fit */
+  DCT_CHECK(dc_evict_plan(NULL, 0, 50, 10) == 0);   /* an empty directory */
 }
 
 static void test_s3(void) {
