@@ -462,3 +462,12 @@ def test_curl_handle_not_used_across_fork(nginx, data):
         assert con.execute("SELECT * FROM cells ORDER BY cell_id").fetchall() == want
     finally:
         con.close()
+
+
+def test_aggregate_remote_equal_local(nginx, data):
+    """deltacells.aggregate over a URL (its connection cache keys a URL by name) equals the local."""
+    pytest.importorskip("pandas")
+    loc = deltacells.aggregate(data["small"], by="cell_type")
+    rem = deltacells.aggregate(nginx.url("small.dcdb"), by="cell_type")
+    assert list(loc.columns) == list(rem.columns) and len(loc) == len(rem) > 0
+    assert loc.reset_index(drop=True).equals(rem.reset_index(drop=True))
