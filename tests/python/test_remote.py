@@ -393,7 +393,6 @@ def test_throttle_local_file(data):
         con.close()
     want = s["requests"] * 0.020 + s["bytes"] / 1e6
     assert s["requests"] > 0 and dt >= 0.95 * want and s["throttle_s"] > 0
-    assert not deltacells.connect(data["small"]).execute("PRAGMA query_only").fetchone()[0] is None
 
 
 def test_dchttp_is_read_only(data, tmp_path):
@@ -421,7 +420,6 @@ def test_sqlite3_shell_attach(nginx):
     r = subprocess.run([shell, ":memory:"], input=sql, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["3000", "200"]
-    assert ROOT.exists()
 
 
 def test_curl_handle_not_used_across_fork(nginx, data):
