@@ -19,11 +19,13 @@ SQLITE_LIBS:= $(shell pkg-config --libs sqlite3 2>/dev/null)
 HDF5_LIBS  := $(shell pkg-config --libs hdf5-serial 2>/dev/null)
 # zlib: the converter reads gzipped 10x Matrix Market files (converter/tenx.c)
 ZLIB_LIBS  := $(shell pkg-config --libs zlib 2>/dev/null || echo -lz)
+CURL_CFLAGS:= $(shell pkg-config --cflags libcurl 2>/dev/null)
+CURL_LIBS  := $(shell pkg-config --libs libcurl 2>/dev/null)
 
 WARN     := -Wall -Wextra -Werror
 CFLAGS   ?= -O2 -g
 ALLCFLAGS = $(CFLAGS) $(WARN) -std=c11 -D_GNU_SOURCE -fPIC -pthread -MMD -MP \
-            -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen $(PKG_CFLAGS)
+            -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen $(PKG_CFLAGS) $(CURL_CFLAGS)
 SANFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDLIBS_CORE := $(ZSTD_LIBS) -lpthread -lm
 
@@ -98,13 +100,13 @@ $(LIBCORE_SAN): $(CORE_SOBJ)
 
 # --- products ------------------------------------------------------------
 $(EXTENSION): $(EXT_OBJ) $(LIBCORE) ext/deltacells.map
-	$(CC) -shared -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_OBJ) $(LIBCORE) $(LDLIBS_CORE)
+	$(CC) -shared -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_OBJ) $(LIBCORE) $(CURL_LIBS) $(LDLIBS_CORE)
 $(CONVERTER): $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE)
-	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+	$(CC) -o $@ $(CONV_OBJ) $(EXT_COBJ) $(LIBCORE) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(CURL_LIBS) $(LDLIBS_CORE)
 $(EXTENSION_SAN): $(EXT_SOBJ) $(LIBCORE_SAN) ext/deltacells.map
-	$(CC) -shared $(SANFLAGS) -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(LDLIBS_CORE)
+	$(CC) -shared $(SANFLAGS) -Wl,--version-script=ext/deltacells.map -o $@ $(EXT_SOBJ) $(LIBCORE_SAN) $(CURL_LIBS) $(LDLIBS_CORE)
 $(CONVERTER_SAN): $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN)
-	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(CURL_LIBS) $(LDLIBS_CORE)
 $(BUILD)/bench_%: bench/bench_%.c $(LIBCORE)
 	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
 # reads datasets through SQLite (and nothing of the core library)
@@ -130,7 +132,8 @@ FUZZ_SQL_DB := $(BUILD)/fuzz/fuzz_sql.dcdb
 $(BUILD)/fuzz/fuzz_sql: tests/fuzz/fuzz_sql.c $(CORE_SRC) $(EXT_SRC) $(BUILD)/gen/dc_modules.h
 	@mkdir -p $(dir $@)
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -DSQLITE_CORE -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen \
-	  $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) $(LDLIBS_CORE)
+	  $(PKG_CFLAGS) $(CURL_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) \
+	  $(CURL_LIBS) $(LDLIBS_CORE)
 $(FUZZ_SQL_DB): $(CONVERTER) scripts/gen_h5ad.py
 	@mkdir -p $(dir $@)
 	$(PYTHON) scripts/gen_h5ad.py --cells 300 --genes 200 --seed 5 -o $(BUILD)/fuzz/fuzz_sql.h5ad

@@ -8,11 +8,10 @@
 ** goes.  So eviction never frees a chunk that a running query still reads.
 **
 ** Entries are keyed by (namespace, tile, chunk).  A namespace names one tile
-** index: for a sealed dataset a digest of the dataset id and every tiles_data
-** row, shared by every reader of the connection that loads the same index
-** (dc_batch, expression, expression_long, any schema); for an unsealed one a
-** fresh counter value per load (dc_conn_namespace).  When a file changes, its
-** readers load a new index under a new namespace and old entries age out.
+** index, i.e. one schema of the connection at one data version (reader.c
+** loads it once and every table of that schema shares it: dc_batch,
+** expression, expression_long, dc_aggregate*, tiles).  When the data changes,
+** the index is loaded again under a new namespace and old entries age out.
 **
 ** Eviction is least-recently-used under a byte budget (dc_config cache_mb).
 ** All functions lock the cache's mutex; none calls SQLite.

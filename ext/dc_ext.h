@@ -94,4 +94,10 @@ void dc_conn_unref(void *conn);
 ** empty) and idxNum; sqlite3_str s is consumed.  SQLITE_NOMEM on failure. */
 int dc_plan_finish(sqlite3_index_info *info, sqlite3_str *s, int idx_num);
 
+/* The remote-file VFS "dchttp" (ext/vfs_http.c): registered once per process
+** by the entry point, with dc_vfs_stats() and dc_vfs_error() on db.
+** dc_vfs_last_error: this thread's last reason for a failed remote read ("" if none). */
+int dc_register_vfs(sqlite3 *db);
+const char *dc_vfs_last_error(void);
+
 #endif

@@ -288,6 +288,10 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
   }
 #include "dc_modules.h"
 #undef DC_MODULE
+  if (rc == SQLITE_OK) {
+    rc = dc_register_vfs(db);
+    if (rc != SQLITE_OK && pzErrMsg) *pzErrMsg = sqlite3_mprintf("deltacells: registering the dchttp VFS failed: %s", sqlite3_errstr(rc));
+  }
   dc_conn_unref(conn);
   return rc;
 }

@@ -21,7 +21,6 @@
 #include "dc_reader.h"
 #include "dc_format.h"
 #include "dc_seal.h"
-#include <xxhash.h>
 
 #define HEAD_PROBE 4096
 #define MAX_PREFIX ((uint64_t)1 << 30)
@@ -32,6 +31,12 @@ static void set_err(char **pzErr, const char *fmt, ...) {
   char *m = sqlite3_vmprintf(fmt, ap);
   va_end(ap);
   if (pzErr) { sqlite3_free(*pzErr); *pzErr = m; } else sqlite3_free(m);
+}
+
+/* the remote VFS's reason for an I/O error (ext/vfs_http.c), or "" */
+static const char *io_detail(int rc) {
+  const char *d = (rc & 0xff) == SQLITE_IOERR || (rc & 0xff) == SQLITE_CANTOPEN ? dc_vfs_last_error() : "";
+  return d && *d ? d : "";
 }
 
 /* ------------------------------------------------------ the shared index
@@ -281,30 +286,12 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
   return rc;
 }
 
-/* The cache namespace of the tile index just loaded.  A sealed dataset (format version 3)
-** binds every tile's blob to its tiles_data row and to the dataset's id (dc_seal.h), so an
-** index with the same id and the same rows names the same decoded chunks: its namespace is a
-** digest of them, and every reader of the connection that loads that index (dc_batch,
-** expression, expression_long, on any schema the same file is attached as) shares the cached
-** chunks.  Any change of a tile changes the digest, so stale chunks are never found.  The
-** digest has its top bit set; unsealed datasets take a fresh counter value (top bit clear)
-** at every load, as every reader did before. */
-static uint64_t index_namespace(const dc_reader *r) {
-  if (!r->sealed) return dc_conn_namespace(r->conn);
-  XXH64_state_t *st = XXH64_createState();
-  if (!st) return dc_conn_namespace(r->conn);
-  XXH64_reset(st, 0x64636e73ull);
-  int64_t head[4] = {(int64_t)r->dataset_id, (int64_t)r->n_tiles, r->n_cells, r->n_genes};
-  XXH64_update(st, head, sizeof head);
-  for (uint32_t i = 0; i < r->n_tiles; i++) {
-    const dc_tileinfo *t = &r->tiles[i];
-    int64_t row[5] = {t->first_cell, (int64_t)t->n_cells, (int64_t)t->nnz, (int64_t)t->chunks, t->seal};
-    XXH64_update(st, row, sizeof row);
-  }
-  uint64_t h = XXH64_digest(st);
-  XXH64_freeState(st);
-  return h | (1ull << 63);
-}
+/* The cache namespace of the tile index just loaded: a fresh one per load.  Every reader of
+** the schema shares the index (and so its namespace) until the data changes; a reload never
+** finds a chunk of the old data.  (A digest of the tiles_data rows would let two schemas of
+** the same file share chunks too, but the checksums are no longer read at load: without them
+** equal rows do not prove equal tiles.) */
+static uint64_t index_namespace(const dc_reader *r) { return dc_conn_namespace(r->conn); }
 
 static int load_index(dc_reader *r, char **pzErr) {
   int64_t version = 0, n_cells = 0, n_genes = 0, n_tiles = 0;
@@ -332,8 +319,10 @@ static int load_index(dc_reader *r, char **pzErr) {
   memset(r->heads, 0, (uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
 
   sqlite3_stmt *st = NULL;
-  char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks%s FROM \"%w\".tiles_data ORDER BY tile",
-                              r->sealed ? ", checksum" : "", r->schema);
+  /* not the checksum: it follows the data blob in the row, and reading it walks every page of
+  ** every tile (a remote dataset would fetch them all); dc_reader_head reads it per tile */
+  char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks FROM \"%w\".tiles_data ORDER BY tile",
+                              r->schema);
   if (!sql) return SQLITE_NOMEM;
   rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
@@ -363,14 +352,6 @@ static int load_index(dc_reader *r, char **pzErr) {
     r->tiles[i].nnz = (uint64_t)nnz;
     r->tiles[i].chunks = (uint32_t)ch;
     r->tiles[i].seal = 0;
-    if (r->sealed) {
-      if (sqlite3_column_type(st, 5) != SQLITE_INTEGER) {
-        set_err(pzErr, "%s: tiles_data row of tile %lld has no checksum (an integer)", r->what, (long long)tile);
-        sqlite3_finalize(st);
-        return SQLITE_CORRUPT_VTAB;
-      }
-      r->tiles[i].seal = sqlite3_column_int64(st, 5);
-    }
     next_cell += nc;
     i++;
   }
@@ -438,7 +419,8 @@ static int blob_at(dc_reader *r, uint32_t tile, char **pzErr) {
     if (rc != SQLITE_OK) { sqlite3_blob_close(r->blob); r->blob = NULL; }
   }
   if (rc != SQLITE_OK) {
-    set_err(pzErr, "%s: cannot read tile %u: %s", r->what, tile, sqlite3_errmsg(r->db));
+    const char *d = io_detail(rc);
+    set_err(pzErr, "%s: cannot read tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
     return rc == SQLITE_ERROR ? SQLITE_CORRUPT_VTAB : rc;
   }
   r->blob_row = tile;
@@ -448,8 +430,9 @@ static int blob_at(dc_reader *r, uint32_t tile, char **pzErr) {
 static int blob_read(dc_reader *r, uint32_t tile, void *buf, uint64_t n, uint64_t off, char **pzErr) {
   int rc = sqlite3_blob_read(r->blob, buf, (int)n, (int)off);
   if (rc != SQLITE_OK) {
-    set_err(pzErr, "%s: reading tile %u (%llu bytes at %llu): %s", r->what, tile, (unsigned long long)n,
-            (unsigned long long)off, sqlite3_errmsg(r->db));
+    const char *d = io_detail(rc);
+    set_err(pzErr, "%s: reading tile %u (%llu bytes at %llu): %s%s%s", r->what, tile, (unsigned long long)n,
+            (unsigned long long)off, sqlite3_errmsg(r->db), *d ? ": " : "", d);
     return rc;
   }
   return SQLITE_OK;
@@ -462,6 +445,33 @@ uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell) {
     if (h->hdr.chunk[mid].first_cell <= cell) lo = mid; else hi = mid;
   }
   return lo;
+}
+
+/* tiles_data.checksum of one tile (read when its head is, not by the load) */
+static int tile_checksum(dc_reader *r, uint32_t tile, int64_t *out, char **pzErr) {
+  sqlite3_stmt *st = NULL;
+  char *sql = sqlite3_mprintf("SELECT checksum FROM \"%w\".tiles_data WHERE tile = ?1", r->schema);
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
+  sqlite3_free(sql);
+  if (rc == SQLITE_OK) {
+    sqlite3_bind_int64(st, 1, tile);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
+      *out = sqlite3_column_int64(st, 0);
+      sqlite3_finalize(st);
+      return SQLITE_OK;
+    }
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+      sqlite3_finalize(st);
+      set_err(pzErr, "%s: tiles_data row of tile %u has no checksum (an integer)", r->what, tile);
+      return SQLITE_CORRUPT_VTAB;
+    }
+  }
+  const char *d = io_detail(rc);
+  set_err(pzErr, "%s: reading the checksum of tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
+  sqlite3_finalize(st);
+  return rc;
 }
 
 int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **pzErr) {
@@ -510,10 +520,11 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
     goto fail;
   }
   if (r->sealed) {
-    int64_t seal = 0;
+    int64_t seal = 0, want = 0;
+    if ((rc = tile_checksum(r, tile, &want, pzErr)) != SQLITE_OK) goto fail;
     if (dc_seal_tile(r->dataset_id, tile, ti->first_cell, ti->n_cells, (int64_t)ti->nnz, ti->chunks, len, buf,
                      (size_t)h->hdr.hdr_len, &seal)) { rc = SQLITE_NOMEM; goto fail; }
-    if (seal != ti->seal) {
+    if (seal != want) {
       set_err(pzErr, "%s: tile %u: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %llu nonzeros) "
               "were not written together for tile %u of this dataset (moved, swapped, copied or edited)", r->what, tile,
               (long long)ti->first_cell, (long long)(ti->first_cell + ti->n_cells - 1), (unsigned long long)ti->nnz, tile);

@@ -113,6 +113,8 @@ typedef struct bstat {
   uint8_t *present;
   int present_len;
   int64_t seal;   /* the row's checksum (format version 3) */
+  int seal_read;  /* seal loaded (read with the block, not by cells_load: the checksum
+                  ** column follows the data blob, so reading it walks the blob's pages) */
   int verified;   /* seal checked against the blob's header */
 } bstat;
 
@@ -592,8 +594,10 @@ static int cells_load(cells_vtab *p) {
       goto done;
     }
   }
-  sql = sqlite3_mprintf("SELECT id, col, block, first_cell, n_cells, null_count, min, max, present%s "
-                        "FROM \"%w\".\"%w_blocks\" ORDER BY col, block", p->sealed ? ", checksum" : "", p->zDb, p->zName);
+  /* not the checksum: it follows the data blob in the row, and reading it would read every
+  ** column's data (a remote dataset would fetch all of them); block_seal_check reads it */
+  sql = sqlite3_mprintf("SELECT id, col, block, first_cell, n_cells, null_count, min, max, present "
+                        "FROM \"%w\".\"%w_blocks\" ORDER BY col, block", p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
   if (rc) { rc = set_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
@@ -669,14 +673,6 @@ static int cells_load(cells_vtab *p) {
       rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: a present bitmap where none belongs "
                    "(only a category block with values has one)", cname, (long long)blk);
       goto done;
-    }
-    if (p->sealed) {
-      if (sqlite3_column_type(st, 9) != SQLITE_INTEGER) {
-        rc = set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: no checksum (an integer)", cname,
-                     (long long)blk);
-        goto done;
-      }
-      s->seal = sqlite3_column_int64(st, 9);
     }
     b++;
   }
@@ -1360,6 +1356,33 @@ static int block_seal_check(cells_vtab *p, int k, int64_t b, const uint8_t *head
   bstat *bs = &p->bs[(int64_t)k * p->n_blocks + b];
   if (!p->sealed || bs->verified) return SQLITE_OK;
   const ocol *oc = &p->oc[k];
+  if (!bs->seal_read) {
+    sqlite3_stmt *st = NULL;
+    char *q = sqlite3_mprintf("SELECT checksum FROM \"%w\".\"%w_blocks\" WHERE id = ?1", p->zDb, p->zName);
+    if (!q) return SQLITE_NOMEM;
+    int rc = sqlite3_prepare_v2(p->db, q, -1, &st, NULL);
+    sqlite3_free(q);
+    if (rc == SQLITE_OK) {
+      sqlite3_bind_int64(st, 1, (int64_t)((uint64_t)oc->col << 32 | (uint64_t)b));
+      rc = sqlite3_step(st);
+      if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER) {
+        bs->seal = sqlite3_column_int64(st, 0);
+        bs->seal_read = 1;
+        rc = SQLITE_OK;
+      } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+        sqlite3_finalize(st);
+        return set_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: no checksum (an integer)",
+                       oc->name, (long long)b);
+      }
+    }
+    if (rc != SQLITE_OK) {
+      rc = set_err(&p->base, rc, "cells: column '%s' block %lld: reading its checksum: %s", oc->name, (long long)b,
+                   sqlite3_errmsg(p->db));
+      sqlite3_finalize(st);
+      return rc;
+    }
+    sqlite3_finalize(st);
+  }
   dc_blockplace pl = {"cells", oc->col, oc->name, oc->kind, oc->kind == DC_OBS_CATEGORY ? (int64_t)oc->n_categories : -1,
                       b, p->blk_first[b], p->blk_first[b + 1] - p->blk_first[b], bs->null_count};
   dc_sealval v[3];

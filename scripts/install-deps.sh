@@ -2,7 +2,7 @@
 # Installs the Debian packages deltacells needs, only those that are missing.
 #   scripts/install-deps.sh [EXTRA ...]   also the packages named (make coverage: gcovr)
 set -e
-PKGS="gcc make clang pkg-config sqlite3 libsqlite3-dev libzstd-dev libxxhash-dev libhdf5-dev zlib1g-dev
+PKGS="gcc make clang pkg-config sqlite3 libsqlite3-dev libzstd-dev libxxhash-dev libhdf5-dev zlib1g-dev libcurl4-openssl-dev nginx-light
 python3 python3-numpy python3-scipy python3-h5py python3-anndata python3-pandas
 python3-torch python3-pytest python3-pip python3-setuptools
 python3-matplotlib python3-zarr python3-zstandard locales $*"

@@ -14,7 +14,7 @@ GroupBatchSampler, CellBatch, CSRBatch, collate, transforms, train_val_split) im
 on first use.
 """
 from ._connect import (NO_LOADING_MESSAGE, ExtensionNotFoundError, connect, find_extension,
-                       load_extension)
+                       load_extension, vfs_error, vfs_stats)
 
 __version__ = "0.1.0"
 
@@ -37,7 +37,7 @@ _LAZY = {"to_anndata": "anndata_io", "aggregate": "_aggregate", "CellDataset": "
          "CSRBatch": "_convert", "Categories": "_core", "train_val_split": "split",
          "Split": "split", "transforms": None}
 
-__all__ = ["connect", "find_extension", "load_extension", "ExtensionNotFoundError", "tune_malloc",
+__all__ = ["connect", "find_extension", "load_extension", "vfs_stats", "vfs_error", "ExtensionNotFoundError", "tune_malloc",
            "NO_LOADING_MESSAGE"] + list(_LAZY)
 
 

@@ -10,6 +10,7 @@ import threading
 import numpy as np
 
 from . import _forksafe
+from ._connect import is_remote as _is_remote
 from ._core import Catalogue, with_connection
 
 # One connection per (process, thread, dataset file), kept between calls: dc_aggregate keeps its
@@ -23,13 +24,15 @@ _PER_THREAD = 4
 
 
 def _stamp(path):
+    if _is_remote(path):
+        return None          # the dchttp VFS refuses a changed remote file itself
     st = os.stat(path)
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _connection(path):
     """(connection, Catalogue, gene names) for path, cached per process and thread."""
-    real = os.path.realpath(os.fspath(path))
+    real = path if _is_remote(path) else os.path.realpath(os.fspath(path))
     key = (_forksafe.pid(), threading.get_ident(), real)
     stamp = _stamp(real)
     with _cache_lock:

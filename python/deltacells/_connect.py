@@ -11,6 +11,13 @@ The extension (``deltacells.so``) is looked for, in order:
 It is loaded with ``SELECT load_extension(path, 'sqlite3_deltacells_init')``, so
 the library's file name does not matter.  Extension loading is switched off
 again right after, so SQL run on the connection cannot load other libraries.
+
+Remote datasets: ``connect("https://host/atlas.dcdb")`` (also ``http://`` and
+``s3://bucket/key``) opens the file through the extension's read-only ``dchttp``
+VFS (HTTP range reads, see docs/guide.md "Remote datasets");
+``remote={"cache_dir": ..., "latency_ms": 50, "mbps": 150, ...}`` passes its URI
+parameters, and with a local path it opens the file through the same VFS (a
+throttled local file, to emulate an object store).
 """
 import os
 import sqlite3
@@ -74,16 +81,154 @@ def load_extension(con, path=None):
     return con
 
 
-def connect(path, *, readonly=True, check_same_thread=True, extension=None, timeout=30.0):
+REMOTE_SCHEMES = ("http://", "https://", "s3://")
+VFS_PARAMS = ("block_kb", "readahead_kb", "mem_blocks", "shared", "cache_dir", "cache_mb", "retries", "timeout_ms",
+              "latency_ms", "mbps")
+
+
+def is_remote(path):
+    """True for an http://, https:// or s3:// name."""
+    return isinstance(path, str) and path[:8].lower().startswith(REMOTE_SCHEMES)
+
+
+def _ensure_vfs(ext):
+    """Register the dchttp VFS (once per process: it stays registered, and the library
+    stays loaded, after this connection closes)."""
+    if "dchttp" in _registered:
+        return
+    con = sqlite3.connect(":memory:")
+    try:
+        load_extension(con, ext)
+    finally:
+        con.close()
+    _registered.add("dchttp")
+
+
+_registered = set()
+
+
+def vfs_error(ext=None):
+    """The dchttp VFS's last reason for a failed remote open or read on this thread ("" if none)."""
+    con = sqlite3.connect(":memory:")
+    try:
+        load_extension(con, ext)
+        return con.execute("SELECT dc_vfs_error()").fetchone()[0] or ""
+    finally:
+        con.close()
+
+
+def vfs_stats(con):
+    """The dchttp VFS's process-wide counters (requests, bytes, cache hits, ...) as a dict."""
+    import json
+    return json.loads(con.execute("SELECT dc_vfs_stats()").fetchone()[0])
+
+
+def _with_vfs_detail(e, ext):
+    msg = str(e)
+    if "disk I/O error" in msg or "unable to open" in msg:
+        d = vfs_error(ext)
+        if d and d not in msg:
+            return type(e)(f"{msg}: {d}")
+    return None
+
+
+class _RemoteCursor(sqlite3.Cursor):
+    """A cursor that adds the dchttp VFS's reason (URL, HTTP status, ...) to I/O errors."""
+
+    def _wrap(self, fn, *a):
+        try:
+            return fn(*a)
+        except sqlite3.DatabaseError as e:
+            better = _with_vfs_detail(e, getattr(self.connection, "_dc_ext", None))
+            if better is None:
+                raise
+            raise better from None
+
+    def execute(self, *a):
+        return self._wrap(super().execute, *a)
+
+    def executemany(self, *a):
+        return self._wrap(super().executemany, *a)
+
+    def fetchone(self):
+        return self._wrap(super().fetchone)
+
+    def fetchmany(self, *a):
+        return self._wrap(super().fetchmany, *a)
+
+    def fetchall(self):
+        return self._wrap(super().fetchall)
+
+    def __next__(self):
+        return self._wrap(super().__next__)
+
+
+class RemoteConnection(sqlite3.Connection):
+    """The connection connect() returns for a dataset opened through dchttp: I/O errors
+    name the URL and the reason."""
+
+    def cursor(self, factory=_RemoteCursor):
+        return super().cursor(factory)
+
+    def execute(self, *a):
+        return self.cursor().execute(*a)
+
+    def executemany(self, *a):
+        return self.cursor().executemany(*a)
+
+
+def remote_uri(path, remote=None):
+    """The SQLite URI that opens path (a URL, or a local file with remote= params) through dchttp."""
+    from urllib.parse import quote, urlencode
+    params = dict(remote or {})
+    bad = sorted(set(params) - set(VFS_PARAMS))
+    if bad:
+        raise ValueError(f"unknown remote parameter(s) {bad}; known: {list(VFS_PARAMS)}")
+    name = path if is_remote(path) else str(Path(os.fspath(path)).resolve())
+    q = {"vfs": "dchttp", "mode": "ro", "immutable": "1"}
+    q.update({k: str(v) for k, v in params.items()})
+    return "file:" + quote(name, safe="/:") + "?" + urlencode(q)
+
+
+def _connect_vfs(path, remote, check_same_thread, ext, timeout):
+    _ensure_vfs(ext)
+    if not is_remote(path) and not Path(os.fspath(path)).is_file():
+        raise FileNotFoundError(f"deltacells dataset {str(path)!r} does not exist")
+    try:
+        con = sqlite3.connect(remote_uri(path, remote), uri=True, check_same_thread=check_same_thread,
+                              timeout=timeout, factory=RemoteConnection)
+    except sqlite3.Error as e:
+        d = vfs_error(ext)
+        raise type(e)(d if d and str(path) in d else f"cannot open {path}: {d or e}") from None
+    con._dc_ext = ext
+    try:
+        load_extension(con, ext)
+        _check_dataset(con, path)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def connect(path, *, readonly=True, check_same_thread=True, extension=None, timeout=30.0, remote=None):
     """Open a deltacells dataset (a ``.dcdb`` file) and return a ``sqlite3.Connection``
     with the extension loaded, so ``cells``, ``genes``, ``tiles`` and ``dc_batch`` work.
 
+    path: a file, or a URL (``https://``, ``http://``, ``s3://bucket/key``) read with
+    HTTP range requests through the extension's read-only ``dchttp`` VFS.
     readonly: open with ``mode=ro`` (default); the dataset file must exist.
     extension: the library's path (default: see the module docstring).
+    remote: URI parameters of the dchttp VFS (block_kb, readahead_kb, mem_blocks, cache_dir, cache_mb,
+    retries, timeout_ms, latency_ms, mbps); with a local path, opens it through dchttp
+    (read-only; latency_ms and mbps throttle it like an object store).
     """
     if not hasattr(sqlite3.Connection, "enable_load_extension"):
         raise RuntimeError(NO_LOADING_MESSAGE)
     ext = extension or find_extension()
+    if is_remote(path) or remote is not None:
+        if not readonly:
+            raise ValueError(f"{path}: a dataset read through dchttp is read-only (readonly=False given)")
+        return _connect_vfs(path, remote, check_same_thread, ext, timeout)
     p = Path(os.fspath(path))
     if readonly or not p.exists():
         if not p.is_file():

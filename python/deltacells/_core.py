@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from ._connect import connect, find_extension
+from ._connect import RemoteConnection, connect, find_extension
 
 OUTPUTS = ("csr", "csr_parts", "dense", "scipy")
 _RESERVED = ("X", "cell_id")
@@ -104,8 +104,11 @@ class Catalogue:
         meta = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
         self.n_cells = int(meta["n_cells"])
         self.n_genes = int(meta["n_genes"])
+        # The tiles table checks each tile's header and seal, which reads every tile; over a
+        # remote connection read its shadow table (dc_batch checks each tile it reads anyway)
+        src = "tiles_data" if isinstance(con, RemoteConnection) else "tiles"
         rows = con.execute(
-            "SELECT tile, first_cell, n_cells, nnz FROM tiles ORDER BY tile").fetchall()
+            f"SELECT tile, first_cell, n_cells, nnz FROM {src} ORDER BY tile").fetchall()
         t = np.array(rows, dtype=np.int64).reshape(-1, 4)
         self.tile_id, self.tile_first, self.tile_n, self.tile_nnz = (t[:, i].copy() for i in range(4))
         if len(t) and not np.array_equal(self.tile_id, np.arange(len(t))):

@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""A remote dataset behind an emulated object store: deltacells.CellDataset over HTTP range reads
+(nginx on 127.0.0.1) through the dchttp VFS's throttle (a fixed latency per request, a bandwidth
+per connection), against the raw-read ceiling measured in the same run.
+
+    PYTHONPATH=python /usr/bin/python3 bench/bench_remote.py --bandwidth-mbps 150 --latency-ms 50 \\
+        --prefetch-tiles 0,2 [--workers 2] [--batch-size 5000] [--cells 100000] [--genes 61497]
+        [--block-kb 1024] [--dataset FILE.dcdb] [--json]
+
+Data: as bench_pipeline.py (scripts/gen_h5ad.py + build/deltacells, cached in build/bench-data/),
+or --dataset. nginx serves a copy from a temporary directory; it is stopped at the end.
+
+Per --prefetch-tiles value, one epoch (shuffled, batch_size) through a DataLoader with
+--workers workers (0: the main process), each reader with its own connection, so there are
+max(workers, 1) connections, each throttled:
+  cells/s      cells delivered / wall time of the epoch (from constructing the loader)
+  MB/s         tile bytes of the dataset / wall time (what the loader pulled through the store)
+  first_s      time to first batch
+  of_ceiling   MB/s / the ceiling's MB/s
+Each configuration also runs on the local file (no VFS, no throttle): the loader's CPU-bound
+rate in the same run; where it is below the store's ceiling, decoding, not the store, limits.
+The ceiling (same run, same throttle, same concurrency): max(workers, 1) processes, each with
+its own connection, read their share of the tiles' blobs (contiguous tiles, as the loader's
+workers split them) through the same VFS and throttle, no decoding.  Target: >= 85%.
+mbps is MB/s (10^6 bytes/s) per connection.
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+
+def _ints(s):
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def _raw_reader(url, tiles, remote, out):
+    import deltacells
+    con = deltacells.connect(url, remote=remote)
+    t = time.perf_counter()
+    n = 0
+    for lo, hi in tiles:
+        for (b,) in con.execute("SELECT data FROM tiles_data WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
+                                (lo, hi)):
+            n += len(b)
+    out.put((time.perf_counter() - t, n))
+    con.close()
+
+
+def ceiling(url, n_tiles, conns, remote):
+    """max(workers,1) processes, contiguous tile ranges, raw blob reads: (seconds, bytes)."""
+    per = -(-n_tiles // conns)
+    ctx = mp.get_context("spawn")     # fresh processes: nothing cached in memory
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_raw_reader, args=(url, [(i * per, min(n_tiles, (i + 1) * per) - 1)], remote, q))
+          for i in range(conns) if i * per < n_tiles]
+    t = time.perf_counter()
+    for p in ps:
+        p.start()
+    res = [q.get(timeout=1800) for _ in ps]
+    wall = time.perf_counter() - t
+    for p in ps:
+        p.join(timeout=60)
+    return wall, sum(r[1] for r in res), max(r[0] for r in res)
+
+
+def _epoch_child(args, q):
+    q.put(_epoch(*args))
+
+
+def epoch(*args):
+    """One epoch in a fresh (spawned) process: no block is in memory from an earlier run."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_epoch_child, args=(args, q))
+    p.start()
+    r = q.get(timeout=1800)
+    p.join(timeout=60)
+    return r
+
+
+def _epoch(url, workers, prefetch, batch_size):
+    import torch
+    import deltacells
+    from torch.utils.data import DataLoader
+    t = time.perf_counter()
+    ds = deltacells.CellDataset(url, batch_size=batch_size, shuffle=True, seed=0, prefetch_tiles=prefetch)
+    loader = DataLoader(ds, batch_size=None, num_workers=workers, timeout=1800 if workers else 0)
+    first = None
+    cells = 0
+    for b in loader:
+        if first is None:
+            first = time.perf_counter() - t
+        cells += len(b["cell_id"])
+        x = b["X"]
+        x.values().numel() if x.layout != torch.strided else x.numel()
+    return time.perf_counter() - t, cells, first
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bandwidth-mbps", type=float, default=150)
+    ap.add_argument("--latency-ms", type=float, default=50)
+    ap.add_argument("--prefetch-tiles", default="0,2")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=5000)
+    ap.add_argument("--cells", type=int, default=100000)
+    ap.add_argument("--genes", type=int, default=61497)
+    ap.add_argument("--block-kb", type=int, default=1024)
+    ap.add_argument("--dataset")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if a.dataset:
+        db = a.dataset
+    else:
+        from bench_pipeline import ensure_data
+        db = ensure_data(a.cells, a.genes)[1]
+    from _remote_util import Nginx
+    import sqlite3
+    loc = sqlite3.connect(db)
+    n_tiles = loc.execute("SELECT count(*) FROM tiles_data").fetchone()[0]
+    tile_bytes = loc.execute("SELECT sum(length(data)) FROM tiles_data").fetchone()[0]
+    n_cells = None
+    loc.close()
+    tmp = tempfile.mkdtemp(prefix="bench_remote_")
+    try:
+        www = os.path.join(tmp, "www")
+        os.makedirs(www)
+        os.link(db, os.path.join(www, "d.dcdb")) if os.stat(db).st_dev == os.stat(tmp).st_dev \
+            else shutil.copy(db, os.path.join(www, "d.dcdb"))
+        ng = Nginx(www, os.path.join(tmp, "nginx"))
+        try:
+            url = ng.url("d.dcdb")
+            # the throttle and block size reach every connection (forked workers too) through the
+            # environment the VFS reads at open
+            os.environ["DC_THROTTLE_LATENCY_MS"] = str(a.latency_ms)
+            os.environ["DC_THROTTLE_MBPS"] = str(a.bandwidth_mbps)
+            os.environ["DC_HTTP_BLOCK_KB"] = str(a.block_kb)
+            conns = max(a.workers, 1)
+            wall, nbytes, _ = ceiling(url, n_tiles, conns, None)
+            assert nbytes == tile_bytes, (nbytes, tile_bytes)
+            ceil_mbs = nbytes / wall / 1e6
+            rows = []
+            for pf in _ints(a.prefetch_tiles):
+                for where, src in (("remote", url), ("local", db)):
+                    dt, cells, first = epoch(src, a.workers, pf, a.batch_size)
+                    n_cells = cells
+                    mbs = tile_bytes / dt / 1e6
+                    rows.append({"source": where, "prefetch_tiles": pf, "workers": a.workers,
+                                 "cells_per_s": cells / dt, "MB_per_s": mbs, "first_s": first,
+                                 "of_ceiling": mbs / ceil_mbs, "epoch_s": dt})
+        finally:
+            ng.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    res = {"dataset": db, "cells": n_cells, "tiles": n_tiles, "tile_MB": tile_bytes / 1e6,
+           "latency_ms": a.latency_ms, "bandwidth_MBps_per_connection": a.bandwidth_mbps,
+           "block_kb": a.block_kb, "connections": max(a.workers, 1),
+           "ceiling": {"MB_per_s": ceil_mbs, "s": wall, "cells_per_s_equiv": (n_cells or 0) * ceil_mbs * 1e6 /
+                       tile_bytes},
+           "runs": rows}
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return res
+    print(f"dataset {db}: {n_cells} cells, {n_tiles} tiles, {tile_bytes / 1e6:.1f} MB of tiles")
+    print(f"store: {a.latency_ms:g} ms per request, {a.bandwidth_mbps:g} MB/s per connection, "
+          f"{max(a.workers, 1)} connections, {a.block_kb} KiB blocks")
+    print(f"raw-read ceiling: {ceil_mbs:.1f} MB/s ({wall:.2f} s for the tiles)")
+    for r in rows:
+        print(f"{r['source']:6s} prefetch_tiles={r['prefetch_tiles']}: {r['cells_per_s']:.0f} cells/s, "
+              f"{r['MB_per_s']:.1f} MB/s = {100 * r['of_ceiling']:.0f}% of the ceiling, "
+              f"first batch {r['first_s']:.2f} s, epoch {r['epoch_s']:.1f} s")
+    print("(local: the same loader on the local file, no store: the CPU's own limit in this run)")
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,103 @@
+/*
+** dc_remote.h — the pure logic of the remote-file VFS (ext/vfs_http.c): block
+** range math, the retry policy, the throttle, the response validators, the
+** in-memory block cache, the on-disk cache's names and eviction plan, and the
+** s3:// URL mapping.  No SQLite, no libcurl, no I/O: unit-tested in
+** tests/c/test_remote.c.
+*/
+#ifndef DC_REMOTE_H
+#define DC_REMOTE_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* --- block range math ---------------------------------------------------
+** The file is cut into aligned blocks of bsize bytes; the last may be shorter.
+** dc_blocks_for: the blocks [*first, *last] a read of len bytes at off touches,
+** clipped to the file; returns 0 when nothing of the range lies in the file. */
+int dc_blocks_for(int64_t off, int64_t len, int64_t bsize, int64_t fsize, int64_t *first, int64_t *last);
+/* bytes of block idx (0 past the end) */
+int64_t dc_block_len(int64_t idx, int64_t bsize, int64_t fsize);
+
+/* Sequential read-ahead: after `run` misses of consecutive blocks, the next fetch takes
+** 2^run blocks, at most max_blocks (at least 1). */
+int64_t dc_readahead_blocks(int run, int64_t max_blocks);
+
+/* --- retry policy --------------------------------------------------------
+** transport: 1 when the transfer failed in a way worth retrying (timeout,
+** reset, refused connection, short body), 0 otherwise; status: the HTTP status
+** (0 when none came).  Returns 1 to retry: transport faults, 408, 429, 5xx. */
+int dc_retryable(int transport, long status);
+/* the pause before retry number attempt (1, 2, ...): base_ms * 2^(attempt-1),
+** at most max_ms */
+int64_t dc_backoff_ms(int attempt, int64_t base_ms, int64_t max_ms);
+
+/* --- throttle --------------------------------------------------------------
+** Emulates a store with a fixed latency per request and a bandwidth per
+** connection: a request of n bytes takes latency + n / bandwidth.  Returns the
+** seconds still to wait after a request that really took elapsed_s. */
+typedef struct {
+  double latency_s;       /* per request */
+  double bytes_per_s;     /* 0: unlimited */
+} dc_throttle;
+double dc_throttle_wait(const dc_throttle *t, int64_t bytes, double elapsed_s);
+
+/* --- validators: what identifies one version of the remote file ------------ */
+typedef struct {
+  char etag[160];
+  char last_modified[64];
+  int64_t size;           /* -1: unknown */
+} dc_validator;
+/* 0 when resp is the same version as at_open (fields absent in resp are not
+** compared); otherwise 1 with the difference written into why */
+int dc_validator_differs(const dc_validator *at_open, const dc_validator *resp, char *why, size_t why_n);
+/* "bytes START-END/TOTAL" -> 1, or 0 when malformed (TOTAL "*" gives -1) */
+int dc_parse_content_range(const char *v, int64_t *start, int64_t *end, int64_t *total);
+/* copy a header value (after "Name:") into out, trimmed of blanks and CR/LF */
+void dc_header_value(const char *v, size_t n, char *out, size_t out_n);
+
+/* --- in-memory cache of blocks (LRU, a fixed number of slots) --------------- */
+typedef struct dc_blockcache dc_blockcache;
+dc_blockcache *dc_blockcache_new(int slots, int64_t bsize);
+void dc_blockcache_free(dc_blockcache *c);
+/* the block's bytes (and its length in *len), or NULL when not held */
+const uint8_t *dc_blockcache_get(dc_blockcache *c, int64_t idx, int64_t *len);
+/* a buffer of bsize bytes for block idx, taking the least recently used slot;
+** the block is held once dc_blockcache_commit(c, idx, len) is called */
+uint8_t *dc_blockcache_slot(dc_blockcache *c, int64_t idx);
+void dc_blockcache_commit(dc_blockcache *c, int64_t idx, int64_t len);
+void dc_blockcache_clear(dc_blockcache *c);
+
+/* --- a cache of blocks shared by the open files of a process (keyed by file version and
+** block), a fixed number of slots of at most cap bytes; no locking here (the VFS holds a
+** mutex around every call) */
+typedef struct dc_sharedcache dc_sharedcache;
+dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap);
+void dc_sharedcache_free(dc_sharedcache *c);
+/* copies block (key, idx) into out (len bytes expected); 1 when held */
+int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *out, int64_t len);
+/* stores a copy (a block over cap is not kept), evicting the least recently used */
+void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len);
+
+/* --- on-disk cache ------------------------------------------------------------ */
+/* a 64-bit key of one version of one file: URL, ETag, Last-Modified, size */
+uint64_t dc_cache_key(const char *url, const dc_validator *v);
+/* the file name of a block: "dc-KEY-BSIZEk-IDX.blk" */
+void dc_cache_name(char *out, size_t n, uint64_t key, int64_t bsize, int64_t idx);
+typedef struct {
+  int64_t size;
+  int64_t mtime_ns;
+  int idx;                /* the caller's index of the file */
+} dc_cachefile;
+/* Sorts files oldest first and returns how many of the oldest to delete so
+** that the rest plus incoming bytes fit in budget. */
+int dc_evict_plan(dc_cachefile *files, int n, int64_t budget, int64_t incoming);
+
+/* --- s3:// ---------------------------------------------------------------------
+** "s3://bucket/key" -> an https URL: with endpoint (e.g. "http://127.0.0.1:9000"),
+** path style ENDPOINT/bucket/key; without, https://bucket.s3.REGION.amazonaws.com/key.
+** Returns 0 and writes why when the name is not of that form. */
+int dc_s3_url(const char *s3, const char *endpoint, const char *region, char *out, size_t n, char *why,
+              size_t why_n);
+/* 1 for http://, https://, s3:// names */
+int dc_is_remote_name(const char *name);
+#endif

@@ -1,0 +1,285 @@
+/*
+** remote_logic.c — pure logic of the remote-file VFS (see dc_remote.h).
+** No SQLite, no libcurl, no I/O.
+*/
+#include "dc_remote.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int dc_blocks_for(int64_t off, int64_t len, int64_t bsize, int64_t fsize, int64_t *first, int64_t *last) {
+  if (off < 0 || len <= 0 || bsize <= 0 || off >= fsize) return 0;
+  int64_t end = off + len;                 /* exclusive */
+  if (end > fsize || end < off) end = fsize;
+  *first = off / bsize;
+  *last = (end - 1) / bsize;
+  return 1;
+}
+
+int64_t dc_block_len(int64_t idx, int64_t bsize, int64_t fsize) {
+  if (idx < 0 || bsize <= 0) return 0;
+  int64_t start = idx * bsize;
+  if (start >= fsize) return 0;
+  return fsize - start < bsize ? fsize - start : bsize;
+}
+
+int64_t dc_readahead_blocks(int run, int64_t max_blocks) {
+  int64_t n = 1;
+  for (int i = 0; i < run && n < max_blocks; i++) n *= 2;
+  if (n > max_blocks) n = max_blocks;
+  return n < 1 ? 1 : n;
+}
+
+int dc_retryable(int transport, long status) {
+  if (transport) return 1;
+  return status == 408 || status == 429 || (status >= 500 && status <= 599);
+}
+
+int64_t dc_backoff_ms(int attempt, int64_t base_ms, int64_t max_ms) {
+  if (attempt < 1) attempt = 1;
+  int64_t d = base_ms;
+  for (int i = 1; i < attempt && d < max_ms; i++) d *= 2;
+  return d > max_ms ? max_ms : d;
+}
+
+double dc_throttle_wait(const dc_throttle *t, int64_t bytes, double elapsed_s) {
+  double want = t->latency_s;
+  if (t->bytes_per_s > 0) want += (double)bytes / t->bytes_per_s;
+  double w = want - elapsed_s;
+  return w > 0 ? w : 0;
+}
+
+int dc_validator_differs(const dc_validator *a, const dc_validator *r, char *why, size_t n) {
+  if (r->etag[0] && strcmp(a->etag, r->etag) != 0) {
+    snprintf(why, n, "the file changed on the server (ETag %s at open, now %s)", a->etag[0] ? a->etag : "(none)",
+             r->etag);
+    return 1;
+  }
+  if (r->last_modified[0] && strcmp(a->last_modified, r->last_modified) != 0) {
+    snprintf(why, n, "the file changed on the server (Last-Modified %s at open, now %s)",
+             a->last_modified[0] ? a->last_modified : "(none)", r->last_modified);
+    return 1;
+  }
+  if (r->size >= 0 && a->size >= 0 && r->size != a->size) {
+    snprintf(why, n, "the file changed on the server (size %lld at open, now %lld)", (long long)a->size,
+             (long long)r->size);
+    return 1;
+  }
+  return 0;
+}
+
+int dc_parse_content_range(const char *v, int64_t *start, int64_t *end, int64_t *total) {
+  while (*v == ' ') v++;
+  if (strncasecmp(v, "bytes", 5) != 0) return 0;
+  v += 5;
+  while (*v == ' ') v++;
+  char *e;
+  long long s = strtoll(v, &e, 10);
+  if (e == v || *e != '-' || s < 0) return 0;
+  v = e + 1;
+  long long x = strtoll(v, &e, 10);
+  if (e == v || *e != '/' || x < s) return 0;
+  v = e + 1;
+  long long t;
+  if (*v == '*') t = -1;
+  else {
+    t = strtoll(v, &e, 10);
+    if (e == v || t <= x) return 0;
+  }
+  *start = s; *end = x; *total = t;
+  return 1;
+}
+
+void dc_header_value(const char *v, size_t n, char *out, size_t out_n) {
+  while (n && (*v == ' ' || *v == '\t')) { v++; n--; }
+  while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+  if (n >= out_n) n = out_n - 1;
+  memcpy(out, v, n);
+  out[n] = 0;
+}
+
+struct dc_blockcache {
+  int slots;
+  int64_t bsize;
+  int64_t *idx;        /* -1: empty */
+  int64_t *len;
+  uint64_t *used;      /* last use, for LRU */
+  uint64_t tick;
+  uint8_t **buf;
+  int pending;         /* the slot dc_blockcache_slot handed out, until committed (-1: none) */
+};
+
+dc_blockcache *dc_blockcache_new(int slots, int64_t bsize) {
+  if (slots < 1 || bsize < 1) return NULL;
+  dc_blockcache *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->slots = slots; c->bsize = bsize;
+  c->idx = malloc(sizeof *c->idx * (size_t)slots);
+  c->len = calloc((size_t)slots, sizeof *c->len);
+  c->used = calloc((size_t)slots, sizeof *c->used);
+  c->buf = calloc((size_t)slots, sizeof *c->buf);
+  if (!c->idx || !c->len || !c->used || !c->buf) { dc_blockcache_free(c); return NULL; }
+  for (int i = 0; i < slots; i++) c->idx[i] = -1;
+  c->pending = -1;
+  return c;
+}
+
+void dc_blockcache_free(dc_blockcache *c) {
+  if (!c) return;
+  if (c->buf) for (int i = 0; i < c->slots; i++) free(c->buf[i]);
+  free(c->buf); free(c->idx); free(c->len); free(c->used); free(c);
+}
+
+const uint8_t *dc_blockcache_get(dc_blockcache *c, int64_t idx, int64_t *len) {
+  for (int i = 0; i < c->slots; i++)
+    if (c->idx[i] == idx) { c->used[i] = ++c->tick; *len = c->len[i]; return c->buf[i]; }
+  return NULL;
+}
+
+uint8_t *dc_blockcache_slot(dc_blockcache *c, int64_t idx) {
+  int v = 0;
+  for (int i = 0; i < c->slots; i++) {
+    if (c->idx[i] == idx) { v = i; break; }
+    if (c->idx[i] < 0) { v = i; break; }
+    if (c->used[i] < c->used[v]) v = i;
+  }
+  if (!c->buf[v] && !(c->buf[v] = malloc((size_t)c->bsize))) return NULL;
+  c->idx[v] = -1;        /* not held until committed */
+  c->used[v] = ++c->tick;
+  c->pending = v;
+  return c->buf[v];
+}
+
+void dc_blockcache_commit(dc_blockcache *c, int64_t idx, int64_t len) {
+  if (c->pending < 0) return;
+  for (int i = 0; i < c->slots; i++)       /* one slot per block */
+    if (c->idx[i] == idx) c->idx[i] = -1;
+  c->idx[c->pending] = idx;
+  c->len[c->pending] = len;
+  c->pending = -1;
+}
+
+void dc_blockcache_clear(dc_blockcache *c) {
+  for (int i = 0; i < c->slots; i++) c->idx[i] = -1;
+  c->pending = -1;
+}
+
+struct dc_sharedcache {
+  int slots;
+  int64_t cap;
+  uint64_t *key;
+  int64_t *idx, *len;
+  uint64_t *used, tick;
+  uint8_t **buf;
+  int64_t *bcap;       /* each slot's buffer size */
+};
+
+dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap) {
+  if (slots < 1 || cap < 1) return NULL;
+  dc_sharedcache *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->slots = slots; c->cap = cap;
+  c->key = calloc((size_t)slots, sizeof *c->key);
+  c->idx = malloc(sizeof *c->idx * (size_t)slots);
+  c->len = calloc((size_t)slots, sizeof *c->len);
+  c->used = calloc((size_t)slots, sizeof *c->used);
+  c->buf = calloc((size_t)slots, sizeof *c->buf);
+  c->bcap = calloc((size_t)slots, sizeof *c->bcap);
+  if (!c->key || !c->idx || !c->len || !c->used || !c->buf || !c->bcap) { dc_sharedcache_free(c); return NULL; }
+  for (int i = 0; i < slots; i++) c->idx[i] = -1;
+  return c;
+}
+
+void dc_sharedcache_free(dc_sharedcache *c) {
+  if (!c) return;
+  if (c->buf) for (int i = 0; i < c->slots; i++) free(c->buf[i]);
+  free(c->buf); free(c->bcap); free(c->key); free(c->idx); free(c->len); free(c->used); free(c);
+}
+
+int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *out, int64_t len) {
+  for (int i = 0; i < c->slots; i++)
+    if (c->idx[i] == idx && c->key[i] == key && c->len[i] == len) {
+      memcpy(out, c->buf[i], (size_t)len);
+      c->used[i] = ++c->tick;
+      return 1;
+    }
+  return 0;
+}
+
+void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len) {
+  if (len > c->cap || len < 0) return;
+  int v = 0;
+  for (int i = 0; i < c->slots; i++) {
+    if (c->idx[i] == idx && c->key[i] == key) { v = i; break; }
+    if (c->idx[i] < 0) { v = i; break; }
+    if (c->used[i] < c->used[v]) v = i;
+  }
+  if (c->bcap[v] < len) {
+    uint8_t *nb = realloc(c->buf[v], (size_t)(len ? len : 1));
+    if (!nb) return;
+    c->buf[v] = nb; c->bcap[v] = len;
+  }
+  c->idx[v] = -1;
+  memcpy(c->buf[v], b, (size_t)len);
+  c->key[v] = key; c->idx[v] = idx; c->len[v] = len; c->used[v] = ++c->tick;
+}
+
+static uint64_t fnv(uint64_t h, const char *s) {
+  for (; *s; s++) { h ^= (uint8_t)*s; h *= 1099511628211ull; }
+  h ^= 0xff; h *= 1099511628211ull;           /* field separator */
+  return h;
+}
+
+uint64_t dc_cache_key(const char *url, const dc_validator *v) {
+  char sz[32];
+  snprintf(sz, sizeof sz, "%lld", (long long)v->size);
+  uint64_t h = 14695981039346656037ull;
+  h = fnv(h, url); h = fnv(h, v->etag); h = fnv(h, v->last_modified); h = fnv(h, sz);
+  return h;
+}
+
+void dc_cache_name(char *out, size_t n, uint64_t key, int64_t bsize, int64_t idx) {
+  snprintf(out, n, "dc-%016llx-%lldk-%lld.blk", (unsigned long long)key, (long long)(bsize >> 10), (long long)idx);
+}
+
+static int by_age(const void *a, const void *b) {
+  const dc_cachefile *x = a, *y = b;
+  return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns ? 1 : 0;
+}
+
+int dc_evict_plan(dc_cachefile *files, int n, int64_t budget, int64_t incoming) {
+  if (n > 0) qsort(files, (size_t)n, sizeof *files, by_age);   /* files is NULL for an empty directory */
+  int64_t total = incoming;
+  for (int i = 0; i < n; i++) total += files[i].size;
+  int k = 0;
+  while (k < n && total > budget) total -= files[k++].size;
+  return k;
+}
+
+int dc_is_remote_name(const char *s) {
+  return s && (strncasecmp(s, "http://", 7) == 0 || strncasecmp(s, "https://", 8) == 0 ||
+               strncasecmp(s, "s3://", 5) == 0);
+}
+
+int dc_s3_url(const char *s3, const char *endpoint, const char *region, char *out, size_t n, char *why,
+              size_t why_n) {
+  if (strncasecmp(s3, "s3://", 5) != 0) { snprintf(why, why_n, "not an s3:// name"); return 0; }
+  const char *b = s3 + 5, *slash = strchr(b, '/');
+  if (!slash || slash == b || !slash[1]) {
+    snprintf(why, why_n, "an s3 name is s3://BUCKET/KEY");
+    return 0;
+  }
+  int blen = (int)(slash - b);
+  int k;
+  if (endpoint && *endpoint) {
+    size_t el = strlen(endpoint);
+    while (el && endpoint[el - 1] == '/') el--;
+    k = snprintf(out, n, "%.*s/%.*s/%s", (int)el, endpoint, blen, b, slash + 1);
+  } else {
+    k = snprintf(out, n, "https://%.*s.s3.%s.amazonaws.com/%s", blen, b, region && *region ? region : "us-east-1",
+                 slash + 1);
+  }
+  if (k < 0 || (size_t)k >= n) { snprintf(why, why_n, "the URL is too long"); return 0; }
+  return 1;
+}

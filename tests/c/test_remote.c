@@ -1,0 +1,180 @@
+/*
+** test_remote.c — the pure logic of the remote-file VFS (ext/remote_logic.c, compiled
+** in here directly): block range math, retry policy and backoff, throttle, validators,
+** Content-Range parsing, the in-memory block cache, cache names and the eviction plan,
+** s3:// URLs.
+*/
+#include "dctest.h"
+#include "../../ext/remote_logic.c"
+
+static void test_blocks(void) {
+  int64_t a, b;
+  /* a read inside one block */
+  DCT_CHECK(dc_blocks_for(10, 100, 4096, 100000, &a, &b) && a == 0 && b == 0);
+  /* across a border */
+  DCT_CHECK(dc_blocks_for(4000, 200, 4096, 100000, &a, &b) && a == 0 && b == 1);
+  /* exactly one block, aligned */
+  DCT_CHECK(dc_blocks_for(4096, 4096, 4096, 100000, &a, &b) && a == 1 && b == 1);
+  /* the last, short block; a read running past the end is clipped */
+  DCT_CHECK(dc_blocks_for(99000, 5000, 4096, 100000, &a, &b) && a == 24 && b == 24);
+  DCT_CHECK(dc_block_len(24, 4096, 100000) == 100000 - 24 * 4096);
+  DCT_CHECK(dc_block_len(23, 4096, 100000) == 4096);
+  DCT_CHECK(dc_block_len(25, 4096, 100000) == 0);
+  /* nothing in the file */
+  DCT_CHECK(!dc_blocks_for(100000, 10, 4096, 100000, &a, &b));
+  DCT_CHECK(!dc_blocks_for(5, 0, 4096, 100000, &a, &b));
+  DCT_CHECK(!dc_blocks_for(-1, 10, 4096, 100000, &a, &b));
+}
+
+static void test_readahead(void) {
+  DCT_CHECK(dc_readahead_blocks(0, 16) == 1);
+  DCT_CHECK(dc_readahead_blocks(1, 16) == 2);
+  DCT_CHECK(dc_readahead_blocks(3, 16) == 8);
+  DCT_CHECK(dc_readahead_blocks(4, 16) == 16);
+  DCT_CHECK(dc_readahead_blocks(40, 16) == 16);
+  DCT_CHECK(dc_readahead_blocks(5, 12) == 12);
+  DCT_CHECK(dc_readahead_blocks(5, 0) == 1);
+}
+
+static void test_retry_policy(void) {
+  DCT_CHECK(dc_retryable(1, 0));
+  DCT_CHECK(dc_retryable(0, 500) && dc_retryable(0, 503) && dc_retryable(0, 429) && dc_retryable(0, 408));
+  DCT_CHECK(!dc_retryable(0, 404) && !dc_retryable(0, 403) && !dc_retryable(0, 200) && !dc_retryable(0, 416));
+  DCT_CHECK(dc_backoff_ms(1, 100, 2000) == 100);
+  DCT_CHECK(dc_backoff_ms(2, 100, 2000) == 200);
+  DCT_CHECK(dc_backoff_ms(4, 100, 2000) == 800);
+  DCT_CHECK(dc_backoff_ms(10, 100, 2000) == 2000);
+  DCT_CHECK(dc_backoff_ms(1000, 100, 2000) == 2000);
+}
+
+static void test_throttle(void) {
+  dc_throttle t = {0.05, 150e6};
+  double w = dc_throttle_wait(&t, 1500000, 0.0);          /* 50 ms + 10 ms */
+  DCT_CHECKF(w > 0.0599 && w < 0.0601, "%f", w);
+  w = dc_throttle_wait(&t, 1500000, 0.02);                /* 20 ms already spent */
+  DCT_CHECKF(w > 0.0399 && w < 0.0401, "%f", w);
+  DCT_CHECK(dc_throttle_wait(&t, 1500000, 1.0) == 0);      /* slower than the emulation */
+  dc_throttle u = {0, 0};
+  DCT_CHECK(dc_throttle_wait(&u, 1 << 30, 0) == 0);
+}
+
+static void test_validators(void) {
+  dc_validator a = {"\"abc\"", "Mon, 01 Jan 2024 00:00:00 GMT", 1000}, r = a;
+  char why[256];
+  DCT_CHECK(!dc_validator_differs(&a, &r, why, sizeof why));
+  strcpy(r.etag, "\"abd\"");
+  DCT_CHECK(dc_validator_differs(&a, &r, why, sizeof why) && strstr(why, "ETag"));
+  r = a; strcpy(r.last_modified, "Tue, 02 Jan 2024 00:00:00 GMT");
+  DCT_CHECK(dc_validator_differs(&a, &r, why, sizeof why) && strstr(why, "Last-Modified"));
+  r = a; r.size = 1001;
+  DCT_CHECK(dc_validator_differs(&a, &r, why, sizeof why) && strstr(why, "size"));
+  r = a; r.etag[0] = 0; r.last_modified[0] = 0; r.size = -1;  /* nothing sent: nothing compared */
+  DCT_CHECK(!dc_validator_differs(&a, &r, why, sizeof why));
+  int64_t s, e, t;
+  DCT_CHECK(dc_parse_content_range("bytes 0-1023/5000", &s, &e, &t) && s == 0 && e == 1023 && t == 5000);
+  DCT_CHECK(dc_parse_content_range("bytes 4096-4999/*", &s, &e, &t) && t == -1);
+  DCT_CHECK(!dc_parse_content_range("bytes */5000", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("bytes 10-5/5000", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("bytes 0-5000/5000", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("items 0-1/2", &s, &e, &t));
+  char v[16];
+  dc_header_value("  \"x\"\r\n", 7, v, sizeof v);
+  DCT_CHECK(strcmp(v, "\"x\"") == 0);
+  dc_header_value(" 0123456789abcdefghij", 21, v, sizeof v);   /* cut to fit */
+  DCT_CHECK(strlen(v) == 15);
+}
+
+static void test_blockcache(void) {
+  dc_blockcache *c = dc_blockcache_new(2, 16);
+  DCT_CHECK(c != NULL);
+  if (!c) return;
+  int64_t len;
+  DCT_CHECK(dc_blockcache_get(c, 0, &len) == NULL);
+  uint8_t *s = dc_blockcache_slot(c, 0);
+  memset(s, 'a', 16);
+  DCT_CHECK(dc_blockcache_get(c, 0, &len) == NULL);              /* not held before commit */
+  dc_blockcache_commit(c, 0, 16);
+  s = dc_blockcache_slot(c, 1); memset(s, 'b', 10); dc_blockcache_commit(c, 1, 10);
+  const uint8_t *g = dc_blockcache_get(c, 0, &len);               /* 0 is now the most recent */
+  DCT_CHECK(g && len == 16 && g[15] == 'a');
+  s = dc_blockcache_slot(c, 2); memset(s, 'c', 16); dc_blockcache_commit(c, 2, 16);   /* evicts 1 */
+  DCT_CHECK(dc_blockcache_get(c, 1, &len) == NULL);
+  g = dc_blockcache_get(c, 0, &len);
+  DCT_CHECK(g && g[0] == 'a');
+  g = dc_blockcache_get(c, 2, &len);
+  DCT_CHECK(g && g[0] == 'c' && len == 16);
+  /* a lookup between taking a slot and committing it does not lose the slot */
+  s = dc_blockcache_slot(c, 5); memset(s, 'e', 16);
+  DCT_CHECK(dc_blockcache_get(c, 2, &len) != NULL);
+  dc_blockcache_commit(c, 5, 16);
+  g = dc_blockcache_get(c, 5, &len);
+  DCT_CHECK(g && g[0] == 'e');
+  uint8_t *s6 = dc_blockcache_slot(c, 6);              /* must not hand out 5's buffer */
+  DCT_CHECK(s6 != s);
+  dc_blockcache_clear(c);
+  DCT_CHECK(dc_blockcache_get(c, 2, &len) == NULL);
+  dc_blockcache_free(c);
+  DCT_CHECK(dc_blockcache_new(0, 16) == NULL);
+}
+
+static void test_sharedcache(void) {
+  dc_sharedcache *c = dc_sharedcache_new(2, 8);
+  DCT_CHECK(c != NULL);
+  if (!c) return;
+  uint8_t b[8], o[8];
+  memset(b, 'a', 8); dc_sharedcache_put(c, 1, 0, b, 8);
+  memset(b, 'b', 8); dc_sharedcache_put(c, 2, 0, b, 8);    /* same block, another file version */
+  DCT_CHECK(dc_sharedcache_get(c, 1, 0, o, 8) && o[0] == 'a');
+  DCT_CHECK(dc_sharedcache_get(c, 2, 0, o, 8) && o[0] == 'b');
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 7));            /* a length that differs is a miss */
+  memset(b, 'c', 8); dc_sharedcache_put(c, 1, 5, b, 8);    /* evicts (1,0), the least recent */
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 8));
+  DCT_CHECK(dc_sharedcache_get(c, 1, 5, o, 8) && o[7] == 'c');
+  uint8_t big[9] = {0};
+  dc_sharedcache_put(c, 3, 0, big, 9);                      /* over cap: not kept */
+  DCT_CHECK(!dc_sharedcache_get(c, 3, 0, big, 9));
+  dc_sharedcache_free(c);
+}
+
+static void test_cache_names_and_eviction(void) {
+  dc_validator a = {"\"e1\"", "", 100}, b = a;
+  strcpy(b.etag, "\"e2\"");
+  DCT_CHECK(dc_cache_key("http://h/x", &a) != dc_cache_key("http://h/x", &b));
+  DCT_CHECK(dc_cache_key("http://h/x", &a) != dc_cache_key("http://h/y", &a));
+  DCT_CHECK(dc_cache_key("http://h/x", &a) == dc_cache_key("http://h/x", &a));
+  char n[96];
+  dc_cache_name(n, sizeof n, 0xabcull, 1 << 20, 7);
+  DCT_CHECK(strcmp(n, "dc-0000000000000abc-1024k-7.blk") == 0);
+  dc_cachefile f[4] = {{100, 30, 0}, {100, 10, 1}, {100, 40, 2}, {100, 20, 3}};
+  int k = dc_evict_plan(f, 4, 250, 100);          /* 500 -> at most 250: delete the 3 oldest */
+  DCT_CHECK(k == 3 && f[0].idx == 1 && f[1].idx == 3 && f[2].idx == 0);
+  dc_cachefile g[2] = {{100, 1, 0}, {100, 2, 1}};
+  DCT_CHECK(dc_evict_plan(g, 2, 1000, 100) == 0);
+  DCT_CHECK(dc_evict_plan(g, 2, 50, 100) == 2);    /* even all gone it does not fit */
+  DCT_CHECK(dc_evict_plan(NULL, 0, 50, 10) == 0);   /* an empty directory */
+}
+
+static void test_s3(void) {
+  char u[256], why[128];
+  DCT_CHECK(dc_s3_url("s3://bkt/dir/a.dcdb", "http://127.0.0.1:9000/", "eu-west-1", u, sizeof u, why, sizeof why));
+  DCT_CHECK(strcmp(u, "http://127.0.0.1:9000/bkt/dir/a.dcdb") == 0);
+  DCT_CHECK(dc_s3_url("s3://bkt/a.dcdb", NULL, "eu-west-1", u, sizeof u, why, sizeof why));
+  DCT_CHECK(strcmp(u, "https://bkt.s3.eu-west-1.amazonaws.com/a.dcdb") == 0);
+  DCT_CHECK(!dc_s3_url("s3://bkt", NULL, NULL, u, sizeof u, why, sizeof why) && strstr(why, "BUCKET/KEY"));
+  DCT_CHECK(!dc_s3_url("s3:///key", NULL, NULL, u, sizeof u, why, sizeof why));
+  DCT_CHECK(dc_is_remote_name("https://x/y") && dc_is_remote_name("HTTP://x") && dc_is_remote_name("s3://b/k"));
+  DCT_CHECK(!dc_is_remote_name("/tmp/x.dcdb") && !dc_is_remote_name("ftp://x") && !dc_is_remote_name(NULL));
+}
+
+int main(void) {
+  DCT_RUN(test_blocks);
+  DCT_RUN(test_readahead);
+  DCT_RUN(test_retry_policy);
+  DCT_RUN(test_throttle);
+  DCT_RUN(test_validators);
+  DCT_RUN(test_blockcache);
+  DCT_RUN(test_sharedcache);
+  DCT_RUN(test_cache_names_and_eviction);
+  DCT_RUN(test_s3);
+  return dct_done();
+}

@@ -1,0 +1,202 @@
+"""Servers for the remote-dataset tests: nginx (Debian nginx-light) on 127.0.0.1 over a
+temporary directory, and a small fault-injecting HTTP server (404, 500s, resets mid-body,
+a slow body, a file replaced between reads) for what nginx cannot do."""
+import email.utils
+import hashlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Nginx:
+    """nginx serving root on 127.0.0.1:<free port>; pid, logs and temp dirs under work."""
+
+    def __init__(self, root, work):
+        if NGINX is None:
+            raise RuntimeError("nginx is not installed (apt-get install nginx-light; "
+                               "scripts/install-deps.sh installs it)")
+        self.root, self.work = str(root), str(work)
+        os.makedirs(self.work, exist_ok=True)
+        last = None
+        for _ in range(5):
+            self.port = free_port()
+            conf = os.path.join(self.work, "nginx.conf")
+            w = self.work
+            # run as root (CI containers), nginx's workers would drop to "nobody", who cannot
+            # read pytest's private temporary directories: keep the workers' user ours
+            user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
+            with open(conf, "w") as f:
+                f.write(user + f"""daemon on;
+worker_processes 1;
+pid {w}/nginx.pid;
+error_log {w}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+  log_format dc '$connection $status $body_bytes_sent "$http_range" "$http_user_agent"';
+  access_log {w}/access.log dc;
+  client_body_temp_path {w}/body; proxy_temp_path {w}/proxy; fastcgi_temp_path {w}/fcgi;
+  uwsgi_temp_path {w}/uwsgi; scgi_temp_path {w}/scgi;
+  keepalive_requests 100000;
+  server {{
+    listen 127.0.0.1:{self.port};
+    root {self.root};
+    location / {{ }}
+  }}
+}}
+""")
+            r = subprocess.run([NGINX, "-c", conf, "-p", self.work, "-e", f"{w}/error.log"],
+                               capture_output=True, text=True, timeout=30)
+            if r.returncode == 0 and self._up():
+                return
+            last = (r.stderr or "") + self._log()
+            self.stop()
+        raise RuntimeError(f"nginx did not start: {last.strip()[-400:]}")
+
+    def _log(self):
+        try:
+            return open(os.path.join(self.work, "error.log")).read()
+        except OSError:
+            return ""
+
+    def _up(self):
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def requests(self):
+        """The access log's lines."""
+        try:
+            return open(os.path.join(self.work, "access.log")).read().splitlines()
+        except OSError:
+            return []
+
+    def stop(self):
+        pidf = os.path.join(self.work, "nginx.pid")
+        try:
+            pid = int(open(pidf).read().strip())
+        except (OSError, ValueError):
+            return
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            return
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+class FaultServer:
+    """Serves files of root with Range support, and faults set per path in self.faults:
+       {"status": 404}                          always that status
+       {"fail_first": n, "status": 500}         n failures then success
+       {"reset_first": n}                       n responses cut mid-body (connection closed)
+       {"slow_s": s}                            sleeps s seconds before the body
+    self.replace(name, data) swaps the file (new ETag and Last-Modified)."""
+
+    def __init__(self, root):
+        self.root = str(root)
+        self.faults = {}
+        self.count = {}
+        self.lock = threading.Lock()
+        self.versions = {}
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer._serve(self)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def replace(self, name, data):
+        with open(os.path.join(self.root, name), "wb") as f:
+            f.write(data)
+        with self.lock:
+            self.versions[name] = self.versions.get(name, 0) + 1
+
+    def _serve(self, h):
+        name = h.path.lstrip("/").split("?")[0]
+        with self.lock:
+            n = self.count[name] = self.count.get(name, 0) + 1
+            fault = dict(self.faults.get(name, {}))
+            ver = self.versions.get(name, 0)
+        if "status" in fault and ("fail_first" not in fault or n <= fault["fail_first"]):
+            body = b"fault\n"
+            h.send_response(fault["status"])
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return
+        try:
+            data = open(os.path.join(self.root, name), "rb").read()
+        except OSError:
+            h.send_response(404)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        etag = '"%s-%d"' % (hashlib.sha1(data).hexdigest()[:12], ver)
+        lm = email.utils.formatdate(1700000000 + ver, usegmt=True)
+        rng = h.headers.get("Range", "")
+        start, end = 0, len(data) - 1
+        status = 200
+        if rng.startswith("bytes="):
+            a, b = rng[6:].split("-")
+            start, end = int(a), min(int(b), len(data) - 1)
+            status = 206
+        body = data[start:end + 1]
+        h.send_response(status)
+        h.send_header("ETag", etag)
+        h.send_header("Last-Modified", lm)
+        h.send_header("Content-Length", str(len(body)))
+        if status == 206:
+            h.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        h.end_headers()
+        if fault.get("slow_s"):
+            time.sleep(fault["slow_s"])
+        if fault.get("reset_first") and n <= fault["reset_first"]:
+            h.wfile.write(body[:len(body) // 2])
+            h.wfile.flush()
+            h.connection.shutdown(socket.SHUT_RDWR)
+            h.close_connection = True
+            return
+        h.wfile.write(body)
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
