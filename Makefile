@@ -48,7 +48,7 @@ CONV_SOBJ := $(CONV_SRC:%.c=$(BUILD)/asan/obj/%.o)
 CTESTS    := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 CTESTS_SAN:= $(CTEST_SRC:tests/c/%.c=$(BUILD)/asan/tests/%)
 # the pool tests built with ThreadSanitizer (from the core sources directly)
-CTESTS_TSAN := $(BUILD)/tsan/tests/test_pool_share
+CTESTS_TSAN := $(BUILD)/tsan/tests/test_pool_share $(BUILD)/tsan/tsan_batch
 FUZZERS   := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 BENCHES   := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 
@@ -121,6 +121,11 @@ $(BUILD)/asan/tests/%: tests/c/%.c tests/c/dctest.h $(LIBCORE_SAN)
 $(BUILD)/tsan/tests/%: tests/c/%.c tests/c/dctest.h $(CORE_SRC)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -O1 -g -fsanitize=thread -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
+# concurrent dc_batch calls under ThreadSanitizer: the extension's sources compiled in (SQLITE_CORE)
+$(BUILD)/tsan/tsan_batch: tests/tsan/tsan_batch.c $(CORE_SRC) $(EXT_SRC) $(BUILD)/gen/dc_modules.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -DSQLITE_CORE -O1 -g -fsanitize=thread -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) \
+	  $(CURL_LIBS) $(LDLIBS_CORE)
 # libFuzzer targets: clang, built from the core sources directly
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
