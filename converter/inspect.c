@@ -872,6 +872,9 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   }
   int64_t n_cells = mv[0], n_genes = mv[1], nnz_meta = mv[2], n_tiles_meta = mv[3];
   dc_decoder *dec = dc_decoder_new();
+  /* the chunks of each tile are decoded on every core (the blob is plain bytes by then) */
+  dc_pool *pool = dc_pool_new(0);
+  dc_job *jobs = malloc(DC_MAX_CHUNKS * sizeof *jobs);
   dc_obs_decoder *odec = dc_obs_decoder_new();
   uint64_t *tot = calloc((size_t)(n_genes > 0 ? n_genes : 1), sizeof *tot);
   uint64_t *ncl = calloc((size_t)(n_genes > 0 ? n_genes : 1), sizeof *ncl);
@@ -883,7 +886,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   int64_t expect_first = 0, nnz_sum = 0, n_tiles = 0, n_blocks = 0, dup_names = 0;
   int64_t faults_before_tiles = rep->n, tile_genes = -1;
   int genes_bad = 0;
-  if (!dec || !odec || !tot || !ncl || !h) { cv_fail(e, "out of memory"); goto done; }
+  if (!dec || !odec || !tot || !ncl || !h || !jobs) { cv_fail(e, "out of memory"); goto done; }
   if (have_tiles &&
       sqlite3_prepare_v2(db, rep->sealed ? "SELECT tile, first_cell, n_cells, nnz, chunks, data, checksum FROM tiles_data ORDER BY tile"
                                          : "SELECT tile, first_cell, n_cells, nnz, chunks, data FROM tiles_data ORDER BY tile",
@@ -944,7 +947,19 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     if (cv_grow((void **)&vx, &c2, (size_t)nz + 1, sizeof *vx, e)) goto done;
     cap_n = c2;
     dc_out out = {ip, ix, vx, 0};
-    if (dc_tile_decode(dec, blob, len, &out, &de) != DC_OK) { VFAULT("tile %lld: %s", (long long)t, de.msg); continue; }
+    int dec_rc = DC_OK;
+    if (h->n_chunks == 0 || !pool) {
+      dec_rc = dc_tile_decode(dec, blob, len, &out, &de);
+    } else {
+      for (uint32_t c = 0; c < h->n_chunks; c++) {
+        memset(&jobs[c], 0, sizeof jobs[c]);
+        jobs[c].buf = blob; jobs[c].len = len; jobs[c].hdr = h; jobs[c].chunk = c; jobs[c].out = out; jobs[c].rc = -1;
+      }
+      if ((dec_rc = dc_pool_decode(pool, jobs, h->n_chunks)) != DC_OK)
+        for (uint32_t c = 0; c < h->n_chunks; c++)
+          if (jobs[c].rc != DC_OK) { de = jobs[c].err; break; }
+    }
+    if (dec_rc != DC_OK) { VFAULT("tile %lld: %s", (long long)t, de.msg); continue; }
     int bad = 0;
     if (ip[0] != 0 || ip[nc] != nz) bad = 1;
     for (int64_t i = 0; i < nc && !bad; i++) {
@@ -1041,6 +1056,8 @@ done:
   for (int i = 0; i < VERIFY_SHOW; i++) sqlite3_free(rep->msg[i]);
   free(ip); free(ix); free(vx); free(tot); free(ncl); free(h);
   dc_decoder_free(dec);
+  dc_pool_free(pool);
+  free(jobs);
   dc_obs_decoder_free(odec);
   sqlite3_close(db);
   return rep->n || e->msg[0] ? -1 : 0;
