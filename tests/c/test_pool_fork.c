@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHILD_SECONDS 20
+#define CHILD_SECONDS 60   /* generous: a loaded 2-core machine under ASan is slow, a deadlock never ends */
 
 /* ------------------------------------------------------------ helpers */
 typedef struct { atomic_int *hits; int *tid_of; int slow_us; } mark_ctx;
