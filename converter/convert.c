@@ -92,10 +92,40 @@ static void genes_free(genes *g, int n_files) {
   memset(g, 0, sizeof *g);
 }
 
-static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
+static int genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) {
   size_t cap = 0;
   g->fmap = calloc((size_t)nf, sizeof *g->fmap);
   if (!g->fmap) return cv_fail(e, "out of memory");
+  if (o->n_fixed_genes) { /* append: the dataset's genes first, in its order (file UINT32_MAX: in no input) */
+    cv_map occ = {0};
+    size_t n = o->n_fixed_genes;
+    g->name = calloc(n, sizeof *g->name);
+    g->file = malloc(n * sizeof *g->file);
+    g->local = malloc(n * sizeof *g->local);
+    g->total = calloc(n, sizeof *g->total);
+    g->ncells = calloc(n, sizeof *g->ncells);
+    if (!g->name || !g->file || !g->local || !g->total || !g->ncells) return cv_fail(e, "out of memory");
+    cap = n;
+    for (uint32_t i = 0; i < o->n_fixed_genes; i++) {
+      const char *nm = o->fixed_genes[i];
+      uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
+      if (seen) k = ++*seen;
+      else if (cv_map_put(&occ, nm, 0, e)) { cv_map_free(&occ); return -1; }
+      size_t kl = strlen(nm) + 16;
+      char *key = malloc(kl);
+      if (!key) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      if (k) snprintf(key, kl, "%s\x01%u", nm, k);
+      else snprintf(key, kl, "%s", nm);
+      g->name[i] = strdup(nm);
+      g->file[i] = UINT32_MAX;
+      g->local[i] = 0;
+      g->n = i + 1;
+      int bad = !g->name[i] || cv_map_put(&g->map, key, i, e);
+      free(key);
+      if (bad) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+    }
+    cv_map_free(&occ);
+  }
   for (int f = 0; f < nf; f++) {
     cv_map occ = {0};
     g->fmap[f] = malloc((files[f].n_vars + 1) * sizeof(uint32_t));
@@ -153,18 +183,21 @@ static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
 }
 
 static const genes *sort_ctx;
+static uint32_t sort_fixed;   /* genes 0 .. sort_fixed-1 keep their ids (append) */
 static int cmp_rank(const void *a, const void *b) {
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  if (x < sort_fixed || y < sort_fixed) return x < y ? -1 : x > y;
   if (sort_ctx->total[x] != sort_ctx->total[y]) return sort_ctx->total[x] > sort_ctx->total[y] ? -1 : 1;
   return x < y ? -1 : x > y;
 }
 
-static int genes_renumber(genes *g, h5file *files, int nf, cv_err *e) {
+static int genes_renumber(genes *g, h5file *files, int nf, uint32_t n_fixed, cv_err *e) {
   g->order = malloc((g->n + 1) * sizeof *g->order);
   g->rank = malloc((g->n + 1) * sizeof *g->rank);
   if (!g->order || !g->rank) return cv_fail(e, "out of memory");
   for (uint32_t i = 0; i < g->n; i++) g->order[i] = i;
   sort_ctx = g;
+  sort_fixed = n_fixed;
   qsort(g->order, g->n, sizeof *g->order, cmp_rank);
   for (uint32_t r = 0; r < g->n; r++) g->rank[g->order[r]] = r;
   for (int f = 0; f < nf; f++)
@@ -924,7 +957,7 @@ static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, 
     v.kind = stored_kind(c->kind);
     for (uint32_t id = 0; id < ng; id++) {
       uint32_t gl = g->order[id], f = g->file[gl], j = g->local[gl];
-      const colbuf *src = c->src[f] ? &conv[f] : NULL;
+      const colbuf *src = f != UINT32_MAX && c->src[f] ? &conv[f] : NULL;
       tv[id] = NULL;
       tl[id] = 0;
       valid[id] = 0;
@@ -1013,7 +1046,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
     first[f + 1] = first[f] + files[f].n_obs;
   }
   uint64_t n_cells = first[nf];
-  if (genes_join(&g, files, nf, e)) goto done;
+  if (genes_join(&g, files, nf, o, e)) goto done;
 
   /* pass 1 */
   char *od = strdup(o->out);
@@ -1027,7 +1060,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   int r1 = pass1(files, nf, &g, o->tile_cells, spool_dir, &nnz1, &last, &pg, e);
   free(spool_dir);
   prog_end(&pg);
-  if (r1 || genes_renumber(&g, files, nf, e)) goto done;
+  if (r1 || genes_renumber(&g, files, nf, o->n_fixed_genes, e)) goto done;
 
   /* the tiles: each input split on its own (no tile spans two inputs) */
   uint64_t n_tiles = 0;
@@ -1047,6 +1080,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
 
   /* pass 2 */
   if (dsw_open(&w, o->out, o->dataset_id_set ? &o->dataset_id : NULL, e)) goto done;
+  w.genes_level = o->genes_level;
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
   int64_t gbytes = 0;
   prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);

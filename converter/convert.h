@@ -24,6 +24,12 @@ typedef struct cv_opts {
   int dataset_id_set;   /* dataset_id given (--dataset-id): reproducible output */
   uint64_t dataset_id;  /* else a random one (dc_meta.dataset_id, the seals' key) */
   int force, quiet;
+  /* append (converter/merge.c): these names get gene ids 0 .. n_fixed_genes-1 in this
+  ** order (the k-th repeat of a name is the k-th gene of an input with that name), even
+  ** where no input has them; the inputs' other genes follow by decreasing counts */
+  const char *const *fixed_genes;
+  uint32_t n_fixed_genes;
+  int genes_level;      /* zstd level of the genes table; 0: the default (append: 1, it is rewritten) */
 } cv_opts;
 
 int cv_convert(const cv_opts *o, cv_err *e);

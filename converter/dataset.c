@@ -306,7 +306,7 @@ int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values 
     dc_error de;
     memset(&de, 0, sizeof de);
     size_t len = 0;
-    if (dc_obs_encode(&s, GENES_LEVEL, &blob, &len, &st, &de) != DC_OK) {
+    if (dc_obs_encode(&s, w->genes_level ? w->genes_level : GENES_LEVEL, &blob, &len, &st, &de) != DC_OK) {
       dc_obs_stats_clear(&st);
       return cv_fail(e, "genes column '%s', block %llu: %s", name, (unsigned long long)b, de.msg);
     }

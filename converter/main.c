@@ -16,6 +16,7 @@
 #include "dc_codec.h"
 #include "dc_obs.h"
 #include "inspect.h"
+#include "merge.h"
 
 static const char *HELP_MAIN =
     "usage: deltacells COMMAND [ARGS]\n"
@@ -27,6 +28,8 @@ static const char *HELP_MAIN =
     "  info DATASET [--json]     cells, genes, nonzeros, tiles, bytes, codec settings\n"
     "  obs info DATASET          one row per obs column: type, categories, stored size\n"
     "  verify DATASET            decode every tile and obs block, check every checksum\n"
+    "  append DATASET IN.h5ad ...  add cells to a dataset in place (one transaction)\n"
+    "  merge A.dcdb B.dcdb ... -o OUT.dcdb   datasets -> one dataset (tiles copied)\n"
     "\n"
     "`deltacells COMMAND --help` describes a command.  Query a dataset with the sqlite3\n"
     "shell: `sqlite3 OUT.dcdb` then `.load build/deltacells`.\n";
@@ -112,6 +115,32 @@ static const char *HELP_VERIFY =
     "object instead (path, ok, faults, messages: the first 20, not_shown, format_version,\n"
     "sealed, tiles, cells, nnz, genes, obs_blocks, duplicate_gene_names).  Gene names that\n"
     "occur more than once are a note, not a fault.  Exits 1 if there is any fault.\n";
+
+static const char *HELP_APPEND =
+    "usage: deltacells append DATASET IN.h5ad [IN2.h5ad ...] [--layer NAME | --raw] [--gene-key VARCOL]\n"
+    "                         [--threads N] [--quiet]\n"
+    "\n"
+    "Adds the cells of h5ad files to an existing dataset, in place, in one SQLite transaction:\n"
+    "a crash or kill leaves the old dataset (the next read-write open rolls the journal back),\n"
+    "and readers see the old or the new dataset, never a mix.  The new cells get new tiles,\n"
+    "encoded with the dataset's codec settings; existing tiles are not touched.  Genes are\n"
+    "matched by name: existing gene ids never change, genes new to the dataset get the next\n"
+    "ids (by decreasing counts over the new files).  Obs columns are matched by name: a new\n"
+    "column is NULL for the old cells, a column the new files lack is NULL for the new cells;\n"
+    "int joins real, bool joins int, categorical joins text; any other mix of kinds is an\n"
+    "error naming the column.  `source` names each cell's file (added if the dataset had one\n"
+    "input).  Converting A then appending B gives the same cells, obs and counts per gene\n"
+    "name as converting A and B together (gene ids and column order may differ).\n";
+
+static const char *HELP_MERGE =
+    "usage: deltacells merge A.dcdb B.dcdb [C.dcdb ...] -o OUT.dcdb [--threads N] [--force] [--quiet]\n"
+    "\n"
+    "Joins datasets into a new one (written beside OUT and renamed into place): cells of A,\n"
+    "then B, ...  A's tiles and gene ids are kept; the other datasets' genes are matched by\n"
+    "name (new ones get the next ids).  A tile whose genes all keep their ids is copied as\n"
+    "it is; otherwise it is decoded and encoded again (the codec stores genes by rank), and\n"
+    "the summary says how many.  Obs columns and `source` are joined as in `append`.\n"
+    "OUT gets a new dataset id (every seal computed again, each checked first).\n";
 
 static int usage(const char *msg, const char *help) {
   fprintf(stderr, "deltacells: %s\n\n%s", msg, help);
@@ -224,6 +253,61 @@ static int cmd_convert(int argc, char **argv) {
   return finish(rc, &e);
 }
 
+static int cmd_append_merge(int argc, char **argv, int merge) {
+  const char *help = merge ? HELP_MERGE : HELP_APPEND;
+  const char **in = calloc((size_t)argc + 1, sizeof *in);
+  if (!in) return 1;
+  int n = 0, quiet = 0, force = 0, threads = 0, raw = 0;
+  const char *out = NULL, *layer = NULL, *gene_key = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (is_help(a)) { fputs(help, stdout); free(in); return 0; }
+    if (a[0] == '-' && a[1]) {
+      int takes = !strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--threads") || !strcmp(a, "--layer") ||
+                  !strcmp(a, "--gene-key");
+      const char *v = NULL;
+      if (takes) {
+        if (i + 1 >= argc) { free(in); return usage("an option needs a value", help); }
+        v = argv[++i];
+      }
+      long x;
+      if (merge && (!strcmp(a, "-o") || !strcmp(a, "--output"))) out = v;
+      else if (!merge && !strcmp(a, "--layer")) layer = v;
+      else if (!merge && !strcmp(a, "--gene-key")) gene_key = v;
+      else if (!merge && !strcmp(a, "--raw")) raw = 1;
+      else if (merge && !strcmp(a, "--force")) force = 1;
+      else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
+      else if (!strcmp(a, "--threads")) {
+        if (int_arg(a, v, 0, 1024, &x)) { free(in); return 2; }
+        threads = (int)x;
+      } else {
+        char m[128];
+        snprintf(m, sizeof m, "unknown option %s", a);
+        free(in);
+        return usage(m, help);
+      }
+      continue;
+    }
+    in[n++] = a;
+  }
+  cv_err e;
+  e.msg[0] = 0;
+  int rc;
+  if (merge) {
+    if (n < 2) { free(in); return usage("merge needs at least two datasets", help); }
+    if (!out) { free(in); return usage("merge needs -o OUT.dcdb", help); }
+    cv_merge_opts o = {in, n, out, threads, force, quiet};
+    rc = cv_merge(&o, &e);
+  } else {
+    if (n < 2) { free(in); return usage("append needs a dataset and at least one h5ad file", help); }
+    if (layer && raw) { free(in); return usage("--layer and --raw exclude each other", help); }
+    cv_append_opts o = {in[0], in + 1, n - 1, layer, raw, gene_key, threads, quiet};
+    rc = cv_append(&o, &e);
+  }
+  free(in);
+  return finish(rc, &e);
+}
+
 /* info / obs info / verify: one dataset argument plus flags */
 static int cmd_simple(int argc, char **argv, const char *help, int which) {
   const char *path = NULL;
@@ -254,6 +338,8 @@ int main(int argc, char **argv) {
   if (is_help(c) || !strcmp(c, "help")) { fputs(HELP_MAIN, stdout); return 0; }
   if (!strcmp(c, "--version")) { puts("deltacells 0.1"); return 0; }
   if (!strcmp(c, "convert")) return cmd_convert(argc - 2, argv + 2);
+  if (!strcmp(c, "append")) return cmd_append_merge(argc - 2, argv + 2, 0);
+  if (!strcmp(c, "merge")) return cmd_append_merge(argc - 2, argv + 2, 1);
   if (!strcmp(c, "info")) return cmd_simple(argc - 2, argv + 2, HELP_INFO, 0);
   if (!strcmp(c, "verify")) return cmd_simple(argc - 2, argv + 2, HELP_VERIFY, 2);
   if (!strcmp(c, "obs")) {

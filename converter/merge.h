@@ -1,0 +1,34 @@
+/*
+** merge.h — datasets that change: `append` (h5ad files into an existing
+** dataset, in place, one transaction) and `merge` (datasets into a new one).
+** See merge.c and docs/converter.md.
+*/
+#ifndef CV_MERGE_H
+#define CV_MERGE_H
+#include "convert.h"
+#include "cv_util.h"
+
+typedef struct cv_append_opts {
+  const char *dataset;
+  const char **inputs;
+  int n_inputs;
+  const char *layer;    /* as convert */
+  int raw;
+  const char *gene_key;
+  int threads;
+  int quiet;
+} cv_append_opts;
+
+int cv_append(const cv_append_opts *o, cv_err *e);
+
+typedef struct cv_merge_opts {
+  const char **inputs;  /* datasets; the first one's settings and gene ids are kept */
+  int n_inputs;
+  const char *out;
+  int threads;
+  int force, quiet;
+} cv_merge_opts;
+
+int cv_merge(const cv_merge_opts *o, cv_err *e);
+
+#endif
