@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dataset.h"
 #include "dc_codec.h"
@@ -26,6 +27,21 @@ static int open_ro(const char *path, sqlite3 **db, int64_t *version, cv_err *e) 
   fclose(fp);
   if (n < 16 || memcmp(hdr, "SQLite format 3", 16) != 0)
     return cv_fail(e, "%s: not a deltacells dataset (not an SQLite database)", path);
+  /* a hot journal (an append killed inside its transaction): only a read-write open
+  ** rolls it back, restoring the dataset as it was before the append */
+  size_t jl = strlen(path) + 16;
+  char *jp = malloc(jl);
+  if (jp) {
+    snprintf(jp, jl, "%s-journal", path);
+    if (access(jp, F_OK) == 0 && access(path, W_OK) == 0 &&
+        sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK) {
+      sqlite3_busy_timeout(*db, 10000);
+      sqlite3_exec(*db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    }
+    if (*db) sqlite3_close(*db);
+    *db = NULL;
+    free(jp);
+  }
   if (sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
     int r = cv_fail(e, "%s: %s", path, sqlite3_errmsg(*db));
     sqlite3_close(*db);

@@ -1216,6 +1216,9 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   if (merge_into(db, &D, tpath, 1, o->threads, &reenc, e)) goto done;
   if (reenc) { cv_fail(e, "internal: appended tiles were encoded twice"); goto done; }
   if (cv_check_interrupt(e)) goto done;
+  /* a schema change (a table made and dropped): other connections then declare the virtual tables again,
+  ** so that `cells` shows the new obs columns there too */
+  if (xexec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e)) goto done;
   if (xexec(db, "COMMIT", e)) { cv_prefix(e, "%s", o->dataset); goto done; }
   in_tx = 0;
   if (!o->quiet)
