@@ -1081,6 +1081,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   /* pass 2 */
   if (dsw_open(&w, o->out, o->dataset_id_set ? &o->dataset_id : NULL, e)) goto done;
   w.genes_level = o->genes_level;
+  w.no_sync = o->no_sync;
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
   int64_t gbytes = 0;
   prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);

@@ -29,6 +29,7 @@ typedef struct cv_opts {
   ** where no input has them; the inputs' other genes follow by decreasing counts */
   const char *const *fixed_genes;
   uint32_t n_fixed_genes;
+  int no_sync;          /* a scratch output (append's): not fsync()ed */
   int genes_level;      /* zstd level of the genes table; 0: the default (append: 1, it is rewritten) */
 } cv_opts;
 

@@ -392,7 +392,7 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   }
   if (sqlite3_close(w->db) != SQLITE_OK) return db_fail(w, e, "close");
   w->db = NULL;
-  if (fsync_path(w->tmp_path, 0) != 0) return cv_fail(e, "%s: fsync: %s", w->tmp_path, strerror(errno));
+  if (!w->no_sync && fsync_path(w->tmp_path, 0) != 0) return cv_fail(e, "%s: fsync: %s", w->tmp_path, strerror(errno));
   if (force) {
     if (rename(w->tmp_path, out_path) != 0)
       return cv_fail(e, "%s: cannot rename the finished dataset into place: %s", out_path, strerror(errno));
@@ -408,10 +408,10 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
     }
   }
   char *d = strdup(out_path);
-  if (d) {
+  if (d && !w->no_sync) {
     fsync_path(dirname(d), 1);
-    free(d);
   }
+  free(d);
   if (w->lock_fd >= 0) close(w->lock_fd);
   w->lock_fd = -1;
   free(w->tmp_path);

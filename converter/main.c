@@ -30,6 +30,7 @@ static const char *HELP_MAIN =
     "  verify DATASET            decode every tile and obs block, check every checksum\n"
     "  append DATASET IN.h5ad ...  add cells to a dataset in place (one transaction)\n"
     "  merge A.dcdb B.dcdb ... -o OUT.dcdb   datasets -> one dataset (tiles copied)\n"
+    "  annotate DATASET TABLE.csv --key name|cell_id   add or replace obs columns\n"
     "\n"
     "`deltacells COMMAND --help` describes a command.  Query a dataset with the sqlite3\n"
     "shell: `sqlite3 OUT.dcdb` then `.load build/deltacells`.\n";
@@ -141,6 +142,22 @@ static const char *HELP_MERGE =
     "it is; otherwise it is decoded and encoded again (the codec stores genes by rank), and\n"
     "the summary says how many.  Obs columns and `source` are joined as in `append`.\n"
     "OUT gets a new dataset id (every seal computed again, each checked first).\n";
+
+static const char *HELP_ANNOTATE =
+    "usage: deltacells annotate DATASET TABLE.csv [--key name|cell_id] [--type COLUMN=KIND ...] [--quiet]\n"
+    "\n"
+    "Adds obs columns from a CSV table (a header row, then one row per cell), or replaces the\n"
+    "columns of the same name (ignoring case), in one transaction.  The key column (the one\n"
+    "named like --key, else the first) holds cell names (--key name, the default: the obs\n"
+    "index, which must then be unique among the cells) or cell ids (--key cell_id).  Every\n"
+    "other column is stored like a converted obs column (same blocks, statistics and seals),\n"
+    "so the cells table filters on it.  Cells the table lacks get NULL; keys that match no\n"
+    "cell are reported (how many, and the first five).  Empty fields, NA, NaN, null and None\n"
+    "are NULL.  A column's kind is int if every value is an integer, else bool (true/false),\n"
+    "else real, else category (text when more than half its values are distinct, or it has\n"
+    "more than 65,536 labels); --type COLUMN=KIND sets it (category, text,\n"
+    "int, real, bool).  Bad CSV (an unclosed quote, a row with more or fewer fields than the\n"
+    "header, a value not of its column's kind) is an error naming the line.\n";
 
 static int usage(const char *msg, const char *help) {
   fprintf(stderr, "deltacells: %s\n\n%s", msg, help);
@@ -308,6 +325,40 @@ static int cmd_append_merge(int argc, char **argv, int merge) {
   return finish(rc, &e);
 }
 
+static int cmd_annotate(int argc, char **argv) {
+  const char **pos = calloc((size_t)argc + 1, sizeof *pos), **types = calloc((size_t)argc + 1, sizeof *types);
+  if (!pos || !types) { free(pos); free(types); return 1; }
+  int n = 0, nt = 0, quiet = 0;
+  const char *key = "name";
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (is_help(a)) { fputs(HELP_ANNOTATE, stdout); free(pos); free(types); return 0; }
+    if (!strcmp(a, "--key") || !strcmp(a, "--type")) {
+      if (i + 1 >= argc) { free(pos); free(types); return usage("an option needs a value", HELP_ANNOTATE); }
+      if (!strcmp(a, "--key")) key = argv[++i];
+      else types[nt++] = argv[++i];
+    } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
+    else if (a[0] == '-' && a[1]) {
+      char m[128];
+      snprintf(m, sizeof m, "unknown option %s", a);
+      free(pos); free(types);
+      return usage(m, HELP_ANNOTATE);
+    } else pos[n++] = a;
+  }
+  if (n != 2) { free(pos); free(types); return usage("annotate needs a dataset and one CSV table", HELP_ANNOTATE); }
+  if (strcmp(key, "name") != 0 && strcmp(key, "cell_id") != 0) {
+    free(pos); free(types);
+    return usage("--key is name or cell_id", HELP_ANNOTATE);
+  }
+  cv_annotate_opts o = {pos[0], pos[1], key, types, nt, quiet};
+  cv_err e;
+  e.msg[0] = 0;
+  int rc = cv_annotate(&o, &e);
+  free(pos);
+  free(types);
+  return finish(rc, &e);
+}
+
 /* info / obs info / verify: one dataset argument plus flags */
 static int cmd_simple(int argc, char **argv, const char *help, int which) {
   const char *path = NULL;
@@ -339,6 +390,7 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "--version")) { puts("deltacells 0.1"); return 0; }
   if (!strcmp(c, "convert")) return cmd_convert(argc - 2, argv + 2);
   if (!strcmp(c, "append")) return cmd_append_merge(argc - 2, argv + 2, 0);
+  if (!strcmp(c, "annotate")) return cmd_annotate(argc - 2, argv + 2);
   if (!strcmp(c, "merge")) return cmd_append_merge(argc - 2, argv + 2, 1);
   if (!strcmp(c, "info")) return cmd_simple(argc - 2, argv + 2, HELP_INFO, 0);
   if (!strcmp(c, "verify")) return cmd_simple(argc - 2, argv + 2, HELP_VERIFY, 2);

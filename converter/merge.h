@@ -32,3 +32,14 @@ typedef struct cv_merge_opts {
 int cv_merge(const cv_merge_opts *o, cv_err *e);
 
 #endif
+
+typedef struct cv_annotate_opts {
+  const char *dataset;
+  const char *table;     /* CSV file: a header row, then one row per cell */
+  const char *key;       /* "name" (cells.name, the obs index) or "cell_id" */
+  const char **types;    /* n_types "COLUMN=KIND" (category, text, int, real, bool) */
+  int n_types;
+  int quiet;
+} cv_annotate_opts;
+
+int cv_annotate(const cv_annotate_opts *o, cv_err *e);
