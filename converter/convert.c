@@ -448,8 +448,10 @@ static int pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *t
       uint32_t chunks = 0;
       if (dc_tile_parse(w0->out, w0->out_len, &hdr, &de) == DC_OK) chunks = hdr.n_chunks;
       else { cv_fail(e, "tile %llu: the encoder's output does not parse: %s", (unsigned long long)next_write, de.msg); goto done; }
-      if (dsw_tile(w, (int64_t)next_write, (int64_t)w0->first_cell, (int64_t)w0->rb.n_rows, (int64_t)tn,
-                   chunks, w0->out, w0->out_len, e))
+      if (o->tiles_to ? dsw_tile(o->tiles_to, o->tile_base + (int64_t)next_write, o->cell_base + (int64_t)w0->first_cell,
+                                 (int64_t)w0->rb.n_rows, (int64_t)tn, chunks, w0->out, w0->out_len, e)
+                      : dsw_tile(w, (int64_t)next_write, (int64_t)w0->first_cell, (int64_t)w0->rb.n_rows, (int64_t)tn,
+                                 chunks, w0->out, w0->out_len, e))
         goto done;
       nnz += tn;
       bytes += w0->out_len;

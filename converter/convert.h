@@ -29,6 +29,9 @@ typedef struct cv_opts {
   ** where no input has them; the inputs' other genes follow by decreasing counts */
   const char *const *fixed_genes;
   uint32_t n_fixed_genes;
+  struct dsw *tiles_to;  /* append: tiles go straight into this writer's dataset, numbered from
+                         ** tile_base, their cells from cell_base (the output gets no tiles) */
+  int64_t tile_base, cell_base;
   int no_sync;          /* a scratch output (append's): not fsync()ed */
   int genes_level;      /* zstd level of the genes table; 0: the default (append: 1, it is rewritten) */
 } cv_opts;

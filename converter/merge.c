@@ -1043,7 +1043,8 @@ done:
 }
 
 /* Adds dataset spath to main (in the caller's transaction, which then detaches `src`); D is updated. */
-static int merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int threads, int *reencoded, cv_err *e) {
+static int merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int tiles_in, int threads, int *reencoded,
+                      cv_err *e) {
   dsinfo S;
   memset(&S, 0, sizeof S);
   dsw w;
@@ -1065,7 +1066,16 @@ static int merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, in
   if (merge_genes(db, &w, D, &S, keep_ok, &sigma, &N, &identity, e)) goto done;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "merge: genes %.3f s\n", cv_now() - tg);
   tg = cv_now();
-  if (identity && strcmp(S.codec, D->codec) == 0) {
+  if (tiles_in) {   /* append: the converter wrote S's tiles into main already */
+    if (!identity) { cv_fail(e, "internal: appended genes did not keep their ids"); goto done; }
+    sqlite3_stmt *q = xprep(db, e, "SELECT count(*), coalesce(sum(nnz), 0), coalesce(min(tile), -1), coalesce(sum(n_cells), 0) "
+                                   "FROM main.tiles_data WHERE tile >= %lld", (long long)D->n_tiles);
+    if (!q) goto done;
+    int ok = sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int64(q, 0) == S.n_tiles && sqlite3_column_int64(q, 1) == S.nnz &&
+             sqlite3_column_int64(q, 3) == S.n_cells;
+    sqlite3_finalize(q);
+    if (!ok) { cv_fail(e, "internal: the appended tiles do not add up to %lld cells, %lld nonzeros", (long long)S.n_cells, (long long)S.nnz); goto done; }
+  } else if (identity && strcmp(S.codec, D->codec) == 0) {
     seal_fn_ctx fc = {S.id, D->id};
     if (sqlite3_create_function(db, "cv_reseal_tile", 9, SQLITE_UTF8, &fc, fn_reseal_tile, NULL, NULL) != SQLITE_OK) {
       sql_fail(db, e, "cv_reseal_tile");
@@ -1193,8 +1203,21 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
     nv.text = NULL;
     free(nv.tlen);
   }
-  tpath = temp_beside(o->dataset, &tfd, e);
-  if (!tpath) goto done;
+  /* the scratch dataset: one name per dataset (only the holder of the write lock gets here), of
+  ** the form the next writer's stale-file cleanup knows, like the converter's own temporary file */
+  {
+    char *a = strdup(o->dataset), *b = strdup(o->dataset);
+    size_t n = strlen(o->dataset) + 32;
+    tpath = malloc(n);
+    if (!a || !b || !tpath) { free(a); free(b); cv_fail(e, "out of memory"); goto done; }
+    snprintf(tpath, n, "%s/.%s.tmp-append", dirname(a), basename(b));
+    free(a);
+    free(b);
+    dsw_remove_stale(tpath);   /* the converter's temporary files of a killed append */
+    tfd = open(tpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (tfd < 0) { cv_fail(e, "%s: cannot create a file beside it: %s", o->dataset, strerror(errno)); free(tpath); tpath = NULL; goto done; }
+    flock(tfd, LOCK_EX);
+  }
   cv_opts co;
   memset(&co, 0, sizeof co);
   co.inputs = o->inputs;
@@ -1217,13 +1240,21 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   co.genes_level = 1;
   co.no_sync = 1;       /* a scratch file: only the dataset's own commit needs to reach the disk */   /* read once by merge_into, which writes the dataset's genes table */
   if (!co.codec) { cv_fail(e, "%s: unknown codec '%s'", o->dataset, D.codec); goto done; }
+  /* the new tiles go straight into the dataset (inside its transaction), numbered on */
+  dsw tw;
+  if (dsw_over(&tw, db, D.id, e)) { dsw_over_end(&tw); goto done; }
+  co.tiles_to = &tw;
+  co.tile_base = D.n_tiles;
+  co.cell_base = D.n_cells;
   double tc = cv_now();
-  if (cv_convert(&co, e)) goto done;
+  int cr = cv_convert(&co, e);
+  dsw_over_end(&tw);
+  if (cr) goto done;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "append: convert %.3f s\n", cv_now() - tc);
   tc = cv_now();
   int64_t c0 = D.n_cells, g0 = D.n_genes;
   int reenc = 0;
-  if (merge_into(db, &D, tpath, 1, o->threads, &reenc, e)) goto done;
+  if (merge_into(db, &D, tpath, 1, 1, o->threads, &reenc, e)) goto done;
   if (reenc) { cv_fail(e, "internal: appended tiles were encoded twice"); goto done; }
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "append: merge %.3f s\n", cv_now() - tc);
   tc = cv_now();
@@ -1325,7 +1356,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
     if (r != SQLITE_DONE) { sql_fail(db, e, "dc_meta"); goto done; }
   }
   for (int i = 1; i < o->n_inputs; i++)  /* the copy is thrown away on any failure: a transaction each */
-    if (merge_into(db, &D, o->inputs[i], i > 1, o->threads, &reenc, e) || xexec(db, "COMMIT; DETACH src", e) ||
+    if (merge_into(db, &D, o->inputs[i], i > 1, 0, o->threads, &reenc, e) || xexec(db, "COMMIT; DETACH src", e) ||
         (i + 1 < o->n_inputs && xexec(db, "BEGIN", e)))
       goto done;
   if (sqlite3_close(db) != SQLITE_OK) { cv_fail(e, "%s: close", tmp); db = NULL; goto done; }
