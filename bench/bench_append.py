@@ -9,7 +9,9 @@ first then `append` of each other one, one at a time (9 transactions), against o
 of all 10.  Target: at most 1.10x.
 merge: the first half and the second half converted apart, then `merge`d, against the
 `convert` of the whole (the halves' conversion is not counted: merge is the step after sharded
-conversion).  Target: merge at least 5x faster.  Also on the real files when present (the
+conversion).  Target: merge at least 5x faster.  Twice: shards converted apart (each numbers its
+genes by its own counts, so merge decodes and encodes the second one's tiles again), and shards
+converted with a shared gene order (`convert --gene-order FIRST.dcdb`: every tile copied).  Also on the real files when present (the
 first two against the other three).
 Wall-clock seconds, best of --reps (the machine is shared; ratios are of the same run).
 """
@@ -76,12 +78,13 @@ def bench_append(d, files, reps):
             "convert_then_append_each_cpu_s": round(c_app, 3), "cpu_ratio": round(c_app / c_conv, 3), "target": "<= 1.10"}
 
 
-def bench_merge(d, files, reps, tag):
+def bench_merge(d, files, reps, tag, shared_order=False):
     half = len(files) // 2
     a, b, whole, m = (os.path.join(d, f"{tag}_{x}.dcdb") for x in ("a", "b", "whole", "m"))
     clean(a, b)
     run("convert", *files[:half], "-o", a, "--quiet")
-    run("convert", *files[half:], "-o", b, "--quiet")
+    # shared_order: the second shard numbers its genes as the first does (--gene-order), so merge copies its tiles
+    run("convert", *files[half:], "-o", b, "--quiet", *(["--gene-order", a] if shared_order else []))
 
     def conv_whole():
         clean(whole)
@@ -94,7 +97,7 @@ def bench_merge(d, files, reps, tag):
         out["summary"] = run("merge", a, b, "-o", m)
 
     (t_conv, c_conv), (t_merge, c_merge) = timed(conv_whole, reps), timed(merge, reps)
-    return {"inputs": tag, "convert_whole_s": round(t_conv, 3), "merge_halves_s": round(t_merge, 3),
+    return {"inputs": tag, "shards_share_gene_order": shared_order, "convert_whole_s": round(t_conv, 3), "merge_halves_s": round(t_merge, 3),
             "speedup": round(t_conv / t_merge, 2), "convert_whole_cpu_s": round(c_conv, 3),
             "merge_halves_cpu_s": round(c_merge, 3), "cpu_speedup": round(c_conv / max(c_merge, 1e-9), 2),
             "target": ">= 5", "merge_summary": out["summary"].strip()}
@@ -121,11 +124,13 @@ def main():
             files.append(f)
         res["append"] = bench_append(d, files, o.reps)
         res["merge_generated"] = bench_merge(d, files, o.reps, "generated")
+        res["merge_generated_shared_order"] = bench_merge(d, files, o.reps, "generated", shared_order=True)
         real = sorted(glob.glob(os.path.join(o.real, "*.h5ad")))
         if len(real) >= 2:
             res["merge_real"] = bench_merge(d, real, o.reps, "real")
+            res["merge_real_shared_order"] = bench_merge(d, real, o.reps, "real", shared_order=True)
         else:
-            res["merge_real"] = {"skipped": f"real data not present in {o.real}"}
+            res["merge_real"] = res["merge_real_shared_order"] = {"skipped": f"real data not present in {o.real}"}
     if o.json:
         print(json.dumps(res, indent=1))
         return
@@ -133,7 +138,7 @@ def main():
     print(f"append: convert of {a['files']} files together {a['convert_together_s']} s; convert of the first + "
           f"{a['files'] - 1} appends {a['convert_then_append_each_s']} s: {a['ratio']}x (target <= 1.10x); CPU "
           f"{a['convert_together_cpu_s']} s vs {a['convert_then_append_each_cpu_s']} s: {a['cpu_ratio']}x")
-    for k in ("merge_generated", "merge_real"):
+    for k in ("merge_generated", "merge_generated_shared_order", "merge_real", "merge_real_shared_order"):
         r = res[k]
         if "skipped" in r:
             print(f"{k}: skipped: {r['skipped']}")

@@ -1130,6 +1130,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
               dsw_meta_int(&w, "obs_block_cells", OBS_BLOCK, e) ||
               dsw_meta_int(&w, "genes_block", o->genes_block ? o->genes_block : DC_GENES_BLOCK, e) ||
               dsw_meta_text(&w, "sources", sources, e) ||
+              (o->n_fixed_genes && dsw_meta_text(&w, "gene_order", "stable", e)) ||
               dsw_meta_text(&w, "created_by", VERSION, e)) ? -1 : 0;
   sqlite3_free(sources);
   if (mr) goto done;

@@ -59,6 +59,10 @@ static const char *HELP_CONVERT =
     "                         bind every tile and block to its place; default: a random one.\n"
     "                         Give the same id to get byte-identical output from the same\n"
     "                         input and options (never reuse one for different data)\n"
+    "  --gene-order DATASET|FILE  number these genes first, in this order (a dataset's genes, or\n"
+    "                         a text file of one name per line); the inputs' other genes follow\n"
+    "                         by decreasing counts.  Shards converted with the same order merge\n"
+    "                         (`deltacells merge`) by copying their tiles, without re-encoding\n"
     "  --force                replace OUT if it exists (never touched otherwise)\n"
     "  --quiet                no progress line and no summary\n"
     "\n"
@@ -193,6 +197,7 @@ static int cmd_convert(int argc, char **argv) {
   o.tile_cells = 10000;
   o.chunks = 8;
   const char **in = calloc((size_t)argc + 1, sizeof *in);
+  const char *gene_order = NULL;
   if (!in) return 1;
   o.inputs = in;
   for (int i = 0; i < argc; i++) {
@@ -205,7 +210,8 @@ static int cmd_convert(int argc, char **argv) {
       int takes = strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0 || strcmp(opt, "--layer") == 0 ||
                   strcmp(opt, "--tile-cells") == 0 || strcmp(opt, "--chunks") == 0 || strcmp(opt, "--level") == 0 ||
                   strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0 ||
-                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0;
+                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0 ||
+                  strcmp(opt, "--gene-order") == 0;
       if (takes && !v) {
         if (i + 1 >= argc) { free(in); return usage("an option needs a value", HELP_CONVERT); }
         v = argv[++i];
@@ -220,6 +226,7 @@ static int cmd_convert(int argc, char **argv) {
       else if (!strcmp(opt, "--force")) o.force = 1;
       else if (!strcmp(opt, "--quiet") || !strcmp(opt, "-q")) o.quiet = 1;
       else if (!strcmp(opt, "--gene-key")) o.gene_key = v;
+      else if (!strcmp(opt, "--gene-order")) gene_order = v;
       else if (!strcmp(opt, "--tile-cells")) {
         if (int_arg(opt, v, 1, 1L << 24, &x)) { free(in); return 2; }
         o.tile_cells = (uint32_t)x;
@@ -265,7 +272,14 @@ static int cmd_convert(int argc, char **argv) {
   if (o.layer && o.raw) { free(in); return usage("--layer and --raw exclude each other", HELP_CONVERT); }
   cv_err e;
   e.msg[0] = 0;
+  char **fixed = NULL;
+  uint32_t n_fixed = 0;
+  if (gene_order && cv_gene_order_load(gene_order, &fixed, &n_fixed, &e)) { free(in); return finish(-1, &e); }
+  o.fixed_genes = (const char *const *)fixed;
+  o.n_fixed_genes = n_fixed;
   int rc = cv_convert(&o, &e);
+  for (uint32_t i = 0; i < n_fixed; i++) free(fixed[i]);
+  free(fixed);
   free(in);
   return finish(rc, &e);
 }

@@ -1722,3 +1722,70 @@ done:
   free(D.sources);
   return rc;
 }
+
+/* ------------------------------------------------------------ convert --gene-order */
+int cv_gene_order_load(const char *path, char ***names, uint32_t *n, cv_err *e) {
+  *names = NULL;
+  *n = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return cv_fail(e, "--gene-order %s: %s", path, strerror(errno));
+  char hdr[16];
+  size_t got = fread(hdr, 1, 16, f);
+  if (got == 16 && !memcmp(hdr, "SQLite format 3", 16)) {   /* a dataset */
+    fclose(f);
+    sqlite3 *db = NULL;
+    dsinfo D;
+    memset(&D, 0, sizeof D);
+    vals nv;
+    memset(&nv, 0, sizeof nv);
+    nv.kind = DC_OBS_TEXT;
+    int rc = -1;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) cv_fail(e, "--gene-order %s: cannot open", path);
+    else if (!read_meta(db, "main", path, &D, e)) {
+      char what[300];
+      snprintf(what, sizeof what, "%s: genes column 'name'", path);
+      if (!load_column(db, "main", "genes", 0, DC_OBS_TEXT, 0, 0, NULL, NULL, &nv, what, e)) {
+        for (uint64_t i = 0; i < nv.n; i++) if (!nv.text[i]) nv.text[i] = strdup("");
+        *names = nv.text;
+        *n = (uint32_t)nv.n;
+        nv.text = NULL;
+        nv.n = 0;
+        rc = 0;
+      }
+    }
+    vals_free(&nv);
+    free(D.sources);
+    if (db) sqlite3_close(db);
+    return rc;
+  }
+  rewind(f);
+  char *line = NULL;
+  size_t cap = 0, ncap = 0;
+  ssize_t len;
+  cv_map seen = {0};
+  int rc = 0;
+  int64_t ln = 0;
+  while ((len = getline(&line, &cap, f)) >= 0) {
+    ln++;
+    char *s = line, *t = line + len;
+    while (s < t && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')) s++;
+    while (t > s && (t[-1] == ' ' || t[-1] == '\t' || t[-1] == '\r' || t[-1] == '\n')) t--;
+    if (s == t) continue;
+    *t = 0;
+    if (!cv_utf8_valid(s, (size_t)(t - s))) { rc = cv_fail(e, "--gene-order %s: line %lld is not UTF-8 text", path, (long long)ln); break; }
+    if (cv_grow((void **)names, &ncap, (size_t)*n + 1, sizeof **names, e)) { rc = -1; break; }
+    (*names)[*n] = strdup(s);
+    if (!(*names)[(*n)++]) { rc = cv_fail(e, "out of memory"); break; }
+  }
+  cv_map_free(&seen);
+  free(line);
+  fclose(f);
+  if (!rc && !*n) rc = cv_fail(e, "--gene-order %s: no gene names", path);
+  if (rc) {
+    for (uint32_t i = 0; i < *n; i++) free((*names)[i]);
+    free(*names);
+    *names = NULL;
+    *n = 0;
+  }
+  return rc;
+}

@@ -31,6 +31,10 @@ typedef struct cv_merge_opts {
 
 int cv_merge(const cv_merge_opts *o, cv_err *e);
 
+/* Gene names in order for convert --gene-order: a dataset's genes (by gene_id), or a text file
+** of one name per line (surrounding whitespace and empty lines dropped).  malloc()ed. */
+int cv_gene_order_load(const char *path, char ***names, uint32_t *n, cv_err *e);
+
 #endif
 
 typedef struct cv_annotate_opts {

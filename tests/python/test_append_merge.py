@@ -334,3 +334,31 @@ def test_real_append_and_merge_equal_convert_together(pair, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_shards_with_a_shared_gene_order_merge_by_copying_tiles(files, tmp_path):
+    d, a, b, c = files
+    pa, pb, pc = (tmp_path / f"{x}.dcdb" for x in "abc")
+    run("convert", a, "-o", pa, "--quiet", "--tile-cells", "256")
+    order = tmp_path / "order.txt"      # the union of the genes, as a text file (any order works)
+    order.write_text("\n".join(f"  G{i} " for i in range(90)) + "\n\n")
+    run("convert", b, "-o", pb, "--quiet", "--tile-cells", "256", "--gene-order", pa)
+    run("convert", c, "-o", pc, "--quiet", "--tile-cells", "256", "--gene-order", order)
+    verify_ok(pb)
+    verify_ok(pc)
+    m = tmp_path / "m.dcdb"
+    p = run("merge", pa, pb, "-o", m)
+    assert "(0 tiles decoded" in p.stdout, p.stdout
+    whole = tmp_path / "whole.dcdb"
+    run("convert", a, b, "-o", whole, "--quiet", "--tile-cells", "256")
+    verify_ok(m)
+    assert_same(snapshot(m), snapshot(whole), "merge of shards with a shared gene order")
+    # a shard numbered by another order: its tiles are decoded and encoded again, the result the same
+    m2 = tmp_path / "m2.dcdb"
+    p = run("merge", pa, pb, pc, "-o", m2)
+    assert "(2 tiles decoded" in p.stdout, p.stdout
+    whole3 = tmp_path / "whole3.dcdb"
+    run("convert", a, b, c, "-o", whole3, "--quiet", "--tile-cells", "256")
+    assert_same(snapshot(m2), snapshot(whole3), "merge of three shards")
+    p = run("convert", a, "-o", tmp_path / "x.dcdb", "--gene-order", tmp_path / "none.txt", check=False)
+    assert p.returncode == 1 and "none.txt" in p.stderr
