@@ -1062,6 +1062,10 @@ static int merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, in
     goto done;
   }
   if (dsw_over(&w, db, D->id, e)) goto done;
+  /* the genes table is written again at zstd level 9, not convert's 19: on the five real files
+  ** merged, its blocks are 8% larger (357 KB instead of 331 KB, of an 11 MB dataset) and the
+  ** merge takes 0.35 CPU-s instead of 0.57 */
+  w.genes_level = 9;
   double tg = cv_now();
   if (merge_genes(db, &w, D, &S, keep_ok, &sigma, &N, &identity, e)) goto done;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "merge: genes %.3f s\n", cv_now() - tg);
