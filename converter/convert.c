@@ -117,10 +117,41 @@ static void genes_free(genes *g, int n_files) {
   memset(g, 0, sizeof *g);
 }
 
-static int genes_join(genes *g, h5file *files, int nf, cv_err *e) {
+static int genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) {
   size_t cap = 0;
   g->fmap = calloc((size_t)nf, sizeof *g->fmap);
   if (!g->fmap) return cv_fail(e, "out of memory");
+  if (o->n_fixed_genes) { /* append: the dataset's genes first, in its order (file UINT32_MAX: in no input) */
+    cv_map occ = {0};
+    size_t n = o->n_fixed_genes;
+    g->name = calloc(n, sizeof *g->name);
+    g->file = malloc(n * sizeof *g->file);
+    g->local = malloc(n * sizeof *g->local);
+    g->total = calloc(n, sizeof *g->total);
+    g->ncells = calloc(n, sizeof *g->ncells);
+    g->nfiles = calloc(n, sizeof *g->nfiles);
+    if (!g->name || !g->file || !g->local || !g->total || !g->ncells || !g->nfiles) return cv_fail(e, "out of memory");
+    cap = n;
+    for (uint32_t i = 0; i < o->n_fixed_genes; i++) {
+      const char *nm = o->fixed_genes[i];
+      uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
+      if (seen) k = ++*seen;
+      else if (cv_map_put(&occ, nm, 0, e)) { cv_map_free(&occ); return -1; }
+      size_t kl = strlen(nm) + 16;
+      char *key = malloc(kl);
+      if (!key) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      if (k) snprintf(key, kl, "%s\x01%u", nm, k);
+      else snprintf(key, kl, "%s", nm);
+      g->name[i] = strdup(nm);
+      g->file[i] = UINT32_MAX;
+      g->local[i] = 0;
+      g->n = g->n_all = i + 1;
+      int bad = !g->name[i] || cv_map_put(&g->map, key, i, e);
+      free(key);
+      if (bad) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+    }
+    cv_map_free(&occ);
+  }
   for (int f = 0; f < nf; f++) {
     cv_map occ = {0};
     g->fmap[f] = malloc((files[f].n_vars + 1) * sizeof(uint32_t));
@@ -221,15 +252,18 @@ static void genes_overlap(const genes *g, h5file *files, int nf, int quiet, doub
 }
 
 static const genes *sort_ctx;
+static uint32_t sort_fixed;   /* genes 0 .. sort_fixed-1 keep their ids (append) */
 static int cmp_rank(const void *a, const void *b) {
   uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  if (x < sort_fixed || y < sort_fixed) return x < y ? -1 : x > y;
   if (sort_ctx->total[x] != sort_ctx->total[y]) return sort_ctx->total[x] > sort_ctx->total[y] ? -1 : 1;
   return x < y ? -1 : x > y;
 }
 
-/* Dataset gene ids by decreasing total counts; with g->keep, the genes not
-** kept get UINT32_MAX (their entries are dropped from the tiles). */
-static int genes_renumber(genes *g, h5file *files, int nf, cv_err *e) {
+/* Dataset gene ids: the n_fixed genes given first (convert --gene-order, append) in their
+** order, then by decreasing total counts; with g->keep, the genes not kept get UINT32_MAX
+** (their entries are dropped from the tiles). */
+static int genes_renumber(genes *g, h5file *files, int nf, uint32_t n_fixed, cv_err *e) {
   g->order = malloc((g->n_all + 1) * sizeof *g->order);
   g->rank = malloc((g->n_all + 1) * sizeof *g->rank);
   if (!g->order || !g->rank) return cv_fail(e, "out of memory");
@@ -240,6 +274,7 @@ static int genes_renumber(genes *g, h5file *files, int nf, cv_err *e) {
   }
   g->n = n;
   sort_ctx = g;
+  sort_fixed = n_fixed;
   qsort(g->order, g->n, sizeof *g->order, cmp_rank);
   for (uint32_t r = 0; r < g->n; r++) g->rank[g->order[r]] = r;
   for (int f = 0; f < nf; f++)
@@ -515,8 +550,10 @@ static int pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *t
       uint32_t chunks = 0;
       if (dc_tile_parse(w0->out, w0->out_len, &hdr, &de) == DC_OK) chunks = hdr.n_chunks;
       else { cv_fail(e, "tile %llu: the encoder's output does not parse: %s", (unsigned long long)next_write, de.msg); goto done; }
-      if (dsw_tile(w, (int64_t)next_write, (int64_t)w0->first_cell, (int64_t)w0->rb.n_rows, (int64_t)tn,
-                   chunks, w0->out, w0->out_len, e))
+      if (o->tiles_to ? dsw_tile(o->tiles_to, o->tile_base + (int64_t)next_write, o->cell_base + (int64_t)w0->first_cell,
+                                 (int64_t)w0->rb.n_rows, (int64_t)tn, chunks, w0->out, w0->out_len, e)
+                      : dsw_tile(w, (int64_t)next_write, (int64_t)w0->first_cell, (int64_t)w0->rb.n_rows, (int64_t)tn,
+                                 chunks, w0->out, w0->out_len, e))
         goto done;
       nnz += tn;
       bytes += w0->out_len;
@@ -1032,7 +1069,7 @@ static int write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, 
     v.kind = stored_kind(c->kind);
     for (uint32_t id = 0; id < ng; id++) {
       uint32_t gl = g->order[id], f = g->file[gl], j = g->local[gl];
-      const colbuf *src = c->src[f] ? &conv[f] : NULL;
+      const colbuf *src = f != UINT32_MAX && c->src[f] ? &conv[f] : NULL;
       tv[id] = NULL;
       tl[id] = 0;
       valid[id] = 0;
@@ -1243,7 +1280,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
               "as scanpy's read_10x_h5 does (--all-features keeps them, told apart by the genes column "
               "feature_types)\n", files[f].path, (unsigned long long)k, ex);
     }
-  if (genes_join(&g, files, nf, e)) goto done;
+  if (genes_join(&g, files, nf, o, e)) goto done;
   genes_overlap(&g, files, nf, o->quiet, o->min_overlap > 0 ? o->min_overlap : 0.5, o->genes_intersect);
   if (o->genes_intersect && nf > 1) {
     if (!g.n_shared) { cv_fail(e, "--genes intersect: no gene is in every input; nothing to store"); goto done; }
@@ -1264,7 +1301,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   int r1 = pass1(files, nf, &g, o->tile_cells, spool_dir, &nnz1, &last, &pg, e);
   free(spool_dir);
   prog_end(&pg);
-  if (r1 || genes_renumber(&g, files, nf, e)) goto done;
+  if (r1 || genes_renumber(&g, files, nf, o->n_fixed_genes, e)) goto done;
 
   /* the tiles: each input split on its own (no tile spans two inputs) */
   uint64_t n_tiles = 0;
@@ -1284,6 +1321,8 @@ int cv_convert(const cv_opts *o, cv_err *e) {
 
   /* pass 2 */
   if (dsw_open(&w, o->out, o->dataset_id_set ? &o->dataset_id : NULL, e)) goto done;
+  w.genes_level = o->genes_level;
+  w.no_sync = o->no_sync;
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
   int64_t gbytes = 0;
   prog_start(&pg, show, "pass 2/3 (tiles)", n_cells);
@@ -1334,6 +1373,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
               dsw_meta_int(&w, "obs_block_cells", OBS_BLOCK, e) ||
               dsw_meta_int(&w, "genes_block", o->genes_block ? o->genes_block : DC_GENES_BLOCK, e) ||
               dsw_meta_text(&w, "sources", sources, e) || cv_meta_export(&w, files, nf, e) ||
+              (o->n_fixed_genes && dsw_meta_text(&w, "gene_numbering", "stable", e)) ||
               dsw_meta_text(&w, "created_by", VERSION, e)) ? -1 : 0;
   sqlite3_free(sources);
   if (mr) goto done;

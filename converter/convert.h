@@ -28,6 +28,16 @@ typedef struct cv_opts {
   int genes_intersect;  /* store only the genes every input has (else the union) */
   double min_overlap;   /* warn when an input shares less than this fraction of its genes; 0 = 0.5 */
   int force, quiet;
+  /* append (converter/merge.c): these names get gene ids 0 .. n_fixed_genes-1 in this
+  ** order (the k-th repeat of a name is the k-th gene of an input with that name), even
+  ** where no input has them; the inputs' other genes follow by decreasing counts */
+  const char *const *fixed_genes;
+  uint32_t n_fixed_genes;
+  struct dsw *tiles_to;  /* append: tiles go straight into this writer's dataset, numbered from
+                         ** tile_base, their cells from cell_base (the output gets no tiles) */
+  int64_t tile_base, cell_base;
+  int no_sync;          /* a scratch output (append's): not fsync()ed */
+  int genes_level;      /* zstd level of the genes table; 0: the default (append: 1, it is rewritten) */
 } cv_opts;
 
 int cv_convert(const cv_opts *o, cv_err *e);

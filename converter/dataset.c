@@ -306,7 +306,7 @@ int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values 
     dc_error de;
     memset(&de, 0, sizeof de);
     size_t len = 0;
-    if (dc_obs_encode(&s, GENES_LEVEL, &blob, &len, &st, &de) != DC_OK) {
+    if (dc_obs_encode(&s, w->genes_level ? w->genes_level : GENES_LEVEL, &blob, &len, &st, &de) != DC_OK) {
       dc_obs_stats_clear(&st);
       return cv_fail(e, "genes column '%s', block %llu: %s", name, (unsigned long long)b, de.msg);
     }
@@ -392,7 +392,7 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   }
   if (sqlite3_close(w->db) != SQLITE_OK) return db_fail(w, e, "close");
   w->db = NULL;
-  if (fsync_path(w->tmp_path, 0) != 0) return cv_fail(e, "%s: fsync: %s", w->tmp_path, strerror(errno));
+  if (!w->no_sync && fsync_path(w->tmp_path, 0) != 0) return cv_fail(e, "%s: fsync: %s", w->tmp_path, strerror(errno));
   if (force) {
     if (rename(w->tmp_path, out_path) != 0)
       return cv_fail(e, "%s: cannot rename the finished dataset into place: %s", out_path, strerror(errno));
@@ -408,10 +408,10 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
     }
   }
   char *d = strdup(out_path);
-  if (d) {
+  if (d && !w->no_sync) {
     fsync_path(dirname(d), 1);
-    free(d);
   }
+  free(d);
   if (w->lock_fd >= 0) close(w->lock_fd);
   w->lock_fd = -1;
   free(w->tmp_path);

@@ -20,6 +20,8 @@ typedef struct dsw {
   sqlite3_stmt *ins_tile, *ins_block, *ins_dict, *ins_col, *ins_gblock, *ins_gcol, *ins_meta;
   uint64_t dataset_id;     /* dc_meta.dataset_id, the key of every seal (dc_seal.h) */
   int lock_fd;             /* the temporary file, flock()ed while this writer lives */
+  int genes_level;         /* zstd level of genes_blocks; 0: the default (19) */
+  int no_sync;             /* a scratch dataset (append's): no fsync at dsw_finish */
 } dsw;
 
 /* Removes the temporary files `.NAME.tmp-XXXXXX` (and their -journal, -wal)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dataset.h"
 #include "dc_codec.h"
@@ -26,6 +27,21 @@ static int open_ro(const char *path, sqlite3 **db, int64_t *version, cv_err *e) 
   fclose(fp);
   if (n < 16 || memcmp(hdr, "SQLite format 3", 16) != 0)
     return cv_fail(e, "%s: not a deltacells dataset (not an SQLite database)", path);
+  /* a hot journal (an append killed inside its transaction): only a read-write open
+  ** rolls it back, restoring the dataset as it was before the append */
+  size_t jl = strlen(path) + 16;
+  char *jp = malloc(jl);
+  if (jp) {
+    snprintf(jp, jl, "%s-journal", path);
+    if (access(jp, F_OK) == 0 && access(path, W_OK) == 0 &&
+        sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK) {
+      sqlite3_busy_timeout(*db, 10000);
+      sqlite3_exec(*db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    }
+    if (*db) sqlite3_close(*db);
+    *db = NULL;
+    free(jp);
+  }
   if (sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
     int r = cv_fail(e, "%s: %s", path, sqlite3_errmsg(*db));
     sqlite3_close(*db);
@@ -884,7 +900,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   size_t cap_c = 0, cap_n = 0;
   sqlite3_stmt *s = NULL;
   int64_t expect_first = 0, nnz_sum = 0, n_tiles = 0, n_blocks = 0, dup_names = 0;
-  int64_t faults_before_tiles = rep->n, tile_genes = -1;
+  int64_t faults_before_tiles = rep->n, tile_genes = -1, max_tile_genes = -1;
   int genes_bad = 0;
   if (!dec || !odec || !tot || !ncl || !h || !jobs) { cv_fail(e, "out of memory"); goto done; }
   if (have_tiles &&
@@ -925,21 +941,22 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
         continue;
       }
     }
-    if ((int64_t)h->n_cells != nc || (int64_t)h->nnz != nz || (int64_t)h->n_chunks != ch ||
-        (tile_genes >= 0 && (int64_t)h->n_genes != tile_genes)) {
+    if ((int64_t)h->n_cells != nc || (int64_t)h->nnz != nz || (int64_t)h->n_chunks != ch) {
       VFAULT("tile %lld: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with tiles_data "
-             "(%lld, %lld, %lld) or the other tiles' %lld genes", (long long)t, h->n_cells, (unsigned long long)h->nnz,
-             h->n_chunks, h->n_genes, (long long)nc, (long long)nz, (long long)ch, (long long)tile_genes);
+             "(%lld, %lld, %lld)", (long long)t, h->n_cells, (unsigned long long)h->nnz,
+             h->n_chunks, h->n_genes, (long long)nc, (long long)nz, (long long)ch);
       continue;
     }
-    if (tile_genes < 0) {
+    /* a tile holds genes 0 .. its n_genes-1: all of them, or, written before an append
+    ** added genes, fewer (the extension's rule: at most dc_meta.n_genes) */
+    if (n_genes >= 0 && (int64_t)h->n_genes > n_genes) {
+      if (tile_genes < 0)
+        VFAULT("dc_meta.n_genes says %lld, tile %lld is of %u genes", (long long)n_genes, (long long)t, h->n_genes);
       tile_genes = h->n_genes;
-      if (n_genes >= 0 && tile_genes != n_genes) {
-        VFAULT("dc_meta.n_genes says %lld, the tiles are of %lld genes", (long long)n_genes, (long long)tile_genes);
-        genes_bad = 1;
-      }
+      genes_bad = 1;
     }
     if (genes_bad) continue;
+    if ((int64_t)h->n_genes > max_tile_genes && h->n_cells > 0) max_tile_genes = h->n_genes;
     if (cv_grow((void **)&ip, &cap_c, (size_t)nc + 1, sizeof *ip, e)) goto done;
     size_t c2 = cap_n;
     if (cv_grow((void **)&ix, &c2, (size_t)nz + 1, sizeof *ix, e)) goto done;
@@ -978,6 +995,10 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     if (bad == 1) VFAULT("tile %lld: decoded cell offsets are inconsistent", (long long)t);
   }
   if (have_tiles && rc != SQLITE_DONE) VFAULT("reading tiles_data: %s", sqlite3_errmsg(db));
+  if (have_tiles && n_genes >= 0 && !genes_bad && max_tile_genes >= 0 && max_tile_genes != n_genes) {
+    VFAULT("dc_meta.n_genes says %lld, the tiles are of %lld genes (at most)", (long long)n_genes, (long long)max_tile_genes);
+    genes_bad = 1;
+  }
   int tiles_decoded = rep->n == faults_before_tiles;
   if (genes_bad) n_genes = -1;   /* said once: nothing to compare the genes with */
   sqlite3_finalize(s);
@@ -1011,7 +1032,10 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
                (unsigned long long)ncl[first_off]);
         sqlite3_free(nm);
       }
-      if (unordered)
+      char *order = meta_text(db, "gene_numbering");   /* 'stable' after append/merge: ids kept, not re-sorted */
+      int stable = order && !strcmp(order, "stable");
+      free(order);
+      if (unordered && !stable)
         VFAULT("genes: %lld genes have more counts than the gene before them (the first: gene %lld); genes are "
                "numbered by decreasing total counts", (long long)unordered, (long long)first_un);
     }

@@ -22,6 +22,7 @@
 #include "dc_format.h"
 
 #define DC_VERSION "0.1"
+#include "merge.h"
 
 static const char *HELP_MAIN =
     "usage: deltacells COMMAND [ARGS]\n"
@@ -36,6 +37,9 @@ static const char *HELP_MAIN =
     "  version                   the versions of deltacells, its format and libraries\n"
     "  export DATASET -o OUT.h5ad [--where SQL] [--genes FILE] [--obs COLS]   back to h5ad\n"
     "  genes DATASET [--json] [--order original|stored]   genes: stored and original order, counts\n"
+    "  append DATASET IN.h5ad ...  add cells to a dataset in place (one transaction)\n"
+    "  merge A.dcdb B.dcdb ... -o OUT.dcdb   datasets -> one dataset (tiles copied)\n"
+    "  annotate DATASET TABLE.csv --key name|cell_id   add or replace obs columns\n"
     "\n"
     "`deltacells COMMAND --help` describes a command.  Query a dataset with the sqlite3\n"
     "shell: `sqlite3 OUT.dcdb` then `.load build/deltacells`.\n";
@@ -82,6 +86,10 @@ static const char *HELP_CONVERT =
     "                         bind every tile and block to its place; default: a random one.\n"
     "                         Give the same id to get byte-identical output from the same\n"
     "                         input and options (never reuse one for different data)\n"
+    "  --gene-order DATASET|FILE  number these genes first, in this order (a dataset's genes, or\n"
+    "                         a text file of one name per line); the inputs' other genes follow\n"
+    "                         by decreasing counts.  Shards converted with the same order merge\n"
+    "                         (`deltacells merge`) by copying their tiles, without re-encoding\n"
     "  --force                replace OUT if it exists (never touched otherwise)\n"
     "  --quiet                no progress line and no summary\n"
     "\n"
@@ -178,6 +186,48 @@ static const char *HELP_GENES =
 
 /* A usage error: one line, and where the help is (the command's words are
 ** those of its help's usage line: "usage: deltacells obs info DATASET" -> "obs info"). */
+static const char *HELP_APPEND =
+    "usage: deltacells append DATASET IN.h5ad [IN2.h5ad ...] [--layer NAME | --raw] [--gene-key VARCOL]\n"
+    "                         [--threads N] [--quiet]\n"
+    "\n"
+    "Adds the cells of h5ad files to an existing dataset, in place, in one SQLite transaction:\n"
+    "a crash or kill leaves the old dataset (the next read-write open rolls the journal back),\n"
+    "and readers see the old or the new dataset, never a mix.  The new cells get new tiles,\n"
+    "encoded with the dataset's codec settings; existing tiles are not touched.  Genes are\n"
+    "matched by name: existing gene ids never change, genes new to the dataset get the next\n"
+    "ids (by decreasing counts over the new files).  Obs columns are matched by name: a new\n"
+    "column is NULL for the old cells, a column the new files lack is NULL for the new cells;\n"
+    "int joins real, bool joins int, categorical joins text; any other mix of kinds is an\n"
+    "error naming the column.  `source` names each cell's file (added if the dataset had one\n"
+    "input).  Converting A then appending B gives the same cells, obs and counts per gene\n"
+    "name as converting A and B together (gene ids and column order may differ).\n";
+
+static const char *HELP_MERGE =
+    "usage: deltacells merge A.dcdb B.dcdb [C.dcdb ...] -o OUT.dcdb [--threads N] [--force] [--quiet]\n"
+    "\n"
+    "Joins datasets into a new one (written beside OUT and renamed into place): cells of A,\n"
+    "then B, ...  A's tiles and gene ids are kept; the other datasets' genes are matched by\n"
+    "name (new ones get the next ids).  A tile whose genes all keep their ids is copied as\n"
+    "it is; otherwise it is decoded and encoded again (the codec stores genes by rank), and\n"
+    "the summary says how many.  Obs columns and `source` are joined as in `append`.\n"
+    "OUT gets a new dataset id (every seal computed again, each checked first).\n";
+
+static const char *HELP_ANNOTATE =
+    "usage: deltacells annotate DATASET TABLE.csv [--key name|cell_id] [--type COLUMN=KIND ...] [--quiet]\n"
+    "\n"
+    "Adds obs columns from a CSV table (a header row, then one row per cell), or replaces the\n"
+    "columns of the same name (ignoring case), in one transaction.  The key column (the one\n"
+    "named like --key, else the first) holds cell names (--key name, the default: the obs\n"
+    "index, which must then be unique among the cells) or cell ids (--key cell_id).  Every\n"
+    "other column is stored like a converted obs column (same blocks, statistics and seals),\n"
+    "so the cells table filters on it.  Cells the table lacks get NULL; keys that match no\n"
+    "cell are reported (how many, and the first five).  Empty fields, NA, NaN, null and None\n"
+    "are NULL.  A column's kind is int if every value is an integer, else bool (true/false),\n"
+    "else real, else category (text when more than half its values are distinct, or it has\n"
+    "more than 65,536 labels); --type COLUMN=KIND sets it (category, text,\n"
+    "int, real, bool).  Bad CSV (an unclosed quote, a row with more or fewer fields than the\n"
+    "header, a value not of its column's kind) is an error naming the line.\n";
+
 static int usage(const char *msg, const char *help) {
   char cmd[64] = "";
   const char *p = strstr(help, "usage: deltacells ");
@@ -220,6 +270,7 @@ static int cmd_convert(int argc, char **argv) {
   o.tile_cells = 10000;
   o.chunks = 8;
   const char **in = calloc((size_t)argc + 1, sizeof *in);
+  const char *gene_order = NULL;
   if (!in) return 1;
   o.inputs = in;
   for (int i = 0; i < argc; i++) {
@@ -232,7 +283,8 @@ static int cmd_convert(int argc, char **argv) {
       int takes = strcmp(opt, "-o") == 0 || strcmp(opt, "--output") == 0 || strcmp(opt, "--layer") == 0 ||
                   strcmp(opt, "--tile-cells") == 0 || strcmp(opt, "--chunks") == 0 || strcmp(opt, "--level") == 0 ||
                   strcmp(opt, "--threads") == 0 || strcmp(opt, "--gene-key") == 0 || strcmp(opt, "--codec") == 0 ||
-                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0 || strcmp(opt, "--genes") == 0;
+                  strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0 || strcmp(opt, "--genes") == 0 ||
+                  strcmp(opt, "--gene-order") == 0;
       if (takes && !v) {
         if (i + 1 >= argc) {
           char m[128];
@@ -261,6 +313,7 @@ static int cmd_convert(int argc, char **argv) {
         else if (!strcmp(v, "union")) o.genes_intersect = 0;
         else { free(in); return usage("--genes: 'union' (the default) or 'intersect'", HELP_CONVERT); }
       }
+      else if (!strcmp(opt, "--gene-order")) gene_order = v;
       else if (!strcmp(opt, "--tile-cells")) {
         if (int_arg(opt, v, 1, 1L << 24, &x)) { free(in); return 2; }
         o.tile_cells = (uint32_t)x;
@@ -306,8 +359,104 @@ static int cmd_convert(int argc, char **argv) {
   if (o.layer && o.raw) { free(in); return usage("--layer and --raw exclude each other", HELP_CONVERT); }
   cv_err e;
   e.msg[0] = 0;
+  char **fixed = NULL;
+  uint32_t n_fixed = 0;
+  if (gene_order && cv_gene_order_load(gene_order, &fixed, &n_fixed, &e)) { free(in); return finish(-1, &e); }
+  o.fixed_genes = (const char *const *)fixed;
+  o.n_fixed_genes = n_fixed;
   int rc = cv_convert(&o, &e);
+  for (uint32_t i = 0; i < n_fixed; i++) free(fixed[i]);
+  free(fixed);
   free(in);
+  return finish(rc, &e);
+}
+
+static int cmd_append_merge(int argc, char **argv, int merge) {
+  const char *help = merge ? HELP_MERGE : HELP_APPEND;
+  const char **in = calloc((size_t)argc + 1, sizeof *in);
+  if (!in) return 1;
+  int n = 0, quiet = 0, force = 0, threads = 0, raw = 0;
+  const char *out = NULL, *layer = NULL, *gene_key = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (is_help(a)) { fputs(help, stdout); free(in); return 0; }
+    if (a[0] == '-' && a[1]) {
+      int takes = !strcmp(a, "-o") || !strcmp(a, "--output") || !strcmp(a, "--threads") || !strcmp(a, "--layer") ||
+                  !strcmp(a, "--gene-key");
+      const char *v = NULL;
+      if (takes) {
+        if (i + 1 >= argc) { free(in); return usage("an option needs a value", help); }
+        v = argv[++i];
+      }
+      long x;
+      if (merge && (!strcmp(a, "-o") || !strcmp(a, "--output"))) out = v;
+      else if (!merge && !strcmp(a, "--layer")) layer = v;
+      else if (!merge && !strcmp(a, "--gene-key")) gene_key = v;
+      else if (!merge && !strcmp(a, "--raw")) raw = 1;
+      else if (merge && !strcmp(a, "--force")) force = 1;
+      else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
+      else if (!strcmp(a, "--threads")) {
+        if (int_arg(a, v, 0, 1024, &x)) { free(in); return 2; }
+        threads = (int)x;
+      } else {
+        char m[128];
+        snprintf(m, sizeof m, "unknown option %s", a);
+        free(in);
+        return usage(m, help);
+      }
+      continue;
+    }
+    in[n++] = a;
+  }
+  cv_err e;
+  e.msg[0] = 0;
+  int rc;
+  if (merge) {
+    if (n < 2) { free(in); return usage("merge needs at least two datasets", help); }
+    if (!out) { free(in); return usage("merge needs -o OUT.dcdb", help); }
+    cv_merge_opts o = {in, n, out, threads, force, quiet};
+    rc = cv_merge(&o, &e);
+  } else {
+    if (n < 2) { free(in); return usage("append needs a dataset and at least one h5ad file", help); }
+    if (layer && raw) { free(in); return usage("--layer and --raw exclude each other", help); }
+    cv_append_opts o = {in[0], in + 1, n - 1, layer, raw, gene_key, threads, quiet};
+    rc = cv_append(&o, &e);
+  }
+  free(in);
+  return finish(rc, &e);
+}
+
+static int cmd_annotate(int argc, char **argv) {
+  const char **pos = calloc((size_t)argc + 1, sizeof *pos), **types = calloc((size_t)argc + 1, sizeof *types);
+  if (!pos || !types) { free(pos); free(types); return 1; }
+  int n = 0, nt = 0, quiet = 0;
+  const char *key = "name";
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (is_help(a)) { fputs(HELP_ANNOTATE, stdout); free(pos); free(types); return 0; }
+    if (!strcmp(a, "--key") || !strcmp(a, "--type")) {
+      if (i + 1 >= argc) { free(pos); free(types); return usage("an option needs a value", HELP_ANNOTATE); }
+      if (!strcmp(a, "--key")) key = argv[++i];
+      else types[nt++] = argv[++i];
+    } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
+    else if (a[0] == '-' && a[1]) {
+      char m[128];
+      snprintf(m, sizeof m, "unknown option %s", a);
+      free(pos); free(types);
+      return usage(m, HELP_ANNOTATE);
+    } else pos[n++] = a;
+  }
+  if (n != 2) { free(pos); free(types); return usage("annotate needs a dataset and one CSV table", HELP_ANNOTATE); }
+  if (strcmp(key, "name") != 0 && strcmp(key, "cell_id") != 0) {
+    free(pos); free(types);
+    return usage("--key is name or cell_id", HELP_ANNOTATE);
+  }
+  cv_annotate_opts o = {pos[0], pos[1], key, types, nt, quiet};
+  cv_err e;
+  e.msg[0] = 0;
+  int rc = cv_annotate(&o, &e);
+  free(pos);
+  free(types);
   return finish(rc, &e);
 }
 
@@ -414,6 +563,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(c, "convert")) return cmd_convert(argc - 2, argv + 2);
+  if (!strcmp(c, "append")) return cmd_append_merge(argc - 2, argv + 2, 0);
+  if (!strcmp(c, "annotate")) return cmd_annotate(argc - 2, argv + 2);
+  if (!strcmp(c, "merge")) return cmd_append_merge(argc - 2, argv + 2, 1);
   if (!strcmp(c, "info")) return cmd_simple(argc - 2, argv + 2, HELP_INFO, 0);
   if (!strcmp(c, "verify")) return cmd_simple(argc - 2, argv + 2, HELP_VERIFY, 2);
   if (!strcmp(c, "export")) return cmd_export(argc - 2, argv + 2);
@@ -423,7 +575,7 @@ int main(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "info") != 0) return usage("obs: the subcommand is `obs info DATASET`", HELP_OBS);
     return cmd_simple(argc - 3, argv + 3, HELP_OBS, 1);
   }
-  static const char *const cmds[] = {"convert", "info", "obs", "verify", "version", "export", "genes", "help"};
+  static const char *const cmds[] = {"convert", "info", "obs", "verify", "version", "export", "genes", "append", "merge", "annotate", "help"};
   const char *best = cv_closest(c, cmds, (int)(sizeof cmds / sizeof *cmds));
   char m[300];
   snprintf(m, sizeof m, "unknown command '%.100s'%s%s%s", c, best ? "; did you mean '" : "", best ? best : "",

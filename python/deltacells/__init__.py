@@ -8,6 +8,7 @@
     m = deltacells.CellMapDataset("pbmc.dcdb", obs=["cell_type"])                 # m[i]: one cell
     split = deltacells.train_val_split("pbmc.dcdb", val_fraction=0.2, by="donor")
     df = deltacells.aggregate("pbmc.dcdb", by="cell_type")   # pseudobulk: sum, mean (with zeros), ...
+    deltacells.annotate("pbmc.dcdb", labels_df)                # add/replace obs columns (keyed by cell name)
 
 to_anndata and aggregate import numpy/pandas/anndata on first use; the PyTorch parts (CellDataset, CellMapDataset,
 GroupBatchSampler, CellBatch, CSRBatch, collate, transforms, train_val_split) import torch
@@ -32,7 +33,7 @@ def tune_malloc():
 if _os.environ.get("DELTACELLS_MALLOC_TUNE") == "1":
     _malloc.tune()
 
-_LAZY = {"to_anndata": "anndata_io", "aggregate": "_aggregate", "CellDataset": "dataset", "CellMapDataset": "mapdataset",
+_LAZY = {"annotate": "_annotate", "to_anndata": "anndata_io", "aggregate": "_aggregate", "CellDataset": "dataset", "CellMapDataset": "mapdataset",
          "GroupBatchSampler": "mapdataset", "collate": "mapdataset", "CellBatch": "mapdataset",
          "CSRBatch": "_convert", "Categories": "_core", "train_val_split": "split",
          "Split": "split", "transforms": None}

@@ -210,6 +210,21 @@ def _connect_vfs(path, remote, check_same_thread, ext, timeout):
     return con
 
 
+def _roll_back_journal(p, timeout):
+    """A `deltacells append` killed mid-transaction leaves a hot journal, which only a read-write
+    open rolls back (a read-only one fails with 'attempt to write a readonly database'): open it
+    read-write once, read the schema (SQLite restores the old dataset), close."""
+    uri = "file:" + _uri_quote(str(p.resolve())) + "?mode=rw"
+    try:
+        c = sqlite3.connect(uri, uri=True, timeout=timeout)
+        try:
+            c.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            c.close()
+    except sqlite3.Error:
+        pass   # the read-only open below reports what is wrong
+
+
 def connect(path, *, readonly=True, check_same_thread=True, extension=None, timeout=30.0, remote=None):
     """Open a deltacells dataset (a ``.dcdb`` file) and return a ``sqlite3.Connection``
     with the extension loaded, so ``cells``, ``genes``, ``tiles`` and ``dc_batch`` work.
@@ -234,6 +249,8 @@ def connect(path, *, readonly=True, check_same_thread=True, extension=None, time
         if not p.is_file():
             raise FileNotFoundError(f"deltacells dataset {str(p)!r} does not exist")
     mode = "ro" if readonly else "rw"
+    if readonly and os.path.exists(str(p) + "-journal") and os.access(str(p), os.W_OK):
+        _roll_back_journal(p, timeout)
     uri = "file:" + _uri_quote(str(p.resolve())) + f"?mode={mode}"
     con = sqlite3.connect(uri, uri=True, check_same_thread=check_same_thread, timeout=timeout)
     try:

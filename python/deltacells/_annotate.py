@@ -1,0 +1,147 @@
+"""deltacells.annotate: add or replace obs columns of a dataset from a pandas DataFrame or a dict.
+
+It writes the table to a temporary CSV beside nothing of the dataset's (in the system's temp
+directory) with each column's kind stated, and runs `deltacells annotate` (the converter), so the
+columns are stored exactly as the converter stores obs columns: one transaction, pushed down in
+the `cells` table.
+"""
+import csv
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+def find_converter():
+    """The `deltacells` command: $DELTACELLS_CONVERTER, else beside the extension library
+    (build/deltacells next to build/deltacells.so), else on PATH."""
+    env = os.environ.get("DELTACELLS_CONVERTER")
+    if env:
+        return env
+    try:
+        from ._connect import find_extension
+        c = Path(find_extension()).with_name("deltacells")
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    except Exception:
+        pass
+    w = shutil.which("deltacells")
+    if w:
+        return w
+    raise FileNotFoundError("the deltacells command was not found: run `make` (it builds build/deltacells), "
+                            "or set DELTACELLS_CONVERTER to its path")
+
+
+def _kind(values, dtype):
+    """The stored kind of a column from its dtype (pandas) or its Python values."""
+    name = str(dtype) if dtype is not None else ""
+    if name == "category":
+        return "category"
+    if name in ("bool", "boolean"):
+        return "bool"
+    if name.startswith(("int", "uint", "Int", "UInt")):
+        return "int"
+    if name.startswith(("float", "Float")):
+        return "real"
+    vs = [v for v in values if not _is_null(v)]
+    if vs and all(isinstance(v, bool) for v in vs):
+        return "bool"
+    if vs and all(isinstance(v, int) and not isinstance(v, bool) for v in vs):
+        return "int"
+    if vs and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vs):
+        return "real"
+    return "category" if name == "" else "text"
+
+
+def _is_null(v):
+    if v is None:
+        return True
+    try:
+        import pandas as pd
+        if v is pd.NA or v is pd.NaT:
+            return True
+    except ImportError:
+        pass
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _cell(v, kind):
+    if _is_null(v):
+        return ""
+    if kind == "bool":
+        return "true" if bool(v) else "false"
+    if kind == "int":
+        return str(int(v))
+    if kind == "real":
+        return repr(float(v))
+    return str(v)
+
+
+def annotate(path, data, key="name", quiet=True):
+    """Add (or replace, by name ignoring case) obs columns of the dataset at `path`.
+
+    data: a pandas DataFrame, or a dict of columns (equal-length sequences).  The key column is
+          `key` ('name': cell names, the obs index; 'cell_id': cell ids) if data has it, else a
+          DataFrame's index.  Every other column becomes an obs column: category (pandas
+          categorical, or strings in a dict), text (object/string dtype), int, real or bool,
+          as its dtype says; NaN / None / pd.NA are NULL.  Cells the table lacks get NULL.
+    Returns the command's report: {"stdout", "unmatched_note"} (keys that match no cell are
+    reported there, how many and the first few).  Raises RuntimeError with the command's message
+    on any error (the dataset is then unchanged).
+    """
+    if key not in ("name", "cell_id"):
+        raise ValueError("key must be 'name' or 'cell_id'")
+    cols, dtypes = {}, {}
+    try:
+        import pandas as pd
+    except ImportError:
+        pd = None
+    if pd is not None and isinstance(data, pd.DataFrame):
+        if key in data.columns:
+            keys = list(data[key])
+            names = [c for c in data.columns if c != key]
+        else:
+            keys = list(data.index)
+            names = list(data.columns)
+        for c in names:
+            cols[str(c)] = list(data[c].astype(object))
+            dtypes[str(c)] = data[c].dtype
+    elif isinstance(data, dict):
+        if key not in data:
+            raise ValueError(f"the dict has no key column {key!r}")
+        keys = list(data[key])
+        for c, vs in data.items():
+            if c == key:
+                continue
+            cols[str(c)] = list(vs)
+            dt = getattr(vs, "dtype", None)
+            dtypes[str(c)] = dt
+    else:
+        raise TypeError("data must be a pandas DataFrame or a dict of columns")
+    if not cols:
+        raise ValueError("no columns to add")
+    for c, vs in cols.items():
+        if len(vs) != len(keys):
+            raise ValueError(f"column {c!r} has {len(vs)} values for {len(keys)} keys")
+    kinds = {c: _kind(vs, dtypes.get(c)) for c, vs in cols.items()}
+    conv = find_converter()
+    fd, tmp = tempfile.mkstemp(suffix=".csv", prefix="deltacells-annotate-")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow([key] + list(cols))
+            for i, k in enumerate(keys):
+                w.writerow([str(k)] + [_cell(cols[c][i], kinds[c]) for c in cols])
+        args = [conv, "annotate", os.fspath(path), tmp, "--key", key]
+        for c, k in kinds.items():
+            args += ["--type", f"{c}={k}"]
+        if quiet:
+            args.append("--quiet")
+        p = subprocess.run(args, capture_output=True, text=True)
+    finally:
+        os.unlink(tmp)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip().replace(tmp, "<table>"))
+    return {"stdout": p.stdout, "unmatched_note": p.stderr.strip().replace(tmp, "<table>")}

@@ -1,0 +1,156 @@
+"""deltacells annotate (CLI) and deltacells.annotate (Python): obs columns added or replaced.
+
+Columns are stored as the converter stores obs columns (blocks with statistics and seals, so
+`verify` passes and the cells table filters on them); cells missing from the table are NULL;
+keys that match no cell are reported; bad CSV is an error naming the line, and changes nothing.
+"""
+import hashlib
+import os
+import sqlite3
+import sys
+
+import numpy as np
+import pytest
+
+from _converter_util import ROOT, need_converter, run
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(__file__))
+from test_append_merge import verify_ok, write_h5ad  # noqa: E402
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()
+
+
+@pytest.fixture()
+def ds(tmp_path):
+    need_converter()
+    a = write_h5ad(tmp_path / "a.h5ad", 300, [f"G{i}" for i in range(30)], 1)
+    out = tmp_path / "a.dcdb"
+    run("convert", a, "-o", out, "--quiet")
+    return out
+
+
+def cells(path, cols):
+    import deltacells
+    con = deltacells.connect(str(path))
+    q = ", ".join(f'"{c}"' for c in cols)
+    return con.execute(f"SELECT name, {q} FROM cells ORDER BY cell_id").fetchall()
+
+
+def test_annotate_csv_kinds_nulls_and_unmatched_keys(ds, tmp_path):
+    names = [r[0] for r in cells(ds, ["age"])]
+    lines = ["name,score,count,flag,label,note"]
+    for i, n in enumerate(names[:200]):
+        score = "" if i % 10 == 0 else f"{i / 7:.6f}"
+        flag = "NA" if i % 13 == 0 else ("true" if i % 2 else "false")
+        note = f'"a, quoted ""{i}"""' if i % 50 == 0 else f"n{i}"
+        lines.append(f"{n},{score},{i * 3 - 100},{flag},{'lab' + str(i % 4)},{note}")
+    lines += ["nobody_1,1.0,1,true,x,y", "nobody_2,,2,false,x,y"]
+    csv = tmp_path / "t.csv"
+    csv.write_text("\r\n".join(lines) + "\r\n")
+    p = run("annotate", ds, csv)
+    assert "200 of 300 cells annotated from 202 rows (5 columns added, 0 replaced)" in p.stdout, p.stdout
+    assert "2 keys of" in p.stderr and "'nobody_1' (line 202)" in p.stderr, p.stderr
+    verify_ok(ds)
+    con = sqlite3.connect(ds)
+    kinds = dict(con.execute("SELECT name, kind FROM cells_columns").fetchall())
+    assert [kinds[c] for c in ("score", "count", "flag", "label", "note")] == ["real", "int", "bool", "category", "text"]
+    rows = cells(ds, ["score", "count", "flag", "label", "note"])
+    for i, (n, score, count, flag, label, note) in enumerate(rows):
+        if i >= 200:
+            assert (score, count, flag, label, note) == (None,) * 5
+            continue
+        assert score == (None if i % 10 == 0 else pytest.approx(round(i / 7, 6)))
+        assert count == i * 3 - 100
+        assert flag == (None if i % 13 == 0 else i % 2)
+        assert label == f"lab{i % 4}"
+        assert note == (f'a, quoted "{i}"' if i % 50 == 0 else f"n{i}")
+    import deltacells
+    c2 = deltacells.connect(str(ds))
+    # filters on the new columns, against the values read back
+    assert c2.execute("SELECT count(*) FROM cells WHERE count > 200").fetchone()[0] == sum(
+        1 for r in rows if r[2] is not None and r[2] > 200)
+    assert c2.execute("SELECT count(*) FROM cells WHERE label = 'lab2'").fetchone()[0] == 50
+    assert c2.execute("SELECT count(*) FROM cells WHERE score IS NULL").fetchone()[0] == 100 + 20
+    # the blocks carry the statistics the cells table prunes with
+    mn, mx = con.execute("SELECT min, max FROM cells_blocks JOIN cells_columns USING (col) "
+                         "WHERE cells_columns.name = 'count'").fetchone()
+    assert (mn, mx) == (-100, 199 * 3 - 100)
+
+
+def test_annotate_replaces_a_column_and_keys_by_cell_id(ds, tmp_path):
+    con = sqlite3.connect(ds)
+    before = con.execute("SELECT count(*) FROM cells_columns").fetchone()[0]
+    csv = tmp_path / "t.csv"
+    csv.write_text("cell_id,CELL_TYPE\n" + "".join(f"{i},t{i % 3}\n" for i in range(0, 300, 2)) + "999,x\n")
+    p = run("annotate", ds, csv, "--key", "cell_id")
+    assert "1 key of" in p.stderr and "'999'" in p.stderr
+    assert "replaced" in p.stdout
+    verify_ok(ds)
+    assert con.execute("SELECT count(*) FROM cells_columns").fetchone()[0] == before
+    rows = cells(ds, ["cell_type"])
+    assert [r[1] for r in rows] == [f"t{i % 3}" if i % 2 == 0 else None for i in range(300)]
+
+
+@pytest.mark.parametrize("text,opts,message", [
+    ('name,a\nx,"unclosed\n', [], "line 2: a quoted field is not closed"),
+    ("name,a,b\nx,1,2\ny,1\n", [], "line 3: 2 fields, the header has 3"),
+    ("name,a\nx,1\ny,two\n", ["--type", "a=int"], "line 3: column 'a': 'two' is not an integer"),
+    ("name,a\nCELL,1\nCELL,2\n", [], "line 3: key 'CELL' again (first on line 2)"),
+    ("name,tile\nCELL,1\n", [], "column 'tile' is one of the cells table's own columns"),
+    ("name,a,A\nCELL,1,2\n", [], "columns 'a' and 'A' have the same name"),
+    ("name,a\nx,1\n", ["--type", "b=int"], "--type b=int: the table has no such column"),
+    ("name\nx\n", [], "one column only"),
+    ("", [], "empty"),
+    ('name,a\nx,ab"c\n', [], "line 2: a quote inside an unquoted field"),
+])
+def test_bad_csv_names_line_and_reason_and_changes_nothing(ds, tmp_path, text, opts, message):
+    names = [r[0] for r in cells(ds, ["age"])]
+    csv = tmp_path / "bad.csv"
+    csv.write_text(text.replace("CELL", names[0]))
+    before = sha(ds)
+    p = run("annotate", ds, csv, *opts, check=False)
+    assert p.returncode in (1, 2)
+    assert message.replace("CELL", names[0]) in p.stderr, p.stderr
+    assert sha(ds) == before
+    verify_ok(ds)
+
+
+def test_python_annotate_dataframe_and_dict(ds):
+    import pandas as pd
+
+    import deltacells
+    names = [r[0] for r in cells(ds, ["age"])]
+    n = 120
+    df = pd.DataFrame({
+        "n_umi": pd.array([i if i % 9 else None for i in range(n)], dtype="Int64"),
+        "qc": np.where(np.arange(n) % 11 == 0, np.nan, np.arange(n) / 3.0),
+        "keep": np.arange(n) % 2 == 0,
+        "cluster": pd.Categorical([f"c{i % 5}" for i in range(n)], categories=[f"c{k}" for k in range(6)]),
+        "comment": [None if i % 4 == 0 else f"text {i}, with comma" for i in range(n)],
+    }, index=names[10:10 + n])
+    r = deltacells.annotate(ds, df)
+    assert r["unmatched_note"] == ""
+    verify_ok(ds)
+    ad = deltacells.to_anndata(str(ds))
+    obs = ad.obs
+    con = sqlite3.connect(ds)
+    kinds = dict(con.execute("SELECT name, kind FROM cells_columns").fetchall())
+    assert [kinds[c] for c in df.columns] == ["int", "real", "bool", "category", "text"]
+    sub = obs.iloc[10:10 + n]
+    assert [None if pd.isna(v) else int(v) for v in sub["n_umi"]] == [None if pd.isna(v) else int(v) for v in df["n_umi"]]
+    assert np.allclose(sub["qc"].to_numpy(dtype=float), df["qc"].to_numpy(), equal_nan=True)
+    assert list(sub["keep"].astype(bool)) == list(df["keep"])
+    assert list(sub["cluster"].astype(str)) == list(df["cluster"].astype(str))
+    assert [None if v is None else v for v in sub["comment"]] == list(df["comment"])
+    assert obs["n_umi"].iloc[:10].isna().all() and obs["cluster"].iloc[200:].isna().all()
+    # a dict keyed by cell_id, with a key that matches no cell
+    r = deltacells.annotate(ds, {"cell_id": [0, 1, 2, 5000], "score": [0.5, None, 1.5, 2.0]}, key="cell_id")
+    assert "1 key of" in r["unmatched_note"] and "'5000'" in r["unmatched_note"]
+    got = [row[1] for row in cells(ds, ["score"])[:4]]
+    assert got == [0.5, None, 1.5, None]
+    with pytest.raises(RuntimeError, match=r"line 2: key .x. is not a cell_id"):
+        deltacells.annotate(ds, {"cell_id": ["x"], "v": [1]}, key="cell_id")
