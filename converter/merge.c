@@ -791,7 +791,10 @@ static int add_label(char ***labels, int64_t *n, cv_map *m, const char *s, int32
 
 /* each cell's source (codes into labels, added as needed) from a dataset's dc_meta sources */
 static int sources_codes(sqlite3 *db, const dsinfo *m, char ***labels, int64_t *nl, cv_map *lm, vals *dst, cv_err *e) {
-  sqlite3_stmt *st = xprep(db, e, "SELECT json_extract(value, '$.file'), json_extract(value, '$.first_cell'), "
+  /* the label convert gave the input (its base name, or the shortest unique path ending); older
+  ** datasets have only the file's path */
+  sqlite3_stmt *st = xprep(db, e, "SELECT coalesce(json_extract(value, '$.source'), json_extract(value, '$.file')), "
+                                  "json_extract(value, '$.first_cell'), "
                                   "json_extract(value, '$.n_cells') FROM json_each(%Q) ORDER BY key", m->sources);
   if (!st) return -1;
   uint64_t start = dst->n;

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 
+import anndata
 import numpy as np
 import pandas as pd
 import pytest
@@ -365,3 +366,27 @@ def test_gene_key_round_trip(tmp_path):
     assert_same(a, b)
     assert list(b.var.columns) == ["gene_ids", "length", "gc", "feature_types"]
     assert list(b.var["gene_ids"]) == list(a.var["gene_ids"])
+
+
+def test_export_after_append_equals_convert_together(tmp_path):
+    """convert a + append b, exported, equals convert a b exported: the appended genes take
+    their places in the original (union) order, and tiles written before the append (of fewer
+    genes) export too"""
+    rng = np.random.default_rng(5)
+    def make(n, genes, name):
+        X = sp.random(n, len(genes), density=0.2, format="csr", random_state=int(rng.integers(1 << 30)),
+                      data_rvs=lambda k: rng.integers(1, 30, k)).astype(np.int32)
+        obs = pd.DataFrame({"kind": pd.Categorical(rng.choice(["x", "y"], n))}, index=[f"{name}{i}" for i in range(n)])
+        return write(anndata.AnnData(X=sp.csr_matrix(X), obs=obs, var=pd.DataFrame(index=genes), dtype=np.int32),
+                     tmp_path / f"{name}.h5ad")
+    a = make(300, [f"g{i}" for i in range(120)], "a")
+    b = make(200, [f"g{i}" for i in range(60, 200)], "b")     # 60 shared, 80 new genes
+    ap, ab = tmp_path / "ap.dcdb", tmp_path / "ab.dcdb"
+    dc("convert", a, "-o", ap, "--quiet", "--tile-cells", "128")
+    dc("append", ap, b, "--quiet")
+    dc("convert", a, b, "-o", ab, "--quiet", "--tile-cells", "128")
+    export(ap, tmp_path / "ap.h5ad")
+    export(ab, tmp_path / "ab.h5ad")
+    x, y = anndata.read_h5ad(tmp_path / "ap.h5ad"), anndata.read_h5ad(tmp_path / "ab.h5ad")
+    assert list(x.var_names) == list(y.var_names) == [f"g{i}" for i in range(200)]
+    assert_same(y, x)
