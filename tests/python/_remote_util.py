@@ -23,6 +23,15 @@ def free_port():
     return p
 
 
+def _die_with_parent():
+    """In the child before exec: SIGTERM when the parent (the test process) dies."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, 15)   # PR_SET_PDEATHSIG, SIGTERM
+    except (OSError, AttributeError):
+        pass
+
+
 class Nginx:
     """nginx serving root on 127.0.0.1:<free port>; pid, logs and temp dirs under work."""
 
@@ -31,6 +40,7 @@ class Nginx:
             raise RuntimeError("nginx is not installed (apt-get install nginx-light; "
                                "scripts/install-deps.sh installs it)")
         self.root, self.work = str(root), str(work)
+        self.proc = None
         os.makedirs(self.work, exist_ok=True)
         last = None
         for _ in range(5):
@@ -41,7 +51,7 @@ class Nginx:
             # read pytest's private temporary directories: keep the workers' user ours
             user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
             with open(conf, "w") as f:
-                f.write(user + f"""daemon on;
+                f.write(user + f"""daemon off;
 worker_processes 1;
 pid {w}/nginx.pid;
 error_log {w}/error.log warn;
@@ -59,11 +69,14 @@ http {{
   }}
 }}
 """)
-            r = subprocess.run([NGINX, "-c", conf, "-p", self.work, "-e", f"{w}/error.log"],
-                               capture_output=True, text=True, timeout=30)
-            if r.returncode == 0 and self._up():
+            # in the foreground, a child of this process that dies with it (PR_SET_PDEATHSIG):
+            # a test run that is killed leaves no nginx behind
+            self.proc = subprocess.Popen([NGINX, "-c", conf, "-p", self.work, "-e", f"{w}/error.log"],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            if self._up():
                 return
-            last = (r.stderr or "") + self._log()
+            last = self._log()
             self.stop()
         raise RuntimeError(f"nginx did not start: {last.strip()[-400:]}")
 
@@ -75,6 +88,8 @@ http {{
 
     def _up(self):
         for _ in range(100):
+            if self.proc.poll() is not None:
+                return False
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return True
@@ -93,21 +108,15 @@ http {{
             return []
 
     def stop(self):
-        pidf = os.path.join(self.work, "nginx.pid")
-        try:
-            pid = int(open(pidf).read().strip())
-        except (OSError, ValueError):
+        p = getattr(self, "proc", None)
+        if p is None or p.poll() is not None:
             return
+        p.terminate()
         try:
-            os.kill(pid, 15)
-        except ProcessLookupError:
-            return
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
 
 
 class FaultServer:
