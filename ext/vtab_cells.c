@@ -495,6 +495,20 @@ static int mm_read(sqlite3_stmt *st, int i, int kind, mm *out, int *is_null) {
   return SQLITE_CORRUPT_VTAB;
 }
 
+/* Frees what cells_load loaded besides the block cache and dictionaries: the blocks'
+** statistics and boundaries and the tiles' first cells. */
+static void stats_free(cells_vtab *p) {
+  if (p->bs) {
+    for (int64_t i = 0; i < (int64_t)p->n_ocol * p->n_blocks; i++) {
+      sqlite3_free(p->bs[i].mn.s); sqlite3_free(p->bs[i].mx.s); sqlite3_free(p->bs[i].present);
+    }
+  }
+  sqlite3_free(p->bs); p->bs = NULL;
+  sqlite3_free(p->blk_first); p->blk_first = NULL;
+  sqlite3_free(p->tile_first); p->tile_first = NULL;
+  p->n_blocks = 0; p->n_tiles = 0; p->has_tiles = 0;
+}
+
 /* Loads the blocks' statistics and the tiles (once per table object). */
 static int cells_load(cells_vtab *p) {
   if (p->loaded) return SQLITE_OK;
@@ -730,17 +744,7 @@ static int cells_load(cells_vtab *p) {
 done:
   sqlite3_finalize(st);
   sqlite3_free(sql);
-  if (rc && !p->loaded) {   /* leave nothing half loaded */
-    if (p->bs) {
-      for (int64_t i = 0; i < (int64_t)p->n_ocol * p->n_blocks; i++) {
-        sqlite3_free(p->bs[i].mn.s); sqlite3_free(p->bs[i].mx.s); sqlite3_free(p->bs[i].present);
-      }
-    }
-    sqlite3_free(p->bs); p->bs = NULL;
-    sqlite3_free(p->blk_first); p->blk_first = NULL;
-    sqlite3_free(p->tile_first); p->tile_first = NULL;
-    p->n_blocks = 0; p->n_tiles = 0; p->has_tiles = 0;
-  }
+  if (rc && !p->loaded) stats_free(p);   /* leave nothing half loaded */
   return rc;
 }
 
@@ -1279,15 +1283,7 @@ static void cells_unload(cells_vtab *p) {
     oc->dict_loaded = 0;
     oc->dict_numeric = 0;
   }
-  if (p->bs) {
-    for (int64_t i = 0; i < (int64_t)p->n_ocol * p->n_blocks; i++) {
-      sqlite3_free(p->bs[i].mn.s); sqlite3_free(p->bs[i].mx.s); sqlite3_free(p->bs[i].present);
-    }
-  }
-  sqlite3_free(p->bs); p->bs = NULL;
-  sqlite3_free(p->blk_first); p->blk_first = NULL;
-  sqlite3_free(p->tile_first); p->tile_first = NULL;
-  p->n_blocks = 0; p->n_tiles = 0; p->has_tiles = 0;
+  stats_free(p);
   p->loaded = 0;
 }
 
