@@ -73,8 +73,12 @@ static inline uint32_t dc_ctx_q(const dc_ctx_model *m, uint64_t nnz) {
 
 
 /* ------------------------------------------------------------ decoding
-** One decoding-table entry per slot (4096 per context):
-**   bits 0..11 frequency, 12..23 slot - start, 24..31 symbol index.
+** Slot tables (4096 slots per context), in one of two layouts:
+**   vector (the AVX2 decoder): one u32 per slot, bits 0..11 frequency,
+**     12..23 slot - start, 24..31 symbol index;
+**   portable: one u32 per slot, frequency | (slot - start) << 16, then one
+**     byte per slot, the symbol index (every field is a load, none a shift
+**     and mask: 0.91x the portable decode time, docs/codec-design.md).
 ** A stream as the decoders see it: min(n, 32) initial states (u32), then the
 ** word streams of the four lane groups. */
 typedef struct dc_ctx_stream {
@@ -84,13 +88,13 @@ typedef struct dc_ctx_stream {
 /* The stream decoders (one per instruction set) turn a stream of n symbols
 ** into n symbol indices.  Each returns 0, or -1 when the stream is corrupt
 ** (runs out of words, has words left, or ends in a wrong state). */
-typedef int (*dc_ctx_stream_fn)(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
-int dc_ctx_stream_scalar(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
-/* For the SIMD decoders: the initial states (the rest = L), and the scalar
-** tail from symbol `done` on with states x[32] and word pointers w[4], which
-** checks every read and the final states. */
+typedef int (*dc_ctx_stream_fn)(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+int dc_ctx_stream_scalar(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+/* The initial states (the rest = L), and the one-symbol-at-a-time tail from
+** symbol `done` on with states x[32] and word pointers w[4], which checks
+** every read and the final states (vec: the table's layout, above). */
 void dc_ctx_stream_start(const dc_ctx_stream *s, uint32_t n, uint32_t *x);
-int dc_ctx_stream_tail(const uint32_t *tab, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
+int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
                        uint32_t done, uint32_t n, uint8_t *out);
 /* What a symbol index means, for stage 3 (8 bytes, so that the place loop
 ** addresses it with one scaled index, and the AVX2 cell decoder loads it as
@@ -117,7 +121,7 @@ typedef struct dc_ctx_sinfo {
 ** bit position, and sets *bad when a gene index reaches n_genes. */
 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
                           uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad);
-int dc_ctx_stream_avx2(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 #endif
 
 /* The codec's entry points (dc_internal.h declares the rest of the codecs). */

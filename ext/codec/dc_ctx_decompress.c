@@ -39,14 +39,28 @@ static inline uint64_t prof_ns(void) {
 #endif
 
 
+/* Bytes of one context's slot table: the vector decoders' (dc_ctx.h), or the
+** portable decoder's (u32 freq | bias << 16 per slot, then a u8 symbol per slot:
+** both halves are loads, not shifts and masks). */
+#define TAB_BYTES(vec) ((vec) ? 4u * DC_CTX_M : 5u * DC_CTX_M)
+/* A fast symbol as the portable stage 3 reads it: 32-bit fields that x86
+** can use as memory operands (gap + 1 = g1 + (bits & gmask), count = cbase +
+** (bits >> gb & cmask)). */
+typedef struct pinfo {
+  uint32_t g1, gmask, cbase;
+  uint16_t cmask;
+  uint8_t nb, gb;
+} pinfo;
 typedef struct ctx_state {
   uint8_t *key;                      /* the shared section the tables were built from */
   size_t key_len;
   uint32_t key_genes;                /* and the tile's gene count */
+  int vec;                           /* 1: tables laid out for the vector decoders */
   dc_ctx_model m;
   uint16_t *nsym;                    /* per context: coded symbols, 0 = unused   */
-  uint32_t *tab;                     /* n_ctx x 4096 slot entries                */
+  uint8_t *tab;                      /* n_ctx x TAB_BYTES(vec): the slot entries (dc_ctx.h) */
   dc_ctx_sinfo *inf;                        /* n_ctx x 256                              */
+  pinfo *pinf;                       /* n_ctx x 256, the portable stage 3's copy */
   uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
   uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
                                         escape is checked per chunk: see stage 2) */
@@ -59,6 +73,7 @@ void dc_ctx_decoder_free(void *state) {
   free(s->nsym);
   free(s->tab);
   free(s->inf);
+  free(s->pinf);
   free(s->has_slow);
   free(s->map);
   free(s);
@@ -85,7 +100,7 @@ static void set_info(dc_ctx_sinfo *o, uint32_t id, int esc) {
 }
 
 static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t n_genes,
-                        uint32_t c, dc_error *err) {
+                        int vec, uint32_t c, dc_error *err) {
   size_t raw_len, k;
   const char *why;
   int nomem = 0;
@@ -146,12 +161,14 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   }
   why = "bad context counts";
   if (m->nrb != dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1) goto fail;
-  free(s->nsym); free(s->tab); free(s->inf); free(s->has_slow);
+  free(s->nsym); free(s->tab); free(s->inf); free(s->has_slow); free(s->pinf);
+  s->pinf = vec ? NULL : calloc((size_t)m->n_ctx * 256, sizeof *s->pinf);
   s->has_slow = calloc(m->n_ctx, 1);
   s->nsym = calloc(m->n_ctx, sizeof *s->nsym);
-  s->tab = malloc((size_t)m->n_ctx * DC_CTX_M * sizeof *s->tab);
+  s->tab = malloc((size_t)m->n_ctx * TAB_BYTES(vec));
+  s->vec = vec;
   s->inf = calloc((size_t)m->n_ctx * 256, sizeof *s->inf);
-  if (!s->nsym || !s->tab || !s->inf || !s->has_slow) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
+  if (!s->nsym || !s->tab || !s->inf || !s->has_slow || (!vec && !s->pinf)) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
   for (uint32_t x = 0; x < m->n_ctx; x++) {
     uint64_t n1;
     why = "truncated";
@@ -161,7 +178,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     if (n1 > DC_CTX_MAXSYM + 1) goto fail;
     if (n1 == 0) continue;                    /* unused: a stream that uses it is corrupt */
     uint32_t n = (uint32_t)n1 - 1;
-    uint32_t *t = s->tab + (size_t)x * DC_CTX_M;
+    uint8_t *t = s->tab + (size_t)x * TAB_BYTES(vec);
     dc_ctx_sinfo *inf = s->inf + (size_t)x * 256;
     uint32_t start = 0;
     int64_t prev = -1;
@@ -181,9 +198,25 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       why = "frequencies do not sum to 2^12";
       if (fv >= DC_CTX_M - 1 || start + fv + 1 > DC_CTX_M) goto fail;
       uint32_t f = (uint32_t)fv + 1;
-      for (uint32_t j = 0; j < f; j++) t[start + j] = f | j << 12 | i << 24;
+      if (vec)
+        for (uint32_t j = 0; j < f; j++) ((uint32_t *)(void *)t)[start + j] = f | j << 12 | i << 24;
+      else
+        for (uint32_t j = 0; j < f; j++) {
+          ((uint32_t *)(void *)t)[start + j] = f | j << 16;
+          t[4 * DC_CTX_M + start + j] = (uint8_t)i;
+        }
       start += f;
       set_info(&inf[i], (uint32_t)prev, i == n);
+      if (!vec) {
+        const dc_ctx_sinfo *e = &inf[i];
+        pinfo *pi = &s->pinf[(size_t)x * 256 + i];
+        pi->g1 = e->gbase + 1u;
+        pi->gmask = e->gmask;
+        pi->cbase = e->cbase;
+        pi->cmask = e->nb == DC_CTX_SLOW ? 0 : (uint16_t)((1u << (e->nb - e->gb)) - 1);
+        pi->nb = e->nb;
+        pi->gb = e->gb;
+      }
       s->has_slow[x] |= i < n && inf[i].nb == DC_CTX_SLOW;
     }
     why = "frequencies do not sum to 2^12";
@@ -200,10 +233,11 @@ fail:
   return rc;
 }
 
-static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t n_genes, uint32_t c,
-                      ctx_state **out, dc_error *err) {
+static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t n_genes, int vec,
+                      uint32_t c, ctx_state **out, dc_error *err) {
   ctx_state *s = d->ctx;
-  if (s && s->key && s->key_len == sh_len && s->key_genes == n_genes && !memcmp(s->key, sh, sh_len)) {
+  if (s && s->key && s->key_len == sh_len && s->key_genes == n_genes && s->vec == vec &&
+      !memcmp(s->key, sh, sh_len)) {
     *out = s;
     return DC_OK;
   }
@@ -217,7 +251,7 @@ static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t 
   free(s->key);
   s->key = NULL;
   s->key_len = 0;
-  int rc = build_tables(d, s, sh, sh_len, n_genes, c, err);
+  int rc = build_tables(d, s, sh, sh_len, n_genes, vec, c, err);
   if (rc) return rc;
   s->key = malloc(sh_len ? sh_len : 1);
   if (!s->key) {
@@ -240,13 +274,20 @@ void dc_ctx_stream_start(const dc_ctx_stream *s, uint32_t n, uint32_t *x) {
   for (uint32_t l = 0; l < DC_CTX_LANES; l++) x[l] = l < k ? dc_rd32(s->st + 4 * l) : DC_CTX_L;
 }
 
-int dc_ctx_stream_tail(const uint32_t *tab, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
+int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
                        uint32_t done, uint32_t n, uint8_t *out) {
+  const uint32_t *t32 = tab;
+  const uint8_t *sym = (const uint8_t *)tab + 4 * DC_CTX_M;
   for (uint32_t i = done; i < n; i++) {
     uint32_t l = i % DC_CTX_LANES, g = l / 8, xs = x[l];
-    uint32_t e = tab[xs & (DC_CTX_M - 1)];
-    out[i] = (uint8_t)(e >> 24);
-    xs = (e & 0xfff) * (xs >> DC_CTX_PREC) + ((e >> 12) & 0xfff);
+    uint32_t slot = xs & (DC_CTX_M - 1), e = t32[slot];
+    if (vec) {               /* freq | bias << 12 | symbol << 24 */
+      out[i] = (uint8_t)(e >> 24);
+      xs = (e & 0xfff) * (xs >> DC_CTX_PREC) + ((e >> 12) & 0xfff);
+    } else {                 /* freq | bias << 16, and the symbols apart */
+      out[i] = sym[slot];
+      xs = (e & 0xffff) * (xs >> DC_CTX_PREC) + (e >> 16);
+    }
     if (xs < DC_CTX_L) {
       if (s->we[g] - w[g] < 2) return -1;
       xs = xs << 16 | dc_rd16(w[g]);
@@ -265,20 +306,24 @@ int dc_ctx_stream_tail(const uint32_t *tab, const dc_ctx_stream *s, uint32_t *x,
 ** the renormalisation word is read whatever the state and kept or masked. */
 #define SCALAR_STEP(X, L)                                                       \
   do {                                                                          \
-    uint32_t e_ = tab[X & (DC_CTX_M - 1)];                                      \
-    o[L] = (uint8_t)(e_ >> 24);                                                 \
-    uint32_t y_ = (e_ & 0xfff) * (X >> DC_CTX_PREC) + ((e_ >> 12) & 0xfff);     \
+    uint32_t sl_ = X & (DC_CTX_M - 1);                                          \
+    const uint16_t *e_ = (const uint16_t *)(ftab + sl_);                        \
+    o[L] = stab[sl_];                                                           \
+    uint32_t y_ = e_[0] * (X >> DC_CTX_PREC) + e_[1];                           \
     uint32_t w_ = dc_rd16(W), r_ = y_ < DC_CTX_L;                               \
     X = (y_ << (r_ << 4)) | (w_ & (0u - r_));                                   \
     W += 2 * r_;                                                                \
   } while (0)
 
-/* The groups are independent (each has its own word stream and lanes), so
+/* The portable stream decoder (tables in the portable layout, TAB_BYTES).
+** The groups are independent (each has its own word stream and lanes), so
 ** each is decoded alone for R rounds with its eight states in registers, R
 ** being as many rounds as every group surely has words for (a round reads
 ** at most 8 words per group); then R is worked out again from what is left.
 ** The scalar tail takes the last rounds, checking every read. */
-int dc_ctx_stream_scalar(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
+int dc_ctx_stream_scalar(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
+  const uint32_t *ftab = tab;
+  const uint8_t *stab = (const uint8_t *)tab + 4 * DC_CTX_M;
   uint32_t x[DC_CTX_LANES];
   dc_ctx_stream_start(s, n, x);
   const uint8_t *w[4] = {s->w[0], s->w[1], s->w[2], s->w[3]};
@@ -304,17 +349,16 @@ int dc_ctx_stream_scalar(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n
     }
     i += (uint32_t)R * DC_CTX_LANES;
   }
-  return dc_ctx_stream_tail(tab, s, x, w, i, n, out);
+  return dc_ctx_stream_tail(tab, 0, s, x, w, i, n, out);
 }
 
-static dc_ctx_stream_fn stream_fn(void) {
+/* AVX-512 CPUs run the AVX2 stream decoder: an AVX-512 one measured slower
+** (codec-design.md). */
+static dc_ctx_stream_fn stream_fn(int vec) {
 #ifdef DC_CTX_X86
-  switch (dc_simd_level()) {
-    case DC_SIMD_AVX512:   /* no AVX-512 stream decoder: it measured slower (codec-design.md) */
-    case DC_SIMD_AVX2: return dc_ctx_stream_avx2;
-    default: break;
-  }
+  if (vec) return dc_ctx_stream_avx2;
 #endif
+  (void)vec;
   return dc_ctx_stream_scalar;
 }
 
@@ -385,43 +429,44 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
 ** vi, vf, mant and F32.  Each function is its own (per instruction set and
 ** output type), so that its few live values stay in registers. */
 #define FAST_PAIRS(SRC, END, INF, F32)                                          \
-  for (; SRC + 2 <= END; SRC += 2, ix += 2, vi += 2, vf += 2) {                \
-    const dc_ctx_sinfo *ea = (INF) + SRC[0], *eb = (INF) + SRC[1];                     \
-    uint64_t w;                                                                 \
-    memcpy(&w, mant + (pos >> 3), 8);                                           \
-    w >>= (pos & 7);                                                            \
-    uint64_t na = ea->nb, nb = eb->nb;                                          \
-    uint64_t ba = w & ((1ull << na) - 1);                                       \
-    uint64_t bb = (w >> na) & ((1ull << nb) - 1);                               \
-    pos += na + nb;                                                             \
-    int64_t pa = prev + 1 + ea->gbase + (int64_t)(ba & ea->gmask);              \
-    prev = pa + 1 + eb->gbase + (int64_t)(bb & eb->gmask);                      \
-    ix[0] = (int32_t)pa;                                                        \
-    ix[1] = (int32_t)prev;                                                      \
-    uint32_t ca = ea->cbase + (uint32_t)(ba >> ea->gb);                         \
-    uint32_t cb = eb->cbase + (uint32_t)(bb >> eb->gb);                         \
-    if (F32) { vf[0] = (float)ca; vf[1] = (float)cb; }                          \
-    else { vi[0] = (int32_t)ca; vi[1] = (int32_t)cb; }                          \
-  }                                                                             \
-  if (SRC < END) {                                                              \
-    const dc_ctx_sinfo *e = (INF) + SRC[0];                                            \
-    uint64_t w;                                                                 \
-    memcpy(&w, mant + (pos >> 3), 8);                                           \
-    w >>= (pos & 7);                                                            \
-    uint64_t bits = w & ((1ull << e->nb) - 1);                                  \
-    pos += e->nb;                                                               \
-    prev += 1 + e->gbase + (int64_t)(bits & e->gmask);                          \
-    ix[0] = (int32_t)prev;                                                      \
-    uint32_t c1 = e->cbase + (uint32_t)(bits >> e->gb);                         \
-    if (F32) vf[0] = (float)c1; else vi[0] = (int32_t)c1;                       \
-    ix++; vi++; vf++;                                                           \
+  {                                                                             \
+    size_t n_ = (size_t)(END - SRC), j_ = 0;                                    \
+    for (; j_ + 2 <= n_; j_ += 2) {                                             \
+      const pinfo *ea = (INF) + SRC[j_], *eb = (INF) + SRC[j_ + 1];             \
+      uint64_t w;                                                               \
+      memcpy(&w, mant + (pos >> 3), 8);                                         \
+      w >>= (pos & 7);                                                          \
+      uint32_t wa = (uint32_t)w, wb = (uint32_t)(w >> ea->nb);                  \
+      pos += (uint32_t)ea->nb + eb->nb;                                         \
+      int64_t pa = prev + (uint32_t)((wa & ea->gmask) + ea->g1);                \
+      prev = pa + (uint32_t)((wb & eb->gmask) + eb->g1);                        \
+      ix[j_] = (int32_t)pa;                                                     \
+      ix[j_ + 1] = (int32_t)prev;                                               \
+      uint32_t ca = ((wa >> ea->gb) & ea->cmask) + ea->cbase;                   \
+      uint32_t cb = ((wb >> eb->gb) & eb->cmask) + eb->cbase;                   \
+      if (F32) { vf[j_] = (float)ca; vf[j_ + 1] = (float)cb; }                  \
+      else { vi[j_] = (int32_t)ca; vi[j_ + 1] = (int32_t)cb; }                  \
+    }                                                                           \
+    if (j_ < n_) {                                                              \
+      const pinfo *e = (INF) + SRC[j_];                                         \
+      uint64_t w;                                                               \
+      memcpy(&w, mant + (pos >> 3), 8);                                         \
+      uint32_t wa = (uint32_t)(w >> (pos & 7));                                 \
+      pos += e->nb;                                                             \
+      prev += (uint32_t)((wa & e->gmask) + e->g1);                              \
+      ix[j_] = (int32_t)prev;                                                   \
+      uint32_t c1 = ((wa >> e->gb) & e->cmask) + e->cbase;                      \
+      if (F32) vf[j_] = (float)c1; else vi[j_] = (int32_t)c1;                   \
+    }                                                                           \
+    ix += n_; vi += n_; vf += n_;                                               \
+    SRC = END;                                                                  \
   }
 
 /* A cell's gathered list [fl, end). */
 #define DEF_CELL_FAST(NAME, ATTR, F32)                                          \
   ATTR __attribute__((noinline)) static uint64_t NAME(                          \
-      const dc_ctx_sinfo *inf, const uint16_t *fl, const uint16_t *end, const uint8_t *mant, \
-      uint64_t pos, int64_t *last, int32_t *ix, void *val) {                    \
+      const pinfo *inf, const uint16_t *fl, const uint16_t *end,                \
+      const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
     float *vf = val;                                                            \
@@ -433,8 +478,8 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
 /* A cell of long segments, segment by segment (no gather). */
 #define DEF_SEGS_FAST(NAME, ATTR, F32)                                          \
   ATTR __attribute__((noinline)) static uint64_t NAME(                          \
-      const dc_ctx_sinfo *infq, const uint8_t **cq, const uint32_t *bc, uint32_t used, \
-      const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
+      const pinfo *infq, const uint8_t **cq, const uint32_t *bc,                \
+      uint32_t used, const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
     float *vf = val;                                                            \
@@ -442,7 +487,7 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
       uint32_t b = (uint32_t)__builtin_ctz(used);                               \
       const uint8_t *src = cq[b], *end = src + bc[b];                           \
       cq[b] = end;                                                              \
-      const dc_ctx_sinfo *inf = infq + (size_t)b * 256;                                \
+      const pinfo *inf = infq + (size_t)b * 256;                                \
       FAST_PAIRS(src, end, inf, F32)                                            \
     }                                                                           \
     *last = prev;                                                               \
@@ -500,6 +545,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       const uint32_t q = dc_ctx_q(m, tot);                                      \
       const uint8_t **cq = cur + (size_t)q * nrb;                               \
       const dc_ctx_sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
+      const pinfo *pinf = s->pinf + (size_t)q * nrb * 256;                      \
       int64_t prev = -1;                                                        \
       /* the mantissa copy has 10 bytes of zeros per nonzero of the largest   \
       ** cell after its end, so a cell that starts inside the section reads   \
@@ -508,8 +554,8 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       if (!USE_VEC && !(used & slowmask[q]) &&                                \
           tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                \
         /* long segments: straight from the streams */                        \
-        pos = f32 ? SEGS_F32(inf, cq, bc, used, mant, pos, &prev, ix, vf)     \
-                  : SEGS_I32(inf, cq, bc, used, mant, pos, &prev, ix, vi);    \
+        pos = f32 ? SEGS_F32(pinf, cq, bc, used, mant, pos, &prev, ix, vf) \
+                  : SEGS_I32(pinf, cq, bc, used, mant, pos, &prev, ix, vi); \
         goto next;                                                            \
       }                                                                       \
       uint16_t *fe = fl;                                                      \
@@ -528,8 +574,8 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
         goto next;                                                            \
       }                                                                       \
       if (!(used & slowmask[q])) {                                              \
-        pos = f32 ? FAST_F32(inf, fl, fe, mant, pos, &prev, ix, vf)             \
-                  : FAST_I32(inf, fl, fe, mant, pos, &prev, ix, vi);            \
+        pos = f32 ? FAST_F32(pinf, fl, fe, mant, pos, &prev, ix, vf)       \
+                  : FAST_I32(pinf, fl, fe, mant, pos, &prev, ix, vi);      \
       } else {                                                                  \
         FLAT_LOOP                                                               \
       }                                                                         \
@@ -560,12 +606,8 @@ static uint64_t no_cell_vec(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_
 DEF_PLACE(place, , gather_sym, cell_fast_i32, cell_fast_f32, segs_fast_i32, segs_fast_f32, 0, no_cell_vec)
 #ifdef DC_CTX_X86
 #define AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
-DEF_CELL_FAST(cell_fast_i32_bmi2, AVX2_BMI2, 0)
-DEF_CELL_FAST(cell_fast_f32_bmi2, AVX2_BMI2, 1)
-DEF_SEGS_FAST(segs_fast_i32_bmi2, AVX2_BMI2, 0)
-DEF_SEGS_FAST(segs_fast_f32_bmi2, AVX2_BMI2, 1)
-DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, cell_fast_i32_bmi2, cell_fast_f32_bmi2, segs_fast_i32_bmi2,
-          segs_fast_f32_bmi2, 1, dc_ctx_cell_avx2)
+DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, cell_fast_i32, cell_fast_f32, segs_fast_i32,
+          segs_fast_f32, 1, dc_ctx_cell_avx2)
 #endif
 
 /* ------------------------------------------------------------ chunk */
@@ -577,7 +619,12 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   if (h->shared_checksum != dc_checksum(shared, shared_len))
     CORRUPT("chunk %u: rans tables: checksum mismatch", c);
   ctx_state *s;
-  int rc = get_tables(d, shared, shared_len, h->n_genes, c, &s, err);
+#ifdef DC_CTX_X86
+  const int vec = dc_simd_level() >= DC_SIMD_AVX2;   /* once: DC_SIMD may change between calls */
+#else
+  const int vec = 0;
+#endif
+  int rc = get_tables(d, shared, shared_len, h->n_genes, vec, c, &s, err);
   if (rc) return rc;
   const dc_ctx_model *m = &s->m;
   const uint8_t *pe = p + len;
@@ -672,7 +719,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
     /* 2. streams.  A context is slow in this chunk if a coded symbol of it is
     ** slow or an escape occurs in its stream: stage 3's fast loops see
     ** neither, whatever the bytes say. */
-    dc_ctx_stream_fn fn = stream_fn();
+    dc_ctx_stream_fn fn = stream_fn(vec);
     uint64_t o = 0;
     for (uint32_t x = 0; x < m->n_ctx; x++) {
       uint64_t n = nper[x];
@@ -699,7 +746,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
         q = g < 3 ? q + 2 * nw[g] : sp + sl;
         st.we[g] = q;
       }
-      if (fn(s->tab + (size_t)x * DC_CTX_M, &st, (uint32_t)n, syms + o))
+      if (fn(s->tab + (size_t)x * TAB_BYTES(vec), &st, (uint32_t)n, syms + o))
         CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, x);
       slow[x] = s->has_slow[x] || memchr(syms + o, s->nsym[x] - 1, (size_t)n);
       sp += sl;
@@ -722,7 +769,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   void *val = (uint8_t *)out->values + 4 * ci->nnz_before;     /* int32 or float32 */
   int f32 = out->values_f32 != 0, bad;
 #ifdef DC_CTX_X86
-  if (dc_simd_level() >= DC_SIMD_AVX2)
+  if (vec)
     bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32);
   else
 #endif

@@ -61,7 +61,8 @@ AVX2 static inline __m256i lookup8(const uint32_t *tab, __m256i slot) {
 #define ROOM(w, s) ((s)->we[0] - (w)[0] >= 16 && (s)->we[1] - (w)[1] >= 16 && \
                     (s)->we[2] - (w)[2] >= 16 && (s)->we[3] - (w)[3] >= 16)
 
-AVX2 int dc_ctx_stream_avx2(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
+AVX2 int dc_ctx_stream_avx2(const void *tab_, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
+  const uint32_t *tab = tab_;
   uint32_t x[DC_CTX_LANES] __attribute__((aligned(32)));
   dc_ctx_stream_start(s, n, x);
   const uint8_t *w[4] = {s->w[0], s->w[1], s->w[2], s->w[3]};
@@ -94,7 +95,7 @@ AVX2 int dc_ctx_stream_avx2(const uint32_t *tab, const dc_ctx_stream *s, uint32_
     _mm256_store_si256((__m256i *)(x + 16), X2);
     _mm256_store_si256((__m256i *)(x + 24), X3);
   }
-  return dc_ctx_stream_tail(tab, s, x, w, i, n, out);
+  return dc_ctx_stream_tail(tab, 1, s, x, w, i, n, out);
 }
 
 /* ------------------------------------------------------------ stage 3
