@@ -122,6 +122,10 @@ typedef struct dc_ctx_sinfo {
 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
                           uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad);
 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+/* Two streams decoded together (more independent work per round); returns 0,
+** -1 when stream a is corrupt, -2 when stream b is. */
+int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na, uint8_t *oa,
+                        const void *tab_b, const dc_ctx_stream *sb, uint32_t nb, uint8_t *ob);
 #endif
 
 /* The codec's entry points (dc_internal.h declares the rest of the codecs). */

@@ -721,6 +721,8 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
     ** neither, whatever the bytes say. */
     dc_ctx_stream_fn fn = stream_fn(vec);
     uint64_t o = 0;
+    int pend = -1;                    /* a stream waiting for a partner */
+    dc_ctx_stream pst;
     for (uint32_t x = 0; x < m->n_ctx; x++) {
       uint64_t n = nper[x];
       cur[x] = syms + o;
@@ -746,13 +748,30 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
         q = g < 3 ? q + 2 * nw[g] : sp + sl;
         st.we[g] = q;
       }
-      if (fn(s->tab + (size_t)x * TAB_BYTES(vec), &st, (uint32_t)n, syms + o))
+      const uint8_t *tab = s->tab + (size_t)x * TAB_BYTES(vec);
+#ifdef DC_CTX_X86
+      if (vec) {                      /* AVX2: two streams at a time */
+        if (pend < 0) {
+          pend = (int)x;
+          pst = st;
+        } else {
+          int r2 = dc_ctx_stream2_avx2(s->tab + (size_t)pend * TAB_BYTES(vec), &pst, (uint32_t)nper[pend],
+                                       (uint8_t *)cur[pend], tab, &st, (uint32_t)n, syms + o);
+          if (r2) CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, r2 == -1 ? (uint32_t)pend : x);
+          pend = -1;
+        }
+      } else
+#endif
+      if (fn(tab, &st, (uint32_t)n, syms + o))
         CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, x);
-      slow[x] = s->has_slow[x] || memchr(syms + o, s->nsym[x] - 1, (size_t)n);
       sp += sl;
       o += n;
     }
     if (dir != dire || sp != pe) CORRUPT("chunk %u: trailing bytes after the streams", c);
+    if (pend >= 0 && fn(s->tab + (size_t)pend * TAB_BYTES(vec), &pst, (uint32_t)nper[pend], (uint8_t *)cur[pend]))
+      CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, (uint32_t)pend);
+    for (uint32_t x = 0; x < m->n_ctx; x++)
+      slow[x] = nper[x] && (s->has_slow[x] || memchr(cur[x], s->nsym[x] - 1, (size_t)nper[x]));
   }
 
   PROF(1);

@@ -34,7 +34,7 @@ static void perm_init(void) {
   }
 }
 
-#define LOOKUP8(X) lookup8(tab, _mm256_and_si256(X, m12))
+#define LOOKUP8(X, TAB) lookup8(TAB, _mm256_and_si256(X, m12))
 AVX2 static inline __m256i lookup8(const uint32_t *tab, __m256i slot) {
   uint32_t t[8] __attribute__((aligned(32)));
   _mm256_store_si256((__m256i *)t, slot);
@@ -42,9 +42,9 @@ AVX2 static inline __m256i lookup8(const uint32_t *tab, __m256i slot) {
                            (int)tab[t[4]], (int)tab[t[5]], (int)tab[t[6]], (int)tab[t[7]]);
 }
 
-#define AVX2_STEP(X, S, W, WE)                                                       \
+#define AVX2_STEP(X, S, W, TAB)                                                      \
   do {                                                                               \
-    __m256i e_ = LOOKUP8(X);                                                         \
+    __m256i e_ = LOOKUP8(X, TAB);                                                    \
     __m256i f_ = _mm256_and_si256(e_, m12);                                          \
     __m256i b_ = _mm256_and_si256(_mm256_srli_epi32(e_, 12), m12);                   \
     S = _mm256_srli_epi32(e_, 24);                                                   \
@@ -57,45 +57,107 @@ AVX2 static inline __m256i lookup8(const uint32_t *tab, __m256i slot) {
     W += 2 * __builtin_popcount((unsigned)k_);                                       \
   } while (0)
 
+/* 32 symbols (each < 256 in a 32-bit lane) -> 32 bytes in lane order */
+#define STORE32(P, S0, S1, S2, S3)                                                   \
+  do {                                                                               \
+    __m256i b_ = _mm256_packus_epi16(_mm256_packus_epi32(S0, S1), _mm256_packus_epi32(S2, S3)); \
+    _mm256_storeu_si256((__m256i *)(P), _mm256_permutevar8x32_epi32(b_, order));     \
+  } while (0)
+
 /* all four word streams have a round's worth (8 words, one 16-byte load) */
 #define ROOM(w, s) ((s)->we[0] - (w)[0] >= 16 && (s)->we[1] - (w)[1] >= 16 && \
                     (s)->we[2] - (w)[2] >= 16 && (s)->we[3] - (w)[3] >= 16)
 
-AVX2 int dc_ctx_stream_avx2(const void *tab_, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
-  const uint32_t *tab = tab_;
+/* Whole rounds of one stream from symbol *pi on, with the states x[32] and
+** word pointers w[4], while every group has a round's worth of words. */
+AVX2 static void rounds1(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out, uint32_t *x,
+                         const uint8_t **w, uint32_t *pi) {
+  uint32_t i = *pi;
+  const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256i X0 = _mm256_load_si256((const __m256i *)(x + 0));
+  __m256i X1 = _mm256_load_si256((const __m256i *)(x + 8));
+  __m256i X2 = _mm256_load_si256((const __m256i *)(x + 16));
+  __m256i X3 = _mm256_load_si256((const __m256i *)(x + 24));
+  const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+  for (; i + DC_CTX_LANES <= n; i += DC_CTX_LANES) {
+    const uint8_t *wn[4] = {w0, w1, w2, w3};
+    if (!ROOM(wn, s)) break;
+    __m256i S0, S1, S2, S3;
+    AVX2_STEP(X0, S0, w0, tab);
+    AVX2_STEP(X1, S1, w1, tab);
+    AVX2_STEP(X2, S2, w2, tab);
+    AVX2_STEP(X3, S3, w3, tab);
+    STORE32(out + i, S0, S1, S2, S3);
+  }
+  w[0] = w0; w[1] = w1; w[2] = w2; w[3] = w3;
+  _mm256_store_si256((__m256i *)(x + 0), X0);
+  _mm256_store_si256((__m256i *)(x + 8), X1);
+  _mm256_store_si256((__m256i *)(x + 16), X2);
+  _mm256_store_si256((__m256i *)(x + 24), X3);
+  *pi = i;
+}
+
+AVX2 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
   uint32_t x[DC_CTX_LANES] __attribute__((aligned(32)));
   dc_ctx_stream_start(s, n, x);
   const uint8_t *w[4] = {s->w[0], s->w[1], s->w[2], s->w[3]};
   uint32_t i = 0;
   if (n >= 2 * DC_CTX_LANES) {
     pthread_once(&perm_once, perm_init);
-    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    __m256i X0 = _mm256_load_si256((const __m256i *)(x + 0));
-    __m256i X1 = _mm256_load_si256((const __m256i *)(x + 8));
-    __m256i X2 = _mm256_load_si256((const __m256i *)(x + 16));
-    __m256i X3 = _mm256_load_si256((const __m256i *)(x + 24));
-    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-    for (; i + DC_CTX_LANES <= n; i += DC_CTX_LANES) {
-      const uint8_t *wn[4] = {w0, w1, w2, w3};
-      if (!ROOM(wn, s)) break;
-      __m256i S0, S1, S2, S3;
-      AVX2_STEP(X0, S0, w0, s->we[0]);
-      AVX2_STEP(X1, S1, w1, s->we[1]);
-      AVX2_STEP(X2, S2, w2, s->we[2]);
-      AVX2_STEP(X3, S3, w3, s->we[3]);
-      /* 32 symbols (each < 256 in a 32-bit lane) -> 32 bytes in lane order */
-      __m256i s01 = _mm256_packus_epi32(S0, S1), s23 = _mm256_packus_epi32(S2, S3);
-      __m256i b = _mm256_packus_epi16(s01, s23);
-      _mm256_storeu_si256((__m256i *)(out + i), _mm256_permutevar8x32_epi32(b, order));
-    }
-    w[0] = w0; w[1] = w1; w[2] = w2; w[3] = w3;
-    _mm256_store_si256((__m256i *)(x + 0), X0);
-    _mm256_store_si256((__m256i *)(x + 8), X1);
-    _mm256_store_si256((__m256i *)(x + 16), X2);
-    _mm256_store_si256((__m256i *)(x + 24), X3);
+    rounds1(tab, s, n, out, x, w, &i);
   }
   return dc_ctx_stream_tail(tab, 1, s, x, w, i, n, out);
+}
+
+/* Two streams at once: their rounds are independent, so the core has twice
+** the work between one round's table loads and the next round's. */
+AVX2 int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na, uint8_t *oa,
+                             const void *tab_b, const dc_ctx_stream *sb, uint32_t nb, uint8_t *ob) {
+  const uint32_t *ta = tab_a, *tb = tab_b;
+  uint32_t xa[DC_CTX_LANES] __attribute__((aligned(32))), xb[DC_CTX_LANES] __attribute__((aligned(32)));
+  dc_ctx_stream_start(sa, na, xa);
+  dc_ctx_stream_start(sb, nb, xb);
+  const uint8_t *wa[4] = {sa->w[0], sa->w[1], sa->w[2], sa->w[3]};
+  const uint8_t *wb[4] = {sb->w[0], sb->w[1], sb->w[2], sb->w[3]};
+  uint32_t ia = 0, ib = 0;
+  pthread_once(&perm_once, perm_init);
+  if (na >= 2 * DC_CTX_LANES && nb >= 2 * DC_CTX_LANES) {
+    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i A0 = _mm256_load_si256((const __m256i *)(xa + 0)), B0 = _mm256_load_si256((const __m256i *)(xb + 0));
+    __m256i A1 = _mm256_load_si256((const __m256i *)(xa + 8)), B1 = _mm256_load_si256((const __m256i *)(xb + 8));
+    __m256i A2 = _mm256_load_si256((const __m256i *)(xa + 16)), B2 = _mm256_load_si256((const __m256i *)(xb + 16));
+    __m256i A3 = _mm256_load_si256((const __m256i *)(xa + 24)), B3 = _mm256_load_si256((const __m256i *)(xb + 24));
+    const uint8_t *a0 = wa[0], *a1 = wa[1], *a2 = wa[2], *a3 = wa[3];
+    const uint8_t *b0 = wb[0], *b1 = wb[1], *b2 = wb[2], *b3 = wb[3];
+    for (; ia + DC_CTX_LANES <= na && ib + DC_CTX_LANES <= nb; ia += DC_CTX_LANES, ib += DC_CTX_LANES) {
+      const uint8_t *an[4] = {a0, a1, a2, a3}, *bn[4] = {b0, b1, b2, b3};
+      if (!ROOM(an, sa) || !ROOM(bn, sb)) break;
+      __m256i S0, S1, S2, S3, T0, T1, T2, T3;
+      AVX2_STEP(A0, S0, a0, ta);
+      AVX2_STEP(B0, T0, b0, tb);
+      AVX2_STEP(A1, S1, a1, ta);
+      AVX2_STEP(B1, T1, b1, tb);
+      AVX2_STEP(A2, S2, a2, ta);
+      AVX2_STEP(B2, T2, b2, tb);
+      AVX2_STEP(A3, S3, a3, ta);
+      AVX2_STEP(B3, T3, b3, tb);
+      STORE32(oa + ia, S0, S1, S2, S3);
+      STORE32(ob + ib, T0, T1, T2, T3);
+    }
+    wa[0] = a0; wa[1] = a1; wa[2] = a2; wa[3] = a3;
+    wb[0] = b0; wb[1] = b1; wb[2] = b2; wb[3] = b3;
+    _mm256_store_si256((__m256i *)(xa + 0), A0); _mm256_store_si256((__m256i *)(xb + 0), B0);
+    _mm256_store_si256((__m256i *)(xa + 8), A1); _mm256_store_si256((__m256i *)(xb + 8), B1);
+    _mm256_store_si256((__m256i *)(xa + 16), A2); _mm256_store_si256((__m256i *)(xb + 16), B2);
+    _mm256_store_si256((__m256i *)(xa + 24), A3); _mm256_store_si256((__m256i *)(xb + 24), B3);
+  }
+  if (na >= 2 * DC_CTX_LANES) rounds1(ta, sa, na, oa, xa, wa, &ia);
+  if (nb >= 2 * DC_CTX_LANES) rounds1(tb, sb, nb, ob, xb, wb, &ib);
+  int ra = dc_ctx_stream_tail(ta, 1, sa, xa, wa, ia, na, oa);
+  int rb = dc_ctx_stream_tail(tb, 1, sb, xb, wb, ib, nb, ob);
+  return ra ? -1 : rb ? -2 : 0;
 }
 
 /* ------------------------------------------------------------ stage 3
