@@ -494,16 +494,20 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
     return pos;                                                                 \
   }
 
-/* Gathers a cell's symbols: bucket b's k symbols, widened with b << 8.  The
-** portable version; the AVX2 one copies 16 at a time (the symbol buffer and
-** the list have 32 bytes of slack). */
-#define DEF_GATHER(NAME, ATTR)                                                  \
-  ATTR static inline uint16_t *NAME(uint16_t *fl, const uint8_t *src, uint32_t k, uint32_t b) { \
-    uint16_t hi = (uint16_t)(b << 8);                                           \
-    for (uint32_t j = 0; j < k; j++) fl[j] = (uint16_t)(hi | src[j]);           \
-    return fl + k;                                                              \
-  }
-DEF_GATHER(gather_sym, )
+/* Gathers a cell's symbols: bucket b's k symbols, widened with b << 8, 16
+** at a time (the symbol buffer has 64 bytes of slack and the list 32
+** entries), so that a bucket of at most 16 symbols, the common case in small
+** cells, is one pass of a loop compilers vectorise and one predictable
+** branch.  The AVX2 version is the same with intrinsics. */
+static inline uint16_t *gather_sym(uint16_t *fl, const uint8_t *src, uint32_t k, uint32_t b) {
+  uint16_t hi = (uint16_t)(b << 8);
+  uint32_t j = 0;
+  do {
+    for (uint32_t t = 0; t < 16; t++) fl[j + t] = (uint16_t)(hi | src[j + t]);
+    j += 16;
+  } while (j < k);
+  return fl + k;
+}
 #ifdef DC_CTX_X86
 #include <immintrin.h>
 __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t *fl, const uint8_t *src,
