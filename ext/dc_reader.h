@@ -27,11 +27,16 @@ typedef struct dc_tileinfo {
 } dc_tileinfo;
 
 typedef struct dc_tilehead {
-  dc_tile_hdr hdr;
   uint64_t blob_len;
   uint64_t prefix_len;     /* bytes before the first chunk payload */
   uint8_t *prefix;         /* those bytes (header + shared section) */
+  /* Last, and allocated only up to chunk[hdr.n_chunks] (DC_TILEHEAD_SIZE):
+  ** the full array of DC_MAX_CHUNKS entries is 12 KB per tile, which an
+  ** index of 10,000 tiles would hold per connection.  Never copy it whole. */
+  dc_tile_hdr hdr;
 } dc_tilehead;
+#define DC_TILEHEAD_SIZE(n_chunks) \
+  (offsetof(dc_tilehead, hdr) + offsetof(dc_tile_hdr, chunk) + (size_t)(n_chunks) * sizeof(dc_chunk_info))
 
 typedef struct dc_reader dc_reader;
 typedef struct dc_index dc_index;   /* the shared tile index (reader.c) */

@@ -562,6 +562,10 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
     if ((rc = blob_read(r, tile, buf + have, prefix - have, have, pzErr)) != SQLITE_OK) goto fail;
   }
   h->prefix = buf;
+  {                        /* keep the chunk table's used part only (dc_reader.h) */
+    dc_tilehead *small = realloc(h, DC_TILEHEAD_SIZE(h->hdr.n_chunks));
+    if (small) h = small;
+  }
   r->heads[tile] = h;
   *out = h;
   return SQLITE_OK;
