@@ -68,7 +68,7 @@ dc_chunk_data *dc_chunk_new(dc_bufpool *pool, uint32_t n_cells, uint64_t nnz) {
   d->indptr = (int64_t *)(p + head);
   d->indices = (int32_t *)(p + head + ip);
   d->values = (int32_t *)(p + head + ip + ix);
-  d->bytes = (size_t)total;
+  d->bytes = rcbuf_held(p);   /* what the buffer holds: a recycled one may be up to 2x total */
   d->n_ref = 1;
   return d;
 }
@@ -337,6 +337,11 @@ void *rcbuf_new(dc_bufpool *p, uint64_t n) {
   h->cap = cap;
   h->pool = p;
   return (uint8_t *)h + RC_HEAD;
+}
+
+uint64_t rcbuf_held(const void *b) {
+  const rc_head *h = (const rc_head *)(const void *)((const uint8_t *)b - RC_HEAD);
+  return h->map_len ? h->map_len : RC_HEAD + h->cap;
 }
 
 void rcbuf_ref(void *b) {

@@ -27,7 +27,7 @@ typedef struct dc_chunk_data {
   int64_t *indptr;        /* n_cells+1 entries, indptr[0] == 0 */
   int32_t *indices;       /* nnz entries */
   int32_t *values;        /* nnz entries */
-  size_t bytes;           /* bytes of the allocation (cache accounting) */
+  size_t bytes;           /* memory the chunk holds (rcbuf_held: cache accounting) */
   int n_ref;              /* atomic */
 } dc_chunk_data;
 
@@ -67,6 +67,9 @@ void dc_bufpool_trim(dc_bufpool *p);              /* frees the spare buffers */
 int64_t dc_bufpool_spare_bytes(dc_bufpool *p);
 /* A buffer of n bytes (uninitialized) with one reference; NULL on OOM. */
 void *rcbuf_new(dc_bufpool *p, uint64_t n);
+/* The memory buffer b holds: a recycled buffer may be up to twice what was
+** asked for, a mapped one is rounded up to 2 MiB. */
+uint64_t rcbuf_held(const void *b);
 void rcbuf_ref(void *b);
 void rcbuf_unref(void *b);
 

@@ -414,7 +414,9 @@ class CellDataset(_Base, IterableDataset):
     def _default_cache_mb(self):
         if not len(self._cat.tile_nnz):
             return None
-        per_tile = float(self._cat.tile_nnz.max()) * 8 / 2**20
+        # the cache counts the memory its buffers hold: a decoded chunk's size rounded up
+        # to its size class (at most 1/8 more) and, when mapped, to 2 MiB
+        per_tile = float(self._cat.tile_nnz.max()) * 8 * 1.25 / 2**20
         window = min(self.shuffle_window, len(self._tiles))   # a window past the last tile
         return int(per_tile * (window + 1)) + 16               # holds no more tiles
 

@@ -108,6 +108,31 @@ static void test_bufpool_recycles(void) {
   rcbuf_unref(big);
 }
 
+/* The cache counts the memory a chunk holds, not what was asked for: a chunk
+** in a recycled buffer twice its size counts twice (it used to count its
+** request, so a cache could hold up to twice its budget). */
+static void test_chunk_counts_held_memory(void) {
+  dc_bufpool *p = dc_bufpool_new();
+  DCT_CHECK(p != NULL);
+  dc_chunk_data *big = dc_chunk_new(p, 100, 1u << 20);      /* ~8 MiB: mapped */
+  DCT_CHECK(big != NULL);
+  size_t big_bytes = big->bytes;
+  DCT_CHECKF(big_bytes >= 8u << 20 && big_bytes % (2u << 20) == 0, "mapped chunk counts %zu", big_bytes);
+  dc_chunk_release(big);                                    /* back to the pool */
+  dc_chunk_data *small = dc_chunk_new(p, 100, (1u << 20) * 6 / 10);   /* 0.6x: reuses it */
+  DCT_CHECK(small != NULL);
+  DCT_CHECKF(small->bytes == big_bytes, "recycled chunk counts %zu, its buffer holds %zu", small->bytes, big_bytes);
+  dc_cache *k = dc_cache_new((int64_t)big_bytes);
+  dc_cache_put(k, 1, 0, 0, small);
+  int64_t bytes, n;
+  dc_cache_stats(k, &bytes, &n, NULL, NULL);
+  DCT_CHECKF(n == 1 && bytes == (int64_t)big_bytes, "cache holds %lld bytes in %lld entries", (long long)bytes,
+             (long long)n);
+  dc_chunk_release(small);
+  dc_cache_free(k);
+  dc_bufpool_release(p);
+}
+
 static void test_bufpool_limits(void) {
   dc_bufpool *p = dc_bufpool_new();
   void *bufs[DC_BUFPOOL_MAX + 8];
@@ -126,6 +151,7 @@ int main(void) {
   DCT_RUN(test_too_big_and_duplicates);
   DCT_RUN(test_many_entries_grow);
   DCT_RUN(test_bufpool_recycles);
+  DCT_RUN(test_chunk_counts_held_memory);
   DCT_RUN(test_bufpool_limits);
   return dct_done();
 }
