@@ -1,0 +1,191 @@
+"""s3://bucket/key through the dchttp VFS against an S3-compatible store on 127.0.0.1
+(_s3_util.S3Server) that checks every request's SigV4 signature as S3 does: signed reads of a
+private bucket give the local file's answers, anonymous reads of a public bucket too, and a
+wrong secret, a wrong session token, missing credentials or a missing key fail at once with
+the URL and the HTTP status, never a wrong answer."""
+import os
+import shutil
+import sqlite3
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _python_data import gen  # noqa: E402
+from _s3_util import S3Server, canonical_request, signing_key  # noqa: E402
+
+import deltacells  # noqa: E402
+
+AK, SK = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+TK_AK, TK_SK, TOKEN = "ASIATEMPEXAMPLE", "tempsecret/example+key", "FwoGZXIvYXdzEXAMPLETOKEN=="
+ENV = ("DC_S3_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+       "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "DC_CACHE_DIR")
+QUERIES = [
+    "SELECT count(*) FROM cells",
+    "SELECT * FROM cells ORDER BY cell_id",
+    "SELECT cell_type, count(*), avg(n_counts) FROM cells GROUP BY cell_type ORDER BY 1",
+    "SELECT * FROM genes ORDER BY gene_id",
+    "SELECT * FROM tiles ORDER BY 1",
+]
+NO_SHARE = {"shared": 0}   # out of the process's shared block cache: every open reads the store
+
+
+@pytest.fixture(autouse=True)
+def env():
+    """Each test sets the AWS variables it needs; the process's own are put back after."""
+    saved = {k: os.environ.pop(k, None) for k in ENV}
+    yield os.environ
+    for k, v in saved.items():
+        os.environ.pop(k, None)
+        if v is not None:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("s3")
+    small = gen(d, 2000, 150, 11, 400)[1]
+    for b in ("private-bucket", "public-bucket"):
+        (d / "root" / b / "atlas").mkdir(parents=True)
+        shutil.copy(small, d / "root" / b / "atlas" / "small.dcdb")
+    s = S3Server(d / "root", {"private-bucket": {"public": False}, "public-bucket": {"public": True}},
+                 {AK: (SK, None), TK_AK: (TK_SK, TOKEN)})
+    yield {"server": s, "local": small}
+    s.stop()
+
+
+def _signed(env, store, region="eu-west-3", ak=AK, sk=SK, token=None):
+    env["DC_S3_ENDPOINT"] = store["server"].endpoint
+    env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env["AWS_REGION"] = ak, sk, region
+    if token is not None:
+        env["AWS_SESSION_TOKEN"] = token
+
+
+def _same_answers(remote, local_path):
+    local = deltacells.connect(local_path)
+    try:
+        for q in QUERIES:
+            assert remote.execute(q).fetchall() == local.execute(q).fetchall(), q
+    finally:
+        local.close()
+
+
+def test_the_verifier_accepts_aws_published_example():
+    """The store's SigV4 code against the worked example AWS publishes for S3 (GET of a range of
+    /test.txt in examplebucket, 2013-05-24): same canonical request hash and signature, so the
+    store judges signatures as S3 does."""
+    headers = {"host": "examplebucket.s3.amazonaws.com", "range": "bytes=0-9",
+               "x-amz-content-sha256": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+               "x-amz-date": "20130524T000000Z"}
+    signed = ["host", "range", "x-amz-content-sha256", "x-amz-date"]
+    creq = canonical_request("GET", "/test.txt", headers, signed, headers["x-amz-content-sha256"])
+    import hashlib
+    import hmac
+    assert hashlib.sha256(creq.encode()).hexdigest() == \
+        "7344ae5b7ee6c3e7e6b0fe0640412a37625d1fbfff95c48bbb2dc43964946972"
+    sts = "\n".join(["AWS4-HMAC-SHA256", "20130524T000000Z", "20130524/us-east-1/s3/aws4_request",
+                     hashlib.sha256(creq.encode()).hexdigest()])
+    sig = hmac.new(signing_key("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "20130524", "us-east-1", "s3"), sts.encode(), hashlib.sha256).hexdigest()
+    assert sig == "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+
+
+def test_signed_reads_of_a_private_bucket_equal_local(env, store):
+    _signed(env, store)
+    s = store["server"]
+    n0 = len(s.log)
+    con = deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    try:
+        _same_answers(con, store["local"])
+        st = deltacells.vfs_stats(con)
+        assert st["errors"] == 0
+    finally:
+        con.close()
+    log = s.log[n0:]
+    assert log and all(r["auth"] == "ok" for r in log), log[:3]
+    assert all(r["path"] == "/private-bucket/atlas/small.dcdb" for r in log)
+    assert all(r["scope"] == ("eu-west-3", "s3") for r in log)      # AWS_REGION is the scope's region
+    assert any(r["range"] for r in log)                               # range reads, signed with the range
+
+
+def test_dc_batch_signed_equals_local(env, store):
+    _signed(env, store, region="us-east-1")
+    import numpy as np
+    ids = np.arange(0, 2000, 7, dtype=np.int64).tobytes()
+    q = "SELECT * FROM dc_batch(?)"
+    con = deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    local = deltacells.connect(store["local"])
+    try:
+        assert con.execute(q, (ids,)).fetchall() == local.execute(q, (ids,)).fetchall()
+    finally:
+        con.close()
+        local.close()
+
+
+def test_session_token_is_sent_and_signed(env, store):
+    _signed(env, store, ak=TK_AK, sk=TK_SK, token=TOKEN)
+    s = store["server"]
+    n0 = len(s.log)
+    con = deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    try:
+        assert con.execute("SELECT count(*) FROM cells").fetchone() == (2000,)
+    finally:
+        con.close()
+    assert s.log[n0:] and all(r["auth"] == "ok" for r in s.log[n0:])
+
+
+def test_wrong_session_token_is_refused(env, store):
+    _signed(env, store, ak=TK_AK, sk=TK_SK, token="not-the-token")
+    with pytest.raises(sqlite3.OperationalError) as e:
+        deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    assert "HTTP 403" in str(e.value) and "private-bucket/atlas/small.dcdb" in str(e.value)
+    assert store["server"].log[-1]["auth"] == "InvalidToken"
+
+
+def test_wrong_secret_is_a_clear_403(env, store):
+    _signed(env, store, sk="not-the-secret")
+    with pytest.raises(sqlite3.OperationalError) as e:
+        deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    msg = str(e.value)
+    assert "HTTP 403" in msg and "s3://private-bucket/atlas/small.dcdb" in msg, msg
+    assert store["server"].log[-1]["auth"] == "SignatureDoesNotMatch"
+
+
+def test_no_credentials_private_bucket_403_public_bucket_reads(env, store):
+    env["DC_S3_ENDPOINT"] = store["server"].endpoint
+    with pytest.raises(sqlite3.OperationalError) as e:
+        deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    assert "HTTP 403" in str(e.value)
+    assert store["server"].log[-1]["auth"] == "none"
+    s = store["server"]
+    n0 = len(s.log)
+    con = deltacells.connect("s3://public-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    try:
+        _same_answers(con, store["local"])
+    finally:
+        con.close()
+    assert s.log[n0:] and all(r["auth"] == "none" for r in s.log[n0:])   # anonymous: nothing signed
+
+
+def test_aws_endpoint_url_is_used_too(env, store):
+    env["AWS_ENDPOINT_URL"] = store["server"].endpoint + "/"       # a trailing slash is fine
+    env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = AK, SK
+    env["AWS_DEFAULT_REGION"] = "ap-south-1"
+    s = store["server"]
+    n0 = len(s.log)
+    con = deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
+    try:
+        assert con.execute("SELECT count(*) FROM cells").fetchone() == (2000,)
+    finally:
+        con.close()
+    assert all(r["auth"] == "ok" and r["scope"] == ("ap-south-1", "s3") for r in s.log[n0:])
+
+
+def test_missing_key_and_bad_names(env, store):
+    _signed(env, store)
+    with pytest.raises(sqlite3.OperationalError) as e:
+        deltacells.connect("s3://private-bucket/atlas/nope.dcdb", remote=NO_SHARE)
+    assert "HTTP 404" in str(e.value) and "nope.dcdb" in str(e.value)
+    for bad in ("s3://", "s3://bucket-only", "s3:///key"):
+        with pytest.raises(sqlite3.OperationalError) as e:
+            deltacells.connect(bad, remote=NO_SHARE)
+        assert "s3://BUCKET/KEY" in str(e.value), (bad, str(e.value))
