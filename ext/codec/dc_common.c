@@ -64,7 +64,7 @@ int dc_simd_supported(int level) {
                        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("popcnt");
     __atomic_store_n(&have[level], ok, __ATOMIC_RELAXED);
   }
-  return have[level];
+  return __atomic_load_n(&have[level], __ATOMIC_RELAXED);   /* other threads may store it too */
 #else
   return 0;
 #endif

@@ -549,7 +549,8 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       const uint32_t q = dc_ctx_q(m, tot);                                      \
       const uint8_t **cq = cur + (size_t)q * nrb;                               \
       const dc_ctx_sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
-      const pinfo *pinf = s->pinf + (size_t)q * nrb * 256;                      \
+      /* the portable tables (none when the vector path built the tables) */    \
+      const pinfo *pinf = USE_VEC ? NULL : s->pinf + (size_t)q * nrb * 256;     \
       int64_t prev = -1;                                                        \
       /* the mantissa copy has 10 bytes of zeros per nonzero of the largest   \
       ** cell after its end, so a cell that starts inside the section reads   \
