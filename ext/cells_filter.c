@@ -10,14 +10,14 @@
 
 #define IS_SPACE(c) ((c) == ' ' || ((c) >= '\t' && (c) <= '\r'))
 
-int cells_bincmp(const char *a, int na, const char *b, int nb) {
+static inline int bincmp(const char *a, int na, const char *b, int nb) {
   int n = na < nb ? na : nb;
   int c = n ? memcmp(a, b, (size_t)n) : 0;
   if (c) return c < 0 ? -1 : 1;
   return (na > nb) - (na < nb);
 }
 
-int cells_maybe_numeric(const char *s, int n) {
+static int maybe_numeric(const char *s, int n) {
   int i = 0;
   while (i < n && IS_SPACE(s[i])) i++;
   if (i >= n) return 0;
@@ -31,7 +31,7 @@ int cells_maybe_numeric(const char *s, int n) {
   return 0;
 }
 
-int cells_cmp_i_f(int64_t i, double r) {
+static inline int cmp_i_f(int64_t i, double r) {
   if (r < -9223372036854775808.0) return 1;
   if (r >= 9223372036854775808.0) return -1;
   if (r != r) return 1;   /* NaN never reaches here from SQLite (it is NULL); be total anyway */
@@ -44,12 +44,12 @@ int cells_cmp_i_f(int64_t i, double r) {
   return 0;
 }
 
-int cells_cmp_num(int real, int64_t li, double lf, const cells_val *v) {
+static inline int cmp_num(int real, int64_t li, double lf, const cells_val *v) {
   if (v->t == CELLS_V_INTEGER) {
     if (!real) return (li > v->i) - (li < v->i);
-    return -cells_cmp_i_f(v->i, lf);
+    return -cmp_i_f(v->i, lf);
   }
-  if (!real) return cells_cmp_i_f(li, v->f);
+  if (!real) return cmp_i_f(li, v->f);
   return (lf > v->f) - (lf < v->f);
 }
 
@@ -69,7 +69,7 @@ static int op_holds(int op, int c) {
     while (lo_ < hi_) { size_t m_ = lo_ + (hi_ - lo_) / 2; if ((arr)[m_] < (x)) lo_ = m_ + 1; else hi_ = m_; } \
     (out) = lo_; } while (0)
 
-int cells_num_match(const cells_term *t, int real, int64_t li, double lf) {
+static inline int num_match(const cells_term *t, int real, int64_t li, double lf) {
   if (t->op == CELLS_OP_NOTNULL) return 1;
   if (t->op == CELLS_OP_ISNULL) return 0;
   if (t->op == CELLS_OP_IN) {
@@ -84,39 +84,49 @@ int cells_num_match(const cells_term *t, int real, int64_t li, double lf) {
   const cells_val *v = &t->v[0];
   if (v->t == CELLS_V_NULL) return 0;
   if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;
-  return op_holds(t->op, cells_cmp_num(real, li, lf, v));
+  return op_holds(t->op, cmp_num(real, li, lf, v));
 }
 
-int cells_text_match(const cells_term *t, const char *s, int n) {
+static int text_match(const cells_term *t, const char *s, int n) {
   if (t->op == CELLS_OP_NOTNULL) return 1;
   if (t->op == CELLS_OP_ISNULL) return 0;
   if (t->op == CELLS_OP_IN) {
-    if (!t->exact && t->in_has_number && cells_maybe_numeric(s, n)) return 1;
+    if (!t->exact && t->in_has_number && maybe_numeric(s, n)) return 1;
     int lo = 0, hi = t->ntset;
     while (lo < hi) {
       int m = (lo + hi) / 2;
-      if (cells_bincmp(t->tset[m]->s, t->tset[m]->n, s, n) < 0) lo = m + 1; else hi = m;
+      if (bincmp(t->tset[m]->s, t->tset[m]->n, s, n) < 0) lo = m + 1; else hi = m;
     }
-    return lo < t->ntset && cells_bincmp(t->tset[lo]->s, t->tset[lo]->n, s, n) == 0;
+    return lo < t->ntset && bincmp(t->tset[lo]->s, t->tset[lo]->n, s, n) == 0;
   }
   const cells_val *v = &t->v[0];
   switch (v->t) {
     case CELLS_V_NULL: return 0;
     case CELLS_V_BLOB: return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;   /* text < blob */
     case CELLS_V_TEXT: {
-      int r = op_holds(t->op, cells_bincmp(s, n, v->s, v->n));
-      if (!r && !t->exact && (t->op == CELLS_OP_LT || t->op == CELLS_OP_LE) && cells_maybe_numeric(s, n)) r = 1;
+      int r = op_holds(t->op, bincmp(s, n, v->s, v->n));
+      if (!r && !t->exact && (t->op == CELLS_OP_LT || t->op == CELLS_OP_LE) && maybe_numeric(s, n)) r = 1;
       return r;
     }
     default: {   /* a number */
       if (!t->exact) {
         if (t->op == CELLS_OP_GT || t->op == CELLS_OP_GE) return 1;
-        if (cells_maybe_numeric(s, n)) return 1;
+        if (maybe_numeric(s, n)) return 1;
       }
-      return op_holds(t->op, cells_bincmp(s, n, v->s, v->n));
+      return op_holds(t->op, bincmp(s, n, v->s, v->n));
     }
   }
 }
+
+/* the public names (cells_filter.h); the file itself calls the static ones, which the
+** compiler inlines into the kernels (a global function of a -fPIC object is not inlined:
+** it could be interposed) */
+int cells_bincmp(const char *a, int na, const char *b, int nb) { return bincmp(a, na, b, nb); }
+int cells_maybe_numeric(const char *s, int n) { return maybe_numeric(s, n); }
+int cells_cmp_i_f(int64_t i, double r) { return cmp_i_f(i, r); }
+int cells_cmp_num(int real, int64_t li, double lf, const cells_val *v) { return cmp_num(real, li, lf, v); }
+int cells_num_match(const cells_term *t, int real, int64_t li, double lf) { return num_match(t, real, li, lf); }
+int cells_text_match(const cells_term *t, const char *s, int n) { return text_match(t, s, n); }
 
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -128,7 +138,7 @@ static int cmp_dbl(const void *a, const void *b) {
 }
 static int cmp_valp(const void *a, const void *b) {
   const cells_val *x = *(cells_val *const *)a, *y = *(cells_val *const *)b;
-  return cells_bincmp(x->s, x->n, y->s, y->n);
+  return bincmp(x->s, x->n, y->s, y->n);
 }
 
 static int is_text_kind(int kind) { return kind == DC_OBS_CATEGORY || kind == DC_OBS_TEXT; }
@@ -152,7 +162,7 @@ int cells_term_prepare(cells_term *t, const cells_dict *dict) {
       for (int j = 0; j < t->nv; j++) {
         const cells_val *v = &t->v[j];
         if (v->t == CELLS_V_FLOAT) t->fset[t->nfset++] = v->f;
-        else if (v->t == CELLS_V_INTEGER && cells_cmp_i_f(v->i, (double)v->i) == 0) t->fset[t->nfset++] = (double)v->i;
+        else if (v->t == CELLS_V_INTEGER && cmp_i_f(v->i, (double)v->i) == 0) t->fset[t->nfset++] = (double)v->i;
       }
       qsort(t->fset, (size_t)t->nfset, sizeof(double), cmp_dbl);
     } else {
@@ -162,7 +172,7 @@ int cells_term_prepare(cells_term *t, const cells_dict *dict) {
         const cells_val *v = &t->v[j];
         if (v->t == CELLS_V_INTEGER) t->iset[t->niset++] = v->i;
         else if (v->t == CELLS_V_FLOAT && v->f >= -9223372036854775808.0 && v->f < 9223372036854775808.0 &&
-                 cells_cmp_i_f((int64_t)v->f, v->f) == 0)
+                 cmp_i_f((int64_t)v->f, v->f) == 0)
           t->iset[t->niset++] = (int64_t)v->f;
       }
       qsort(t->iset, (size_t)t->niset, sizeof(int64_t), cmp_i64);
@@ -185,7 +195,7 @@ int cells_term_prepare(cells_term *t, const cells_dict *dict) {
       for (uint32_t q = 0; q < dict->n; q++) {
         int dn;
         const char *d = cells_dict_str(dict, q, &dn);
-        t->acc[q + 1] = (uint8_t)cells_text_match(t, d, dn);
+        t->acc[q + 1] = (uint8_t)text_match(t, d, dn);
       }
     }
   }
@@ -242,14 +252,14 @@ int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cell
       if (!t->exact) return 1;
       if (t->op == CELLS_OP_IN) {
         for (int j = 0; j < t->ntset; j++)
-          if (cells_bincmp(t->tset[j]->s, t->tset[j]->n, s->mn.s, s->mn.n) >= 0 &&
-              cells_bincmp(t->tset[j]->s, t->tset[j]->n, s->mx.s, s->mx.n) <= 0) return 1;
+          if (bincmp(t->tset[j]->s, t->tset[j]->n, s->mn.s, s->mn.n) >= 0 &&
+              bincmp(t->tset[j]->s, t->tset[j]->n, s->mx.s, s->mx.n) <= 0) return 1;
         return 0;
       }
       const cells_val *v = &t->v[0];
       if (v->t == CELLS_V_NULL) return 0;
       if (v->t == CELLS_V_BLOB) return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;
-      int cmn = cells_bincmp(s->mn.s, s->mn.n, v->s, v->n), cmx = cells_bincmp(s->mx.s, s->mx.n, v->s, v->n);
+      int cmn = bincmp(s->mn.s, s->mn.n, v->s, v->n), cmx = bincmp(s->mx.s, s->mx.n, v->s, v->n);
       return minmax_may_match(t->op, cmn, cmx);
     }
     default: {   /* int, bool, real: numeric */
@@ -257,13 +267,13 @@ int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cell
         if (t->kind == DC_OBS_REAL) {
           for (int j = 0; j < t->nfset; j++) {
             cells_val v = {CELLS_V_FLOAT, 0, t->fset[j], NULL, 0};
-            if (cells_cmp_num(s->mn.real, s->mn.i, s->mn.f, &v) <= 0 && cells_cmp_num(s->mx.real, s->mx.i, s->mx.f, &v) >= 0)
+            if (cmp_num(s->mn.real, s->mn.i, s->mn.f, &v) <= 0 && cmp_num(s->mx.real, s->mx.i, s->mx.f, &v) >= 0)
               return 1;
           }
         } else {
           for (int j = 0; j < t->niset; j++) {
             cells_val v = {CELLS_V_INTEGER, t->iset[j], 0, NULL, 0};
-            if (cells_cmp_num(s->mn.real, s->mn.i, s->mn.f, &v) <= 0 && cells_cmp_num(s->mx.real, s->mx.i, s->mx.f, &v) >= 0)
+            if (cmp_num(s->mn.real, s->mn.i, s->mn.f, &v) <= 0 && cmp_num(s->mx.real, s->mx.i, s->mx.f, &v) >= 0)
               return 1;
           }
         }
@@ -272,7 +282,7 @@ int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cell
       const cells_val *v = &t->v[0];
       if (v->t == CELLS_V_NULL) return 0;
       if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;
-      int cmn = cells_cmp_num(s->mn.real, s->mn.i, s->mn.f, v), cmx = cells_cmp_num(s->mx.real, s->mx.i, s->mx.f, v);
+      int cmn = cmp_num(s->mn.real, s->mn.i, s->mn.f, v), cmx = cmp_num(s->mx.real, s->mx.i, s->mx.f, v);
       return minmax_may_match(t->op, cmn, cmx);
     }
   }
@@ -325,7 +335,7 @@ static uint32_t order_bound(const cells_dblock *d, const cells_val *v, int stric
   uint32_t lo = 0, hi = d->n_order;
   while (lo < hi) {
     uint32_t mid = lo + (hi - lo) / 2, r = d->order[mid];
-    int c = real ? cells_cmp_num(1, 0, d->blk.f64[r], v) : cells_cmp_num(0, d->blk.i64[r], 0, v);
+    int c = real ? cmp_num(1, 0, d->blk.f64[r], v) : cmp_num(0, d->blk.i64[r], 0, v);
     if (strict ? c > 0 : c >= 0) hi = mid; else lo = mid + 1;
   }
   return lo;
@@ -408,7 +418,7 @@ void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *
       for (uint32_t j = 0; j < n; j++) {
         uint32_t r = sel[j];
         sel[m] = r;
-        m += valid[r] && cells_num_match(t, 0, x[r], 0);
+        m += valid[r] && num_match(t, 0, x[r], 0);
       }
       break;
     }
@@ -430,7 +440,7 @@ void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *
       for (uint32_t j = 0; j < n; j++) {
         uint32_t r = sel[j];
         sel[m] = r;
-        m += !isnan(x[r]) && cells_num_match(t, 1, 0, x[r]);
+        m += !isnan(x[r]) && num_match(t, 1, 0, x[r]);
       }
       break;
     }
@@ -440,7 +450,7 @@ void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *
         uint32_t r = sel[j];
         sel[m] = r;
         if (t->op == CELLS_OP_ISNULL) m += !valid[r];
-        else if (valid[r]) m += cells_text_match(t, blk->text + blk->text_off[r], (int)(blk->text_off[r + 1] - blk->text_off[r]));
+        else if (valid[r]) m += text_match(t, blk->text + blk->text_off[r], (int)(blk->text_off[r + 1] - blk->text_off[r]));
       }
       break;
     }

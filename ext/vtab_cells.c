@@ -1331,9 +1331,11 @@ static int cellsColumn(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) 
   }
   int k = ocol_of(col);
   if (k < 0 || k >= p->n_ocol) return SQLITE_OK;
-  cells_dblock *d;
-  int rc = col_block(c, k, c->blk, &d);
-  if (rc) return rc;
+  cells_dblock *d = c->cc[k].d;   /* the block in use, most calls */
+  if (!d || d->b != c->blk) {
+    int rc = col_block(c, k, c->blk, &d);
+    if (rc) return rc;
+  }
   const dc_obs_block *b = &d->blk;
   uint32_t r = (uint32_t)(c->cell - p->blk_first[c->blk]);
   switch (p->oc[k].kind) {
