@@ -1,7 +1,7 @@
 /*
 ** cells_ivl.h — the cells a `cells` query walks: cell intervals from cell_id and tile
-** terms, their intersection, the rows of a block they cover, and the "last entry <= x"
-** search over a table of first cells (blocks, tiles).
+** terms, their intersection, the rows of a block they cover (the block of a cell is
+** dc_last_le of dc_search.h).
 **
 ** Pure C: no SQLite.  Intervals are half open, [lo, hi), sorted and disjoint.
 */
@@ -9,19 +9,9 @@
 #define CELLS_IVL_H
 #include <stdint.h>
 #include "cells_filter.h"
+#include "dc_search.h"   /* dc_last_le */
 
 typedef struct cells_ivl { int64_t lo, hi; } cells_ivl;
-
-/* The last index i in [0, n) with first[i] <= x, for first sorted increasing (ties: the
-** last of them, so empty tiles or blocks are skipped); 0 when n <= 0 or x < first[0]. */
-static inline int64_t dc_last_le(const int64_t *first, int64_t n, int64_t x) {
-  int64_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    int64_t m = lo + (hi - lo + 1) / 2;
-    if (first[m] <= x) lo = m; else hi = m - 1;
-  }
-  return lo > 0 ? lo : 0;
-}
 
 /* The integers x in [0, n) with x OP v (v numeric: CELLS_V_INTEGER or _FLOAT; op one of
 ** =, <, <=, >, >=), as [*lo, *hi) (empty: *lo == *hi). */

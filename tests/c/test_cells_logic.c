@@ -2,7 +2,8 @@
 ** test_cells_logic.c — the pure logic under the `cells` virtual table, without SQLite
 ** (ext/cells_filter.c, cells_ivl.c, cells_blocks.c, cells_cost.c compiled in here
 ** directly): comparison semantics, the row kernels against a reference written apart,
-** block pruning by statistics, the value-order path, cell intervals, the decoded-block
+** block pruning by statistics, the value-order path, cell intervals and the "last entry
+** <= x" search of dc_search.h, the decoded-block
 ** LRU cache (a referenced block survives eviction: ASan checks it), the cost model.
 */
 #include "dctest.h"
@@ -270,6 +271,14 @@ static void test_intervals(void) {
   DCT_CHECK(dc_last_le(first, 5, 0) == 0 && dc_last_le(first, 5, 9) == 0 && dc_last_le(first, 5, 10) == 3);
   DCT_CHECK(dc_last_le(first, 5, 24) == 3 && dc_last_le(first, 5, 25) == 4 && dc_last_le(first, 5, 1000) == 4);
   DCT_CHECK(dc_last_le(first, 1, 1000) == 0 && dc_last_le(first, 0, 5) == 0);
+  /* the macro over a key in a struct (reader.c's tiles and chunks), every x against a scan */
+  struct { uint32_t first_cell; int pad; } ch[7] = {{0, 0}, {3, 0}, {3, 0}, {8, 0}, {20, 0}, {20, 0}, {21, 0}};
+  for (uint32_t x = 0; x < 30; x++) {
+    int64_t got, want = 0;
+    DC_LAST_LE(got, 7, i, ch[i].first_cell, x);
+    for (int i = 0; i < 7; i++) if (ch[i].first_cell <= x) want = i;
+    DCT_CHECKF(got == want, "x %u: %lld, not %lld", x, (long long)got, (long long)want);
+  }
   int64_t lo, hi;
   cells_val v = vreal(2.5);
   cells_int_interval(CELLS_OP_LT, &v, 10, &lo, &hi); DCT_CHECK(lo == 0 && hi == 3);
