@@ -31,6 +31,9 @@ typedef struct dc_chunk_data {
   int n_ref;              /* atomic */
 } dc_chunk_data;
 
+/* A chunk of a tile: how the cache, the reader and dc_batch's planner name it. */
+typedef struct dc_chunkkey { uint32_t tile, chunk; } dc_chunkkey;
+
 typedef struct dc_bufpool dc_bufpool;
 /* One allocation (a recycled buffer of the pool, which may be NULL) holding
 ** the struct and its arrays; one reference.  NULL on out-of-memory. */

@@ -67,7 +67,7 @@ struct dc_reader {
   struct dc_slot *slot;    /* this schema's slot in the connection (reader.c) */
 };
 
-typedef struct dc_chunkkey { uint32_t tile, chunk; } dc_chunkkey;
+/* dc_chunkkey (tile, chunk): in dc_cache.h */
 
 /* A chunk decoded straight into caller memory (the no-copy path for whole
 ** chunks): CSR rows row0 .. row0+n_cells-1 of the output, whose nonzeros

@@ -21,6 +21,7 @@
 #include "dc_reader.h"
 #include "dc_format.h"
 #include "dc_seal.h"
+#include "dc_search.h"
 
 #define HEAD_PROBE 4096
 #define MAX_PREFIX ((uint64_t)1 << 30)
@@ -399,12 +400,9 @@ void dc_reader_end(dc_reader *r) {
 
 int64_t dc_reader_tile_of(const dc_reader *r, int64_t cell) {
   if (cell < 0 || cell >= r->n_cells || r->n_tiles == 0) return -1;
-  uint32_t lo = 0, hi = r->n_tiles;          /* last tile with first_cell <= cell */
-  while (hi - lo > 1) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (r->tiles[mid].first_cell <= cell) lo = mid; else hi = mid;
-  }
-  return lo;
+  int64_t t;
+  DC_LAST_LE(t, r->n_tiles, i, r->tiles[i].first_cell, cell);
+  return t;
 }
 
 /* Moves the blob handle to tile's row. */
@@ -439,12 +437,9 @@ static int blob_read(dc_reader *r, uint32_t tile, void *buf, uint64_t n, uint64_
 }
 
 uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell) {
-  uint32_t lo = 0, hi = h->hdr.n_chunks;
-  while (hi - lo > 1) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (h->hdr.chunk[mid].first_cell <= cell) lo = mid; else hi = mid;
-  }
-  return lo;
+  int64_t k;
+  DC_LAST_LE(k, h->hdr.n_chunks, i, h->hdr.chunk[i].first_cell, cell);
+  return (uint32_t)k;
 }
 
 /* tiles_data.checksum of one tile (read when its head is, not by the load) */

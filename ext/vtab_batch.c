@@ -74,6 +74,8 @@
 **      other rows copied (and mapped to the panel and sorted) [threads].
 ** Output blobs are handed to SQLite without a copy (reference-counted
 ** buffers with their own destructor, so a column read twice stays valid).
+** Steps 2-4 and the row kernels are pure C in batch_plan.c (unit-tested in
+** tests/c/test_batch_plan.c); this file is the glue around them.
 */
 #include <pthread.h>
 #include <stdarg.h>
@@ -81,6 +83,7 @@
 #include <string.h>
 #include <time.h>
 #include "dc_select.h"
+#include "batch_plan.h"
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -232,99 +235,17 @@ static int check_size(batch_vtab *v, int64_t n, double nnz, int estimate) {
   return SQLITE_OK;
 }
 
-/* ------------------------------------------------ row kernels (pool threads) */
-typedef struct rowdesc {
-  const int32_t *idx, *val;   /* source row */
-  uint32_t n_in;
-  int64_t n_out;              /* after panel mapping */
-} rowdesc;
-
-typedef struct kernel {
-  rowdesc *rows;              /* rows[i] of the output rows being processed */
-  const uint64_t *which;      /* output row numbers to process (NULL = 0..n-1) */
-  size_t n;
-  const int32_t *map;         /* panel map or NULL */
-  int64_t n_genes;            /* bound of source gene indices (for the map) */
-  int sorted;                 /* map keeps order */
-  const int64_t *dst_off;     /* destination offset of each row (by output row number) */
-  int32_t *dst_idx, *dst_val;
-  int bad;                    /* set if a source gene index is out of range */
-} kernel;
-
-#define ROW_BLOCK 64
-
-static void count_block(void *arg, size_t b) {
-  kernel *k = arg;
-  size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
-  for (size_t j = b * ROW_BLOCK; j < end; j++) {
-    rowdesc *rw = &k->rows[k->which ? k->which[j] : j];
-    if (!k->map) { rw->n_out = rw->n_in; continue; }
-    int64_t c = 0;
-    for (uint32_t e = 0; e < rw->n_in; e++) {
-      int32_t g = rw->idx[e];
-      if (g < 0 || g >= k->n_genes) { __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED); break; }
-      c += k->map[g] >= 0;
-    }
-    rw->n_out = c;
-  }
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-static void fill_block(void *arg, size_t b) {
-  kernel *k = arg;
-  size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
-  uint64_t *tmp = NULL;
-  size_t tmp_cap = 0;
-  for (size_t j = b * ROW_BLOCK; j < end; j++) {
-    uint64_t row = k->which ? k->which[j] : j;
-    rowdesc *rw = &k->rows[row];
-    int32_t *di = k->dst_idx + k->dst_off[row], *dv = k->dst_val + k->dst_off[row];
-    if (!k->map) {
-      memcpy(di, rw->idx, (size_t)rw->n_in * sizeof *di);
-      memcpy(dv, rw->val, (size_t)rw->n_in * sizeof *dv);
-      continue;
-    }
-    if (k->sorted) {
-      int64_t o = 0;
-      for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
-        int32_t p = k->map[rw->idx[e]];
-        if (p >= 0) { di[o] = p; dv[o] = rw->val[e]; o++; }
-      }
-      continue;
-    }
-    if ((size_t)rw->n_out > tmp_cap) {
-      free(tmp);
-      tmp_cap = (size_t)rw->n_out * 2;
-      tmp = malloc(tmp_cap * sizeof *tmp);
-      if (!tmp) { tmp_cap = 0; __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); return; }
-    }
-    int64_t o = 0;
-    for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
-      int32_t p = k->map[rw->idx[e]];
-      if (p >= 0) tmp[o++] = (uint64_t)(uint32_t)p << 32 | (uint32_t)rw->val[e];
-    }
-    if (o > 1) qsort(tmp, (size_t)o, sizeof *tmp, cmp_u64);
-    for (int64_t e = 0; e < o; e++) { di[e] = (int32_t)(tmp[e] >> 32); dv[e] = (int32_t)(uint32_t)tmp[e]; }
-  }
-  free(tmp);
-}
-
-static void run_kernel(dc_pool *pool, kernel *k, void (*fn)(void *, size_t)) {
-  size_t blocks = (k->n + ROW_BLOCK - 1) / ROW_BLOCK;
-  if (blocks) dc_pool_for(pool, blocks, fn, k);
-}
-
 /* ------------------------------------------------ the batch */
-typedef struct cellref { uint32_t tile, chunk, cell; } cellref;
-
-static int cmp_key(const void *a, const void *b) {
-  const dc_chunkkey *x = a, *y = b;
-  if (x->tile != y->tile) return x->tile < y->tile ? -1 : 1;
-  return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+/* the planner's view of the reader's tile index (batch_plan.h) */
+static const dc_chunk_info *chunk_info(void *ctx, uint32_t tile, uint32_t chunk) {
+  return &((dc_reader *)ctx)->heads[tile]->hdr.chunk[chunk];
+}
+typedef struct cache_view { struct dc_cache *cache; uint64_t ns; } cache_view;
+static int chunk_cached(void *ctx, uint32_t tile, uint32_t chunk) {
+  cache_view *cv = ctx;
+  dc_chunk_data *d = dc_cache_get(cv->cache, cv->ns, tile, chunk);
+  if (d) dc_chunk_release(d);
+  return d != NULL;
 }
 
 /* The obs argument, a JSON array of column names -> cells_columns.col ids. */
@@ -392,14 +313,15 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   int rc = SQLITE_OK;
   char *err = NULL;
   int64_t *ids = NULL, n = 0;
-  cellref *ref = NULL;
+  batch_cellref *ref = NULL;
   uint8_t *direct = NULL;              /* per row: 1 = row of a direct chunk */
   dc_direct *dj = NULL;
+  batch_run *runs = NULL;
   size_t n_dj = 0;
   dc_chunkkey *keys = NULL;
   dc_chunk_data **chunks = NULL;
   size_t n_keys = 0;
-  rowdesc *rows = NULL;
+  batch_row *rows = NULL;
   uint64_t *which = NULL;
   int64_t *off = NULL;
   int32_t **stage = NULL;
@@ -467,34 +389,11 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
 
   /* 2. direct runs: whole chunks requested in order, not cached, no panel */
   struct dc_cache *cache = dc_conn_cache(v->conn);
+  cache_view cv = {cache, r->ns};
   if (!map) {
-    for (int64_t i = 0; i < n;) {
-      const dc_tilehead *h = r->heads[ref[i].tile];
-      const dc_chunk_info *ci = &h->hdr.chunk[ref[i].chunk];
-      int64_t len = ci->n_cells;
-      int ok = ref[i].cell == 0 && i + len <= n && ci->nnz > 0 && len > 1;
-      for (int64_t k = 1; ok && k < len; k++) ok = ids[i + k] == ids[i] + k;
-      if (ok && cache) {
-        dc_chunk_data *d = dc_cache_get(cache, r->ns, ref[i].tile, ref[i].chunk);
-        if (d) { ok = 0; dc_chunk_release(d); }
-      }
-      if (ok) {
-        if (!dj) {
-          dj = sqlite3_malloc64((uint64_t)(n / 2 + 1) * sizeof *dj);
-          if (!dj) { rc = SQLITE_NOMEM; goto done; }
-        }
-        dj[n_dj].tile = ref[i].tile;
-        dj[n_dj].chunk = ref[i].chunk;
-        dj[n_dj].row0 = (uint64_t)i;
-        n_dj++;
-        memset(direct + i, 1, (size_t)len);
-        for (int64_t k = 0; k < len; k++) rows[i + k].n_out = -1;   /* filled by the decoder */
-        rows[i].n_out = -1 - (int64_t)ci->nnz;                     /* the run's total, marked */
-        i += len;
-      } else {
-        i++;
-      }
-    }
+    runs = sqlite3_malloc64((uint64_t)(n / 2 + 1) * sizeof *runs);
+    if (!runs) { rc = SQLITE_NOMEM; goto done; }
+    n_dj = batch_find_direct(ids, ref, n, chunk_info, r, cache ? chunk_cached : NULL, &cv, direct, rows, runs);
   }
 
   t1 = now_ns();
@@ -502,45 +401,21 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   keys = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *keys);
   which = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *which);
   if (!keys || !which) { rc = SQLITE_NOMEM; goto done; }
-  for (int64_t i = 0; i < n; i++) {
-    if (direct[i]) continue;
-    keys[n_keys].tile = ref[i].tile;
-    keys[n_keys].chunk = ref[i].chunk;
-    n_keys++;
-  }
-  qsort(keys, n_keys, sizeof *keys, cmp_key);
-  {
-    size_t m = 0;
-    for (size_t i = 0; i < n_keys; i++) if (m == 0 || cmp_key(&keys[m - 1], &keys[i])) keys[m++] = keys[i];
-    n_keys = m;
-  }
+  rowkey = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rowkey);
+  if (!rowkey) { rc = SQLITE_NOMEM; goto done; }
+  n_keys = batch_chunk_keys(ref, direct, n, keys, rowkey);
   chunks = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *chunks);
   group = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *group);
   gkeys = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gkeys);
   gslot = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gslot);
   gout = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gout);
-  rowkey = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rowkey);
   off = sqlite3_malloc64(((uint64_t)n + 1) * sizeof *off);
-  if (!chunks || !group || !gkeys || !gslot || !gout || !rowkey || !off) { rc = SQLITE_NOMEM; goto done; }
+  if (!chunks || !group || !gkeys || !gslot || !gout || !off) { rc = SQLITE_NOMEM; goto done; }
   memset(chunks, 0, (n_keys ? n_keys : 1) * sizeof *chunks);
-  for (int64_t i = 0; i < n; i++) {
-    if (direct[i]) continue;
-    dc_chunkkey key = { ref[i].tile, ref[i].chunk };
-    rowkey[i] = (uint32_t)((dc_chunkkey *)bsearch(&key, keys, n_keys, sizeof *keys, cmp_key) - keys);
-  }
   /* chunks already cached cost no decoding memory: they join group 0; the
   ** others are split into groups whose decoded size fits decode_mb */
-  int64_t budget = v->conn->work_bytes, bytes = 0;
-  uint32_t n_groups = 1;
-  for (size_t q = 0; q < n_keys; q++) {
-    if (cache) chunks[q] = dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk);
-    if (chunks[q]) { group[q] = 0; continue; }
-    const dc_chunk_info *ci = &r->heads[keys[q].tile]->hdr.chunk[keys[q].chunk];
-    int64_t b = (int64_t)ci->nnz * 8 + (int64_t)ci->n_cells * 8;
-    if (bytes > 0 && bytes + b > budget) { n_groups++; bytes = 0; }
-    bytes += b;
-    group[q] = n_groups - 1;
-  }
+  if (cache) for (size_t q = 0; q < n_keys; q++) chunks[q] = dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk);
+  uint32_t n_groups = batch_groups(keys, n_keys, chunks, chunk_info, r, v->conn->work_bytes, group);
   int staged = n_groups > 1;
   double staged_nnz = 0;
   for (uint32_t gi = 0; gi < n_groups; gi++) {
@@ -565,8 +440,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
       rows[i].n_in = (uint32_t)(d->indptr[ref[i].cell + 1] - d->indptr[ref[i].cell]);
       which[nw++] = (uint64_t)i;
     }
-    kernel k = { rows, which, nw, map, r->n_genes, v->panel.sorted, NULL, NULL, NULL, 0 };
-    run_kernel(pool, &k, count_block);
+    batch_kernel k = { rows, which, nw, map, r->n_genes, v->panel.sorted, NULL, NULL, NULL, 0 };
+    batch_run_kernel(pool, &k, BATCH_COUNT);
     if (k.bad) {
       rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
                   "is corrupt)", nw ? ref[which[0]].tile : 0);
@@ -586,10 +461,10 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
       int32_t *si = stage[n_stage], *sv = stage[n_stage] + total;
       n_stage++;
       k.dst_off = off; k.dst_idx = si; k.dst_val = sv;
-      run_kernel(pool, &k, fill_block);
+      batch_run_kernel(pool, &k, BATCH_FILL);
       if (k.bad) { rc = SQLITE_NOMEM; goto done; }
       for (size_t j = 0; j < nw; j++) {
-        rowdesc *rw = &rows[which[j]];
+        batch_row *rw = &rows[which[j]];
         rw->idx = si + off[which[j]];
         rw->val = sv + off[which[j]];
         rw->n_in = (uint32_t)rw->n_out;
@@ -600,29 +475,21 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   }
 
   /* 4. layout, direct decodes, row copies */
-  int64_t total = 0;
-  size_t qd = 0;
-  o_indptr[0] = 0;
-  for (int64_t i = 0; i < n;) {
-    if (direct[i]) {
-      int64_t nnz = -1 - rows[i].n_out;
-      int64_t len = r->heads[ref[i].tile]->hdr.chunk[ref[i].chunk].n_cells;
-      dj[qd++].out_base = total;          /* direct runs are in row order */
-      total += nnz;
-      i += len;
-      o_indptr[i] = total;
-      continue;
-    }
-    off[i] = total;
-    total += rows[i].n_out;
-    o_indptr[i + 1] = total;
-    i++;
-  }
+  int64_t total = batch_layout(n, direct, rows, ref, chunk_info, r, runs, off, o_indptr);
   if ((rc = check_size(v, n, (double)total, 0)) != SQLITE_OK) goto done;
   o_idx = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
   o_val = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
   if (!o_idx || !o_val) { rc = SQLITE_NOMEM; goto done; }
+  if (n_dj) {
+    dj = sqlite3_malloc64((uint64_t)n_dj * sizeof *dj);
+    if (!dj) { rc = SQLITE_NOMEM; goto done; }
+  }
   for (size_t q = 0; q < n_dj; q++) {
+    memset(&dj[q], 0, sizeof dj[q]);
+    dj[q].tile = runs[q].tile;
+    dj[q].chunk = runs[q].chunk;
+    dj[q].row0 = runs[q].row0;
+    dj[q].out_base = runs[q].out_base;
     dj[q].indptr_out = o_indptr;
     dj[q].indices_out = o_idx;
     dj[q].values_out = o_val;
@@ -633,8 +500,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   {
     size_t nw = 0;
     for (int64_t i = 0; i < n; i++) if (!direct[i]) which[nw++] = (uint64_t)i;
-    kernel k = { rows, which, nw, staged ? NULL : map, r->n_genes, v->panel.sorted, off, o_idx, o_val, 0 };
-    run_kernel(pool, &k, fill_block);
+    batch_kernel k = { rows, which, nw, staged ? NULL : map, r->n_genes, v->panel.sorted, off, o_idx, o_val, 0 };
+    batch_run_kernel(pool, &k, BATCH_FILL);
     if (k.bad) { rc = SQLITE_NOMEM; goto done; }
   }
   if (n_obs) {
@@ -681,6 +548,7 @@ done:
   sqlite3_free(off);
   sqlite3_free(rows);
   sqlite3_free(dj);
+  sqlite3_free(runs);
   sqlite3_free(direct);
   sqlite3_free(ref);
   sqlite3_free(ids);

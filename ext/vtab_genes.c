@@ -60,6 +60,7 @@
 #include "dc_obs.h"
 #include "dc_reader.h"
 #include "dc_seal.h"
+#include "name_index.h"
 
 /* ------------------------------------------------------------ types */
 
@@ -83,10 +84,7 @@ typedef struct gdata {
   uint64_t dataset_id;
   int n_cols;
   gcol *cols;
-  /* name index over column 0: open addressing, slot = first gene id + 1 */
-  uint64_t mask;
-  int64_t *slot;
-  int64_t *next;           /* next gene id with the same name, or -1 */
+  dc_nameidx names;        /* name index over column 0 (built on first use) */
 } gdata;
 
 typedef struct genes_vtab {
@@ -145,8 +143,7 @@ static void gdata_unref(gdata *d) {
   if (!d || --d->ref > 0) return;
   for (int i = 0; i < d->n_cols; i++) gcol_clear(&d->cols[i]);
   sqlite3_free(d->cols);
-  sqlite3_free(d->slot);
-  sqlite3_free(d->next);
+  dc_nameidx_free(&d->names);
   sqlite3_free(d);
 }
 
@@ -512,55 +509,11 @@ done:
   return rc;
 }
 
-static uint64_t name_hash(const char *s, uint64_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t i = 0; i < n; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ull; }
-  return h ^ (h >> 31);
-}
-
-static int name_eq(const gcol *c, int64_t id, const char *s, uint64_t n) {
-  return c->valid[id] && c->off[id + 1] - c->off[id] == n && (n == 0 || memcmp(c->text + c->off[id], s, (size_t)n) == 0);
-}
-
-/* The name index of d (column 0 must be loaded). */
+/* The name index of d (column 0 must be loaded): name_index.c. */
 static int build_index(gdata *d) {
-  if (d->slot) return SQLITE_OK;
+  if (d->names.slot) return SQLITE_OK;
   const gcol *c = &d->cols[0];
-  uint64_t size = 16;
-  while (size < (uint64_t)d->n * 2) size <<= 1;
-  int64_t *slot = sqlite3_malloc64(size * sizeof *slot);
-  int64_t *next = sqlite3_malloc64((uint64_t)(d->n ? d->n : 1) * sizeof *next);
-  if (!slot || !next) { sqlite3_free(slot); sqlite3_free(next); return SQLITE_NOMEM; }
-  memset(slot, 0, size * sizeof *slot);
-  /* in decreasing id order, each gene pushed in front of its name's chain:
-  ** chains come out in increasing gene_id */
-  for (int64_t id = d->n - 1; id >= 0; id--) {
-    next[id] = -1;
-    if (!c->valid[id]) continue;
-    const char *s = c->text + c->off[id];
-    uint64_t len = c->off[id + 1] - c->off[id];
-    uint64_t h = name_hash(s, len) & (size - 1);
-    for (;;) {
-      if (slot[h] == 0) { slot[h] = id + 1; break; }
-      if (name_eq(c, slot[h] - 1, s, len)) { next[id] = slot[h] - 1; slot[h] = id + 1; break; }
-      h = (h + 1) & (size - 1);
-    }
-  }
-  d->slot = slot;
-  d->next = next;
-  d->mask = size - 1;
-  return SQLITE_OK;
-}
-
-/* The first gene named s, or -1. */
-static int64_t name_first(const gdata *d, const char *s, uint64_t n) {
-  uint64_t h = name_hash(s, n) & d->mask;
-  for (;;) {
-    int64_t v = d->slot[h];
-    if (v == 0) return -1;
-    if (name_eq(&d->cols[0], v - 1, s, n)) return v - 1;
-    h = (h + 1) & d->mask;
-  }
+  return dc_nameidx_build(&d->names, c->text, c->off, c->valid, d->n) ? SQLITE_NOMEM : SQLITE_OK;
 }
 
 /* ------------------------------------------------------------ plans */
@@ -760,7 +713,7 @@ static int genes_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     int64_t cnt = 0, cap = 4;
     c->list = sqlite3_malloc64((uint64_t)cap * sizeof *c->list);
     if (!c->list) return SQLITE_NOMEM;
-    for (int64_t id = name_first(d, s, len); id >= 0; id = d->next[id]) {
+    for (int64_t id = dc_nameidx_first(&d->names, s, len); id >= 0; id = d->names.next[id]) {
       if (id < c->lo || id > c->hi) continue;
       if (cnt == cap) {
         cap *= 2;

@@ -1,0 +1,166 @@
+/*
+** batch_plan.c — dc_batch's planner and row kernels (see batch_plan.h).  Pure C: no SQLite.
+*/
+#include "batch_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t batch_find_direct(const int64_t *ids, const batch_cellref *ref, int64_t n, batch_info_fn info, void *ictx,
+                         batch_cached_fn cached, void *cctx, uint8_t *direct, batch_row *rows, batch_run *runs) {
+  size_t n_runs = 0;
+  for (int64_t i = 0; i < n;) {
+    const dc_chunk_info *ci = info(ictx, ref[i].tile, ref[i].chunk);
+    int64_t len = ci->n_cells;
+    int ok = ref[i].cell == 0 && i + len <= n && ci->nnz > 0 && len > 1;
+    for (int64_t k = 1; ok && k < len; k++) ok = ids[i + k] == ids[i] + k;
+    if (ok && cached && cached(cctx, ref[i].tile, ref[i].chunk)) ok = 0;
+    if (!ok) { i++; continue; }
+    runs[n_runs].tile = ref[i].tile;
+    runs[n_runs].chunk = ref[i].chunk;
+    runs[n_runs].row0 = (uint64_t)i;
+    runs[n_runs].out_base = 0;
+    n_runs++;
+    memset(direct + i, 1, (size_t)len);
+    for (int64_t k = 0; k < len; k++) rows[i + k].n_out = -1;   /* filled by the decoder */
+    rows[i].n_out = -1 - (int64_t)ci->nnz;                     /* the run's total, marked */
+    i += len;
+  }
+  return n_runs;
+}
+
+static int cmp_key(const void *a, const void *b) {
+  const dc_chunkkey *x = a, *y = b;
+  if (x->tile != y->tile) return x->tile < y->tile ? -1 : 1;
+  return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
+}
+
+size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t n, dc_chunkkey *keys,
+                        uint32_t *rowkey) {
+  size_t n_keys = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (direct[i]) continue;
+    keys[n_keys].tile = ref[i].tile;
+    keys[n_keys].chunk = ref[i].chunk;
+    n_keys++;
+  }
+  qsort(keys, n_keys, sizeof *keys, cmp_key);
+  size_t m = 0;
+  for (size_t i = 0; i < n_keys; i++) if (m == 0 || cmp_key(&keys[m - 1], &keys[i])) keys[m++] = keys[i];
+  for (int64_t i = 0; i < n; i++) {
+    if (direct[i]) continue;
+    dc_chunkkey key = {ref[i].tile, ref[i].chunk};
+    rowkey[i] = (uint32_t)((dc_chunkkey *)bsearch(&key, keys, m, sizeof *keys, cmp_key) - keys);
+  }
+  return m;
+}
+
+uint32_t batch_groups(const dc_chunkkey *keys, size_t n_keys, dc_chunk_data *const *chunks, batch_info_fn info,
+                      void *ictx, int64_t budget, uint32_t *group) {
+  int64_t bytes = 0;
+  uint32_t n_groups = 1;
+  for (size_t q = 0; q < n_keys; q++) {
+    if (chunks && chunks[q]) { group[q] = 0; continue; }
+    const dc_chunk_info *ci = info(ictx, keys[q].tile, keys[q].chunk);
+    int64_t b = (int64_t)ci->nnz * 8 + (int64_t)ci->n_cells * 8;
+    if (bytes > 0 && bytes + b > budget) { n_groups++; bytes = 0; }
+    bytes += b;
+    group[q] = n_groups - 1;
+  }
+  return n_groups;
+}
+
+int64_t batch_layout(int64_t n, const uint8_t *direct, const batch_row *rows, const batch_cellref *ref,
+                     batch_info_fn info, void *ictx, batch_run *runs, int64_t *off, int64_t *indptr) {
+  int64_t total = 0;
+  size_t qd = 0;
+  indptr[0] = 0;
+  for (int64_t i = 0; i < n;) {
+    if (direct[i]) {
+      int64_t nnz = -1 - rows[i].n_out;
+      int64_t len = info(ictx, ref[i].tile, ref[i].chunk)->n_cells;
+      runs[qd++].out_base = total;          /* direct runs are in row order */
+      total += nnz;
+      i += len;
+      indptr[i] = total;
+      continue;
+    }
+    off[i] = total;
+    total += rows[i].n_out;
+    indptr[i + 1] = total;
+    i++;
+  }
+  return total;
+}
+
+/* ------------------------------------------------------------ row kernels */
+
+#define ROW_BLOCK 64
+
+static void count_block(void *arg, size_t b) {
+  batch_kernel *k = arg;
+  size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
+  for (size_t j = b * ROW_BLOCK; j < end; j++) {
+    batch_row *rw = &k->rows[k->which ? k->which[j] : j];
+    if (!k->map) { rw->n_out = rw->n_in; continue; }
+    int64_t c = 0;
+    for (uint32_t e = 0; e < rw->n_in; e++) {
+      int32_t g = rw->idx[e];
+      if (g < 0 || g >= k->n_genes) { __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED); break; }
+      c += k->map[g] >= 0;
+    }
+    rw->n_out = c;
+  }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void fill_block(void *arg, size_t b) {
+  batch_kernel *k = arg;
+  size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
+  uint64_t *tmp = NULL;
+  size_t tmp_cap = 0;
+  for (size_t j = b * ROW_BLOCK; j < end; j++) {
+    uint64_t row = k->which ? k->which[j] : j;
+    batch_row *rw = &k->rows[row];
+    int32_t *di = k->dst_idx + k->dst_off[row], *dv = k->dst_val + k->dst_off[row];
+    if (!k->map) {
+      memcpy(di, rw->idx, (size_t)rw->n_in * sizeof *di);
+      memcpy(dv, rw->val, (size_t)rw->n_in * sizeof *dv);
+      continue;
+    }
+    if (k->sorted) {
+      int64_t o = 0;
+      for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
+        int32_t p = k->map[rw->idx[e]];
+        if (p >= 0) { di[o] = p; dv[o] = rw->val[e]; o++; }
+      }
+      continue;
+    }
+    if ((size_t)rw->n_out > tmp_cap) {
+      free(tmp);
+      tmp_cap = (size_t)rw->n_out * 2;
+      tmp = malloc(tmp_cap * sizeof *tmp);
+      if (!tmp) { tmp_cap = 0; __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); return; }
+    }
+    int64_t o = 0;
+    for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
+      int32_t p = k->map[rw->idx[e]];
+      if (p >= 0) tmp[o++] = (uint64_t)(uint32_t)p << 32 | (uint32_t)rw->val[e];
+    }
+    if (o > 1) qsort(tmp, (size_t)o, sizeof *tmp, cmp_u64);
+    for (int64_t e = 0; e < o; e++) { di[e] = (int32_t)(tmp[e] >> 32); dv[e] = (int32_t)(uint32_t)tmp[e]; }
+  }
+  free(tmp);
+}
+
+void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which) {
+  void (*fn)(void *, size_t) = which == BATCH_FILL ? fill_block : count_block;
+  size_t blocks = (k->n + ROW_BLOCK - 1) / ROW_BLOCK;
+  if (!blocks) return;
+  if (pool) { dc_pool_for(pool, blocks, fn, k); return; }
+  for (size_t b = 0; b < blocks; b++) fn(k, b);
+}

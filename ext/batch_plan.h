@@ -1,0 +1,91 @@
+/*
+** batch_plan.h — how dc_batch turns a list of cells into work: direct runs, the distinct
+** chunks to fetch, groups that fit the memory budget, the output layout, and the row
+** kernels that count and copy rows (mapped to a gene panel) on the pool.
+**
+** Pure C: no SQLite (ext/vtab_batch.c is the glue: it parses the arguments, maps cells to
+** (tile, chunk, cell) through the reader, fetches chunks and decodes direct runs).
+**
+**   1. cells -> (tile, chunk, cell)                       (glue: the reader's tile index)
+**   2. batch_find_direct: runs of requested cells that cover a whole chunk in order, not
+**      cached, are decoded straight into the output later (no panel only)
+**   3. batch_chunk_keys: the distinct chunks of the other rows, sorted; batch_groups: those
+**      not cached split into groups whose decoded size fits the budget (cached ones join
+**      group 0)
+**   4. batch_layout: each row's offset in the output, indptr, and each direct run's base
+**   batch_run_kernel: counts rows after the panel map, or copies them (sorted) [pool]
+*/
+#ifndef BATCH_PLAN_H
+#define BATCH_PLAN_H
+#include <stddef.h>
+#include <stdint.h>
+#include "dc_codec.h"   /* dc_chunk_info, dc_pool */
+#include "dc_cache.h"   /* dc_chunkkey, dc_chunk_data */
+
+/* Where a requested cell lives: tile, chunk of the tile, cell of the chunk. */
+typedef struct batch_cellref { uint32_t tile, chunk, cell; } batch_cellref;
+
+/* The header entry of chunk (tile, chunk) (never NULL for a chunk named by a cellref). */
+typedef const dc_chunk_info *(*batch_info_fn)(void *ctx, uint32_t tile, uint32_t chunk);
+/* Whether chunk (tile, chunk) is in the decoded-chunk cache now. */
+typedef int (*batch_cached_fn)(void *ctx, uint32_t tile, uint32_t chunk);
+
+/* One output row: its source row and its size after the panel map.  A row of a direct
+** run has n_out -1, except the run's first, which holds -1 - (the run's nonzeros). */
+typedef struct batch_row {
+  const int32_t *idx, *val;   /* source row */
+  uint32_t n_in;
+  int64_t n_out;
+} batch_row;
+
+/* A direct run: rows row0 .. row0 + n_cells - 1 are chunk (tile, chunk), whole, in order;
+** its nonzeros start at out_base of the output (set by batch_layout). */
+typedef struct batch_run {
+  uint32_t tile, chunk;
+  uint64_t row0;
+  int64_t out_base;
+} batch_run;
+
+/* Step 2.  Marks direct[i] = 1 for the rows of direct runs (direct and rows zeroed by the
+** caller), sets their rows' n_out as described above, and writes the runs to runs (room
+** for n / 2 + 1: a run has at least two rows); returns how many.  cached may be NULL (no
+** cache). */
+size_t batch_find_direct(const int64_t *ids, const batch_cellref *ref, int64_t n, batch_info_fn info, void *ictx,
+                         batch_cached_fn cached, void *cctx, uint8_t *direct, batch_row *rows, batch_run *runs);
+
+/* Step 3a.  The distinct chunks of the rows that are not direct, sorted by (tile, chunk), in
+** keys (room for n); rowkey[i] is the index in keys of row i's chunk (rows not direct).
+** Returns how many keys. */
+size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t n, dc_chunkkey *keys,
+                        uint32_t *rowkey);
+
+/* Step 3b.  group[q] for each key: 0 for a chunk already held (chunks[q] != NULL), else
+** consecutive groups of chunks whose decoded size (8 bytes a nonzero and a cell) stays
+** within budget (a chunk larger than the budget is a group of its own).  Returns the
+** number of groups (at least 1). */
+uint32_t batch_groups(const dc_chunkkey *keys, size_t n_keys, dc_chunk_data *const *chunks, batch_info_fn info,
+                      void *ictx, int64_t budget, uint32_t *group);
+
+/* Step 4.  off[i] (rows not direct), indptr[0..n] and runs[].out_base (runs in row order,
+** as batch_find_direct wrote them); returns the output's nonzeros. */
+int64_t batch_layout(int64_t n, const uint8_t *direct, const batch_row *rows, const batch_cellref *ref,
+                     batch_info_fn info, void *ictx, batch_run *runs, int64_t *off, int64_t *indptr);
+
+/* The row kernels over rows[which[0..n)] (which NULL: rows 0..n-1). */
+typedef struct batch_kernel {
+  batch_row *rows;
+  const uint64_t *which;
+  size_t n;
+  const int32_t *map;         /* panel map (gene -> position, -1 dropped) or NULL */
+  int64_t n_genes;            /* bound of source gene indices (for the map) */
+  int sorted;                 /* the map keeps gene order */
+  const int64_t *dst_off;     /* fill: destination offset of each row (by row number) */
+  int32_t *dst_idx, *dst_val;
+  int bad;                    /* count: 1 = a source gene index out of range; fill: 2 = out of memory */
+} batch_kernel;
+
+enum { BATCH_COUNT, BATCH_FILL };
+/* Runs the count (n_out of each row) or the fill (copy, mapped and sorted) on the pool
+** (pool NULL: on the calling thread).  Check k->bad afterwards. */
+void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which);
+#endif

@@ -1,0 +1,125 @@
+/*
+** cells_blocks.c — the decoded-block cache of a `cells` table object (cells_blocks.h).
+** Pure C: no SQLite.
+*/
+#include "cells_blocks.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HEAD ((sizeof(cells_dblock) + 15) / 16 * 16)
+
+static void dblock_free(cells_dblock *d) {
+  free(d->order);
+  free(d);
+}
+
+void cells_dblock_release(cells_dblock *d) {
+  if (d && --d->n_ref == 0 && d->dropped) dblock_free(d);
+}
+
+int cells_bcache_init(cells_bcache *c, int n_cols, int64_t n_blocks) {
+  memset(c, 0, sizeof *c);
+  size_t n = (size_t)(n_blocks ? n_blocks : 1) * (size_t)(n_cols ? n_cols : 1);
+  c->ent = calloc(n, sizeof *c->ent);
+  if (!c->ent) return -1;
+  c->n_cols = n_cols;
+  c->n_blocks = n_blocks;
+  return 0;
+}
+
+static void drop(cells_bcache *c, cells_dblock *d) {
+  if (d->prev) d->prev->next = d->next; else c->head = d->next;
+  if (d->next) d->next->prev = d->prev; else c->tail = d->prev;
+  d->prev = d->next = NULL;
+  c->ent[(int64_t)d->k * c->n_blocks + d->b] = NULL;
+  c->bytes -= (int64_t)d->bytes;
+  if (d->n_ref == 0) dblock_free(d); else d->dropped = 1;
+}
+
+void cells_bcache_fit(cells_bcache *c, int64_t budget) {
+  while (c->bytes > budget && c->tail) drop(c, c->tail);
+}
+
+void cells_bcache_clear(cells_bcache *c) {
+  if (c->ent) cells_bcache_fit(c, -1);
+  free(c->ent);
+  memset(c, 0, sizeof *c);
+}
+
+cells_dblock *cells_bcache_get(cells_bcache *c, int k, int64_t b) {
+  if (!c->ent || k < 0 || k >= c->n_cols || b < 0 || b >= c->n_blocks) return NULL;
+  cells_dblock *d = c->ent[(int64_t)k * c->n_blocks + b];
+  if (!d) return NULL;
+  d->n_ref++;
+  if (d != c->head) {   /* to the front */
+    d->prev->next = d->next;
+    if (d->next) d->next->prev = d->prev; else c->tail = d->prev;
+    d->prev = NULL;
+    d->next = c->head;
+    c->head->prev = d;
+    c->head = d;
+  }
+  return d;
+}
+
+/* A copy of a decoded block in one allocation, with one reference. */
+static cells_dblock *dblock_new(int k, int64_t b, const dc_obs_block *src) {
+  size_t n = src->n;
+  size_t a = 0;
+  switch (src->kind) {
+    case DC_OBS_CATEGORY: a = n * 4; break;
+    case DC_OBS_INT: case DC_OBS_BOOL: a = n * 8 + n; break;
+    case DC_OBS_REAL: a = n * 8; break;
+    case DC_OBS_TEXT: a = (n + 1) * 8 + n + (size_t)src->text_off[n]; break;
+  }
+  size_t len = HEAD + a;
+  cells_dblock *d = malloc(len);
+  if (!d) return NULL;
+  memset(d, 0, sizeof *d);
+  d->k = k;
+  d->b = b;
+  d->n_ref = 1;
+  d->bytes = len;
+  d->blk = *src;
+  uint8_t *q = (uint8_t *)d + HEAD;
+  switch (src->kind) {
+    case DC_OBS_CATEGORY:
+      memcpy(q, src->codes, n * 4); d->blk.codes = (const int32_t *)q; break;
+    case DC_OBS_INT: case DC_OBS_BOOL:
+      memcpy(q, src->i64, n * 8); d->blk.i64 = (const int64_t *)q;
+      memcpy(q + n * 8, src->valid, n); d->blk.valid = q + n * 8; break;
+    case DC_OBS_REAL:
+      memcpy(q, src->f64, n * 8); d->blk.f64 = (const double *)q; break;
+    case DC_OBS_TEXT:
+      memcpy(q, src->text_off, (n + 1) * 8); d->blk.text_off = (const uint64_t *)q;
+      memcpy(q + (n + 1) * 8, src->valid, n); d->blk.valid = q + (n + 1) * 8;
+      if (src->text_off[n]) memcpy(q + (n + 1) * 8 + n, src->text, (size_t)src->text_off[n]);
+      d->blk.text = (const char *)q + (n + 1) * 8 + n;
+      break;
+  }
+  return d;
+}
+
+cells_dblock *cells_bcache_put(cells_bcache *c, int k, int64_t b, const dc_obs_block *src, int64_t budget) {
+  cells_dblock *d = dblock_new(k, b, src);
+  if (!d) return NULL;
+  int in_range = c->ent && k >= 0 && k < c->n_cols && b >= 0 && b < c->n_blocks;
+  cells_dblock **slot = in_range ? &c->ent[(int64_t)k * c->n_blocks + b] : NULL;
+  if (slot && !*slot && (int64_t)d->bytes <= budget) {
+    cells_bcache_fit(c, budget - (int64_t)d->bytes);
+    d->next = c->head;
+    if (c->head) c->head->prev = d; else c->tail = d;
+    c->head = d;
+    *slot = d;
+    c->bytes += (int64_t)d->bytes;
+  } else {
+    d->dropped = 1;   /* used by its caller only */
+  }
+  return d;
+}
+
+void cells_bcache_grow(cells_bcache *c, cells_dblock *d, size_t extra) {
+  d->bytes += extra;
+  if (!d->dropped) c->bytes += (int64_t)extra;
+}

@@ -1,0 +1,140 @@
+/*
+** cells_vtab.h — what the two SQLite-glue files of the `cells` table share: the table and
+** cursor objects and the calls between them.
+**
+**   ext/vtab_cells.c   the module: connect/destroy, xBestIndex, xFilter, xNext, xColumn,
+**                      dc_cells_values (obs values for dc_batch)
+**   ext/cells_store.c  the stored data: statistics and dictionaries loaded and validated,
+**                      blocks read through blob handles, seal-checked, decoded, cached
+**
+** The logic both call is pure C (no SQLite): cells_plan.h, cells_filter.h, cells_ivl.h,
+** cells_blocks.h, cells_cost.h.  Not a public header: only these two files include it.
+*/
+#ifndef CELLS_VTAB_H
+#define CELLS_VTAB_H
+#include "dc_ext.h"
+#include <stdint.h>
+#include "dc_obs.h"
+#include "cells_plan.h"
+#include "cells_filter.h"
+#include "cells_blocks.h"
+#include "cells_ivl.h"
+#include "cells_cost.h"
+
+
+#define COL_CELL_ID CELLS_COL_CELL_ID
+#define COL_NAME CELLS_COL_NAME
+#define COL_TILE CELLS_COL_TILE
+#define COL_OBS0 CELLS_COL_OBS0
+
+/* cells_val types are SQLite's own numbers */
+_Static_assert(CELLS_V_INTEGER == SQLITE_INTEGER && CELLS_V_FLOAT == SQLITE_FLOAT && CELLS_V_TEXT == SQLITE_TEXT &&
+               CELLS_V_BLOB == SQLITE_BLOB && CELLS_V_NULL == SQLITE_NULL, "cells_val types");
+
+/* One stored column (k = 0 is the obs index). */
+typedef struct ocol {
+  char *name;
+  int64_t col;            /* cells_columns.col */
+  int kind;               /* DC_OBS_* */
+  uint32_t n_categories;
+  int64_t null_count;
+  int64_t bytes;
+  /* category dictionary, loaded on first use (dict.buf and dict.off sqlite3_malloc'd) */
+  int dict_loaded;
+  cells_dict dict;
+  int dict_numeric;       /* some value could read as a number */
+} ocol;
+
+typedef struct cells_vtab {
+  sqlite3_vtab base;
+  dc_conn *conn;
+  sqlite3 *db;
+  char *zDb, *zName;
+  char *zBlocks;          /* "<name>_blocks" */
+  int n_ocol;
+  ocol *oc;               /* [n_ocol] */
+  int loaded;
+  unsigned int data_version;  /* SQLITE_FCNTL_DATA_VERSION of zDb when loaded */
+  int sealed;             /* format version >= 3: rows carry seals (dc_seal.h) */
+  uint64_t dataset_id;    /* the seals' key */
+  int64_t n_cells;
+  int64_t n_blocks;
+  int64_t *blk_first;     /* [n_blocks + 1] */
+  cells_bstat *bs;        /* [n_ocol * n_blocks], column major */
+  int has_tiles;
+  int64_t n_tiles;
+  int64_t *tile_first;    /* [n_tiles + 1] */
+  cells_bcache cache;     /* decoded blocks (cells_blocks.h) */
+  struct cells_vtab *next_tab;   /* the connection's list (dc_conn.cells_tabs) */
+} cells_vtab;
+
+typedef struct colcache {
+  dc_obs_decoder *dec;    /* scratch of this cursor's decodes */
+  cells_dblock *d;        /* the block in use (a reference), or NULL */
+} colcache;
+
+typedef struct cells_cursor {
+  sqlite3_vtab_cursor base;
+  cells_term *terms; int nterms;
+  cells_ivl *iv; int niv;
+  int64_t limit, offset_left, emitted;
+  int iv_pos;
+  int64_t pos;            /* next cell to consider */
+  int64_t blk;            /* block of the current selection */
+  cells_sel sel;          /* the selected rows of block blk */
+  uint32_t sel_pos;
+  int eof;
+  int64_t cell;
+  int64_t tile_hint;
+  colcache *cc;           /* [n_ocol] */
+  sqlite3_blob *blob;
+  uint8_t *buf; size_t buf_cap;
+} cells_cursor;
+
+
+static inline int ocol_of(int col) {   /* schema column -> stored column index, or -1 */
+  if (col == COL_NAME) return 0;
+  if (col >= COL_OBS0) return col - COL_OBS0 + 1;
+  return -1;
+}
+
+/* the DC_OBS_* kind of a schema column; 0 for cell_id and tile */
+static inline int col_kind(const cells_vtab *p, int col) {
+  int k = ocol_of(col);
+  return k < 0 ? 0 : p->oc[k].kind;
+}
+
+static inline int col_is_text(const cells_vtab *p, int col) {
+  int kind = col_kind(p, col);
+  return kind == DC_OBS_CATEGORY || kind == DC_OBS_TEXT;
+}
+
+static inline const char *col_name(const cells_vtab *p, int col) {
+  if (col == COL_CELL_ID) return "cell_id";
+  if (col == COL_TILE) return "tile";
+  if (col == COL_NAME) return "name";
+  return p->oc[ocol_of(col)].name;
+}
+
+/* ------------------------------------------------- cells_store.c */
+
+/* Sets the table's error message (printf-style) and returns rc (SQLITE_NOMEM if the message
+** cannot be made). */
+int cells_err(sqlite3_vtab *tab, int rc, const char *fmt, ...);
+/* Whether table zDb.zTab exists. */
+int cells_table_exists(sqlite3 *db, const char *zDb, const char *zTab);
+/* Loads and validates the blocks' statistics and the tiles' first cells (once; again after
+** cells_unload). */
+int cells_load(cells_vtab *p);
+/* Forgets what cells_load loaded, the dictionaries and every cached block. */
+void cells_unload(cells_vtab *p);
+/* Inside a statement: reloads when the data changed since the load (c's blocks let go). */
+int cells_refresh(cells_vtab *p, cells_cursor *c);
+/* Loads and checks the dictionary of category column k. */
+int cells_dict_load(cells_vtab *p, int k);
+/* Checks the seal of block b of column k before its statistics are trusted (reads the head
+** of its blob through c's handle). */
+int cells_block_seal_verify(cells_cursor *c, int k, int64_t b);
+/* Block b of column k decoded, as c's block in use of that column (cached by the table). */
+int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out);
+#endif

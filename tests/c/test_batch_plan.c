@@ -1,0 +1,200 @@
+/*
+** test_batch_plan.c — dc_batch's planner and row kernels (ext/batch_plan.c, pure C: compiled
+** in here directly): direct runs, distinct chunks, groups under a budget, the output layout,
+** and the count/fill kernels with and without a gene panel, on the calling thread and on a
+** pool, against results written out by hand or computed apart.
+*/
+#include "dctest.h"
+#include "../../ext/batch_plan.c"
+
+/* two tiles of three chunks: chunk (t, c) has n_cells[t][c] cells and nnz[t][c] nonzeros */
+static dc_chunk_info info_tab[2][3];
+static const dc_chunk_info *info(void *ctx, uint32_t t, uint32_t c) { (void)ctx; return &info_tab[t][c]; }
+static int cached_tile1_chunk0(void *ctx, uint32_t t, uint32_t c) { (void)ctx; return t == 1 && c == 0; }
+
+static void setup(void) {
+  uint32_t cells[2][3] = {{4, 3, 1}, {2, 5, 4}};
+  uint64_t nnz[2][3] = {{40, 0, 7}, {9, 50, 12}};
+  memset(info_tab, 0, sizeof info_tab);
+  for (int t = 0; t < 2; t++) {
+    uint32_t first = 0;
+    for (int c = 0; c < 3; c++) {
+      info_tab[t][c].first_cell = first;
+      info_tab[t][c].n_cells = cells[t][c];
+      info_tab[t][c].nnz = nnz[t][c];
+      first += cells[t][c];
+    }
+  }
+}
+
+/* cell id -> ref: tile 0 holds cells 0..7, tile 1 cells 8..18 */
+static batch_cellref ref_of(int64_t id) {
+  batch_cellref r;
+  r.tile = id < 8 ? 0 : 1;
+  uint32_t rel = (uint32_t)(id - (r.tile ? 8 : 0));
+  r.chunk = 0;
+  while (r.chunk < 2 && info_tab[r.tile][r.chunk + 1].first_cell <= rel) r.chunk++;
+  r.cell = rel - info_tab[r.tile][r.chunk].first_cell;
+  return r;
+}
+
+static void test_direct(void) {
+  setup();
+  /* 0..3 = tile 0 chunk 0 whole; 4..6 = chunk 1 (no nonzeros: not direct); 7 (one cell: not);
+  ** 8, 9 = tile 1 chunk 0 (cached in the second pass); 10..14 chunk 1 out of order; 15..18 whole */
+  int64_t ids[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 11, 13, 14, 15, 16, 17, 18, 3};
+  int64_t n = (int64_t)(sizeof ids / sizeof ids[0]);
+  batch_cellref ref[20];
+  for (int64_t i = 0; i < n; i++) ref[i] = ref_of(ids[i]);
+  DCT_CHECK(ref[19].tile == 0 && ref[19].chunk == 0 && ref[19].cell == 3 && ref[16].chunk == 2 && ref[16].cell == 1);
+  for (int pass = 0; pass < 2; pass++) {
+    uint8_t direct[20] = {0};
+    batch_row rows[20];
+    memset(rows, 0, sizeof rows);
+    batch_run runs[11];
+    size_t nr = batch_find_direct(ids, ref, n, info, NULL, pass ? cached_tile1_chunk0 : NULL, NULL, direct, rows, runs);
+    uint8_t want[20] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
+    if (pass) want[8] = want[9] = 0;
+    DCT_CHECKF(!memcmp(direct, want, sizeof want), "pass %d", pass);
+    DCT_CHECK(nr == (pass ? 2u : 3u));
+    DCT_CHECK(runs[0].tile == 0 && runs[0].chunk == 0 && runs[0].row0 == 0 && rows[0].n_out == -41 && rows[1].n_out == -1);
+    DCT_CHECK(runs[nr - 1].tile == 1 && runs[nr - 1].chunk == 2 && runs[nr - 1].row0 == 15 && rows[15].n_out == -13);
+    DCT_CHECK(rows[4].n_out == 0 && rows[19].n_out == 0);
+    /* 3. the other rows' chunks, sorted and distinct */
+    dc_chunkkey keys[20];
+    uint32_t rowkey[20];
+    size_t nk = batch_chunk_keys(ref, direct, n, keys, rowkey);
+    /* pass 0: (0,0) [row 19], (0,1), (0,2), (1,1); pass 1 also (1,0) */
+    DCT_CHECK(nk == (pass ? 5u : 4u));
+    for (size_t q = 1; q < nk; q++)
+      DCT_CHECK(keys[q - 1].tile < keys[q].tile || (keys[q - 1].tile == keys[q].tile && keys[q - 1].chunk < keys[q].chunk));
+    for (int64_t i = 0; i < n; i++)
+      if (!direct[i]) DCT_CHECK(keys[rowkey[i]].tile == ref[i].tile && keys[rowkey[i]].chunk == ref[i].chunk);
+    /* 4. layout: rows not direct get 2 nonzeros each here */
+    for (int64_t i = 0; i < n; i++) if (!direct[i]) rows[i].n_out = 2;
+    int64_t off[21], indptr[21];
+    int64_t total = batch_layout(n, direct, rows, ref, info, NULL, runs, off, indptr);
+    int64_t t = 0;
+    int64_t want_ptr[21];
+    want_ptr[0] = 0;
+    size_t qr = 0;
+    for (int64_t i = 0; i < n;) {   /* written apart: a run's nonzeros land on its last row */
+      if (direct[i]) {
+        DCT_CHECK(runs[qr].out_base == t);
+        int64_t len = info_tab[ref[i].tile][ref[i].chunk].n_cells;
+        for (int64_t k = 1; k < len; k++) want_ptr[i + k] = -7;   /* filled by the decoder */
+        t += (int64_t)info_tab[ref[i].tile][ref[i].chunk].nnz;
+        want_ptr[i + len] = t;
+        i += len;
+        qr++;
+        continue;
+      }
+      DCT_CHECK(off[i] == t);
+      t += 2;
+      want_ptr[++i] = t;
+    }
+    DCT_CHECK(total == t && qr == nr);
+    for (int64_t i = 0; i <= n; i++) if (want_ptr[i] != -7) DCT_CHECKF(indptr[i] == want_ptr[i], "pass %d row %lld", pass, (long long)i);
+  }
+}
+
+static void test_groups(void) {
+  setup();
+  /* decoded sizes: 8 * (nnz + n_cells): (0,0) 352, (0,1) 24, (0,2) 64, (1,0) 88, (1,1) 440, (1,2) 128 */
+  dc_chunkkey keys[6] = {{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}};
+  uint32_t group[6];
+  DCT_CHECK(batch_groups(keys, 6, NULL, info, NULL, 1 << 20, group) == 1);
+  for (int q = 0; q < 6; q++) DCT_CHECK(group[q] == 0);
+  /* budget 400: 352+24 | 64+88 (440 would pass 400) | 440 alone (over the budget) | 128 */
+  DCT_CHECK(batch_groups(keys, 6, NULL, info, NULL, 400, group) == 4);
+  uint32_t want[6] = {0, 0, 1, 1, 2, 3};
+  DCT_CHECK(!memcmp(group, want, sizeof want));
+  /* held chunks cost nothing: group 0 */
+  dc_chunk_data fake;
+  dc_chunk_data *held[6] = {NULL, NULL, NULL, NULL, &fake, NULL};
+  DCT_CHECK(batch_groups(keys, 6, held, info, NULL, 400, group) == 2);
+  uint32_t want2[6] = {0, 0, 1, 1, 0, 1};
+  DCT_CHECK(!memcmp(group, want2, sizeof want2));
+  DCT_CHECK(batch_groups(keys, 0, NULL, info, NULL, 400, group) == 1);
+}
+
+/* rows of random genes (sorted, distinct) and counts; a panel; count and fill against a
+** reference computed here */
+static void test_kernels(void) {
+  enum { ROWS = 300, GENES = 500 };
+  static int32_t idx[ROWS][64], val[ROWS][64];
+  static batch_row rows[ROWS];
+  int32_t map_sorted[GENES], map_shuffled[GENES];
+  uint64_t x = 12345;
+  for (int g = 0; g < GENES; g++) { map_sorted[g] = -1; map_shuffled[g] = -1; }
+  int32_t panel[40];
+  for (int j = 0; j < 40; j++) { panel[j] = j * 12 + 3; map_sorted[panel[j]] = j; map_shuffled[panel[j]] = 39 - j; }
+  for (int r = 0; r < ROWS; r++) {
+    int n = 0;
+    for (int g = 0; g < GENES && n < 64; g++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      if ((x >> 33) % 11 == 0) { idx[r][n] = g; val[r][n] = (int32_t)((x >> 20) % 1000); n++; }
+    }
+    rows[r].idx = idx[r]; rows[r].val = val[r]; rows[r].n_in = (uint32_t)n;
+  }
+  dc_pool *pool = dc_pool_new(2);
+  DCT_CHECK(pool != NULL);
+  for (int variant = 0; variant < 6; variant++) {
+    const int32_t *map = variant % 3 == 0 ? NULL : variant % 3 == 1 ? map_sorted : map_shuffled;
+    dc_pool *p = variant < 3 ? NULL : pool;
+    uint64_t which[ROWS];
+    size_t nw = 0;
+    for (int r = 0; r < ROWS; r += 1 + (variant & 1)) which[nw++] = (uint64_t)r;
+    batch_kernel k = {rows, which, nw, map, GENES, map != map_shuffled, NULL, NULL, NULL, 0};
+    batch_run_kernel(p, &k, BATCH_COUNT);
+    DCT_CHECK(k.bad == 0);
+    int64_t off[ROWS], total = 0;
+    for (size_t j = 0; j < nw; j++) {
+      int r = (int)which[j];
+      int64_t want = 0;
+      for (uint32_t e = 0; e < rows[r].n_in; e++) want += !map || map[idx[r][e]] >= 0;
+      DCT_CHECKF(rows[r].n_out == want, "variant %d row %d", variant, r);
+      off[r] = total;
+      total += rows[r].n_out;
+    }
+    int32_t *di = malloc((size_t)(total ? total : 1) * 4), *dv = malloc((size_t)(total ? total : 1) * 4);
+    k.dst_off = off; k.dst_idx = di; k.dst_val = dv;
+    batch_run_kernel(p, &k, BATCH_FILL);
+    DCT_CHECK(k.bad == 0);
+    for (size_t j = 0; j < nw; j++) {
+      int r = (int)which[j];
+      /* the row's (mapped gene, count) pairs, sorted by mapped gene */
+      int32_t wi[64], wv[64];
+      int m = 0;
+      for (uint32_t e = 0; e < rows[r].n_in; e++) {
+        int32_t pg = map ? map[idx[r][e]] : idx[r][e];
+        if (pg < 0) continue;
+        int at = m++;
+        while (at > 0 && wi[at - 1] > pg) { wi[at] = wi[at - 1]; wv[at] = wv[at - 1]; at--; }
+        wi[at] = pg; wv[at] = val[r][e];
+      }
+      DCT_CHECK(m == rows[r].n_out);
+      DCT_CHECKF(!memcmp(di + off[r], wi, (size_t)m * 4) && !memcmp(dv + off[r], wv, (size_t)m * 4), "variant %d row %d", variant, r);
+    }
+    free(di);
+    free(dv);
+  }
+  /* a gene index out of range is reported, not followed */
+  int32_t bad_idx[2] = {3, GENES + 5}, bad_val[2] = {1, 1};
+  batch_row br = {bad_idx, bad_val, 2, 0};
+  batch_kernel k = {&br, NULL, 1, map_sorted, GENES, 1, NULL, NULL, NULL, 0};
+  batch_run_kernel(pool, &k, BATCH_COUNT);
+  DCT_CHECK(k.bad == 1);
+  /* nothing to do */
+  batch_kernel none = {rows, NULL, 0, NULL, GENES, 1, NULL, NULL, NULL, 0};
+  batch_run_kernel(pool, &none, BATCH_FILL);
+  DCT_CHECK(none.bad == 0);
+  dc_pool_free(pool);
+}
+
+int main(void) {
+  DCT_RUN(test_direct);
+  DCT_RUN(test_groups);
+  DCT_RUN(test_kernels);
+  return dct_done();
+}
