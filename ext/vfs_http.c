@@ -137,11 +137,17 @@ static void sleep_s(double s) {
   while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
 }
 
-static void throttle(dc_hfile *f, int64_t bytes, double t0) {
+/* stop: a prefetch thread's flag (NULL on the reading thread): the wait ends early when it is set */
+static void throttle(dc_hfile *f, int64_t bytes, double t0, _Atomic int *stop) {
   if (!f->throttled) return;
   double w = dc_throttle_wait(&f->thr, bytes, now_s() - t0);
   atomic_fetch_add(&st_throttle_ns, (int64_t)(w * 1e9));
-  sleep_s(w);
+  if (!stop) { sleep_s(w); return; }
+  for (double end = now_s() + w; !atomic_load(stop);) {
+    double left = end - now_s();
+    if (left <= 0) break;
+    sleep_s(left < 0.02 ? left : 0.02);
+  }
 }
 
 static int64_t param_int(const char *zName, const char *key, const char *env, int64_t dflt) {
@@ -235,7 +241,7 @@ static int ensure_curl(dc_hfile *f) {
 ** request at open (no validator to compare yet; it fills f->val).  Returns SQLITE_OK, or an
 ** error with the reason in err (set_error is the caller's: a prefetch thread keeps it quiet). */
 static int http_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len, uint8_t *buf, int64_t *got,
-                       int first, char *err, size_t err_n) {
+                       int first, char *err, size_t err_n, _Atomic int *stop) {
   char range[64], why[512] = "";
   int64_t base_ms = 100, max_ms = 2000;
   snprintf(range, sizeof range, "%lld-%lld", (long long)off, (long long)(off + len - 1));
@@ -293,7 +299,7 @@ static int http_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len
         }
       }
       *got = r.got;
-      throttle(f, r.got, t0);
+      throttle(f, r.got, t0, stop);
       return SQLITE_OK;
     }
     if (!dc_retryable(transport, status) || attempt >= tries) {
@@ -309,7 +315,7 @@ static int http_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len
 static int http_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t *got, int first) {
   char err[900];
   if (!ensure_curl(f)) { set_error("%s: cannot start libcurl", f->name); return SQLITE_IOERR; }
-  int rc = http_get_on(f, f->curl, f->retries, off, len, buf, got, first, err, sizeof err);
+  int rc = http_get_on(f, f->curl, f->retries, off, len, buf, got, first, err, sizeof err, NULL);
   if (rc != SQLITE_OK) set_error("%s", err);
   return rc;
 }
@@ -431,7 +437,7 @@ static int fetch_range(dc_hfile *f, int64_t idx, int64_t last, int64_t *total_ou
     if (rc != SQLITE_OK) { set_error("%s: read failed (%d)", f->name, rc); return rc; }
     atomic_fetch_add(&st_requests, 1);
     atomic_fetch_add(&st_bytes, total);
-    throttle(f, total, t0);
+    throttle(f, total, t0, NULL);
   } else {
     int64_t got = 0;
     int rc = http_get(f, idx * f->bsize, total, f->rabuf, &got, 0);
@@ -519,7 +525,7 @@ static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t
     }
     atomic_fetch_add(&st_requests, 1);
     atomic_fetch_add(&st_bytes, total);
-    throttle(f, total, t0);
+    throttle(f, total, t0, &p->stop);
     return 1;
   }
   if (!*cp && !(*cp = curl_easy_init())) return 0;
@@ -530,7 +536,7 @@ static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t
   curl_easy_setopt(*cp, CURLOPT_XFERINFODATA, p);
   char err[900];
   int64_t got = 0;
-  int rc = http_get_on(f, *cp, 0, first * f->bsize, total, buf, &got, 0, err, sizeof err);
+  int rc = http_get_on(f, *cp, 0, first * f->bsize, total, buf, &got, 0, err, sizeof err, &p->stop);
   if (g_trace)
     fprintf(stderr, "dchttp: %s prefetched blocks %lld..%lld: %s\n", f->name, (long long)first,
             (long long)(first + n - 1), rc == SQLITE_OK ? "ok" : err);
