@@ -263,11 +263,14 @@ def test_close_does_not_wait_for_a_stalled_server(faults, data):
     t0 = data["tiles"][0][1]
     end0 = raw.find(t0[-64:]) + 64              # where tile 0's last overflow page ends
     assert end0 > 64
-    # every request from the page after tile 0's end on stalls (the reader of tile 0 needs none)
-    faults.faults["big.dcdb"] = {"from_byte": -(-end0 // 16384) * 16384, "slow_s": 30}
     con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=4, timeout_ms=60000))
     try:
+        con.execute("SELECT rowid, n_cells FROM tiles_data").fetchall()   # the table's b-tree pages
+        # every request from the block after tile 0's end on stalls (the reader of tile 0 needs none)
+        faults.faults["big.dcdb"] = {"from_byte": -(-end0 // 16384) * 16384, "slow_s": 30}
+        t = time.monotonic()
         assert con.execute("SELECT rowid, data FROM tiles_data WHERE rowid = 0").fetchall() == [data["tiles"][0]]
+        assert time.monotonic() - t < 5
         time.sleep(0.3)
         assert faults.count.get(("big.dcdb", "from"), 0) >= 1       # the threads asked past it
     finally:
