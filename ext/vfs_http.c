@@ -19,11 +19,14 @@
 **              MiB, default 256, of blocks up to 1 MiB, shared by the open files of one version)
 **   cache_dir  on-disk block cache directory (DC_CACHE_DIR; none by default)
 **   cache_mb   its budget in MiB (DC_CACHE_MB, default 1024)
+**   max_inflight  prefetch: background requests in flight at most, each thread on its own curl
+**              handle (DC_HTTP_MAX_INFLIGHT, default 4; 0, or readahead_kb=0: off)
 **   retries    attempts after the first (DC_HTTP_RETRIES, 4)
 **   timeout_ms a request's time limit (DC_HTTP_TIMEOUT_MS, 30000)
 **   latency_ms, mbps   the throttle: a fixed latency per request and a bandwidth
 **              in MB/s (10^6 bytes/s) per open file (DC_THROTTLE_LATENCY_MS,
-**              DC_THROTTLE_MBPS; off by default)
+**              DC_THROTTLE_MBPS; off by default); each prefetch request is throttled as
+**              a connection of its own
 ** s3://bucket/key: endpoint from DC_S3_ENDPOINT or AWS_ENDPOINT_URL (path style),
 ** else https://bucket.s3.$AWS_REGION.amazonaws.com/key; signed with
 ** CURLOPT_AWS_SIGV4 when AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set
@@ -33,9 +36,10 @@
 ** attempts) is kept per thread and returned by dc_vfs_error(); reader.c adds it
 ** to its messages.  dc_vfs_stats() returns process-wide counters as JSON.
 **
-** Threads: a file is used by the thread running SQLite on its connection only.
-** Fork: a curl handle is never used across a fork: a child (pid changed) drops
-** the inherited handle unused and makes its own.
+** Threads: SQLite calls a file on the thread running its connection only; the file's
+** prefetch threads (see "prefetch" below) never call SQLite.
+** Fork: a curl handle or prefetch thread is never used across a fork: a child (pid changed)
+** drops the inherited handle and prefetcher unused and makes its own.
 */
 #include "dc_ext.h"
 #include <curl/curl.h>
@@ -480,7 +484,8 @@ static void shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) 
 ** request makes one attempt and checks the version like any other; when it fails, the reading
 ** thread fetches the blocks itself (with retries) and reports what fails then.  A miss that does
 ** not continue the stream drops the queued requests; the entries already fetched stay until an
-** entry is needed for another window, then go to the shared and disk caches.  Memory: (max_inflight + 1) entries of pf_chunk blocks per file.
+** entry is needed for another window, then go to the disk cache.  Memory: (max_inflight + 1)
+** entries of pf_chunk blocks per file.
 ** Fork: the threads are the parent's; a child leaves the inherited state alone (never locks,
 ** joins or frees it) and starts its own. */
 enum { PF_FREE = 0, PF_QUEUED, PF_BUSY, PF_DONE, PF_FAILED };
