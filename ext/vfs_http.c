@@ -125,6 +125,7 @@ typedef struct dc_hfile {
   int max_inflight;             /* prefetch requests in flight at most (0: no prefetch) */
   int64_t pf_chunk;             /* blocks per prefetch request */
   int64_t pf_next;              /* the block after the last one queued for prefetch */
+  int pf_depth;                 /* requests the current stream may have ahead (grows from 2) */
   int pf_fd;                    /* a local file's descriptor for the prefetch threads (-1: none) */
   dc_prefetch *pf;              /* the prefetch threads (started on first use) */
 } dc_hfile;
@@ -473,19 +474,19 @@ static void shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) 
 }
 
 /* --- prefetch: background requests for the blocks ahead of a sequential reader ------------
-** When a miss continues the last one (an overflow chain: a tile, a long column), the blocks ahead,
-** up to about readahead_kb, are fetched by max_inflight threads of the file, one request of
+** When a miss continues the last one (an overflow chain: a tile, a long column), the blocks ahead
+** are fetched by max_inflight threads of the file: 2 requests ahead at the start of a stream, one
+** more each time the reader takes one, up to max_inflight + 1 (about readahead_kb); one request of
 ** `pf_chunk` blocks each (readahead_kb / max_inflight), each thread on its own curl handle (its
 ** own connection, throttled as one).  A request's bytes stay in its entry (pf_ent) until the
 ** reading thread needs one of its blocks: it waits for the entry if in flight, then installs its
 ** blocks into the memory block cache (and the disk cache) itself; the threads touch only their
 ** entries (under pf->mu), the process's shared block cache (its own lock) and the stats, never
-** SQLite.  A prefetch
-** request makes one attempt and checks the version like any other; when it fails, the reading
-** thread fetches the blocks itself (with retries) and reports what fails then.  A miss that does
-** not continue the stream drops the queued requests; the entries already fetched stay until an
-** entry is needed for another window, then go to the disk cache.  Memory: (max_inflight + 1)
-** entries of pf_chunk blocks per file.
+** SQLite.  A prefetch request makes one attempt and checks the version like any other; when it
+** fails, the reading thread fetches the blocks itself (with retries) and reports what fails
+** then.  A miss that does not continue the stream drops the queued requests; the entries already
+** fetched stay until an entry is needed for another window, then go to the disk cache.
+** Memory: (max_inflight + 1) entries of pf_chunk blocks per file.
 ** Fork: the threads are the parent's; a child leaves the inherited state alone (never locks,
 ** joins or frees it) and starts its own. */
 enum { PF_FREE = 0, PF_QUEUED, PF_BUSY, PF_DONE, PF_FAILED };
@@ -679,7 +680,9 @@ static void pf_install(dc_hfile *f, dc_prefetch *p, pf_ent *e, int mem) {
 ** stale entries already fetched go to the caches first */
 static void pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
   int64_t nblocks = (f->size + f->bsize - 1) / f->bsize;
-  int64_t limit = from + (int64_t)p->nent * f->pf_chunk;
+  if (f->pf_depth < 2) f->pf_depth = 2;
+  if (f->pf_depth > p->nent) f->pf_depth = p->nent;
+  int64_t limit = from + (int64_t)f->pf_depth * f->pf_chunk;
   if (f->pf_next < from || f->pf_next > limit) f->pf_next = from;
   int queued = 0;
   while (f->pf_next < limit && f->pf_next < nblocks) {
@@ -726,6 +729,7 @@ static int64_t pf_take(dc_hfile *f, dc_prefetch *p, pf_ent *e) {
   if (st != PF_DONE) return 0;
   int64_t end = e->first + e->n;
   pf_install(f, p, e, 1);
+  f->pf_depth++;                         /* the stream goes on: one more request ahead */
   return end;
 }
 
@@ -737,6 +741,7 @@ static void pf_jump(dc_prefetch *p) {
     if (p->ent[i].state == PF_QUEUED) p->ent[i].state = PF_FREE;
   pthread_mutex_unlock(&p->mu);
   p->f->pf_next = -1;
+  p->f->pf_depth = 2;
 }
 
 /* A read: each block from memory, the disk cache, or fetched.  Missing blocks are fetched
