@@ -466,6 +466,15 @@ static int shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len) {
   return ok;
 }
 
+static int shared_has(dc_hfile *f, int64_t idx) {
+  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return 0;
+  pthread_mutex_lock(&g_shared_lock);
+  int ok = dc_sharedcache_has(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx,
+                              dc_block_len(idx, f->bsize, f->size));
+  pthread_mutex_unlock(&g_shared_lock);
+  return ok;
+}
+
 static void shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
   if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return;
   pthread_mutex_lock(&g_shared_lock);
@@ -652,10 +661,11 @@ static pf_ent *pf_find(dc_prefetch *p, int64_t idx) {
   return e;
 }
 
-/* a block the reader has (memory, disk cache) or has asked for needs no prefetch */
+/* a block the reader has (memory, shared or disk cache) or has asked for needs no prefetch */
 static int pf_held(dc_hfile *f, dc_prefetch *p, int64_t idx) {
   int64_t l;
-  return dc_blockcache_get(f->mem, idx, &l) != NULL || on_disk(f, idx) || pf_find(p, idx) != NULL;
+  return dc_blockcache_get(f->mem, idx, &l) != NULL || pf_find(p, idx) != NULL || shared_has(f, idx) ||
+         on_disk(f, idx);
 }
 
 /* an entry's blocks into the disk cache; into memory too when mem (the reader is about to use them).
