@@ -23,6 +23,7 @@ connection: latency + bytes / bandwidth):
   of_ceiling0  MB/s / the ceiling at max_inflight=0 (the one-request-at-a-time store)
 Each configuration also runs on the local file (no VFS, no throttle): the loader's CPU-bound
 rate in the same run; where it is below the store's ceiling, decoding, not the store, limits.
+  of_local     MB/s / the local file's MB/s (same prefetch_tiles): 1.0 when the store costs nothing
 The ceiling (same run, same throttle, same concurrency): max(workers, 1) processes, each with
 its own connection, read their share of the tiles' blobs (contiguous tiles, as the loader's
 workers split them) through the same VFS and throttle, no decoding; measured per max_inflight
@@ -161,6 +162,7 @@ def main(argv):
                 assert nbytes == tile_bytes, (nbytes, tile_bytes)
                 ceil[mi] = {"MB_per_s": nbytes / wall / 1e6, "s": wall}
             rows = []
+            local_mbs = {}
             for pf in _ints(a.prefetch_tiles):
                 for where, src, mi in [("local", db, None)] + [("remote", url, m) for m in mis]:
                     if mi is not None:
@@ -170,9 +172,12 @@ def main(argv):
                     mbs = tile_bytes / dt / 1e6
                     r = {"source": where, "prefetch_tiles": pf, "max_inflight": mi, "workers": a.workers,
                          "cells_per_s": cells / dt, "MB_per_s": mbs, "first_s": first, "epoch_s": dt}
-                    if mi is not None:
+                    if mi is None:
+                        local_mbs[pf] = mbs
+                    else:
                         r["of_ceiling"] = mbs / ceil[mi]["MB_per_s"]
                         r["of_ceiling0"] = mbs / ceil[0]["MB_per_s"]
+                        r["of_local"] = mbs / local_mbs[pf]
                     rows.append(r)
         finally:
             ng.stop()
@@ -200,6 +205,7 @@ def main(argv):
         print(f"remote prefetch_tiles={r['prefetch_tiles']} max_inflight={r['max_inflight']}: "
               f"{r['cells_per_s']:.0f} cells/s, {r['MB_per_s']:.1f} MB/s = {100 * r['of_ceiling']:.0f}% of the "
               f"ceiling at the same max_inflight, {100 * r['of_ceiling0']:.0f}% of the max_inflight=0 ceiling, "
+              f"{100 * r['of_local']:.0f}% of the local file's, "
               f"first batch {r['first_s']:.2f} s, epoch {r['epoch_s']:.1f} s")
     print("(local: the same loader on the local file, no store: the CPU's own limit in this run)")
     return res

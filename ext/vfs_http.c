@@ -594,11 +594,17 @@ static void *pf_main(void *arg) {
   return NULL;
 }
 
-/* the file's prefetcher in this process (started on first use), or NULL when off */
+/* the file's prefetcher of this process if it has started one, else NULL */
+static dc_prefetch *pf_peek(dc_hfile *f) {
+  if (f->pf && f->pf->pid != getpid()) f->pf = NULL;   /* a forked child: the parent's, left untouched */
+  return f->pf;
+}
+
+/* the file's prefetcher in this process (its threads started on the first sequential miss), or
+** NULL when off */
 static dc_prefetch *pf_get(dc_hfile *f) {
   if (f->max_inflight <= 0) return NULL;
-  if (f->pf && f->pf->pid == getpid()) return f->pf;
-  f->pf = NULL;                          /* a forked child: the parent's, left untouched */
+  if (pf_peek(f)) return f->pf;
   if (f->local && f->pf_fd < 0) {
     f->pf_fd = open(f->name, O_RDONLY | O_CLOEXEC);
     if (f->pf_fd < 0) { f->max_inflight = 0; return NULL; }
@@ -771,7 +777,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
   for (int64_t b = first; b <= last; b++) {
     int64_t bstart = b * f->bsize, blen;
     const uint8_t *blk = dc_blockcache_get(f->mem, b, &blen);
-    dc_prefetch *p = blk ? NULL : pf_get(f);
+    dc_prefetch *p = blk ? NULL : pf_peek(f);
     pf_ent *e;
     int64_t pend;
     if (blk) atomic_fetch_add(&st_mem_hits, 1);
@@ -799,6 +805,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       continue;
     }
     /* a miss that continues the last one: prefetch from it on, and wait for its request */
+    if (b == f->last_miss + 1 && !p) p = pf_get(f);
     if (p) {
       e = NULL;
       if (b == f->last_miss + 1) {
