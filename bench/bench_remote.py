@@ -4,24 +4,30 @@
 per connection), against the raw-read ceiling measured in the same run.
 
     PYTHONPATH=python /usr/bin/python3 bench/bench_remote.py --bandwidth-mbps 150 --latency-ms 50 \\
-        --prefetch-tiles 0,2 [--workers 2] [--batch-size 5000] [--cells 100000] [--genes 61497]
-        [--block-kb 1024] [--dataset FILE.dcdb] [--json]
+        --prefetch-tiles 0,2 --max-inflight 0,1,2,4,8 [--workers 2] [--batch-size 5000] [--cells 100000]
+        [--genes 61497] [--block-kb 1024] [--dataset FILE.dcdb] [--json]
 
 Data: as bench_pipeline.py (scripts/gen_h5ad.py + build/deltacells, cached in build/bench-data/),
 or --dataset. nginx serves a copy from a temporary directory; it is stopped at the end.
 
-Per --prefetch-tiles value, one epoch (shuffled, batch_size) through a DataLoader with
---workers workers (0: the main process), each reader with its own connection, so there are
-max(workers, 1) connections, each throttled:
+Per --prefetch-tiles value (the loader's tiles read and decoded ahead) and --max-inflight value
+(the VFS's prefetch: background requests in flight per open file, DC_HTTP_MAX_INFLIGHT; 0: one
+request at a time on the reading thread), one epoch (shuffled, batch_size) through a DataLoader
+with --workers workers (0: the main process), each reader with its own connection, so there are
+max(workers, 1) connections, each throttled (each request in flight is throttled as one
+connection: latency + bytes / bandwidth):
   cells/s      cells delivered / wall time of the epoch (from constructing the loader)
   MB/s         tile bytes of the dataset / wall time (what the loader pulled through the store)
   first_s      time to first batch
-  of_ceiling   MB/s / the ceiling's MB/s
+  of_ceiling   MB/s / the ceiling's MB/s at the same max_inflight (same concurrency)
+  of_ceiling0  MB/s / the ceiling at max_inflight=0 (the one-request-at-a-time store)
 Each configuration also runs on the local file (no VFS, no throttle): the loader's CPU-bound
 rate in the same run; where it is below the store's ceiling, decoding, not the store, limits.
+  of_local     MB/s / the local file's MB/s (same prefetch_tiles): 1.0 when the store costs nothing
 The ceiling (same run, same throttle, same concurrency): max(workers, 1) processes, each with
 its own connection, read their share of the tiles' blobs (contiguous tiles, as the loader's
-workers split them) through the same VFS and throttle, no decoding.  Target: >= 85%.
+workers split them) through the same VFS and throttle, no decoding; measured per max_inflight
+value.  Target: >= 85%.
 mbps is MB/s (10^6 bytes/s) per connection.
 """
 import argparse
@@ -111,6 +117,8 @@ def main(argv):
     ap.add_argument("--bandwidth-mbps", type=float, default=150)
     ap.add_argument("--latency-ms", type=float, default=50)
     ap.add_argument("--prefetch-tiles", default="0,2")
+    ap.add_argument("--max-inflight", default="0,1,2,4,8",
+                    help="the VFS's prefetch requests in flight per connection, comma-separated")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--cells", type=int, default=100000)
@@ -146,18 +154,31 @@ def main(argv):
             os.environ["DC_THROTTLE_MBPS"] = str(a.bandwidth_mbps)
             os.environ["DC_HTTP_BLOCK_KB"] = str(a.block_kb)
             conns = max(a.workers, 1)
-            wall, nbytes, _ = ceiling(url, n_tiles, conns, None)
-            assert nbytes == tile_bytes, (nbytes, tile_bytes)
-            ceil_mbs = nbytes / wall / 1e6
+            mis = _ints(a.max_inflight)
+            ceil = {}
+            for mi in sorted(set(mis) | {0}):
+                os.environ["DC_HTTP_MAX_INFLIGHT"] = str(mi)
+                wall, nbytes, _ = ceiling(url, n_tiles, conns, None)
+                assert nbytes == tile_bytes, (nbytes, tile_bytes)
+                ceil[mi] = {"MB_per_s": nbytes / wall / 1e6, "s": wall}
             rows = []
+            local_mbs = {}
             for pf in _ints(a.prefetch_tiles):
-                for where, src in (("remote", url), ("local", db)):
+                for where, src, mi in [("local", db, None)] + [("remote", url, m) for m in mis]:
+                    if mi is not None:
+                        os.environ["DC_HTTP_MAX_INFLIGHT"] = str(mi)
                     dt, cells, first = epoch(src, a.workers, pf, a.batch_size)
                     n_cells = cells
                     mbs = tile_bytes / dt / 1e6
-                    rows.append({"source": where, "prefetch_tiles": pf, "workers": a.workers,
-                                 "cells_per_s": cells / dt, "MB_per_s": mbs, "first_s": first,
-                                 "of_ceiling": mbs / ceil_mbs, "epoch_s": dt})
+                    r = {"source": where, "prefetch_tiles": pf, "max_inflight": mi, "workers": a.workers,
+                         "cells_per_s": cells / dt, "MB_per_s": mbs, "first_s": first, "epoch_s": dt}
+                    if mi is None:
+                        local_mbs[pf] = mbs
+                    else:
+                        r["of_ceiling"] = mbs / ceil[mi]["MB_per_s"]
+                        r["of_ceiling0"] = mbs / ceil[0]["MB_per_s"]
+                        r["of_local"] = mbs / local_mbs[pf]
+                    rows.append(r)
         finally:
             ng.stop()
     finally:
@@ -165,8 +186,8 @@ def main(argv):
     res = {"dataset": db, "cells": n_cells, "tiles": n_tiles, "tile_MB": tile_bytes / 1e6,
            "latency_ms": a.latency_ms, "bandwidth_MBps_per_connection": a.bandwidth_mbps,
            "block_kb": a.block_kb, "connections": max(a.workers, 1),
-           "ceiling": {"MB_per_s": ceil_mbs, "s": wall, "cells_per_s_equiv": (n_cells or 0) * ceil_mbs * 1e6 /
-                       tile_bytes},
+           "ceiling": {str(mi): dict(c, cells_per_s_equiv=(n_cells or 0) * c["MB_per_s"] * 1e6 / tile_bytes)
+                       for mi, c in ceil.items()},
            "runs": rows}
     if a.json:
         print(json.dumps(res, indent=1))
@@ -174,10 +195,17 @@ def main(argv):
     print(f"dataset {db}: {n_cells} cells, {n_tiles} tiles, {tile_bytes / 1e6:.1f} MB of tiles")
     print(f"store: {a.latency_ms:g} ms per request, {a.bandwidth_mbps:g} MB/s per connection, "
           f"{max(a.workers, 1)} connections, {a.block_kb} KiB blocks")
-    print(f"raw-read ceiling: {ceil_mbs:.1f} MB/s ({wall:.2f} s for the tiles)")
+    for mi, c in sorted(ceil.items()):
+        print(f"raw-read ceiling, max_inflight={mi}: {c['MB_per_s']:.1f} MB/s ({c['s']:.2f} s for the tiles)")
     for r in rows:
-        print(f"{r['source']:6s} prefetch_tiles={r['prefetch_tiles']}: {r['cells_per_s']:.0f} cells/s, "
-              f"{r['MB_per_s']:.1f} MB/s = {100 * r['of_ceiling']:.0f}% of the ceiling, "
+        if r["source"] == "local":
+            print(f"local  prefetch_tiles={r['prefetch_tiles']}: {r['cells_per_s']:.0f} cells/s, "
+                  f"{r['MB_per_s']:.1f} MB/s, first batch {r['first_s']:.2f} s, epoch {r['epoch_s']:.1f} s")
+            continue
+        print(f"remote prefetch_tiles={r['prefetch_tiles']} max_inflight={r['max_inflight']}: "
+              f"{r['cells_per_s']:.0f} cells/s, {r['MB_per_s']:.1f} MB/s = {100 * r['of_ceiling']:.0f}% of the "
+              f"ceiling at the same max_inflight, {100 * r['of_ceiling0']:.0f}% of the max_inflight=0 ceiling, "
+              f"{100 * r['of_local']:.0f}% of the local file's, "
               f"first batch {r['first_s']:.2f} s, epoch {r['epoch_s']:.1f} s")
     print("(local: the same loader on the local file, no store: the CPU's own limit in this run)")
     return res

@@ -75,6 +75,8 @@ dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap);
 void dc_sharedcache_free(dc_sharedcache *c);
 /* copies block (key, idx) into out (len bytes expected); 1 when held */
 int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *out, int64_t len);
+/* 1 when block (key, idx) of len bytes is held (no copy, no change to the LRU order) */
+int dc_sharedcache_has(const dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len);
 /* stores a copy (a block over cap is not kept), evicting the least recently used */
 void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len);
 

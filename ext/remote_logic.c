@@ -207,6 +207,12 @@ int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *ou
   return 0;
 }
 
+int dc_sharedcache_has(const dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len) {
+  for (int i = 0; i < c->slots; i++)
+    if (c->idx[i] == idx && c->key[i] == key && c->len[i] == len) return 1;
+  return 0;
+}
+
 void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len) {
   if (len > c->cap || len < 0) return;
   int v = 0;

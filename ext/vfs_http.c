@@ -19,11 +19,14 @@
 **              MiB, default 256, of blocks up to 1 MiB, shared by the open files of one version)
 **   cache_dir  on-disk block cache directory (DC_CACHE_DIR; none by default)
 **   cache_mb   its budget in MiB (DC_CACHE_MB, default 1024)
+**   max_inflight  prefetch: background requests in flight at most, each thread on its own curl
+**              handle (DC_HTTP_MAX_INFLIGHT, default 4; 0, or readahead_kb=0: off)
 **   retries    attempts after the first (DC_HTTP_RETRIES, 4)
 **   timeout_ms a request's time limit (DC_HTTP_TIMEOUT_MS, 30000)
 **   latency_ms, mbps   the throttle: a fixed latency per request and a bandwidth
 **              in MB/s (10^6 bytes/s) per open file (DC_THROTTLE_LATENCY_MS,
-**              DC_THROTTLE_MBPS; off by default)
+**              DC_THROTTLE_MBPS; off by default); each prefetch request is throttled as
+**              a connection of its own
 ** s3://bucket/key: endpoint from DC_S3_ENDPOINT or AWS_ENDPOINT_URL (path style),
 ** else https://bucket.s3.$AWS_REGION.amazonaws.com/key; signed with
 ** CURLOPT_AWS_SIGV4 when AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set
@@ -33,9 +36,10 @@
 ** attempts) is kept per thread and returned by dc_vfs_error(); reader.c adds it
 ** to its messages.  dc_vfs_stats() returns process-wide counters as JSON.
 **
-** Threads: a file is used by the thread running SQLite on its connection only.
-** Fork: a curl handle is never used across a fork: a child (pid changed) drops
-** the inherited handle unused and makes its own.
+** Threads: SQLite calls a file on the thread running its connection only; the file's
+** prefetch threads (see "prefetch" below) never call SQLite.
+** Fork: a curl handle or prefetch thread is never used across a fork: a child (pid changed)
+** drops the inherited handle and prefetcher unused and makes its own.
 */
 #include "dc_ext.h"
 #include <curl/curl.h>
@@ -44,6 +48,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -73,6 +78,9 @@ static void shared_release(void) { pthread_mutex_unlock(&g_shared_lock); }
 static _Atomic int64_t st_shared_hits;
 static _Atomic int64_t st_requests, st_bytes, st_retries, st_mem_hits, st_disk_hits, st_disk_bytes, st_disk_writes,
     st_evictions, st_errors, st_opens, st_throttle_ns;
+/* prefetch: requests made, of them failed, blocks the reader used, blocks fetched and never used,
+** reads that waited for a request in flight, the most requests in flight at once on one file */
+static _Atomic int64_t st_pf_requests, st_pf_failed, st_pf_blocks, st_pf_unused, st_pf_waits, st_pf_peak;
 
 const char *dc_vfs_last_error(void) { return g_err; }
 
@@ -86,6 +94,7 @@ static void set_error(const char *fmt, ...) {
   sqlite3_log(SQLITE_IOERR, "dchttp: %s", g_err);
 }
 
+typedef struct dc_prefetch dc_prefetch;
 typedef struct dc_hfile {
   sqlite3_file base;
   sqlite3_file *local;          /* a local file (throttled): the base VFS's file, after this struct */
@@ -113,6 +122,12 @@ typedef struct dc_hfile {
   int no_shared;                /* URI shared=0: not in the process's shared block cache */
   uint8_t *rabuf;               /* a read-ahead request's bytes */
   int64_t rabuf_cap;
+  int max_inflight;             /* prefetch requests in flight at most (0: no prefetch) */
+  int64_t pf_chunk;             /* blocks per prefetch request */
+  int64_t pf_next;              /* the block after the last one queued for prefetch */
+  int pf_depth;                 /* requests the current stream may have ahead (grows from 2) */
+  int pf_fd;                    /* a local file's descriptor for the prefetch threads (-1: none) */
+  dc_prefetch *pf;              /* the prefetch threads (started on first use) */
 } dc_hfile;
 
 static double now_s(void) {
@@ -127,11 +142,17 @@ static void sleep_s(double s) {
   while (nanosleep(&t, &t) != 0 && errno == EINTR) {}
 }
 
-static void throttle(dc_hfile *f, int64_t bytes, double t0) {
+/* stop: a prefetch thread's flag (NULL on the reading thread): the wait ends early when it is set */
+static void throttle(dc_hfile *f, int64_t bytes, double t0, _Atomic int *stop) {
   if (!f->throttled) return;
   double w = dc_throttle_wait(&f->thr, bytes, now_s() - t0);
   atomic_fetch_add(&st_throttle_ns, (int64_t)(w * 1e9));
-  sleep_s(w);
+  if (!stop) { sleep_s(w); return; }
+  for (double end = now_s() + w; !atomic_load(stop);) {
+    double left = end - now_s();
+    if (left <= 0) break;
+    sleep_s(left < 0.02 ? left : 0.02);
+  }
 }
 
 static int64_t param_int(const char *zName, const char *key, const char *env, int64_t dflt) {
@@ -189,16 +210,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud) {
   return k;
 }
 
-static int ensure_curl(dc_hfile *f) {
-  if (f->curl && f->pid == getpid()) { curl_easy_reset(f->curl); }
-  else {
-    /* after a fork the inherited handle (and its connection) belong to the parent:
-    ** drop it without using it */
-    f->curl = curl_easy_init();
-    f->pid = getpid();
-    if (!f->curl) return 0;
-  }
-  CURL *c = f->curl;
+/* the options of a request of f on handle c (a fresh or reset handle) */
+static void setup_curl(dc_hfile *f, CURL *c) {
   curl_easy_setopt(c, CURLOPT_URL, f->url);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
@@ -214,12 +227,26 @@ static int ensure_curl(dc_hfile *f) {
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, f->sigv4);
     curl_easy_setopt(c, CURLOPT_USERPWD, f->userpwd);
   }
+}
+
+static int ensure_curl(dc_hfile *f) {
+  if (f->curl && f->pid == getpid()) { curl_easy_reset(f->curl); }
+  else {
+    /* after a fork the inherited handle (and its connection) belong to the parent:
+    ** drop it without using it */
+    f->curl = curl_easy_init();
+    f->pid = getpid();
+    if (!f->curl) return 0;
+  }
+  setup_curl(f, f->curl);
   return 1;
 }
 
-/* GET bytes [off, off+len) into buf.  first: the request at open (no validator
-** to compare yet; it fills f->val).  Returns SQLITE_OK or an error with g_err set. */
-static int http_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t *got, int first) {
+/* GET bytes [off, off+len) into buf on handle c, at most 1 + tries attempts.  first: the
+** request at open (no validator to compare yet; it fills f->val).  Returns SQLITE_OK, or an
+** error with the reason in err (set_error is the caller's: a prefetch thread keeps it quiet). */
+static int http_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len, uint8_t *buf, int64_t *got,
+                       int first, char *err, size_t err_n, _Atomic int *stop) {
   char range[64], why[512] = "";
   int64_t base_ms = 100, max_ms = 2000;
   snprintf(range, sizeof range, "%lld-%lld", (long long)off, (long long)(off + len - 1));
@@ -229,19 +256,18 @@ static int http_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t
       int64_t d = dc_backoff_ms(attempt, base_ms, max_ms);
       sleep_s((double)d / 1000);
     }
-    if (!ensure_curl(f)) { set_error("%s: cannot start libcurl", f->name); return SQLITE_IOERR; }
     dc_resp r;
     memset(&r, 0, sizeof r);
     r.buf = buf; r.cap = len; r.val.size = -1;
-    curl_easy_setopt(f->curl, CURLOPT_RANGE, range);
-    curl_easy_setopt(f->curl, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(f->curl, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(c, CURLOPT_RANGE, range);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
     double t0 = now_s();
-    CURLcode cc = curl_easy_perform(f->curl);
+    CURLcode cc = curl_easy_perform(c);
     atomic_fetch_add(&st_requests, 1);
     atomic_fetch_add(&st_bytes, r.got);
     long status = 0;
-    curl_easy_getinfo(f->curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     int transport = 0;
     if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && r.overflow)) {
       transport = 1;
@@ -249,7 +275,7 @@ static int http_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t
     } else if (r.overflow) {
       snprintf(why, sizeof why, "the server sent more than the %lld bytes asked for", (long long)len);
     } else if (status == 416 && first) {
-      set_error("%s: the file is empty (HTTP 416 for the first bytes)", f->name);
+      snprintf(err, err_n, "%s: the file is empty (HTTP 416 for the first bytes)", f->name);
       return SQLITE_CANTOPEN;
     } else if (status == 200 && first && r.got < len) {
       /* no range support but the whole (small) file came: accept it */
@@ -273,20 +299,30 @@ static int http_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t
       else {
         char d[400];
         if (dc_validator_differs(&f->val, &r.val, d, sizeof d)) {
-          set_error("%s: %s; reopen it to read the new version", f->name, d);
+          snprintf(err, err_n, "%s: %s; reopen it to read the new version", f->name, d);
           return SQLITE_IOERR_READ;
         }
       }
       *got = r.got;
-      throttle(f, r.got, t0);
+      throttle(f, r.got, t0, stop);
       return SQLITE_OK;
     }
-    if (!dc_retryable(transport, status) || attempt >= f->retries) {
-      set_error("%s: %s (after %d attempt%s)", f->name, why, attempt + 1, attempt ? "s" : "");
+    if (!dc_retryable(transport, status) || attempt >= tries) {
+      snprintf(err, err_n, "%s: %s (after %d attempt%s)", f->name, why, attempt + 1, attempt ? "s" : "");
       return first ? SQLITE_CANTOPEN : SQLITE_IOERR_READ;
     }
     why[0] = 0;
   }
+}
+
+/* GET bytes [off, off+len) into buf on the file's own handle, with its retries.  Returns
+** SQLITE_OK or an error with g_err set. */
+static int http_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t *got, int first) {
+  char err[900];
+  if (!ensure_curl(f)) { set_error("%s: cannot start libcurl", f->name); return SQLITE_IOERR; }
+  int rc = http_get_on(f, f->curl, f->retries, off, len, buf, got, first, err, sizeof err, NULL);
+  if (rc != SQLITE_OK) set_error("%s", err);
+  return rc;
 }
 
 /* --- the on-disk cache ---------------------------------------------------- */
@@ -406,7 +442,7 @@ static int fetch_range(dc_hfile *f, int64_t idx, int64_t last, int64_t *total_ou
     if (rc != SQLITE_OK) { set_error("%s: read failed (%d)", f->name, rc); return rc; }
     atomic_fetch_add(&st_requests, 1);
     atomic_fetch_add(&st_bytes, total);
-    throttle(f, total, t0);
+    throttle(f, total, t0, NULL);
   } else {
     int64_t got = 0;
     int rc = http_get(f, idx * f->bsize, total, f->rabuf, &got, 0);
@@ -430,11 +466,298 @@ static int shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len) {
   return ok;
 }
 
+static int shared_has(dc_hfile *f, int64_t idx) {
+  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return 0;
+  pthread_mutex_lock(&g_shared_lock);
+  int ok = dc_sharedcache_has(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx,
+                              dc_block_len(idx, f->bsize, f->size));
+  pthread_mutex_unlock(&g_shared_lock);
+  return ok;
+}
+
 static void shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
   if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return;
   pthread_mutex_lock(&g_shared_lock);
   dc_sharedcache_put(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, b, len);
   pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* --- prefetch: background requests for the blocks ahead of a sequential reader ------------
+** When a miss continues the last one (an overflow chain: a tile, a long column), the blocks ahead
+** are fetched by max_inflight threads of the file: 2 requests ahead at the start of a stream, one
+** more each time the reader takes one, up to max_inflight + 1 (about readahead_kb); one request of
+** `pf_chunk` blocks each (readahead_kb / max_inflight), each thread on its own curl handle (its
+** own connection, throttled as one).  A request's bytes stay in its entry (pf_ent) until the
+** reading thread needs one of its blocks: it waits for the entry if in flight, then installs its
+** blocks into the memory block cache (and the disk cache) itself; the threads touch only their
+** entries (under pf->mu), the process's shared block cache (its own lock) and the stats, never
+** SQLite.  A prefetch request makes one attempt and checks the version like any other; when it
+** fails, the reading thread fetches the blocks itself (with retries) and reports what fails
+** then.  A miss that does not continue the stream drops the queued requests; the entries already
+** fetched stay until an entry is needed for another window, then go to the disk cache.
+** Memory: (max_inflight + 1) entries of pf_chunk blocks per file.
+** Fork: the threads are the parent's; a child leaves the inherited state alone (never locks,
+** joins or frees it) and starts its own. */
+enum { PF_FREE = 0, PF_QUEUED, PF_BUSY, PF_DONE, PF_FAILED };
+typedef struct {
+  int state;
+  int64_t first, n;
+  uint8_t *buf;
+} pf_ent;
+
+struct dc_prefetch {
+  pthread_mutex_t mu;
+  pthread_cond_t work, done;
+  pid_t pid;
+  dc_hfile *f;
+  int nent, nth, inflight;
+  pf_ent *ent;
+  pthread_t *th;
+  _Atomic int stop;
+};
+
+static void note_peak(int n) {
+  int64_t p = atomic_load(&st_pf_peak);
+  while (n > p && !atomic_compare_exchange_weak(&st_pf_peak, &p, n)) {}
+}
+
+static int pf_abort(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
+  (void)a; (void)b; (void)c; (void)d;
+  return atomic_load(&((dc_prefetch *)ud)->stop);     /* nonzero: abort the transfer (close) */
+}
+
+/* one prefetch request, one attempt: 1 when all n blocks from first are in buf */
+static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t *buf) {
+  dc_hfile *f = p->f;
+  int64_t total = (n - 1) * f->bsize + dc_block_len(first + n - 1, f->bsize, f->size);
+  if (f->local) {
+    double t0 = now_s();
+    int64_t done = 0;
+    while (done < total) {
+      ssize_t k = pread(f->pf_fd, buf + done, (size_t)(total - done), first * f->bsize + done);
+      if (k <= 0) return 0;
+      done += k;
+    }
+    atomic_fetch_add(&st_requests, 1);
+    atomic_fetch_add(&st_bytes, total);
+    throttle(f, total, t0, &p->stop);
+    return 1;
+  }
+  if (!*cp && !(*cp = curl_easy_init())) return 0;
+  curl_easy_reset(*cp);
+  setup_curl(f, *cp);
+  curl_easy_setopt(*cp, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(*cp, CURLOPT_XFERINFOFUNCTION, pf_abort);
+  curl_easy_setopt(*cp, CURLOPT_XFERINFODATA, p);
+  char err[900];
+  int64_t got = 0;
+  int rc = http_get_on(f, *cp, 0, first * f->bsize, total, buf, &got, 0, err, sizeof err, &p->stop);
+  if (g_trace)
+    fprintf(stderr, "dchttp: %s prefetched blocks %lld..%lld: %s\n", f->name, (long long)first,
+            (long long)(first + n - 1), rc == SQLITE_OK ? "ok" : err);
+  return rc == SQLITE_OK && got == total;
+}
+
+static void *pf_main(void *arg) {
+  dc_prefetch *p = arg;
+  CURL *c = NULL;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    pf_ent *e = NULL;
+    while (!atomic_load(&p->stop)) {
+      for (int i = 0; i < p->nent; i++)     /* the queued request nearest the reader first */
+        if (p->ent[i].state == PF_QUEUED && (!e || p->ent[i].first < e->first)) e = &p->ent[i];
+      if (e) break;
+      pthread_cond_wait(&p->work, &p->mu);
+    }
+    if (atomic_load(&p->stop)) break;
+    e->state = PF_BUSY;
+    note_peak(++p->inflight);
+    int64_t first = e->first, n = e->n;
+    pthread_mutex_unlock(&p->mu);
+    int ok = 0;
+    if (!e->buf) e->buf = malloc((size_t)(p->f->pf_chunk * p->f->bsize));
+    if (e->buf) ok = pf_fetch(p, &c, first, n, e->buf);
+    /* into the process's shared cache here, off the reading thread (its copies into fresh memory
+    ** are slow on some machines); it has its own lock and no SQLite */
+    for (int64_t k = first; ok && k < first + n; k++)
+      shared_put(p->f, k, e->buf + (k - first) * p->f->bsize, dc_block_len(k, p->f->bsize, p->f->size));
+    atomic_fetch_add(&st_pf_requests, 1);
+    if (!ok) atomic_fetch_add(&st_pf_failed, 1);
+    pthread_mutex_lock(&p->mu);
+    p->inflight--;
+    e->state = ok ? PF_DONE : PF_FAILED;
+    pthread_cond_broadcast(&p->done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (c) curl_easy_cleanup(c);
+  return NULL;
+}
+
+/* the file's prefetcher of this process if it has started one, else NULL */
+static dc_prefetch *pf_peek(dc_hfile *f) {
+  if (f->pf && f->pf->pid != getpid()) f->pf = NULL;   /* a forked child: the parent's, left untouched */
+  return f->pf;
+}
+
+/* the file's prefetcher in this process (its threads started on the first sequential miss), or
+** NULL when off */
+static dc_prefetch *pf_get(dc_hfile *f) {
+  if (f->max_inflight <= 0) return NULL;
+  if (pf_peek(f)) return f->pf;
+  if (f->local && f->pf_fd < 0) {
+    f->pf_fd = open(f->name, O_RDONLY | O_CLOEXEC);
+    if (f->pf_fd < 0) { f->max_inflight = 0; return NULL; }
+  }
+  dc_prefetch *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->nent = f->max_inflight + 1;
+  p->ent = calloc((size_t)p->nent, sizeof *p->ent);
+  p->th = calloc((size_t)f->max_inflight, sizeof *p->th);
+  if (!p->ent || !p->th) { free(p->ent); free(p->th); free(p); return NULL; }
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->work, NULL);
+  pthread_cond_init(&p->done, NULL);
+  p->pid = getpid();
+  p->f = f;
+  sigset_t all, old;                     /* signals stay with the application's threads */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  for (int i = 0; i < f->max_inflight; i++) {
+    if (pthread_create(&p->th[p->nth], NULL, pf_main, p) != 0) break;
+    p->nth++;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!p->nth) {                         /* no thread: read as without prefetch */
+    pthread_mutex_destroy(&p->mu); pthread_cond_destroy(&p->work); pthread_cond_destroy(&p->done);
+    free(p->ent); free(p->th); free(p);
+    f->max_inflight = 0;
+    return NULL;
+  }
+  f->pf = p;
+  return p;
+}
+
+static void pf_close(dc_hfile *f) {
+  dc_prefetch *p = f->pf;
+  f->pf = NULL;
+  if (!p || p->pid != getpid()) return;  /* a forked child: not ours */
+  pthread_mutex_lock(&p->mu);
+  atomic_store(&p->stop, 1);
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < p->nth; i++) pthread_join(p->th[i], NULL);
+  for (int i = 0; i < p->nent; i++) {
+    if (p->ent[i].state == PF_DONE) atomic_fetch_add(&st_pf_unused, p->ent[i].n);
+    free(p->ent[i].buf);
+  }
+  pthread_mutex_destroy(&p->mu); pthread_cond_destroy(&p->work); pthread_cond_destroy(&p->done);
+  free(p->ent); free(p->th); free(p);
+}
+
+/* the entry holding block idx (queued, in flight or fetched), or NULL */
+static pf_ent *pf_find(dc_prefetch *p, int64_t idx) {
+  pf_ent *e = NULL;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < p->nent && !e; i++) {
+    pf_ent *x = &p->ent[i];
+    if (x->state != PF_FREE && idx >= x->first && idx < x->first + x->n) e = x;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return e;
+}
+
+/* a block the reader has (memory, shared or disk cache) or has asked for needs no prefetch */
+static int pf_held(dc_hfile *f, dc_prefetch *p, int64_t idx) {
+  int64_t l;
+  return dc_blockcache_get(f->mem, idx, &l) != NULL || pf_find(p, idx) != NULL || shared_has(f, idx) ||
+         on_disk(f, idx);
+}
+
+/* an entry's blocks into the disk cache; into memory too when mem (the reader is about to use them).
+** Called by the reading thread on a DONE entry (no thread touches it), which it then frees. */
+static void pf_install(dc_hfile *f, dc_prefetch *p, pf_ent *e, int mem) {
+  for (int64_t k = e->first; k < e->first + e->n; k++) {
+    int64_t lk = dc_block_len(k, f->bsize, f->size);
+    const uint8_t *src = e->buf + (k - e->first) * f->bsize;
+    if (!f->local) disk_put(f, k, src, lk);      /* (the thread put it in the shared cache) */
+    if (mem) {
+      uint8_t *s = dc_blockcache_slot(f->mem, k);
+      if (s) { memcpy(s, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
+    }
+  }
+  atomic_fetch_add(mem ? &st_pf_blocks : &st_pf_unused, e->n);
+  pthread_mutex_lock(&p->mu);
+  e->state = PF_FREE;
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* queue requests for the blocks from `from` on, up to the window, in the free entries; the
+** stale entries already fetched go to the caches first */
+static void pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
+  int64_t nblocks = (f->size + f->bsize - 1) / f->bsize;
+  if (f->pf_depth < 2) f->pf_depth = 2;
+  if (f->pf_depth > p->nent) f->pf_depth = p->nent;
+  int64_t limit = from + (int64_t)f->pf_depth * f->pf_chunk;
+  if (f->pf_next < from || f->pf_next > limit) f->pf_next = from;
+  int queued = 0;
+  while (f->pf_next < limit && f->pf_next < nblocks) {
+    if (pf_held(f, p, f->pf_next)) { f->pf_next++; continue; }
+    /* a free entry, else one fetched (or failed) outside the window: its blocks to the caches */
+    pf_ent *e = NULL, *old = NULL;
+    int old_st = PF_FREE;
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->nent && !e; i++) {
+      pf_ent *x = &p->ent[i];
+      if (x->state == PF_FREE) e = x;
+      else if ((x->state == PF_DONE || x->state == PF_FAILED) && (x->first + x->n <= from || x->first >= limit))
+        old = x;
+    }
+    if (!e && old && old->state == PF_FAILED) { old->state = PF_FREE; e = old; old = NULL; }
+    else if (!e && old) old_st = PF_DONE;
+    pthread_mutex_unlock(&p->mu);
+    if (!e && old_st == PF_DONE) { pf_install(f, p, old, 0); e = old; }
+    if (!e) break;
+    int64_t n = 1;
+    while (n < f->pf_chunk && f->pf_next + n < nblocks && !pf_held(f, p, f->pf_next + n)) n++;
+    pthread_mutex_lock(&p->mu);
+    e->first = f->pf_next; e->n = n; e->state = PF_QUEUED;
+    pthread_mutex_unlock(&p->mu);
+    f->pf_next += n;
+    queued++;
+  }
+  if (queued) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+/* Block idx from the prefetcher: waits for its request, installs its blocks into memory and
+** returns the entry's last block + 1; 0 when it has not got it (not asked for, or failed). */
+static int64_t pf_take(dc_hfile *f, dc_prefetch *p, pf_ent *e) {
+  pthread_mutex_lock(&p->mu);
+  if (e->state == PF_QUEUED || e->state == PF_BUSY) atomic_fetch_add(&st_pf_waits, 1);
+  while (e->state == PF_QUEUED || e->state == PF_BUSY) pthread_cond_wait(&p->done, &p->mu);
+  int st = e->state;
+  if (st == PF_FAILED) e->state = PF_FREE;
+  pthread_mutex_unlock(&p->mu);
+  if (st != PF_DONE) return 0;
+  int64_t end = e->first + e->n;
+  pf_install(f, p, e, 1);
+  f->pf_depth++;                         /* the stream goes on: one more request ahead */
+  return end;
+}
+
+/* the reader left the stream: queued requests dropped; those in flight or fetched stay until their
+** entry is needed for another window (pf_schedule) */
+static void pf_jump(dc_prefetch *p) {
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < p->nent; i++)
+    if (p->ent[i].state == PF_QUEUED) p->ent[i].state = PF_FREE;
+  pthread_mutex_unlock(&p->mu);
+  p->f->pf_next = -1;
+  p->f->pf_depth = 2;
 }
 
 /* A read: each block from memory, the disk cache, or fetched.  Missing blocks are fetched
@@ -454,8 +777,18 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
   for (int64_t b = first; b <= last; b++) {
     int64_t bstart = b * f->bsize, blen;
     const uint8_t *blk = dc_blockcache_get(f->mem, b, &blen);
+    dc_prefetch *p = blk ? NULL : pf_peek(f);
+    pf_ent *e;
+    int64_t pend;
     if (blk) atomic_fetch_add(&st_mem_hits, 1);
-    else if (!f->local) {
+    else if (p && (e = pf_find(p, b)) && (pend = pf_take(f, p, e))) {
+      /* a block of a prefetch request (waited for when in flight): in memory now with the
+      ** request's other blocks; prefetch more */
+      f->last_miss = pend - 1;
+      pf_schedule(f, p, pend);
+      b--;
+      continue;
+    } else if (!f->local) {
       blen = dc_block_len(b, f->bsize, f->size);
       uint8_t *slot = dc_blockcache_slot(f->mem, b);
       if (!slot) return SQLITE_IOERR_NOMEM;
@@ -471,6 +804,22 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       memcpy(dst + (bstart + from - off), blk + from, (size_t)(to - from));
       continue;
     }
+    /* a miss that continues the last one: prefetch from it on, and wait for its request */
+    if (b == f->last_miss + 1 && !p) p = pf_get(f);
+    if (p) {
+      e = NULL;
+      if (b == f->last_miss + 1) {
+        pf_schedule(f, p, b);
+        e = pf_find(p, b);
+      }
+      if (e && (pend = pf_take(f, p, e))) {
+        f->last_miss = pend - 1;
+        pf_schedule(f, p, pend);
+        b--;                             /* block b is in memory now */
+        continue;
+      }
+      if (!e) pf_jump(p);                /* the reader left the stream */
+    }
     /* a miss: the missing run of this read, and more ahead when reading sequentially */
     f->run = b == f->last_miss + 1 ? f->run + 1 : 0;
     int64_t need = last - b + 1;
@@ -479,7 +828,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     int64_t x = b;
     while (x + 1 < b + want && x + 1 < nblocks) {
       int64_t l2;
-      if (dc_blockcache_get(f->mem, x + 1, &l2) || on_disk(f, x + 1)) break;
+      if (dc_blockcache_get(f->mem, x + 1, &l2) || on_disk(f, x + 1) || (p && pf_find(p, x + 1))) break;
       x++;
     }
     f->last_miss = x;
@@ -511,6 +860,8 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
 
 static int hf_close(sqlite3_file *pf) {
   dc_hfile *f = (dc_hfile *)pf;
+  pf_close(f);
+  if (f->pf_fd >= 0) close(f->pf_fd);
   if (f->local) f->local->pMethods->xClose(f->local);
   if (f->curl && f->pid == getpid()) curl_easy_cleanup(f->curl);
   curl_slist_free_all(f->headers);
@@ -639,6 +990,17 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   if (f->ra_blocks < 1) f->ra_blocks = 1;
   f->last_miss = -2;
   f->mem_slots = slots;
+  f->pf_fd = -1;
+  f->pf_next = -1;
+  /* prefetch: max_inflight requests (default 4; 0 or readahead_kb=0: off) of about
+  ** readahead_kb / max_inflight each */
+  int64_t mi = param_int(zName, "max_inflight", "DC_HTTP_MAX_INFLIGHT", 4);
+  if (mi < 0) mi = 0;
+  if (mi > 64) mi = 64;
+  if (param_int(zName, "readahead_kb", "DC_HTTP_READAHEAD_KB", 16384) <= 0) mi = 0;
+  f->max_inflight = (int)mi;
+  f->pf_chunk = mi ? f->ra_blocks / mi : 1;
+  if (f->pf_chunk < 1) f->pf_chunk = 1;
   f->no_shared = param_int(zName, "shared", NULL, 1) == 0;
   f->thr.latency_s = param_double(zName, "latency_ms", "DC_THROTTLE_LATENCY_MS") / 1000;
   f->thr.bytes_per_s = param_double(zName, "mbps", "DC_THROTTLE_MBPS") * 1e6;
@@ -717,15 +1079,19 @@ static void stats_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     }
     st_requests = st_bytes = st_retries = st_mem_hits = st_disk_hits = st_disk_bytes = st_disk_writes = 0;
     st_evictions = st_errors = st_opens = st_throttle_ns = st_shared_hits = 0;
+    st_pf_requests = st_pf_failed = st_pf_blocks = st_pf_unused = st_pf_waits = st_pf_peak = 0;
   }
   char *m = sqlite3_mprintf(
       "{\"requests\": %lld, \"bytes\": %lld, \"retries\": %lld, \"mem_hits\": %lld, \"disk_hits\": %lld, "
       "\"disk_bytes\": %lld, \"disk_writes\": %lld, \"evictions\": %lld, \"errors\": %lld, \"opens\": %lld, "
-      "\"throttle_s\": %.6f, \"shared_hits\": %lld}",
+      "\"throttle_s\": %.6f, \"shared_hits\": %lld, \"prefetch_requests\": %lld, \"prefetch_failed\": %lld, "
+      "\"prefetch_blocks_used\": %lld, \"prefetch_blocks_unused\": %lld, \"prefetch_waits\": %lld, "
+      "\"prefetch_peak_inflight\": %lld}",
       (long long)st_requests, (long long)st_bytes, (long long)st_retries, (long long)st_mem_hits,
       (long long)st_disk_hits, (long long)st_disk_bytes, (long long)st_disk_writes, (long long)st_evictions,
       (long long)st_errors, (long long)st_opens, (double)st_throttle_ns * 1e-9,
-      (long long)st_shared_hits);
+      (long long)st_shared_hits, (long long)st_pf_requests, (long long)st_pf_failed, (long long)st_pf_blocks,
+      (long long)st_pf_unused, (long long)st_pf_waits, (long long)st_pf_peak);
   if (!m) { sqlite3_result_error_nomem(ctx); return; }
   sqlite3_result_text(ctx, m, -1, sqlite3_free);
 }
@@ -745,7 +1111,7 @@ int dc_register_vfs(sqlite3 *db) {
   if (!sqlite3_vfs_find(DC_VFS_NAME)) {
     g_base = sqlite3_vfs_find(NULL);
     const char *tr = getenv("DC_HTTP_TRACE");
-    g_trace = tr && *tr && *tr != '0';
+    g_trace = tr && *tr && *tr != '0' ? atoi(tr) : 0;
     if (!g_base) rc = SQLITE_ERROR;
     else if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) rc = SQLITE_ERROR;
     else {

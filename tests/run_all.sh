@@ -170,7 +170,8 @@ if [ -x build/asan/deltacells ] && [ -f build/asan/deltacells.so ] && [ -f "$asa
   asan_tests=(tests/python/test_integrity.py tests/python/test_verify.py tests/python/test_batch_limits.py
               tests/python/test_cells_corrupt.py tests/python/test_batch_errors.py tests/python/test_export.py
               tests/python/test_converter_tenx.py tests/python/test_converter_unsorted.py
-              tests/python/test_python_obs_batch.py tests/python/test_remote.py)
+              tests/python/test_python_obs_batch.py tests/python/test_remote.py
+              tests/python/test_remote_prefetch.py)
   "${san_env[@]}" DC_BUILD=build/asan DELTACELLS_CONVERTER=build/asan/deltacells \
     DELTACELLS_EXTENSION="$PWD/build/asan/deltacells.so" PYTHONPATH=python \
     "$PYTHON" -m pytest -q -p no:cacheprovider -rfEs "${asan_tests[@]}" >"$log/pytest-asan.log" 2>&1

@@ -127,8 +127,10 @@ static void test_sharedcache(void) {
   DCT_CHECK(dc_sharedcache_get(c, 1, 0, o, 8) && o[0] == 'a');
   DCT_CHECK(dc_sharedcache_get(c, 2, 0, o, 8) && o[0] == 'b');
   DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 7));            /* a length that differs is a miss */
+  DCT_CHECK(dc_sharedcache_has(c, 1, 0, 8) && dc_sharedcache_has(c, 2, 0, 8));
+  DCT_CHECK(!dc_sharedcache_has(c, 1, 0, 7) && !dc_sharedcache_has(c, 3, 0, 8) && !dc_sharedcache_has(c, 1, 1, 8));
   memset(b, 'c', 8); dc_sharedcache_put(c, 1, 5, b, 8);    /* evicts (1,0), the least recent */
-  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 8));
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 8) && !dc_sharedcache_has(c, 1, 0, 8));
   DCT_CHECK(dc_sharedcache_get(c, 1, 5, o, 8) && o[7] == 'c');
   uint8_t big[9] = {0};
   dc_sharedcache_put(c, 3, 0, big, 9);                      /* over cap: not kept */

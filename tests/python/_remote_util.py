@@ -125,6 +125,8 @@ class FaultServer:
        {"fail_first": n, "status": 500}         n failures then success
        {"reset_first": n}                       n responses cut mid-body (connection closed)
        {"slow_s": s}                            sleeps s seconds before the body
+       "from_byte": k with any of these         only requests whose range starts at byte k or
+                                                later (counted apart for fail_first/reset_first)
     self.replace(name, data) swaps the file (new ETag and Last-Modified)."""
 
     def __init__(self, root):
@@ -161,10 +163,17 @@ class FaultServer:
 
     def _serve(self, h):
         name = h.path.lstrip("/").split("?")[0]
+        rng = h.headers.get("Range", "")
         with self.lock:
             n = self.count[name] = self.count.get(name, 0) + 1
             fault = dict(self.faults.get(name, {}))
             ver = self.versions.get(name, 0)
+            if "from_byte" in fault:
+                start = int(rng[6:].split("-")[0]) if rng.startswith("bytes=") else 0
+                if start < fault["from_byte"]:
+                    fault = {}
+                else:
+                    n = self.count[name, "from"] = self.count.get((name, "from"), 0) + 1
         if "status" in fault and ("fail_first" not in fault or n <= fault["fail_first"]):
             body = b"fault\n"
             h.send_response(fault["status"])
@@ -181,7 +190,6 @@ class FaultServer:
             return
         etag = '"%s-%d"' % (hashlib.sha1(data).hexdigest()[:12], ver)
         lm = email.utils.formatdate(1700000000 + ver, usegmt=True)
-        rng = h.headers.get("Range", "")
         start, end = 0, len(data) - 1
         status = 200
         if rng.startswith("bytes="):

@@ -381,8 +381,10 @@ def test_three_obs_columns_fetch_only_their_bytes(nginx, data):
 
 # --- the throttle -----------------------------------------------------------------------------
 def test_throttle_local_file(data):
-    """latency_ms and mbps on a local file: each block read waits latency + bytes / bandwidth."""
-    con = deltacells.connect(data["small"], remote={"latency_ms": 20, "mbps": 1, "block_kb": 64})
+    """latency_ms and mbps on a local file: each block read waits latency + bytes / bandwidth
+    (one request at a time: max_inflight=0; test_remote_prefetch.py overlaps them)."""
+    con = deltacells.connect(data["small"], remote={"latency_ms": 20, "mbps": 1, "block_kb": 64,
+                                                    "max_inflight": 0})
     try:
         reset(con)
         t = time.monotonic()

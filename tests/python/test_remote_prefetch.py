@@ -1,0 +1,292 @@
+"""Prefetch in the dchttp VFS (ext/vfs_http.c): background requests for the blocks ahead of a
+sequential reader, at most max_inflight at once per open file.  Against nginx on 127.0.0.1
+(skipped with the reason when it cannot start) and the fault-injecting server of _remote_util:
+the same answers with prefetch on and off; requests really overlap (the throttle's latency) and
+never more than max_inflight at once (the VFS's peak counter and nginx's connections); a server
+error during prefetch gives the right answer after retries or a clear error; a file replaced on
+the server under prefetch is an error; a forked child reads correctly; close does not wait for a
+stalled server."""
+import os
+import shutil
+import sqlite3
+import sys
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _batch_util import assert_csr_equal, batch, ids_blob  # noqa: E402
+from _python_data import gen  # noqa: E402
+from _remote_util import FaultServer, Nginx  # noqa: E402
+
+import deltacells  # noqa: E402
+
+TILES = "SELECT rowid, data FROM tiles_data ORDER BY rowid"
+
+
+@pytest.fixture(autouse=True)
+def time_limit():
+    """Every test of this file fails after 240 s instead of hanging (SIGALRM)."""
+    import signal
+
+    def expired(*_):
+        raise TimeoutError("test_remote_prefetch: a test ran over its 240 s limit")
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(240)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("prefetch")
+    big = gen(d, 20000, 400, 8, 2000)[1]
+    www = d / "www"
+    www.mkdir()
+    shutil.copy(big, www / "big.dcdb")
+    loc = sqlite3.connect(big)
+    tiles = loc.execute(TILES).fetchall()
+    loc.close()
+    return {"dir": d, "www": www, "big": big, "tiles": tiles}
+
+
+@pytest.fixture(scope="module")
+def nginx(data):
+    try:
+        n = Nginx(data["www"], data["dir"] / "nginx")
+    except (RuntimeError, OSError) as e:
+        pytest.skip(f"nginx cannot start here: {e}")
+    yield n
+    n.stop()
+
+
+@pytest.fixture()
+def faults(tmp_path, data):
+    www = tmp_path / "faults"
+    www.mkdir()
+    shutil.copy(data["big"], www / "big.dcdb")
+    s = FaultServer(www)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(autouse=True)
+def reset_counters_after(data):
+    """The VFS's counters are process-wide: leave them at zero (the fault tests count errors) for
+    the tests that run after these in the same process."""
+    yield
+    con = deltacells.connect(data["big"], remote={})
+    try:
+        reset(con)
+    finally:
+        con.close()
+
+
+def stats(con):
+    return deltacells.vfs_stats(con)
+
+
+def reset(con):
+    con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+
+
+# shared=0: every connection reads from the server, not from the blocks an earlier one left in
+# the process's shared cache; 16 KiB blocks: a tile is many blocks
+OPTS = {"block_kb": 16, "readahead_kb": 256, "shared": 0}
+
+
+def test_tile_blobs_span_many_blocks(data):
+    """(the other tests rely on it: a tile is a long sequential read of many blocks)"""
+    sizes = [len(r[1]) for r in data["tiles"]]
+    assert len(sizes) == 10 and min(sizes) > 8 * 16 * 1024, sizes
+
+
+@pytest.mark.parametrize("mi", [0, 1, 2, 4, 8])
+def test_same_answers_prefetch_on_and_off(nginx, data, mi):
+    local = deltacells.connect(data["big"])
+    remote = deltacells.connect(nginx.url("big.dcdb"), remote=dict(OPTS, max_inflight=mi))
+    try:
+        reset(remote)
+        assert remote.execute(TILES).fetchall() == data["tiles"]
+        s = stats(remote)
+        if mi:
+            assert s["prefetch_requests"] > 0 and s["prefetch_blocks_used"] > 0, s
+            assert 1 <= s["prefetch_peak_inflight"] <= mi, s
+        else:
+            assert s["prefetch_requests"] == 0 and s["prefetch_peak_inflight"] == 0, s
+        rng = np.random.default_rng(3)
+        for ids in [np.arange(20000), rng.choice(20000, 999, replace=False)]:
+            cl, ml, gl = batch(local, ids_blob(ids))
+            cr, mr, gr = batch(remote, ids_blob(ids))
+            assert gl == gr and np.array_equal(cl, cr)
+            assert_csr_equal(mr, ml)
+        q = "SELECT * FROM cells ORDER BY cell_id"
+        assert remote.execute(q).fetchall() == local.execute(q).fetchall()
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_readahead_off_means_prefetch_off(nginx, data):
+    con = deltacells.connect(nginx.url("big.dcdb"), remote=dict(OPTS, readahead_kb=0, max_inflight=4))
+    try:
+        reset(con)
+        assert con.execute(TILES).fetchall() == data["tiles"]
+        assert stats(con)["prefetch_requests"] == 0
+    finally:
+        con.close()
+
+
+def test_max_inflight_bounds_concurrent_requests(nginx, data):
+    """With 40 ms per request the requests of the prefetch threads overlap: the VFS's peak of
+    requests in flight reaches max_inflight and never passes it, and nginx sees at most
+    max_inflight + 1 client connections (the threads' and the reading thread's own)."""
+    for mi in (1, 2, 4):
+        before = len(nginx.requests())
+        con = deltacells.connect(nginx.url("big.dcdb"), remote=dict(OPTS, max_inflight=mi, latency_ms=40))
+        try:
+            reset(con)
+            assert con.execute(TILES).fetchall() == data["tiles"]
+            s = stats(con)
+        finally:
+            con.close()
+        assert s["prefetch_peak_inflight"] == mi, (mi, s)
+        conns = {ln.split()[0] for ln in nginx.requests()[before:]}
+        assert 2 <= len(conns) <= mi + 1, (mi, conns)
+
+
+def test_requests_overlap_on_a_throttled_local_file(data):
+    """A throttled local file: without prefetch the read takes at least the sum of the requests'
+    latencies; with 4 in flight, well under it (the same bytes)."""
+    out = {}
+    for mi in (0, 4):
+        con = deltacells.connect(data["big"], remote=dict(OPTS, max_inflight=mi, latency_ms=30))
+        try:
+            reset(con)
+            t = time.monotonic()
+            rows = con.execute(TILES).fetchall()
+            dt = time.monotonic() - t
+            out[mi] = (rows, dt, stats(con))
+        finally:
+            con.close()
+    assert out[0][0] == out[4][0] == data["tiles"]
+    s0, s4 = out[0][2], out[4][2]
+    assert out[0][1] >= 0.95 * 0.030 * s0["requests"], (out[0][1], s0)
+    assert s4["prefetch_requests"] > 0 and s4["prefetch_peak_inflight"] == 4, s4
+    assert out[4][1] < 0.6 * 0.030 * s4["requests"], (out[4][1], s4)
+
+
+def test_transient_server_errors_under_prefetch(faults, data):
+    """500s for the second half of the file (the first three such requests): the prefetch requests
+    that meet them fail, the reader fetches those blocks itself with retries: the right bytes."""
+    size = os.path.getsize(data["big"])
+    con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=2, retries=4))
+    try:
+        reset(con)
+        faults.faults["big.dcdb"] = {"from_byte": size // 2, "fail_first": 3, "status": 500}
+        assert con.execute(TILES).fetchall() == data["tiles"]
+        s = stats(con)
+    finally:
+        con.close()
+    assert s["prefetch_failed"] >= 1 and s["prefetch_requests"] > s["prefetch_failed"], s
+
+
+def test_persistent_server_error_under_prefetch_is_a_clear_error(faults, data):
+    size = os.path.getsize(data["big"])
+    con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=4, retries=1))
+    try:
+        reset(con)
+        faults.faults["big.dcdb"] = {"from_byte": size // 2, "status": 500}
+        t = time.monotonic()
+        with pytest.raises(sqlite3.Error, match="HTTP 500"):
+            con.execute(TILES).fetchall()
+        assert time.monotonic() - t < 60
+        assert stats(con)["prefetch_failed"] >= 1
+    finally:
+        con.close()
+
+
+def test_file_replaced_on_the_server_under_prefetch(faults, data):
+    """The file changes between reads while prefetch threads fetch ahead: the threads' requests
+    see the new version and fail (they check it like any request), the reader's own request
+    then reports the change: an error, never rows of two versions."""
+    raw = bytearray(open(data["big"], "rb").read())
+    con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=4))
+    try:
+        cur = con.execute(TILES)
+        assert cur.fetchone() == data["tiles"][0]
+        raw[-1] ^= 0xFF                      # same size, new ETag and Last-Modified
+        faults.replace("big.dcdb", bytes(raw))
+        with pytest.raises(sqlite3.Error, match="changed on the server"):
+            cur.fetchall()
+        s = stats(con)
+        assert s["prefetch_requests"] > 0 and s["prefetch_failed"] >= 1, s
+    finally:
+        con.close()
+
+
+def _wait_child(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+
+
+def test_prefetch_under_fork(nginx, data):
+    """A connection whose prefetch threads are running is inherited by a forked child (as a
+    DataLoader worker would, against the package's rule): the child starts its own threads and
+    reads every tile right; the parent's connection keeps working."""
+    con = deltacells.connect(nginx.url("big.dcdb"), remote=dict(OPTS, max_inflight=4, latency_ms=20))
+    try:
+        cur = con.execute(TILES)
+        assert cur.fetchone() == data["tiles"][0]      # prefetch threads started, requests in flight
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+                got = con.execute(TILES).fetchall()
+                s = deltacells.vfs_stats(con)
+                code = 0 if got == data["tiles"] else 2
+                if code == 0 and s["prefetch_requests"] == 0:
+                    code = 3
+            finally:
+                os._exit(code)
+        status = _wait_child(pid, 120)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert [data["tiles"][0]] + cur.fetchall() == data["tiles"]
+        assert con.execute(TILES).fetchall() == data["tiles"]
+    finally:
+        con.close()
+
+
+def test_close_does_not_wait_for_a_stalled_server(faults, data):
+    """Prefetch requests stuck on a server that takes 30 s to send a body: closing the
+    connection aborts them (it does not wait out the 60 s request timeout)."""
+    raw = open(data["big"], "rb").read()
+    t0 = data["tiles"][0][1]
+    end0 = raw.find(t0[-64:]) + 64              # where tile 0's last overflow page ends
+    assert end0 > 64
+    con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=4, timeout_ms=60000))
+    try:
+        con.execute("SELECT rowid, n_cells FROM tiles_data").fetchall()   # the table's b-tree pages
+        # every request from the block after tile 0's end on stalls (the reader of tile 0 needs none)
+        faults.faults["big.dcdb"] = {"from_byte": -(-end0 // 16384) * 16384, "slow_s": 30}
+        t = time.monotonic()
+        assert con.execute("SELECT rowid, data FROM tiles_data WHERE rowid = 0").fetchall() == [data["tiles"][0]]
+        assert time.monotonic() - t < 5
+        time.sleep(0.3)
+        assert faults.count.get(("big.dcdb", "from"), 0) >= 1       # the threads asked past it
+    finally:
+        t = time.monotonic()
+        con.close()
+        dt = time.monotonic() - t
+    assert dt < 5, dt
