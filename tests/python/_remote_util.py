@@ -3,7 +3,9 @@ temporary directory, and a small fault-injecting HTTP server (404, 500s, resets 
 a slow body, a file replaced between reads) for what nginx cannot do."""
 import email.utils
 import hashlib
+import contextlib
 import os
+import signal
 import pwd
 import shutil
 import socket
@@ -217,3 +219,17 @@ class FaultServer:
     def stop(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@contextlib.contextmanager
+def alarm(seconds, what):
+    """Fails the code inside after `seconds` (SIGALRM) instead of letting it hang."""
+    def expired(*_):
+        raise TimeoutError(f"{what}: a test ran over its {seconds} s limit")
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from _batch_util import EXTENSION, ROOT, assert_csr_equal, batch, convert, ids_blob, real_file  # noqa: E402
 from _python_data import gen  # noqa: E402
-from _remote_util import FaultServer, Nginx  # noqa: E402
+from _remote_util import FaultServer, Nginx, alarm  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -25,16 +25,9 @@ import deltacells  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def time_limit():
-    """Every test of this file fails after 240 s instead of hanging (SIGALRM)."""
-    import signal
-
-    def expired(*_):
-        raise TimeoutError("test_remote: a test ran over its 240 s limit")
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(240)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    """Every test of this file fails after 240 s instead of hanging."""
+    with alarm(240, "test_remote"):
+        yield
 
 
 @pytest.fixture(scope="module")
