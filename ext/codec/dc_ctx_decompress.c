@@ -426,8 +426,9 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
 /* The common case: fast symbols only; two symbols per read (2 x 28 bits fit
 ** the 57 a read guarantees).  FAST_PAIRS places the symbols [SRC, END) of
 ** table INF (INF + index); in the functions below it uses prev, pos, ix,
-** vi, vf, mant and F32.  Each function is its own (per instruction set and
-** output type), so that its few live values stay in registers. */
+** vi, vf, mant and F32.  Each function is its own (per output type), so
+** that its few live values stay in registers.  Portable path only: the AVX2
+** path places fast cells with dc_ctx_cell_avx2. */
 #define FAST_PAIRS(SRC, END, INF, F32)                                          \
   {                                                                             \
     size_t n_ = (size_t)(END - SRC), j_ = 0;                                    \
@@ -463,8 +464,8 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
   }
 
 /* A cell's gathered list [fl, end). */
-#define DEF_CELL_FAST(NAME, ATTR, F32)                                          \
-  ATTR __attribute__((noinline)) static uint64_t NAME(                          \
+#define DEF_CELL_FAST(NAME, F32)                                                 \
+  __attribute__((noinline)) static uint64_t NAME(                               \
       const pinfo *inf, const uint16_t *fl, const uint16_t *end,                \
       const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
     int64_t prev = -1;                                                          \
@@ -476,8 +477,8 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
   }
 
 /* A cell of long segments, segment by segment (no gather). */
-#define DEF_SEGS_FAST(NAME, ATTR, F32)                                          \
-  ATTR __attribute__((noinline)) static uint64_t NAME(                          \
+#define DEF_SEGS_FAST(NAME, F32)                                                 \
+  __attribute__((noinline)) static uint64_t NAME(                               \
       const pinfo *infq, const uint8_t **cq, const uint32_t *bc,                \
       uint32_t used, const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
     int64_t prev = -1;                                                          \
@@ -520,7 +521,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
 }
 #endif
 
-#define DEF_PLACE(NAME, ATTR, GATHER, FAST_I32, FAST_F32, SEGS_I32, SEGS_F32, USE_VEC, CELL_VEC) \
+#define DEF_PLACE(NAME, ATTR, GATHER, USE_VEC, CELL_VEC)                        \
   ATTR static int NAME(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, \
                        const uint8_t **cur, uint16_t *fl, const uint8_t *slow, mreader *rd, \
                        int64_t *indptr, uint64_t base, int32_t *ix, void *val, uint64_t n_genes, \
@@ -559,8 +560,8 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       if (!USE_VEC && !(used & slowmask[q]) &&                                \
           tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                \
         /* long segments: straight from the streams */                        \
-        pos = f32 ? SEGS_F32(pinf, cq, bc, used, mant, pos, &prev, ix, vf) \
-                  : SEGS_I32(pinf, cq, bc, used, mant, pos, &prev, ix, vi); \
+        pos = f32 ? segs_fast_f32(pinf, cq, bc, used, mant, pos, &prev, ix, vf) \
+                  : segs_fast_i32(pinf, cq, bc, used, mant, pos, &prev, ix, vi); \
         goto next;                                                            \
       }                                                                       \
       uint16_t *fe = fl;                                                      \
@@ -579,8 +580,8 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
         goto next;                                                            \
       }                                                                       \
       if (!(used & slowmask[q])) {                                              \
-        pos = f32 ? FAST_F32(pinf, fl, fe, mant, pos, &prev, ix, vf)       \
-                  : FAST_I32(pinf, fl, fe, mant, pos, &prev, ix, vi);      \
+        pos = f32 ? cell_fast_f32(pinf, fl, fe, mant, pos, &prev, ix, vf)  \
+                  : cell_fast_i32(pinf, fl, fe, mant, pos, &prev, ix, vi); \
       } else {                                                                  \
         FLAT_LOOP                                                               \
       }                                                                         \
@@ -596,23 +597,22 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
     return 0;                                                                   \
   }
 
-/* The portable stage 3, and the same compiled for CPUs with AVX2 and BMI2
-** (bzhi, shrx, and the 16-wide gather of a cell's symbols). */
-DEF_CELL_FAST(cell_fast_i32, , 0)
-DEF_CELL_FAST(cell_fast_f32, , 1)
-DEF_SEGS_FAST(segs_fast_i32, , 0)
-DEF_SEGS_FAST(segs_fast_f32, , 1)
+/* The portable stage 3's cell loops (the AVX2 place never reaches them: its
+** fast cells go to dc_ctx_cell_avx2, its slow ones to FLAT_LOOP). */
+DEF_CELL_FAST(cell_fast_i32, 0)
+DEF_CELL_FAST(cell_fast_f32, 1)
+DEF_SEGS_FAST(segs_fast_i32, 0)
+DEF_SEGS_FAST(segs_fast_f32, 1)
 static uint64_t no_cell_vec(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
                             uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad) {
   (void)inf; (void)fl; (void)tot; (void)mant; (void)n_genes; (void)ix; (void)val; (void)f32;
   *bad = 1;                         /* never called: the portable place has no vector loop */
   return pos;
 }
-DEF_PLACE(place, , gather_sym, cell_fast_i32, cell_fast_f32, segs_fast_i32, segs_fast_f32, 0, no_cell_vec)
+DEF_PLACE(place, , gather_sym, 0, no_cell_vec)
 #ifdef DC_CTX_X86
 #define AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
-DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, cell_fast_i32, cell_fast_f32, segs_fast_i32,
-          segs_fast_f32, 1, dc_ctx_cell_avx2)
+DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, 1, dc_ctx_cell_avx2)
 #endif
 
 /* ------------------------------------------------------------ chunk */
