@@ -1,13 +1,13 @@
 """Servers for the remote-dataset tests: nginx (Debian nginx-light) on 127.0.0.1 over a
 temporary directory, and a small fault-injecting HTTP server (404, 500s, resets mid-body,
 a slow body, a file replaced between reads) for what nginx cannot do."""
+import contextlib
 import email.utils
 import hashlib
-import contextlib
 import os
-import signal
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -121,6 +121,53 @@ http {{
             p.wait(timeout=10)
 
 
+def http_server(get, head=None):
+    """A threaded HTTP/1.1 server on 127.0.0.1, a free port, serving in a daemon thread: GET
+    calls get(handler), HEAD head(handler).  Returns (server, port); server.shutdown() and
+    server.server_close() stop it."""
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            get(self)
+
+        def do_HEAD(self):
+            if head is None:
+                self.send_error(501)
+            else:
+                head(self)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, httpd.server_address[1]
+
+
+def nginx_or_skip(www, workdir):
+    """An Nginx over www, or the test skipped with the reason it cannot start here."""
+    import pytest   # here: bench/bench_remote.py imports this module without pytest
+    try:
+        return Nginx(www, workdir)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip(f"nginx cannot start here: {e}")
+
+
+@contextlib.contextmanager
+def fault_server(tmp_path, src, name):
+    """A FaultServer over a directory holding a copy of src as `name`."""
+    www = tmp_path / "faults"
+    www.mkdir()
+    shutil.copy(src, www / name)
+    s = FaultServer(www)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
 class FaultServer:
     """Serves files of root with Range support, and faults set per path in self.faults:
        {"status": 404}                          always that status
@@ -137,22 +184,7 @@ class FaultServer:
         self.count = {}
         self.lock = threading.Lock()
         self.versions = {}
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                outer._serve(self)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.httpd, self.port = http_server(self._serve)
 
     def url(self, name):
         return f"http://127.0.0.1:{self.port}/{name}"

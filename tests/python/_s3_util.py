@@ -12,7 +12,8 @@ import hmac
 import os
 import threading
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from _remote_util import http_server
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -52,26 +53,9 @@ class S3Server:
         self.root, self.buckets, self.keys = str(root), buckets, keys
         self.log = []
         self.lock = threading.Lock()
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                outer._serve(self, body=True)
-
-            def do_HEAD(self):
-                outer._serve(self, body=False)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
+        self.httpd, self.port = http_server(lambda h: self._serve(h, body=True),
+                                            lambda h: self._serve(h, body=False))
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
 
     def stop(self):
         self.httpd.shutdown()

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from _batch_util import assert_csr_equal, batch, ids_blob  # noqa: E402
 from _python_data import gen  # noqa: E402
-from _remote_util import FaultServer, Nginx, alarm  # noqa: E402
+from _remote_util import alarm, fault_server, nginx_or_skip  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -47,22 +47,15 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def nginx(data):
-    try:
-        n = Nginx(data["www"], data["dir"] / "nginx")
-    except (RuntimeError, OSError) as e:
-        pytest.skip(f"nginx cannot start here: {e}")
+    n = nginx_or_skip(data["www"], data["dir"] / "nginx")
     yield n
     n.stop()
 
 
 @pytest.fixture()
 def faults(tmp_path, data):
-    www = tmp_path / "faults"
-    www.mkdir()
-    shutil.copy(data["big"], www / "big.dcdb")
-    s = FaultServer(www)
-    yield s
-    s.stop()
+    with fault_server(tmp_path, data["big"], "big.dcdb") as s:
+        yield s
 
 
 @pytest.fixture(autouse=True)
