@@ -455,3 +455,16 @@ int64_t cv_file_size(const char *path) {
   if (stat(path, &st) != 0) return -1;
   return (int64_t)st.st_size;
 }
+
+dc_sealval cv_sealval_of_column(sqlite3_stmt *st, int i) {
+  dc_sealval v;
+  memset(&v, 0, sizeof v);
+  switch (sqlite3_column_type(st, i)) {
+    case SQLITE_INTEGER: v.type = DC_SV_INT; v.i = sqlite3_column_int64(st, i); break;
+    case SQLITE_FLOAT: v.type = DC_SV_REAL; v.f = sqlite3_column_double(st, i); break;
+    case SQLITE_TEXT: v.type = DC_SV_TEXT; v.p = sqlite3_column_text(st, i); v.n = (size_t)sqlite3_column_bytes(st, i); break;
+    case SQLITE_BLOB: v.type = DC_SV_BLOB; v.p = sqlite3_column_blob(st, i); v.n = (size_t)sqlite3_column_bytes(st, i); break;
+    default: v.type = DC_SV_NULL; break;
+  }
+  return v;
+}

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "cv_util.h"
 #include "dc_obs.h"
+#include "dc_seal.h"
 
 typedef struct dsw {
   sqlite3 *db;
@@ -59,5 +60,7 @@ void dsw_abort(dsw *w);
 
 /* Size of a file, or -1. */
 int64_t cv_file_size(const char *path);
+/* Column i of the statement's current row as a dc_sealval (pointers into the row). */
+dc_sealval cv_sealval_of_column(sqlite3_stmt *st, int i);
 
 #endif

@@ -494,20 +494,6 @@ static dc_sealval stat_of(int kind, const dc_obs_stats *st, int max) {
   return v;
 }
 
-/* A row value as a dc_sealval (pointers into the statement's row). */
-static dc_sealval row_val(sqlite3_stmt *s, int i) {
-  dc_sealval v;
-  memset(&v, 0, sizeof v);
-  switch (sqlite3_column_type(s, i)) {
-    case SQLITE_INTEGER: v.type = DC_SV_INT; v.i = sqlite3_column_int64(s, i); break;
-    case SQLITE_FLOAT: v.type = DC_SV_REAL; v.f = sqlite3_column_double(s, i); break;
-    case SQLITE_TEXT: v.type = DC_SV_TEXT; v.p = sqlite3_column_text(s, i); v.n = (size_t)sqlite3_column_bytes(s, i); break;
-    case SQLITE_BLOB: v.type = DC_SV_BLOB; v.p = sqlite3_column_blob(s, i); v.n = (size_t)sqlite3_column_bytes(s, i); break;
-    default: break;
-  }
-  return v;
-}
-
 static int val_eq(const dc_sealval *a, const dc_sealval *b) {
   if (a->type != b->type) return 0;
   switch (a->type) {
@@ -704,7 +690,7 @@ static int64_t verify_obs(sqlite3 *db, vrep *rep, int64_t n_cells, dc_obs_decode
     c->next_block++;
     const uint8_t *data = sqlite3_column_blob(s, 9);
     int len = sqlite3_column_bytes(s, 9);
-    dc_sealval mn = row_val(s, 6), mx = row_val(s, 7), pr = row_val(s, 8);
+    dc_sealval mn = cv_sealval_of_column(s, 6), mx = cv_sealval_of_column(s, 7), pr = cv_sealval_of_column(s, 8);
     if (rep->sealed) {
       dc_blockplace pl = {"cells", c->col, c->name, c->kind, c->n_categories, bl, first, n, nulls};
       int64_t seal = 0;

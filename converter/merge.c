@@ -366,19 +366,6 @@ static void fn_reseal_tile(sqlite3_context *ctx, int argc, sqlite3_value **argv)
   sqlite3_result_int64(ctx, neu);
 }
 
-static dc_sealval sv_of(sqlite3_stmt *st, int i) {
-  dc_sealval v;
-  memset(&v, 0, sizeof v);
-  switch (sqlite3_column_type(st, i)) {
-    case SQLITE_INTEGER: v.type = DC_SV_INT; v.i = sqlite3_column_int64(st, i); break;
-    case SQLITE_FLOAT: v.type = DC_SV_REAL; v.f = sqlite3_column_double(st, i); break;
-    case SQLITE_TEXT: v.type = DC_SV_TEXT; v.p = sqlite3_column_text(st, i); v.n = (size_t)sqlite3_column_bytes(st, i); break;
-    case SQLITE_BLOB: v.type = DC_SV_BLOB; v.p = sqlite3_column_blob(st, i); v.n = (size_t)sqlite3_column_bytes(st, i); break;
-    default: v.type = DC_SV_NULL; break;
-  }
-  return v;
-}
-
 /* Seals every block of main's obs column col again, keyed by new_id (after
 ** its n_categories, or the dataset id, changed).  old_id: checks each first. */
 static int reseal_blocks(sqlite3 *db, uint64_t old_id, int64_t old_ncat, uint64_t new_id, int64_t col, const char *name,
@@ -391,7 +378,7 @@ static int reseal_blocks(sqlite3 *db, uint64_t old_id, int64_t old_ncat, uint64_
   while (!rc && (r = sqlite3_step(q)) == SQLITE_ROW) {
     dc_blockplace pl = {"cells", col, name, kind, ncat, sqlite3_column_int64(q, 1), sqlite3_column_int64(q, 2),
                         sqlite3_column_int64(q, 3), sqlite3_column_int64(q, 4)};
-    dc_sealval mn = sv_of(q, 5), mx = sv_of(q, 6), pr = sv_of(q, 7);
+    dc_sealval mn = cv_sealval_of_column(q, 5), mx = cv_sealval_of_column(q, 6), pr = cv_sealval_of_column(q, 7);
     const uint8_t *head = sqlite3_column_blob(q, 8);
     uint64_t len = (uint64_t)sqlite3_column_int64(q, 9);
     int64_t old = 0, neu = 0;
@@ -473,6 +460,21 @@ static int write_block(dsw *w, int64_t col, const char *name, int64_t ncat, int6
   dc_obs_stats_clear(&st);
   free(blob);
   return rc;
+}
+
+/* cells_dict rows [from, ncat) of column col: labels[from .. ncat-1] */
+static int write_dict_rows(sqlite3 *db, int64_t col, char *const *labels, int64_t from, int64_t ncat, cv_err *e) {
+  sqlite3_stmt *ins = xprep(db, e, "INSERT INTO main.cells_dict VALUES(?1, ?2, ?3)");
+  if (!ins) return -1;
+  for (int64_t k = from; k < ncat; k++) {
+    sqlite3_bind_int64(ins, 1, col);
+    sqlite3_bind_int64(ins, 2, k);
+    sqlite3_bind_text(ins, 3, labels[k], -1, SQLITE_STATIC);
+    if (sqlite3_step(ins) != SQLITE_DONE) { sqlite3_finalize(ins); return sql_fail(db, e, "cells_dict"); }
+    sqlite3_reset(ins);
+  }
+  sqlite3_finalize(ins);
+  return 0;
 }
 
 /* cells_columns' row of col, from its blocks and dictionary (checksum: the dictionary's seal) */
@@ -887,18 +889,7 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
     if (dr != SQLITE_DONE) { sql_fail(db, e, "cells_blocks"); goto done; }
     if (c->ncat != old_ncat && reseal_blocks(db, w->dataset_id, old_ncat, w->dataset_id, c->col, c->name, c->kind, c->ncat, e)) goto done;
     if (write_blocks(w, c->col, c->name, c->ncat, p0, &v, B, e)) goto done;
-    if (c->ncat != old_ncat) {
-      sqlite3_stmt *ins = xprep(db, e, "INSERT INTO main.cells_dict VALUES(?1, ?2, ?3)");
-      if (!ins) goto done;
-      for (int64_t k = old_ncat; k < c->ncat; k++) {
-        sqlite3_bind_int64(ins, 1, c->col);
-        sqlite3_bind_int64(ins, 2, k);
-        sqlite3_bind_text(ins, 3, c->labels[k], -1, SQLITE_STATIC);
-        if (sqlite3_step(ins) != SQLITE_DONE) { sqlite3_finalize(ins); sql_fail(db, e, "cells_dict"); goto done; }
-        sqlite3_reset(ins);
-      }
-      sqlite3_finalize(ins);
-    }
+    if (c->ncat != old_ncat && write_dict_rows(db, c->col, c->labels, old_ncat, c->ncat, e)) goto done;
     if (write_column_row(db, w->dataset_id, c->col, c->name, c->kind, c->labels, c->ncat, e)) goto done;
   }
   /* S's new columns (and a source column when D has none): every block written */
@@ -940,16 +931,7 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
     }
     if ((int64_t)v.n != D->n_cells + S->n_cells) { cv_fail(e, "%s: obs column '%s' does not hold one value per cell", S->path, c->name); goto done; }
     if (write_blocks(w, c->col, c->name, c->ncat, 0, &v, B, e)) goto done;
-    sqlite3_stmt *ins = xprep(db, e, "INSERT INTO main.cells_dict VALUES(?1, ?2, ?3)");
-    if (!ins) goto done;
-    for (int64_t k = 0; k < c->ncat; k++) {
-      sqlite3_bind_int64(ins, 1, c->col);
-      sqlite3_bind_int64(ins, 2, k);
-      sqlite3_bind_text(ins, 3, c->labels[k], -1, SQLITE_STATIC);
-      if (sqlite3_step(ins) != SQLITE_DONE) { sqlite3_finalize(ins); sql_fail(db, e, "cells_dict"); goto done; }
-      sqlite3_reset(ins);
-    }
-    sqlite3_finalize(ins);
+    if (write_dict_rows(db, c->col, c->labels, 0, c->ncat, e)) goto done;
     if (write_column_row(db, w->dataset_id, c->col, c->name, c->kind, c->labels, c->ncat, e)) goto done;
   }
   rc = 0;
@@ -1687,16 +1669,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       n_new++;
     }
     if (write_blocks(&w, col, hdr[c], kind == DC_OBS_CATEGORY ? nl : -1, 0, &v, B, e)) { sqlite3_free(ums); goto done; }
-    sqlite3_stmt *ins = xprep(db, e, "INSERT INTO main.cells_dict VALUES(?1, ?2, ?3)");
-    if (!ins) { sqlite3_free(ums); goto done; }
-    for (int64_t k = 0; kind == DC_OBS_CATEGORY && k < nl; k++) {
-      sqlite3_bind_int64(ins, 1, col);
-      sqlite3_bind_int64(ins, 2, k);
-      sqlite3_bind_text(ins, 3, labels[k], -1, SQLITE_STATIC);
-      if (sqlite3_step(ins) != SQLITE_DONE) { sqlite3_finalize(ins); sqlite3_free(ums); sql_fail(db, e, "cells_dict"); goto done; }
-      sqlite3_reset(ins);
-    }
-    sqlite3_finalize(ins);
+    if (write_dict_rows(db, col, labels, 0, kind == DC_OBS_CATEGORY ? nl : 0, e)) { sqlite3_free(ums); goto done; }
     if (write_column_row(db, D.id, col, hdr[c], kind, labels, kind == DC_OBS_CATEGORY ? nl : -1, e)) { sqlite3_free(ums); goto done; }
     if (!o->quiet) printf("%s: column '%s' (%s) %s\n", o->dataset, hdr[c], kind_label(kind), replaced ? "replaced" : "added");
   }
