@@ -864,23 +864,11 @@ static void bind_stat(sqlite3_stmt *s, int i, int kind, const dc_obs_stats *st, 
   }
 }
 
-/* A block statistic as bind_stat binds it, for its seal. */
-static dc_sealval stat_val(int kind, const dc_obs_stats *st, int max) {
-  dc_sealval v;
-  memset(&v, 0, sizeof v);
-  if (!st->has_minmax) return v;
-  switch (kind) {
-    case CVK_REAL: v.type = DC_SV_REAL; v.f = max ? st->max_f : st->min_f; break;
-    case CVK_TEXT:
-      v.type = DC_SV_TEXT;
-      v.p = max ? st->max_s : st->min_s;
-      v.n = max ? st->max_len : st->min_len;
-      break;
-    default: v.type = DC_SV_INT; v.i = max ? st->max_i : st->min_i; break;
-  }
-  return v;
-}
-
+/* The converter's kinds are the obs library's (v.kind = c->kind below, and the seal values
+** from cv_sealval_of_stat). */
+_Static_assert((int)CVK_CATEGORY == (int)DC_OBS_CATEGORY && (int)CVK_INT == (int)DC_OBS_INT &&
+                   (int)CVK_REAL == (int)DC_OBS_REAL && (int)CVK_TEXT == (int)DC_OBS_TEXT,
+               "converter kinds = obs kinds");
 static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, dsw *w,
                      uint64_t *obs_bytes, progress *pg, cv_err *e) {
   static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
@@ -934,7 +922,7 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
       sqlite3_bind_blob64(s, 10, blob, len, SQLITE_STATIC);
       dc_blockplace pl = {"cells", i, c->name, c->kind, c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1,
                           (int64_t)b, (int64_t)c0, (int64_t)k, (int64_t)st.null_count};
-      dc_sealval mn = stat_val(c->kind, &st, 0), mx = stat_val(c->kind, &st, 1), pr;
+      dc_sealval mn = cv_sealval_of_stat(c->kind, &st, 0), mx = cv_sealval_of_stat(c->kind, &st, 1), pr;
       memset(&pr, 0, sizeof pr);
       if (st.present) { pr.type = DC_SV_BLOB; pr.p = st.present; pr.n = st.present_len; }
       int64_t seal = 0;

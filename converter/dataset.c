@@ -468,3 +468,13 @@ dc_sealval cv_sealval_of_column(sqlite3_stmt *st, int i) {
   }
   return v;
 }
+
+dc_sealval cv_sealval_of_stat(int kind, const dc_obs_stats *st, int max) {
+  dc_sealval v;
+  memset(&v, 0, sizeof v);
+  if (!st->has_minmax) return v;
+  if (kind == DC_OBS_REAL) { v.type = DC_SV_REAL; v.f = max ? st->max_f : st->min_f; }
+  else if (kind == DC_OBS_TEXT) { v.type = DC_SV_TEXT; v.p = max ? st->max_s : st->min_s; v.n = max ? st->max_len : st->min_len; }
+  else { v.type = DC_SV_INT; v.i = max ? st->max_i : st->min_i; }
+  return v;
+}

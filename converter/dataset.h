@@ -62,5 +62,8 @@ void dsw_abort(dsw *w);
 int64_t cv_file_size(const char *path);
 /* Column i of the statement's current row as a dc_sealval (pointers into the row). */
 dc_sealval cv_sealval_of_column(sqlite3_stmt *st, int i);
+/* A block's min (max = 0) or max as a dc_sealval, as the converters write it (NULL when the
+** block has none); pointers into st. */
+dc_sealval cv_sealval_of_stat(int kind, const dc_obs_stats *st, int max);
 
 #endif

@@ -483,17 +483,6 @@ done:
   sqlite3_finalize(s);
   sqlite3_finalize(t);
 }
-/* A block statistic as the converter writes it (for comparing with the row). */
-static dc_sealval stat_of(int kind, const dc_obs_stats *st, int max) {
-  dc_sealval v;
-  memset(&v, 0, sizeof v);
-  if (!st->has_minmax) return v;
-  if (kind == DC_OBS_REAL) { v.type = DC_SV_REAL; v.f = max ? st->max_f : st->min_f; }
-  else if (kind == DC_OBS_TEXT) { v.type = DC_SV_TEXT; v.p = max ? st->max_s : st->min_s; v.n = max ? st->max_len : st->min_len; }
-  else { v.type = DC_SV_INT; v.i = max ? st->max_i : st->min_i; }
-  return v;
-}
-
 static int val_eq(const dc_sealval *a, const dc_sealval *b) {
   if (a->type != b->type) return 0;
   switch (a->type) {
@@ -727,7 +716,7 @@ static int64_t verify_obs(sqlite3 *db, vrep *rep, int64_t n_cells, dc_obs_decode
       c->bad = 1;
       continue;
     }
-    dc_sealval smn = stat_of(c->kind, &st, 0), smx = stat_of(c->kind, &st, 1), spr;
+    dc_sealval smn = cv_sealval_of_stat(c->kind, &st, 0), smx = cv_sealval_of_stat(c->kind, &st, 1), spr;
     memset(&spr, 0, sizeof spr);
     if (st.present) { spr.type = DC_SV_BLOB; spr.p = st.present; spr.n = st.present_len; }
     const char *what = (int64_t)st.null_count != nulls ? "null_count" : !val_eq(&mn, &smn) ? "min"

@@ -413,16 +413,6 @@ static void bind_stat(sqlite3_stmt *s, int i, int kind, const dc_obs_stats *st, 
   else sqlite3_bind_int64(s, i, max ? st->max_i : st->min_i);
 }
 
-static dc_sealval stat_val(int kind, const dc_obs_stats *st, int max) {
-  dc_sealval v;
-  memset(&v, 0, sizeof v);
-  if (!st->has_minmax) return v;
-  if (kind == DC_OBS_REAL) { v.type = DC_SV_REAL; v.f = max ? st->max_f : st->min_f; }
-  else if (kind == DC_OBS_TEXT) { v.type = DC_SV_TEXT; v.p = max ? st->max_s : st->min_s; v.n = max ? st->max_len : st->min_len; }
-  else { v.type = DC_SV_INT; v.i = max ? st->max_i : st->min_i; }
-  return v;
-}
-
 /* Writes (or replaces) block b of main's column col: values [off, off+k) of v. */
 static int write_block(dsw *w, int64_t col, const char *name, int64_t ncat, int64_t b, int64_t first, const vals *v,
                        uint64_t off, uint32_t k, cv_err *e) {
@@ -450,7 +440,7 @@ static int write_block(dsw *w, int64_t col, const char *name, int64_t ncat, int6
   else sqlite3_bind_null(s, 9);
   sqlite3_bind_blob64(s, 10, blob, len, SQLITE_STATIC);
   dc_blockplace pl = {"cells", col, name, v->kind, v->kind == DC_OBS_CATEGORY ? ncat : -1, b, first, k, st.null_count};
-  dc_sealval mn = stat_val(v->kind, &st, 0), mx = stat_val(v->kind, &st, 1), pr;
+  dc_sealval mn = cv_sealval_of_stat(v->kind, &st, 0), mx = cv_sealval_of_stat(v->kind, &st, 1), pr;
   memset(&pr, 0, sizeof pr);
   if (st.present) { pr.type = DC_SV_BLOB; pr.p = st.present; pr.n = st.present_len; }
   int64_t seal = 0;
