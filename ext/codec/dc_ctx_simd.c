@@ -178,21 +178,33 @@ CELL_AVX2 static inline __m256i prefix8(__m256i x) {
   return _mm256_add_epi32(x, _mm256_permute2x128_si256(c, c, 0x08));   /* [0, lo's lane 3] */
 }
 
-#define CELL_STEP(TAIL)                                                          \
+/* A step in two halves.  STEP_A(J, LO, HI, NB, PN): the eight table entries
+** of symbols J .. J+7 (lo = gbase | cbase << 16, hi = gmask | nb << 16 | gb
+** << 24, in lane order), their mantissa widths and the widths' prefix sum;
+** it does not depend on pos.  STEP_B(TAIL, J, ...): the bits at pos, the
+** gene indices and counts, the stores.  The loop runs the next step's A
+** before this step's B, so that the loads of the next entries are under way
+** while this step waits on its mantissa load (the core's window alone did
+** not overlap them enough). */
+#define STEP_A(TAIL, J, LO, HI, NB, PN)                                          \
   do {                                                                           \
-    const uint16_t *f_ = fl + j;                                                 \
+    const uint16_t *f_ = fl + (J);                                               \
     __m256i v0_ = _mm256_setr_epi64x((long long)inf[f_[0]], (long long)inf[f_[1]], \
                                      (long long)inf[f_[4]], (long long)inf[f_[5]]); \
     __m256i v1_ = _mm256_setr_epi64x((long long)inf[f_[2]], (long long)inf[f_[3]], \
                                      (long long)inf[f_[6]], (long long)inf[f_[7]]); \
-    /* lo = gbase | cbase << 16, hi = gmask | nb << 16 | gb << 24, in lane order */ \
-    __m256i lo_ = _mm256_castps_si256(                                            \
+    LO = _mm256_castps_si256(                                                    \
         _mm256_shuffle_ps(_mm256_castsi256_ps(v0_), _mm256_castsi256_ps(v1_), 0x88)); \
-    __m256i hi_ = _mm256_castps_si256(                                            \
+    HI = _mm256_castps_si256(                                                    \
         _mm256_shuffle_ps(_mm256_castsi256_ps(v0_), _mm256_castsi256_ps(v1_), 0xdd)); \
-    __m256i nb_ = _mm256_and_si256(_mm256_srli_epi32(hi_, 16), mff);             \
-    if (TAIL) nb_ = _mm256_and_si256(nb_, live);                                 \
-    __m256i pn_ = prefix8(nb_);                                                  \
+    NB = _mm256_and_si256(_mm256_srli_epi32(HI, 16), mff);                      \
+    if (TAIL) NB = _mm256_and_si256(NB, live);                                   \
+    PN = prefix8(NB);                                                            \
+  } while (0)
+
+#define STEP_B(TAIL, J, LO, HI, NB, PN)                                          \
+  do {                                                                           \
+    __m256i nb_ = NB, pn_ = PN;                                                  \
     __m256i r0_ = _mm256_loadu_si256((const __m256i *)(mant + (pos >> 3)));      \
     __m256i off_ = _mm256_add_epi32(_mm256_set1_epi32((int)(pos & 7)), _mm256_sub_epi32(pn_, nb_)); \
     __m256i d_ = _mm256_srli_epi32(off_, 5), s_ = _mm256_and_si256(off_, m31);  \
@@ -201,23 +213,23 @@ CELL_AVX2 static inline __m256i prefix8(__m256i x) {
     __m256i w_ = _mm256_or_si256(_mm256_srlv_epi32(lw_, s_),                      \
                                  _mm256_sllv_epi32(hw_, _mm256_sub_epi32(m32, s_))); \
     __m256i bits_ = _mm256_and_si256(w_, _mm256_sub_epi32(_mm256_sllv_epi32(one, nb_), one)); \
-    __m256i g1_ = _mm256_add_epi32(_mm256_and_si256(lo_, m16),                   \
-                                   _mm256_add_epi32(_mm256_and_si256(bits_, _mm256_and_si256(hi_, m16)), one)); \
+    __m256i g1_ = _mm256_add_epi32(_mm256_and_si256(LO, m16),                    \
+                                   _mm256_add_epi32(_mm256_and_si256(bits_, _mm256_and_si256(HI, m16)), one)); \
     if (TAIL) g1_ = _mm256_and_si256(g1_, live);                                 \
-    __m256i cnt_ = _mm256_add_epi32(_mm256_srli_epi32(lo_, 16),                  \
-                                    _mm256_srlv_epi32(bits_, _mm256_srli_epi32(hi_, 24))); \
+    __m256i cnt_ = _mm256_add_epi32(_mm256_srli_epi32(LO, 16),                   \
+                                    _mm256_srlv_epi32(bits_, _mm256_srli_epi32(HI, 24))); \
     __m256i gene_ = _mm256_add_epi32(prefix8(g1_), prev);                        \
     badv = _mm256_or_si256(badv, _mm256_cmpgt_epi32(gene_, lim));               \
     prev = _mm256_permutevar8x32_epi32(gene_, seven);                           \
     pos += (uint32_t)_mm256_extract_epi32(pn_, 7);                               \
     if (TAIL) {                                                                  \
-      _mm256_maskstore_epi32(ix + j, live, gene_);                               \
-      if (f32) _mm256_maskstore_ps((float *)val + j, live, _mm256_cvtepi32_ps(cnt_)); \
-      else _mm256_maskstore_epi32((int *)val + j, live, cnt_);                   \
+      _mm256_maskstore_epi32(ix + (J), live, gene_);                             \
+      if (f32) _mm256_maskstore_ps((float *)val + (J), live, _mm256_cvtepi32_ps(cnt_)); \
+      else _mm256_maskstore_epi32((int *)val + (J), live, cnt_);                 \
     } else {                                                                     \
-      _mm256_storeu_si256((__m256i *)(ix + j), gene_);                           \
-      if (f32) _mm256_storeu_ps((float *)val + j, _mm256_cvtepi32_ps(cnt_));     \
-      else _mm256_storeu_si256((__m256i *)((int32_t *)val + j), cnt_);           \
+      _mm256_storeu_si256((__m256i *)(ix + (J)), gene_);                         \
+      if (f32) _mm256_storeu_ps((float *)val + (J), _mm256_cvtepi32_ps(cnt_));   \
+      else _mm256_storeu_si256((__m256i *)((int32_t *)val + (J)), cnt_);         \
     }                                                                            \
   } while (0)
 
@@ -231,11 +243,23 @@ CELL_AVX2 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *infs, const uint16_t *fl
   ** long before its sums could wrap (a step adds at most 8 * 2^16) */
   const __m256i lim = _mm256_set1_epi32((int)(n_genes - 1));
   __m256i prev = _mm256_set1_epi32(-1), badv = _mm256_setzero_si256(), live = badv;
+  __m256i lo, hi, nb, pn;
   uint64_t j = 0;
-  for (; j + 8 <= tot; j += 8) CELL_STEP(0);
+  if (tot >= 8) {
+    STEP_A(0, 0, lo, hi, nb, pn);
+    for (; j + 16 <= tot; j += 8) {
+      __m256i lo2, hi2, nb2, pn2;
+      STEP_A(0, j + 8, lo2, hi2, nb2, pn2);
+      STEP_B(0, j, lo, hi, nb, pn);
+      lo = lo2; hi = hi2; nb = nb2; pn = pn2;
+    }
+    STEP_B(0, j, lo, hi, nb, pn);
+    j += 8;
+  }
   if (j < tot) {
     live = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(tot - j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    CELL_STEP(1);
+    STEP_A(1, j, lo, hi, nb, pn);
+    STEP_B(1, j, lo, hi, nb, pn);
   }
   *bad = !_mm256_testz_si256(badv, badv);
   return pos;
