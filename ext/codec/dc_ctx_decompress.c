@@ -43,14 +43,21 @@ static inline uint64_t prof_ns(void) {
 ** portable decoder's (u32 freq | bias << 16 per slot, then a u8 symbol per slot:
 ** both halves are loads, not shifts and masks). */
 #define TAB_BYTES(vec) ((vec) ? 4u * DC_CTX_M : 5u * DC_CTX_M)
-/* A fast symbol as the portable stage 3 reads it: 32-bit fields that x86
-** can use as memory operands (gap + 1 = g1 + (bits & gmask), count = cbase +
-** (bits >> gb & cmask)). */
-typedef struct pinfo {
-  uint32_t g1, gmask, cbase;
-  uint16_t cmask;
-  uint8_t nb, gb;
-} pinfo;
+/* The fast symbols as the portable stage 3 reads them (gap + 1 = g1 + (bits
+** & gmask), count = cbase + (bits >> gb & cmask)), one array per field and
+** per cell-size bucket, entry b * 256 + symbol for rank bucket b: every
+** field is then one load at a constant offset from one base and the index
+** (32-bit fields are memory operands on x86; no scaling of a record index).
+** The u32 arrays lie PF_STRIDE apart (a cache line more than their size, so
+** one entry's fields fall in different cache sets); then nb and gb bytes. */
+#define PF_N      (DC_CTX_MAXRB * 256u)        /* entries per cell-size bucket */
+#define PF_STRIDE (PF_N + 16u)                 /* u32s from one field to the next */
+#define PF_GM     PF_STRIDE                    /* u32 offsets of the fields */
+#define PF_CB     (2 * PF_STRIDE)
+#define PF_CM     (3 * PF_STRIDE)
+#define PF_U32    (4 * PF_STRIDE)              /* u32s before the bytes */
+#define PF_GB     (PF_N + 64u)                 /* byte offset of gb from nb */
+#define PF_BYTES  (4u * PF_U32 + 2u * PF_GB)   /* one cell-size bucket */
 typedef struct ctx_state {
   uint8_t *key;                      /* the shared section the tables were built from */
   size_t key_len;
@@ -60,7 +67,7 @@ typedef struct ctx_state {
   uint16_t *nsym;                    /* per context: coded symbols, 0 = unused   */
   uint8_t *tab;                      /* n_ctx x TAB_BYTES(vec): the slot entries (dc_ctx.h) */
   dc_ctx_sinfo *inf;                        /* n_ctx x 256                              */
-  pinfo *pinf;                       /* n_ctx x 256, the portable stage 3's copy */
+  uint8_t *pinf;                     /* nq x PF_BYTES, the portable stage 3's copy */
   uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
   uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
                                         escape is checked per chunk: see stage 2) */
@@ -162,7 +169,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   why = "bad context counts";
   if (m->nrb != dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1) goto fail;
   free(s->nsym); free(s->tab); free(s->inf); free(s->has_slow); free(s->pinf);
-  s->pinf = vec ? NULL : calloc((size_t)m->n_ctx * 256, sizeof *s->pinf);
+  s->pinf = vec ? NULL : calloc(m->nq, PF_BYTES);
   s->has_slow = calloc(m->n_ctx, 1);
   s->nsym = calloc(m->n_ctx, sizeof *s->nsym);
   s->tab = malloc((size_t)m->n_ctx * TAB_BYTES(vec));
@@ -209,13 +216,15 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       set_info(&inf[i], (uint32_t)prev, i == n);
       if (!vec) {
         const dc_ctx_sinfo *e = &inf[i];
-        pinfo *pi = &s->pinf[(size_t)x * 256 + i];
-        pi->g1 = e->gbase + 1u;
-        pi->gmask = e->gmask;
-        pi->cbase = e->cbase;
-        pi->cmask = e->nb == DC_CTX_SLOW ? 0 : (uint16_t)((1u << (e->nb - e->gb)) - 1);
-        pi->nb = e->nb;
-        pi->gb = e->gb;
+        uint32_t *p32 = (uint32_t *)(void *)(s->pinf + (size_t)(x / m->nrb) * PF_BYTES);
+        uint8_t *p8 = (uint8_t *)(p32 + PF_U32);
+        uint32_t k = (x % m->nrb) * 256 + i;
+        p32[k] = e->gbase + 1u;
+        p32[PF_GM + k] = e->gmask;
+        p32[PF_CB + k] = e->cbase;
+        p32[PF_CM + k] = e->nb == DC_CTX_SLOW ? 0 : (1u << (e->nb - e->gb)) - 1;
+        p8[k] = e->nb;
+        p8[PF_GB + k] = e->gb;
       }
       s->has_slow[x] |= i < n && inf[i].nb == DC_CTX_SLOW;
     }
@@ -429,34 +438,35 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
 ** vi, vf, mant and F32.  Each function is its own (per output type), so
 ** that its few live values stay in registers.  Portable path only: the AVX2
 ** path places fast cells with dc_ctx_cell_avx2. */
-#define FAST_PAIRS(SRC, END, INF, F32)                                          \
+#define FAST_PAIRS(SRC, END, P32, P8, F32)                                      \
   {                                                                             \
     size_t n_ = (size_t)(END - SRC), j_ = 0;                                    \
     for (; j_ + 2 <= n_; j_ += 2) {                                             \
-      const pinfo *ea = (INF) + SRC[j_], *eb = (INF) + SRC[j_ + 1];             \
+      size_t ka = SRC[j_], kb = SRC[j_ + 1];                                    \
       uint64_t w;                                                               \
       memcpy(&w, mant + (pos >> 3), 8);                                         \
       w >>= (pos & 7);                                                          \
-      uint32_t wa = (uint32_t)w, wb = (uint32_t)(w >> ea->nb);                  \
-      pos += (uint32_t)ea->nb + eb->nb;                                         \
-      int64_t pa = prev + (uint32_t)((wa & ea->gmask) + ea->g1);                \
-      prev = pa + (uint32_t)((wb & eb->gmask) + eb->g1);                        \
+      uint32_t na = P8[ka];                                                     \
+      uint32_t wa = (uint32_t)w, wb = (uint32_t)(w >> na);                      \
+      pos += na + P8[kb];                                                       \
+      int64_t pa = prev + (uint32_t)((wa & P32[PF_GM + ka]) + P32[ka]);         \
+      prev = pa + (uint32_t)((wb & P32[PF_GM + kb]) + P32[kb]);                 \
       ix[j_] = (int32_t)pa;                                                     \
       ix[j_ + 1] = (int32_t)prev;                                               \
-      uint32_t ca = ((wa >> ea->gb) & ea->cmask) + ea->cbase;                   \
-      uint32_t cb = ((wb >> eb->gb) & eb->cmask) + eb->cbase;                   \
+      uint32_t ca = ((wa >> P8[PF_GB + ka]) & P32[PF_CM + ka]) + P32[PF_CB + ka]; \
+      uint32_t cb = ((wb >> P8[PF_GB + kb]) & P32[PF_CM + kb]) + P32[PF_CB + kb]; \
       if (F32) { vf[j_] = (float)ca; vf[j_ + 1] = (float)cb; }                  \
       else { vi[j_] = (int32_t)ca; vi[j_ + 1] = (int32_t)cb; }                  \
     }                                                                           \
     if (j_ < n_) {                                                              \
-      const pinfo *e = (INF) + SRC[j_];                                         \
+      size_t k = SRC[j_];                                                       \
       uint64_t w;                                                               \
       memcpy(&w, mant + (pos >> 3), 8);                                         \
       uint32_t wa = (uint32_t)(w >> (pos & 7));                                 \
-      pos += e->nb;                                                             \
-      prev += (uint32_t)((wa & e->gmask) + e->g1);                              \
+      pos += P8[k];                                                             \
+      prev += (uint32_t)((wa & P32[PF_GM + k]) + P32[k]);                       \
       ix[j_] = (int32_t)prev;                                                   \
-      uint32_t c1 = ((wa >> e->gb) & e->cmask) + e->cbase;                      \
+      uint32_t c1 = ((wa >> P8[PF_GB + k]) & P32[PF_CM + k]) + P32[PF_CB + k];  \
       if (F32) vf[j_] = (float)c1; else vi[j_] = (int32_t)c1;                   \
     }                                                                           \
     ix += n_; vi += n_; vf += n_;                                               \
@@ -466,12 +476,14 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
 /* A cell's gathered list [fl, end). */
 #define DEF_CELL_FAST(NAME, F32)                                                 \
   __attribute__((noinline)) static uint64_t NAME(                               \
-      const pinfo *inf, const uint16_t *fl, const uint16_t *end,                \
+      const uint8_t *pq, const uint16_t *fl, const uint16_t *end,               \
       const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
     float *vf = val;                                                            \
-    FAST_PAIRS(fl, end, inf, F32)                                               \
+    const uint32_t *p32 = (const uint32_t *)(const void *)pq;                   \
+    const uint8_t *p8 = (const uint8_t *)(p32 + PF_U32);                        \
+    FAST_PAIRS(fl, end, p32, p8, F32)                                           \
     *last = prev;                                                               \
     return pos;                                                                 \
   }
@@ -479,7 +491,7 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
 /* A cell of long segments, segment by segment (no gather). */
 #define DEF_SEGS_FAST(NAME, F32)                                                 \
   __attribute__((noinline)) static uint64_t NAME(                               \
-      const pinfo *infq, const uint8_t **cq, const uint32_t *bc,                \
+      const uint8_t *pq, const uint8_t **cq, const uint32_t *bc,                \
       uint32_t used, const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val) { \
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
@@ -488,8 +500,9 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
       uint32_t b = (uint32_t)__builtin_ctz(used);                               \
       const uint8_t *src = cq[b], *end = src + bc[b];                           \
       cq[b] = end;                                                              \
-      const pinfo *inf = infq + (size_t)b * 256;                                \
-      FAST_PAIRS(src, end, inf, F32)                                            \
+      const uint32_t *p32 = (const uint32_t *)(const void *)pq + (size_t)b * 256; \
+      const uint8_t *p8 = (const uint8_t *)((const uint32_t *)(const void *)pq + PF_U32) + (size_t)b * 256; \
+      FAST_PAIRS(src, end, p32, p8, F32)                                        \
     }                                                                           \
     *last = prev;                                                               \
     return pos;                                                                 \
@@ -551,7 +564,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       const uint8_t **cq = cur + (size_t)q * nrb;                               \
       const dc_ctx_sinfo *inf = s->inf + (size_t)q * nrb * 256;                        \
       /* the portable tables (none when the vector path built the tables) */    \
-      const pinfo *pinf = USE_VEC ? NULL : s->pinf + (size_t)q * nrb * 256;     \
+      const uint8_t *pinf = USE_VEC ? NULL : s->pinf + (size_t)q * PF_BYTES;    \
       int64_t prev = -1;                                                        \
       /* the mantissa copy has 10 bytes of zeros per nonzero of the largest   \
       ** cell after its end, so a cell that starts inside the section reads   \
