@@ -40,8 +40,9 @@ static inline uint64_t prof_ns(void) {
 
 
 /* Bytes of one context's slot table: the vector decoders' (dc_ctx.h), or the
-** portable decoder's (u32 freq | bias << 16 per slot, then a u8 symbol per slot:
-** both halves are loads, not shifts and masks). */
+** portable decoder's: the slots' u16 frequencies, then their u16 biases, then
+** their u8 symbols (each a load at a constant offset from the table and the
+** slot: no shifts and masks, no address arithmetic). */
 #define TAB_BYTES(vec) ((vec) ? 4u * DC_CTX_M : 5u * DC_CTX_M)
 /* The fast symbols as the portable stage 3 reads them (gap + 1 = g1 + (bits
 ** & gmask), count = cbase + (bits >> gb & cmask)), one array per field and
@@ -209,7 +210,8 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
         for (uint32_t j = 0; j < f; j++) ((uint32_t *)(void *)t)[start + j] = f | j << 12 | i << 24;
       else
         for (uint32_t j = 0; j < f; j++) {
-          ((uint32_t *)(void *)t)[start + j] = f | j << 16;
+          ((uint16_t *)(void *)t)[start + j] = (uint16_t)f;
+          ((uint16_t *)(void *)t)[DC_CTX_M + start + j] = (uint16_t)j;
           t[4 * DC_CTX_M + start + j] = (uint8_t)i;
         }
       start += f;
@@ -293,9 +295,10 @@ int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_
     if (vec) {               /* freq | bias << 12 | symbol << 24 */
       out[i] = (uint8_t)(e >> 24);
       xs = (e & 0xfff) * (xs >> DC_CTX_PREC) + ((e >> 12) & 0xfff);
-    } else {                 /* freq | bias << 16, and the symbols apart */
+    } else {                 /* u16 freqs, u16 biases, u8 symbols */
+      const uint16_t *t16 = tab;
       out[i] = sym[slot];
-      xs = (e & 0xffff) * (xs >> DC_CTX_PREC) + (e >> 16);
+      xs = t16[slot] * (xs >> DC_CTX_PREC) + t16[DC_CTX_M + slot];
     }
     if (xs < DC_CTX_L) {
       if (s->we[g] - w[g] < 2) return -1;
@@ -315,10 +318,9 @@ int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_
 ** the renormalisation word is read whatever the state and kept or masked. */
 #define SCALAR_STEP(X, L)                                                       \
   do {                                                                          \
-    uint32_t sl_ = X & (DC_CTX_M - 1);                                          \
-    const uint16_t *e_ = (const uint16_t *)(ftab + sl_);                        \
+    size_t sl_ = X & (DC_CTX_M - 1);                                            \
     o[L] = stab[sl_];                                                           \
-    uint32_t y_ = e_[0] * (X >> DC_CTX_PREC) + e_[1];                           \
+    uint32_t y_ = ftab[sl_] * (X >> DC_CTX_PREC) + ftab[DC_CTX_M + sl_];         \
     uint32_t w_ = dc_rd16(W), r_ = y_ < DC_CTX_L;                               \
     X = (y_ << (r_ << 4)) | (w_ & (0u - r_));                                   \
     W += 2 * r_;                                                                \
@@ -331,7 +333,7 @@ int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_
 ** at most 8 words per group); then R is worked out again from what is left.
 ** The scalar tail takes the last rounds, checking every read. */
 int dc_ctx_stream_scalar(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
-  const uint32_t *ftab = tab;
+  const uint16_t *ftab = tab;
   const uint8_t *stab = (const uint8_t *)tab + 4 * DC_CTX_M;
   uint32_t x[DC_CTX_LANES];
   dc_ctx_stream_start(s, n, x);
