@@ -852,18 +852,6 @@ static int fill_block(h5file *files, int nf, const uint64_t *first, const ocol *
   return 0;
 }
 
-static void bind_stat(sqlite3_stmt *s, int i, int kind, const dc_obs_stats *st, int max) {
-  if (!st->has_minmax) { sqlite3_bind_null(s, i); return; }
-  switch (kind) {
-    case CVK_REAL: sqlite3_bind_double(s, i, max ? st->max_f : st->min_f); break;
-    case CVK_TEXT:
-      sqlite3_bind_text64(s, i, max ? st->max_s : st->min_s, max ? st->max_len : st->min_len,
-                          SQLITE_TRANSIENT, SQLITE_UTF8);
-      break;
-    default: sqlite3_bind_int64(s, i, max ? st->max_i : st->min_i); break;
-  }
-}
-
 /* The converter's kinds are the obs library's (v.kind = c->kind below, and the seal values
 ** from cv_sealval_of_stat). */
 _Static_assert((int)CVK_CATEGORY == (int)DC_OBS_CATEGORY && (int)CVK_INT == (int)DC_OBS_INT &&
@@ -875,12 +863,11 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
   ocol *cols = NULL;
   int n = 0, rc = -1;
   colbuf tmp = {0}, out = {0};
-  uint8_t *blob = NULL;
   if (ocols_build(files, nf, 0, 1, nf > 1, reserved, &cols, &n, e)) return -1;
   uint64_t total = 0;
   for (int i = 0; i < n; i++) {
     ocol *c = &cols[i];
-    uint64_t nulls = 0, bytes = 0;
+    int64_t nulls = 0, bytes = 0;
     for (uint64_t b = 0; b * OBS_BLOCK < n_cells || (b == 0 && n_cells == 0); b++) {
       uint64_t c0 = b * OBS_BLOCK;
       size_t k = (size_t)(n_cells - c0 < OBS_BLOCK ? n_cells - c0 : OBS_BLOCK);
@@ -898,47 +885,7 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
       v.b8 = out.b8;
       v.text = out.text;
       v.text_len = out.text_len;
-      dc_obs_stats st;
-      memset(&st, 0, sizeof st);
-      dc_error de;
-      size_t len = 0;
-      memset(&de, 0, sizeof de);
-      if (dc_obs_encode(&v, 0, &blob, &len, &st, &de) != DC_OK) {
-        dc_obs_stats_clear(&st);
-        cv_fail(e, "obs column '%s', block %llu: %s", c->name, (unsigned long long)b, de.msg);
-        goto done;
-      }
-      sqlite3_stmt *s = dsw_block_stmt(w);
-      sqlite3_bind_int64(s, 1, ((int64_t)i << 32) + (int64_t)b);
-      sqlite3_bind_int64(s, 2, i);
-      sqlite3_bind_int64(s, 3, (int64_t)b);
-      sqlite3_bind_int64(s, 4, (int64_t)c0);
-      sqlite3_bind_int64(s, 5, (int64_t)k);
-      sqlite3_bind_int64(s, 6, st.null_count);
-      bind_stat(s, 7, c->kind, &st, 0);
-      bind_stat(s, 8, c->kind, &st, 1);
-      if (st.present) sqlite3_bind_blob64(s, 9, st.present, st.present_len, SQLITE_TRANSIENT);
-      else sqlite3_bind_null(s, 9);
-      sqlite3_bind_blob64(s, 10, blob, len, SQLITE_STATIC);
-      dc_blockplace pl = {"cells", i, c->name, c->kind, c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1,
-                          (int64_t)b, (int64_t)c0, (int64_t)k, (int64_t)st.null_count};
-      dc_sealval mn = cv_sealval_of_stat(c->kind, &st, 0), mx = cv_sealval_of_stat(c->kind, &st, 1), pr;
-      memset(&pr, 0, sizeof pr);
-      if (st.present) { pr.type = DC_SV_BLOB; pr.p = st.present; pr.n = st.present_len; }
-      int64_t seal = 0;
-      if (dc_seal_block(w->dataset_id, &pl, &mn, &mx, &pr, len, blob, &seal)) {
-        dc_obs_stats_clear(&st);
-        cv_fail(e, "out of memory");
-        goto done;
-      }
-      sqlite3_bind_int64(s, 11, seal);
-      int r = dsw_block_step(w, e);
-      nulls += st.null_count;
-      bytes += len + st.present_len;
-      dc_obs_stats_clear(&st);
-      free(blob);
-      blob = NULL;
-      if (r) goto done;
+      if (dsw_obs_block(w, i, c->name, (int64_t)b, (int64_t)c0, &v, &nulls, &bytes, e)) goto done;
       prog_cols(pg, i, n, c0 + k, n_cells);
     }
     dc_blockplace pl = {"cells", i, c->name, c->kind, c->kind == CVK_CATEGORY ? (int64_t)c->n_labels : -1, 0, 0, 0, 0};
@@ -960,7 +907,6 @@ static int write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_ce
   *obs_bytes = total;
   rc = 0;
 done:
-  free(blob);
   colbuf_free(&tmp);
   colbuf_free(&out);
   ocols_free(cols, n, nf);
