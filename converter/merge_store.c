@@ -57,6 +57,7 @@ sqlite3_stmt *cv_prep(sqlite3 *db, cv_err *e, const char *fmt, ...) {
 }
 
 
+/* ------------------------------------------------------------ dataset meta */
 static int meta_get(sqlite3 *db, const char *schema, const char *key, sqlite3_stmt **out, cv_err *e) {
   sqlite3_stmt *st = cv_prep(db, e, "SELECT value FROM \"%w\".dc_meta WHERE key = %Q", schema, key);
   if (!st) return -1;
@@ -119,7 +120,6 @@ int cv_read_meta(sqlite3 *db, const char *schema, const char *path, dsinfo *m, c
 }
 
 /* ------------------------------------------------------------ column values */
-
 void cv_vals_free(vals *v) {
   if (v->text) for (uint64_t i = 0; i < v->n; i++) free(v->text[i]);
   free(v->codes); free(v->i64); free(v->valid); free(v->f64); free(v->b8); free(v->text); free(v->tlen);
@@ -284,6 +284,7 @@ int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv
   return 0;
 }
 
+/* ------------------------------------------------------------ seals */
 /* cv_reseal_tile(old_tile, old_first, new_tile, new_first, n_cells, nnz, chunks, data, checksum):
 ** checks the row's seal under the old dataset id and returns its seal at its new place. */
 void cv_fn_reseal_tile(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -414,6 +415,7 @@ int cv_write_column_row(sqlite3 *db, uint64_t id, int64_t col, const char *name,
 }
 
 
+/* ------------------------------------------------------------ obs columns of a dataset */
 void cv_dcols_free(dcol *c, int n) {
   for (int i = 0; i < n; i++) {
     free(c[i].name);
@@ -465,6 +467,7 @@ int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, 
 
 const char *cv_obs_kind_label(int k) { return dc_obs_kind_name(k) ? dc_obs_kind_name(k) : "?"; }
 
+/* ------------------------------------------------------------ writing to main */
 /* A writer (dataset.h) over main of an open connection, for its insert helpers. */
 int dsw_over(dsw *w, sqlite3 *db, uint64_t id, cv_err *e) {
   memset(w, 0, sizeof *w);
