@@ -28,7 +28,7 @@ typedef struct cv_opts {
   int genes_intersect;  /* store only the genes every input has (else the union) */
   double min_overlap;   /* warn when an input shares less than this fraction of its genes; 0 = 0.5 */
   int force, quiet;
-  /* append (converter/merge.c): these names get gene ids 0 .. n_fixed_genes-1 in this
+  /* append (converter/merge_cmd.c): these names get gene ids 0 .. n_fixed_genes-1 in this
   ** order (the k-th repeat of a name is the k-th gene of an input with that name), even
   ** where no input has them; the inputs' other genes follow by decreasing counts */
   const char *const *fixed_genes;

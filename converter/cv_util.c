@@ -229,3 +229,13 @@ void cv_list_names(char *buf, size_t cap, const char *const *names, int n) {
     at += (size_t)k;
   }
 }
+
+void cv_json_print(FILE *o, const char *s) {
+  fputc('"', o);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(o, "\\%c", *p);
+    else if (*p < 0x20) fprintf(o, "\\u%04x", *p);
+    else fputc(*p, o);
+  }
+  fputc('"', o);
+}

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct cv_err {
   char msg[2048];
@@ -87,5 +88,8 @@ int cv_utf8_valid(const char *s, size_t n);
 const char *cv_closest(const char *name, const char *const *cands, int n);
 /* 'a', 'b', 'c' into buf (cut with "... (N in all)" when it does not fit). */
 void cv_list_names(char *buf, size_t cap, const char *const *names, int n);
+
+/* s (NULL: "") as a JSON string, quoted and escaped, to o. */
+void cv_json_print(FILE *o, const char *s);
 
 #endif

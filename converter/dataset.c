@@ -363,8 +363,54 @@ int dsw_dict(dsw *w, int64_t col, int64_t code, const char *value, size_t len, c
   return step(w, s, "writing cells_dict", e);
 }
 
-sqlite3_stmt *dsw_block_stmt(dsw *w) { return w->ins_block; }
-int dsw_block_step(dsw *w, cv_err *e) { return step(w, w->ins_block, "writing cells_blocks", e); }
+static void bind_stat(sqlite3_stmt *s, int i, int kind, const dc_obs_stats *st, int max) {
+  if (!st->has_minmax) { sqlite3_bind_null(s, i); return; }
+  if (kind == DC_OBS_REAL) sqlite3_bind_double(s, i, max ? st->max_f : st->min_f);
+  else if (kind == DC_OBS_TEXT)
+    sqlite3_bind_text64(s, i, max ? st->max_s : st->min_s, max ? st->max_len : st->min_len, SQLITE_TRANSIENT,
+                        SQLITE_UTF8);
+  else sqlite3_bind_int64(s, i, max ? st->max_i : st->min_i);
+}
+
+int dsw_obs_block(dsw *w, int64_t col, const char *name, int64_t b, int64_t first, const dc_obs_values *v,
+                  int64_t *nulls, int64_t *bytes, cv_err *e) {
+  dc_obs_stats st;
+  memset(&st, 0, sizeof st);
+  dc_error de;
+  memset(&de, 0, sizeof de);
+  uint8_t *blob = NULL;
+  size_t len = 0;
+  if (dc_obs_encode(v, 0, &blob, &len, &st, &de) != DC_OK) {
+    dc_obs_stats_clear(&st);
+    return cv_fail(e, "obs column '%s', block %lld: %s", name, (long long)b, de.msg);
+  }
+  sqlite3_stmt *s = w->ins_block;
+  sqlite3_bind_int64(s, 1, (col << 32) + b);
+  sqlite3_bind_int64(s, 2, col);
+  sqlite3_bind_int64(s, 3, b);
+  sqlite3_bind_int64(s, 4, first);
+  sqlite3_bind_int64(s, 5, v->n);
+  sqlite3_bind_int64(s, 6, st.null_count);
+  bind_stat(s, 7, v->kind, &st, 0);
+  bind_stat(s, 8, v->kind, &st, 1);
+  if (st.present) sqlite3_bind_blob64(s, 9, st.present, st.present_len, SQLITE_TRANSIENT);
+  else sqlite3_bind_null(s, 9);
+  sqlite3_bind_blob64(s, 10, blob, len, SQLITE_STATIC);
+  dc_blockplace pl = {"cells", col, name, v->kind, v->kind == DC_OBS_CATEGORY ? (int64_t)v->n_categories : -1,
+                      b, first, v->n, st.null_count};
+  dc_sealval mn = cv_sealval_of_stat(v->kind, &st, 0), mx = cv_sealval_of_stat(v->kind, &st, 1), pr;
+  memset(&pr, 0, sizeof pr);
+  if (st.present) { pr.type = DC_SV_BLOB; pr.p = st.present; pr.n = st.present_len; }
+  int64_t seal = 0;
+  int rc = dc_seal_block(w->dataset_id, &pl, &mn, &mx, &pr, len, blob, &seal) ? cv_fail(e, "out of memory") : 0;
+  sqlite3_bind_int64(s, 11, seal);
+  if (!rc) rc = step(w, s, "writing cells_blocks", e);
+  if (nulls) *nulls += (int64_t)st.null_count;
+  if (bytes) *bytes += (int64_t)(len + st.present_len);
+  dc_obs_stats_clear(&st);
+  free(blob);
+  return rc;
+}
 
 static int fsync_path(const char *path, int dir) {
   int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);

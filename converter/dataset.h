@@ -33,9 +33,9 @@ int dsw_remove_stale(const char *out_path);
 /* Creates the temporary database beside out_path (first removing stale ones
 ** of earlier killed writers, dsw_remove_stale), holds an flock() on it until
 ** dsw_finish/dsw_abort, begins the transaction
-** and writes dc_meta.dataset_id: *dataset_id, or a fresh random one when NULL.  dsw_tile and
-** dsw_genes_column seal their rows; cells_blocks rows (dsw_block_stmt) and
-** dsw_column take seals the caller computes with dc_seal.h. */
+** and writes dc_meta.dataset_id: *dataset_id, or a fresh random one when NULL.  dsw_tile,
+** dsw_genes_column and dsw_obs_block seal their rows; dsw_column takes the
+** dictionary's seal, which the caller computes with dc_seal.h. */
 int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e);
 int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e);
 int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
@@ -50,8 +50,12 @@ int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values 
 int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
                int64_t null_count, int64_t bytes, int64_t dict_seal, cv_err *e);
 int dsw_dict(dsw *w, int64_t col, int64_t code, const char *value, size_t len, cv_err *e);
-sqlite3_stmt *dsw_block_stmt(dsw *w);  /* caller binds 1..11 then dsw_block_step */
-int dsw_block_step(dsw *w, cv_err *e);
+/* Block b of obs column col (cells_blocks): the values v of cells first .. first + v->n - 1,
+** encoded, with their statistics and seal (n_categories: v->n_categories for a category).
+** Adds the block's null count to *nulls and its stored bytes (data + present) to *bytes
+** (either may be NULL). */
+int dsw_obs_block(dsw *w, int64_t col, const char *name, int64_t b, int64_t first, const dc_obs_values *v,
+                  int64_t *nulls, int64_t *bytes, cv_err *e);
 /* Declares the virtual tables, commits, closes, syncs and renames to out_path.
 ** force: replace an existing out_path (else fail if it exists). */
 int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e);

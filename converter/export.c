@@ -1,8 +1,9 @@
 /*
-** export.c — `deltacells export`: a dataset (or the cells an SQL expression
+** export.c — `deltacells export` (the driver, and X): a dataset (or the cells an SQL expression
 ** selects, the genes a file lists, the obs columns named) written as an h5ad
 ** file in anndata's on-disk format (encoding 0.1.0/0.2.0, as anndata 0.8
-** writes it); and `deltacells genes`.
+** writes it).  The obs and var frames are export_frames.c's, the genes table
+** export_genes.c's, the HDF5 elements export_h5.c's.
 **
 ** X is written as a CSR group (data, indices, indptr; encoding-type
 ** csr_matrix) with the genes in the input's original order (genes.orig_index,
@@ -34,971 +35,9 @@
 #include "dc_format.h"
 #include "dc_seal.h"
 
-#define EX_OBS_ROWS 16384u
-#define EX_CHUNK ((hsize_t)1 << 16) /* elements per HDF5 chunk of X's data/indices */
+#include "export_int.h"
+
 #define EX_CONV ((uint64_t)1 << 16)  /* X values converted per write */
-
-/* The extension, compiled into the converter with -DSQLITE_CORE. */
-int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
-
-/* ------------------------------------------------------------ at conversion */
-static const char *dtype_of(hid_t t) {
-  if (t < 0) return NULL;
-  H5T_class_t c = H5Tget_class(t);
-  size_t sz = H5Tget_size(t);
-  if (c == H5T_FLOAT) return sz == 4 ? "float32" : sz == 8 ? "float64" : sz == 2 ? "float16" : NULL;
-  if (c != H5T_INTEGER) return NULL;
-  int s = H5Tget_sign(t) == H5T_SGN_2;
-  switch (sz) {
-    case 1: return s ? "int8" : "uint8";
-    case 2: return s ? "int16" : "uint16";
-    case 4: return s ? "int32" : "uint32";
-    case 8: return s ? "int64" : "uint64";
-    default: return NULL;
-  }
-}
-
-/* The dtype that holds every input's values: equal dtypes stay; integers of one
-** signedness take the widest; mixed signedness int64; any float: float32 if every
-** input is float32 (or float16), else float64. */
-static const char *dtype_unite(const char *a, const char *b) {
-  if (!a || !b) return NULL;
-  if (!strcmp(a, b)) return a;
-  int fa = a[0] == 'f', fb = b[0] == 'f';
-  if (fa || fb) {
-    if (fa && fb && strcmp(a, "float64") && strcmp(b, "float64")) return "float32";
-    return "float64";
-  }
-  int ua = a[0] == 'u', ub = b[0] == 'u';
-  int wa = atoi(a + (ua ? 4 : 3)), wb = atoi(b + (ub ? 4 : 3));
-  if (ua == ub) return wa >= wb ? a : b;
-  return "int64";
-}
-
-int cv_meta_export(dsw *w, h5file *files, int nf, cv_err *e) {
-  const char *dt = NULL;
-  for (int f = 0; f < nf; f++) {
-    hid_t t = files[f].data >= 0 ? H5Dget_type(files[f].data) : -1;
-    const char *d = dtype_of(t);
-    if (t >= 0) H5Tclose(t);
-    dt = f == 0 ? d : dtype_unite(dt, d);
-    if (!dt) break;
-  }
-  if (dsw_meta_text(w, "gene_order", "union", e)) return -1;
-  return dt ? dsw_meta_text(w, "x_dtype", dt, e) : 0;
-}
-
-/* ------------------------------------------------------------ reading the dataset */
-static int ex_open(const char *path, sqlite3 **db, int64_t *version, cv_err *e) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return cv_fail(e, "%s: cannot open: %s", path, strerror(errno));
-  unsigned char hdr[16];
-  size_t n = fread(hdr, 1, 16, fp);
-  fclose(fp);
-  if (n < 16 || memcmp(hdr, "SQLite format 3", 16) != 0)
-    return cv_fail(e, "%s: not a deltacells dataset (not an SQLite database)", path);
-  if (sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-    int r = cv_fail(e, "%s: %s", path, sqlite3_errmsg(*db));
-    sqlite3_close(*db);
-    *db = NULL;
-    return r;
-  }
-  sqlite3_stmt *s = NULL;
-  int ok = sqlite3_prepare_v2(*db, "SELECT value FROM dc_meta WHERE key='format_version'", -1, &s, NULL) == SQLITE_OK &&
-           sqlite3_step(s) == SQLITE_ROW;
-  int64_t v = ok ? sqlite3_column_int64(s, 0) : 0;
-  sqlite3_finalize(s);
-  if (!ok || v < DC_FORMAT_MIN || v > DC_FORMAT_VERSION) {
-    int r = ok ? cv_fail(e, "%s: the dataset has format_version %lld; this build reads versions %d..%d", path,
-                         (long long)v, DC_FORMAT_MIN, DC_FORMAT_VERSION)
-               : cv_fail(e, "%s: not a deltacells dataset (no dc_meta format_version)", path);
-    sqlite3_close(*db);
-    *db = NULL;
-    return r;
-  }
-  char *msg = NULL;
-  if (sqlite3_deltacells_init(*db, &msg, NULL) != SQLITE_OK) {
-    int r = cv_fail(e, "%s: loading the extension: %s", path, msg ? msg : "failed");
-    sqlite3_free(msg);
-    sqlite3_close(*db);
-    *db = NULL;
-    return r;
-  }
-  sqlite3_free(msg);
-  sqlite3_exec(*db, "PRAGMA cache_size=-1024", NULL, NULL, NULL); /* 1 MiB: tiles are read through blobs, once */
-  *version = v;
-  return 0;
-}
-
-static char *ex_meta(sqlite3 *db, const char *key) {
-  sqlite3_stmt *s = NULL;
-  char *v = NULL;
-  if (sqlite3_prepare_v2(db, "SELECT CAST(value AS TEXT) FROM dc_meta WHERE key=?", -1, &s, NULL) == SQLITE_OK) {
-    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
-    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0)) v = strdup((const char *)sqlite3_column_text(s, 0));
-  }
-  sqlite3_finalize(s);
-  return v;
-}
-
-static int64_t ex_meta_int(sqlite3 *db, const char *key, int64_t dflt) {
-  char *v = ex_meta(db, key);
-  int64_t x = v ? strtoll(v, NULL, 10) : dflt;
-  free(v);
-  return x;
-}
-
-/* The genes table in memory, by gene_id: every column as SQLite returns it. */
-enum { GK_INT = 1, GK_REAL, GK_TEXT };
-typedef struct gcolumn {
-  char *name;
-  int kind;          /* GK_*: the widest kind of its values */
-  int64_t *i;
-  double *f;
-  char **t;
-  uint8_t *null;
-  int64_t n_null;
-} gcolumn;
-
-typedef struct gtable {
-  int64_t n;
-  int n_cols;
-  gcolumn *cols;
-  int c_name, c_total, c_ncells, c_orig;  /* column numbers, or -1 */
-  int64_t *orig;     /* gene_id -> original position (orig_index, or gene_id) */
-  int has_orig;
-} gtable;
-
-static void gtable_free(gtable *g) {
-  for (int c = 0; c < g->n_cols; c++) {
-    gcolumn *k = &g->cols[c];
-    if (k->t) for (int64_t i = 0; i < g->n; i++) free(k->t[i]);
-    free(k->name); free(k->i); free(k->f); free(k->t); free(k->null);
-  }
-  free(g->cols);
-  free(g->orig);
-  memset(g, 0, sizeof *g);
-}
-
-static int gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e) {
-  memset(g, 0, sizeof *g);
-  g->c_name = g->c_total = g->c_ncells = g->c_orig = -1;
-  sqlite3_stmt *s = NULL;
-  int rc = -1;
-  g->n = 0;
-  {
-    sqlite3_stmt *c = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM genes", -1, &c, NULL) != SQLITE_OK || sqlite3_step(c) != SQLITE_ROW) {
-      cv_fail(e, "%s: the genes table: %s", path, sqlite3_errmsg(db));
-      sqlite3_finalize(c);
-      return -1;
-    }
-    g->n = sqlite3_column_int64(c, 0);
-    sqlite3_finalize(c);
-  }
-  if (sqlite3_prepare_v2(db, "SELECT * FROM genes ORDER BY gene_id", -1, &s, NULL) != SQLITE_OK)
-    return cv_fail(e, "%s: the genes table: %s", path, sqlite3_errmsg(db));
-  g->n_cols = sqlite3_column_count(s);
-  g->cols = calloc((size_t)g->n_cols, sizeof *g->cols);
-  if (!g->cols) { cv_fail(e, "out of memory"); goto done; }
-  size_t n = (size_t)g->n + 1;
-  for (int c = 0; c < g->n_cols; c++) {
-    gcolumn *k = &g->cols[c];
-    k->name = strdup(sqlite3_column_name(s, c));
-    /* the kind the table declares (SQLite converts a value of another type to it) */
-    const char *dt = sqlite3_column_decltype(s, c);
-    k->kind = dt && !strcasecmp(dt, "INTEGER") ? GK_INT : dt && !strcasecmp(dt, "REAL") ? GK_REAL : GK_TEXT;
-    if (k->kind == GK_INT) k->i = calloc(n, sizeof *k->i);
-    else if (k->kind == GK_REAL) k->f = calloc(n, sizeof *k->f);
-    else k->t = calloc(n, sizeof *k->t);
-    k->null = calloc(n, 1);
-    if (!k->name || !(k->i || k->f || k->t) || !k->null) { cv_fail(e, "out of memory"); goto done; }
-    if (!strcmp(k->name, "name")) g->c_name = c;
-    else if (!strcmp(k->name, "total_counts")) g->c_total = c;
-    else if (!strcmp(k->name, "n_cells")) g->c_ncells = c;
-    else if (!strcmp(k->name, "orig_index")) g->c_orig = c;
-  }
-  int64_t row = 0;
-  int r;
-  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    if (row >= g->n) { cv_fail(e, "%s: the genes table changed while it was read", path); goto done; }
-    for (int c = 0; c < g->n_cols; c++) {
-      gcolumn *k = &g->cols[c];
-      if (sqlite3_column_type(s, c) == SQLITE_NULL) {
-        k->null[row] = 1;
-        k->n_null++;
-      } else if (k->kind == GK_INT) {
-        k->i[row] = sqlite3_column_int64(s, c);
-      } else if (k->kind == GK_REAL) {
-        k->f[row] = sqlite3_column_double(s, c);
-      } else {
-        const char *t = (const char *)sqlite3_column_text(s, c);
-        k->t[row] = strdup(t ? t : "");
-        if (!k->t[row]) { cv_fail(e, "out of memory"); goto done; }
-      }
-    }
-    row++;
-  }
-  if (r != SQLITE_DONE) { cv_fail(e, "%s: the genes table: %s", path, sqlite3_errmsg(db)); goto done; }
-  if (row != g->n) { cv_fail(e, "%s: the genes table changed while it was read", path); goto done; }
-  if (g->c_name < 0) { cv_fail(e, "%s: the genes table has no name column", path); goto done; }
-  if (g->cols[g->c_name].kind != GK_TEXT || (g->c_total >= 0 && g->cols[g->c_total].kind != GK_INT) ||
-      (g->c_ncells >= 0 && g->cols[g->c_ncells].kind != GK_INT) || (g->c_orig >= 0 && g->cols[g->c_orig].kind != GK_INT)) {
-    cv_fail(e, "%s: the genes table's name, total_counts, n_cells or orig_index column has an unexpected type", path);
-    goto done;
-  }
-  g->orig = malloc(n * sizeof *g->orig);
-  if (!g->orig) { cv_fail(e, "out of memory"); goto done; }
-  char *go = ex_meta(db, "gene_order");
-  g->has_orig = go && g->c_orig >= 0;
-  free(go);
-  for (int64_t i = 0; i < g->n; i++) g->orig[i] = g->has_orig ? g->cols[g->c_orig].i[i] : i;
-  if (g->has_orig) { /* a permutation of 0..n-1, or it cannot order anything */
-    uint8_t *seen = calloc(n, 1);
-    if (!seen) { cv_fail(e, "out of memory"); goto done; }
-    for (int64_t i = 0; i < g->n; i++) {
-      int64_t o = g->orig[i];
-      if (g->cols[g->c_orig].null[i] || o < 0 || o >= g->n || seen[o]) {
-        free(seen);
-        cv_fail(e, "%s: genes.orig_index is not a permutation of 0..%lld (gene_id %lld)", path, (long long)g->n - 1,
-                (long long)i);
-        goto done;
-      }
-      seen[o] = 1;
-    }
-    free(seen);
-  }
-  rc = 0;
-done:
-  sqlite3_finalize(s);
-  if (rc) gtable_free(g);
-  return rc;
-}
-
-static const gtable *ord_ctx;
-static int cmp_orig(const void *a, const void *b) {
-  int64_t x = ord_ctx->orig[*(const int64_t *)a], y = ord_ctx->orig[*(const int64_t *)b];
-  return x < y ? -1 : x > y;
-}
-
-/* gene ids in the input's original order (gene_id order when not recorded) */
-static int64_t *genes_in_original_order(const gtable *g) {
-  int64_t *ids = malloc(((size_t)g->n + 1) * sizeof *ids);
-  if (!ids) return NULL;
-  for (int64_t i = 0; i < g->n; i++) ids[i] = i;
-  ord_ctx = g;
-  qsort(ids, (size_t)g->n, sizeof *ids, cmp_orig);
-  return ids;
-}
-
-static void json_esc(FILE *o, const char *s) {
-  fputc('"', o);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(o, "\\%c", *p);
-    else if (*p < 0x20) fprintf(o, "\\u%04x", *p);
-    else fputc(*p, o);
-  }
-  fputc('"', o);
-}
-
-/* ------------------------------------------------------------ genes command */
-int cv_genes(const char *path, int json, int original, cv_err *e) {
-  sqlite3 *db = NULL;
-  int64_t version = 0;
-  gtable g;
-  if (ex_open(path, &db, &version, e)) return -1;
-  if (gtable_load(db, path, &g, e)) { sqlite3_close(db); return -1; }
-  int64_t *ids = original ? genes_in_original_order(&g) : NULL;
-  if (original && !ids) { gtable_free(&g); sqlite3_close(db); return cv_fail(e, "out of memory"); }
-  const gcolumn *nm = &g.cols[g.c_name];
-  const gcolumn *tot = g.c_total >= 0 ? &g.cols[g.c_total] : NULL, *nc = g.c_ncells >= 0 ? &g.cols[g.c_ncells] : NULL;
-  if (json) {
-    printf("{\"path\":");
-    json_esc(stdout, path);
-    printf(",\"n_genes\":%lld,\"original_order\":\"%s\",\"order\":\"%s\",\"genes\":[", (long long)g.n,
-           g.has_orig ? "recorded" : "not recorded (stored order)", original ? "original" : "stored");
-    for (int64_t r = 0; r < g.n; r++) {
-      int64_t i = ids ? ids[r] : r;
-      printf("%s{\"gene_id\":%lld,\"orig_index\":%lld,\"name\":", r ? "," : "", (long long)i, (long long)g.orig[i]);
-      json_esc(stdout, nm->t[i]);
-      printf(",\"total_counts\":%lld,\"n_cells\":%lld}", tot ? (long long)tot->i[i] : -1LL, nc ? (long long)nc->i[i] : -1LL);
-    }
-    printf("]}\n");
-  } else {
-    if (!g.has_orig)
-      printf("# %s records no original gene order (written before it was stored): orig_index = gene_id\n", path);
-    printf("gene_id\torig_index\tname\ttotal_counts\tn_cells\n");
-    for (int64_t r = 0; r < g.n; r++) {
-      int64_t i = ids ? ids[r] : r;
-      printf("%lld\t%lld\t%s\t%lld\t%lld\n", (long long)i, (long long)g.orig[i], nm->t[i] ? nm->t[i] : "",
-             tot ? (long long)tot->i[i] : -1LL, nc ? (long long)nc->i[i] : -1LL);
-    }
-  }
-  int rc = fflush(stdout) == 0 ? 0 : cv_fail(e, "writing the list: %s", strerror(errno));
-  free(ids);
-  gtable_free(&g);
-  sqlite3_close(db);
-  return rc;
-}
-
-/* ------------------------------------------------------------ HDF5 writing */
-static hid_t vlstr(void) {
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, H5T_VARIABLE);
-  H5Tset_cset(t, H5T_CSET_UTF8);
-  return t;
-}
-
-/* numpy's bool as h5py writes it: an int8 enum FALSE/TRUE */
-static hid_t booltype(void) {
-  hid_t t = H5Tenum_create(H5T_NATIVE_INT8);
-  int8_t v = 0;
-  H5Tenum_insert(t, "FALSE", &v);
-  v = 1;
-  H5Tenum_insert(t, "TRUE", &v);
-  return t;
-}
-
-static int attr_str(hid_t o, const char *name, const char *v) {
-  hid_t t = vlstr(), sp = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-  int r = a < 0 || H5Awrite(a, t, &v) < 0 ? -1 : 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(sp);
-  H5Tclose(t);
-  return r;
-}
-
-static int attr_strs(hid_t o, const char *name, const char *const *v, size_t n) {
-  hsize_t d = n;
-  hid_t t = n ? vlstr() : H5Tcopy(H5T_NATIVE_DOUBLE), sp = H5Screate_simple(1, &d, NULL);
-  hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-  int r = a < 0 || (n && H5Awrite(a, t, v) < 0) ? -1 : 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(sp);
-  H5Tclose(t);
-  return r;
-}
-
-static int attr_i64s(hid_t o, const char *name, const int64_t *v, size_t n) {
-  hsize_t d = n;
-  hid_t sp = H5Screate_simple(1, &d, NULL);
-  hid_t a = H5Acreate2(o, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-  int r = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, v) < 0 ? -1 : 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(sp);
-  return r;
-}
-
-static int attr_bool(hid_t o, const char *name, int v) {
-  hid_t t = booltype(), sp = H5Screate(H5S_SCALAR);
-  int8_t b = (int8_t)(v != 0);
-  hid_t a = H5Acreate2(o, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-  int r = a < 0 || H5Awrite(a, t, &b) < 0 ? -1 : 0;
-  if (a >= 0) H5Aclose(a);
-  H5Sclose(sp);
-  H5Tclose(t);
-  return r;
-}
-
-static int enc(hid_t o, const char *type, const char *version) {
-  return attr_str(o, "encoding-type", type) || attr_str(o, "encoding-version", version) ? -1 : 0;
-}
-
-static hid_t group(hid_t loc, const char *name, const char *type, const char *version) {
-  hid_t g = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (g >= 0 && type && enc(g, type, version)) {
-    H5Gclose(g);
-    return -1;
-  }
-  return g;
-}
-
-/* A 1-D dataset of n elements of file type ft (chunked and extendible when ext). */
-static hid_t dset(hid_t loc, const char *name, hid_t ft, hsize_t n, int ext, const char *type, const char *version) {
-  hsize_t mx = H5S_UNLIMITED, ch = EX_CHUNK;
-  hid_t sp = H5Screate_simple(1, &n, ext ? &mx : NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
-  if (ext) H5Pset_chunk(pl, 1, &ch);
-  if (H5Tget_class(ft) != H5T_STRING) H5Pset_fill_time(pl, H5D_FILL_TIME_NEVER); /* all written: no zero-fill */
-  hid_t d = H5Dcreate2(loc, name, ft, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
-  H5Pclose(pl);
-  H5Sclose(sp);
-  if (d >= 0 && type && enc(d, type, version)) {
-    H5Dclose(d);
-    return -1;
-  }
-  return d;
-}
-
-/* Writes n elements (memory type mt) at [off, off + n); extends first when ext. */
-static int dset_put(hid_t d, hid_t mt, const void *buf, hsize_t off, hsize_t n, int ext) {
-  if (n == 0) return 0;
-  if (ext) {
-    hsize_t size = off + n;
-    if (H5Dset_extent(d, &size) < 0) return -1;
-  }
-  hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &n, NULL), xp = H5Pcreate(H5P_DATASET_XFER);
-  /* a conversion buffer sized to the write: HDF5's default (1 MiB, zeroed) on every small
-  ** write of strings was a third of a small export's time */
-  size_t tb = (size_t)n * 16 < ((size_t)1 << 20) ? (size_t)n * 16 : ((size_t)1 << 20);
-  H5Pset_buffer(xp, tb < 4096 ? 4096 : tb, NULL, NULL);
-  int r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, &off, NULL, &n, NULL) < 0 ||
-          H5Dwrite(d, mt, ms, fs, xp, buf) < 0 ? -1 : 0;
-  H5Pclose(xp);
-  H5Sclose(ms);
-  H5Sclose(fs);
-  return r;
-}
-
-/* X's output dtypes: numpy's name, file type, memory type, bytes */
-static const char *const dtypes[] = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                                     "float32", "float64", NULL};
-static int dtype_index(const char *name) {
-  for (int i = 0; name && dtypes[i]; i++)
-    if (!strcmp(dtypes[i], name)) return i;
-  return -1;
-}
-static hid_t dtype_file(int i) {
-  hid_t t[] = {H5T_STD_I8LE, H5T_STD_I16LE, H5T_STD_I32LE, H5T_STD_I64LE, H5T_STD_U8LE, H5T_STD_U16LE,
-               H5T_STD_U32LE, H5T_STD_U64LE, H5T_IEEE_F32LE, H5T_IEEE_F64LE};
-  return t[i];
-}
-static hid_t dtype_mem(int i) {
-  hid_t t[] = {H5T_NATIVE_INT8, H5T_NATIVE_INT16, H5T_NATIVE_INT32, H5T_NATIVE_INT64, H5T_NATIVE_UINT8,
-               H5T_NATIVE_UINT16, H5T_NATIVE_UINT32, H5T_NATIVE_UINT64, H5T_NATIVE_FLOAT, H5T_NATIVE_DOUBLE};
-  return t[i];
-}
-
-/* A column of strings of n rows, all at once (var). */
-static int put_strings(hid_t loc, const char *name, const char *const *v, hsize_t n) {
-  hid_t t = vlstr();
-  hid_t d = dset(loc, name, t, n, 0, "string-array", "0.2.0");
-  int r = d < 0 || dset_put(d, t, v, 0, n, 0) ? -1 : 0;
-  if (d >= 0) H5Dclose(d);
-  H5Tclose(t);
-  return r;
-}
-
-/* ------------------------------------------------------------ export: genes */
-typedef struct xgenes {
-  int64_t n_out;
-  int64_t *ids;      /* output column -> gene_id */
-  int32_t *col;      /* gene_id -> output column, or -1 */
-} xgenes;
-
-/* --genes FILE: names in file order; a name listed twice takes its next
-** occurrence in the dataset (duplicate names stay apart). */
-static int genes_from_file(const gtable *g, const int64_t *orig_order, const char *file, xgenes *x, cv_err *e) {
-  FILE *fp = fopen(file, "r");
-  if (!fp) return cv_fail(e, "--genes %s: cannot open: %s", file, strerror(errno));
-  const gcolumn *nm = &g->cols[g->c_name];
-  cv_map first = {0};
-  int32_t *next = malloc(((size_t)g->n + 1) * sizeof *next); /* gene -> next gene of the same name (orig order) */
-  char *line = NULL;
-  size_t cap = 0, n_out_cap = 0;
-  int rc = -1;
-  if (!next) { cv_fail(e, "out of memory"); goto done; }
-  for (int64_t r = g->n - 1; r >= 0; r--) { /* chains in original order */
-    int64_t id = orig_order[r];
-    uint32_t *p = cv_map_ref(&first, nm->t[id] ? nm->t[id] : "");
-    if (p) { next[id] = (int32_t)*p; *p = (uint32_t)id; }
-    else {
-      next[id] = -1;
-      if (cv_map_put(&first, nm->t[id] ? nm->t[id] : "", (uint32_t)id, e)) goto done;
-    }
-  }
-  ssize_t len;
-  long lineno = 0;
-  while ((len = getline(&line, &cap, fp)) >= 0) {
-    lineno++;
-    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-    if (len == 0) continue;
-    uint32_t *p = cv_map_ref(&first, line);
-    if (!p) { /* a name with spaces around it in the file: try it trimmed */
-      char *a = line, *b = line + len;
-      while (a < b && isspace((unsigned char)*a)) a++;
-      while (b > a && isspace((unsigned char)b[-1])) b--;
-      char keep = *b;
-      *b = 0;
-      p = a != line || b != line + len ? cv_map_ref(&first, a) : NULL;
-      *b = keep;
-    }
-    if (!p) {
-      const char *near = NULL;
-      for (int64_t i = 0; i < g->n && !near; i++)
-        if (nm->t[i] && !strcasecmp(nm->t[i], line)) near = nm->t[i];
-      cv_fail(e, "--genes %s: line %ld: gene '%s' is not in the dataset%s%s%s", file, lineno, line,
-              near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
-      goto done;
-    }
-    if (*p == UINT32_MAX) {
-      cv_fail(e, "--genes %s: line %ld: gene '%s' is listed more often than the dataset has it", file, lineno, line);
-      goto done;
-    }
-    int64_t id = *p;
-    *p = next[id] >= 0 ? (uint32_t)next[id] : UINT32_MAX;
-    if (cv_grow((void **)&x->ids, &n_out_cap, (size_t)x->n_out + 1, sizeof *x->ids, e)) goto done;
-    x->ids[x->n_out++] = id;
-  }
-  if (ferror(fp)) { cv_fail(e, "--genes %s: read error", file); goto done; }
-  rc = 0;
-done:
-  fclose(fp);
-  free(line);
-  free(next);
-  cv_map_free(&first);
-  return rc;
-}
-
-/* ------------------------------------------------------------ export: obs */
-enum { OK_CAT = 1, OK_INT, OK_REAL, OK_BOOL, OK_TEXT };
-typedef struct xcol {
-  char *name;
-  int kind;
-  int64_t col;         /* cells_columns.col */
-  int64_t nulls;       /* over the whole dataset: decides nullable encodings */
-  char **cats;
-  uint32_t n_cats;
-  cv_map codes;        /* label -> code */
-  hid_t d, m;          /* values (codes) and mask datasets */
-  hid_t tg;            /* a text column with NULLs: its categorical group (categories written last) */
-  size_t cats_cap;
-  hid_t ft;            /* file type of d */
-  /* a block of rows */
-  int64_t *i64;
-  double *f64;
-  int32_t *c32;
-  int8_t *b8, *mask;
-  char **txt;
-} xcol;
-
-static void xcol_free(xcol *c) {
-  for (uint32_t k = 0; k < c->n_cats; k++) free(c->cats[k]);
-  free(c->cats);
-  cv_map_free(&c->codes);
-  if (c->tg >= 0) H5Gclose(c->tg);
-  if (c->d >= 0) H5Dclose(c->d);
-  if (c->m >= 0) H5Dclose(c->m);
-  if (c->txt) for (uint32_t k = 0; k < EX_OBS_ROWS; k++) free(c->txt[k]);
-  free(c->name); free(c->i64); free(c->f64); free(c->c32); free(c->b8); free(c->mask); free(c->txt);
-}
-
-static int kind_of(const char *k) {
-  return !strcmp(k, "category") ? OK_CAT : !strcmp(k, "int") ? OK_INT : !strcmp(k, "real") ? OK_REAL
-         : !strcmp(k, "bool") ? OK_BOOL : OK_TEXT;
-}
-
-static int obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, int *n_out, cv_err *e) {
-  sqlite3_stmt *s = NULL;
-  xcol *all = NULL;
-  int n = 0, cap = 0, rc = -1;
-  if (sqlite3_prepare_v2(db, "SELECT col, name, kind, null_count FROM cells_columns WHERE col > 0 ORDER BY col", -1, &s,
-                         NULL) != SQLITE_OK)
-    return cv_fail(e, "%s: cells_columns: %s", path, sqlite3_errmsg(db));
-  while (sqlite3_step(s) == SQLITE_ROW) {
-    if (n == cap) {
-      cap = cap ? 2 * cap : 16;
-      xcol *t = realloc(all, (size_t)cap * sizeof *t);
-      if (!t) { cv_fail(e, "out of memory"); goto done; }
-      all = t;
-    }
-    xcol *c = &all[n];
-    memset(c, 0, sizeof *c);
-    c->d = c->m = c->tg = -1;
-    c->col = sqlite3_column_int64(s, 0);
-    c->name = strdup((const char *)sqlite3_column_text(s, 1));
-    c->kind = kind_of((const char *)sqlite3_column_text(s, 2));
-    c->nulls = sqlite3_column_int64(s, 3);
-    n++;
-    if (!c->name) { cv_fail(e, "out of memory"); goto done; }
-  }
-  sqlite3_finalize(s);
-  s = NULL;
-  if (list) { /* --obs: the columns named, in that order */
-    xcol *sel = calloc((size_t)n + 1, sizeof *sel);
-    uint8_t *used = calloc((size_t)n + 1, 1);
-    int k = 0;
-    char *dup = strdup(list), *save = NULL;
-    if (!sel || !used || !dup) { free(sel); free(used); free(dup); cv_fail(e, "out of memory"); goto done; }
-    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-      while (isspace((unsigned char)*t)) t++;
-      char *z = t + strlen(t);
-      while (z > t && isspace((unsigned char)z[-1])) *--z = 0;
-      if (!*t) continue;
-      int j = -1;
-      for (int i = 0; i < n && j < 0; i++) if (!strcmp(all[i].name, t)) j = i;
-      for (int i = 0; i < n && j < 0; i++) if (!strcasecmp(all[i].name, t)) j = i; /* SQLite's names ignore case */
-      if (j < 0) {
-        sqlite3_str *m = sqlite3_str_new(NULL);
-        for (int i = 0; i < n; i++) sqlite3_str_appendf(m, "%s%s", i ? ", " : "", all[i].name);
-        char *ms = sqlite3_str_finish(m);
-        cv_fail(e, "--obs: unknown obs column '%s' (%s has: %s)", t, path, n ? (ms ? ms : "?") : "no obs columns");
-        sqlite3_free(ms);
-        free(sel); free(used); free(dup);
-        goto done;
-      }
-      if (used[j]) { cv_fail(e, "--obs: column '%s' is named twice", all[j].name); free(sel); free(used); free(dup); goto done; }
-      used[j] = 1;
-      sel[k++] = all[j];
-    }
-    for (int i = 0; i < n; i++) if (!used[i]) xcol_free(&all[i]);
-    free(all);
-    free(used);
-    free(dup);
-    all = sel;
-    n = k;
-  }
-  /* dictionaries */
-  if (sqlite3_prepare_v2(db, "SELECT code, value FROM cells_dict WHERE col=? ORDER BY code", -1, &s, NULL) != SQLITE_OK) {
-    cv_fail(e, "%s: cells_dict: %s", path, sqlite3_errmsg(db));
-    goto done;
-  }
-  for (int i = 0; i < n; i++) {
-    xcol *c = &all[i];
-    if (c->kind != OK_CAT) continue;
-    size_t cc = 0;
-    sqlite3_reset(s);
-    sqlite3_bind_int64(s, 1, c->col);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-      if (sqlite3_column_int64(s, 0) != (int64_t)c->n_cats) {
-        cv_fail(e, "%s: cells_dict of column '%s' is not numbered 0, 1, ...", path, c->name);
-        goto done;
-      }
-      const char *v = (const char *)sqlite3_column_text(s, 1);
-      if (cv_grow((void **)&c->cats, &cc, c->n_cats + 1, sizeof *c->cats, e)) goto done;
-      c->cats[c->n_cats] = strdup(v ? v : "");
-      if (!c->cats[c->n_cats] || cv_map_put(&c->codes, c->cats[c->n_cats], c->n_cats, e)) {
-        cv_fail(e, "out of memory (or column '%s' has a repeated category)", c->name);
-        goto done;
-      }
-      c->n_cats++;
-    }
-  }
-  rc = 0;
-done:
-  sqlite3_finalize(s);
-  if (rc) {
-    for (int i = 0; i < n; i++) xcol_free(&all[i]);
-    free(all);
-    return -1;
-  }
-  *out = all;
-  *n_out = n;
-  return 0;
-}
-
-static hid_t code_type(uint32_t n_cats) {
-  return n_cats <= 127 ? H5T_STD_I8LE : n_cats <= 32767 ? H5T_STD_I16LE : H5T_STD_I32LE;
-}
-
-/* Creates the datasets of an obs column of n rows under g. */
-static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
-  int nullable = c->nulls > 0;
-  hid_t sub = -1;
-  int r = -1;
-  switch (c->kind) {
-    case OK_CAT: {
-      sub = group(g, c->name, "categorical", "0.2.0");
-      if (sub < 0 || attr_bool(sub, "ordered", 0)) goto done;
-      c->ft = code_type(c->n_cats);
-      c->d = dset(sub, "codes", c->ft, n, 0, "array", "0.2.0");
-      if (c->d < 0 || put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats)) goto done;
-      break;
-    }
-    case OK_INT: case OK_BOOL: {
-      c->ft = c->kind == OK_INT ? H5T_STD_I64LE : bt;
-      if (nullable) {
-        sub = group(g, c->name, c->kind == OK_INT ? "nullable-integer" : "nullable-boolean", "0.1.0");
-        if (sub < 0) goto done;
-        c->d = dset(sub, "values", c->ft, n, 0, "array", "0.2.0");
-        c->m = dset(sub, "mask", bt, n, 0, "array", "0.2.0");
-        if (c->d < 0 || c->m < 0) goto done;
-      } else {
-        c->d = dset(g, c->name, c->ft, n, 0, "array", "0.2.0");
-        if (c->d < 0) goto done;
-      }
-      break;
-    }
-    case OK_REAL:
-      c->ft = H5T_IEEE_F64LE;
-      c->d = dset(g, c->name, c->ft, n, 0, "array", "0.2.0");
-      if (c->d < 0) goto done;
-      break;
-    default: {
-      if (nullable) { /* no nullable strings in anndata 0.8: a categorical with missing values */
-        c->tg = group(g, c->name, "categorical", "0.2.0");
-        if (c->tg < 0 || attr_bool(c->tg, "ordered", 0)) goto done;
-        c->d = dset(c->tg, "codes", H5T_STD_I32LE, n, 0, "array", "0.2.0");
-        if (c->d < 0) goto done;
-        break;
-      }
-      hid_t t = vlstr();
-      c->ft = -1;
-      c->d = dset(g, c->name, t, n, 0, "string-array", "0.2.0");
-      H5Tclose(t);
-      if (c->d < 0) goto done;
-    }
-  }
-  size_t B = EX_OBS_ROWS;
-  switch (c->kind) {
-    case OK_CAT: c->c32 = malloc(B * sizeof *c->c32); if (!c->c32) goto done; break;
-    case OK_INT: c->i64 = malloc(B * sizeof *c->i64); c->mask = malloc(B); if (!c->i64 || !c->mask) goto done; break;
-    case OK_BOOL: c->b8 = malloc(B); c->mask = malloc(B); if (!c->b8 || !c->mask) goto done; break;
-    case OK_REAL: c->f64 = malloc(B * sizeof *c->f64); if (!c->f64) goto done; break;
-    default:
-      if (c->tg >= 0) { c->c32 = malloc(B * sizeof *c->c32); if (!c->c32) goto done; break; }
-      c->txt = calloc(B, sizeof *c->txt);
-      if (!c->txt) goto done;
-  }
-  r = 0;
-done:
-  if (sub >= 0) H5Gclose(sub);
-  return r;
-}
-
-static int obs_flush(xcol *c, hsize_t off, hsize_t k, hid_t bt) {
-  if (c->tg >= 0) return dset_put(c->d, H5T_NATIVE_INT32, c->c32, off, k, 0);
-  switch (c->kind) {
-    case OK_CAT: return dset_put(c->d, H5T_NATIVE_INT32, c->c32, off, k, 0);
-    case OK_INT:
-      return dset_put(c->d, H5T_NATIVE_INT64, c->i64, off, k, 0) || (c->m >= 0 && dset_put(c->m, bt, c->mask, off, k, 0));
-    case OK_BOOL:
-      return dset_put(c->d, bt, c->b8, off, k, 0) || (c->m >= 0 && dset_put(c->m, bt, c->mask, off, k, 0));
-    case OK_REAL: return dset_put(c->d, H5T_NATIVE_DOUBLE, c->f64, off, k, 0);
-    default: {
-      hid_t t = vlstr();
-      int r = dset_put(c->d, t, c->txt, off, k, 0);
-      H5Tclose(t);
-      return r;
-    }
-  }
-}
-
-static char *quote_id(const char *s) { return sqlite3_mprintf("\"%w\"", s); }
-
-/* The obs frame of the selected cells, in cell_id order, through the cells table. */
-static int write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, int64_t n_sel, hid_t bt, cv_err *e) {
-  hid_t g = group(root, "obs", "dataframe", "0.2.0");
-  const char **names = calloc((size_t)nc + 1, sizeof *names);
-  char **idx = calloc(EX_OBS_ROWS, sizeof *idx);
-  hid_t di = -1, vt = vlstr();
-  sqlite3_stmt *s = NULL;
-  int rc = -1;
-  if (g < 0 || !names || !idx) { cv_fail(e, "%s: writing obs", o->out); goto done; }
-  for (int i = 0; i < nc; i++) names[i] = cols[i].name;
-  if (attr_str(g, "_index", "_index") || attr_strs(g, "column-order", names, (size_t)nc)) {
-    cv_fail(e, "%s: writing obs attributes", o->out);
-    goto done;
-  }
-  di = dset(g, "_index", vt, (hsize_t)n_sel, 0, "string-array", "0.2.0");
-  if (di < 0) { cv_fail(e, "%s: writing obs/_index", o->out); goto done; }
-  for (int i = 0; i < nc; i++)
-    if (obs_create(g, &cols[i], (hsize_t)n_sel, bt)) { cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name); goto done; }
-  sqlite3_str *q = sqlite3_str_new(NULL);
-  sqlite3_str_appendall(q, "SELECT name");
-  for (int i = 0; i < nc; i++) {
-    char *qi = quote_id(cols[i].name);
-    sqlite3_str_appendf(q, ", %s", qi);
-    sqlite3_free(qi);
-  }
-  sqlite3_str_appendall(q, " FROM cells");
-  if (o->where) sqlite3_str_appendf(q, " WHERE (%s\n)", o->where); /* the newline ends a -- comment */
-  sqlite3_str_appendall(q, " ORDER BY cell_id");
-  char *sql = sqlite3_str_finish(q);
-  if (!sql || sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) {
-    cv_fail(e, "%s: reading obs: %s", o->path, sqlite3_errmsg(db));
-    sqlite3_free(sql);
-    goto done;
-  }
-  sqlite3_free(sql);
-  int64_t row = 0;
-  uint32_t k = 0;
-  int r;
-  for (;;) {
-    r = sqlite3_step(s);
-    if (r == SQLITE_ROW && row + k >= n_sel) { cv_fail(e, "%s: the cells changed while they were read", o->path); goto done; }
-    if (k == EX_OBS_ROWS || (r != SQLITE_ROW && k)) {
-      int bad = dset_put(di, vt, idx, (hsize_t)row, k, 0);
-      for (int i = 0; i < nc && !bad; i++) bad = obs_flush(&cols[i], (hsize_t)row, k, bt);
-      if (bad) { cv_fail(e, "%s: writing obs rows %lld..", o->out, (long long)row); goto done; }
-      row += k;
-      k = 0;
-      if (cv_check_interrupt(e)) goto done;
-    }
-    if (r != SQLITE_ROW) break;
-    const char *nm = (const char *)sqlite3_column_text(s, 0);
-    free(idx[k]);
-    idx[k] = strdup(nm ? nm : "");
-    if (!idx[k]) { cv_fail(e, "out of memory"); goto done; }
-    for (int i = 0; i < nc; i++) {
-      xcol *c = &cols[i];
-      int isnull = sqlite3_column_type(s, i + 1) == SQLITE_NULL;
-      switch (c->kind) {
-        case OK_CAT: {
-          uint32_t code = 0;
-          const char *v = (const char *)sqlite3_column_text(s, i + 1);
-          if (isnull) c->c32[k] = -1;
-          else if (cv_map_get(&c->codes, v ? v : "", &code)) c->c32[k] = (int32_t)code;
-          else { cv_fail(e, "%s: obs column '%s': value '%s' is not in its categories", o->path, c->name, v ? v : ""); goto done; }
-          break;
-        }
-        case OK_INT: c->i64[k] = isnull ? 0 : sqlite3_column_int64(s, i + 1); c->mask[k] = (int8_t)isnull; break;
-        case OK_BOOL: c->b8[k] = isnull ? 0 : sqlite3_column_int64(s, i + 1) != 0; c->mask[k] = (int8_t)isnull; break;
-        case OK_REAL: c->f64[k] = isnull ? NAN : sqlite3_column_double(s, i + 1); break;
-        default: {
-          const char *v = (const char *)sqlite3_column_text(s, i + 1);
-          if (c->tg >= 0) { /* categories in order of first appearance */
-            uint32_t code = 0;
-            if (isnull) { c->c32[k] = -1; break; }
-            if (!cv_map_get(&c->codes, v ? v : "", &code)) {
-              code = c->n_cats;
-              if (cv_grow((void **)&c->cats, &c->cats_cap, (size_t)c->n_cats + 1, sizeof *c->cats, e)) goto done;
-              if (!(c->cats[c->n_cats] = strdup(v ? v : ""))) { cv_fail(e, "out of memory"); goto done; }
-              c->n_cats++;
-              if (cv_map_put(&c->codes, c->cats[code], code, e)) goto done;
-            }
-            c->c32[k] = (int32_t)code;
-            break;
-          }
-          free(c->txt[k]);
-          c->txt[k] = strdup(v ? v : "");
-          if (!c->txt[k]) { cv_fail(e, "out of memory"); goto done; }
-        }
-      }
-    }
-    k++;
-  }
-  if (r != SQLITE_DONE) { cv_fail(e, "%s: reading obs: %s", o->path, sqlite3_errmsg(db)); goto done; }
-  if (row != n_sel) { cv_fail(e, "%s: the cells changed while they were read", o->path); goto done; }
-  for (int i = 0; i < nc; i++)
-    if (cols[i].tg >= 0 && put_strings(cols[i].tg, "categories", (const char *const *)cols[i].cats, cols[i].n_cats)) {
-      cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name);
-      goto done;
-    }
-  rc = 0;
-done:
-  sqlite3_finalize(s);
-  if (idx) for (uint32_t i = 0; i < EX_OBS_ROWS; i++) free(idx[i]);
-  free(idx);
-  free(names);
-  if (di >= 0) H5Dclose(di);
-  H5Tclose(vt);
-  if (g >= 0) H5Gclose(g);
-  return rc;
-}
-
-/* ------------------------------------------------------------ export: var */
-/* The categories of var column `col` if it was categorical (dc_meta var_categories): *n = 0 if not. */
-static int var_categories(sqlite3 *db, const char *col, char ***cats, uint32_t *n, cv_map *m, cv_err *e) {
-  sqlite3_stmt *s = NULL;
-  size_t cap = 0;
-  *n = 0;
-  if (sqlite3_prepare_v2(db, "SELECT v.value FROM json_each((SELECT value FROM dc_meta WHERE key = 'var_categories')) j,"
-                         " json_each(j.value) v WHERE j.key = ?1 ORDER BY CAST(v.key AS INTEGER)", -1, &s, NULL) != SQLITE_OK)
-    return cv_fail(e, "dc_meta.var_categories: %s", sqlite3_errmsg(db));
-  sqlite3_bind_text(s, 1, col, -1, SQLITE_STATIC);
-  int r;
-  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-    const char *v = (const char *)sqlite3_column_text(s, 0);
-    if (cv_grow((void **)cats, &cap, *n + 1, sizeof **cats, e)) break;
-    (*cats)[*n] = strdup(v ? v : "");
-    if (!(*cats)[*n] || cv_map_put(m, (*cats)[*n], *n, e)) { free((*cats)[*n]); cv_fail(e, "dc_meta.var_categories: column '%s': a repeated category or out of memory", col); break; }
-    (*n)++;
-  }
-  sqlite3_finalize(s);
-  if (r != SQLITE_DONE) return e->msg[0] ? -1 : cv_fail(e, "dc_meta.var_categories: malformed");
-  return 0;
-}
-
-static int write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, const xgenes *x, hid_t bt, cv_err *e) {
-  char *vic = ex_meta(db, "var_index_column");
-  int c_index = g->c_name;
-  if (vic)
-    for (int c = 0; c < g->n_cols; c++) if (!strcmp(g->cols[c].name, vic)) c_index = c;
-  free(vic);
-  const char **names = calloc((size_t)g->n_cols + 1, sizeof *names);
-  const char **tv = malloc(((size_t)x->n_out + 1) * sizeof *tv);
-  int64_t *iv = malloc(((size_t)x->n_out + 1) * sizeof *iv);
-  double *fv = malloc(((size_t)x->n_out + 1) * sizeof *fv);
-  int8_t *mk = malloc((size_t)x->n_out + 1);
-  int *which = calloc((size_t)g->n_cols + 1, sizeof *which);
-  int n = 0, rc = -1;
-  hid_t vg = -1, vt = vlstr();
-  if (!names || !tv || !iv || !fv || !mk || !which) { cv_fail(e, "out of memory"); goto done; }
-  for (int c = 0; c < g->n_cols; c++) {
-    const char *nm = g->cols[c].name;
-    if (c == c_index || c == g->c_name || c == g->c_total || c == g->c_ncells || c == g->c_orig || !strcmp(nm, "gene_id"))
-      continue; /* the dataset's own columns: not the input's var */
-    which[n] = c;
-    names[n++] = nm;
-  }
-  vg = group(root, "var", "dataframe", "0.2.0");
-  if (vg < 0 || attr_str(vg, "_index", "_index") || attr_strs(vg, "column-order", names, (size_t)n)) {
-    cv_fail(e, "%s: writing var", o->out);
-    goto done;
-  }
-  for (int64_t j = 0; j < x->n_out; j++) {
-    const char *t = g->cols[c_index].t[x->ids[j]];
-    tv[j] = t ? t : "";
-  }
-  if (put_strings(vg, "_index", tv, (hsize_t)x->n_out)) { cv_fail(e, "%s: writing var/_index", o->out); goto done; }
-  for (int i = 0; i < n; i++) {
-    const gcolumn *k = &g->cols[which[i]];
-    hid_t d = -1, m = -1, sub = -1;
-    int bad = 0;
-    for (int64_t j = 0; j < x->n_out; j++) {
-      int64_t id = x->ids[j];
-      tv[j] = k->t && k->t[id] ? k->t[id] : "";
-      iv[j] = k->i ? k->i[id] : 0;
-      fv[j] = k->null[id] || !k->f ? NAN : k->f[id];
-      mk[j] = (int8_t)k->null[id];
-    }
-    char **cats = NULL;
-    uint32_t n_cats = 0;
-    cv_map cm = {0};
-    if (k->kind == GK_TEXT && var_categories(db, names[i], &cats, &n_cats, &cm, e)) goto done;
-    if (n_cats) { /* categorical in the input: codes + categories */
-      int32_t *codes = (int32_t *)iv; /* n_out int64 slots hold n_out int32 codes */
-      for (int64_t j = 0; j < x->n_out && !bad; j++) {
-        uint32_t cd = 0;
-        int64_t id = x->ids[j];
-        if (k->null[id]) codes[j] = -1;
-        else if (cv_map_get(&cm, k->t[id], &cd)) codes[j] = (int32_t)cd;
-        else bad = 1;
-      }
-      sub = bad ? -1 : group(vg, names[i], "categorical", "0.2.0");
-      d = sub < 0 ? -1 : dset(sub, "codes", code_type(n_cats), (hsize_t)x->n_out, 0, "array", "0.2.0");
-      bad = bad || d < 0 || attr_bool(sub, "ordered", 0) || dset_put(d, H5T_NATIVE_INT32, codes, 0, (hsize_t)x->n_out, 0) ||
-            put_strings(sub, "categories", (const char *const *)cats, n_cats);
-    } else if (k->kind == GK_TEXT) bad = put_strings(vg, names[i], tv, (hsize_t)x->n_out);
-    else if (k->kind == GK_REAL) {
-      d = dset(vg, names[i], H5T_IEEE_F64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
-      bad = d < 0 || dset_put(d, H5T_NATIVE_DOUBLE, fv, 0, (hsize_t)x->n_out, 0);
-    } else if (k->n_null) {
-      sub = group(vg, names[i], "nullable-integer", "0.1.0");
-      d = sub < 0 ? -1 : dset(sub, "values", H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
-      m = sub < 0 ? -1 : dset(sub, "mask", bt, (hsize_t)x->n_out, 0, "array", "0.2.0");
-      bad = d < 0 || m < 0 || dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0) ||
-            dset_put(m, bt, mk, 0, (hsize_t)x->n_out, 0);
-    } else {
-      d = dset(vg, names[i], H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
-      bad = d < 0 || dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0);
-    }
-    if (d >= 0) H5Dclose(d);
-    if (m >= 0) H5Dclose(m);
-    if (sub >= 0) H5Gclose(sub);
-    for (uint32_t c = 0; c < n_cats; c++) free(cats[c]);
-    free(cats);
-    cv_map_free(&cm);
-    if (bad) { cv_fail(e, "%s: writing var column '%s'", o->out, names[i]); goto done; }
-  }
-  rc = 0;
-done:
-  if (vg >= 0) H5Gclose(vg);
-  H5Tclose(vt);
-  free(names); free(tv); free(iv); free(fv); free(mk); free(which);
-  return rc;
-}
 
 /* ------------------------------------------------------------ export: X */
 /* Puts the entries of one cell in increasing column order (LSD radix on the
@@ -1136,7 +175,7 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
       }
       x->indptr[out_row + i + 1] = (int64_t)(x->nnz_out + w);
     }
-    int bad = dset_put(x->d_ind, H5T_NATIVE_INT32, x->ix, x->nnz_out, w, 1);
+    int bad = ex_dset_put(x->d_ind, H5T_NATIVE_INT32, x->ix, x->nnz_out, w, 1);
     for (uint64_t k = 0; k < w && !bad; k += EX_CONV) { /* values: converted here, a slice at a time */
       uint64_t m = w - k < EX_CONV ? w - k : EX_CONV;
       const uint32_t *v = (const uint32_t *)x->vx + k;
@@ -1154,7 +193,7 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
         default: CONV(double); break;
 #undef CONV
       }
-      bad = dset_put(x->d_data, x->mt_data, x->cbuf, x->nnz_out + k, m, 1);
+      bad = ex_dset_put(x->d_data, x->mt_data, x->cbuf, x->nnz_out + k, m, 1);
     }
     if (bad) return cv_fail(e, "%s: writing X (tile %lld) failed (disk full?)", x->o->out, (long long)tile);
     x->nnz_out += w;
@@ -1164,20 +203,20 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
 }
 
 static int write_x(xstate *x, hid_t root, const char *dtype, cv_err *e) {
-  hid_t g = group(root, "X", "csr_matrix", "0.1.0");
+  hid_t g = ex_group(root, "X", "csr_matrix", "0.1.0");
   sqlite3_stmt *s = NULL;
   int rc = -1;
   int64_t shape[2] = {x->n_sel, x->xg->n_out};
-  x->dt = dtype_index(dtype);
+  x->dt = ex_dtype_index(dtype);
   x->d_data = x->d_ind = -1;
   if (x->dt < 0) { cv_fail(e, "internal: dtype %s", dtype); goto done; }
-  hid_t ft = dtype_file(x->dt);
-  x->mt_data = dtype_mem(x->dt);
+  hid_t ft = ex_dtype_file(x->dt);
+  x->mt_data = ex_dtype_mem(x->dt);
   x->cbuf = malloc(EX_CONV * 8);
   if (!x->cbuf) { cv_fail(e, "out of memory"); goto done; }
-  if (g < 0 || attr_i64s(g, "shape", shape, 2)) { cv_fail(e, "%s: writing X", x->o->out); goto done; }
-  x->d_data = dset(g, "data", ft, 0, 1, NULL, NULL);
-  x->d_ind = dset(g, "indices", H5T_STD_I32LE, 0, 1, NULL, NULL);
+  if (g < 0 || ex_attr_i64s(g, "shape", shape, 2)) { cv_fail(e, "%s: writing X", x->o->out); goto done; }
+  x->d_data = ex_dset(g, "data", ft, 0, 1, NULL, NULL);
+  x->d_ind = ex_dset(g, "indices", H5T_STD_I32LE, 0, 1, NULL, NULL);
   if (x->d_data < 0 || x->d_ind < 0) { cv_fail(e, "%s: writing X", x->o->out); goto done; }
   x->h = malloc(sizeof *x->h);
   x->dec = dc_decoder_new();
@@ -1216,16 +255,16 @@ static int write_x(xstate *x, hid_t root, const char *dtype, cv_err *e) {
   /* indptr: int32 when it fits (as scipy writes it) */
   {
     int wide = x->nnz_out > (uint64_t)INT32_MAX;
-    hid_t d = dset(g, "indptr", wide ? H5T_STD_I64LE : H5T_STD_I32LE, (hsize_t)x->n_sel + 1, 0, NULL, NULL);
+    hid_t d = ex_dset(g, "indptr", wide ? H5T_STD_I64LE : H5T_STD_I32LE, (hsize_t)x->n_sel + 1, 0, NULL, NULL);
     int bad = d < 0;
     if (!bad && !wide) { /* narrow in place: entry i is read before it is written, and i*4 <= i*8 */
       for (int64_t i = 0; i <= x->n_sel; i++) {
         int32_t v = (int32_t)x->indptr[i];
         memcpy((char *)x->indptr + 4 * i, &v, 4);
       }
-      bad = dset_put(d, H5T_NATIVE_INT32, x->indptr, 0, (hsize_t)x->n_sel + 1, 0);
+      bad = ex_dset_put(d, H5T_NATIVE_INT32, x->indptr, 0, (hsize_t)x->n_sel + 1, 0);
     } else if (!bad) {
-      bad = dset_put(d, H5T_NATIVE_INT64, x->indptr, 0, (hsize_t)x->n_sel + 1, 0);
+      bad = ex_dset_put(d, H5T_NATIVE_INT64, x->indptr, 0, (hsize_t)x->n_sel + 1, 0);
     }
     if (d >= 0) H5Dclose(d);
     if (bad) { cv_fail(e, "%s: writing X/indptr", x->o->out); goto done; }
@@ -1243,7 +282,7 @@ done:
 static int empty_groups(hid_t root) {
   static const char *const names[] = {"layers", "obsm", "obsp", "varm", "varp", "uns", NULL};
   for (int i = 0; names[i]; i++) {
-    hid_t g = group(root, names[i], "dict", "0.1.0");
+    hid_t g = ex_group(root, names[i], "dict", "0.1.0");
     if (g < 0) return -1;
     H5Gclose(g);
   }
@@ -1276,12 +315,12 @@ int cv_export(const ex_opts *o, cv_err *e) {
   if (o->order && !stored && strcmp(o->order, "original"))
     return cv_fail(e, "--order: '%s' is not original or stored", o->order);
   if (ex_open(o->path, &db, &version, e)) return -1;
-  if (gtable_load(db, o->path, &g, e)) goto done;
-  orig_order = genes_in_original_order(&g);
+  if (ex_gtable_load(db, o->path, &g, e)) goto done;
+  orig_order = ex_genes_in_original_order(&g);
   xg.col = malloc(((size_t)g.n + 1) * sizeof *xg.col);
   if (!orig_order || !xg.col) { cv_fail(e, "out of memory"); goto done; }
   if (o->genes_file) {
-    if (genes_from_file(&g, orig_order, o->genes_file, &xg, e)) goto done;
+    if (ex_genes_from_file(&g, orig_order, o->genes_file, &xg, e)) goto done;
   } else {
     xg.n_out = g.n;
     xg.ids = malloc(((size_t)g.n + 1) * sizeof *xg.ids);
@@ -1316,9 +355,9 @@ int cv_export(const ex_opts *o, cv_err *e) {
     if (r != SQLITE_DONE) { cv_fail(e, "--where: %s", sqlite3_errmsg(db)); sqlite3_finalize(s); goto done; }
     sqlite3_finalize(s);
   }
-  if (obs_columns(db, o->path, o->obs, &cols, &nc, e)) goto done;
+  if (ex_obs_columns(db, o->path, o->obs, &cols, &nc, e)) goto done;
   dtype = ex_meta(db, "x_dtype");
-  if (!dtype || dtype_index(dtype) < 0) { /* not recorded (older dataset): int32, or int64 if a count may not fit */
+  if (!dtype || ex_dtype_index(dtype) < 0) { /* not recorded (older dataset): int32, or int64 if a count may not fit */
     int64_t mx = 0;
     for (int64_t i = 0; g.c_total >= 0 && i < g.n; i++)
       if (g.cols[g.c_total].i[i] > mx) mx = g.cols[g.c_total].i[i];
@@ -1337,8 +376,8 @@ int cv_export(const ex_opts *o, cv_err *e) {
   }
   f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) { cv_fail(e, "%s: cannot create %s: %s", o->out, tmp, strerror(errno)); goto done; }
-  bt = booltype();
-  if (enc(f, "anndata", "0.1.0")) { cv_fail(e, "%s: writing", o->out); goto done; }
+  bt = ex_booltype();
+  if (ex_enc(f, "anndata", "0.1.0")) { cv_fail(e, "%s: writing", o->out); goto done; }
   x.indptr = malloc(((size_t)n_sel + 1) * sizeof *x.indptr);
   if (!x.indptr) { cv_fail(e, "out of memory"); goto done; }
   x.db = db;
@@ -1352,7 +391,7 @@ int cv_export(const ex_opts *o, cv_err *e) {
   x.sel = sel;
   x.all = o->where == NULL;
   x.n_sel = n_sel;
-  if (write_x(&x, f, dtype, e) || write_obs(db, o, f, cols, nc, n_sel, bt, e) || write_var(db, o, f, &g, &xg, bt, e))
+  if (write_x(&x, f, dtype, e) || ex_write_obs(db, o, f, cols, nc, n_sel, bt, e) || ex_write_var(db, o, f, &g, &xg, bt, e))
     goto done;
   if (empty_groups(f)) { cv_fail(e, "%s: writing", o->out); goto done; }
   if (cv_check_interrupt(e)) goto done;
@@ -1371,7 +410,7 @@ done:
   if (bt >= 0) H5Tclose(bt);
   if (rc && tmp) unlink(tmp);
   sqlite3_free(tmp);
-  for (int i = 0; i < nc; i++) xcol_free(&cols[i]);
+  for (int i = 0; i < nc; i++) ex_xcol_free(&cols[i]);
   free(cols);
   free(x.indptr); free(x.blob); free(x.ip); free(x.ix); free(x.vx); free(x.ka); free(x.kb); free(x.cells); free(x.chunks); free(x.cbuf);
   free(x.h);
@@ -1381,7 +420,7 @@ done:
   free(orig_order);
   free(xg.ids);
   free(xg.col);
-  gtable_free(&g);
+  ex_gtable_free(&g);
   sqlite3_close(db);
   return rc;
 }

@@ -1,5 +1,7 @@
 /*
-** h5ad.h — reading what anndata writes (HDF5 C library; nothing else here).
+** h5ad.h — reading what anndata writes (HDF5 C library; nothing else here): h5ad.c opens
+** an input, h5ad_frame.c reads its obs/var frames, h5ad_rows.c its matrix by rows,
+** h5ad_hdf5.c holds the HDF5 helpers they share.
 **
 ** An h5ad_file is one input: its matrix (X, layers/NAME or raw/X) read by
 ** rows, its obs and var data frames read by column in slices.  Encodings
@@ -101,7 +103,7 @@ typedef struct h5file {
   h5frame obs, var;
   char **var_names;   /* var index (or --gene-key column) as text */
   /* slabs of indices/data as read (in the narrowest native type that needs
-  ** no HDF5 conversion: see h5ad.c) */
+  ** no HDF5 conversion: see h5ad_rows.c) */
   int ity, vty;
   void *sind, *sval;
   size_t scap;
@@ -146,6 +148,10 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
 int h5ad_sparse_open(h5file *f, hid_t x, const int64_t shape[2], cv_err *e);
 /* Reads f->var_names from the var index, or from var column gene_key. */
 int h5ad_gene_names(h5file *f, const char *gene_key, cv_err *e);
+/* Opens the data frame at path ("obs", "var", "raw/var"): its index and the columns of its
+** column-order (unsupported ones skipped with a warning).  h5ad_frame_free frees it. */
+int h5ad_frame_open(h5file *f, const char *path, h5frame *fr, cv_err *e);
+void h5ad_frame_free(h5frame *fr);
 
 /* Rows appended to a CSR buffer.  Values are validated and zeros dropped. */
 typedef struct rowbuf {

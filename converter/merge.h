@@ -1,7 +1,7 @@
 /*
 ** merge.h — datasets that change: `append` (h5ad files into an existing
 ** dataset, in place, one transaction) and `merge` (datasets into a new one).
-** See merge.c and docs/converter.md.
+** See merge_cmd.c, merge.c and docs/converter.md.
 */
 #ifndef CV_MERGE_H
 #define CV_MERGE_H

@@ -3,6 +3,7 @@
 ** Matrix Market directories (zlib reads .gz and plain files alike).
 */
 #include "tenx.h"
+#include "h5ad_hdf5.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -15,26 +16,9 @@
 #include <zlib.h>
 
 /* ------------------------------------------------------------ helpers */
-static int h5_has(hid_t loc, const char *path) {
-  char buf[512];
-  size_t n = strlen(path);
-  if (n == 0 || n >= sizeof buf) return 0;
-  memcpy(buf, path, n + 1);
-  for (size_t i = 0; i <= n; i++) {
-    if (buf[i] == '/' || buf[i] == 0) {
-      char c = buf[i];
-      buf[i] = 0;
-      htri_t ok = H5Lexists(loc, buf, H5P_DEFAULT);
-      if (ok <= 0) { H5Eclear2(H5E_DEFAULT); return 0; }
-      buf[i] = c;
-    }
-  }
-  return 1;
-}
-
 /* H5O_TYPE_GROUP / H5O_TYPE_DATASET of loc/path, or -1. */
 static int h5_type(hid_t loc, const char *path) {
-  if (!h5_has(loc, path)) return -1;
+  if (!h5ad_exists(loc, path)) return -1;
   H5O_info_t info;
 #if H5_VERSION_GE(1, 12, 0)
   if (H5Oget_info_by_name3(loc, path, &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0) { H5Eclear2(H5E_DEFAULT); return -1; }
@@ -44,15 +28,11 @@ static int h5_type(hid_t loc, const char *path) {
   return (int)info.type;
 }
 
+/* Length of the 1-D dataset loc/path, or -1. */
 static int64_t dset_len(hid_t loc, const char *path) {
   hid_t d = H5Dopen2(loc, path, H5P_DEFAULT);
   if (d < 0) { H5Eclear2(H5E_DEFAULT); return -1; }
-  hid_t sp = H5Dget_space(d);
-  hsize_t dims[2] = {0, 0};
-  int nd = H5Sget_simple_extent_ndims(sp);
-  int64_t r = -1;
-  if (nd == 1 && H5Sget_simple_extent_dims(sp, dims, NULL) == 1) r = (int64_t)dims[0];
-  H5Sclose(sp);
+  int64_t r = h5ad_ds_len(d);
   H5Dclose(d);
   return r;
 }
@@ -729,10 +709,10 @@ int cv_input_open(const char *path, const char *layer, int raw, const char *gene
   if (!is_mtx && H5Fis_hdf5(path) > 0) {
     fid = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (fid >= 0 && h5_type(fid, "obs") < 0) {
-      if (h5_type(fid, "matrix") == H5O_TYPE_GROUP && h5_has(fid, "matrix/barcodes") && h5_has(fid, "matrix/features")) {
+      if (h5_type(fid, "matrix") == H5O_TYPE_GROUP && h5ad_exists(fid, "matrix/barcodes") && h5ad_exists(fid, "matrix/features")) {
         grp = "matrix";
         v3 = 1;
-      } else if (h5_type(fid, "matrix") == H5O_TYPE_DATASET && h5_has(fid, "row_attrs") && h5_has(fid, "col_attrs")) {
+      } else if (h5_type(fid, "matrix") == H5O_TYPE_DATASET && h5ad_exists(fid, "row_attrs") && h5ad_exists(fid, "col_attrs")) {
         if (raw) {
           H5Fclose(fid);
           init_file(f);
@@ -753,7 +733,7 @@ int cv_input_open(const char *path, const char *layer, int raw, const char *gene
             char b1[300], b2[300];
             snprintf(b1, sizeof b1, "%s/barcodes", nm);
             snprintf(b2, sizeof b2, "%s/genes", nm);
-            if (h5_type(root, nm) == H5O_TYPE_GROUP && h5_has(root, b1) && h5_has(root, b2)) {
+            if (h5_type(root, nm) == H5O_TYPE_GROUP && h5ad_exists(root, b1) && h5ad_exists(root, b2)) {
               if (!found++) snprintf(v2grp, sizeof v2grp, "%s", nm);
               size_t l = strlen(names);
               snprintf(names + l, sizeof names - l, "%s'%s'", l ? ", " : "", nm);

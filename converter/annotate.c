@@ -1,0 +1,352 @@
+/*
+** annotate.c — the `annotate` command (docs/converter.md): obs columns from a CSV table
+** joined to a dataset's cells by name or cell_id, added or replaced in place.
+*/
+#include "merge.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset.h"
+#include "dc_codec.h"
+#include "dc_format.h"
+#include "dc_obs.h"
+#include "dc_seal.h"
+#include "merge_store.h"
+
+/* ------------------------------------------------------------ annotate */
+/* A CSV table in memory: fields of each record (RFC 4180: quotes, "" inside quotes, CRLF). */
+typedef struct csvtab {
+  char *buf;
+  size_t n_rec, cap_rec;
+  char ***rec;        /* rec[r][c]: NUL-terminated field */
+  uint32_t *n_fld;
+  int64_t *line;      /* the line the record starts on (1-based) */
+} csvtab;
+
+static void csv_free(csvtab *t) {
+  for (size_t r = 0; r < t->n_rec; r++) free(t->rec[r]);
+  free(t->rec); free(t->n_fld); free(t->line); free(t->buf);
+  memset(t, 0, sizeof *t);
+}
+
+static int csv_read(const char *path, csvtab *t, cv_err *e) {
+  memset(t, 0, sizeof *t);
+  FILE *f = fopen(path, "rb");
+  if (!f) return cv_fail(e, "%s: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0, k;
+  char *b = malloc(cap + 1);
+  while (b && (k = fread(b + n, 1, cap - n, f)) > 0) {
+    n += k;
+    if (n == cap) { char *nb = realloc(b, cap * 2 + 1); if (!nb) { free(b); b = NULL; break; } b = nb; cap *= 2; }
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (!b) return cv_fail(e, "%s: out of memory", path);
+  if (err) { free(b); return cv_fail(e, "%s: read error", path); }
+  b[n] = 0;
+  t->buf = b;
+  size_t i = 0;
+  int64_t line = 1;
+  if (n >= 3 && (unsigned char)b[0] == 0xEF && (unsigned char)b[1] == 0xBB && (unsigned char)b[2] == 0xBF) i = 3;  /* BOM */
+  while (i < n) {
+    int64_t start_line = line;
+    char **fl = NULL;
+    size_t nf = 0, fcap = 0;
+    for (;;) {  /* one field */
+      char *out = b + i, *w = out;
+      if (i < n && b[i] == '"') {
+        i++;
+        for (;;) {
+          if (i >= n) { free(fl); return cv_fail(e, "%s: line %lld: a quoted field is not closed before the end of the file", path, (long long)start_line); }
+          if (b[i] == '"') {
+            if (i + 1 < n && b[i + 1] == '"') { *w++ = '"'; i += 2; continue; }
+            i++;
+            break;
+          }
+          if (b[i] == '\n') line++;
+          *w++ = b[i++];
+        }
+        if (i < n && b[i] != ',' && b[i] != '\n' && b[i] != '\r') {
+          free(fl);
+          return cv_fail(e, "%s: line %lld: text after a closing quote (a quote inside a quoted field is written \"\")", path, (long long)line);
+        }
+      } else {
+        while (i < n && b[i] != ',' && b[i] != '\n' && b[i] != '\r') {
+          if (b[i] == '"') { free(fl); return cv_fail(e, "%s: line %lld: a quote inside an unquoted field", path, (long long)line); }
+          *w++ = b[i++];
+        }
+      }
+      char sep = i < n ? b[i] : '\n';
+      *w = 0;   /* overwrites the separator or the quote, both already read */
+      if (cv_grow((void **)&fl, &fcap, nf + 1, sizeof *fl, e)) { free(fl); return -1; }
+      fl[nf++] = out;
+      if (!cv_utf8_valid(out, strlen(out))) { free(fl); return cv_fail(e, "%s: line %lld: field %zu is not UTF-8 text", path, (long long)line, nf); }
+      if (sep == ',') { i++; continue; }
+      if (i < n) i++;   /* the '\r' or '\n' (overwritten by the NUL above) */
+      if (sep == '\r' && i < n && b[i] == '\n') i++;
+      line++;
+      break;
+    }
+    if (nf == 1 && !fl[0][0]) { free(fl); continue; }   /* an empty line */
+    size_t c1 = t->cap_rec, c2 = t->cap_rec, c3 = t->cap_rec;
+    if (cv_grow((void **)&t->rec, &c1, t->n_rec + 1, sizeof *t->rec, e) || cv_grow((void **)&t->n_fld, &c2, t->n_rec + 1, sizeof *t->n_fld, e) ||
+        cv_grow((void **)&t->line, &c3, t->n_rec + 1, sizeof *t->line, e)) { free(fl); return -1; }
+    t->cap_rec = c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3);
+    t->rec[t->n_rec] = fl;
+    t->n_fld[t->n_rec] = (uint32_t)nf;
+    t->line[t->n_rec++] = start_line;
+  }
+  if (!t->n_rec) return cv_fail(e, "%s: empty (a header row is needed: the key column, then the columns to add)", path);
+  for (size_t r = 1; r < t->n_rec; r++)
+    if (t->n_fld[r] != t->n_fld[0])
+      return cv_fail(e, "%s: line %lld: %u fields, the header has %u", path, (long long)t->line[r], t->n_fld[r], t->n_fld[0]);
+  return 0;
+}
+
+static int is_na(const char *s) {
+  return !*s || !strcmp(s, "NA") || !strcmp(s, "NaN") || !strcmp(s, "nan") || !strcmp(s, "null") || !strcmp(s, "NULL") ||
+         !strcmp(s, "None") || !strcmp(s, "<NA>");
+}
+
+static int parse_i64(const char *s, int64_t *v) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(s, &end, 10);
+  if (end == s || *end || errno) return 0;
+  *v = x;
+  return 1;
+}
+
+static int parse_f64(const char *s, double *v) {
+  char *end;
+  errno = 0;
+  double x = strtod(s, &end);
+  if (end == s || *end || (errno && fabs(x) > 1)) return 0;
+  *v = x;
+  return 1;
+}
+
+static int parse_bool(const char *s, int *v) {
+  if (!strcmp(s, "True") || !strcmp(s, "true") || !strcmp(s, "TRUE")) { *v = 1; return 1; }
+  if (!strcmp(s, "False") || !strcmp(s, "false") || !strcmp(s, "FALSE")) { *v = 0; return 1; }
+  return 0;
+}
+
+int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
+  static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
+  csvtab t;
+  memset(&t, 0, sizeof t);
+  sqlite3 *db = NULL;
+  dsinfo D;
+  memset(&D, 0, sizeof D);
+  dcol *cols = NULL;
+  int ncols = 0, rc = -1, in_tx = 0;
+  int64_t *row_of = NULL;   /* cell -> CSV record, -1 */
+  int *kinds = NULL;
+  vals v;
+  memset(&v, 0, sizeof v);
+  cv_map names = {0}, lm = {0};
+  char **labels = NULL;
+  int64_t nl = 0;
+  dsw w;
+  memset(&w, 0, sizeof w);
+  int by_id = !strcmp(o->key, "cell_id");
+  if (!by_id && strcmp(o->key, "name") != 0) return cv_fail(e, "--key: '%s' is neither name nor cell_id", o->key);
+  if (csv_read(o->table, &t, e)) goto done;
+  uint32_t nf = t.n_fld[0], kc = 0;
+  char **hdr = t.rec[0];
+  for (uint32_t c = 0; c < nf; c++)
+    if (!strcmp(hdr[c], o->key)) kc = c;
+  if (nf < 2) { cv_fail(e, "%s: line %lld: one column only; the table needs the key column and at least one column to add", o->table, (long long)t.line[0]); goto done; }
+  for (uint32_t c = 0; c < nf; c++) {
+    if (c == kc) continue;
+    if (!hdr[c][0]) { cv_fail(e, "%s: line %lld: column %u has no name", o->table, (long long)t.line[0], c + 1); goto done; }
+    for (int r = 0; reserved[r]; r++)
+      if (!strcasecmp(hdr[c], reserved[r])) { cv_fail(e, "%s: column '%s' is one of the cells table's own columns (_index, cell_id, name, tile); rename it", o->table, hdr[c]); goto done; }
+    for (uint32_t d = 0; d < c; d++)
+      if (d != kc && !strcasecmp(hdr[c], hdr[d])) { cv_fail(e, "%s: columns '%s' and '%s' have the same name (SQLite ignores case)", o->table, hdr[d], hdr[c]); goto done; }
+  }
+  if (sqlite3_open_v2(o->dataset, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) { cv_fail(e, "%s: %s", o->dataset, db ? sqlite3_errmsg(db) : "cannot open"); goto done; }
+  sqlite3_busy_timeout(db, 60000);
+  if (cv_exec(db, "BEGIN IMMEDIATE", e)) { cv_prefix(e, "%s", o->dataset); goto done; }
+  in_tx = 1;
+  if (cv_read_meta(db, "main", o->dataset, &D, e) || cv_read_cols(db, "main", o->dataset, &cols, &ncols, e)) goto done;
+  /* the cell of every record */
+  int64_t N = D.n_cells, B = D.obs_block;
+  row_of = malloc(((size_t)N + 1) * sizeof *row_of);
+  if (!row_of) { cv_fail(e, "out of memory"); goto done; }
+  for (int64_t i = 0; i < N; i++) row_of[i] = -1;
+  if (!by_id) {
+    vals nv;
+    if (cv_load_names(db, "cells", o->dataset, &nv, e)) goto done;
+    for (uint64_t i = 0; i < nv.n; i++) {
+      const char *nm = nv.text[i] ? nv.text[i] : "";
+      uint32_t *p = cv_map_ref(&names, nm);
+      if (p) *p = UINT32_MAX;  /* a name several cells have */
+      else if (cv_map_put(&names, nm, (uint32_t)i, e)) { cv_vals_free(&nv); goto done; }
+    }
+    cv_vals_free(&nv);
+  }
+  int64_t unmatched = 0;
+  sqlite3_str *um = sqlite3_str_new(NULL);
+  for (size_t r = 1; r < t.n_rec; r++) {
+    const char *k = t.rec[r][kc];
+    int64_t cell = -1;
+    if (by_id) {
+      if (!parse_i64(k, &cell)) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: key '%s' is not a cell_id (an integer)", o->table, (long long)t.line[r], k); goto done; }
+      if (cell < 0 || cell >= N) cell = -1;
+    } else {
+      uint32_t id;
+      if (cv_map_get(&names, k, &id)) {
+        if (id == UINT32_MAX) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: several cells are named '%s'; key by cell_id instead (--key cell_id)", o->table, (long long)t.line[r], k); goto done; }
+        cell = id;
+      }
+    }
+    if (cell < 0) {
+      if (unmatched++ < 5) sqlite3_str_appendf(um, "%s'%s' (line %lld)", unmatched > 1 ? ", " : "", k, (long long)t.line[r]);
+      continue;
+    }
+    if (row_of[cell] >= 0) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: key '%s' again (first on line %lld)", o->table, (long long)t.line[r], k, (long long)t.line[row_of[cell]]); goto done; }
+    row_of[cell] = (int64_t)r;
+  }
+  char *ums = sqlite3_str_finish(um);
+  /* each column's kind: given (--type), else inferred from its values */
+  kinds = calloc(nf, sizeof *kinds);
+  if (!kinds) { sqlite3_free(ums); cv_fail(e, "out of memory"); goto done; }
+  for (int i = 0; i < o->n_types; i++) {
+    const char *eq = strrchr(o->types[i], '=');
+    int found = 0;
+    int k = eq ? dc_obs_kind_from_name(eq + 1) : 0;
+    if (!k) { sqlite3_free(ums); cv_fail(e, "--type %s: give COLUMN=KIND, KIND one of category, text, int, real, bool", o->types[i]); goto done; }
+    for (uint32_t c = 0; c < nf; c++)
+      if (c != kc && strlen(hdr[c]) == (size_t)(eq - o->types[i]) && !strncmp(hdr[c], o->types[i], (size_t)(eq - o->types[i]))) { kinds[c] = k; found = 1; }
+    if (!found) { sqlite3_free(ums); cv_fail(e, "--type %s: the table has no such column", o->types[i]); goto done; }
+  }
+  int64_t next_col = 0;
+  for (int i = 0; i < ncols; i++) if (cols[i].col >= next_col) next_col = cols[i].col + 1;
+  int n_new = 0, n_repl = 0;
+  dsw_over(&w, db, D.id, e);
+  if (!w.ins_block) { sqlite3_free(ums); goto done; }
+  for (uint32_t c = 0; c < nf; c++) {
+    if (c == kc) continue;
+    int kind = kinds[c];
+    if (!kind) {  /* int, else bool, else real, else category or text */
+      int all_i = 1, all_b = 1, all_f = 1;
+      cv_map dv = {0};
+      uint64_t distinct = 0, nn = 0;
+      for (size_t r = 1; r < t.n_rec; r++) {
+        const char *s = t.rec[r][c];
+        if (is_na(s)) continue;
+        int64_t iv; double fv; int bv;
+        nn++;
+        all_i &= parse_i64(s, &iv);
+        all_b &= parse_bool(s, &bv);
+        all_f &= parse_f64(s, &fv);
+        if (distinct <= 65536 && !cv_map_ref(&dv, s)) { distinct++; if (cv_map_put(&dv, s, 0, e)) { cv_map_free(&dv); sqlite3_free(ums); goto done; } }
+      }
+      cv_map_free(&dv);
+      kind = !nn ? DC_OBS_TEXT : all_i ? DC_OBS_INT : all_b ? DC_OBS_BOOL : all_f ? DC_OBS_REAL
+             : (distinct > 65536 || distinct * 2 > nn) ? DC_OBS_TEXT : DC_OBS_CATEGORY;
+    }
+    /* every value of the column is checked, also those of rows that match no cell */
+    for (size_t r = 1; r < t.n_rec; r++) {
+      const char *s = t.rec[r][c];
+      int64_t iv; double fv; int bv;
+      if (is_na(s)) continue;
+      int ok = kind == DC_OBS_INT ? parse_i64(s, &iv) : kind == DC_OBS_REAL ? parse_f64(s, &fv)
+               : kind == DC_OBS_BOOL ? (parse_bool(s, &bv) || (parse_i64(s, &iv) && (iv == 0 || iv == 1))) : 1;
+      if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s", o->table, (long long)t.line[r], hdr[c], s, kind == DC_OBS_INT ? "an integer" : kind == DC_OBS_REAL ? "a number" : "a boolean (true/false, 1/0)"); goto done; }
+    }
+    /* the values, cell by cell */
+    cv_vals_free(&v);
+    v.kind = kind;
+    cv_map_free(&lm);
+    memset(&lm, 0, sizeof lm);
+    if (labels) for (int64_t k = 0; k < nl; k++) free(labels[k]);
+    free(labels);
+    labels = NULL;
+    nl = 0;
+    if (cv_vals_reserve(&v, (uint64_t)N + 1, e)) { sqlite3_free(ums); goto done; }
+    for (int64_t i = 0; i < N; i++) {
+      int64_t r = row_of[i];
+      const char *s = r >= 0 ? t.rec[r][c] : NULL;
+      val1 x;
+      memset(&x, 0, sizeof x);
+      x.kind = kind;
+      x.is_null = !s || is_na(s);
+      int ok = 1, bv = 0;
+      if (!x.is_null) {
+        switch (kind) {
+          case DC_OBS_INT: ok = parse_i64(s, &x.i); break;
+          case DC_OBS_REAL: ok = parse_f64(s, &x.f); if (ok && isnan(x.f)) x.is_null = 1; break;
+          case DC_OBS_BOOL: ok = parse_bool(s, &bv) || (parse_i64(s, &x.i) && (x.i == 0 || x.i == 1)); if (ok && !x.i) x.i = bv; break;
+          case DC_OBS_CATEGORY: { int32_t code; if (cv_add_label(&labels, &nl, &lm, s, &code, e)) { sqlite3_free(ums); goto done; } x.i = code; break; }
+          default: x.s = s; x.len = (uint32_t)strlen(s); break;
+        }
+      }
+      if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s %s", o->table, (long long)t.line[r], hdr[c], s, kind == DC_OBS_INT ? "an" : "a", kind == DC_OBS_INT ? "integer" : kind == DC_OBS_REAL ? "number" : "boolean (true/false, 1/0)"); goto done; }
+      if (cv_vals_push(&v, &x, e)) { sqlite3_free(ums); goto done; }
+    }
+    /* replace a column of the same name (ignoring case), or add one */
+    int64_t col = -1;
+    int replaced = 0;
+    for (int i = 0; i < ncols; i++)
+      if (!strcasecmp(cols[i].name, hdr[c])) col = cols[i].col;
+    if (col == 0) { sqlite3_free(ums); cv_fail(e, "%s: column '%s' would replace the obs index", o->table, hdr[c]); goto done; }
+    if (col >= 0) {
+      n_repl++;
+      replaced = 1;
+      char *sql = sqlite3_mprintf("DELETE FROM main.cells_blocks WHERE col = %lld; DELETE FROM main.cells_dict WHERE col = %lld; "
+                                  "DELETE FROM main.cells_columns WHERE col = %lld;", (long long)col, (long long)col, (long long)col);
+      int r = sql ? cv_exec(db, sql, e) : cv_fail(e, "out of memory");
+      sqlite3_free(sql);
+      if (r) { sqlite3_free(ums); goto done; }
+    } else {
+      col = next_col++;
+      n_new++;
+    }
+    if (cv_write_blocks(&w, col, hdr[c], kind == DC_OBS_CATEGORY ? nl : -1, 0, &v, B, e)) { sqlite3_free(ums); goto done; }
+    if (cv_write_dict_rows(db, col, labels, 0, kind == DC_OBS_CATEGORY ? nl : 0, e)) { sqlite3_free(ums); goto done; }
+    if (cv_write_column_row(db, D.id, col, hdr[c], kind, labels, kind == DC_OBS_CATEGORY ? nl : -1, e)) { sqlite3_free(ums); goto done; }
+    if (!o->quiet) printf("%s: column '%s' (%s) %s\n", o->dataset, hdr[c], cv_obs_kind_label(kind), replaced ? "replaced" : "added");
+  }
+  if (cv_exec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e) || cv_check_interrupt(e) ||
+      cv_exec(db, "COMMIT", e)) { sqlite3_free(ums); goto done; }
+  in_tx = 0;
+  int64_t matched = 0;
+  for (int64_t i = 0; i < N; i++) matched += row_of[i] >= 0;
+  if (!o->quiet)
+    printf("%s: %lld of %lld cells annotated from %zu rows (%d columns added, %d replaced)\n", o->dataset, (long long)matched,
+           (long long)N, t.n_rec - 1, n_new, n_repl);
+  if (unmatched)
+    fprintf(stderr, "deltacells: note: %lld key%s of %s match no cell (by %s): %s%s\n", (long long)unmatched,
+            unmatched == 1 ? "" : "s", o->table, o->key, ums ? ums : "", unmatched > 5 ? ", ..." : "");
+  sqlite3_free(ums);
+  rc = 0;
+done:
+  dsw_over_end(&w);
+  if (in_tx) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  if (db) sqlite3_close(db);
+  csv_free(&t);
+  cv_dcols_free(cols, ncols);
+  free(row_of);
+  free(kinds);
+  cv_vals_free(&v);
+  cv_map_free(&names);
+  cv_map_free(&lm);
+  if (labels) for (int64_t k = 0; k < nl; k++) free(labels[k]);
+  free(labels);
+  free(D.sources);
+  return rc;
+}

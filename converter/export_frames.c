@@ -1,0 +1,522 @@
+/*
+** export_frames.c — the obs and var data frames of an export (see export_int.h): the genes
+** of --genes FILE, obs columns read through the `cells` table in blocks and var columns from
+** the genes table, written as anndata data frames (categorical, nullable, plain, strings).
+*/
+#include "export.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dc_codec.h"
+#include "dc_format.h"
+#include "dc_seal.h"
+
+#include "export_int.h"
+
+#define EX_OBS_ROWS 16384u
+
+/* ------------------------------------------------------------ export: genes */
+
+/* --genes FILE: names in file order; a name listed twice takes its next
+** occurrence in the dataset (duplicate names stay apart). */
+int ex_genes_from_file(const gtable *g, const int64_t *orig_order, const char *file, xgenes *x, cv_err *e) {
+  FILE *fp = fopen(file, "r");
+  if (!fp) return cv_fail(e, "--genes %s: cannot open: %s", file, strerror(errno));
+  const gcolumn *nm = &g->cols[g->c_name];
+  cv_map first = {0};
+  int32_t *next = malloc(((size_t)g->n + 1) * sizeof *next); /* gene -> next gene of the same name (orig order) */
+  char *line = NULL;
+  size_t cap = 0, n_out_cap = 0;
+  int rc = -1;
+  if (!next) { cv_fail(e, "out of memory"); goto done; }
+  for (int64_t r = g->n - 1; r >= 0; r--) { /* chains in original order */
+    int64_t id = orig_order[r];
+    uint32_t *p = cv_map_ref(&first, nm->t[id] ? nm->t[id] : "");
+    if (p) { next[id] = (int32_t)*p; *p = (uint32_t)id; }
+    else {
+      next[id] = -1;
+      if (cv_map_put(&first, nm->t[id] ? nm->t[id] : "", (uint32_t)id, e)) goto done;
+    }
+  }
+  ssize_t len;
+  long lineno = 0;
+  while ((len = getline(&line, &cap, fp)) >= 0) {
+    lineno++;
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    if (len == 0) continue;
+    uint32_t *p = cv_map_ref(&first, line);
+    if (!p) { /* a name with spaces around it in the file: try it trimmed */
+      char *a = line, *b = line + len;
+      while (a < b && isspace((unsigned char)*a)) a++;
+      while (b > a && isspace((unsigned char)b[-1])) b--;
+      char keep = *b;
+      *b = 0;
+      p = a != line || b != line + len ? cv_map_ref(&first, a) : NULL;
+      *b = keep;
+    }
+    if (!p) {
+      const char *near = NULL;
+      for (int64_t i = 0; i < g->n && !near; i++)
+        if (nm->t[i] && !strcasecmp(nm->t[i], line)) near = nm->t[i];
+      cv_fail(e, "--genes %s: line %ld: gene '%s' is not in the dataset%s%s%s", file, lineno, line,
+              near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+      goto done;
+    }
+    if (*p == UINT32_MAX) {
+      cv_fail(e, "--genes %s: line %ld: gene '%s' is listed more often than the dataset has it", file, lineno, line);
+      goto done;
+    }
+    int64_t id = *p;
+    *p = next[id] >= 0 ? (uint32_t)next[id] : UINT32_MAX;
+    if (cv_grow((void **)&x->ids, &n_out_cap, (size_t)x->n_out + 1, sizeof *x->ids, e)) goto done;
+    x->ids[x->n_out++] = id;
+  }
+  if (ferror(fp)) { cv_fail(e, "--genes %s: read error", file); goto done; }
+  rc = 0;
+done:
+  fclose(fp);
+  free(line);
+  free(next);
+  cv_map_free(&first);
+  return rc;
+}
+
+/* ------------------------------------------------------------ export: obs */
+
+void ex_xcol_free(xcol *c) {
+  for (uint32_t k = 0; k < c->n_cats; k++) free(c->cats[k]);
+  free(c->cats);
+  cv_map_free(&c->codes);
+  if (c->tg >= 0) H5Gclose(c->tg);
+  if (c->d >= 0) H5Dclose(c->d);
+  if (c->m >= 0) H5Dclose(c->m);
+  if (c->txt) for (uint32_t k = 0; k < EX_OBS_ROWS; k++) free(c->txt[k]);
+  free(c->name); free(c->i64); free(c->f64); free(c->c32); free(c->b8); free(c->mask); free(c->txt);
+}
+
+static int kind_of(const char *k) {
+  return !strcmp(k, "category") ? OK_CAT : !strcmp(k, "int") ? OK_INT : !strcmp(k, "real") ? OK_REAL
+         : !strcmp(k, "bool") ? OK_BOOL : OK_TEXT;
+}
+
+int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, int *n_out, cv_err *e) {
+  sqlite3_stmt *s = NULL;
+  xcol *all = NULL;
+  int n = 0, cap = 0, rc = -1;
+  if (sqlite3_prepare_v2(db, "SELECT col, name, kind, null_count FROM cells_columns WHERE col > 0 ORDER BY col", -1, &s,
+                         NULL) != SQLITE_OK)
+    return cv_fail(e, "%s: cells_columns: %s", path, sqlite3_errmsg(db));
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    if (n == cap) {
+      cap = cap ? 2 * cap : 16;
+      xcol *t = realloc(all, (size_t)cap * sizeof *t);
+      if (!t) { cv_fail(e, "out of memory"); goto done; }
+      all = t;
+    }
+    xcol *c = &all[n];
+    memset(c, 0, sizeof *c);
+    c->d = c->m = c->tg = -1;
+    c->col = sqlite3_column_int64(s, 0);
+    c->name = strdup((const char *)sqlite3_column_text(s, 1));
+    c->kind = kind_of((const char *)sqlite3_column_text(s, 2));
+    c->nulls = sqlite3_column_int64(s, 3);
+    n++;
+    if (!c->name) { cv_fail(e, "out of memory"); goto done; }
+  }
+  sqlite3_finalize(s);
+  s = NULL;
+  if (list) { /* --obs: the columns named, in that order */
+    xcol *sel = calloc((size_t)n + 1, sizeof *sel);
+    uint8_t *used = calloc((size_t)n + 1, 1);
+    int k = 0;
+    char *dup = strdup(list), *save = NULL;
+    if (!sel || !used || !dup) { free(sel); free(used); free(dup); cv_fail(e, "out of memory"); goto done; }
+    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      while (isspace((unsigned char)*t)) t++;
+      char *z = t + strlen(t);
+      while (z > t && isspace((unsigned char)z[-1])) *--z = 0;
+      if (!*t) continue;
+      int j = -1;
+      for (int i = 0; i < n && j < 0; i++) if (!strcmp(all[i].name, t)) j = i;
+      for (int i = 0; i < n && j < 0; i++) if (!strcasecmp(all[i].name, t)) j = i; /* SQLite's names ignore case */
+      if (j < 0) {
+        sqlite3_str *m = sqlite3_str_new(NULL);
+        for (int i = 0; i < n; i++) sqlite3_str_appendf(m, "%s%s", i ? ", " : "", all[i].name);
+        char *ms = sqlite3_str_finish(m);
+        cv_fail(e, "--obs: unknown obs column '%s' (%s has: %s)", t, path, n ? (ms ? ms : "?") : "no obs columns");
+        sqlite3_free(ms);
+        free(sel); free(used); free(dup);
+        goto done;
+      }
+      if (used[j]) { cv_fail(e, "--obs: column '%s' is named twice", all[j].name); free(sel); free(used); free(dup); goto done; }
+      used[j] = 1;
+      sel[k++] = all[j];
+    }
+    for (int i = 0; i < n; i++) if (!used[i]) ex_xcol_free(&all[i]);
+    free(all);
+    free(used);
+    free(dup);
+    all = sel;
+    n = k;
+  }
+  /* dictionaries */
+  if (sqlite3_prepare_v2(db, "SELECT code, value FROM cells_dict WHERE col=? ORDER BY code", -1, &s, NULL) != SQLITE_OK) {
+    cv_fail(e, "%s: cells_dict: %s", path, sqlite3_errmsg(db));
+    goto done;
+  }
+  for (int i = 0; i < n; i++) {
+    xcol *c = &all[i];
+    if (c->kind != OK_CAT) continue;
+    size_t cc = 0;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, c->col);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      if (sqlite3_column_int64(s, 0) != (int64_t)c->n_cats) {
+        cv_fail(e, "%s: cells_dict of column '%s' is not numbered 0, 1, ...", path, c->name);
+        goto done;
+      }
+      const char *v = (const char *)sqlite3_column_text(s, 1);
+      if (cv_grow((void **)&c->cats, &cc, c->n_cats + 1, sizeof *c->cats, e)) goto done;
+      c->cats[c->n_cats] = strdup(v ? v : "");
+      if (!c->cats[c->n_cats] || cv_map_put(&c->codes, c->cats[c->n_cats], c->n_cats, e)) {
+        cv_fail(e, "out of memory (or column '%s' has a repeated category)", c->name);
+        goto done;
+      }
+      c->n_cats++;
+    }
+  }
+  rc = 0;
+done:
+  sqlite3_finalize(s);
+  if (rc) {
+    for (int i = 0; i < n; i++) ex_xcol_free(&all[i]);
+    free(all);
+    return -1;
+  }
+  *out = all;
+  *n_out = n;
+  return 0;
+}
+
+static hid_t code_type(uint32_t n_cats) {
+  return n_cats <= 127 ? H5T_STD_I8LE : n_cats <= 32767 ? H5T_STD_I16LE : H5T_STD_I32LE;
+}
+
+/* Creates the datasets of an obs column of n rows under g. */
+static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
+  int nullable = c->nulls > 0;
+  hid_t sub = -1;
+  int r = -1;
+  switch (c->kind) {
+    case OK_CAT: {
+      sub = ex_group(g, c->name, "categorical", "0.2.0");
+      if (sub < 0 || ex_attr_bool(sub, "ordered", 0)) goto done;
+      c->ft = code_type(c->n_cats);
+      c->d = ex_dset(sub, "codes", c->ft, n, 0, "array", "0.2.0");
+      if (c->d < 0 || ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats)) goto done;
+      break;
+    }
+    case OK_INT: case OK_BOOL: {
+      c->ft = c->kind == OK_INT ? H5T_STD_I64LE : bt;
+      if (nullable) {
+        sub = ex_group(g, c->name, c->kind == OK_INT ? "nullable-integer" : "nullable-boolean", "0.1.0");
+        if (sub < 0) goto done;
+        c->d = ex_dset(sub, "values", c->ft, n, 0, "array", "0.2.0");
+        c->m = ex_dset(sub, "mask", bt, n, 0, "array", "0.2.0");
+        if (c->d < 0 || c->m < 0) goto done;
+      } else {
+        c->d = ex_dset(g, c->name, c->ft, n, 0, "array", "0.2.0");
+        if (c->d < 0) goto done;
+      }
+      break;
+    }
+    case OK_REAL:
+      c->ft = H5T_IEEE_F64LE;
+      c->d = ex_dset(g, c->name, c->ft, n, 0, "array", "0.2.0");
+      if (c->d < 0) goto done;
+      break;
+    default: {
+      if (nullable) { /* no nullable strings in anndata 0.8: a categorical with missing values */
+        c->tg = ex_group(g, c->name, "categorical", "0.2.0");
+        if (c->tg < 0 || ex_attr_bool(c->tg, "ordered", 0)) goto done;
+        c->d = ex_dset(c->tg, "codes", H5T_STD_I32LE, n, 0, "array", "0.2.0");
+        if (c->d < 0) goto done;
+        break;
+      }
+      hid_t t = ex_vlstr();
+      c->ft = -1;
+      c->d = ex_dset(g, c->name, t, n, 0, "string-array", "0.2.0");
+      H5Tclose(t);
+      if (c->d < 0) goto done;
+    }
+  }
+  size_t B = EX_OBS_ROWS;
+  switch (c->kind) {
+    case OK_CAT: c->c32 = malloc(B * sizeof *c->c32); if (!c->c32) goto done; break;
+    case OK_INT: c->i64 = malloc(B * sizeof *c->i64); c->mask = malloc(B); if (!c->i64 || !c->mask) goto done; break;
+    case OK_BOOL: c->b8 = malloc(B); c->mask = malloc(B); if (!c->b8 || !c->mask) goto done; break;
+    case OK_REAL: c->f64 = malloc(B * sizeof *c->f64); if (!c->f64) goto done; break;
+    default:
+      if (c->tg >= 0) { c->c32 = malloc(B * sizeof *c->c32); if (!c->c32) goto done; break; }
+      c->txt = calloc(B, sizeof *c->txt);
+      if (!c->txt) goto done;
+  }
+  r = 0;
+done:
+  if (sub >= 0) H5Gclose(sub);
+  return r;
+}
+
+static int obs_flush(xcol *c, hsize_t off, hsize_t k, hid_t bt) {
+  if (c->tg >= 0) return ex_dset_put(c->d, H5T_NATIVE_INT32, c->c32, off, k, 0);
+  switch (c->kind) {
+    case OK_CAT: return ex_dset_put(c->d, H5T_NATIVE_INT32, c->c32, off, k, 0);
+    case OK_INT:
+      return ex_dset_put(c->d, H5T_NATIVE_INT64, c->i64, off, k, 0) || (c->m >= 0 && ex_dset_put(c->m, bt, c->mask, off, k, 0));
+    case OK_BOOL:
+      return ex_dset_put(c->d, bt, c->b8, off, k, 0) || (c->m >= 0 && ex_dset_put(c->m, bt, c->mask, off, k, 0));
+    case OK_REAL: return ex_dset_put(c->d, H5T_NATIVE_DOUBLE, c->f64, off, k, 0);
+    default: {
+      hid_t t = ex_vlstr();
+      int r = ex_dset_put(c->d, t, c->txt, off, k, 0);
+      H5Tclose(t);
+      return r;
+    }
+  }
+}
+
+static char *quote_id(const char *s) { return sqlite3_mprintf("\"%w\"", s); }
+
+/* The obs frame of the selected cells, in cell_id order, through the cells table. */
+int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, int64_t n_sel, hid_t bt, cv_err *e) {
+  hid_t g = ex_group(root, "obs", "dataframe", "0.2.0");
+  const char **names = calloc((size_t)nc + 1, sizeof *names);
+  char **idx = calloc(EX_OBS_ROWS, sizeof *idx);
+  hid_t di = -1, vt = ex_vlstr();
+  sqlite3_stmt *s = NULL;
+  int rc = -1;
+  if (g < 0 || !names || !idx) { cv_fail(e, "%s: writing obs", o->out); goto done; }
+  for (int i = 0; i < nc; i++) names[i] = cols[i].name;
+  if (ex_attr_str(g, "_index", "_index") || ex_attr_strs(g, "column-order", names, (size_t)nc)) {
+    cv_fail(e, "%s: writing obs attributes", o->out);
+    goto done;
+  }
+  di = ex_dset(g, "_index", vt, (hsize_t)n_sel, 0, "string-array", "0.2.0");
+  if (di < 0) { cv_fail(e, "%s: writing obs/_index", o->out); goto done; }
+  for (int i = 0; i < nc; i++)
+    if (obs_create(g, &cols[i], (hsize_t)n_sel, bt)) { cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name); goto done; }
+  sqlite3_str *q = sqlite3_str_new(NULL);
+  sqlite3_str_appendall(q, "SELECT name");
+  for (int i = 0; i < nc; i++) {
+    char *qi = quote_id(cols[i].name);
+    sqlite3_str_appendf(q, ", %s", qi);
+    sqlite3_free(qi);
+  }
+  sqlite3_str_appendall(q, " FROM cells");
+  if (o->where) sqlite3_str_appendf(q, " WHERE (%s\n)", o->where); /* the newline ends a -- comment */
+  sqlite3_str_appendall(q, " ORDER BY cell_id");
+  char *sql = sqlite3_str_finish(q);
+  if (!sql || sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK) {
+    cv_fail(e, "%s: reading obs: %s", o->path, sqlite3_errmsg(db));
+    sqlite3_free(sql);
+    goto done;
+  }
+  sqlite3_free(sql);
+  int64_t row = 0;
+  uint32_t k = 0;
+  int r;
+  for (;;) {
+    r = sqlite3_step(s);
+    if (r == SQLITE_ROW && row + k >= n_sel) { cv_fail(e, "%s: the cells changed while they were read", o->path); goto done; }
+    if (k == EX_OBS_ROWS || (r != SQLITE_ROW && k)) {
+      int bad = ex_dset_put(di, vt, idx, (hsize_t)row, k, 0);
+      for (int i = 0; i < nc && !bad; i++) bad = obs_flush(&cols[i], (hsize_t)row, k, bt);
+      if (bad) { cv_fail(e, "%s: writing obs rows %lld..", o->out, (long long)row); goto done; }
+      row += k;
+      k = 0;
+      if (cv_check_interrupt(e)) goto done;
+    }
+    if (r != SQLITE_ROW) break;
+    const char *nm = (const char *)sqlite3_column_text(s, 0);
+    free(idx[k]);
+    idx[k] = strdup(nm ? nm : "");
+    if (!idx[k]) { cv_fail(e, "out of memory"); goto done; }
+    for (int i = 0; i < nc; i++) {
+      xcol *c = &cols[i];
+      int isnull = sqlite3_column_type(s, i + 1) == SQLITE_NULL;
+      switch (c->kind) {
+        case OK_CAT: {
+          uint32_t code = 0;
+          const char *v = (const char *)sqlite3_column_text(s, i + 1);
+          if (isnull) c->c32[k] = -1;
+          else if (cv_map_get(&c->codes, v ? v : "", &code)) c->c32[k] = (int32_t)code;
+          else { cv_fail(e, "%s: obs column '%s': value '%s' is not in its categories", o->path, c->name, v ? v : ""); goto done; }
+          break;
+        }
+        case OK_INT: c->i64[k] = isnull ? 0 : sqlite3_column_int64(s, i + 1); c->mask[k] = (int8_t)isnull; break;
+        case OK_BOOL: c->b8[k] = isnull ? 0 : sqlite3_column_int64(s, i + 1) != 0; c->mask[k] = (int8_t)isnull; break;
+        case OK_REAL: c->f64[k] = isnull ? NAN : sqlite3_column_double(s, i + 1); break;
+        default: {
+          const char *v = (const char *)sqlite3_column_text(s, i + 1);
+          if (c->tg >= 0) { /* categories in order of first appearance */
+            uint32_t code = 0;
+            if (isnull) { c->c32[k] = -1; break; }
+            if (!cv_map_get(&c->codes, v ? v : "", &code)) {
+              code = c->n_cats;
+              if (cv_grow((void **)&c->cats, &c->cats_cap, (size_t)c->n_cats + 1, sizeof *c->cats, e)) goto done;
+              if (!(c->cats[c->n_cats] = strdup(v ? v : ""))) { cv_fail(e, "out of memory"); goto done; }
+              c->n_cats++;
+              if (cv_map_put(&c->codes, c->cats[code], code, e)) goto done;
+            }
+            c->c32[k] = (int32_t)code;
+            break;
+          }
+          free(c->txt[k]);
+          c->txt[k] = strdup(v ? v : "");
+          if (!c->txt[k]) { cv_fail(e, "out of memory"); goto done; }
+        }
+      }
+    }
+    k++;
+  }
+  if (r != SQLITE_DONE) { cv_fail(e, "%s: reading obs: %s", o->path, sqlite3_errmsg(db)); goto done; }
+  if (row != n_sel) { cv_fail(e, "%s: the cells changed while they were read", o->path); goto done; }
+  for (int i = 0; i < nc; i++)
+    if (cols[i].tg >= 0 && ex_put_strings(cols[i].tg, "categories", (const char *const *)cols[i].cats, cols[i].n_cats)) {
+      cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name);
+      goto done;
+    }
+  rc = 0;
+done:
+  sqlite3_finalize(s);
+  if (idx) for (uint32_t i = 0; i < EX_OBS_ROWS; i++) free(idx[i]);
+  free(idx);
+  free(names);
+  if (di >= 0) H5Dclose(di);
+  H5Tclose(vt);
+  if (g >= 0) H5Gclose(g);
+  return rc;
+}
+
+/* ------------------------------------------------------------ export: var */
+/* The categories of var column `col` if it was categorical (dc_meta var_categories): *n = 0 if not. */
+static int var_categories(sqlite3 *db, const char *col, char ***cats, uint32_t *n, cv_map *m, cv_err *e) {
+  sqlite3_stmt *s = NULL;
+  size_t cap = 0;
+  *n = 0;
+  if (sqlite3_prepare_v2(db, "SELECT v.value FROM json_each((SELECT value FROM dc_meta WHERE key = 'var_categories')) j,"
+                         " json_each(j.value) v WHERE j.key = ?1 ORDER BY CAST(v.key AS INTEGER)", -1, &s, NULL) != SQLITE_OK)
+    return cv_fail(e, "dc_meta.var_categories: %s", sqlite3_errmsg(db));
+  sqlite3_bind_text(s, 1, col, -1, SQLITE_STATIC);
+  int r;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *v = (const char *)sqlite3_column_text(s, 0);
+    if (cv_grow((void **)cats, &cap, *n + 1, sizeof **cats, e)) break;
+    (*cats)[*n] = strdup(v ? v : "");
+    if (!(*cats)[*n] || cv_map_put(m, (*cats)[*n], *n, e)) { free((*cats)[*n]); cv_fail(e, "dc_meta.var_categories: column '%s': a repeated category or out of memory", col); break; }
+    (*n)++;
+  }
+  sqlite3_finalize(s);
+  if (r != SQLITE_DONE) return e->msg[0] ? -1 : cv_fail(e, "dc_meta.var_categories: malformed");
+  return 0;
+}
+
+int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, const xgenes *x, hid_t bt, cv_err *e) {
+  char *vic = ex_meta(db, "var_index_column");
+  int c_index = g->c_name;
+  if (vic)
+    for (int c = 0; c < g->n_cols; c++) if (!strcmp(g->cols[c].name, vic)) c_index = c;
+  free(vic);
+  const char **names = calloc((size_t)g->n_cols + 1, sizeof *names);
+  const char **tv = malloc(((size_t)x->n_out + 1) * sizeof *tv);
+  int64_t *iv = malloc(((size_t)x->n_out + 1) * sizeof *iv);
+  double *fv = malloc(((size_t)x->n_out + 1) * sizeof *fv);
+  int8_t *mk = malloc((size_t)x->n_out + 1);
+  int *which = calloc((size_t)g->n_cols + 1, sizeof *which);
+  int n = 0, rc = -1;
+  hid_t vg = -1, vt = ex_vlstr();
+  if (!names || !tv || !iv || !fv || !mk || !which) { cv_fail(e, "out of memory"); goto done; }
+  for (int c = 0; c < g->n_cols; c++) {
+    const char *nm = g->cols[c].name;
+    if (c == c_index || c == g->c_name || c == g->c_total || c == g->c_ncells || c == g->c_orig || !strcmp(nm, "gene_id"))
+      continue; /* the dataset's own columns: not the input's var */
+    which[n] = c;
+    names[n++] = nm;
+  }
+  vg = ex_group(root, "var", "dataframe", "0.2.0");
+  if (vg < 0 || ex_attr_str(vg, "_index", "_index") || ex_attr_strs(vg, "column-order", names, (size_t)n)) {
+    cv_fail(e, "%s: writing var", o->out);
+    goto done;
+  }
+  for (int64_t j = 0; j < x->n_out; j++) {
+    const char *t = g->cols[c_index].t[x->ids[j]];
+    tv[j] = t ? t : "";
+  }
+  if (ex_put_strings(vg, "_index", tv, (hsize_t)x->n_out)) { cv_fail(e, "%s: writing var/_index", o->out); goto done; }
+  for (int i = 0; i < n; i++) {
+    const gcolumn *k = &g->cols[which[i]];
+    hid_t d = -1, m = -1, sub = -1;
+    int bad = 0;
+    for (int64_t j = 0; j < x->n_out; j++) {
+      int64_t id = x->ids[j];
+      tv[j] = k->t && k->t[id] ? k->t[id] : "";
+      iv[j] = k->i ? k->i[id] : 0;
+      fv[j] = k->null[id] || !k->f ? NAN : k->f[id];
+      mk[j] = (int8_t)k->null[id];
+    }
+    char **cats = NULL;
+    uint32_t n_cats = 0;
+    cv_map cm = {0};
+    if (k->kind == GK_TEXT && var_categories(db, names[i], &cats, &n_cats, &cm, e)) goto done;
+    if (n_cats) { /* categorical in the input: codes + categories */
+      int32_t *codes = (int32_t *)iv; /* n_out int64 slots hold n_out int32 codes */
+      for (int64_t j = 0; j < x->n_out && !bad; j++) {
+        uint32_t cd = 0;
+        int64_t id = x->ids[j];
+        if (k->null[id]) codes[j] = -1;
+        else if (cv_map_get(&cm, k->t[id], &cd)) codes[j] = (int32_t)cd;
+        else bad = 1;
+      }
+      sub = bad ? -1 : ex_group(vg, names[i], "categorical", "0.2.0");
+      d = sub < 0 ? -1 : ex_dset(sub, "codes", code_type(n_cats), (hsize_t)x->n_out, 0, "array", "0.2.0");
+      bad = bad || d < 0 || ex_attr_bool(sub, "ordered", 0) || ex_dset_put(d, H5T_NATIVE_INT32, codes, 0, (hsize_t)x->n_out, 0) ||
+            ex_put_strings(sub, "categories", (const char *const *)cats, n_cats);
+    } else if (k->kind == GK_TEXT) bad = ex_put_strings(vg, names[i], tv, (hsize_t)x->n_out);
+    else if (k->kind == GK_REAL) {
+      d = ex_dset(vg, names[i], H5T_IEEE_F64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
+      bad = d < 0 || ex_dset_put(d, H5T_NATIVE_DOUBLE, fv, 0, (hsize_t)x->n_out, 0);
+    } else if (k->n_null) {
+      sub = ex_group(vg, names[i], "nullable-integer", "0.1.0");
+      d = sub < 0 ? -1 : ex_dset(sub, "values", H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
+      m = sub < 0 ? -1 : ex_dset(sub, "mask", bt, (hsize_t)x->n_out, 0, "array", "0.2.0");
+      bad = d < 0 || m < 0 || ex_dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0) ||
+            ex_dset_put(m, bt, mk, 0, (hsize_t)x->n_out, 0);
+    } else {
+      d = ex_dset(vg, names[i], H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
+      bad = d < 0 || ex_dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0);
+    }
+    if (d >= 0) H5Dclose(d);
+    if (m >= 0) H5Dclose(m);
+    if (sub >= 0) H5Gclose(sub);
+    for (uint32_t c = 0; c < n_cats; c++) free(cats[c]);
+    free(cats);
+    cv_map_free(&cm);
+    if (bad) { cv_fail(e, "%s: writing var column '%s'", o->out, names[i]); goto done; }
+  }
+  rc = 0;
+done:
+  if (vg >= 0) H5Gclose(vg);
+  H5Tclose(vt);
+  free(names); free(tv); free(iv); free(fv); free(mk); free(which);
+  return rc;
+}

@@ -1,0 +1,277 @@
+/*
+** h5ad_hdf5.c — HDF5 access that the input readers share (see h5ad_hdf5.h): HDF5's error
+** messages, objects by path, string and integer attributes, slices of datasets, string
+** datasets.
+*/
+#include "h5ad_hdf5.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ HDF5 errors */
+static herr_t walk_cb(unsigned n, const H5E_error2_t *d, void *arg) {
+  h5ad_walk *w = arg;
+  (void)n;
+  /* walked upward: the first entry is the innermost; keep it */
+  if (!w->msg[0] && d->desc && d->desc[0]) snprintf(w->msg, sizeof w->msg, "%s", d->desc);
+  return 0;
+}
+/* The innermost message of HDF5's current error stack ("" if none). */
+const char *h5ad_reason(h5ad_walk *w) {
+  w->msg[0] = 0;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, w);
+  H5Eclear2(H5E_DEFAULT);
+  return w->msg[0] ? w->msg : "HDF5 read error";
+}
+int h5ad_fail(cv_err *e, const h5file *f, const char *what) {
+  h5ad_walk w;
+  return cv_fail(e, "%s: %s: %s", f->path, what, h5ad_reason(&w));
+}
+
+/* ------------------------------------------------------------ helpers */
+void h5ad_close_id(hid_t *id) {
+  if (*id >= 0) {
+    H5I_type_t t = H5Iget_type(*id);
+    if (t == H5I_DATASET) H5Dclose(*id);
+    else if (t == H5I_GROUP) H5Gclose(*id);
+    else if (t == H5I_ATTR) H5Aclose(*id);
+    else if (t == H5I_DATATYPE) H5Tclose(*id);
+    else if (t == H5I_DATASPACE) H5Sclose(*id);
+    else if (t == H5I_FILE) H5Fclose(*id);
+  }
+  *id = -1;
+}
+
+/* 1 if every component of path exists below loc. */
+int h5ad_exists(hid_t loc, const char *path) {
+  char buf[1024];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof buf) return 0;
+  memcpy(buf, path, n + 1);
+  for (size_t i = 0; i <= n; i++) {
+    if (buf[i] == '/' || buf[i] == 0) {
+      char c = buf[i];
+      buf[i] = 0;
+      htri_t ok = H5Lexists(loc, buf, H5P_DEFAULT);
+      if (ok <= 0) { H5Eclear2(H5E_DEFAULT); return 0; }
+      buf[i] = c;
+    }
+  }
+  return 1;
+}
+
+/* H5I_GROUP, H5I_DATASET, or H5I_BADID. Opens the object into *out. */
+H5I_type_t h5ad_open_obj(hid_t loc, const char *path, hid_t *out) {
+  *out = -1;
+  if (!h5ad_exists(loc, path)) return H5I_BADID;
+  hid_t o = H5Oopen(loc, path, H5P_DEFAULT);
+  if (o < 0) { H5Eclear2(H5E_DEFAULT); return H5I_BADID; }
+  H5I_type_t t = H5Iget_type(o);
+  if (t != H5I_GROUP && t != H5I_DATASET) { H5Oclose(o); return H5I_BADID; }
+  *out = o;
+  return t;
+}
+
+/* Reads a string attribute (scalar, or first element). *out malloc'd or NULL
+** if absent / not a string. */
+char *h5ad_attr_str(hid_t obj, const char *name) {
+  if (H5Aexists(obj, name) <= 0) { H5Eclear2(H5E_DEFAULT); return NULL; }
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = -1, sp = -1, mt = -1;
+  char *res = NULL;
+  if (a < 0) goto done;
+  t = H5Aget_type(a);
+  sp = H5Aget_space(a);
+  if (t < 0 || sp < 0 || H5Tget_class(t) != H5T_STRING) goto done;
+  hssize_t np = H5Sget_simple_extent_npoints(sp);
+  if (np < 1) goto done;
+  if (H5Tis_variable_str(t) > 0) {
+    mt = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5T_CSET_UTF8);
+    char **v = calloc((size_t)np, sizeof *v);
+    if (v && H5Aread(a, mt, v) >= 0) {
+      res = v[0] ? strdup(v[0]) : strdup("");
+      H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, v);
+    }
+    free(v);
+  } else {
+    size_t sz = H5Tget_size(t);
+    char *v = calloc((size_t)np * sz + 1, 1);
+    mt = H5Tcopy(t);
+    if (v && H5Aread(a, mt, v) >= 0) {
+      v[sz] = 0;
+      size_t k = strlen(v);
+      while (k > 0 && v[k - 1] == ' ') v[--k] = 0;
+      res = v;
+      v = NULL;
+    }
+    free(v);
+  }
+done:
+  h5ad_close_id(&mt); h5ad_close_id(&sp); h5ad_close_id(&t); h5ad_close_id(&a);
+  H5Eclear2(H5E_DEFAULT);
+  return res;
+}
+
+/* Reads a string-array attribute (e.g. column-order). Returns count or -1;
+** an absent attribute or a numeric empty array gives 0. */
+long h5ad_attr_strs(hid_t obj, const char *name, char ***out) {
+  *out = NULL;
+  if (H5Aexists(obj, name) <= 0) { H5Eclear2(H5E_DEFAULT); return 0; }
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = -1, sp = -1, mt = -1;
+  long res = -1;
+  if (a < 0) goto done;
+  t = H5Aget_type(a);
+  sp = H5Aget_space(a);
+  if (t < 0 || sp < 0) goto done;
+  hssize_t np = H5Sget_simple_extent_npoints(sp);
+  if (np < 0) goto done;
+  if (np == 0) { res = 0; goto done; }
+  if (H5Tget_class(t) != H5T_STRING) goto done;
+  char **v = calloc((size_t)np, sizeof *v);
+  if (!v) goto done;
+  if (H5Tis_variable_str(t) > 0) {
+    mt = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5T_CSET_UTF8);
+    char **raw = calloc((size_t)np, sizeof *raw);
+    if (raw && H5Aread(a, mt, raw) >= 0) {
+      for (hssize_t i = 0; i < np; i++) v[i] = strdup(raw[i] ? raw[i] : "");
+      H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, raw);
+      res = (long)np;
+    }
+    free(raw);
+  } else {
+    size_t sz = H5Tget_size(t);
+    char *raw = calloc((size_t)np * sz + 1, 1);
+    mt = H5Tcopy(t);
+    if (raw && H5Aread(a, mt, raw) >= 0) {
+      for (hssize_t i = 0; i < np; i++) {
+        size_t k = strnlen(raw + (size_t)i * sz, sz);
+        while (k > 0 && raw[(size_t)i * sz + k - 1] == ' ') k--;
+        v[i] = strndup(raw + (size_t)i * sz, k);
+      }
+      res = (long)np;
+    }
+    free(raw);
+  }
+  if (res < 0) { free(v); v = NULL; }
+  else for (long i = 0; i < res; i++) if (!v[i]) res = -1;
+  *out = v;
+done:
+  h5ad_close_id(&mt); h5ad_close_id(&sp); h5ad_close_id(&t); h5ad_close_id(&a);
+  H5Eclear2(H5E_DEFAULT);
+  return res;
+}
+
+void h5ad_free_strs(char **v, long n) {
+  if (!v) return;
+  for (long i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* Reads an integer-array attribute (shape). Returns count or -1. */
+int h5ad_attr_ints(hid_t obj, const char *name, int64_t *out, int max) {
+  if (H5Aexists(obj, name) <= 0) { H5Eclear2(H5E_DEFAULT); return -1; }
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), sp = -1, t = -1;
+  int res = -1;
+  if (a < 0) goto done;
+  sp = H5Aget_space(a);
+  t = H5Aget_type(a);
+  hssize_t np = H5Sget_simple_extent_npoints(sp);
+  if (np < 1 || np > max || H5Tget_class(t) != H5T_INTEGER) goto done;
+  if (H5Aread(a, H5T_NATIVE_INT64, out) >= 0) res = (int)np;
+done:
+  h5ad_close_id(&t); h5ad_close_id(&sp); h5ad_close_id(&a);
+  H5Eclear2(H5E_DEFAULT);
+  return res;
+}
+
+/* Length of a 1-D dataset, or -1 if not 1-D. */
+int64_t h5ad_ds_len(hid_t ds) {
+  hid_t sp = H5Dget_space(ds);
+  if (sp < 0) return -1;
+  int nd = H5Sget_simple_extent_ndims(sp);
+  hsize_t d[2] = {0, 0};
+  int64_t r = -1;
+  if (nd == 1 && H5Sget_simple_extent_dims(sp, d, NULL) == 1) r = (int64_t)d[0];
+  H5Sclose(sp);
+  return r;
+}
+
+/* Reads [start, start+count) of a 1-D dataset, or rows of a 2-D one
+** (count rows x ncols when ncols > 0). */
+int h5ad_ds_read(hid_t ds, hid_t mt, uint64_t start, uint64_t count, uint64_t ncols, void *buf) {
+  if (count == 0) return 0;
+  hid_t fs = H5Dget_space(ds), ms = -1;
+  int rc = -1;
+  if (fs < 0) return -1;
+  if (ncols) {
+    hsize_t st[2] = {start, 0}, ct[2] = {count, ncols};
+    if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL) < 0) goto done;
+    ms = H5Screate_simple(2, ct, NULL);
+  } else {
+    hsize_t st = start, ct = count;
+    if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, &st, NULL, &ct, NULL) < 0) goto done;
+    ms = H5Screate_simple(1, &ct, NULL);
+  }
+  if (ms < 0) goto done;
+  if (H5Dread(ds, mt, ms, fs, H5P_DEFAULT, buf) >= 0) rc = 0;
+done:
+  if (ms >= 0) H5Sclose(ms);
+  H5Sclose(fs);
+  return rc;
+}
+
+hid_t h5ad_vlen_str_type(void) {
+  hid_t mt = H5Tcopy(H5T_C_S1);
+  H5Tset_size(mt, H5T_VARIABLE);
+  H5Tset_cset(mt, H5T_CSET_UTF8);
+  return mt;
+}
+
+/* Reads strings [start, start+n) of a string dataset into cb (kind text) at
+** positions off.. . */
+int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t n, colbuf *cb, size_t off,
+                   cv_err *e) {
+  if (n == 0) return 0;
+  hid_t t = H5Dget_type(ds), mt = -1;
+  int rc = -1;
+  if (t < 0) return h5ad_fail(e, f, what);
+  if (H5Tis_variable_str(t) > 0) {
+    mt = h5ad_vlen_str_type();
+    char **v = calloc(n, sizeof *v);
+    if (!v) { cv_fail(e, "out of memory"); goto done; }
+    if (h5ad_ds_read(ds, mt, start, n, 0, v) < 0) { free(v); h5ad_fail(e, f, what); goto done; }
+    rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+      const char *s = v[i] ? v[i] : "";
+      rc = colbuf_text_set(cb, off + i, s, strlen(s), e);
+    }
+    hsize_t hn = n;
+    hid_t ms = H5Screate_simple(1, &hn, NULL);
+    H5Dvlen_reclaim(mt, ms, H5P_DEFAULT, v);
+    H5Sclose(ms);
+    free(v);
+  } else {
+    size_t sz = H5Tget_size(t);
+    mt = H5Tcopy(t);
+    char *v = malloc(n * sz + 1);
+    if (!v) { cv_fail(e, "out of memory"); goto done; }
+    if (h5ad_ds_read(ds, mt, start, n, 0, v) < 0) { free(v); h5ad_fail(e, f, what); goto done; }
+    H5T_str_t pad = H5Tget_strpad(t);
+    rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+      const char *s = v + i * sz;
+      size_t k = strnlen(s, sz);
+      if (pad == H5T_STR_SPACEPAD) while (k > 0 && s[k - 1] == ' ') k--;
+      rc = colbuf_text_set(cb, off + i, s, k, e);
+    }
+    free(v);
+  }
+done:
+  h5ad_close_id(&mt);
+  h5ad_close_id(&t);
+  return rc;
+}

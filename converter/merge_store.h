@@ -1,0 +1,114 @@
+/*
+** merge_store.h — what the commands that change datasets (append, merge: merge.c,
+** merge_cmd.c; annotate.c) share: a dataset's dc_meta, its stored obs and genes columns read
+** into memory and written back as sealed blocks, seals computed again.  All of it works on
+** an open connection (main: the dataset written; another schema: one read).
+*/
+#ifndef CV_MERGE_STORE_H
+#define CV_MERGE_STORE_H
+#include <sqlite3.h>
+#include <stdint.h>
+#include "cv_util.h"
+#include "dataset.h"
+#include "dc_obs.h"
+
+/* SQL: cv_fail with "what: SQLite's message" (-1); sqlite3_exec; a statement from a
+** sqlite3_mprintf format (NULL after cv_fail). */
+int cv_sql_fail(sqlite3 *db, cv_err *e, const char *what);
+int cv_exec(sqlite3 *db, const char *sql, cv_err *e);
+sqlite3_stmt *cv_prep(sqlite3 *db, cv_err *e, const char *fmt, ...);
+
+/* A dataset's dc_meta (defaults where older datasets lack a key). */
+typedef struct dsinfo {
+  const char *path;
+  int64_t version, n_cells, n_genes, nnz, n_tiles, level, chunks, tile_cells, obs_block, genes_block;
+  char codec[32];
+  uint64_t id;
+  char *sources;           /* JSON array */
+  int n_sources;
+} dsinfo;
+/* Reads schema's dc_meta into m (m->sources malloc()ed); fails on a format version other than
+** DC_FORMAT_VERSION. */
+int cv_read_meta(sqlite3 *db, const char *schema, const char *path, dsinfo *m, cv_err *e);
+
+/* The values of one column, of one kind, growing. */
+typedef struct vals {
+  int kind;
+  uint64_t n, cap;
+  int32_t *codes;
+  int64_t *i64;
+  uint8_t *valid;
+  double *f64;
+  int8_t *b8;
+  char **text;
+  uint32_t *tlen;
+} vals;
+/* One value, given as the typed parts a source has; NULL when is_null. */
+typedef struct val1 {
+  int kind, is_null;
+  int64_t i;         /* int, bool, category code (already in the target's codes) */
+  double f;
+  const char *s;     /* text, or a category's label */
+  uint32_t len;
+} val1;
+void cv_vals_free(vals *v);
+int cv_vals_reserve(vals *v, uint64_t need, cv_err *e);
+/* Appends a NULL. */
+int cv_vals_null(vals *v, cv_err *e);
+/* Appends x to v, cast to v's kind. */
+int cv_vals_push(vals *v, const val1 *x, cv_err *e);
+/* Values [off, off+k) of v as the encoder takes them. */
+dc_obs_values cv_vals_slice(const vals *v, uint64_t off, uint32_t k, uint32_t n_categories);
+/* Appends every value of a stored column (cells or genes, blocks from block b0) to dst,
+** cast; a category's codes go through remap (NULL: unchanged) and labels. */
+int cv_load_column(sqlite3 *db, const char *schema, const char *table, int64_t col, int kind, uint32_t n_cat,
+                   int64_t b0, char *const *labels, const int32_t *remap, vals *dst, const char *what, cv_err *e);
+/* Column 0 of main's table as text: the gene names (table "genes") or the cell names ("cells",
+** obs '_index'); NULL for a missing name.  On failure nv is freed. */
+int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv_err *e);
+
+/* The user data of the SQL function cv_reseal_tile (cv_fn_reseal_tile). */
+typedef struct seal_fn_ctx { uint64_t old_id, new_id; } seal_fn_ctx;
+/* cv_reseal_tile(old_tile, old_first, new_tile, new_first, n_cells, nnz, chunks, data, checksum):
+** checks the row's seal under the old dataset id and returns its seal at its new place. */
+void cv_fn_reseal_tile(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+/* Seals every block of main's obs column col again, keyed by new_id (after
+** its n_categories, or the dataset id, changed).  old_id: checks each first. */
+int cv_reseal_blocks(sqlite3 *db, uint64_t old_id, int64_t old_ncat, uint64_t new_id, int64_t col, const char *name,
+                     int kind, int64_t ncat, cv_err *e);
+
+/* A writer (dataset.h) over main of an open connection, for its insert helpers;
+** dsw_over_end finalizes its statements. */
+int dsw_over(dsw *w, sqlite3 *db, uint64_t id, cv_err *e);
+void dsw_over_end(dsw *w);
+/* Writes vals v (the cells first .. first + v.n - 1, first a block boundary) as blocks of col
+** (B cells each). */
+int cv_write_blocks(dsw *w, int64_t col, const char *name, int64_t ncat, int64_t first, const vals *v, int64_t B,
+                    cv_err *e);
+/* cells_dict rows [from, ncat) of column col: labels[from .. ncat-1] */
+int cv_write_dict_rows(sqlite3 *db, int64_t col, char *const *labels, int64_t from, int64_t ncat, cv_err *e);
+/* cells_columns' row of col, from its blocks and dictionary (checksum: the dictionary's seal) */
+int cv_write_column_row(sqlite3 *db, uint64_t id, int64_t col, const char *name, int kind, char *const *labels,
+                        int64_t ncat, cv_err *e);
+/* The code of label s in labels (n of them, map m), added when new. */
+int cv_add_label(char ***labels, int64_t *n, cv_map *m, const char *s, int32_t *code, cv_err *e);
+
+/* The obs columns of a dataset (schema's cells_columns, with their dictionaries). */
+typedef struct dcol {
+  int64_t col;
+  char *name;
+  int kind;
+  int64_t ncat;
+  char **labels;
+} dcol;
+int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, int *n_out, cv_err *e);
+void cv_dcols_free(dcol *c, int n);
+/* The name of an obs kind ("?" for none). */
+const char *cv_obs_kind_label(int k);
+
+/* merge.c: adds dataset spath (ATTACHed as `src`) to main, in the caller's transaction (which
+** then detaches `src`); D is updated. */
+int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int tiles_in, int threads, int *reencoded,
+                  cv_err *e);
+
+#endif

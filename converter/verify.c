@@ -1,0 +1,415 @@
+/*
+** verify.c — `verify` (docs/converter.md "verify"): the faults report, the schema, the tiles
+** and their seals, the sources, queries through the extension, the summary.  The column
+** checks are verify_cols.c's.
+*/
+#include "inspect.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dataset.h"
+#include "dc_codec.h"
+#include "dc_format.h"
+#include "dc_obs.h"
+#include "dc_seal.h"
+
+#include "verify.h"
+
+void cv_vfault(vrep *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *m = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  if (r->n < VERIFY_SHOW) {
+    r->msg[r->n] = m;
+    if (!r->json) fprintf(stderr, "verify: %s: %s\n", r->path, m ? m : "(out of memory)");
+  } else {
+    sqlite3_free(m);
+  }
+  r->n++;
+}
+static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
+  if (version < DC_FORMAT_GENES_MIN) {
+    sqlite3_stmt *s = NULL;
+    char *r = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT name FROM genes WHERE gene_id = ?", -1, &s, NULL) == SQLITE_OK) {
+      sqlite3_bind_int64(s, 1, id);
+      if (sqlite3_step(s) == SQLITE_ROW) r = sqlite3_mprintf("%s", (const char *)sqlite3_column_text(s, 0));
+    }
+    sqlite3_finalize(s);
+    return r;
+  }
+  return sqlite3_mprintf("gene_id %lld", (long long)id);
+}
+
+/* Version 2: every input's tiles (dc_meta.sources first_tile, n_tiles) hold
+** exactly its cells, so no tile spans two inputs. */
+static void verify_sources(sqlite3 *db, vrep *rep, int64_t n_tiles) {
+  sqlite3_stmt *s = NULL, *t = NULL;
+  if (sqlite3_prepare_v2(db,
+                         "SELECT json_extract(j.value, '$.file'), json_extract(j.value, '$.first_cell'),"
+                         " json_extract(j.value, '$.n_cells'), json_extract(j.value, '$.first_tile'),"
+                         " json_extract(j.value, '$.n_tiles') FROM dc_meta m, json_each(m.value) j"
+                         " WHERE m.key = 'sources' ORDER BY j.key", -1, &s, NULL) != SQLITE_OK ||
+      sqlite3_prepare_v2(db, "SELECT min(first_cell), max(first_cell + n_cells), count(*) FROM tiles_data"
+                             " WHERE tile >= ?1 AND tile < ?2", -1, &t, NULL) != SQLITE_OK) {
+    VFAULT("dc_meta.sources: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(s);
+    return;
+  }
+  int64_t next_tile = 0, n = 0;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *file = (const char *)sqlite3_column_text(s, 0);
+    n++;
+    for (int k = 1; k <= 4; k++)
+      if (sqlite3_column_type(s, k) != SQLITE_INTEGER) {
+        VFAULT("dc_meta.sources[%lld] (%s): first_cell, n_cells, first_tile or n_tiles is missing", (long long)n - 1,
+               file ? file : "?");
+        goto done;
+      }
+    int64_t fc = sqlite3_column_int64(s, 1), nc = sqlite3_column_int64(s, 2);
+    int64_t ft = sqlite3_column_int64(s, 3), nt = sqlite3_column_int64(s, 4);
+    if (ft != next_tile || nt < 0 || (nt == 0) != (nc == 0)) {
+      VFAULT("dc_meta.sources[%lld] (%s): tiles %lld..+%lld, expected to start at tile %lld", (long long)n - 1,
+             file ? file : "?", (long long)ft, (long long)nt, (long long)next_tile);
+      goto done;
+    }
+    next_tile = ft + nt;
+    if (nt > 0) {
+      sqlite3_bind_int64(t, 1, ft);
+      sqlite3_bind_int64(t, 2, ft + nt);
+      if (sqlite3_step(t) == SQLITE_ROW &&
+          (sqlite3_column_int64(t, 2) != nt || sqlite3_column_int64(t, 0) != fc || sqlite3_column_int64(t, 1) != fc + nc))
+        VFAULT("dc_meta.sources[%lld] (%s): its tiles %lld..%lld do not hold exactly its cells %lld..%lld",
+               (long long)n - 1, file ? file : "?", (long long)ft, (long long)(ft + nt - 1), (long long)fc,
+               (long long)(fc + nc - 1));
+      sqlite3_reset(t);
+    }
+  }
+  if (rc != SQLITE_DONE) VFAULT("dc_meta.sources: %s", sqlite3_errmsg(db));
+  else if (n == 0) VFAULT("dc_meta.sources lists no input");
+  else if (next_tile != n_tiles) VFAULT("dc_meta.sources covers %lld tiles, the dataset has %lld", (long long)next_tile, (long long)n_tiles);
+done:
+  sqlite3_finalize(s);
+  sqlite3_finalize(t);
+}
+/* The tables every query relies on, by format version. */
+static void verify_schema(sqlite3 *db, vrep *rep, int64_t version, int *have_tiles) {
+  static const char *const plain[] = {"dc_meta", "tiles_data", "cells_columns", "cells_dict", "cells_blocks", NULL};
+  static const char *const v2[] = {"genes_columns", "genes_blocks", NULL};
+  static const char *const virt[] = {"cells", "tiles", "expression", "expression_long", "dc_batch", NULL};
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT type, sql FROM sqlite_schema WHERE name = ?1", -1, &s, NULL) != SQLITE_OK) {
+    VFAULT("sqlite_schema: %s", sqlite3_errmsg(db));
+    return;
+  }
+  for (int pass = 0; pass < 4; pass++) {
+    const char *const *list = pass == 0 ? plain : pass == 1 ? (version >= DC_FORMAT_GENES_MIN ? v2 : NULL) : pass == 2 ? virt : NULL;
+    if (pass == 3) {
+      static const char *const genes[] = {"genes", NULL};
+      list = genes;
+    }
+    for (int i = 0; list && list[i]; i++) {
+      sqlite3_bind_text(s, 1, list[i], -1, SQLITE_STATIC);
+      int found = sqlite3_step(s) == SQLITE_ROW;
+      const char *sql = found ? (const char *)sqlite3_column_text(s, 1) : NULL;
+      int is_virtual = sql && strstr(sql, "VIRTUAL") != NULL;
+      int want_virtual = pass == 2 || (pass == 3 && version >= DC_FORMAT_GENES_MIN);
+      if (!found) VFAULT("table %s is missing (dropped?): the dataset's queries need it", list[i]);
+      else if (is_virtual != want_virtual)
+        VFAULT("table %s is %s, expected %s", list[i], is_virtual ? "a virtual table" : "a plain table",
+               want_virtual ? "a virtual table" : "a plain table");
+      if (!found && !strcmp(list[i], "tiles_data")) *have_tiles = 0;
+      sqlite3_reset(s);
+    }
+  }
+  sqlite3_finalize(s);
+}
+
+/* The extension, compiled into the converter with -DSQLITE_CORE. */
+int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
+
+/* Runs the queries a user runs, through the extension's own tables. */
+static void verify_queries(sqlite3 *db, vrep *rep, int64_t n_tiles) {
+  char *msg = NULL;
+  if (sqlite3_deltacells_init(db, &msg, NULL) != SQLITE_OK) {
+    VFAULT("loading the extension: %s", msg ? msg : "failed");
+    sqlite3_free(msg);
+    return;
+  }
+  sqlite3_free(msg);
+  /* dc_batch over the first and the last cell of every tile */
+  sqlite3_str *ids = sqlite3_str_new(db);
+  int64_t n_ids = 0;
+  sqlite3_stmt *t = NULL;
+  sqlite3_str_appendchar(ids, 1, '[');
+  if (sqlite3_prepare_v2(db, "SELECT first_cell, n_cells FROM tiles_data WHERE n_cells > 0 ORDER BY tile", -1, &t, NULL) == SQLITE_OK) {
+    while (sqlite3_step(t) == SQLITE_ROW) {
+      int64_t f = sqlite3_column_int64(t, 0), n = sqlite3_column_int64(t, 1);
+      sqlite3_str_appendf(ids, "%s%lld", n_ids ? "," : "", (long long)f);
+      n_ids++;
+      if (n > 1) { sqlite3_str_appendf(ids, ",%lld", (long long)(f + n - 1)); n_ids++; }
+    }
+  }
+  sqlite3_finalize(t);
+  sqlite3_str_appendchar(ids, 1, ']');
+  char *json = sqlite3_str_finish(ids);
+  static const char *const queries[] = {"SELECT * FROM cells", "SELECT * FROM genes", "SELECT * FROM tiles",
+                                        "SELECT n_cells FROM dc_batch(?1)", NULL};
+  for (int i = 0; queries[i]; i++) {
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db, queries[i], -1, &s, NULL);
+    int64_t rows = 0, batch = -1;
+    if (rc == SQLITE_OK) {
+      if (i == 3) sqlite3_bind_text(s, 1, json ? json : "[]", -1, SQLITE_STATIC);
+      while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        rows++;
+        if (i == 3) batch = sqlite3_column_int64(s, 0);
+      }
+      if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK) VFAULT("the query `%s` fails: %s", queries[i], sqlite3_errmsg(db));
+    else if (i == 3 && batch != n_ids)
+      VFAULT("the query `%s` over %lld cells returned %lld", queries[i], (long long)n_ids, (long long)batch);
+    else if (i == 2 && rows != n_tiles)
+      VFAULT("the query `%s` returned %lld rows, dc_meta.n_tiles is %lld", queries[i], (long long)rows, (long long)n_tiles);
+    sqlite3_finalize(s);
+  }
+  sqlite3_free(json);
+}
+
+int cv_verify(const char *path, int quiet, int json, cv_err *e) {
+  sqlite3 *db = NULL;
+  int64_t version = 0;
+  if (cv_open_ro(path, &db, &version, e)) return -1;
+  vrep rr, *rep = &rr;
+  memset(rep, 0, sizeof *rep);
+  rep->path = path;
+  rep->json = json;
+  int have_tiles = 1;
+  verify_schema(db, rep, version, &have_tiles);
+  /* the seals' key */
+  if (version >= DC_FORMAT_SEALED) {
+    char *id = cv_meta_text(db, "dataset_id");
+    if (!id || dc_seal_parse_id(id, strlen(id), &rep->dataset_id) != 0)
+      VFAULT("dc_meta.dataset_id is missing or not 16 hex digits (format version %lld): the checksums cannot be checked",
+             (long long)version);
+    else rep->sealed = 1;
+    free(id);
+  }
+  /* dc_meta's sizes */
+  static const char *const keys[4] = {"n_cells", "n_genes", "nnz", "n_tiles"};
+  int64_t mv[4];
+  for (int k = 0; k < 4; k++) {
+    char q[96];
+    snprintf(q, sizeof q, "SELECT CASE typeof(value) WHEN 'integer' THEN value END FROM dc_meta WHERE key = '%s'", keys[k]);
+    mv[k] = cv_q_int(db, q, -1);
+    if (mv[k] < 0 || (k == 1 && mv[k] > INT32_MAX)) VFAULT("dc_meta.%s is missing, not an integer or impossible", keys[k]);
+  }
+  int64_t n_cells = mv[0], n_genes = mv[1], nnz_meta = mv[2], n_tiles_meta = mv[3];
+  dc_decoder *dec = dc_decoder_new();
+  /* the chunks of each tile are decoded on every core (the blob is plain bytes by then) */
+  dc_pool *pool = dc_pool_new(0);
+  dc_job *jobs = malloc(DC_MAX_CHUNKS * sizeof *jobs);
+  dc_obs_decoder *odec = dc_obs_decoder_new();
+  uint64_t *tot = calloc((size_t)(n_genes > 0 ? n_genes : 1), sizeof *tot);
+  uint64_t *ncl = calloc((size_t)(n_genes > 0 ? n_genes : 1), sizeof *ncl);
+  dc_tile_hdr *h = malloc(sizeof *h);
+  int64_t *ip = NULL;
+  int32_t *ix = NULL, *vx = NULL;
+  size_t cap_c = 0, cap_n = 0;
+  sqlite3_stmt *s = NULL;
+  int64_t expect_first = 0, nnz_sum = 0, n_tiles = 0, n_blocks = 0, dup_names = 0;
+  int64_t faults_before_tiles = rep->n, tile_genes = -1, max_tile_genes = -1;
+  int genes_bad = 0;
+  if (!dec || !odec || !tot || !ncl || !h || !jobs) { cv_fail(e, "out of memory"); goto done; }
+  if (have_tiles &&
+      sqlite3_prepare_v2(db, rep->sealed ? "SELECT tile, first_cell, n_cells, nnz, chunks, data, checksum FROM tiles_data ORDER BY tile"
+                                         : "SELECT tile, first_cell, n_cells, nnz, chunks, data FROM tiles_data ORDER BY tile",
+                         -1, &s, NULL) != SQLITE_OK) {
+    VFAULT("tiles_data: %s", sqlite3_errmsg(db));
+    have_tiles = 0;
+  }
+  int rc = SQLITE_DONE;
+  while (have_tiles && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t t = sqlite3_column_int64(s, 0), fc = sqlite3_column_int64(s, 1), nc = sqlite3_column_int64(s, 2);
+    int64_t nz = sqlite3_column_int64(s, 3), ch = sqlite3_column_int64(s, 4);
+    const uint8_t *blob = sqlite3_column_blob(s, 5);
+    size_t len = (size_t)sqlite3_column_bytes(s, 5);
+    n_tiles++;
+    if (t != n_tiles - 1) VFAULT("tile %lld: tiles are not numbered 0, 1, 2, ... (expected %lld)", (long long)t, (long long)n_tiles - 1);
+    if (fc != expect_first)
+      VFAULT("tile %lld: first_cell %lld, expected %lld (tiles must cover every cell once, in order)", (long long)t,
+             (long long)fc, (long long)expect_first);
+    if (nc < 0 || nc > UINT32_MAX || nz < 0 || ch < 0 || ch > DC_MAX_CHUNKS) {
+      VFAULT("tile %lld: impossible n_cells %lld, nnz %lld or chunks %lld", (long long)t, (long long)nc, (long long)nz, (long long)ch);
+      expect_first = fc + (nc > 0 ? nc : 0);
+      continue;
+    }
+    expect_first = fc + nc;
+    nnz_sum += nz;
+    dc_error de;
+    memset(&de, 0, sizeof de);
+    if (dc_tile_parse(blob, len, h, &de) != DC_OK) { VFAULT("tile %lld: %s", (long long)t, de.msg); continue; }
+    if (rep->sealed) {
+      int64_t seal = 0;
+      if (dc_seal_tile(rep->dataset_id, t, fc, nc, nz, ch, len, blob, (size_t)h->hdr_len, &seal) ||
+          sqlite3_column_type(s, 6) != SQLITE_INTEGER || sqlite3_column_int64(s, 6) != seal) {
+        VFAULT("tile %lld: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %lld nonzeros) were not "
+               "written together for tile %lld of this dataset (moved, swapped, copied or edited)", (long long)t,
+               (long long)fc, (long long)(fc + nc - 1), (long long)nz, (long long)t);
+        continue;
+      }
+    }
+    if ((int64_t)h->n_cells != nc || (int64_t)h->nnz != nz || (int64_t)h->n_chunks != ch) {
+      VFAULT("tile %lld: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with tiles_data "
+             "(%lld, %lld, %lld)", (long long)t, h->n_cells, (unsigned long long)h->nnz,
+             h->n_chunks, h->n_genes, (long long)nc, (long long)nz, (long long)ch);
+      continue;
+    }
+    /* a tile holds genes 0 .. its n_genes-1: all of them, or, written before an append
+    ** added genes, fewer (the extension's rule: at most dc_meta.n_genes) */
+    if (n_genes >= 0 && (int64_t)h->n_genes > n_genes) {
+      if (tile_genes < 0)
+        VFAULT("dc_meta.n_genes says %lld, tile %lld is of %u genes", (long long)n_genes, (long long)t, h->n_genes);
+      tile_genes = h->n_genes;
+      genes_bad = 1;
+    }
+    if (genes_bad) continue;
+    if ((int64_t)h->n_genes > max_tile_genes && h->n_cells > 0) max_tile_genes = h->n_genes;
+    if (cv_grow((void **)&ip, &cap_c, (size_t)nc + 1, sizeof *ip, e)) goto done;
+    size_t c2 = cap_n;
+    if (cv_grow((void **)&ix, &c2, (size_t)nz + 1, sizeof *ix, e)) goto done;
+    c2 = cap_n;
+    if (cv_grow((void **)&vx, &c2, (size_t)nz + 1, sizeof *vx, e)) goto done;
+    cap_n = c2;
+    dc_out out = {ip, ix, vx, 0};
+    int dec_rc = DC_OK;
+    if (h->n_chunks == 0 || !pool) {
+      dec_rc = dc_tile_decode(dec, blob, len, &out, &de);
+    } else {
+      for (uint32_t c = 0; c < h->n_chunks; c++) {
+        memset(&jobs[c], 0, sizeof jobs[c]);
+        jobs[c].buf = blob; jobs[c].len = len; jobs[c].hdr = h; jobs[c].chunk = c; jobs[c].out = out; jobs[c].rc = -1;
+      }
+      if ((dec_rc = dc_pool_decode(pool, jobs, h->n_chunks)) != DC_OK)
+        for (uint32_t c = 0; c < h->n_chunks; c++)
+          if (jobs[c].rc != DC_OK) { de = jobs[c].err; break; }
+    }
+    if (dec_rc != DC_OK) { VFAULT("tile %lld: %s", (long long)t, de.msg); continue; }
+    int bad = 0;
+    if (ip[0] != 0 || ip[nc] != nz) bad = 1;
+    for (int64_t i = 0; i < nc && !bad; i++) {
+      if (ip[i + 1] < ip[i]) { bad = 1; break; }
+      for (int64_t k = ip[i]; k < ip[i + 1]; k++) {
+        if (ix[k] < 0 || ix[k] >= n_genes || (k > ip[i] && ix[k] <= ix[k - 1]) || vx[k] == 0) {
+          VFAULT("tile %lld: cell %lld (dataset cell %lld): bad gene index %d or count %u", (long long)t, (long long)i,
+                 (long long)(fc + i), ix[k], (uint32_t)vx[k]);
+          bad = 2;
+          break;
+        }
+        tot[ix[k]] += (uint32_t)vx[k];
+        ncl[ix[k]]++;
+      }
+    }
+    if (bad == 1) VFAULT("tile %lld: decoded cell offsets are inconsistent", (long long)t);
+  }
+  if (have_tiles && rc != SQLITE_DONE) VFAULT("reading tiles_data: %s", sqlite3_errmsg(db));
+  if (have_tiles && n_genes >= 0 && !genes_bad && max_tile_genes >= 0 && max_tile_genes != n_genes) {
+    VFAULT("dc_meta.n_genes says %lld, the tiles are of %lld genes (at most)", (long long)n_genes, (long long)max_tile_genes);
+    genes_bad = 1;
+  }
+  int tiles_decoded = rep->n == faults_before_tiles;
+  if (genes_bad) n_genes = -1;   /* said once: nothing to compare the genes with */
+  sqlite3_finalize(s);
+  s = NULL;
+  if (have_tiles) {
+    if (n_cells >= 0 && expect_first != n_cells)
+      VFAULT("tiles hold %lld cells, dc_meta.n_cells says %lld", (long long)expect_first, (long long)n_cells);
+    if (nnz_meta >= 0 && nnz_sum != nnz_meta)
+      VFAULT("tiles hold %lld nonzeros, dc_meta.nnz says %lld", (long long)nnz_sum, (long long)nnz_meta);
+    if (n_tiles_meta >= 0 && n_tiles != n_tiles_meta)
+      VFAULT("tiles_data holds %lld tiles, dc_meta.n_tiles says %lld", (long long)n_tiles, (long long)n_tiles_meta);
+  }
+  /* genes: totals must match what the tiles hold, and be in decreasing order */
+  if (n_genes >= 0) {
+    int64_t *gtc = calloc((size_t)(n_genes > 0 ? n_genes : 1), sizeof *gtc);
+    int64_t *gcc = calloc((size_t)(n_genes > 0 ? n_genes : 1), sizeof *gcc);
+    if (!gtc || !gcc) { free(gtc); free(gcc); cv_fail(e, "out of memory"); goto done; }
+    int64_t ng = version >= DC_FORMAT_GENES_MIN ? cv_verify_genes_v2(db, rep, n_genes, odec, gtc, gcc, &dup_names)
+                                                : cv_verify_genes_v1(db, rep, n_genes, gtc, gcc);
+    if (ng >= 0 && have_tiles && tiles_decoded) {   /* (a tile not decoded leaves nothing to compare) */
+      int64_t off = 0, first_off = -1, unordered = 0, first_un = -1;
+      for (int64_t id = 0; id < ng && id < n_genes; id++) {
+        if ((uint64_t)gtc[id] != tot[id] || (uint64_t)gcc[id] != ncl[id]) { if (!off++) first_off = id; }
+        if (id > 0 && gtc[id] > gtc[id - 1]) { if (!unordered++) first_un = id; }
+      }
+      if (off) {
+        char *nm = gene_name(db, version, first_off);
+        VFAULT("genes: %lld genes' total_counts / n_cells disagree with the tiles; the first, gene %lld '%s', says %lld / "
+               "%lld, the tiles hold %llu / %llu", (long long)off, (long long)first_off, nm ? nm : "?",
+               (long long)gtc[first_off], (long long)gcc[first_off], (unsigned long long)tot[first_off],
+               (unsigned long long)ncl[first_off]);
+        sqlite3_free(nm);
+      }
+      char *order = cv_meta_text(db, "gene_numbering");   /* 'stable' after append/merge: ids kept, not re-sorted */
+      int stable = order && !strcmp(order, "stable");
+      free(order);
+      if (unordered && !stable)
+        VFAULT("genes: %lld genes have more counts than the gene before them (the first: gene %lld); genes are "
+               "numbered by decreasing total counts", (long long)unordered, (long long)first_un);
+    }
+    if (ng >= 0 && ng != n_genes) VFAULT("genes: %lld rows, dc_meta.n_genes says %lld", (long long)ng, (long long)n_genes);
+    free(gtc);
+    free(gcc);
+  }
+  if (version >= DC_FORMAT_GENES_MIN && have_tiles) verify_sources(db, rep, n_tiles);
+  n_blocks = cv_verify_obs(db, rep, n_cells, odec);
+  /* what the checks above cannot see, the extension's own tables will */
+  if (rep->n == 0) verify_queries(db, rep, n_tiles);
+
+  if (json) {
+    printf("{\"path\":");
+    cv_json_print(stdout, path);
+    printf(",\"ok\":%s,\"faults\":%lld,\"messages\":[", rep->n ? "false" : "true", (long long)rep->n);
+    for (int64_t i = 0; i < rep->n && i < VERIFY_SHOW; i++) {
+      if (i) putchar(',');
+      cv_json_print(stdout, rep->msg[i] ? rep->msg[i] : "(out of memory)");
+    }
+    printf("],\"not_shown\":%lld,\"format_version\":%lld,\"sealed\":%s,\"tiles\":%lld,\"cells\":%lld,\"nnz\":%lld,"
+           "\"genes\":%lld,\"obs_blocks\":%lld,\"duplicate_gene_names\":%lld}\n",
+           (long long)(rep->n > VERIFY_SHOW ? rep->n - VERIFY_SHOW : 0), (long long)version, rep->sealed ? "true" : "false",
+           (long long)n_tiles, (long long)n_cells, (long long)nnz_sum, (long long)n_genes, (long long)n_blocks,
+           (long long)dup_names);
+  } else if (rep->n > VERIFY_SHOW) {
+    fprintf(stderr, "verify: %s: ... and %lld more faults (only the first %d are shown)\n", path,
+            (long long)(rep->n - VERIFY_SHOW), VERIFY_SHOW);
+  }
+  if (rep->n) {
+    cv_fail(e, "%s: %lld fault%s found", path, (long long)rep->n, rep->n == 1 ? "" : "s");
+  } else if (!quiet && !json) {
+    printf("%s: ok: %lld tiles (%lld cells, %lld nonzeros) decoded with checksums%s, %lld genes, %lld obs blocks; "
+           "every table the queries read checked\n", path, (long long)n_tiles, (long long)n_cells, (long long)nnz_sum,
+           rep->sealed ? " and seals" : "", (long long)n_genes, (long long)n_blocks);
+    if (dup_names)
+      printf("%s: note: %lld gene names occur more than once (kept as distinct genes; a gene panel cannot name them)\n",
+             path, (long long)dup_names);
+  }
+done:
+  sqlite3_finalize(s);
+  for (int i = 0; i < VERIFY_SHOW; i++) sqlite3_free(rep->msg[i]);
+  free(ip); free(ix); free(vx); free(tot); free(ncl); free(h);
+  dc_decoder_free(dec);
+  dc_pool_free(pool);
+  free(jobs);
+  dc_obs_decoder_free(odec);
+  sqlite3_close(db);
+  return rep->n || e->msg[0] ? -1 : 0;
+}
+#undef VFAULT
