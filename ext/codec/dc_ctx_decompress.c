@@ -519,7 +519,13 @@ static inline uint16_t *gather_sym(uint16_t *fl, const uint8_t *src, uint32_t k,
   uint16_t hi = (uint16_t)(b << 8);
   uint32_t j = 0;
   do {
-    for (uint32_t t = 0; t < 16; t++) fl[j + t] = (uint16_t)(hi | src[j + t]);
+    /* through local copies: with fl and src apart the compiler would need a
+    ** run-time overlap check, and at -O2 it then leaves the loop scalar */
+    uint8_t in[16];
+    uint16_t o[16];
+    memcpy(in, src + j, sizeof in);
+    for (uint32_t t = 0; t < 16; t++) o[t] = (uint16_t)(hi | in[t]);
+    memcpy(fl + j, o, sizeof o);
     j += 16;
   } while (j < k);
   return fl + k;
@@ -557,10 +563,11 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
     for (uint32_t c = 0; c < n_cells; c++) {                                    \
       const uint32_t *bc = bcnt + (size_t)c * nrb;                              \
       uint64_t tot = 0;                                                         \
-      uint32_t used = 0;                                                        \
+      uint32_t used = 0, nused = 0;                                             \
       for (uint32_t b = 0; b < nrb; b++) {                                      \
         tot += bc[b];                                                           \
         used |= (uint32_t)(bc[b] != 0) << b;                                    \
+        nused += bc[b] != 0;        /* not a popcount: a call without POPCNT */ \
       }                                                                         \
       const uint32_t q = dc_ctx_q(m, tot);                                      \
       const uint8_t **cq = cur + (size_t)q * nrb;                               \
@@ -573,7 +580,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       ** inside the copy whatever its symbols say */                          \
       if (pos > end_bits) return -1;                                            \
       if (!USE_VEC && !(used & slowmask[q]) &&                                \
-          tot >= 32ull * (uint32_t)__builtin_popcount(used)) {                \
+          tot >= 32ull * nused) {                                             \
         /* long segments: straight from the streams */                        \
         pos = f32 ? segs_fast_f32(pinf, cq, bc, used, mant, pos, &prev, ix, vf) \
                   : segs_fast_i32(pinf, cq, bc, used, mant, pos, &prev, ix, vi); \
