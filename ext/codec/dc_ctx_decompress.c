@@ -321,7 +321,8 @@ int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_
     size_t sl_ = X & (DC_CTX_M - 1);                                            \
     o[L] = stab[sl_];                                                           \
     uint32_t y_ = ftab[sl_] * (X >> DC_CTX_PREC) + ftab[DC_CTX_M + sl_];         \
-    uint32_t w_ = dc_rd16(W), r_ = y_ < DC_CTX_L;                               \
+    /* r = y < L, as the sign of a 64-bit difference (two instructions) */   \
+    uint32_t w_ = dc_rd16(W), r_ = (uint32_t)(((uint64_t)y_ - DC_CTX_L) >> 63); \
     X = (y_ << (r_ << 4)) | (w_ & (0u - r_));                                   \
     W += 2 * r_;                                                                \
   } while (0)
