@@ -33,6 +33,8 @@ int cv_prefix(cv_err *e, const char *fmt, ...)
 /* malloc/realloc that fail into a cv_err (NULL + message). */
 void *cv_malloc(size_t n, cv_err *e);
 void *cv_calloc(size_t n, size_t sz, cv_err *e);
+/* madvise(MADV_HUGEPAGE) on the 2 MiB-aligned interior of a buffer of 4 MiB or more */
+void cv_advise_huge(void *p, size_t n);
 int cv_grow(void **p, size_t *cap, size_t need, size_t elem, cv_err *e);
 char *cv_strdup(const char *s, cv_err *e);
 

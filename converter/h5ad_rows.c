@@ -102,6 +102,8 @@ static int slab_load(h5file *f, uint64_t lo, uint64_t hi, cv_err *e) {
     f->sval = malloc(c * 8);
     if (!f->sind || !f->sval) { f->scap = 0; return cv_fail(e, "out of memory (X slab of %zu values)", c); }
     f->scap = c;
+    cv_advise_huge(f->sind, c * 8);
+    cv_advise_huge(f->sval, c * 8);
   }
   if (n == 0) return 0;
   if (h5ad_ds_read(f->indices, mem_type(f->ity), lo, n, 0, f->sind) < 0) return h5ad_fail(e, f, "X indices");
