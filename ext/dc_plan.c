@@ -124,13 +124,14 @@ static void word_list(const dc_plan_table *t, char *out, size_t n) {
 int dc_plan_parse(const dc_plan_table *t, const char *z, int nargs, dc_plan_item *items, int cap, int *n_items,
                   char *err, size_t errcap) {
   unsigned char used[DC_PLAN_MAX_ARGS];
-  unsigned char seen[64];
+  unsigned char seen[DC_PLAN_MAX_WORDS];
   *n_items = 0;
   if (errcap) err[0] = 0;
   if (!z) return fail(err, errcap, 0, NULL, "no plan");
   if (nargs < 0 || nargs > DC_PLAN_MAX_ARGS)
     return fail(err, errcap, 0, NULL, "%d arguments, more than the %d a plan may have", nargs, DC_PLAN_MAX_ARGS);
-  if (t->nwords < 0 || t->nwords > (int)sizeof seen) return fail(err, errcap, 0, NULL, "too many words");
+  if (t->nwords < 0 || t->nwords > DC_PLAN_MAX_WORDS)
+    return fail(err, errcap, 0, NULL, "a table of %d words, more than %d", t->nwords, DC_PLAN_MAX_WORDS);
   memset(used, 0, sizeof used);
   memset(seen, 0, sizeof seen);
   if (!strcmp(z, "scan")) z += 4;
@@ -140,7 +141,7 @@ int dc_plan_parse(const dc_plan_table *t, const char *z, int nargs, dc_plan_item
     const char *start = z;
     dc_plan_item it = {DC_ITEM_TERM, -1, 0, 1, -1};
     int takes_arg = 1;
-    if (i >= cap) return fail(err, errcap, i + 1, start, "more items than the plan's %d arguments allow", nargs);
+    if (i >= cap) return fail(err, errcap, i + 1, start, "more items than %d", cap);
     if (*z == '#') {
       z++;
       long col = number(&z);

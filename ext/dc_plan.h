@@ -20,11 +20,15 @@
 **
 ** "IN" takes its whole list through sqlite3_vtab_in (one xFilter call).  "prefilter" marks a
 ** superset filter: SQLite re-checks each row (omit = 0); a term without it is decided exactly
-** by the table (omit = 1).  The words of each table:
+** by the table (omit = 1).  A table-valued function's arguments are exact "=" terms on its
+** hidden columns (dc_batch: #6 "cells" = ?1).  The words of each table:
 **   cells            LIMIT ?N, OFFSET ?N, ORDER BY cell_id
 **   expression       ORDER BY cell_id
 **   expression_long  ORDER BY cell_id, gene_id
 **   tiles            ORDER BY tile, ORDER BY tile DESC
+**   genes            ORDER BY gene_id, ORDER BY gene_id DESC
+**   dc_aggregate*    log1p (mean_log1p_cpm is used), names (gene names are used)
+**   dc_batch         none
 ** A plan has at most DC_PLAN_MAX_ARGS arguments: every xBestIndex pushes down at most
 ** DC_PLAN_MAX_TERMS terms (and leaves the rest to SQLite), plus LIMIT and OFFSET.
 */
@@ -34,6 +38,9 @@
 
 #define DC_PLAN_MAX_TERMS 250
 #define DC_PLAN_MAX_ARGS (DC_PLAN_MAX_TERMS + 2)
+/* a table has at most this many words, so a plan has at most DC_PLAN_MAX_ITEMS items */
+#define DC_PLAN_MAX_WORDS 8
+#define DC_PLAN_MAX_ITEMS (DC_PLAN_MAX_ARGS + DC_PLAN_MAX_WORDS)
 
 /* Operators of a term (the numbering is part of no format: it never leaves the process). */
 enum { DC_OP_EQ = 1, DC_OP_LT, DC_OP_LE, DC_OP_GT, DC_OP_GE, DC_OP_IN, DC_OP_ISNULL, DC_OP_NOTNULL };

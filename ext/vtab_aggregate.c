@@ -56,10 +56,9 @@
 ** dataset.  Decoded chunks are not put in the cache (a whole-dataset pass
 ** would only evict what other queries use).
 **
-** Plans: idxNum bits 1 group_by, 2 cells, 4 genes given; 8 mean_log1p_cpm
-** used; 16 gene names used.  idxStr lists the arguments in argv order and
-** the extras: ( "group_by" | "cells" | "genes" | "log1p" | "names" )* or
-** "all".
+** Plans: the shared plan codec (dc_plan.h): the arguments as exact terms on the hidden
+** columns, then the words "log1p" (mean_log1p_cpm is used) and "names" (gene names are
+** used), e.g. `#9 "group_by" = ?1, #11 "genes" = ?2, names`; "scan" for none.
 */
 #include <math.h>
 #include <stdarg.h>
@@ -67,6 +66,7 @@
 #include <string.h>
 #include "dc_agg.h"
 #include "agg_groups.h"
+#include "dc_plan.h"
 #include "dc_select.h"
 
 enum { L_LABEL, L_GENE_ID, L_GENE, L_NCELLS, L_SUM, L_MEAN, L_NEXPR, L_FRAC, L_LOG1P, L_NCOLS };
@@ -168,6 +168,21 @@ static int agg_disconnect(sqlite3_vtab *p) {
 }
 
 /* ------------------------------------------------ plans */
+static const char *const l_names[] = {"label", "gene_id", "gene", "n_cells", "sum", "mean", "n_expressing",
+                                     "frac_expressing", "mean_log1p_cpm", "group_by", "cells", "genes"};
+static const char *const w_names[] = {"label", "n_cells", "n_genes", "gene_ids", "sum", "n_expressing",
+                                     "mean_log1p_cpm", "group_by", "cells", "genes"};
+static const char *plan_col_name(void *ctx, int col) { return (((agg_vtab *)ctx)->wide ? w_names : l_names)[col]; }
+static const dc_plan_word plan_words[] = {{"log1p", 0}, {"names", 0}};
+enum { ITEM_LOG1P = 1, ITEM_NAMES = 2 };
+static void plan_table(agg_vtab *v, dc_plan_table *t) {
+  t->ncols = (v->wide ? W_NCOLS : L_NCOLS) + 3;
+  t->name = plan_col_name;
+  t->ctx = v;
+  t->words = plan_words;
+  t->nwords = 2;
+}
+
 static int agg_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   agg_vtab *v = (agg_vtab *)p;
   int first_arg = v->wide ? W_NCOLS : L_NCOLS;
@@ -181,27 +196,21 @@ static int agg_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   }
   for (int a = 0; a < 3; a++)
     if ((unusable >> a & 1) && idx[a] < 0) return SQLITE_CONSTRAINT;
-  static const char *const words[] = { "group_by", "cells", "genes" };
-  sqlite3_str *s = sqlite3_str_new(NULL);
-  int n = 0, num = 0;
+  dc_plan_item items[5];
+  int n = 0, n_items = 0;
   for (int a = 0; a < 3; a++) {
     if (idx[a] < 0) continue;
     info->aConstraintUsage[idx[a]].argvIndex = ++n;
     info->aConstraintUsage[idx[a]].omit = 1;
-    num |= 1 << a;
-    sqlite3_str_appendf(s, "%s%s", sqlite3_str_length(s) ? " " : "", words[a]);
+    items[n_items++] = (dc_plan_item){DC_ITEM_TERM, first_arg + a, DC_OP_EQ, 1, n - 1};
   }
   int log1p_col = v->wide ? W_LOG1P : L_LOG1P;
-  if (info->colUsed & ((sqlite3_uint64)1 << log1p_col)) {
-    num |= 8;
-    sqlite3_str_appendf(s, "%slog1p", sqlite3_str_length(s) ? " " : "");
-  }
-  if (!v->wide && (info->colUsed & ((sqlite3_uint64)1 << L_GENE))) {
-    num |= 16;
-    sqlite3_str_appendf(s, "%snames", sqlite3_str_length(s) ? " " : "");
-  }
-  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "all");
-  if (dc_plan_finish(info, s, num) != SQLITE_OK) return SQLITE_NOMEM;
+  if (info->colUsed & ((sqlite3_uint64)1 << log1p_col)) items[n_items++] = (dc_plan_item){ITEM_LOG1P, -1, 0, 1, -1};
+  if (!v->wide && (info->colUsed & ((sqlite3_uint64)1 << L_GENE)))
+    items[n_items++] = (dc_plan_item){ITEM_NAMES, -1, 0, 1, -1};
+  dc_plan_table pt;
+  plan_table(v, &pt);
+  if (dc_plan_set(info, &pt, items, n_items, n) != SQLITE_OK) return SQLITE_NOMEM;
   info->estimatedCost = 1e7;
   info->estimatedRows = v->wide ? 20 : 500000;
   return SQLITE_OK;
@@ -330,17 +339,31 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   dc_tilebytes *tb = NULL;
   size_t ntb = 0, n_cached = 0;
   char *group_col = NULL;
-  (void)idxStr;
 
   cursor_clear(c, v);
-  int nargs = (idxNum & 1) + (idxNum >> 1 & 1) + (idxNum >> 2 & 1);
-  if (argc != nargs) return vt_err(v, SQLITE_ERROR, "unknown plan %d", idxNum);
+  /* the plan: the arguments by hidden column, and what the statement uses */
   sqlite3_value *a_group = NULL, *a_cells = NULL, *a_genes = NULL;
+  int use_log1p = 0, use_names = 0;
   {
-    int k = 0;
-    if (idxNum & 1) a_group = argv[k++];
-    if (idxNum & 2) a_cells = argv[k++];
-    if (idxNum & 4) a_genes = argv[k++];
+    dc_plan_item items[DC_PLAN_MAX_ITEMS];
+    int n_items;
+    char why[200] = "";
+    dc_plan_table pt;
+    plan_table(v, &pt);
+    if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
+        dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+      return vt_err(v, SQLITE_ERROR, "unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
+    int first_arg = v->wide ? W_NCOLS : L_NCOLS;
+    for (int i = 0; i < n_items; i++) {
+      const dc_plan_item *it = &items[i];
+      if (it->kind == ITEM_LOG1P) { use_log1p = 1; continue; }
+      if (it->kind == ITEM_NAMES) { use_names = 1; continue; }
+      int a = it->col - first_arg;
+      sqlite3_value **slot = a == 0 ? &a_group : a == 1 ? &a_cells : a == 2 ? &a_genes : NULL;
+      if (!slot || it->op != DC_OP_EQ || *slot)
+        return vt_err(v, SQLITE_ERROR, "unknown plan '%s': item %d is not an argument", idxStr, i + 1);
+      *slot = argv[it->arg];
+    }
   }
   const char *what = v->wide ? "dc_aggregate_wide" : "dc_aggregate";
   if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
@@ -397,7 +420,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     int64_t p = panel ? panel[g] : g;
     if (p >= 0) c->gene_ids[p] = (int32_t)g;
   }
-  if (idxNum & 16) {
+  if (use_names) {
     /* names copied (the reader may reload them later) */
     int64_t bytes = 0;
     const char *nm;
@@ -420,7 +443,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   /* the accumulators */
   dc_pool *pool = dc_conn_pool(v->conn);
   if (!pool) { rc = SQLITE_NOMEM; goto done; }
-  dc_agg_opts o = { (uint32_t)r->n_genes, panel, (uint32_t)n_out, (idxNum & 8) != 0, 1e4, dc_pool_size(pool) };
+  dc_agg_opts o = { (uint32_t)r->n_genes, panel, (uint32_t)n_out, use_log1p, 1e4, dc_pool_size(pool) };
   uint64_t per_group = dc_agg_group_bytes(&o);
   int64_t limit = 4 * v->conn->work_bytes;
   {

@@ -304,7 +304,7 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
   int rc = cells_load(p);
   if (rc == SQLITE_NOMEM) return rc;
   if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }
-  dc_plan_item items[DC_PLAN_MAX_ARGS + 1];
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items = 0, nargs = 0, all_exact = 1, unused = 0;
   int i_limit = -1, i_offset = -1;
   cells_est_table tb = {p->loaded ? (double)p->n_cells : 1e6, p->n_blocks, p->blk_first, p->n_tiles, p->has_tiles};
@@ -579,12 +579,12 @@ static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   if (rc) return rc;
   if (argc < 0 || argc > DC_PLAN_MAX_ARGS)   /* xBestIndex never plans more (terms + LIMIT, OFFSET) */
     return cells_err(&p->base, SQLITE_ERROR, "cells: plan with %d arguments", argc);
-  dc_plan_item items[DC_PLAN_MAX_ARGS + 1];
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200];
   dc_plan_table pt;
   plan_table(p, &pt);
-  if (dc_plan_parse(&pt, idxStr, argc, items, argc + 1, &n_items, why, sizeof why))
+  if (dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
     return cells_err(&p->base, SQLITE_ERROR, "cells: unknown plan '%s': %s", idxStr, why);
   c->terms = sqlite3_malloc64(((sqlite3_uint64)argc + 1) * sizeof(cells_term));
   if (!c->terms) return SQLITE_NOMEM;

@@ -449,12 +449,12 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   cursor_clear(c);
   c->cell = -1;
   if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS) return vt_err(v, SQLITE_ERROR, "%s: unknown plan", v->reader->what);
-  dc_plan_item items[DC_PLAN_MAX_ARGS + 1];
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200];
   dc_plan_table pt;
   plan_table(v, &pt);
-  if (dc_plan_parse(&pt, idxStr, argc, items, argc + 1, &n_items, why, sizeof why))
+  if (dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
     return vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s': %s", v->reader->what, idxStr, why);
   if ((rc = dc_reader_begin(v->reader, &err)) != SQLITE_OK) {
     sqlite3_free(v->base.zErrMsg); v->base.zErrMsg = err;

@@ -229,6 +229,19 @@ static void test_other_tables(void) {
   /* no words at all */
   DCT_CHECK(dc_plan_parse(&bare, "scan", 0, got, 8, &n, err, sizeof err) == 0 && n == 0);
   DCT_CHECK(dc_plan_parse(&bare, "ORDER BY cell_id", 0, got, 8, &n, err, sizeof err) == -1 && strstr(err, "(none)"));
+  /* words without an argument: more items than arguments (dc_aggregate: "log1p, names") */
+  static const dc_plan_word aw[] = {{"log1p", 0}, {"names", 0}};
+  dc_plan_table agg = {NCOLS, name_of, NULL, aw, 2};
+  dc_plan_item many[DC_PLAN_MAX_ITEMS];
+  DCT_CHECKF(dc_plan_parse(&agg, "#3 \"cell_type\" = ?1, log1p, names", 1, many, DC_PLAN_MAX_ITEMS, &n, err,
+                           sizeof err) == 0 && n == 3 && many[1].kind == 1 && many[2].kind == 2, "%s", err);
+  DCT_CHECK(dc_plan_parse(&agg, "names, log1p", 0, many, DC_PLAN_MAX_ITEMS, &n, err, sizeof err) == 0 && n == 2);
+  DCT_CHECK(dc_plan_parse(&agg, "log1p, names", 0, many, 1, &n, err, sizeof err) == -1 && strstr(err, "more items"));
+  /* a table of more words than DC_PLAN_MAX_WORDS is refused, not overrun */
+  static const dc_plan_word nine[9] = {{"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}, {"e", 0}, {"f", 0}, {"g", 0},
+                                       {"h", 0}, {"i", 0}};
+  dc_plan_table big = {NCOLS, name_of, NULL, nine, 9};
+  DCT_CHECK(dc_plan_parse(&big, "i", 0, many, DC_PLAN_MAX_ITEMS, &n, err, sizeof err) == -1 && strstr(err, "9 words"));
   /* an item kind the table has no word for is written so that it cannot be read back */
   dc_plan_item odd = {5, -1, 0, 1, -1};
   s = fmt_t(&tiles, &odd, 1);
