@@ -9,7 +9,7 @@ static double est_block_num(const cells_bstat *s, int64_t n, int op, const cells
   double nn = (double)(n - s->null_count);
   double lo = s->mn.real ? s->mn.f : (double)s->mn.i, hi = s->mx.real ? s->mx.f : (double)s->mx.i;
   double x = v->t == CELLS_V_INTEGER ? (double)v->i : v->f;
-  if (op == CELLS_OP_EQ) {
+  if (op == DC_OP_EQ) {
     if (x < lo || x > hi) return 0;
     double span = hi - lo;
     return span <= 0 ? nn : nn / (span + 1 < 100 ? span + 1 : 100);
@@ -17,7 +17,7 @@ static double est_block_num(const cells_bstat *s, int64_t n, int op, const cells
   double frac = hi > lo ? (x - lo) / (hi - lo) : (x >= lo ? 1 : 0);
   if (frac < 0) frac = 0;
   if (frac > 1) frac = 1;
-  return (op == CELLS_OP_LT || op == CELLS_OP_LE) ? nn * frac : nn * (1 - frac);
+  return (op == DC_OP_LT || op == DC_OP_LE) ? nn * frac : nn * (1 - frac);
 }
 
 /* rows of the category column equal to text, from the blocks' min/max and present bitmaps */
@@ -55,14 +55,14 @@ void cells_est_term(cells_est *e, const cells_est_table *tb, int col, const cell
                     const cells_val *num, const char *text, int text_n) {
   double N = tb->n_cells, sel = 1.0;
   if (col == CELLS_COL_CELL_ID) {
-    if (op == CELLS_OP_EQ) { sel = N > 0 ? 1.0 / N : 1; e->unique = 1; e->scan = e->scan < 64 ? e->scan : 64; }
-    else if (op == CELLS_OP_IN) { sel = N > 0 ? 20.0 / N : 1; e->scan = e->scan < 64 * 20 ? e->scan : 64 * 20; }
-    else if (op == CELLS_OP_ISNULL) sel = 0;
-    else if (op != CELLS_OP_NOTNULL) {
+    if (op == DC_OP_EQ) { sel = N > 0 ? 1.0 / N : 1; e->unique = 1; e->scan = e->scan < 64 ? e->scan : 64; }
+    else if (op == DC_OP_IN) { sel = N > 0 ? 20.0 / N : 1; e->scan = e->scan < 64 * 20 ? e->scan : 64 * 20; }
+    else if (op == DC_OP_ISNULL) sel = 0;
+    else if (op != DC_OP_NOTNULL) {
       double f = 0.3;
       if (num && N > 0) {
         double x = num->t == CELLS_V_INTEGER ? (double)num->i : num->f;
-        f = (op == CELLS_OP_LT || op == CELLS_OP_LE) ? x / N : 1 - x / N;
+        f = (op == DC_OP_LT || op == DC_OP_LE) ? x / N : 1 - x / N;
         if (f < 0) f = 0;
         if (f > 1) f = 1;
       }
@@ -71,29 +71,29 @@ void cells_est_term(cells_est *e, const cells_est_table *tb, int col, const cell
     }
   } else if (col == CELLS_COL_TILE) {
     double nt = tb->n_tiles > 0 ? (double)tb->n_tiles : 1;
-    if (op == CELLS_OP_EQ) { sel = 1 / nt; e->scan *= sel; }
-    else if (op == CELLS_OP_IN) { sel = 3 / nt < 1 ? 3 / nt : 1; e->scan *= sel; }
-    else if (op == CELLS_OP_ISNULL) sel = tb->has_tiles ? 0 : 1;
-    else if (op != CELLS_OP_NOTNULL) { sel = 0.3; e->scan *= sel; }
+    if (op == DC_OP_EQ) { sel = 1 / nt; e->scan *= sel; }
+    else if (op == DC_OP_IN) { sel = 3 / nt < 1 ? 3 / nt : 1; e->scan *= sel; }
+    else if (op == DC_OP_ISNULL) sel = tb->has_tiles ? 0 : 1;
+    else if (op != DC_OP_NOTNULL) { sel = 0.3; e->scan *= sel; }
   } else if (oc) {
     e->n_filter_cols++;
     double nulls = N > 0 ? (double)oc->null_count / N : 0;
     if (nulls > 1) nulls = 1;
-    if (op == CELLS_OP_ISNULL) sel = nulls;
-    else if (op == CELLS_OP_NOTNULL) sel = 1 - nulls;
+    if (op == DC_OP_ISNULL) sel = nulls;
+    else if (op == DC_OP_NOTNULL) sel = 1 - nulls;
     else if (oc->kind == DC_OBS_CATEGORY) {
       double ncat = oc->n_categories ? (double)oc->n_categories : 1;
       sel = (1 - nulls) / ncat;
-      if (op == CELLS_OP_IN) sel *= 3;
-      else if (op != CELLS_OP_EQ) sel = 0.3;
+      if (op == DC_OP_IN) sel *= 3;
+      else if (op != DC_OP_EQ) sel = 0.3;
       else if (text && oc->dict && N > 0) sel = est_category_eq(tb, oc, text, text_n) / N;
     } else if (oc->kind == DC_OBS_TEXT) {
-      sel = op == CELLS_OP_EQ ? (N > 0 ? 1 / N : 1) : op == CELLS_OP_IN ? (N > 0 ? 5 / N : 1) : 0.3;
+      sel = op == DC_OP_EQ ? (N > 0 ? 1 / N : 1) : op == DC_OP_IN ? (N > 0 ? 5 / N : 1) : 0.3;
     } else if (oc->kind == DC_OBS_BOOL) {
       sel = (1 - nulls) * 0.5;
     } else {
-      sel = (1 - nulls) * (op == CELLS_OP_EQ ? 0.01 : op == CELLS_OP_IN ? 0.03 : 0.3);
-      if (num && N > 0 && op != CELLS_OP_IN) {
+      sel = (1 - nulls) * (op == DC_OP_EQ ? 0.01 : op == DC_OP_IN ? 0.03 : 0.3);
+      if (num && N > 0 && op != DC_OP_IN) {
         double est = 0;
         for (int64_t b = 0; b < tb->n_blocks; b++)
           est += est_block_num(&oc->bs[b], tb->blk_first[b + 1] - tb->blk_first[b], op, num);

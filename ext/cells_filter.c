@@ -55,11 +55,11 @@ static inline int cmp_num(int real, int64_t li, double lf, const cells_val *v) {
 
 static int op_holds(int op, int c) {
   switch (op) {
-    case CELLS_OP_EQ: case CELLS_OP_IN: return c == 0;
-    case CELLS_OP_LT: return c < 0;
-    case CELLS_OP_LE: return c <= 0;
-    case CELLS_OP_GT: return c > 0;
-    case CELLS_OP_GE: return c >= 0;
+    case DC_OP_EQ: case DC_OP_IN: return c == 0;
+    case DC_OP_LT: return c < 0;
+    case DC_OP_LE: return c <= 0;
+    case DC_OP_GT: return c > 0;
+    case DC_OP_GE: return c >= 0;
   }
   return 0;
 }
@@ -70,9 +70,9 @@ static int op_holds(int op, int c) {
     (out) = lo_; } while (0)
 
 static inline int num_match(const cells_term *t, int real, int64_t li, double lf) {
-  if (t->op == CELLS_OP_NOTNULL) return 1;
-  if (t->op == CELLS_OP_ISNULL) return 0;
-  if (t->op == CELLS_OP_IN) {
+  if (t->op == DC_OP_NOTNULL) return 1;
+  if (t->op == DC_OP_ISNULL) return 0;
+  if (t->op == DC_OP_IN) {
     size_t at;
     if (!real) {
       LOWER_BOUND(t->iset, t->niset, li, at);
@@ -83,14 +83,14 @@ static inline int num_match(const cells_term *t, int real, int64_t li, double lf
   }
   const cells_val *v = &t->v[0];
   if (v->t == CELLS_V_NULL) return 0;
-  if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;
+  if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return t->op == DC_OP_LT || t->op == DC_OP_LE;
   return op_holds(t->op, cmp_num(real, li, lf, v));
 }
 
 static int text_match(const cells_term *t, const char *s, int n) {
-  if (t->op == CELLS_OP_NOTNULL) return 1;
-  if (t->op == CELLS_OP_ISNULL) return 0;
-  if (t->op == CELLS_OP_IN) {
+  if (t->op == DC_OP_NOTNULL) return 1;
+  if (t->op == DC_OP_ISNULL) return 0;
+  if (t->op == DC_OP_IN) {
     if (!t->exact && t->in_has_number && maybe_numeric(s, n)) return 1;
     int lo = 0, hi = t->ntset;
     while (lo < hi) {
@@ -102,15 +102,15 @@ static int text_match(const cells_term *t, const char *s, int n) {
   const cells_val *v = &t->v[0];
   switch (v->t) {
     case CELLS_V_NULL: return 0;
-    case CELLS_V_BLOB: return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;   /* text < blob */
+    case CELLS_V_BLOB: return t->op == DC_OP_LT || t->op == DC_OP_LE;   /* text < blob */
     case CELLS_V_TEXT: {
       int r = op_holds(t->op, bincmp(s, n, v->s, v->n));
-      if (!r && !t->exact && (t->op == CELLS_OP_LT || t->op == CELLS_OP_LE) && maybe_numeric(s, n)) r = 1;
+      if (!r && !t->exact && (t->op == DC_OP_LT || t->op == DC_OP_LE) && maybe_numeric(s, n)) r = 1;
       return r;
     }
     default: {   /* a number */
       if (!t->exact) {
-        if (t->op == CELLS_OP_GT || t->op == CELLS_OP_GE) return 1;
+        if (t->op == DC_OP_GT || t->op == DC_OP_GE) return 1;
         if (maybe_numeric(s, n)) return 1;
       }
       return op_holds(t->op, bincmp(s, n, v->s, v->n));
@@ -145,7 +145,7 @@ static int is_text_kind(int kind) { return kind == DC_OBS_CATEGORY || kind == DC
 
 int cells_term_prepare(cells_term *t, const cells_dict *dict) {
   int text = is_text_kind(t->kind);
-  if (t->op == CELLS_OP_IN) {
+  if (t->op == DC_OP_IN) {
     if (text) {
       t->tset = malloc(((size_t)t->nv + 1) * sizeof(cells_val *));
       if (!t->tset) return -1;
@@ -182,8 +182,8 @@ int cells_term_prepare(cells_term *t, const cells_dict *dict) {
     if (!dict) return -1;
     t->acc = malloc((size_t)dict->n + 1);
     if (!t->acc) return -1;
-    t->acc[0] = t->op == CELLS_OP_ISNULL;
-    if (t->op == CELLS_OP_EQ && t->v[0].t == CELLS_V_TEXT && dict->n > 64) {
+    t->acc[0] = t->op == DC_OP_ISNULL;
+    if (t->op == DC_OP_EQ && t->v[0].t == CELLS_V_TEXT && dict->n > 64) {
       /* one value: find its code(s) without comparing every entry twice */
       memset(t->acc + 1, 0, dict->n);
       for (uint32_t q = 0; q < dict->n; q++) {
@@ -216,20 +216,20 @@ void cells_term_clear(cells_term *t) {
 ** value can hold a row satisfying op. */
 static int minmax_may_match(int op, int cmn, int cmx) {
   switch (op) {
-    case CELLS_OP_EQ: return cmn <= 0 && cmx >= 0;
-    case CELLS_OP_LT: return cmn < 0;
-    case CELLS_OP_LE: return cmn <= 0;
-    case CELLS_OP_GT: return cmx > 0;
-    case CELLS_OP_GE: return cmx >= 0;
+    case DC_OP_EQ: return cmn <= 0 && cmx >= 0;
+    case DC_OP_LT: return cmn < 0;
+    case DC_OP_LE: return cmn <= 0;
+    case DC_OP_GT: return cmx > 0;
+    case DC_OP_GE: return cmx >= 0;
   }
   return 1;
 }
 
 int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cells_bstat *s) {
   if (!t->kind) return 1;   /* cell_id and tile: decided by intervals */
-  if (t->op == CELLS_OP_ISNULL) return s->null_count > 0;
+  if (t->op == DC_OP_ISNULL) return s->null_count > 0;
   if (!s->has) return 0;            /* every value NULL */
-  if (t->op == CELLS_OP_NOTNULL) return 1;
+  if (t->op == DC_OP_NOTNULL) return 1;
   switch (t->kind) {
     case DC_OBS_CATEGORY: {
       if (s->present) {
@@ -250,7 +250,7 @@ int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cell
     }
     case DC_OBS_TEXT: {
       if (!t->exact) return 1;
-      if (t->op == CELLS_OP_IN) {
+      if (t->op == DC_OP_IN) {
         for (int j = 0; j < t->ntset; j++)
           if (bincmp(t->tset[j]->s, t->tset[j]->n, s->mn.s, s->mn.n) >= 0 &&
               bincmp(t->tset[j]->s, t->tset[j]->n, s->mx.s, s->mx.n) <= 0) return 1;
@@ -258,12 +258,12 @@ int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cell
       }
       const cells_val *v = &t->v[0];
       if (v->t == CELLS_V_NULL) return 0;
-      if (v->t == CELLS_V_BLOB) return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;
+      if (v->t == CELLS_V_BLOB) return t->op == DC_OP_LT || t->op == DC_OP_LE;
       int cmn = bincmp(s->mn.s, s->mn.n, v->s, v->n), cmx = bincmp(s->mx.s, s->mx.n, v->s, v->n);
       return minmax_may_match(t->op, cmn, cmx);
     }
     default: {   /* int, bool, real: numeric */
-      if (t->op == CELLS_OP_IN) {
+      if (t->op == DC_OP_IN) {
         if (t->kind == DC_OBS_REAL) {
           for (int j = 0; j < t->nfset; j++) {
             cells_val v = {CELLS_V_FLOAT, 0, t->fset[j], NULL, 0};
@@ -281,7 +281,7 @@ int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cell
       }
       const cells_val *v = &t->v[0];
       if (v->t == CELLS_V_NULL) return 0;
-      if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return t->op == CELLS_OP_LT || t->op == CELLS_OP_LE;
+      if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return t->op == DC_OP_LT || t->op == DC_OP_LE;
       int cmn = cmp_num(s->mn.real, s->mn.i, s->mn.f, v), cmx = cmp_num(s->mx.real, s->mx.i, s->mx.f, v);
       return minmax_may_match(t->op, cmn, cmx);
     }
@@ -346,7 +346,7 @@ static uint32_t order_bound(const cells_dblock *d, const cells_val *v, int stric
 ** -1 on out-of-memory. */
 static int filter_by_order(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s) {
   const cells_val *v = &t->v[0];
-  if (t->op == CELLS_OP_IN || t->op == CELLS_OP_ISNULL || t->op == CELLS_OP_NOTNULL) return 0;
+  if (t->op == DC_OP_IN || t->op == DC_OP_ISNULL || t->op == DC_OP_NOTNULL) return 0;
   if (v->t != CELLS_V_INTEGER && v->t != CELLS_V_FLOAT) return 0;
   if (!d->order) {
     if (++d->range_uses < 2) return 0;
@@ -354,11 +354,11 @@ static int filter_by_order(const cells_term *t, cells_dblock *d, cells_bcache *c
   }
   uint32_t a = 0, z = d->n_order;
   switch (t->op) {
-    case CELLS_OP_LT: z = order_bound(d, v, 0); break;
-    case CELLS_OP_LE: z = order_bound(d, v, 1); break;
-    case CELLS_OP_GT: a = order_bound(d, v, 1); break;
-    case CELLS_OP_GE: a = order_bound(d, v, 0); break;
-    case CELLS_OP_EQ: a = order_bound(d, v, 0); z = order_bound(d, v, 1); break;
+    case DC_OP_LT: z = order_bound(d, v, 0); break;
+    case DC_OP_LE: z = order_bound(d, v, 1); break;
+    case DC_OP_GT: a = order_bound(d, v, 1); break;
+    case DC_OP_GE: a = order_bound(d, v, 0); break;
+    case DC_OP_EQ: a = order_bound(d, v, 0); z = order_bound(d, v, 1); break;
   }
   if (z < a) z = a;
   if ((uint64_t)(z - a) * 8 > s->n) return 0;   /* not selective: scan */
@@ -408,9 +408,9 @@ void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *
     case DC_OBS_INT: case DC_OBS_BOOL: {
       const int64_t *x = blk->i64;
       const uint8_t *valid = blk->valid;
-      if (t->op == CELLS_OP_ISNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += !valid[sel[j]]; } break; }
-      if (t->op == CELLS_OP_NOTNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += valid[sel[j]]; } break; }
-      if (t->op == CELLS_OP_EQ && t->v[0].t == CELLS_V_INTEGER) {
+      if (t->op == DC_OP_ISNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += !valid[sel[j]]; } break; }
+      if (t->op == DC_OP_NOTNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += valid[sel[j]]; } break; }
+      if (t->op == DC_OP_EQ && t->v[0].t == CELLS_V_INTEGER) {
         int64_t want = t->v[0].i;
         for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += valid[r] && x[r] == want; }
         break;
@@ -424,16 +424,16 @@ void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *
     }
     case DC_OBS_REAL: {
       const double *x = blk->f64;
-      if (t->op == CELLS_OP_ISNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += isnan(x[sel[j]]) != 0; } break; }
-      if (t->op == CELLS_OP_NOTNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += !isnan(x[sel[j]]); } break; }
-      if (t->op != CELLS_OP_IN && t->v[0].t == CELLS_V_FLOAT) {
+      if (t->op == DC_OP_ISNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += isnan(x[sel[j]]) != 0; } break; }
+      if (t->op == DC_OP_NOTNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += !isnan(x[sel[j]]); } break; }
+      if (t->op != DC_OP_IN && t->v[0].t == CELLS_V_FLOAT) {
         double w = t->v[0].f;
         switch (t->op) {   /* NaN (NULL) fails every comparison */
-          case CELLS_OP_EQ: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] == w; } break;
-          case CELLS_OP_LT: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] < w; } break;
-          case CELLS_OP_LE: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] <= w; } break;
-          case CELLS_OP_GT: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] > w; } break;
-          case CELLS_OP_GE: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] >= w; } break;
+          case DC_OP_EQ: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] == w; } break;
+          case DC_OP_LT: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] < w; } break;
+          case DC_OP_LE: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] <= w; } break;
+          case DC_OP_GT: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] > w; } break;
+          case DC_OP_GE: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] >= w; } break;
         }
         break;
       }
@@ -449,7 +449,7 @@ void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *
       for (uint32_t j = 0; j < n; j++) {
         uint32_t r = sel[j];
         sel[m] = r;
-        if (t->op == CELLS_OP_ISNULL) m += !valid[r];
+        if (t->op == DC_OP_ISNULL) m += !valid[r];
         else if (valid[r]) m += text_match(t, blk->text + blk->text_off[r], (int)(blk->text_off[r + 1] - blk->text_off[r]));
       }
       break;

@@ -72,7 +72,7 @@ static inline const char *cells_dict_str(const cells_dict *d, uint32_t i, int *n
 /* One term of a plan, with its values and what cells_term_prepare derives from them. */
 typedef struct cells_term {
   int col;                /* schema column */
-  int op;                 /* CELLS_OP_* */
+  int op;                 /* DC_OP_* */
   int exact;              /* 0: prefilter (a superset; SQLite re-checks) */
   int arg;                /* argv index, 0-based */
   int kind;               /* the column's DC_OBS_* kind; 0 for cell_id and tile (integers) */

@@ -13,11 +13,11 @@ void cells_int_interval(int op, const cells_val *v, int64_t n, int64_t *lo, int6
   double fl = floor(r), ce = ceil(r);
   *lo = 0; *hi = n;
   switch (op) {
-    case CELLS_OP_EQ: if (fl == r) { *lo = (int64_t)r; *hi = (int64_t)r + 1; } else { *lo = *hi = 0; } break;
-    case CELLS_OP_LT: *hi = (int64_t)ce; break;
-    case CELLS_OP_LE: *hi = (int64_t)fl + 1; break;
-    case CELLS_OP_GT: *lo = (int64_t)fl + 1; break;
-    case CELLS_OP_GE: *lo = (int64_t)ce; break;
+    case DC_OP_EQ: if (fl == r) { *lo = (int64_t)r; *hi = (int64_t)r + 1; } else { *lo = *hi = 0; } break;
+    case DC_OP_LT: *hi = (int64_t)ce; break;
+    case DC_OP_LE: *hi = (int64_t)fl + 1; break;
+    case DC_OP_GT: *lo = (int64_t)fl + 1; break;
+    case DC_OP_GE: *lo = (int64_t)ce; break;
   }
   if (*lo < 0) *lo = 0;
   if (*hi > n) *hi = n;
@@ -35,11 +35,11 @@ int cells_term_intervals(const cells_term *t, int is_tile, int64_t n_cells, cons
     /* tile is NULL everywhere: only IS NULL holds */
     v = malloc(sizeof *v);
     if (!v) return -1;
-    if (t->op == CELLS_OP_ISNULL && n_cells > 0) { v[0].lo = 0; v[0].hi = n_cells; nv = 1; }
+    if (t->op == DC_OP_ISNULL && n_cells > 0) { v[0].lo = 0; v[0].hi = n_cells; nv = 1; }
     *out = v; *nout = nv;
     return 0;
   }
-  if (t->op == CELLS_OP_IN) {
+  if (t->op == DC_OP_IN) {
     v = malloc(((size_t)t->niset + 1) * sizeof *v);
     if (!v) return -1;
     for (int j = 0; j < t->niset; j++) {
@@ -54,10 +54,10 @@ int cells_term_intervals(const cells_term *t, int is_tile, int64_t n_cells, cons
     if (!v) return -1;
     const cells_val *x = &t->v[0];
     int64_t lo = 0, hi = 0;
-    if (t->op == CELLS_OP_NOTNULL) { lo = 0; hi = n; }
-    else if (t->op == CELLS_OP_ISNULL || x->t == CELLS_V_NULL) { lo = hi = 0; }
+    if (t->op == DC_OP_NOTNULL) { lo = 0; hi = n; }
+    else if (t->op == DC_OP_ISNULL || x->t == CELLS_V_NULL) { lo = hi = 0; }
     else if (x->t == CELLS_V_TEXT || x->t == CELLS_V_BLOB) {   /* a number < text < blob */
-      if (t->op == CELLS_OP_LT || t->op == CELLS_OP_LE) { lo = 0; hi = n; }
+      if (t->op == DC_OP_LT || t->op == DC_OP_LE) { lo = 0; hi = n; }
     } else {
       cells_int_interval(t->op, x, n, &lo, &hi);
     }

@@ -137,4 +137,9 @@ int cells_dict_load(cells_vtab *p, int k);
 int cells_block_seal_verify(cells_cursor *c, int k, int64_t b);
 /* Block b of column k decoded, as c's block in use of that column (cached by the table). */
 int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out);
+
+/* ------------------------------------------------- vtab_cells.c */
+/* the module's xOpen and xClose (cells_values.c opens a cursor of its own) */
+int cellsOpen(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp);
+int cellsClose(sqlite3_vtab_cursor *cur);
 #endif

@@ -90,9 +90,12 @@ uint64_t dc_conn_namespace(dc_conn *conn);
 void dc_conn_ref(dc_conn *conn);
 void dc_conn_unref(void *conn);
 
-/* Finishes an xBestIndex plan: the printable idxStr built in s ("scan" when
-** empty) and idxNum; sqlite3_str s is consumed.  SQLITE_NOMEM on failure. */
-int dc_plan_finish(sqlite3_index_info *info, sqlite3_str *s, int idx_num);
+/* The plan items[0..n) of table t (the shared plan codec, dc_plan.h) as info->idxStr, and
+** idxNum = nargs (the number of xFilter arguments).  SQLITE_NOMEM when out of memory. */
+struct dc_plan_table;
+struct dc_plan_item;
+int dc_plan_set(sqlite3_index_info *info, const struct dc_plan_table *t, const struct dc_plan_item *items, int n,
+                int nargs);
 
 /* The remote-file VFS "dchttp" (ext/vfs_http.c): registered once per process
 ** by the entry point, with dc_vfs_stats() and dc_vfs_error() on db.

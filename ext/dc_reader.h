@@ -1,5 +1,6 @@
 /*
-** dc_reader.h — reading the count matrix of one dataset schema (ext/reader.c).
+** dc_reader.h — reading the count matrix of one dataset schema (ext/reader.c: the index;
+** reader_chunks.c: chunks; reader_names.c: gene names).
 **
 ** A reader belongs to one virtual table (dc_batch, expression, ...) of one
 ** schema of one connection.  It keeps the tile index (tiles_data without the

@@ -102,4 +102,21 @@ int dc_s3_url(const char *s3, const char *endpoint, const char *region, char *ou
               size_t why_n);
 /* 1 for http://, https://, s3:// names */
 int dc_is_remote_name(const char *name);
+/* --- one range response ------------------------------------------------------
+** What came back for a GET of bytes [off, off+len) whose transfer itself did not fail
+** (a transfer error is the caller's: libcurl names it).  first: the request at open. */
+typedef struct {
+  int overflow;           /* the server sent more than len bytes (the transfer was cut) */
+  long status;            /* HTTP status */
+  int first;
+  int64_t off, len, got;  /* asked for, and the body bytes that came */
+  int have_cr;            /* a well-formed Content-Range: cr_start-cr_end */
+  int64_t cr_start, cr_end;
+} dc_range_resp;
+enum { DC_RESP_OK = 0, DC_RESP_WHOLE, DC_RESP_EMPTY, DC_RESP_BAD };
+/* DC_RESP_OK: the bytes asked for came; DC_RESP_WHOLE: the request at open got the whole (small)
+** file with HTTP 200 (no range support): accept it as bytes 0..got-1; DC_RESP_EMPTY: the request
+** at open got 416 (an empty file); DC_RESP_BAD: why says what is wrong, and *transport is 1 when it
+** is a transport fault (a short body) for dc_retryable. */
+int dc_range_check(const dc_range_resp *r, int *transport, char *why, size_t why_n);
 #endif

@@ -46,6 +46,7 @@
 ** directly to declare the virtual tables in new datasets.
 */
 #define DC_EXT_MAIN
+#include "dc_plan.h"
 #include "dc_ext.h"
 #include "dc_value.h"
 SQLITE_EXTENSION_INIT1
@@ -296,13 +297,13 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
   return rc;
 }
 
-int dc_plan_finish(sqlite3_index_info *info, sqlite3_str *s, int idx_num) {
-  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "scan");
-  int rc = sqlite3_str_errcode(s);
-  char *str = sqlite3_str_finish(s);
-  if (rc != SQLITE_OK || !str) { sqlite3_free(str); return SQLITE_NOMEM; }
-  info->idxNum = idx_num;
-  info->idxStr = str;
+int dc_plan_set(sqlite3_index_info *info, const dc_plan_table *t, const dc_plan_item *items, int n, int nargs) {
+  size_t len = dc_plan_format(t, items, n, NULL, 0);
+  char *z = sqlite3_malloc64((sqlite3_uint64)len + 1);
+  if (!z) return SQLITE_NOMEM;
+  dc_plan_format(t, items, n, z, len + 1);
+  info->idxNum = nargs;
+  info->idxStr = z;
   info->needToFreeIdxStr = 1;
   return SQLITE_OK;
 }

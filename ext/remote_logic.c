@@ -289,3 +289,31 @@ int dc_s3_url(const char *s3, const char *endpoint, const char *region, char *ou
   if (k < 0 || (size_t)k >= n) { snprintf(why, why_n, "the URL is too long"); return 0; }
   return 1;
 }
+
+int dc_range_check(const dc_range_resp *r, int *transport, char *why, size_t why_n) {
+  *transport = 0;
+  if (why_n) why[0] = 0;
+  if (r->overflow) {
+    snprintf(why, why_n, "the server sent more than the %lld bytes asked for", (long long)r->len);
+    return DC_RESP_BAD;
+  }
+  if (r->status == 416 && r->first) return DC_RESP_EMPTY;
+  if (r->status == 200 && r->first && r->got < r->len) return DC_RESP_WHOLE;
+  if (r->status != 206) {
+    if (r->status == 200)
+      snprintf(why, why_n, "the server ignored the Range request (HTTP 200): it must support ranges");
+    else
+      snprintf(why, why_n, "HTTP %ld", r->status);
+    return DC_RESP_BAD;
+  }
+  if (!r->have_cr || r->cr_start != r->off) {
+    snprintf(why, why_n, "HTTP 206 without a matching Content-Range");
+    return DC_RESP_BAD;
+  }
+  if (r->got != r->cr_end - r->cr_start + 1) {
+    *transport = 1;
+    snprintf(why, why_n, "short body: %lld of %lld bytes", (long long)r->got, (long long)(r->cr_end - r->cr_start + 1));
+    return DC_RESP_BAD;
+  }
+  return DC_RESP_OK;
+}

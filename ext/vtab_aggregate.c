@@ -56,16 +56,17 @@
 ** dataset.  Decoded chunks are not put in the cache (a whole-dataset pass
 ** would only evict what other queries use).
 **
-** Plans: idxNum bits 1 group_by, 2 cells, 4 genes given; 8 mean_log1p_cpm
-** used; 16 gene names used.  idxStr lists the arguments in argv order and
-** the extras: ( "group_by" | "cells" | "genes" | "log1p" | "names" )* or
-** "all".
+** Plans: the shared plan codec (dc_plan.h): the arguments as exact terms on the hidden
+** columns, then the words "log1p" (mean_log1p_cpm is used) and "names" (gene names are
+** used), e.g. `#9 "group_by" = ?1, #11 "genes" = ?2, names`; "scan" for none.
 */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dc_agg.h"
+#include "agg_groups.h"
+#include "dc_plan.h"
 #include "dc_select.h"
 
 enum { L_LABEL, L_GENE_ID, L_GENE, L_NCELLS, L_SUM, L_MEAN, L_NEXPR, L_FRAC, L_LOG1P, L_NCOLS };
@@ -82,24 +83,12 @@ typedef struct agg_vtab {
   dc_agg *spare;             /* accumulators kept between calls (mapped memory) */
 } agg_vtab;
 
-/* group values: open addressing over (type, value) */
-typedef struct gval {
-  sqlite3_value *val;        /* a copy (NULL pointer for the NULL group) */
-  int type;
-  int64_t i;
-  double f;
-  const unsigned char *s;    /* text/blob bytes (inside val) */
-  int n;
-  uint64_t hash;
-  int64_t rank;              /* dictionary code of a category label, else -1 */
-} gval;
-
 typedef struct agg_cursor {
   sqlite3_vtab_cursor base;
   int eof;
   dc_agg *agg;
   dc_agg_result res;
-  gval *groups;              /* by group number */
+  dc_gval *groups;           /* by group number (agg_groups.h) */
   uint32_t n_groups;
   uint32_t *order;           /* output groups (n_cells > 0), in order */
   uint32_t n_order;
@@ -179,6 +168,21 @@ static int agg_disconnect(sqlite3_vtab *p) {
 }
 
 /* ------------------------------------------------ plans */
+static const char *const l_names[] = {"label", "gene_id", "gene", "n_cells", "sum", "mean", "n_expressing",
+                                     "frac_expressing", "mean_log1p_cpm", "group_by", "cells", "genes"};
+static const char *const w_names[] = {"label", "n_cells", "n_genes", "gene_ids", "sum", "n_expressing",
+                                     "mean_log1p_cpm", "group_by", "cells", "genes"};
+static const char *plan_col_name(void *ctx, int col) { return (((agg_vtab *)ctx)->wide ? w_names : l_names)[col]; }
+static const dc_plan_word plan_words[] = {{"log1p", 0}, {"names", 0}};
+enum { ITEM_LOG1P = 1, ITEM_NAMES = 2 };
+static void plan_table(agg_vtab *v, dc_plan_table *t) {
+  t->ncols = (v->wide ? W_NCOLS : L_NCOLS) + 3;
+  t->name = plan_col_name;
+  t->ctx = v;
+  t->words = plan_words;
+  t->nwords = 2;
+}
+
 static int agg_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   agg_vtab *v = (agg_vtab *)p;
   int first_arg = v->wide ? W_NCOLS : L_NCOLS;
@@ -192,162 +196,46 @@ static int agg_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   }
   for (int a = 0; a < 3; a++)
     if ((unusable >> a & 1) && idx[a] < 0) return SQLITE_CONSTRAINT;
-  static const char *const words[] = { "group_by", "cells", "genes" };
-  sqlite3_str *s = sqlite3_str_new(NULL);
-  int n = 0, num = 0;
+  dc_plan_item items[5];
+  int n = 0, n_items = 0;
   for (int a = 0; a < 3; a++) {
     if (idx[a] < 0) continue;
     info->aConstraintUsage[idx[a]].argvIndex = ++n;
     info->aConstraintUsage[idx[a]].omit = 1;
-    num |= 1 << a;
-    sqlite3_str_appendf(s, "%s%s", sqlite3_str_length(s) ? " " : "", words[a]);
+    items[n_items++] = (dc_plan_item){DC_ITEM_TERM, first_arg + a, DC_OP_EQ, 1, n - 1};
   }
   int log1p_col = v->wide ? W_LOG1P : L_LOG1P;
-  if (info->colUsed & ((sqlite3_uint64)1 << log1p_col)) {
-    num |= 8;
-    sqlite3_str_appendf(s, "%slog1p", sqlite3_str_length(s) ? " " : "");
-  }
-  if (!v->wide && (info->colUsed & ((sqlite3_uint64)1 << L_GENE))) {
-    num |= 16;
-    sqlite3_str_appendf(s, "%snames", sqlite3_str_length(s) ? " " : "");
-  }
-  if (sqlite3_str_length(s) == 0) sqlite3_str_appendall(s, "all");
-  if (dc_plan_finish(info, s, num) != SQLITE_OK) return SQLITE_NOMEM;
+  if (info->colUsed & ((sqlite3_uint64)1 << log1p_col)) items[n_items++] = (dc_plan_item){ITEM_LOG1P, -1, 0, 1, -1};
+  if (!v->wide && (info->colUsed & ((sqlite3_uint64)1 << L_GENE)))
+    items[n_items++] = (dc_plan_item){ITEM_NAMES, -1, 0, 1, -1};
+  dc_plan_table pt;
+  plan_table(v, &pt);
+  if (dc_plan_set(info, &pt, items, n_items, n) != SQLITE_OK) return SQLITE_NOMEM;
   info->estimatedCost = 1e7;
   info->estimatedRows = v->wide ? 20 : 500000;
   return SQLITE_OK;
 }
 
 /* ------------------------------------------------ group values */
-typedef struct gmap {
-  gval *g;
-  uint32_t n, cap;
-  uint32_t *slot;            /* group number + 1, 0 = empty */
-  uint32_t mask;
-  int64_t null_group;        /* -1 until seen */
-} gmap;
-
-static uint64_t hash_bytes(const unsigned char *s, int n, uint64_t h) {
-  for (int i = 0; i < n; i++) { h ^= s[i]; h *= 1099511628211ull; }
-  return h ^ (h >> 29);
-}
-
-static void gval_key(sqlite3_value *x, gval *k) {
-  memset(k, 0, sizeof *k);
-  k->type = sqlite3_value_type(x);
-  k->rank = -1;
-  uint64_t h = 1469598103934665603ull ^ (uint64_t)k->type;
-  switch (k->type) {
-    case SQLITE_INTEGER: k->i = sqlite3_value_int64(x); h = hash_bytes((const unsigned char *)&k->i, 8, h); break;
-    case SQLITE_FLOAT:
-      k->f = sqlite3_value_double(x);
-      if (k->f == 0) k->f = 0;   /* -0.0 and 0.0 are one group */
-      h = hash_bytes((const unsigned char *)&k->f, 8, h);
-      break;
-    case SQLITE_TEXT:
-      k->s = sqlite3_value_text(x); k->n = sqlite3_value_bytes(x); h = hash_bytes(k->s, k->n, h); break;
-    case SQLITE_BLOB:
-      k->s = sqlite3_value_blob(x); k->n = sqlite3_value_bytes(x); h = hash_bytes(k->s, k->n, h); break;
-    default: break;
-  }
-  k->hash = h;
-}
-
-static int gval_eq(const gval *a, const gval *b) {
-  if (a->type != b->type) return 0;
-  switch (a->type) {
-    case SQLITE_INTEGER: return a->i == b->i;
-    case SQLITE_FLOAT: return a->f == b->f;
-    case SQLITE_TEXT: case SQLITE_BLOB: return a->n == b->n && (a->n == 0 || memcmp(a->s, b->s, (size_t)a->n) == 0);
-    default: return 1;
-  }
-}
-
-static void gmap_free(gmap *m) {
-  for (uint32_t i = 0; i < m->n; i++) sqlite3_value_free(m->g[i].val);
-  sqlite3_free(m->g);
-  sqlite3_free(m->slot);
-  memset(m, 0, sizeof *m);
-}
+_Static_assert(DC_GV_INTEGER == SQLITE_INTEGER && DC_GV_FLOAT == SQLITE_FLOAT && DC_GV_TEXT == SQLITE_TEXT &&
+               DC_GV_BLOB == SQLITE_BLOB && DC_GV_NULL == SQLITE_NULL, "agg_groups.h uses SQLite's type codes");
 
 /* The group number of value x (a new group if unseen); -1 on OOM. */
-static int64_t gmap_get(gmap *m, sqlite3_value *x) {
-  gval k;
-  gval_key(x, &k);
-  if (k.type == SQLITE_NULL && m->null_group >= 0) return m->null_group;
-  if (m->slot) {
-    uint32_t h = (uint32_t)k.hash & m->mask;
-    while (m->slot[h]) {
-      gval *e = &m->g[m->slot[h] - 1];
-      if (e->hash == k.hash && gval_eq(e, &k)) return m->slot[h] - 1;
-      h = (h + 1) & m->mask;
+static int64_t group_of(dc_groups *m, sqlite3_value *x) {
+  int t = sqlite3_value_type(x);
+  switch (t) {
+    case SQLITE_INTEGER: return dc_groups_get(m, t, sqlite3_value_int64(x), 0, NULL, 0);
+    case SQLITE_FLOAT: return dc_groups_get(m, t, 0, sqlite3_value_double(x), NULL, 0);
+    case SQLITE_TEXT: {
+      const unsigned char *s = sqlite3_value_text(x);
+      return dc_groups_get(m, t, 0, 0, s, sqlite3_value_bytes(x));
     }
-  }
-  /* new group */
-  if (m->n == m->cap) {
-    uint32_t nc = m->cap ? m->cap * 2 : 16;
-    gval *ng = sqlite3_realloc64(m->g, (uint64_t)nc * sizeof *ng);
-    if (!ng) return -1;
-    m->g = ng;
-    m->cap = nc;
-  }
-  if (!m->slot || (uint64_t)(m->n + 1) * 2 > (uint64_t)m->mask + 1) {
-    uint32_t size = m->slot ? (m->mask + 1) * 2 : 64;
-    uint32_t *ns = sqlite3_malloc64((uint64_t)size * sizeof *ns);
-    if (!ns) return -1;
-    memset(ns, 0, (size_t)size * sizeof *ns);
-    for (uint32_t i = 0; i < m->n; i++) {
-      if (m->g[i].type == SQLITE_NULL) continue;
-      uint32_t h = (uint32_t)m->g[i].hash & (size - 1);
-      while (ns[h]) h = (h + 1) & (size - 1);
-      ns[h] = i + 1;
+    case SQLITE_BLOB: {
+      const void *s = sqlite3_value_blob(x);
+      return dc_groups_get(m, t, 0, 0, s, sqlite3_value_bytes(x));
     }
-    sqlite3_free(m->slot);
-    m->slot = ns;
-    m->mask = size - 1;
+    default: return dc_groups_get(m, SQLITE_NULL, 0, 0, NULL, 0);
   }
-  gval *e = &m->g[m->n];
-  *e = k;
-  e->val = k.type == SQLITE_NULL ? NULL : sqlite3_value_dup(x);
-  if (k.type != SQLITE_NULL && !e->val) return -1;
-  if (e->val && (k.type == SQLITE_TEXT || k.type == SQLITE_BLOB)) {
-    e->s = k.type == SQLITE_TEXT ? sqlite3_value_text(e->val) : sqlite3_value_blob(e->val);
-    e->n = sqlite3_value_bytes(e->val);
-  }
-  if (k.type == SQLITE_NULL) {
-    m->null_group = m->n;
-  } else {
-    uint32_t h = (uint32_t)k.hash & m->mask;
-    while (m->slot[h]) h = (h + 1) & m->mask;
-    m->slot[h] = m->n + 1;
-  }
-  return m->n++;
-}
-
-/* order: values with a dictionary rank by rank; numbers by value; text, blobs
-** by bytes; NULL last */
-static int type_class(int t) {
-  return t == SQLITE_INTEGER || t == SQLITE_FLOAT ? 0 : t == SQLITE_TEXT ? 1 : t == SQLITE_BLOB ? 2 : 3;
-}
-static int cmp_group(const void *pa, const void *pb, void *base) {
-  const gval *g = base;
-  const gval *a = &g[*(const uint32_t *)pa], *b = &g[*(const uint32_t *)pb];
-  int ca = type_class(a->type), cb = type_class(b->type);
-  if (a->rank >= 0 && b->rank >= 0) return a->rank < b->rank ? -1 : a->rank > b->rank;
-  if (a->rank >= 0 && cb != 3) return -1;
-  if (b->rank >= 0 && ca != 3) return 1;
-  if (ca != cb) return ca < cb ? -1 : 1;
-  if (ca == 0) {
-    double x = a->type == SQLITE_INTEGER ? (double)a->i : a->f, y = b->type == SQLITE_INTEGER ? (double)b->i : b->f;
-    if (a->type == SQLITE_INTEGER && b->type == SQLITE_INTEGER) return a->i < b->i ? -1 : a->i > b->i;
-    return x < y ? -1 : x > y;
-  }
-  if (ca == 1 || ca == 2) {
-    int n = a->n < b->n ? a->n : b->n;
-    int c = n ? memcmp(a->s, b->s, (size_t)n) : 0;
-    return c ? c : (a->n < b->n ? -1 : a->n > b->n);
-  }
-  return 0;
 }
 
 /* ------------------------------------------------ cursor */
@@ -356,10 +244,7 @@ static void cursor_clear(agg_cursor *c, agg_vtab *v) {
     if (!v->spare) v->spare = c->agg; else dc_agg_free(c->agg);
     c->agg = NULL;
   }
-  if (c->groups) {
-    for (uint32_t i = 0; i < c->n_groups; i++) sqlite3_value_free(c->groups[i].val);
-    sqlite3_free(c->groups);
-  }
+  dc_gvals_free(c->groups, c->n_groups);
   c->groups = NULL; c->n_groups = 0;
   if (c->names) sqlite3_free(c->names);
   c->names = NULL;
@@ -392,7 +277,7 @@ static int cmp_i64(const void *a, const void *b) {
 
 /* Category dictionary ranks of the group_by column, when it is one: the
 ** labels are seeded into the map in code order (group number = code). */
-static int seed_categories(agg_vtab *v, gmap *m, const char *col) {
+static int seed_categories(agg_vtab *v, dc_groups *m, const char *col) {
   sqlite3_stmt *st = NULL;
   char *sql = sqlite3_mprintf("SELECT d.value FROM \"%w\".cells_dict d JOIN \"%w\".cells_columns c ON c.col = d.col"
                               " WHERE c.name = ?1 COLLATE NOCASE AND c.kind = 'category' ORDER BY d.code", v->schema, v->schema);
@@ -403,7 +288,7 @@ static int seed_categories(agg_vtab *v, gmap *m, const char *col) {
   sqlite3_bind_text(st, 1, col, -1, SQLITE_STATIC);
   int64_t code = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t g = gmap_get(m, sqlite3_column_value(st, 0));
+    int64_t g = group_of(m, sqlite3_column_value(st, 0));
     if (g < 0) { sqlite3_finalize(st); return SQLITE_NOMEM; }
     if (m->g[g].rank < 0) m->g[g].rank = code;
     code++;
@@ -443,9 +328,8 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   int rc = SQLITE_OK;
   char *err = NULL;
   int64_t *sel = NULL, n_sel = 0;
-  gmap gm;
-  memset(&gm, 0, sizeof gm);
-  gm.null_group = -1;
+  dc_groups gm;
+  dc_groups_init(&gm);
   sqlite3_stmt *st = NULL;
   int32_t *labels = NULL;
   size_t labels_cap = 0;
@@ -455,17 +339,31 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   dc_tilebytes *tb = NULL;
   size_t ntb = 0, n_cached = 0;
   char *group_col = NULL;
-  (void)idxStr;
 
   cursor_clear(c, v);
-  int nargs = (idxNum & 1) + (idxNum >> 1 & 1) + (idxNum >> 2 & 1);
-  if (argc != nargs) return vt_err(v, SQLITE_ERROR, "unknown plan %d", idxNum);
+  /* the plan: the arguments by hidden column, and what the statement uses */
   sqlite3_value *a_group = NULL, *a_cells = NULL, *a_genes = NULL;
+  int use_log1p = 0, use_names = 0;
   {
-    int k = 0;
-    if (idxNum & 1) a_group = argv[k++];
-    if (idxNum & 2) a_cells = argv[k++];
-    if (idxNum & 4) a_genes = argv[k++];
+    dc_plan_item items[DC_PLAN_MAX_ITEMS];
+    int n_items;
+    char why[200] = "";
+    dc_plan_table pt;
+    plan_table(v, &pt);
+    if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
+        dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+      return vt_err(v, SQLITE_ERROR, "unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
+    int first_arg = v->wide ? W_NCOLS : L_NCOLS;
+    for (int i = 0; i < n_items; i++) {
+      const dc_plan_item *it = &items[i];
+      if (it->kind == ITEM_LOG1P) { use_log1p = 1; continue; }
+      if (it->kind == ITEM_NAMES) { use_names = 1; continue; }
+      int a = it->col - first_arg;
+      sqlite3_value **slot = a == 0 ? &a_group : a == 1 ? &a_cells : a == 2 ? &a_genes : NULL;
+      if (!slot || it->op != DC_OP_EQ || *slot)
+        return vt_err(v, SQLITE_ERROR, "unknown plan '%s': item %d is not an argument", idxStr, i + 1);
+      *slot = argv[it->arg];
+    }
   }
   const char *what = v->wide ? "dc_aggregate_wide" : "dc_aggregate";
   if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
@@ -522,7 +420,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     int64_t p = panel ? panel[g] : g;
     if (p >= 0) c->gene_ids[p] = (int32_t)g;
   }
-  if (idxNum & 16) {
+  if (use_names) {
     /* names copied (the reader may reload them later) */
     int64_t bytes = 0;
     const char *nm;
@@ -545,7 +443,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   /* the accumulators */
   dc_pool *pool = dc_conn_pool(v->conn);
   if (!pool) { rc = SQLITE_NOMEM; goto done; }
-  dc_agg_opts o = { (uint32_t)r->n_genes, panel, (uint32_t)n_out, (idxNum & 8) != 0, 1e4, dc_pool_size(pool) };
+  dc_agg_opts o = { (uint32_t)r->n_genes, panel, (uint32_t)n_out, use_log1p, 1e4, dc_pool_size(pool) };
   uint64_t per_group = dc_agg_group_bytes(&o);
   int64_t limit = 4 * v->conn->work_bytes;
   {
@@ -616,7 +514,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
           if (id < 0 || (size_t)id >= nw) continue;
           seen++;
           if (labels[id] != -2) continue;
-          int64_t g = gmap_get(&gm, sqlite3_column_value(st, 1));
+          int64_t g = group_of(&gm, sqlite3_column_value(st, 1));
           if (g < 0) { rc = SQLITE_NOMEM; goto done; }
           labels[id] = (int32_t)g;
         }
@@ -729,9 +627,8 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     if (!c->order) { rc = SQLITE_NOMEM; goto done; }
     for (uint32_t g = 0; g < ng; g++) if (c->res.n_cells[g] > 0) c->order[c->n_order++] = g;
     if (group_col) {
-      qsort_r(c->order, c->n_order, sizeof *c->order, cmp_group, gm.g);   /* no global: connections in threads */
-      c->groups = gm.g; c->n_groups = gm.n;
-      gm.g = NULL; gm.n = 0;
+      qsort_r(c->order, c->n_order, sizeof *c->order, dc_group_cmp, gm.g);   /* no global: connections in threads */
+      c->groups = dc_groups_take(&gm, &c->n_groups);
     }
     c->n_rows = v->wide ? (int64_t)c->n_order : (int64_t)c->n_order * n_out;
     c->row = 0;
@@ -753,7 +650,7 @@ done:
   sqlite3_finalize(st);
   sqlite3_free(group_col);
   sqlite3_free(sel);
-  gmap_free(&gm);
+  dc_groups_free(&gm);
   if (rc != SQLITE_OK) cursor_clear(c, v);
   return rc;
 }
@@ -771,8 +668,14 @@ static void result_u64(sqlite3_context *ctx, uint64_t x) {
 }
 
 static void result_label(agg_cursor *c, sqlite3_context *ctx, uint32_t g) {
-  if (c->groups && g < c->n_groups && c->groups[g].val) sqlite3_result_value(ctx, c->groups[g].val);
-  else sqlite3_result_null(ctx);
+  const dc_gval *x = c->groups && g < c->n_groups ? &c->groups[g] : NULL;
+  switch (x ? x->type : SQLITE_NULL) {
+    case SQLITE_INTEGER: sqlite3_result_int64(ctx, x->i); break;
+    case SQLITE_FLOAT: sqlite3_result_double(ctx, x->f); break;
+    case SQLITE_TEXT: sqlite3_result_text(ctx, (const char *)x->s, x->n, SQLITE_TRANSIENT); break;
+    case SQLITE_BLOB: sqlite3_result_blob(ctx, x->s, x->n, SQLITE_TRANSIENT); break;
+    default: sqlite3_result_null(ctx); break;
+  }
 }
 
 static int aggl_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {

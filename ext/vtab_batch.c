@@ -51,12 +51,12 @@
 ** it is SQLITE_VTAB_INNOCUOUS.  It owns no shadow tables (tiles_data belongs
 ** to `tiles`).
 **
-** Plans (xBestIndex): idxNum bit 1 = cells given, bit 2 = genes given, bit 4 =
-** obs given; idxStr is the printable list of arguments in argv order:
+** Plans (xBestIndex): the shared plan codec (dc_plan.h): the arguments as exact terms on the
+** hidden columns, e.g.
 **
-**   plan := "cells" ["genes"] ["obs"] | "no-arguments"
+**   #6 "cells" = ?1, #7 "genes" = ?2, #8 "obs" = ?3
 **
-** "no-arguments" is chosen only when the query gives no cells; xFilter then
+** "scan" (no argument) is chosen only when the query gives no cells; xFilter then
 ** fails with an error saying so.  An argument that exists but is not usable
 ** yet (it depends on a later table of a join) makes the plan impossible
 ** (SQLITE_CONSTRAINT), so SQLite orders the join to supply it.
@@ -82,6 +82,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "dc_plan.h"
 #include "dc_select.h"
 #include "batch_plan.h"
 
@@ -162,6 +163,11 @@ static int batch_destroy(sqlite3_vtab *p) {
 }
 
 /* ------------------------------------------------ plans */
+static const char *const col_names[] = {"n_cells", "n_genes", "cell_ids", "indptr", "indices", "data",
+                                       "cells", "genes", "obs", "ticket", "obs_values"};
+static const char *plan_col_name(void *ctx, int col) { (void)ctx; return col_names[col]; }
+static const dc_plan_table plan_table = {(int)(sizeof col_names / sizeof col_names[0]), plan_col_name, NULL, NULL, 0};
+
 static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   (void)p;
   int idx[3] = { -1, -1, -1 }, unusable = 0;
@@ -175,30 +181,21 @@ static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   }
   if (unusable & ~((idx[0] >= 0 ? 1 : 0) | (idx[1] >= 0 ? 2 : 0) | (idx[2] >= 0 ? 4 : 0))) return SQLITE_CONSTRAINT;
   if (idx[0] < 0) {
-    info->idxNum = 0;
-    info->idxStr = "no-arguments";
+    if (dc_plan_set(info, &plan_table, NULL, 0, 0) != SQLITE_OK) return SQLITE_NOMEM;   /* "scan" */
     info->estimatedCost = 1e12;
     info->estimatedRows = 1;
     return SQLITE_OK;
   }
-  info->aConstraintUsage[idx[0]].argvIndex = 1;
-  info->aConstraintUsage[idx[0]].omit = 1;
-  info->idxNum = 1;
-  info->idxStr = "cells";
-  int argn = 1;
-  if (idx[1] >= 0) {
-    info->aConstraintUsage[idx[1]].argvIndex = ++argn;
-    info->aConstraintUsage[idx[1]].omit = 1;
-    info->idxNum |= 2;
+  static const int cols[3] = {COL_CELLS, COL_GENES, COL_OBS};
+  dc_plan_item items[3];
+  int argn = 0;
+  for (int a = 0; a < 3; a++) {
+    if (idx[a] < 0) continue;
+    info->aConstraintUsage[idx[a]].argvIndex = ++argn;
+    info->aConstraintUsage[idx[a]].omit = 1;
+    items[argn - 1] = (dc_plan_item){DC_ITEM_TERM, cols[a], DC_OP_EQ, 1, argn - 1};
   }
-  if (idx[2] >= 0) {
-    info->aConstraintUsage[idx[2]].argvIndex = ++argn;
-    info->aConstraintUsage[idx[2]].omit = 1;
-    info->idxNum |= 4;
-  }
-  static const char *const plans[] = {"cells", "cells", "cells", "cells genes", "cells", "cells obs", "cells",
-                                      "cells genes obs"};
-  info->idxStr = (char *)plans[info->idxNum];
+  if (dc_plan_set(info, &plan_table, items, argn, argn) != SQLITE_OK) return SQLITE_NOMEM;
   info->estimatedCost = 1000;
   info->estimatedRows = 1;
   info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
@@ -337,20 +334,36 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   int64_t t0 = now_ns(), t1 = 0, t2 = 0, t3 = 0;
   size_t n_fetched = 0;
   cursor_reset(c);
-  if (idxNum == 0)
+  /* the plan: the arguments, by hidden column */
+  sqlite3_value *cells_arg = NULL, *genes_arg = NULL, *obs_arg = NULL;
+  {
+    dc_plan_item items[DC_PLAN_MAX_ITEMS];
+    int n_items;
+    char why[200] = "";
+    if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
+        dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+      return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan %d '%s'%s%s", idxNum, idxStr ? idxStr : "",
+                    why[0] ? ": " : "", why);
+    for (int i = 0; i < n_items; i++) {
+      const dc_plan_item *it = &items[i];
+      sqlite3_value **slot = it->col == COL_CELLS ? &cells_arg : it->col == COL_GENES ? &genes_arg
+                           : it->col == COL_OBS ? &obs_arg : NULL;
+      if (!slot || it->op != DC_OP_EQ || *slot)
+        return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan '%s': item %d is not an argument", idxStr, i + 1);
+      *slot = argv[it->arg];
+    }
+  }
+  if (!cells_arg)
     return vt_err(v, SQLITE_ERROR, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
                   "a blob of int64 ids or a JSON array");
-  if (idxNum < 1 || idxNum > 7 || !(idxNum & 1) || argc != 1 + !!(idxNum & 2) + !!(idxNum & 4) || !idxStr)
-    return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan %d '%s'", idxNum, idxStr ? idxStr : "");
-  sqlite3_value *obs_arg = (idxNum & 4) ? argv[argc - 1] : NULL;
   int64_t *obs_cols = NULL;
   int n_obs = 0;
 
   if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
-  if ((rc = dc_parse_cells(r, argv[0], "dc_batch", &ids, &n, &err)) != SQLITE_OK) goto done;
+  if ((rc = dc_parse_cells(r, cells_arg, "dc_batch", &ids, &n, &err)) != SQLITE_OK) goto done;
   int64_t out_genes = r->n_genes;
-  if ((idxNum & 2) && sqlite3_value_type(argv[1]) != SQLITE_NULL) {
-    if ((rc = dc_panel_parse(&v->panel, v->db, r, argv[1], "dc_batch", &err)) != SQLITE_OK) goto done;
+  if (genes_arg && sqlite3_value_type(genes_arg) != SQLITE_NULL) {
+    if ((rc = dc_panel_parse(&v->panel, v->db, r, genes_arg, "dc_batch", &err)) != SQLITE_OK) goto done;
     map = v->panel.map;
     out_genes = v->panel.size;
   }

@@ -39,8 +39,8 @@
 **
 ** Plan (idxNum, idxStr).  idxNum is the number of xFilter arguments; idxStr
 ** is printable and names the plan in words (EXPLAIN QUERY PLAN shows it), e.g.
-** `#3 "cell_type" = ?1, #5 "n_genes" > ?2, LIMIT ?3`.  Its grammar, encoder and
-** parser are in cells_plan.h.  "IN" takes its whole list through sqlite3_vtab_in
+** `#3 "cell_type" = ?1, #5 "n_genes" > ?2, LIMIT ?3`, in the grammar of every table's
+** plans (the shared codec, dc_plan.h; cells' words in cells_plan.h).  "IN" takes its whole list through sqlite3_vtab_in
 ** (one xFilter call); "prefilter" marks a superset filter (omit = 0); IS [NOT]
 ** NULL get an argument only so that they can be omitted (its value is ignored).
 ** LIMIT and OFFSET are taken only when every other constraint is taken exactly
@@ -49,11 +49,11 @@
 ** sorted).  xFilter rejects an idxStr that does not follow the grammar.
 **
 ** This file is the module's SQLite glue: connect and destroy, xBestIndex,
-** xFilter, xNext, xColumn, and dc_cells_values for dc_batch.  cells_store.c
+** xFilter, xNext, xColumn (dc_cells_values, obs values for dc_batch: cells_values.c).  cells_store.c
 ** (also glue; cells_vtab.h is their shared header) loads and validates the
 ** stored statistics and dictionaries and reads, checks and caches the blocks.
 ** The logic both call is pure C, unit-tested without SQLite
-** (tests/c/test_cells_*.c): cells_plan.c (the plan), cells_filter.c (comparison
+** (tests/c/test_cells_*.c, test_plan.c): dc_plan.c (the plan codec), cells_filter.c (comparison
 ** semantics, block pruning, row kernels, value order), cells_ivl.c (cell
 ** intervals), cells_blocks.c (the decoded-block LRU cache), cells_cost.c (the
 ** cost model).
@@ -87,6 +87,15 @@
 /* --------------------------------------------------------------- helpers */
 
 static const char *plan_col_name(void *ctx, int col) { return col_name((const cells_vtab *)ctx, col); }
+static const dc_plan_word plan_words[] = CELLS_PLAN_WORDS;
+/* what cells' plans name (dc_plan.h) */
+static void plan_table(cells_vtab *p, dc_plan_table *t) {
+  t->ncols = COL_OBS0 + p->n_ocol - 1;   /* name is stored column 0 */
+  t->name = plan_col_name;
+  t->ctx = p;
+  t->words = plan_words;
+  t->nwords = (int)(sizeof plan_words / sizeof plan_words[0]);
+}
 
 /* Copies an argument value: numeric affinity for numeric columns (SQLite's own), the text
 ** form for TEXT columns.  out->s is malloc'd (cells_term_clear frees it). */
@@ -295,7 +304,7 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
   int rc = cells_load(p);
   if (rc == SQLITE_NOMEM) return rc;
   if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }
-  cells_plan_item items[CELLS_MAX_ARGS + 1];
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items = 0, nargs = 0, all_exact = 1, unused = 0;
   int i_limit = -1, i_offset = -1;
   cells_est_table tb = {p->loaded ? (double)p->n_cells : 1e6, p->n_blocks, p->blk_first, p->n_tiles, p->has_tiles};
@@ -307,34 +316,34 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
     if (c->op == SQLITE_INDEX_CONSTRAINT_OFFSET) { if (c->usable) i_offset = i; continue; }
     int op = 0;
     switch (c->op) {
-      case SQLITE_INDEX_CONSTRAINT_EQ: op = CELLS_OP_EQ; break;
-      case SQLITE_INDEX_CONSTRAINT_LT: op = CELLS_OP_LT; break;
-      case SQLITE_INDEX_CONSTRAINT_LE: op = CELLS_OP_LE; break;
-      case SQLITE_INDEX_CONSTRAINT_GT: op = CELLS_OP_GT; break;
-      case SQLITE_INDEX_CONSTRAINT_GE: op = CELLS_OP_GE; break;
-      case SQLITE_INDEX_CONSTRAINT_ISNULL: op = CELLS_OP_ISNULL; break;
-      case SQLITE_INDEX_CONSTRAINT_ISNOTNULL: op = CELLS_OP_NOTNULL; break;
+      case SQLITE_INDEX_CONSTRAINT_EQ: op = DC_OP_EQ; break;
+      case SQLITE_INDEX_CONSTRAINT_LT: op = DC_OP_LT; break;
+      case SQLITE_INDEX_CONSTRAINT_LE: op = DC_OP_LE; break;
+      case SQLITE_INDEX_CONSTRAINT_GT: op = DC_OP_GT; break;
+      case SQLITE_INDEX_CONSTRAINT_GE: op = DC_OP_GE; break;
+      case SQLITE_INDEX_CONSTRAINT_ISNULL: op = DC_OP_ISNULL; break;
+      case SQLITE_INDEX_CONSTRAINT_ISNOTNULL: op = DC_OP_NOTNULL; break;
     }
-    /* past CELLS_MAX_TERMS, SQLite checks the rest of the terms itself */
-    if (!op || !c->usable || nargs >= CELLS_MAX_TERMS) { unused = 1; continue; }
+    /* past DC_PLAN_MAX_TERMS, SQLite checks the rest of the terms itself */
+    if (!op || !c->usable || nargs >= DC_PLAN_MAX_TERMS) { unused = 1; continue; }
     int col = c->iColumn < 0 ? COL_CELL_ID : c->iColumn;
     int text = col_is_text(p, col);
     if (text) {
       const char *coll = sqlite3_vtab_collation(info, i);
       if (coll && sqlite3_stricmp(coll, "BINARY") != 0) { unused = 1; continue; }
     }
-    if (op == CELLS_OP_EQ && sqlite3_vtab_in(info, i, -1)) {
+    if (op == DC_OP_EQ && sqlite3_vtab_in(info, i, -1)) {
       sqlite3_vtab_in(info, i, 1);
-      op = CELLS_OP_IN;
+      op = DC_OP_IN;
     }
     sqlite3_value *rhs = NULL;
-    if (op != CELLS_OP_IN && op != CELLS_OP_ISNULL && op != CELLS_OP_NOTNULL && sqlite3_vtab_rhs_value(info, i, &rhs) != SQLITE_OK)
+    if (op != DC_OP_IN && op != DC_OP_ISNULL && op != DC_OP_NOTNULL && sqlite3_vtab_rhs_value(info, i, &rhs) != SQLITE_OK)
       rhs = NULL;
     int k = ocol_of(col);
     int exact = 1;
-    if (text && op != CELLS_OP_ISNULL && op != CELLS_OP_NOTNULL) {
+    if (text && op != DC_OP_ISNULL && op != DC_OP_NOTNULL) {
       exact = 0;
-      if ((op == CELLS_OP_EQ || op == CELLS_OP_IN) && p->oc[k].kind == DC_OBS_CATEGORY) {
+      if ((op == DC_OP_EQ || op == DC_OP_IN) && p->oc[k].kind == DC_OBS_CATEGORY) {
         rc = cells_dict_load(p, k);
         if (rc == SQLITE_NOMEM) return rc;
         if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }   /* xFilter reports it */
@@ -348,7 +357,7 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
     info->aConstraintUsage[i].argvIndex = ++nargs;
     info->aConstraintUsage[i].omit = (unsigned char)exact;
     if (!exact) all_exact = 0;
-    items[n_items++] = (cells_plan_item){CELLS_ITEM_TERM, col, op, exact, nargs - 1};
+    items[n_items++] = (dc_plan_item){CELLS_ITEM_TERM, col, op, exact, nargs - 1};
 
     /* estimates */
     cells_val v;
@@ -387,27 +396,23 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
   }
   if (ordered) {
     info->orderByConsumed = 1;
-    items[n_items++] = (cells_plan_item){CELLS_ITEM_ORDER, -1, 0, 1, -1};
+    items[n_items++] = (dc_plan_item){CELLS_ITEM_ORDER, -1, 0, 1, -1};
   }
   if (i_limit >= 0 && all_exact && !unused && (info->nOrderBy == 0 || ordered)) {
     info->aConstraintUsage[i_limit].argvIndex = ++nargs;
     info->aConstraintUsage[i_limit].omit = 1;
-    items[n_items++] = (cells_plan_item){CELLS_ITEM_LIMIT, -1, 0, 1, nargs - 1};
+    items[n_items++] = (dc_plan_item){CELLS_ITEM_LIMIT, -1, 0, 1, nargs - 1};
     if (i_offset >= 0) {
       info->aConstraintUsage[i_offset].argvIndex = ++nargs;
       info->aConstraintUsage[i_offset].omit = 1;
-      items[n_items++] = (cells_plan_item){CELLS_ITEM_OFFSET, -1, 0, 1, nargs - 1};
+      items[n_items++] = (dc_plan_item){CELLS_ITEM_OFFSET, -1, 0, 1, nargs - 1};
     }
   }
-  size_t len = cells_plan_format(items, n_items, plan_col_name, p, NULL, 0);
-  char *z = sqlite3_malloc64((sqlite3_uint64)len + 1);
-  if (!z) return SQLITE_NOMEM;
-  cells_plan_format(items, n_items, plan_col_name, p, z, len + 1);
+  dc_plan_table pt;
+  plan_table(p, &pt);
+  if (dc_plan_set(info, &pt, items, n_items, nargs) != SQLITE_OK) return SQLITE_NOMEM;
   int used_cols = 0;
   for (int b = 0; b < 64; b++) if ((info->colUsed >> b) & 1) used_cols++;
-  info->idxNum = nargs;
-  info->idxStr = z;
-  info->needToFreeIdxStr = 1;
   info->estimatedRows = (sqlite3_int64)cells_est_rows(&est);
   info->estimatedCost = cells_est_cost(&est, used_cols);
   if (est.unique) info->idxFlags |= SQLITE_INDEX_SCAN_UNIQUE;
@@ -416,7 +421,7 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
 
 /* --------------------------------------------------------------- cursor */
 
-static int cellsOpen(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp) {
+int cellsOpen(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp) {
   cells_vtab *p = (cells_vtab *)tab;
   int rc = cells_load(p);
   if (rc) return rc;
@@ -441,7 +446,7 @@ static void terms_free(cells_cursor *c) {
   c->niv = 0;
 }
 
-static int cellsClose(sqlite3_vtab_cursor *cur) {
+int cellsClose(sqlite3_vtab_cursor *cur) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
   terms_free(c);
@@ -534,7 +539,7 @@ static int advance_block(cells_cursor *c) {
 ** (IS [NOT] NULL: one NULL), or one value */
 static int term_values(cells_vtab *p, cells_term *t, sqlite3_value *a) {
   int text = col_is_text(p, t->col);
-  if (t->op == CELLS_OP_IN) {
+  if (t->op == DC_OP_IN) {
     sqlite3_value *v;
     int cap = 8, rc;
     t->v = malloc((size_t)cap * sizeof(cells_val));
@@ -555,7 +560,7 @@ static int term_values(cells_vtab *p, cells_term *t, sqlite3_value *a) {
   t->v = calloc(1, sizeof(cells_val));
   if (!t->v) return SQLITE_NOMEM;
   t->nv = 1;
-  if (t->op == CELLS_OP_ISNULL || t->op == CELLS_OP_NOTNULL) { t->v[0].t = SQLITE_NULL; return SQLITE_OK; }
+  if (t->op == DC_OP_ISNULL || t->op == DC_OP_NOTNULL) { t->v[0].t = SQLITE_NULL; return SQLITE_OK; }
   return cval_set(t->v, a, text);
 }
 
@@ -572,18 +577,19 @@ static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   if (idxNum != argc || !idxStr) return cells_err(&p->base, SQLITE_ERROR, "cells: unknown plan");
   rc = cells_refresh(p, c);
   if (rc) return rc;
-  if (argc < 0 || argc > CELLS_MAX_ARGS)   /* xBestIndex never plans more (terms + LIMIT, OFFSET) */
+  if (argc < 0 || argc > DC_PLAN_MAX_ARGS)   /* xBestIndex never plans more (terms + LIMIT, OFFSET) */
     return cells_err(&p->base, SQLITE_ERROR, "cells: plan with %d arguments", argc);
-  cells_plan_item items[CELLS_MAX_ARGS + 1];
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200];
-  if (cells_plan_parse(idxStr, argc, COL_OBS0 + p->n_ocol - 1, plan_col_name, p, items, argc + 1, &n_items, why,
-                       sizeof why))
+  dc_plan_table pt;
+  plan_table(p, &pt);
+  if (dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
     return cells_err(&p->base, SQLITE_ERROR, "cells: unknown plan '%s': %s", idxStr, why);
   c->terms = sqlite3_malloc64(((sqlite3_uint64)argc + 1) * sizeof(cells_term));
   if (!c->terms) return SQLITE_NOMEM;
   for (int i = 0; i < n_items; i++) {
-    const cells_plan_item *it = &items[i];
+    const dc_plan_item *it = &items[i];
     if (it->kind == CELLS_ITEM_LIMIT || it->kind == CELLS_ITEM_OFFSET) {
       sqlite3_value *v = argv[it->arg];
       int64_t x = sqlite3_value_numeric_type(v) == SQLITE_INTEGER ? sqlite3_value_int64(v) : (int64_t)sqlite3_value_double(v);
@@ -692,106 +698,6 @@ static int cellsColumn(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) 
 static int cellsRowid(sqlite3_vtab_cursor *cur, sqlite_int64 *pRowid) {
   *pRowid = ((cells_cursor *)cur)->cell;
   return SQLITE_OK;
-}
-
-/* ------------------------------------------------------ values for dc_batch */
-
-static cells_vtab *find_tab(dc_conn *conn, const char *zDb) {
-  for (cells_vtab *p = conn->cells_tabs; p; p = p->next_tab)
-    if (sqlite3_stricmp(p->zDb, zDb) == 0 && sqlite3_stricmp(p->zName, "cells") == 0) return p;
-  return NULL;
-}
-
-int dc_cells_values(dc_conn *conn, sqlite3 *db, const char *zDb, const int64_t *cols, int m,
-                    const int64_t *ids, int64_t n, void *out, int64_t *fmt, char **pzErr) {
-  cells_vtab *p = find_tab(conn, zDb);
-  if (!p) {   /* not used yet on this connection: let SQLite connect it */
-    char *sql = sqlite3_mprintf("SELECT 1 FROM \"%w\".cells LIMIT 0", zDb);
-    sqlite3_stmt *st = NULL;
-    if (!sql) return SQLITE_NOMEM;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-    sqlite3_free(sql);
-    if (rc == SQLITE_OK) rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(db);
-    if (rc != SQLITE_OK) *pzErr = sqlite3_mprintf("dc_batch: obs: cannot read the cells table of schema %s: %s", zDb,
-                                                  sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    if (rc != SQLITE_OK) return rc;
-    p = find_tab(conn, zDb);
-    if (!p) {
-      *pzErr = sqlite3_mprintf("dc_batch: obs: schema %s has no deltacells cells table", zDb);
-      return SQLITE_ERROR;
-    }
-  }
-  sqlite3_vtab_cursor *cur = NULL;
-  int rc = cellsOpen(&p->base, &cur);
-  if (rc) {
-    if (p->base.zErrMsg) { *pzErr = sqlite3_mprintf("dc_batch: obs: %s", p->base.zErrMsg); }
-    sqlite3_free(p->base.zErrMsg);
-    p->base.zErrMsg = NULL;
-    return rc;
-  }
-  cur->pVtab = &p->base;
-  cells_cursor *c = (cells_cursor *)cur;
-  if ((rc = cells_refresh(p, c)) != SQLITE_OK) {   /* the data may have changed since the last query */
-    if (p->base.zErrMsg) *pzErr = sqlite3_mprintf("dc_batch: obs: %s", p->base.zErrMsg);
-    sqlite3_free(p->base.zErrMsg);
-    p->base.zErrMsg = NULL;
-  }
-  for (int j = 0; j < m && rc == SQLITE_OK; j++) {
-    int k = -1;
-    for (int q = 0; q < p->n_ocol; q++) if (p->oc[q].col == cols[j]) { k = q; break; }
-    if (k < 0 || p->oc[k].kind == DC_OBS_TEXT) {
-      *pzErr = sqlite3_mprintf("dc_batch: obs: column %lld is %s", (long long)cols[j],
-                               k < 0 ? "not a stored obs column" : "text (read it from the cells table)");
-      rc = SQLITE_ERROR;
-      break;
-    }
-    int kind = p->oc[k].kind;
-    int64_t *oi = (int64_t *)out + (size_t)j * (size_t)n;
-    double *of = (double *)out + (size_t)j * (size_t)n;
-    int64_t b = -1, lo = 0, hi = 0, nulls = 0;
-    const dc_obs_block *blk = NULL;
-    cells_dblock *d = NULL;
-    fmt[j] = kind == DC_OBS_REAL;
-    for (int pass = 0; pass < 2 && rc == SQLITE_OK; pass++) {
-      if (pass == 1) {   /* ints: as float64 with NaN when the batch holds a NULL */
-        if (kind != DC_OBS_INT || nulls == 0) break;
-        fmt[j] = 1;
-      }
-      for (int64_t i = 0; i < n; i++) {
-        int64_t cell = ids[i];
-        if (cell < 0 || cell >= p->n_cells) {
-          *pzErr = sqlite3_mprintf("dc_batch: obs: no cell %lld", (long long)cell);
-          rc = SQLITE_ERROR;
-          break;
-        }
-        if (b < 0 || cell < lo || cell >= hi) {
-          b = dc_last_le(p->blk_first, p->n_blocks, cell);
-          lo = p->blk_first[b];
-          hi = p->blk_first[b + 1];
-          if ((rc = cells_col_block(c, k, b, &d)) != SQLITE_OK) {
-            if (p->base.zErrMsg) *pzErr = sqlite3_mprintf("dc_batch: obs: %s", p->base.zErrMsg);
-            sqlite3_free(p->base.zErrMsg);
-            p->base.zErrMsg = NULL;
-            break;
-          }
-          blk = &d->blk;
-        }
-        uint32_t r = (uint32_t)(cell - lo);
-        switch (kind) {
-          case DC_OBS_CATEGORY: oi[i] = blk->codes[r]; break;
-          case DC_OBS_BOOL: oi[i] = blk->valid[r] ? blk->i64[r] : -1; break;
-          case DC_OBS_REAL: of[i] = blk->f64[r]; break;
-          default:
-            if (fmt[j]) of[i] = blk->valid[r] ? (double)blk->i64[r] : NAN;
-            else { oi[i] = blk->i64[r]; nulls += !blk->valid[r]; }
-            break;
-        }
-      }
-    }
-  }
-  cellsClose(cur);
-  return rc;
 }
 
 static sqlite3_module cells_module = {

@@ -22,20 +22,15 @@
 ** connection) and nothing else, so they are SQLITE_VTAB_INNOCUOUS; neither
 ** owns shadow tables.  Rows come in cell_id order (then gene_id).
 **
-** Plans (xBestIndex).  idxNum is the number of argv values; idxStr is a
-** printable, space-separated list of tokens, one per argv value in order,
-** then optionally "order":
-**
-**   plan  := ( token ( ' ' token )* )? ( ' '? "order" )?  |  "scan"
-**   token := "cell=" | "cell-in" | "cell>" | "cell>=" | "cell<" | "cell<="
-**          | "gene=" | "gene-in"                    (gene tokens: expression_long only)
-**
-** "cell-in"/"gene-in" are IN lists processed all at once (sqlite3_vtab_in).
-** The tables compute a superset of the matching cells and genes (values of
-** any type are coerced the way an INTEGER column compares them; a value
-** whose meaning is unclear widens the set) and leave omit = 0, so SQLite
-** re-checks every row: results equal a native table's.  "order" means ORDER
-** BY cell_id [, gene_id] ascending is consumed.
+** Plans (xBestIndex): the shared plan codec (dc_plan.h), e.g.
+**   #0 "cell_id" IN ?1 prefilter, #1 "gene_id" = ?2 prefilter, ORDER BY cell_id, gene_id
+** Terms: cell_id (or the rowid of expression) =, IN, <, <=, >, >=; gene_id (expression_long)
+** = and IN.  IN lists are processed all at once (sqlite3_vtab_in).  The tables compute a
+** superset of the matching cells and genes (values of any type are coerced the way an
+** INTEGER column compares them; a value whose meaning is unclear widens the set), so every
+** term is a prefilter (omit = 0) and SQLite re-checks every row: results equal a native
+** table's.  The word "ORDER BY cell_id" ("ORDER BY cell_id, gene_id" for expression_long)
+** means the ORDER BY is consumed (ascending).
 **
 ** Reading: the candidate cells are walked in ascending order; on entering a
 ** tile, the chunks holding the remaining candidates of that tile are fetched
@@ -45,6 +40,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include "dc_plan.h"
 #include "dc_reader.h"
 #include "dc_value.h"
 
@@ -143,43 +139,61 @@ static int expr_destroy(sqlite3_vtab *p) {
 }
 
 /* ------------------------------------------------ plans */
+static const char *const e_names[] = {"cell_id", "genes", "counts"};
+static const char *const l_names[] = {"cell_id", "gene_id", "count"};
+static const char *plan_col_name(void *ctx, int col) {
+  return (((expr_vtab *)ctx)->long_form ? l_names : e_names)[col];
+}
+static const dc_plan_word e_words[] = {{"ORDER BY cell_id", 0}};
+static const dc_plan_word l_words[] = {{"ORDER BY cell_id, gene_id", 0}};
+enum { ITEM_ORDER = 1 };
+/* what the table's plans name (dc_plan.h) */
+static void plan_table(expr_vtab *v, dc_plan_table *t) {
+  t->ncols = 3;
+  t->name = plan_col_name;
+  t->ctx = v;
+  t->words = v->long_form ? l_words : e_words;
+  t->nwords = 1;
+}
+
 static int expr_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   expr_vtab *v = (expr_vtab *)p;
   double n_cells = v->reader->loaded ? (double)v->reader->n_cells : 1e6;
   double per_cell = v->long_form ? 1000.0 : 1.0;
   int cell_col = v->long_form ? L_CELL : E_CELL;
-  sqlite3_str *s = sqlite3_str_new(NULL);
+  dc_plan_item items[DC_PLAN_MAX_TERMS + 1];
   int n = 0, cell_eq = 0, cell_in = 0, cell_range = 0, gene_eq = 0, gene_in = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
     if (!c->usable) continue;
     int is_cell = c->iColumn == cell_col || (!v->long_form && c->iColumn == -1);
     int is_gene = v->long_form && c->iColumn == L_GENE;
-    const char *tok = NULL;
+    int op = 0;
+    if (n >= DC_PLAN_MAX_TERMS) break;   /* the rest SQLite checks */
     if (is_cell) {
       switch (c->op) {
         case SQLITE_INDEX_CONSTRAINT_EQ:
           if (cell_eq || cell_in) continue;
-          if (sqlite3_vtab_in(info, i, -1)) { sqlite3_vtab_in(info, i, 1); tok = "cell-in"; cell_in = 1; }
-          else { tok = "cell="; cell_eq = 1; }
+          if (sqlite3_vtab_in(info, i, -1)) { sqlite3_vtab_in(info, i, 1); op = DC_OP_IN; cell_in = 1; }
+          else { op = DC_OP_EQ; cell_eq = 1; }
           break;
-        case SQLITE_INDEX_CONSTRAINT_GT: tok = "cell>"; cell_range++; break;
-        case SQLITE_INDEX_CONSTRAINT_GE: tok = "cell>="; cell_range++; break;
-        case SQLITE_INDEX_CONSTRAINT_LT: tok = "cell<"; cell_range++; break;
-        case SQLITE_INDEX_CONSTRAINT_LE: tok = "cell<="; cell_range++; break;
+        case SQLITE_INDEX_CONSTRAINT_GT: op = DC_OP_GT; cell_range++; break;
+        case SQLITE_INDEX_CONSTRAINT_GE: op = DC_OP_GE; cell_range++; break;
+        case SQLITE_INDEX_CONSTRAINT_LT: op = DC_OP_LT; cell_range++; break;
+        case SQLITE_INDEX_CONSTRAINT_LE: op = DC_OP_LE; cell_range++; break;
         default: continue;
       }
     } else if (is_gene && c->op == SQLITE_INDEX_CONSTRAINT_EQ && !gene_eq && !gene_in) {
-      if (sqlite3_vtab_in(info, i, -1)) { sqlite3_vtab_in(info, i, 1); tok = "gene-in"; gene_in = 1; }
-      else { tok = "gene="; gene_eq = 1; }
+      if (sqlite3_vtab_in(info, i, -1)) { sqlite3_vtab_in(info, i, 1); op = DC_OP_IN; gene_in = 1; }
+      else { op = DC_OP_EQ; gene_eq = 1; }
     } else {
       continue;
     }
-    if (n >= 12) continue;
     info->aConstraintUsage[i].argvIndex = ++n;
     info->aConstraintUsage[i].omit = 0;      /* superset + re-check: exact semantics */
-    sqlite3_str_appendf(s, "%s%s", n > 1 ? " " : "", tok);
+    items[n - 1] = (dc_plan_item){DC_ITEM_TERM, is_cell ? cell_col : L_GENE, op, 0, n - 1};
   }
+  int n_items = n;
   int order_ok = info->nOrderBy >= 1;
   for (int k = 0; k < info->nOrderBy && order_ok; k++) {
     int col = info->aOrderBy[k].iColumn;
@@ -189,10 +203,12 @@ static int expr_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
     else order_ok = 0;
   }
   if (order_ok) {
-    sqlite3_str_appendf(s, "%s", n ? " order" : "order");
+    items[n_items++] = (dc_plan_item){ITEM_ORDER, -1, 0, 1, -1};
     info->orderByConsumed = 1;
   }
-  if (dc_plan_finish(info, s, n) != SQLITE_OK) return SQLITE_NOMEM;
+  dc_plan_table pt;
+  plan_table(v, &pt);
+  if (dc_plan_set(info, &pt, items, n_items, n) != SQLITE_OK) return SQLITE_NOMEM;
   double cells = cell_eq ? 1 : cell_in ? 25 : cell_range ? n_cells / (cell_range > 1 ? 10 : 3) : n_cells;
   double rows = cells * (v->long_form ? ((gene_eq || gene_in) ? 0.3 * (gene_in ? 5 : 1) : per_cell) : 1);
   info->estimatedRows = (sqlite3_int64)(rows < 1 ? 1 : rows);
@@ -432,7 +448,14 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   int rc;
   cursor_clear(c);
   c->cell = -1;
-  if (idxNum != argc || !idxStr) return vt_err(v, SQLITE_ERROR, "%s: unknown plan", v->reader->what);
+  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS) return vt_err(v, SQLITE_ERROR, "%s: unknown plan", v->reader->what);
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
+  int n_items;
+  char why[200];
+  dc_plan_table pt;
+  plan_table(v, &pt);
+  if (dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+    return vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s': %s", v->reader->what, idxStr, why);
   if ((rc = dc_reader_begin(v->reader, &err)) != SQLITE_OK) {
     sqlite3_free(v->base.zErrMsg); v->base.zErrMsg = err;
     return rc;
@@ -440,41 +463,35 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   int64_t lo = 0, hi = INT64_MAX, n_list = 0, cap = 0, g_n = 0, g_cap = 0;
   int64_t *list = NULL, *glist = NULL;
   int have_list = 0, have_genes = 0, empty = 0;
-  const char *q = strcmp(idxStr, "scan") == 0 ? "" : idxStr;
-  int a = 0;
+  int cell_col = v->long_form ? L_CELL : E_CELL;
   rc = SQLITE_OK;
-  while (*q && rc == SQLITE_OK) {
-    const char *e = strchr(q, ' ');
-    size_t len = e ? (size_t)(e - q) : strlen(q);
-    char tok[16];
-    if (len >= sizeof tok) { rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr); break; }
-    memcpy(tok, q, len); tok[len] = 0;
-    q += len; if (*q == ' ') q++;
-    if (strcmp(tok, "order") == 0) continue;
-    if (a >= argc) { rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr); break; }
-    sqlite3_value *val = argv[a++];
-    if (strcmp(tok, "cell=") == 0 || strcmp(tok, "cell-in") == 0) {
+  for (int i = 0; i < n_items && rc == SQLITE_OK; i++) {
+    const dc_plan_item *it = &items[i];
+    if (it->kind == ITEM_ORDER) continue;
+    sqlite3_value *val = argv[it->arg];
+    int is_list = it->op == DC_OP_EQ || it->op == DC_OP_IN;
+    if (it->col == cell_col && is_list) {
       int64_t before = n_list;
-      int k = collect(val, tok[4] == '-', &list, &n_list, &cap);
+      int k = collect(val, it->op == DC_OP_IN, &list, &n_list, &cap);
       if (k < 0) { n_list = before; continue; }       /* unclear: do not narrow */
       if (k != SQLITE_OK) { rc = k; break; }
       if (have_list) n_list = intersect_tail(list, before, n_list);   /* two cell lists (rare) */
       have_list = 1;
-    } else if (strcmp(tok, "gene=") == 0 || strcmp(tok, "gene-in") == 0) {
+    } else if (v->long_form && it->col == L_GENE && is_list) {
       int64_t before = g_n;
-      int k = collect(val, tok[4] == '-', &glist, &g_n, &g_cap);
+      int k = collect(val, it->op == DC_OP_IN, &glist, &g_n, &g_cap);
       if (k < 0) { g_n = before; continue; }
       if (k != SQLITE_OK) { rc = k; break; }
       if (have_genes) g_n = intersect_tail(glist, before, g_n);
       have_genes = 1;
-    } else if (tok[0] == 'c' && (strcmp(tok, "cell>") == 0 || strcmp(tok, "cell>=") == 0 ||
-                                 strcmp(tok, "cell<") == 0 || strcmp(tok, "cell<=") == 0)) {
-      if (!apply_bound(val, tok + 4, &lo, &hi)) empty = 1;
+    } else if (it->col == cell_col && (it->op == DC_OP_GT || it->op == DC_OP_GE || it->op == DC_OP_LT ||
+                                       it->op == DC_OP_LE)) {
+      if (!apply_bound(val, dc_op_word(it->op), &lo, &hi)) empty = 1;
     } else {
-      rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr);
+      rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s': item %d is not a term this table takes", v->reader->what,
+                  idxStr, i + 1);
     }
   }
-  if (rc == SQLITE_OK && a != argc) rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s'", v->reader->what, idxStr);
   if (rc != SQLITE_OK) { sqlite3_free(list); sqlite3_free(glist); return rc; }
   if (have_list) {
     if (n_list > 1) qsort(list, (size_t)n_list, sizeof *list, cmp_i64);

@@ -31,11 +31,10 @@
 ** names, duplicates chained in gene_id order) is built on the first name
 ** lookup.  Everything runs on the statement's thread.
 **
-** Plans (xBestIndex).  idxNum is the number of xFilter arguments; idxStr is
-** a printable, space-separated list of tokens, one per argument in order,
-** optionally followed by "order" or "order-desc" (EXPLAIN QUERY PLAN shows
-** it; "scan" when empty):
-**   token := "gene_id=" | "gene_id>" | "gene_id>=" | "gene_id<" | "gene_id<=" | "name="
+** Plans (xBestIndex): the shared plan codec (dc_plan.h), e.g.
+**   #0 "gene_id" >= ?1 prefilter, #1 "name" = ?2 prefilter, ORDER BY gene_id DESC
+** Terms: gene_id (or rowid) =, <, <=, >, >=; name = (BINARY collation only).  The words
+** "ORDER BY gene_id" and "ORDER BY gene_id DESC" mean the ORDER BY is consumed.
 ** Every constraint is a prefilter (omit = 0): xFilter returns a superset of
 ** the matching rows under any affinity and SQLite checks each row, so every
 ** query returns what a native table with the same declared types returns.
@@ -44,8 +43,7 @@
 ** text, or a BLOB, narrows nothing).  "name=" (BINARY collation only) looks
 ** a TEXT value up in the name index; a value that is not TEXT, or TEXT that
 ** reads as a number (numeric affinity on the other side could make it equal
-** to other spellings), narrows nothing.  ORDER BY gene_id (either direction)
-** is consumed.  IN lists are left to SQLite (one xFilter per value).
+** to other spellings), narrows nothing.  IN lists are left to SQLite (one xFilter per value).
 **
 ** Bad stored data gives SQLITE_CORRUPT_VTAB naming the column and block;
 ** a dataset of a format version this build does not read, SQLITE_ERROR
@@ -53,9 +51,11 @@
 */
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dc_ext.h"
+#include "dc_plan.h"
 #include "dc_format.h"
 #include "dc_obs.h"
 #include "dc_reader.h"
@@ -518,40 +518,45 @@ static int build_index(gdata *d) {
 
 /* ------------------------------------------------------------ plans */
 
-static const char *const TOKENS[] = {"gene_id=", "gene_id>", "gene_id>=", "gene_id<", "gene_id<=", "name="};
-enum { T_EQ, T_GT, T_GE, T_LT, T_LE, T_NAME, N_TOKENS };
+enum { T_EQ, T_GT, T_GE, T_LT, T_LE, T_NAME };
+static const char *plan_col_name(void *ctx, int col) { (void)ctx; return col == COL_GENE_ID ? "gene_id" : "name"; }
+static const dc_plan_word plan_words[] = {{"ORDER BY gene_id", 0}, {"ORDER BY gene_id DESC", 0}};
+enum { ITEM_ORDER = 1, ITEM_ORDER_DESC = 2 };
+/* only gene_id and name appear in plans */
+static const dc_plan_table plan_table = {2, plan_col_name, NULL, plan_words, 2};
 
 static int genes_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   (void)p;
-  sqlite3_str *s = sqlite3_str_new(NULL);
+  dc_plan_item items[DC_PLAN_MAX_TERMS + 1];
   int n = 0, has_eq = 0, has_name = 0, has_range = 0;
-  for (int i = 0; i < info->nConstraint && n < 8; i++) {
+  for (int i = 0; i < info->nConstraint && n < DC_PLAN_MAX_TERMS; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
     if (!c->usable) continue;
-    int tok = -1;
+    int op = 0, col = COL_GENE_ID;
     if (c->iColumn == COL_GENE_ID || c->iColumn == -1) {
       switch (c->op) {
-        case SQLITE_INDEX_CONSTRAINT_EQ: tok = T_EQ; has_eq = 1; break;
-        case SQLITE_INDEX_CONSTRAINT_GT: tok = T_GT; has_range = 1; break;
-        case SQLITE_INDEX_CONSTRAINT_GE: tok = T_GE; has_range = 1; break;
-        case SQLITE_INDEX_CONSTRAINT_LT: tok = T_LT; has_range = 1; break;
-        case SQLITE_INDEX_CONSTRAINT_LE: tok = T_LE; has_range = 1; break;
+        case SQLITE_INDEX_CONSTRAINT_EQ: op = DC_OP_EQ; has_eq = 1; break;
+        case SQLITE_INDEX_CONSTRAINT_GT: op = DC_OP_GT; has_range = 1; break;
+        case SQLITE_INDEX_CONSTRAINT_GE: op = DC_OP_GE; has_range = 1; break;
+        case SQLITE_INDEX_CONSTRAINT_LT: op = DC_OP_LT; has_range = 1; break;
+        case SQLITE_INDEX_CONSTRAINT_LE: op = DC_OP_LE; has_range = 1; break;
         default: break;
       }
     } else if (c->iColumn == COL_NAME && c->op == SQLITE_INDEX_CONSTRAINT_EQ && !has_name) {
       const char *coll = sqlite3_vtab_collation(info, i);
-      if (!coll || !sqlite3_stricmp(coll, "BINARY")) { tok = T_NAME; has_name = 1; }
+      if (!coll || !sqlite3_stricmp(coll, "BINARY")) { op = DC_OP_EQ; col = COL_NAME; has_name = 1; }
     }
-    if (tok < 0) continue;
+    if (!op) continue;
     info->aConstraintUsage[i].argvIndex = ++n;
     info->aConstraintUsage[i].omit = 0;     /* a superset: SQLite checks every row */
-    sqlite3_str_appendf(s, "%s%s", n > 1 ? " " : "", TOKENS[tok]);
+    items[n - 1] = (dc_plan_item){DC_ITEM_TERM, col, op, 0, n - 1};
   }
+  int n_items = n;
   if (info->nOrderBy == 1 && (info->aOrderBy[0].iColumn == COL_GENE_ID || info->aOrderBy[0].iColumn == -1)) {
-    sqlite3_str_appendf(s, "%s%s", n ? " " : "", info->aOrderBy[0].desc ? "order-desc" : "order");
+    items[n_items++] = (dc_plan_item){info->aOrderBy[0].desc ? ITEM_ORDER_DESC : ITEM_ORDER, -1, 0, 1, -1};
     info->orderByConsumed = 1;
   }
-  if (dc_plan_finish(info, s, n) != SQLITE_OK) return SQLITE_NOMEM;
+  if (dc_plan_set(info, &plan_table, items, n_items, n) != SQLITE_OK) return SQLITE_NOMEM;
   if (has_eq) {
     info->estimatedRows = 1;
     info->estimatedCost = 2;
@@ -659,25 +664,28 @@ static int genes_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   cursor_reset(c);
   c->desc = 0;
   c->by_name = 0;
-  int toks[8], nt = 0;
-  if (idxNum != argc || !idxStr || argc > 8) goto bad_plan;
-  const char *q = strcmp(idxStr, "scan") == 0 ? "" : idxStr;
-  while (*q) {
-    const char *e = strchr(q, ' ');
-    size_t len = e ? (size_t)(e - q) : strlen(q);
-    int t = -1;
-    for (int k = 0; k < N_TOKENS; k++)
-      if (strlen(TOKENS[k]) == len && !memcmp(q, TOKENS[k], len)) t = k;
-    if (t >= 0) {
-      if (nt >= argc) goto bad_plan;
-      toks[nt++] = t;
-    } else if (len == 5 && !memcmp(q, "order", 5)) c->desc = 0;
-    else if (len == 10 && !memcmp(q, "order-desc", 10)) c->desc = 1;
-    else goto bad_plan;
-    q += len;
-    if (*q == ' ') q++;
+  int toks[DC_PLAN_MAX_ARGS];
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
+  int n_items;
+  char why[200] = "";
+  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
+      dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+    goto bad_plan;
+  for (int i = 0; i < n_items; i++) {
+    const dc_plan_item *it = &items[i];
+    if (it->kind == ITEM_ORDER || it->kind == ITEM_ORDER_DESC) { c->desc = it->kind == ITEM_ORDER_DESC; continue; }
+    int tok = -1;
+    if (it->col == COL_NAME) tok = it->op == DC_OP_EQ ? T_NAME : -1;
+    else switch (it->op) {
+      case DC_OP_EQ: tok = T_EQ; break;
+      case DC_OP_GT: tok = T_GT; break;
+      case DC_OP_GE: tok = T_GE; break;
+      case DC_OP_LT: tok = T_LT; break;
+      case DC_OP_LE: tok = T_LE; break;
+    }
+    if (tok < 0) { snprintf(why, sizeof why, "item %d is not a term this table takes", i + 1); goto bad_plan; }
+    toks[it->arg] = tok;
   }
-  if (nt != argc) goto bad_plan;
   int rc = data_current(v);
   if (rc != SQLITE_OK) return rc;
   c->d = v->data;
@@ -730,7 +738,7 @@ static int genes_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   position(c);
   return SQLITE_OK;
 bad_plan:
-  return set_err(v, SQLITE_ERROR, "genes: unknown plan '%s'", idxStr ? idxStr : "");
+  return set_err(v, SQLITE_ERROR, "genes: unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
 }
 
 static int genes_eof(sqlite3_vtab_cursor *cur) { return ((genes_cursor *)cur)->eof; }

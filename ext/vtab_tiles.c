@@ -22,21 +22,18 @@
 ** shadow table read-only to SQL.  The table reads only its own data and is
 ** SQLITE_VTAB_INNOCUOUS.  Read-only: no xUpdate.
 **
-** Plans (xBestIndex).  idxNum is the number of constraints used; idxStr is a
-** printable, space-separated list of constraint tokens, one per argv value in
-** argv order, optionally followed by "order" or "order-desc":
-**
-**   plan   := ( token ( ' ' token )* )? ( ' '? order )?   |  "scan"
-**   token  := "tile=" | "tile>" | "tile>=" | "tile<" | "tile<="
-**   order  := "order" | "order-desc"
-**
-** Constraints on `tile` (or rowid) are applied by the inner SELECT on the
-** INTEGER PRIMARY KEY of <name>_data, so values of any type compare exactly
-** as on a native table; they are therefore omitted (omit = 1).  ORDER BY tile
-** (either direction) is consumed.  "tile=" plans are unique (one row).
+** Plans (xBestIndex): the shared plan codec (dc_plan.h), e.g.
+**   #0 "tile" >= ?1, #0 "tile" < ?2, ORDER BY tile DESC
+** Terms on `tile` (or rowid): =, <, <=, >, >=, applied by the inner SELECT on the INTEGER
+** PRIMARY KEY of <name>_data, so values of any type compare exactly as on a native table;
+** they are therefore omitted (omit = 1: no "prefilter").  The words "ORDER BY tile" and
+** "ORDER BY tile DESC" mean ORDER BY tile (either direction) is consumed.  "=" plans are
+** unique (one row).
 */
+#include <stdio.h>
 #include <string.h>
 #include "dc_ext.h"
+#include "dc_plan.h"
 #include "dc_reader.h"
 
 typedef struct tiles_vtab {
@@ -128,32 +125,39 @@ static int tiles_destroy(sqlite3_vtab *p) {
   return rc;
 }
 
+static const char *const col_names[] = {"tile", "first_cell", "n_cells", "nnz", "bytes", "chunks"};
+static const char *plan_col_name(void *ctx, int col) { (void)ctx; return col_names[col]; }
+static const dc_plan_word plan_words[] = {{"ORDER BY tile", 0}, {"ORDER BY tile DESC", 0}};
+enum { ITEM_ORDER = 1, ITEM_ORDER_DESC = 2 };
+static const dc_plan_table plan_table = {6, plan_col_name, NULL, plan_words, 2};
+
 static int tiles_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   (void)p;
-  sqlite3_str *s = sqlite3_str_new(NULL);
+  dc_plan_item items[DC_PLAN_MAX_TERMS + 1];
   int n = 0, has_eq = 0, has_range = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
     if (!c->usable || (c->iColumn != COL_TILE && c->iColumn != -1)) continue;
-    const char *tok;
+    int op;
     switch (c->op) {
-      case SQLITE_INDEX_CONSTRAINT_EQ: tok = "tile="; has_eq = 1; break;
-      case SQLITE_INDEX_CONSTRAINT_GT: tok = "tile>"; has_range = 1; break;
-      case SQLITE_INDEX_CONSTRAINT_GE: tok = "tile>="; has_range = 1; break;
-      case SQLITE_INDEX_CONSTRAINT_LT: tok = "tile<"; has_range = 1; break;
-      case SQLITE_INDEX_CONSTRAINT_LE: tok = "tile<="; has_range = 1; break;
+      case SQLITE_INDEX_CONSTRAINT_EQ: op = DC_OP_EQ; has_eq = 1; break;
+      case SQLITE_INDEX_CONSTRAINT_GT: op = DC_OP_GT; has_range = 1; break;
+      case SQLITE_INDEX_CONSTRAINT_GE: op = DC_OP_GE; has_range = 1; break;
+      case SQLITE_INDEX_CONSTRAINT_LT: op = DC_OP_LT; has_range = 1; break;
+      case SQLITE_INDEX_CONSTRAINT_LE: op = DC_OP_LE; has_range = 1; break;
       default: continue;
     }
-    if (n >= 8) continue;            /* a handful is plenty; the rest SQLite checks */
+    if (n >= DC_PLAN_MAX_TERMS) continue;            /* the rest SQLite checks */
     info->aConstraintUsage[i].argvIndex = ++n;
     info->aConstraintUsage[i].omit = 1;
-    sqlite3_str_appendf(s, "%s%s", n > 1 ? " " : "", tok);
+    items[n - 1] = (dc_plan_item){DC_ITEM_TERM, COL_TILE, op, 1, n - 1};
   }
+  int n_items = n;
   if (info->nOrderBy == 1 && (info->aOrderBy[0].iColumn == COL_TILE || info->aOrderBy[0].iColumn == -1)) {
-    sqlite3_str_appendf(s, "%s%s", n ? " " : "", info->aOrderBy[0].desc ? "order-desc" : "order");
+    items[n_items++] = (dc_plan_item){info->aOrderBy[0].desc ? ITEM_ORDER_DESC : ITEM_ORDER, -1, 0, 1, -1};
     info->orderByConsumed = 1;
   }
-  if (dc_plan_finish(info, s, n) != SQLITE_OK) return SQLITE_NOMEM;
+  if (dc_plan_set(info, &plan_table, items, n_items, n) != SQLITE_OK) return SQLITE_NOMEM;
   if (has_eq) {
     info->estimatedRows = 1;
     info->estimatedCost = 1;
@@ -222,7 +226,12 @@ static int tiles_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   sqlite3_finalize(c->stmt);
   c->stmt = NULL;
   c->eof = 1;
-  if (idxNum != argc || !idxStr) goto bad_plan;
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
+  int n_items;
+  char why[200] = "";
+  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
+      dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+    goto bad_plan;
   if (v->reader) {
     char *msg = NULL;
     int rc = dc_reader_begin(v->reader, &msg);
@@ -237,28 +246,20 @@ static int tiles_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
                       v->schema, v->shadow);
   const char *order = "";
   int n = 0;
-  const char *q = idxStr;
-  if (strcmp(q, "scan") == 0) q = "";
-  while (*q) {
-    const char *e = strchr(q, ' ');
-    size_t len = e ? (size_t)(e - q) : strlen(q);
-    const char *op = NULL;
-    if (len == 5 && !memcmp(q, "order", 5)) order = " ORDER BY tile";
-    else if (len == 10 && !memcmp(q, "order-desc", 10)) order = " ORDER BY tile DESC";
-    else if (len == 5 && !memcmp(q, "tile=", 5)) op = "=";
-    else if (len == 5 && !memcmp(q, "tile>", 5)) op = ">";
-    else if (len == 6 && !memcmp(q, "tile>=", 6)) op = ">=";
-    else if (len == 5 && !memcmp(q, "tile<", 5)) op = "<";
-    else if (len == 6 && !memcmp(q, "tile<=", 6)) op = "<=";
-    else { sqlite3_free(sqlite3_str_finish(s)); goto bad_plan; }
-    if (op) {
-      n++;
-      sqlite3_str_appendf(s, "%s tile %s ?%d", n == 1 ? " WHERE" : " AND", op, n);
+  for (int i = 0; i < n_items; i++) {
+    const dc_plan_item *it = &items[i];
+    if (it->kind == ITEM_ORDER || it->kind == ITEM_ORDER_DESC) {
+      if (*order) { sqlite3_free(sqlite3_str_finish(s)); snprintf(why, sizeof why, "two orders"); goto bad_plan; }
+      order = it->kind == ITEM_ORDER ? " ORDER BY tile" : " ORDER BY tile DESC";
+      continue;
     }
-    q += len;
-    if (*q == ' ') q++;
+    if (it->col != COL_TILE || it->op == DC_OP_IN || it->op == DC_OP_ISNULL || it->op == DC_OP_NOTNULL) {
+      sqlite3_free(sqlite3_str_finish(s));
+      snprintf(why, sizeof why, "item %d is not a term this table takes", i + 1);
+      goto bad_plan;
+    }
+    sqlite3_str_appendf(s, "%s tile %s ?%d", n++ == 0 ? " WHERE" : " AND", dc_op_word(it->op), it->arg + 1);
   }
-  if (n != argc) { sqlite3_free(sqlite3_str_finish(s)); goto bad_plan; }
   sqlite3_str_appendall(s, order);
   char *sql = sqlite3_str_finish(s);
   if (!sql) return SQLITE_NOMEM;
@@ -274,7 +275,7 @@ static int tiles_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   return tiles_next(cur);
 bad_plan:
   sqlite3_free(v->base.zErrMsg);
-  v->base.zErrMsg = sqlite3_mprintf("tiles: unknown plan '%s'", idxStr ? idxStr : "");
+  v->base.zErrMsg = sqlite3_mprintf("tiles: unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
   return SQLITE_ERROR;
 }
 

@@ -8,7 +8,7 @@
 */
 #include "dctest.h"
 #include <math.h>
-#include "../../ext/cells_plan.c"
+#include "../../ext/dc_plan.c"
 #include "../../ext/cells_filter.c"
 #include "../../ext/cells_ivl.c"
 #include "../../ext/cells_blocks.c"
@@ -55,19 +55,19 @@ static void test_compare(void) {
 }
 
 static void test_text_match(void) {
-  cells_term t = term1(DC_OBS_TEXT, CELLS_OP_EQ, vtext("B"), 1);
+  cells_term t = term1(DC_OBS_TEXT, DC_OP_EQ, vtext("B"), 1);
   DCT_CHECK(cells_text_match(&t, "B", 1) && !cells_text_match(&t, "BB", 2) && !cells_text_match(&t, "", 0));
   cells_term_clear(&t);
   /* text < blob: every text is < a blob, none > */
   cells_val bl = {CELLS_V_BLOB, 0, 0, (char *)"\x01", 1};
-  t = term1(DC_OBS_TEXT, CELLS_OP_LT, bl, 1);
+  t = term1(DC_OBS_TEXT, DC_OP_LT, bl, 1);
   DCT_CHECK(cells_text_match(&t, "zzz", 3));
-  t.op = CELLS_OP_GT;
+  t.op = DC_OP_GT;
   DCT_CHECK(!cells_text_match(&t, "zzz", 3));
   cells_term_clear(&t);
   /* a number against a text column, as a prefilter: every text that may read as a number */
   cells_val five = {CELLS_V_INTEGER, 5, 0, (char *)"5", 1};
-  t = term1(DC_OBS_TEXT, CELLS_OP_EQ, five, 0);
+  t = term1(DC_OBS_TEXT, DC_OP_EQ, five, 0);
   DCT_CHECK(cells_text_match(&t, "5", 1) && cells_text_match(&t, " 5.0", 4) && !cells_text_match(&t, "x5", 2));
   t.exact = 1;   /* exact: the text form only */
   DCT_CHECK(cells_text_match(&t, "5", 1) && !cells_text_match(&t, " 5.0", 4));
@@ -78,14 +78,14 @@ static void test_text_match(void) {
 ** int64 exactly, so this is written apart from cells_cmp_num. */
 static int ref_num(int real, int64_t li, double lf, int op, const cells_val *v) {
   if (v->t == CELLS_V_NULL) return 0;
-  if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return op == CELLS_OP_LT || op == CELLS_OP_LE;
+  if (v->t == CELLS_V_TEXT || v->t == CELLS_V_BLOB) return op == DC_OP_LT || op == DC_OP_LE;
   long double x = real ? (long double)lf : (long double)li, y = v->t == CELLS_V_INTEGER ? (long double)v->i : (long double)v->f;
   switch (op) {
-    case CELLS_OP_EQ: return x == y;
-    case CELLS_OP_LT: return x < y;
-    case CELLS_OP_LE: return x <= y;
-    case CELLS_OP_GT: return x > y;
-    case CELLS_OP_GE: return x >= y;
+    case DC_OP_EQ: return x == y;
+    case DC_OP_LT: return x < y;
+    case DC_OP_LE: return x <= y;
+    case DC_OP_GT: return x > y;
+    case DC_OP_GE: return x >= y;
   }
   return -1;
 }
@@ -119,7 +119,7 @@ static void test_kernels_numeric(void) {
       default: v = vint(rep % 10 == 4 ? 9007199254740993LL : (int64_t)(rnd() % 41) - 20); break;
     }
     cells_term t = term1(blk.kind, op, v, 1);
-    if (op == CELLS_OP_IN) {   /* a list of 5 */
+    if (op == DC_OP_IN) {   /* a list of 5 */
       free(t.v[0].s);
       free(t.v);
       t.nv = 5;
@@ -148,12 +148,12 @@ static void test_kernels_numeric(void) {
         uint32_t r = rows[j];
         int isnull = real ? isnan(f64[r]) : !valid[r];
         int want;
-        if (op == CELLS_OP_ISNULL) want = isnull;
-        else if (op == CELLS_OP_NOTNULL) want = !isnull;
+        if (op == DC_OP_ISNULL) want = isnull;
+        else if (op == DC_OP_NOTNULL) want = !isnull;
         else if (isnull) want = 0;
-        else if (op == CELLS_OP_IN) {
+        else if (op == DC_OP_IN) {
           want = 0;
-          for (int q = 0; q < t.nv; q++) want |= ref_num(real, i64[r], f64[r], CELLS_OP_EQ, &t.v[q]);
+          for (int q = 0; q < t.nv; q++) want |= ref_num(real, i64[r], f64[r], DC_OP_EQ, &t.v[q]);
         } else want = ref_num(real, i64[r], f64[r], op, &t.v[0]);
         if (want) { if (m >= s.n || s.idx[m] != r) bad = 1; m++; }
       }
@@ -162,7 +162,7 @@ static void test_kernels_numeric(void) {
       cells_sel_free(&s);
     }
     /* a range filter used twice builds the order, and the cache counts it */
-    if (op >= CELLS_OP_EQ && op <= CELLS_OP_GE && (v.t == CELLS_V_INTEGER || v.t == CELLS_V_FLOAT))
+    if (op >= DC_OP_EQ && op <= DC_OP_GE && (v.t == CELLS_V_INTEGER || v.t == CELLS_V_FLOAT))
       DCT_CHECK(d->order != NULL && cache.bytes == (int64_t)d->bytes && d->bytes > (size_t)N * 4);
     cells_dblock_release(d);
     cells_bcache_clear(&cache);
@@ -184,7 +184,7 @@ static void test_kernels_category_text(void) {
   blk.kind = DC_OBS_CATEGORY;
   blk.n = 8;
   blk.codes = codes;
-  cells_term t = term1(DC_OBS_CATEGORY, CELLS_OP_EQ, vtext("B"), 1);
+  cells_term t = term1(DC_OBS_CATEGORY, DC_OP_EQ, vtext("B"), 1);
   DCT_CHECK(cells_term_prepare(&t, &dict) == 0);
   DCT_CHECK(t.acc[0] == 0 && t.acc[1] == 1 && t.acc[2] == 0 && t.acc[4] == 0);
   uint32_t idx[8];
@@ -205,7 +205,7 @@ static void test_kernels_category_text(void) {
   st.has = 0; st.null_count = 8;   /* every value NULL */
   DCT_CHECK(cells_block_may_match(&t, 4, &st) == 0);
   cells_term_clear(&t);
-  t = term1(DC_OBS_CATEGORY, CELLS_OP_ISNULL, (cells_val){CELLS_V_NULL, 0, 0, NULL, 0}, 1);
+  t = term1(DC_OBS_CATEGORY, DC_OP_ISNULL, (cells_val){CELLS_V_NULL, 0, 0, NULL, 0}, 1);
   DCT_CHECK(cells_term_prepare(&t, &dict) == 0 && cells_block_may_match(&t, 4, &st) == 1);
   for (uint32_t r = 0; r < 8; r++) idx[r] = r;
   s.n = 8;
@@ -213,7 +213,7 @@ static void test_kernels_category_text(void) {
   DCT_CHECK(s.n == 2 && idx[0] == 2 && idx[1] == 6);
   cells_term_clear(&t);
   /* a category term without its dictionary is an error, not a crash */
-  t = term1(DC_OBS_CATEGORY, CELLS_OP_EQ, vtext("B"), 1);
+  t = term1(DC_OBS_CATEGORY, DC_OP_EQ, vtext("B"), 1);
   DCT_CHECK(cells_term_prepare(&t, NULL) == -1);
   cells_term_clear(&t);
   /* text IN, prefilter with a number in the list: texts that may read as numbers pass */
@@ -223,7 +223,7 @@ static void test_kernels_category_text(void) {
   memset(&blk, 0, sizeof blk);
   blk.kind = DC_OBS_TEXT; blk.n = 4; blk.text = text; blk.text_off = toff; blk.valid = tvalid;
   memset(&t, 0, sizeof t);
-  t.kind = DC_OBS_TEXT; t.op = CELLS_OP_IN; t.exact = 0; t.nv = 2;
+  t.kind = DC_OBS_TEXT; t.op = DC_OP_IN; t.exact = 0; t.nv = 2;
   t.v = calloc(2, sizeof *t.v);
   t.v[0].t = CELLS_V_TEXT; t.v[0].s = strdup("B"); t.v[0].n = 1;
   t.v[1].t = CELLS_V_INTEGER; t.v[1].i = 7; t.v[1].s = strdup("7"); t.v[1].n = 1;
@@ -247,8 +247,8 @@ static void test_prune_numeric(void) {
   memset(&st, 0, sizeof st);
   st.has = 1; st.mn.i = 10; st.mx.i = 20;
   struct { int op; int64_t v; int want; } c[] = {
-    {CELLS_OP_EQ, 9, 0}, {CELLS_OP_EQ, 10, 1}, {CELLS_OP_EQ, 21, 0}, {CELLS_OP_LT, 10, 0}, {CELLS_OP_LE, 10, 1},
-    {CELLS_OP_GT, 20, 0}, {CELLS_OP_GE, 20, 1}, {CELLS_OP_GT, 5, 1},
+    {DC_OP_EQ, 9, 0}, {DC_OP_EQ, 10, 1}, {DC_OP_EQ, 21, 0}, {DC_OP_LT, 10, 0}, {DC_OP_LE, 10, 1},
+    {DC_OP_GT, 20, 0}, {DC_OP_GE, 20, 1}, {DC_OP_GT, 5, 1},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     cells_term t = term1(DC_OBS_INT, c[i].op, vint(c[i].v), 1);
@@ -258,7 +258,7 @@ static void test_prune_numeric(void) {
   }
   /* a real block [0.5, 1.5] against = 1 (integer): may hold it */
   st.mn.real = st.mx.real = 1; st.mn.f = 0.5; st.mx.f = 1.5;
-  cells_term t = term1(DC_OBS_REAL, CELLS_OP_EQ, vint(1), 1);
+  cells_term t = term1(DC_OBS_REAL, DC_OP_EQ, vint(1), 1);
   DCT_CHECK(cells_block_may_match(&t, 0, &st) == 1);
   t.v[0] = vint(2);
   DCT_CHECK(cells_block_may_match(&t, 0, &st) == 0);
@@ -281,18 +281,18 @@ static void test_intervals(void) {
   }
   int64_t lo, hi;
   cells_val v = vreal(2.5);
-  cells_int_interval(CELLS_OP_LT, &v, 10, &lo, &hi); DCT_CHECK(lo == 0 && hi == 3);
-  cells_int_interval(CELLS_OP_GE, &v, 10, &lo, &hi); DCT_CHECK(lo == 3 && hi == 10);
-  cells_int_interval(CELLS_OP_EQ, &v, 10, &lo, &hi); DCT_CHECK(lo == hi);
+  cells_int_interval(DC_OP_LT, &v, 10, &lo, &hi); DCT_CHECK(lo == 0 && hi == 3);
+  cells_int_interval(DC_OP_GE, &v, 10, &lo, &hi); DCT_CHECK(lo == 3 && hi == 10);
+  cells_int_interval(DC_OP_EQ, &v, 10, &lo, &hi); DCT_CHECK(lo == hi);
   v = vint(-5);
-  cells_int_interval(CELLS_OP_GT, &v, 10, &lo, &hi); DCT_CHECK(lo == 0 && hi == 10);
+  cells_int_interval(DC_OP_GT, &v, 10, &lo, &hi); DCT_CHECK(lo == 0 && hi == 10);
   v = vint(INT64_MAX);
-  cells_int_interval(CELLS_OP_LE, &v, 10, &lo, &hi); DCT_CHECK(lo == 0 && hi == 10);
-  cells_int_interval(CELLS_OP_EQ, &v, 10, &lo, &hi); DCT_CHECK(lo == hi);
+  cells_int_interval(DC_OP_LE, &v, 10, &lo, &hi); DCT_CHECK(lo == 0 && hi == 10);
+  cells_int_interval(DC_OP_EQ, &v, 10, &lo, &hi); DCT_CHECK(lo == hi);
   /* cell_id IN (7, 3, 3, 4, 99, -1): [3, 5) and [7, 8) */
   cells_term t;
   memset(&t, 0, sizeof t);
-  t.col = CELLS_COL_CELL_ID; t.op = CELLS_OP_IN; t.nv = 6;
+  t.col = CELLS_COL_CELL_ID; t.op = DC_OP_IN; t.nv = 6;
   t.v = calloc(6, sizeof *t.v);
   int64_t ids[6] = {7, 3, 3, 4, 99, -1};
   for (int j = 0; j < 6; j++) t.v[j] = vint(ids[j]);
@@ -320,15 +320,15 @@ static void test_intervals(void) {
   free(iv);
   cells_term_clear(&t);
   /* tile without tiles: only IS NULL, then every cell */
-  t = term1(0, CELLS_OP_ISNULL, (cells_val){CELLS_V_NULL, 0, 0, NULL, 0}, 1);
+  t = term1(0, DC_OP_ISNULL, (cells_val){CELLS_V_NULL, 0, 0, NULL, 0}, 1);
   DCT_CHECK(cells_term_intervals(&t, 1, 40, NULL, 0, 0, &iv, &niv) == 0 && niv == 1 && iv[0].hi == 40);
   free(iv);
-  t.op = CELLS_OP_NOTNULL;
+  t.op = DC_OP_NOTNULL;
   DCT_CHECK(cells_term_intervals(&t, 1, 40, NULL, 0, 0, &iv, &niv) == 0 && niv == 0);
   free(iv);
   /* cell_id < 'text': every cell (a number is less than any text) */
   cells_term_clear(&t);
-  t = term1(0, CELLS_OP_LT, vtext("x"), 1);
+  t = term1(0, DC_OP_LT, vtext("x"), 1);
   DCT_CHECK(cells_term_intervals(&t, 0, 40, NULL, 0, 1, &iv, &niv) == 0 && niv == 1 && iv[0].lo == 0 && iv[0].hi == 40);
   free(iv);
   cells_term_clear(&t);
@@ -408,16 +408,16 @@ static void test_cost(void) {
   cells_est_col ec = {DC_OBS_CATEGORY, 2, 0, bs, &dict};
   cells_est e;
   cells_est_init(&e, &tb);
-  cells_est_term(&e, &tb, CELLS_COL_OBS0, &ec, CELLS_OP_EQ, NULL, "B", 1);
+  cells_est_term(&e, &tb, CELLS_COL_OBS0, &ec, DC_OP_EQ, NULL, "B", 1);
   DCT_CHECKF(fabs(e.rows - 100) < 1e-9, "%g", e.rows);   /* block 0 holds only B */
-  cells_est_term(&e, &tb, CELLS_COL_OBS0, &ec, CELLS_OP_EQ, NULL, "zz", 2);
+  cells_est_term(&e, &tb, CELLS_COL_OBS0, &ec, DC_OP_EQ, NULL, "zz", 2);
   DCT_CHECK(cells_est_rows(&e) == 1);   /* no such category: at least one row */
   /* cell_id = ?: unique, and cheaper than a scan */
   cells_est u, s;
   cells_est_init(&u, &tb);
   cells_est_init(&s, &tb);
   cells_val v = vint(5);
-  cells_est_term(&u, &tb, CELLS_COL_CELL_ID, NULL, CELLS_OP_EQ, &v, NULL, 0);
+  cells_est_term(&u, &tb, CELLS_COL_CELL_ID, NULL, DC_OP_EQ, &v, NULL, 0);
   DCT_CHECK(u.unique && cells_est_cost(&u, 2) < cells_est_cost(&s, 2));
   /* a range on an int column from its blocks' min/max: n > 150 of 0..199 in two blocks */
   cells_bstat ib[2];
@@ -428,7 +428,7 @@ static void test_cost(void) {
   cells_est r;
   cells_est_init(&r, &tb);
   v = vint(150);
-  cells_est_term(&r, &tb, CELLS_COL_OBS0, &ic, CELLS_OP_GT, &v, NULL, 0);
+  cells_est_term(&r, &tb, CELLS_COL_OBS0, &ic, DC_OP_GT, &v, NULL, 0);
   DCT_CHECKF(r.rows > 40 && r.rows < 60, "%g", r.rows);
 }
 

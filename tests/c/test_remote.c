@@ -2,7 +2,7 @@
 ** test_remote.c — the pure logic of the remote-file VFS (ext/remote_logic.c, compiled
 ** in here directly): block range math, retry policy and backoff, throttle, validators,
 ** Content-Range parsing, the in-memory block cache, cache names and the eviction plan,
-** s3:// URLs.
+** s3:// URLs, and the checks on a range response.
 */
 #include "dctest.h"
 #include "../../ext/remote_logic.c"
@@ -168,6 +168,49 @@ static void test_s3(void) {
   DCT_CHECK(!dc_is_remote_name("/tmp/x.dcdb") && !dc_is_remote_name("ftp://x") && !dc_is_remote_name(NULL));
 }
 
+/* the checks on what a range GET returned (http_transport.c acts on the verdict) */
+static void test_range_check(void) {
+  char why[200];
+  int tr;
+  /* bytes 100..199 asked for and got */
+  dc_range_resp ok = {0, 206, 0, 100, 100, 100, 1, 100, 199};
+  DCT_CHECK(dc_range_check(&ok, &tr, why, sizeof why) == DC_RESP_OK && tr == 0 && why[0] == 0);
+  /* the last, short block: the server clips the range to the file (Content-Range says so) */
+  dc_range_resp clip = {0, 206, 0, 100, 100, 40, 1, 100, 139};
+  DCT_CHECK(dc_range_check(&clip, &tr, why, sizeof why) == DC_RESP_OK);
+  /* a short body: a transport fault (retried) */
+  dc_range_resp shortb = {0, 206, 0, 100, 100, 60, 1, 100, 199};
+  DCT_CHECK(dc_range_check(&shortb, &tr, why, sizeof why) == DC_RESP_BAD && tr == 1);
+  DCT_CHECKF(strcmp(why, "short body: 60 of 100 bytes") == 0, "%s", why);
+  DCT_CHECK(dc_retryable(tr, 206));
+  /* more than asked for */
+  dc_range_resp over = {1, 206, 0, 0, 100, 100, 1, 0, 99};
+  DCT_CHECK(dc_range_check(&over, &tr, why, sizeof why) == DC_RESP_BAD && tr == 0 && strstr(why, "more than the 100"));
+  /* Content-Range missing or for other bytes */
+  dc_range_resp nocr = {0, 206, 0, 100, 100, 100, 0, 0, 0};
+  DCT_CHECK(dc_range_check(&nocr, &tr, why, sizeof why) == DC_RESP_BAD && strstr(why, "Content-Range"));
+  dc_range_resp othercr = {0, 206, 0, 100, 100, 100, 1, 0, 99};
+  DCT_CHECK(dc_range_check(&othercr, &tr, why, sizeof why) == DC_RESP_BAD && strstr(why, "Content-Range"));
+  /* HTTP 200 to a later request: the server ignores ranges (not retried) */
+  dc_range_resp norange = {0, 200, 0, 100, 100, 100, 0, 0, 0};
+  DCT_CHECK(dc_range_check(&norange, &tr, why, sizeof why) == DC_RESP_BAD && strstr(why, "ignored the Range"));
+  DCT_CHECK(!dc_retryable(tr, 200));
+  /* at open, HTTP 200 with fewer bytes than asked for: the whole small file */
+  dc_range_resp whole = {0, 200, 1, 0, 4096, 700, 0, 0, 0};
+  DCT_CHECK(dc_range_check(&whole, &tr, why, sizeof why) == DC_RESP_WHOLE);
+  /* ... but with as many bytes as asked for it may be a larger file served whole: refused */
+  dc_range_resp big = {0, 200, 1, 0, 4096, 4096, 0, 0, 0};
+  DCT_CHECK(dc_range_check(&big, &tr, why, sizeof why) == DC_RESP_BAD);
+  /* 416 at open: an empty file; later it is an HTTP error */
+  dc_range_resp empty = {0, 416, 1, 0, 4096, 0, 0, 0, 0};
+  DCT_CHECK(dc_range_check(&empty, &tr, why, sizeof why) == DC_RESP_EMPTY);
+  empty.first = 0;
+  DCT_CHECK(dc_range_check(&empty, &tr, why, sizeof why) == DC_RESP_BAD && strcmp(why, "HTTP 416") == 0);
+  /* 503: a server error, retried */
+  dc_range_resp busy = {0, 503, 0, 0, 10, 0, 0, 0, 0};
+  DCT_CHECK(dc_range_check(&busy, &tr, why, sizeof why) == DC_RESP_BAD && tr == 0 && dc_retryable(tr, 503));
+}
+
 int main(void) {
   DCT_RUN(test_blocks);
   DCT_RUN(test_readahead);
@@ -178,5 +221,6 @@ int main(void) {
   DCT_RUN(test_sharedcache);
   DCT_RUN(test_cache_names_and_eviction);
   DCT_RUN(test_s3);
+  DCT_RUN(test_range_check);
   return dct_done();
 }

@@ -272,10 +272,10 @@ def test_genes_plans(gds):
 
     def plan(q):
         return " ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN " + q))
-    assert "INDEX 1:gene_id=" in plan("SELECT * FROM genes WHERE gene_id = 3")
-    assert "INDEX 1:name=" in plan("SELECT * FROM genes WHERE name = 'G1'")
-    assert "name=" not in plan("SELECT * FROM genes WHERE name = 'G1' COLLATE NOCASE")
-    assert "order-desc" in plan("SELECT * FROM genes ORDER BY gene_id DESC")
+    assert 'INDEX 1:#0 "gene_id" = ?1 prefilter' in plan("SELECT * FROM genes WHERE gene_id = 3")
+    assert 'INDEX 1:#1 "name" = ?1 prefilter' in plan("SELECT * FROM genes WHERE name = 'G1'")
+    assert '"name"' not in plan("SELECT * FROM genes WHERE name = 'G1' COLLATE NOCASE")
+    assert "ORDER BY gene_id DESC" in plan("SELECT * FROM genes ORDER BY gene_id DESC")
     assert "USE TEMP B-TREE" not in plan("SELECT * FROM genes WHERE gene_id > 2 ORDER BY gene_id")
     con.close()
 

@@ -102,7 +102,7 @@ def test_sql_obs_errors_name_the_column_and_reason(data, bad, msg):
                        (np.array([1], dtype="<i8").tobytes(),)).fetchone() == (None,)
     plan = con.execute("EXPLAIN QUERY PLAN SELECT obs_values FROM dc_batch(?, NULL, ?)",
                        (b"", '["age"]')).fetchall()
-    assert "cells genes obs" in plan[0][3]
+    assert '#6 "cells" = ?1, #7 "genes" = ?2, #8 "obs" = ?3' in plan[0][3]
     con.close()
 
 

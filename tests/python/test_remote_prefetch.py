@@ -1,4 +1,4 @@
-"""Prefetch in the dchttp VFS (ext/vfs_http.c): background requests for the blocks ahead of a
+"""Prefetch in the dchttp VFS (ext/http_prefetch.c): background requests for the blocks ahead of a
 sequential reader, at most max_inflight at once per open file.  Against nginx on 127.0.0.1
 (skipped with the reason when it cannot start) and the fault-injecting server of _remote_util:
 the same answers with prefetch on and off; requests really overlap (the throttle's latency) and

@@ -1,0 +1,168 @@
+/*
+** http_cache.c — the dchttp VFS's block caches outside the open file: the on-disk cache
+** (cache_dir: one file per block, named by file version and block; least recently used evicted
+** over cache_mb) and the process's shared in-memory cache of blocks (the open files of one
+** version share them: connections of a DataLoader worker, its prefetch thread, each epoch's
+** new connection), behind one mutex.  The data structures and the eviction plan are pure logic
+** in remote_logic.c.
+*/
+#include <dirent.h>
+#include <sys/stat.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include "vfs_http_int.h"
+
+/* blocks shared by the process's open files of the same version: DC_HTTP_SHARED_MB slots
+** (default 256; 0: off) of blocks up to 1 MiB */
+static dc_sharedcache *g_shared;
+static int64_t g_shared_bsize;
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static void shared_prepare(void) { pthread_mutex_lock(&g_shared_lock); }
+static void shared_release(void) { pthread_mutex_unlock(&g_shared_lock); }
+
+void dh_shared_atfork(void) { pthread_atfork(shared_prepare, shared_release, shared_release); }
+
+void dh_shared_init(void) {
+  pthread_mutex_lock(&g_shared_lock);
+  if (!g_shared && !g_shared_bsize) {
+    /* slots of up to 1 MiB (larger blocks are not shared), as many as the budget holds */
+    const char *v = getenv("DC_HTTP_SHARED_MB");
+    int64_t mb = v && *v ? strtoll(v, NULL, 10) : 256;
+    g_shared_bsize = 1 << 20;
+    if (mb > 0) g_shared = dc_sharedcache_new((int)mb, g_shared_bsize);
+  }
+  pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* --- the on-disk cache ---------------------------------------------------- */
+static void cache_path(dc_hfile *f, int64_t idx, char *out, size_t n) {
+  char name[96];
+  dc_cache_name(name, sizeof name, f->key, f->bsize, idx);
+  snprintf(out, n, "%s/%s", f->cache_dir, name);
+}
+
+int dh_disk_get(dc_hfile *f, int64_t idx, uint8_t *buf, int64_t len) {
+  if (!f->cache_dir) return 0;
+  char p[4096];
+  cache_path(f, idx, p, sizeof p);
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st;
+  int ok = fstat(fd, &st) == 0 && st.st_size == len;
+  int64_t have = 0;
+  while (ok && have < len) {
+    ssize_t k = pread(fd, buf + have, (size_t)(len - have), have);
+    if (k <= 0) { ok = 0; break; }
+    have += k;
+  }
+  if (ok) futimens(fd, NULL);            /* most recently used */
+  close(fd);
+  if (ok) { atomic_fetch_add(&dh_st.disk_hits, 1); atomic_fetch_add(&dh_st.disk_bytes, len); }
+  return ok;
+}
+
+/* scan the cache directory: its usage, and when over budget (with incoming bytes
+** to come) delete the least recently used blocks */
+static void disk_scan(dc_hfile *f, int64_t incoming) {
+  DIR *d = opendir(f->cache_dir);
+  if (!d) return;
+  int n = 0, cap = 0;
+  dc_cachefile *files = NULL;
+  char **names = NULL;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t l = strlen(e->d_name);
+    if (strncmp(e->d_name, "dc-", 3) != 0 || l < 5 || strcmp(e->d_name + l - 4, ".blk") != 0) continue;
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", f->cache_dir, e->d_name);
+    if (stat(p, &st) != 0) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 256;
+      dc_cachefile *nf = realloc(files, sizeof *files * (size_t)cap);
+      char **nn = realloc(names, sizeof *names * (size_t)cap);
+      if (nf) files = nf;
+      if (nn) names = nn;
+      if (!nf || !nn) break;
+    }
+    names[n] = strdup(e->d_name);
+    if (!names[n]) break;
+    files[n].size = st.st_size;
+    files[n].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    files[n].idx = n;
+    n++;
+  }
+  closedir(d);
+  int k = dc_evict_plan(files, n, f->cache_budget, incoming);
+  int64_t used = 0;
+  for (int i = 0; i < n; i++) {
+    if (i < k) {
+      char p[4096];
+      snprintf(p, sizeof p, "%s/%s", f->cache_dir, names[files[i].idx]);
+      if (unlink(p) == 0) { atomic_fetch_add(&dh_st.evictions, 1); continue; }
+    }
+    used += files[i].size;
+  }
+  f->cache_used = used;
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names); free(files);
+}
+
+void dh_disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len) {
+  if (!f->cache_dir || len > f->cache_budget) return;
+  if (f->cache_used < 0 || f->cache_used + len > f->cache_budget) disk_scan(f, len);
+  char p[4096], tmp[4200];
+  cache_path(f, idx, p, sizeof p);
+  snprintf(tmp, sizeof tmp, "%s.tmp%ld", p, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  int64_t done = 0;
+  while (done < len) {
+    ssize_t k = write(fd, buf + done, (size_t)(len - done));
+    if (k <= 0) break;
+    done += k;
+  }
+  if (close(fd) != 0 || done != len || rename(tmp, p) != 0) { unlink(tmp); return; }
+  f->cache_used += len;
+  atomic_fetch_add(&dh_st.disk_writes, 1);
+}
+
+/* --- blocks ---------------------------------------------------------------- */
+int dh_on_disk(dc_hfile *f, int64_t idx) {
+  if (!f->cache_dir) return 0;
+  char p[4096];
+  cache_path(f, idx, p, sizeof p);
+  return access(p, R_OK) == 0;
+}
+
+int dh_shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len) {
+  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return 0;
+  pthread_mutex_lock(&g_shared_lock);
+  int ok = dc_sharedcache_get(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, out, len);
+  pthread_mutex_unlock(&g_shared_lock);
+  if (ok) atomic_fetch_add(&dh_st.shared_hits, 1);
+  return ok;
+}
+
+int dh_shared_has(dc_hfile *f, int64_t idx) {
+  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return 0;
+  pthread_mutex_lock(&g_shared_lock);
+  int ok = dc_sharedcache_has(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx,
+                              dc_block_len(idx, f->bsize, f->size));
+  pthread_mutex_unlock(&g_shared_lock);
+  return ok;
+}
+
+void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
+  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return;
+  pthread_mutex_lock(&g_shared_lock);
+  dc_sharedcache_put(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, b, len);
+  pthread_mutex_unlock(&g_shared_lock);
+}

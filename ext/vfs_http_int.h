@@ -1,0 +1,118 @@
+/*
+** vfs_http_int.h — what the parts of the dchttp VFS share (not a public interface):
+** the open file (dc_hfile), the process-wide counters, and each part's functions.
+**   vfs_http.c        the sqlite3_vfs / sqlite3_io_methods glue: open, read, close, stats
+**   http_transport.c  one range request over libcurl (retries, validators), the throttle
+**   http_cache.c      the on-disk block cache and the process's shared block cache
+**   http_prefetch.c   background requests for the blocks ahead of a sequential reader
+** The pure logic (block math, retry policy, validators, caches' data structures) is in
+** remote_logic.c (dc_remote.h).
+*/
+#ifndef VFS_HTTP_INT_H
+#define VFS_HTTP_INT_H
+#include "dc_ext.h"
+#include <curl/curl.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+#include "dc_remote.h"
+
+typedef struct dc_prefetch dc_prefetch;
+typedef struct dc_hfile {
+  sqlite3_file base;
+  sqlite3_file *local;          /* a local file (throttled): the base VFS's file, after this struct */
+  char *name;                   /* as given (for messages) */
+  char *url;                    /* the URL requested */
+  CURL *curl;
+  pid_t pid;
+  struct curl_slist *headers;
+  char *userpwd, *sigv4;
+  dc_validator val;
+  int64_t size, bsize;
+  dc_blockcache *mem;
+  char *cache_dir;
+  int64_t cache_budget;
+  int64_t cache_used;           /* -1: not scanned yet */
+  uint64_t key;
+  int retries;
+  long timeout_ms;
+  dc_throttle thr;
+  int throttled;
+  int64_t last_miss;            /* the last block fetched (sequential read-ahead) */
+  int run;
+  int64_t ra_blocks;            /* the most blocks one read-ahead request takes */
+  int64_t mem_slots;
+  int no_shared;                /* URI shared=0: not in the process's shared block cache */
+  uint8_t *rabuf;               /* a read-ahead request's bytes */
+  int64_t rabuf_cap;
+  int max_inflight;             /* prefetch requests in flight at most (0: no prefetch) */
+  int64_t pf_chunk;             /* blocks per prefetch request */
+  int64_t pf_next;              /* the block after the last one queued for prefetch */
+  int pf_depth;                 /* requests the current stream may have ahead (grows from 2) */
+  int pf_fd;                    /* a local file's descriptor for the prefetch threads (-1: none) */
+  dc_prefetch *pf;              /* the prefetch threads (started on first use) */
+} dc_hfile;
+
+/* process-wide counters (dc_vfs_stats()); prefetch: requests made, of them failed, blocks the
+** reader used, blocks fetched and never used, reads that waited for a request in flight, the
+** most requests in flight at once on one file */
+typedef struct {
+  _Atomic int64_t shared_hits, requests, bytes, retries, mem_hits, disk_hits, disk_bytes, disk_writes, evictions,
+      errors, opens, throttle_ns;
+  _Atomic int64_t pf_requests, pf_failed, pf_blocks, pf_unused, pf_waits, pf_peak;
+} dh_stats;
+extern dh_stats dh_st;
+extern _Thread_local char dh_err[1024];   /* this thread's last reason (dc_vfs_error()) */
+extern int dh_trace;                      /* DC_HTTP_TRACE=1: each block read goes to stderr */
+/* sets this thread's reason, counts an error and logs it (vfs_http.c) */
+void dh_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* --- http_transport.c ----------------------------------------------------- */
+double dh_now(void);
+void dh_sleep(double s);
+/* stop: a prefetch thread's flag (NULL on the reading thread): the wait ends early when it is set */
+void dh_throttle(dc_hfile *f, int64_t bytes, double t0, _Atomic int *stop);
+/* the options of a request of f on handle c (a fresh or reset handle) */
+void dh_setup_curl(dc_hfile *f, CURL *c);
+/* GET bytes [off, off+len) into buf on handle c, at most 1 + tries attempts.  first: the
+** request at open (no validator to compare yet; it fills f->val).  Returns SQLITE_OK, or an
+** error with the reason in err (dh_set_error is the caller's: a prefetch thread keeps it quiet). */
+int dh_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len, uint8_t *buf, int64_t *got, int first,
+              char *err, size_t err_n, _Atomic int *stop);
+/* the same on the file's own handle, with its retries; dh_err set on error */
+int dh_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t *got, int first);
+/* blocks idx..last (all missing) in one request into f->rabuf; *total_out: their bytes */
+int dh_fetch_range(dc_hfile *f, int64_t idx, int64_t last, int64_t *total_out);
+
+/* --- http_cache.c ---------------------------------------------------------- */
+/* block idx (len bytes) from the on-disk cache into buf: 1 when held */
+int dh_disk_get(dc_hfile *f, int64_t idx, uint8_t *buf, int64_t len);
+/* stores block idx in the on-disk cache (evicting the least recently used over budget) */
+void dh_disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len);
+int dh_on_disk(dc_hfile *f, int64_t idx);
+/* the process's shared block cache (locked here; a no-op for a local, unshared or large-block file) */
+int dh_shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len);
+int dh_shared_has(dc_hfile *f, int64_t idx);
+void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len);
+/* creates the shared cache on the first remote open (DC_HTTP_SHARED_MB) */
+void dh_shared_init(void);
+/* once, at the VFS's registration: no fork inside a shared-cache copy */
+void dh_shared_atfork(void);
+
+/* --- http_prefetch.c -------------------------------------------------------- */
+typedef struct pf_ent pf_ent;
+/* the file's prefetcher of this process if it has started one, else NULL */
+dc_prefetch *dh_pf_peek(dc_hfile *f);
+/* the file's prefetcher in this process (its threads started on the first sequential miss), or
+** NULL when off */
+dc_prefetch *dh_pf_get(dc_hfile *f);
+void dh_pf_close(dc_hfile *f);
+/* the entry holding block idx (queued, in flight or fetched), or NULL */
+pf_ent *dh_pf_find(dc_prefetch *p, int64_t idx);
+/* queue requests for the blocks from `from` on, up to the window */
+void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from);
+/* block idx from the prefetcher: waits for its request, installs its blocks into memory and
+** returns the entry's last block + 1; 0 when it has not got it (not asked for, or failed) */
+int64_t dh_pf_take(dc_hfile *f, dc_prefetch *p, pf_ent *e);
+/* the reader left the stream: queued requests dropped */
+void dh_pf_jump(dc_prefetch *p);
+#endif
