@@ -119,4 +119,9 @@ enum { DC_RESP_OK = 0, DC_RESP_WHOLE, DC_RESP_EMPTY, DC_RESP_BAD };
 ** at open got 416 (an empty file); DC_RESP_BAD: why says what is wrong, and *transport is 1 when it
 ** is a transport fault (a short body) for dc_retryable. */
 int dc_range_check(const dc_range_resp *r, int *transport, char *why, size_t why_n);
+
+/* S3's error document in the body of an error response (possibly cut short): "Code: Message"
+** from its <Code> and <Message> elements, XML entities decoded, into out.  Returns 0 when the
+** body has no complete <Code> element (not S3's, or cut before it). */
+int dc_s3_error(const char *body, size_t n, char *out, size_t out_n);
 #endif

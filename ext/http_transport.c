@@ -148,6 +148,11 @@ int dh_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len, uint8_t
     } else {
       dc_range_resp q = {r.overflow, status, first, off, len, r.got, r.have_cr, r.cr_start, r.cr_end};
       int v = dc_range_check(&q, &transport, why, sizeof why);
+      char s3[300];         /* an object store says why in its body: S3's <Code> and <Message> */
+      if (status >= 400 && r.got > 0 && dc_s3_error((const char *)buf, (size_t)r.got, s3, sizeof s3)) {
+        size_t l = strlen(why);
+        snprintf(why + l, sizeof why - l, " (%s)", s3);
+      }
       if (v == DC_RESP_EMPTY) {
         snprintf(err, err_n, "%s: the file is empty (HTTP 416 for the first bytes)", f->name);
         return SQLITE_CANTOPEN;

@@ -293,6 +293,10 @@ int dc_s3_url(const char *s3, const char *endpoint, const char *region, char *ou
 int dc_range_check(const dc_range_resp *r, int *transport, char *why, size_t why_n) {
   *transport = 0;
   if (why_n) why[0] = 0;
+  if (r->status >= 400 && !(r->status == 416 && r->first)) {   /* an error, whatever its body's size */
+    snprintf(why, why_n, "HTTP %ld", r->status);
+    return DC_RESP_BAD;
+  }
   if (r->overflow) {
     snprintf(why, why_n, "the server sent more than the %lld bytes asked for", (long long)r->len);
     return DC_RESP_BAD;
@@ -316,4 +320,44 @@ int dc_range_check(const dc_range_resp *r, int *transport, char *why, size_t why
     return DC_RESP_BAD;
   }
   return DC_RESP_OK;
+}
+
+/* The text of the first <tag>...</tag> in b[0, n): entities decoded, runs of white space as one
+** space, cut to fit out.  Returns its length, or 0 when there is no complete element. */
+static size_t xml_text(const char *b, size_t n, const char *tag, char *out, size_t out_n) {
+  char open[32], close[32];
+  snprintf(open, sizeof open, "<%s>", tag);
+  snprintf(close, sizeof close, "</%s>", tag);
+  size_t lo = strlen(open), lc = strlen(close), i = 0;
+  while (i + lo <= n && memcmp(b + i, open, lo) != 0) i++;
+  if (i + lo > n) return 0;
+  size_t s = i + lo, e = s;
+  while (e + lc <= n && memcmp(b + e, close, lc) != 0) e++;
+  if (e + lc > n || !out_n) return 0;
+  static const struct { const char *ent; char c; } ents[] = {
+      {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+  size_t k = 0;
+  for (size_t j = s; j < e && k + 1 < out_n;) {
+    char c = b[j++];
+    if (c == '&')
+      for (size_t t = 0; t < sizeof ents / sizeof ents[0]; t++) {
+        size_t le = strlen(ents[t].ent);
+        if (j - 1 + le <= e && memcmp(b + j - 1, ents[t].ent, le) == 0) { c = ents[t].c; j += le - 1; break; }
+      }
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+    if (c == ' ' && (k == 0 || out[k - 1] == ' ')) continue;
+    if ((unsigned char)c < 0x20) continue;
+    out[k++] = c;
+  }
+  while (k && out[k - 1] == ' ') k--;
+  out[k] = 0;
+  return k;
+}
+
+int dc_s3_error(const char *body, size_t n, char *out, size_t out_n) {
+  char code[64], msg[200];
+  if (!out_n || !body || !xml_text(body, n, "Code", code, sizeof code)) return 0;
+  if (xml_text(body, n, "Message", msg, sizeof msg)) snprintf(out, out_n, "%s: %s", code, msg);
+  else snprintf(out, out_n, "%s", code);
+  return 1;
 }

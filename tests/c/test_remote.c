@@ -211,6 +211,29 @@ static void test_range_check(void) {
   DCT_CHECK(dc_range_check(&busy, &tr, why, sizeof why) == DC_RESP_BAD && tr == 0 && dc_retryable(tr, 503));
 }
 
+static void test_s3_error(void) {
+  char out[120];
+  const char *x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SignatureDoesNotMatch</Code>"
+                  "<Message>The request signature we calculated does not match\n  the signature &amp; key you provided.</Message>"
+                  "<RequestId>1</RequestId></Error>";
+  DCT_CHECK(dc_s3_error(x, strlen(x), out, sizeof out) == 1);
+  DCT_CHECKF(strcmp(out, "SignatureDoesNotMatch: The request signature we calculated does not match the signature & key you provided.") == 0, "%s", out);
+  /* no Message: the code alone; cut short before </Code>, or not XML: nothing */
+  const char *c = "<Error><Code>AccessDenied</Code></Error>";
+  DCT_CHECK(dc_s3_error(c, strlen(c), out, sizeof out) == 1 && strcmp(out, "AccessDenied") == 0);
+  DCT_CHECK(dc_s3_error(c, 20, out, sizeof out) == 0);
+  DCT_CHECK(dc_s3_error("<html>403 Forbidden</html>", 26, out, sizeof out) == 0);
+  DCT_CHECK(dc_s3_error(x, strlen(x), out, 0) == 0);
+  /* a small out is cut, still terminated */
+  char small[8];
+  DCT_CHECK(dc_s3_error(c, strlen(c), small, sizeof small) == 1 && strcmp(small, "AccessD") == 0);
+  /* an error status is the reason even when its body overflowed the range asked for */
+  char why[64];
+  int tr;
+  dc_range_resp big403 = {1, 403, 1, 0, 100, 100, 0, 0, 0};
+  DCT_CHECK(dc_range_check(&big403, &tr, why, sizeof why) == DC_RESP_BAD && strcmp(why, "HTTP 403") == 0 && !dc_retryable(tr, 403));
+}
+
 int main(void) {
   DCT_RUN(test_blocks);
   DCT_RUN(test_readahead);
@@ -222,5 +245,6 @@ int main(void) {
   DCT_RUN(test_cache_names_and_eviction);
   DCT_RUN(test_s3);
   DCT_RUN(test_range_check);
+  DCT_RUN(test_s3_error);
   return dct_done();
 }

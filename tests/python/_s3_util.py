@@ -107,9 +107,17 @@ class S3Server:
         return ("ok" if hmac.compare_digest(want, got) else "SignatureDoesNotMatch"), scope
 
     # --- serving --------------------------------------------------------------------------
+    MESSAGES = {"AccessDenied": "Access Denied",
+                "SignatureDoesNotMatch": "The request signature we calculated does not match the "
+                                         "signature you provided. Check your key and signing method.",
+                "InvalidAccessKeyId": "The AWS Access Key Id you provided does not exist in our records.",
+                "InvalidToken": "The provided token is malformed or otherwise invalid.",
+                "NoSuchKey": "The specified key does not exist.",
+                "NoSuchBucket": "The specified bucket does not exist"}
+
     def _error(self, h, status, code, body):
         xml = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>"
-               f"<Message>{code}</Message></Error>\n").encode()
+               f"<Message>{self.MESSAGES.get(code, code)}</Message></Error>\n").encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/xml")
         h.send_header("Content-Length", str(len(xml)))

@@ -156,6 +156,7 @@ def test_wrong_session_token_is_refused(env, store):
     with pytest.raises(sqlite3.OperationalError) as e:
         deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
     assert "HTTP 403" in str(e.value) and "private-bucket/atlas/small.dcdb" in str(e.value)
+    assert "InvalidToken" in str(e.value)
     assert store["server"].log[-1]["auth"] == "InvalidToken"
 
 
@@ -165,6 +166,7 @@ def test_wrong_secret_is_a_clear_403(env, store):
         deltacells.connect("s3://private-bucket/atlas/small.dcdb", remote=NO_SHARE)
     msg = str(e.value)
     assert "HTTP 403" in msg and "s3://private-bucket/atlas/small.dcdb" in msg, msg
+    assert "SignatureDoesNotMatch" in msg, msg          # S3's own code, from the error body
     assert store["server"].log[-1]["auth"] == "SignatureDoesNotMatch"
 
 
