@@ -74,9 +74,18 @@ typedef struct ctx_state {
                                         escape is checked per chunk: see stage 2) */
 } ctx_state;
 
-void dc_ctx_decoder_free(void *state) {
-  ctx_state *s = state;
-  if (!s) return;
+/* A decoder keeps the tables of its last few tiles: a thread of a pool
+** decodes chunks of several tiles in turn (a batch of shuffled cells, a
+** merged dataset), and building a tile's tables again for every chunk made
+** decoding 1.2-1.6x slower on tiles of 1,000 cells (tables take ~25-65 us). */
+#define TAB_SETS 4
+typedef struct ctx_cache {
+  ctx_state set[TAB_SETS];
+  uint64_t used[TAB_SETS];           /* last use, 0: empty */
+  uint64_t clock;
+} ctx_cache;
+
+static void state_clear(ctx_state *s) {
   free(s->key);
   free(s->nsym);
   free(s->tab);
@@ -84,7 +93,14 @@ void dc_ctx_decoder_free(void *state) {
   free(s->pinf);
   free(s->has_slow);
   free(s->map);
-  free(s);
+  memset(s, 0, sizeof *s);
+}
+
+void dc_ctx_decoder_free(void *state) {
+  ctx_cache *cc = state;
+  if (!cc) return;
+  for (int i = 0; i < TAB_SETS; i++) state_clear(&cc->set[i]);
+  free(cc);
 }
 
 #define CORRUPT(...) do { dc_error_set(err, DC_ECORRUPT, __VA_ARGS__); return DC_ECORRUPT; } while (0)
@@ -246,19 +262,26 @@ fail:
 
 static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t n_genes, int vec,
                       uint32_t c, ctx_state **out, dc_error *err) {
-  ctx_state *s = d->ctx;
-  if (s && s->key && s->key_len == sh_len && s->key_genes == n_genes && s->vec == vec &&
-      !memcmp(s->key, sh, sh_len)) {
-    *out = s;
-    return DC_OK;
-  }
-  if (!s) {
-    s = d->ctx = calloc(1, sizeof *s);
-    if (!s) {
+  ctx_cache *cc = d->ctx;
+  if (!cc) {
+    cc = d->ctx = calloc(1, sizeof *cc);
+    if (!cc) {
       dc_error_set(err, DC_ENOMEM, "chunk %u: out of memory", c);
       return DC_ENOMEM;
     }
   }
+  int victim = 0;
+  for (int i = 0; i < TAB_SETS; i++) {
+    ctx_state *t = &cc->set[i];
+    if (t->key && t->key_len == sh_len && t->key_genes == n_genes && t->vec == vec && !memcmp(t->key, sh, sh_len)) {
+      cc->used[i] = ++cc->clock;
+      *out = t;
+      return DC_OK;
+    }
+    if (cc->used[i] < cc->used[victim]) victim = i;
+  }
+  ctx_state *s = &cc->set[victim];
+  cc->used[victim] = 0;             /* empty until built */
   free(s->key);
   s->key = NULL;
   s->key_len = 0;
@@ -272,6 +295,7 @@ static int get_tables(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint32_t 
   memcpy(s->key, sh, sh_len);
   s->key_len = sh_len;
   s->key_genes = n_genes;
+  cc->used[victim] = ++cc->clock;
   *out = s;
   return DC_OK;
 }

@@ -194,6 +194,59 @@ static uint8_t *small_tile(int c, uint64_t seed, size_t *len, dct_mat *m, uint32
   return buf;
 }
 
+/* One decoder decoding the chunks of six tiles in turn (chunk 0 of each
+** tile, then chunk 1, ...), as a pool thread does for a batch across tiles:
+** it keeps the tables of its last few tiles, and must give each tile exactly
+** what a fresh decoder gives, on every path, also once tiles are evicted. */
+static void test_decoder_many_tiles(void) {
+  enum { NT = 6, CH = 4 };
+  static const char *paths[] = {"scalar", "avx2", "avx512"};
+  for (int pi = 0; pi < 3; pi++) {
+    setenv("DC_SIMD", paths[pi], 1);
+    dct_mat m[NT];
+    uint8_t *buf[NT];
+    size_t len[NT];
+    dc_tile_hdr h[NT];
+    dct_dec ref[NT];
+    dc_error err;
+    for (int t = 0; t < NT; t++) {
+      buf[t] = small_tile(DC_CODEC_RANS, 1000 + (uint64_t)t, &len[t], &m[t], CH);
+      DCT_CHECK(dc_tile_parse(buf[t], len[t], &h[t], &err) == DC_OK);
+      DCT_CHECKF(dct_decode(buf[t], len[t], 0, &ref[t], &err) == DC_OK, "%s", err.msg);
+    }
+    dc_decoder *d = dc_decoder_new();
+    for (int round = 0; round < 2; round++) {
+      int64_t *ip[NT];
+      int32_t *ix[NT], *vv[NT];
+      for (int t = 0; t < NT; t++) {
+        ip[t] = calloc(h[t].n_cells + 1, sizeof(int64_t));
+        ix[t] = calloc(h[t].nnz + 1, sizeof(int32_t));
+        vv[t] = calloc(h[t].nnz + 1, sizeof(int32_t));
+      }
+      /* round 0: chunk-major over all six; round 1: tiles 0,1 back and forth, then the rest */
+      for (uint32_t c = 0; c < CH; c++)
+        for (int k = 0; k < NT; k++) {
+          int t = round == 0 ? k : (k < 4 ? k % 2 : k);
+          uint32_t cc = round == 0 ? c : (k < 4 ? (c + (uint32_t)(k / 2)) % CH : c);
+          if (cc >= h[t].n_chunks) continue;
+          dc_out out = {ip[t], ix[t], vv[t], 0};
+          DCT_CHECKF(dc_chunk_decode(d, buf[t], len[t], &h[t], cc, &out, &err) == DC_OK, "%s: %s", paths[pi], err.msg);
+        }
+      for (int t = 0; t < NT; t++) {
+        if (round == 0)
+          DCT_CHECKF(memcmp(ix[t], ref[t].indices, h[t].nnz * sizeof(int32_t)) == 0 &&
+                         memcmp(vv[t], ref[t].values, h[t].nnz * sizeof(int32_t)) == 0 &&
+                         memcmp(ip[t] + 1, ref[t].indptr + 1, h[t].n_cells * sizeof(int64_t)) == 0,
+                     "%s: tile %d differs when its chunks interleave with other tiles'", paths[pi], t);
+        free(ip[t]); free(ix[t]); free(vv[t]);
+      }
+    }
+    dc_decoder_free(d);
+    for (int t = 0; t < NT; t++) { dct_dec_free(&ref[t]); dct_mat_free(&m[t]); free(buf[t]); }
+  }
+  unsetenv("DC_SIMD");
+}
+
 static void test_corrupt_truncation(void) {
   for (size_t ci = 0; ci < N_CODECS; ci++) {
     dct_mat m;
@@ -699,5 +752,6 @@ int main(void) {
   DCT_RUN(test_rans_gene_map);
   DCT_RUN(test_tile_versions);
   DCT_RUN(test_rans_bad_tables);
+  DCT_RUN(test_decoder_many_tiles);
   return dct_done();
 }
