@@ -11,8 +11,11 @@
 **   tsan_vfs_close_inflight    the server stalls every request from the middle of the file on; the
 **                              reader stops before it and closes while requests are stalled: the
 **                              close must abort them (well before the stall ends)
+**   tsan_vfs_close_throttled_local  a local file with a 1 s emulated latency: close while prefetch
+**                              threads wait it out ends their waits at once
 **   tsan_vfs_shared_threads    three threads, each with its own open file of one URL, read it at
-**                              once (their prefetchers filling the shared block cache); then a
+**                              once (their prefetchers filling the shared block cache, the reading
+**                              threads one on-disk cache directory); then a
 **                              fourth file without prefetch reads every block from that cache
 **   tsan_vfs_sql_concurrent    dc_batch over every cell and SELECT * FROM cells on three
 **                              connections in three threads at once (two over HTTP, one a throttled
@@ -328,6 +331,35 @@ static int test_close_inflight(char *why, size_t nwhy) {
   return 1;
 }
 
+/* a throttled local file: the prefetch threads read with pread and wait out the emulated latency;
+** close while they wait must end the waits (they check the stop flag every 20 ms) */
+static const char *g_path;
+static int test_close_throttled_local(char *why, size_t nwhy) {
+  char abs[4096];
+  if (!realpath(g_path, abs)) { snprintf(why, nwhy, "realpath %s: %s", g_path, strerror(errno)); return 0; }
+  const char *params[] = {"block_kb", "8", "mem_blocks", "32", "readahead_kb", "128", "max_inflight", "4",
+                          "latency_ms", "1000", NULL};
+  vfile v;
+  if (!vopen(&v, abs, params, why, nwhy)) return 0;
+  int64_t r0 = stat_of("requests");
+  uint8_t buf[4096];
+  int ok = 1;
+  for (int64_t off = 0; ok && off < 3 * 8192; off += 4096) ok = vread_check(&v, off, 4096, buf, why, nwhy);
+  if (!ok) { vclose(&v); return 0; }
+  /* the reader has taken a prefetched request: more are queued; wait until two have read their bytes
+  ** (and so are in the throttle's wait) */
+  double t0 = now_s();
+  while (stat_of("requests") - r0 < 4 && now_s() - t0 < 5) sleep_ms(5);
+  int64_t reqs = stat_of("requests") - r0;
+  double c0 = now_s();
+  vclose(&v);
+  double took = now_s() - c0;
+  if (reqs < 4) { snprintf(why, nwhy, "only %lld reads were made (want a direct one and prefetches)", (long long)reqs); return 0; }
+  if (took > 0.6) { snprintf(why, nwhy, "close took %.2f s while prefetch threads waited out a 1 s latency", took); return 0; }
+  printf("# close during the throttle's wait took %.3f s\n", took);
+  return 1;
+}
+
 typedef struct { const char *url; const char **params; int id; int ok; char why[512]; } rdr_t;
 
 static void *reader_main(void *arg) {
@@ -504,6 +536,7 @@ static int test_sql_concurrent(const char *path, char *why, size_t nwhy) {
 
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "build/tsan/tsan_vfs.dcdb";
+  g_path = path;
   char why[1024] = "";
   int s = server_start(path, why, sizeof why);
   if (s < 0) { printf("skip tsan_vfs: %s\n", why); return 0; }
@@ -514,6 +547,7 @@ int main(int argc, char **argv) {
   struct { const char *name; int (*fn)(char *, size_t); } tests[] = {
     {"tsan_vfs_prefetch_read", test_prefetch_read},
     {"tsan_vfs_close_inflight", test_close_inflight},
+    {"tsan_vfs_close_throttled_local", test_close_throttled_local},
     {"tsan_vfs_shared_threads", test_shared_threads},
   };
   int failed = 0;
