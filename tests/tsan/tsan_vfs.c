@@ -13,6 +13,8 @@
 **                              close must abort them (well before the stall ends)
 **   tsan_vfs_close_throttled_local  a local file with a 1 s emulated latency: close while prefetch
 **                              threads wait it out ends their waits at once
+**   tsan_vfs_faults            every 5th request fails (a 503 or a reset mid-body): failed prefetch
+**                              requests are fetched again by the reader; every byte is right
 **   tsan_vfs_shared_threads    three threads, each with its own open file of one URL, read it at
 **                              once (their prefetchers filling the shared block cache, the reading
 **                              threads one on-disk cache directory); then a
@@ -67,6 +69,8 @@ static struct {
   _Atomic int64_t stall_from;         /* requests starting at or after this offset stall (-1: none) */
   _Atomic int stall_ms;
   _Atomic int stalled_now, stalled_total, requests;
+  _Atomic int fault_every;            /* every Nth request of the file fails: a 503, or a reset mid-body */
+  _Atomic int fault_seq, faults;
 } S = {.lfd = -1};
 
 static int send_all(int fd, const void *p, size_t n) {
@@ -80,17 +84,16 @@ static int send_all(int fd, const void *p, size_t n) {
   return 1;
 }
 
-static void *conn_main(void *arg) {
-  int fd = (int)(intptr_t)arg;
+static void conn_serve(int fd) {
   char req[8192];
   size_t have = 0;
   for (;;) {
     char *end;
     while (!(end = memmem(req, have, "\r\n\r\n", 4))) {
-      if (have == sizeof req) return NULL;
+      if (have == sizeof req) return;
       ssize_t k = recv(fd, req + have, sizeof req - have, 0);
       if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) return NULL;                   /* the client closed (or the server stops) */
+      if (k <= 0) return;                        /* the client closed (or the server stops) */
       have += (size_t)k;
     }
     size_t hlen = (size_t)(end - req) + 4;
@@ -114,11 +117,24 @@ static void *conn_main(void *arg) {
     int hn;
     if (pl < 5 || strcmp(path + pl - 5, ".dcdb") != 0 || (strcmp(method, "GET") != 0 && !head)) {
       hn = snprintf(hdr, sizeof hdr, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-      if (!send_all(fd, hdr, (size_t)hn)) return NULL;
+      if (!send_all(fd, hdr, (size_t)hn)) return;
     } else if (ranged && a >= S.size) {
       hn = snprintf(hdr, sizeof hdr, "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */%lld\r\n"
                     "Content-Length: 0\r\n\r\n", (long long)S.size);
-      if (!send_all(fd, hdr, (size_t)hn)) return NULL;
+      if (!send_all(fd, hdr, (size_t)hn)) return;
+    } else if ((hn = atomic_load(&S.fault_every)) > 0 && atomic_fetch_add(&S.fault_seq, 1) % hn == hn - 1) {
+      int k = atomic_fetch_add(&S.faults, 1);
+      if (k % 2 == 0) {
+        hn = snprintf(hdr, sizeof hdr, "HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\n\r\n");
+        if (!send_all(fd, hdr, (size_t)hn)) return;
+      } else {                                   /* a reset mid-body: half of it, then the connection closes */
+        int64_t n = b - a + 1;
+        hn = snprintf(hdr, sizeof hdr, "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %lld-%lld/%lld\r\n"
+                      "Content-Length: %lld\r\nETag: \"tsan-vfs-1\"\r\n\r\n",
+                      (long long)a, (long long)b, (long long)S.size, (long long)n);
+        if (send_all(fd, hdr, (size_t)hn)) send_all(fd, S.data + a, (size_t)(n / 2));
+        return;
+      }
     } else {
       int64_t n = b - a + 1;
       if (ranged)
@@ -128,13 +144,13 @@ static void *conn_main(void *arg) {
       else
         hn = snprintf(hdr, sizeof hdr, "HTTP/1.1 200 OK\r\nContent-Length: %lld\r\nETag: \"tsan-vfs-1\"\r\n"
                       "Accept-Ranges: bytes\r\n\r\n", (long long)n);
-      if (!send_all(fd, hdr, (size_t)hn)) return NULL;
+      if (!send_all(fd, hdr, (size_t)hn)) return;
       if (!head) {
         int64_t sf = atomic_load(&S.stall_from), half = 0;
         if (sf >= 0 && a >= sf) {
           /* half the body, then nothing until the stall ends or the client goes away */
           half = n / 2;
-          if (!send_all(fd, S.data + a, (size_t)half)) return NULL;
+          if (!send_all(fd, S.data + a, (size_t)half)) return;
           atomic_fetch_add(&S.stalled_now, 1);
           atomic_fetch_add(&S.stalled_total, 1);
           struct pollfd q = {fd, POLLIN | POLLRDHUP, 0};
@@ -143,12 +159,19 @@ static void *conn_main(void *arg) {
             if (poll(&q, 1, 20) > 0) break;            /* the client closed (or sent more) */
           atomic_fetch_sub(&S.stalled_now, 1);
         }
-        if (!send_all(fd, S.data + a + half, (size_t)(n - half))) return NULL;
+        if (!send_all(fd, S.data + a + half, (size_t)(n - half))) return;
       }
     }
     memmove(req, req + hlen, have - hlen);
     have -= hlen;
   }
+}
+
+static void *conn_main(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  conn_serve(fd);
+  shutdown(fd, SHUT_RDWR);                       /* the client sees the end (closed in server_stop) */
+  return NULL;
 }
 
 static void *accept_main(void *arg) {
@@ -328,6 +351,34 @@ static int test_close_inflight(char *why, size_t nwhy) {
     return 0;
   }
   printf("# close with %d requests stalled took %.3f s\n", stalled, took);
+  return 1;
+}
+
+/* every 5th request fails (503 or a reset mid-body): failed prefetch requests are fetched again by
+** the reader (with retries); nothing wrong is read */
+static int test_faults(char *why, size_t nwhy) {
+  char url[128];
+  snprintf(url, sizeof url, "%s/faults/d.dcdb", g_url_base);
+  const char *params[] = {"block_kb", "8", "mem_blocks", "32", "readahead_kb", "128", "max_inflight", "4",
+                          "retries", "8", NULL};
+  int64_t f0 = stat_of("prefetch_failed"), r0 = stat_of("retries");
+  atomic_store(&S.fault_every, 5);
+  vfile v;
+  int ok = vopen(&v, url, params, why, nwhy);
+  if (ok) {
+    ok = vread_all(&v, 32768, why, nwhy);
+    vclose(&v);
+  }
+  atomic_store(&S.fault_every, 0);
+  if (!ok) return 0;
+  int64_t failed = stat_of("prefetch_failed") - f0, retries = stat_of("retries") - r0;
+  if (failed <= 0) {
+    snprintf(why, nwhy, "no prefetch request failed (%d faults served, %lld retries)", atomic_load(&S.faults),
+             (long long)retries);
+    return 0;
+  }
+  printf("# %d faults served: %lld prefetch requests failed, %lld retries\n", atomic_load(&S.faults),
+         (long long)failed, (long long)retries);
   return 1;
 }
 
@@ -548,6 +599,7 @@ int main(int argc, char **argv) {
     {"tsan_vfs_prefetch_read", test_prefetch_read},
     {"tsan_vfs_close_inflight", test_close_inflight},
     {"tsan_vfs_close_throttled_local", test_close_throttled_local},
+    {"tsan_vfs_faults", test_faults},
     {"tsan_vfs_shared_threads", test_shared_threads},
   };
   int failed = 0;
