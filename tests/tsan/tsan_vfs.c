@@ -19,9 +19,10 @@
 **                              once (their prefetchers filling the shared block cache, the reading
 **                              threads one on-disk cache directory); then a
 **                              fourth file without prefetch reads every block from that cache
-**   tsan_vfs_sql_concurrent    dc_batch over every cell and SELECT * FROM cells on three
-**                              connections in three threads at once (two over HTTP, one a throttled
-**                              local file, all with prefetch), each checked against the local file
+**   tsan_vfs_sql_concurrent    dc_batch over every cell and SELECT * FROM cells in five threads at
+**                              once: three with a connection each (two over HTTP, one a throttled
+**                              local file) and two sharing one connection over HTTP, all with
+**                              prefetch, each checked against the local file
 ** Prints "ok NAME", "FAIL NAME: why" or "skip NAME: why" like the C tests; TSan's report (with
 ** TSAN_OPTIONS=halt_on_error=1:exitcode=66) makes the exit status nonzero.
 */
@@ -535,11 +536,11 @@ err:
   return 0;
 }
 
-typedef struct { const char *uri; uint64_t want; int ok; char why[512]; } sqlw_t;
+typedef struct { const char *uri; uint64_t want; sqlite3 *shared; int ok; char why[512]; } sqlw_t;
 
 static void *sql_main(void *arg) {
   sqlw_t *w = arg;
-  sqlite3 *db = open_db(w->uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, w->why, sizeof w->why);
+  sqlite3 *db = w->shared ? w->shared : open_db(w->uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, w->why, sizeof w->why);
   if (!db) return NULL;
   for (int round = 0; round < 2; round++) {
     uint64_t h;
@@ -547,7 +548,7 @@ static void *sql_main(void *arg) {
     if (h != w->want) { snprintf(w->why, sizeof w->why, "round %d: results differ from the local file's", round); break; }
     if (round == 1) w->ok = 1;
   }
-  sqlite3_close(db);
+  if (!w->shared) sqlite3_close(db);
   return NULL;
 }
 
@@ -566,18 +567,27 @@ static int test_sql_concurrent(const char *path, char *why, size_t nwhy) {
            g_url_base);
   snprintf(u[2], sizeof u[2], "file:%s?vfs=dchttp&block_kb=8&mem_blocks=16&readahead_kb=64&max_inflight=2&latency_ms=1",
            abs);
+  /* and one connection over HTTP used by two threads at once (SQLite serializes them; the file's
+  ** prefetcher sees its reader move between threads) */
+  char us[4300];
+  snprintf(us, sizeof us, "file:%s/sql-shared/d.dcdb?vfs=dchttp&block_kb=8&mem_blocks=16&readahead_kb=96&max_inflight=3",
+           g_url_base);
+  sqlite3 *sdb = open_db(us, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, why, nwhy);
+  if (!sdb) return 0;
   int64_t req0 = stat_of("prefetch_requests");
-  pthread_t t[3];
-  sqlw_t w[3];
-  for (int i = 0; i < 3; i++) {
-    w[i] = (sqlw_t){u[i], want, 0, ""};
+  enum { NW = 5 };
+  pthread_t t[NW];
+  sqlw_t w[NW];
+  for (int i = 0; i < NW; i++) {
+    w[i] = (sqlw_t){i < 3 ? u[i] : us, want, i < 3 ? NULL : sdb, 0, ""};
     if (pthread_create(&t[i], NULL, sql_main, &w[i]) != 0) { snprintf(why, nwhy, "pthread_create"); return 0; }
   }
   ok = 1;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NW; i++) {
     pthread_join(t[i], NULL);
-    if (ok && !w[i].ok) { snprintf(why, nwhy, "%s: %s", u[i], w[i].why); ok = 0; }
+    if (ok && !w[i].ok) { snprintf(why, nwhy, "%s%s: %s", w[i].uri, w[i].shared ? " (shared)" : "", w[i].why); ok = 0; }
   }
+  sqlite3_close(sdb);
   if (ok && stat_of("prefetch_requests") - req0 <= 0) {
     snprintf(why, nwhy, "no prefetch request was made");
     ok = 0;
