@@ -48,7 +48,7 @@ CONV_SOBJ := $(CONV_SRC:%.c=$(BUILD)/asan/obj/%.o)
 CTESTS    := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 CTESTS_SAN:= $(CTEST_SRC:tests/c/%.c=$(BUILD)/asan/tests/%)
 # the pool tests built with ThreadSanitizer (from the core sources directly)
-CTESTS_TSAN := $(BUILD)/tsan/tests/test_pool_share $(BUILD)/tsan/tsan_batch
+CTESTS_TSAN := $(BUILD)/tsan/tests/test_pool_share $(BUILD)/tsan/tsan_batch $(BUILD)/tsan/tsan_vfs
 FUZZERS   := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 BENCHES   := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 
@@ -126,6 +126,17 @@ $(BUILD)/tsan/tsan_batch: tests/tsan/tsan_batch.c $(CORE_SRC) $(EXT_SRC) $(BUILD
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -DSQLITE_CORE -O1 -g -fsanitize=thread -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) \
 	  $(CURL_LIBS) $(LDLIBS_CORE)
+# the dchttp VFS's prefetch threads and their users under ThreadSanitizer (an HTTP range server in
+# the program), over a small dataset made once
+$(BUILD)/tsan/tsan_vfs: tests/tsan/tsan_vfs.c $(CORE_SRC) $(EXT_SRC) $(BUILD)/gen/dc_modules.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -DSQLITE_CORE -O1 -g -fsanitize=thread -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) \
+	  $(CURL_LIBS) $(LDLIBS_CORE)
+TSAN_VFS_DB := $(BUILD)/tsan/tsan_vfs.dcdb
+$(TSAN_VFS_DB): $(CONVERTER) scripts/gen_h5ad.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) scripts/gen_h5ad.py --cells 3000 --genes 400 --seed 7 -o $(BUILD)/tsan/tsan_vfs.h5ad
+	$(CONVERTER) convert $(BUILD)/tsan/tsan_vfs.h5ad -o $@ --tile-cells 250 --chunks 4 --quiet --force
 # libFuzzer targets: clang, built from the core sources directly
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
@@ -145,7 +156,7 @@ $(FUZZ_SQL_DB): $(CONVERTER) scripts/gen_h5ad.py
 	$(CONVERTER) convert $(BUILD)/fuzz/fuzz_sql.h5ad -o $@ --tile-cells 100 --chunks 4 --quiet --force \
 	  --dataset-id 0123456789abcdef
 
-sanitize: $(CTESTS_SAN) $(CTESTS_TSAN) $(EXTENSION_SAN) $(CONVERTER_SAN)
+sanitize: $(CTESTS_SAN) $(CTESTS_TSAN) $(TSAN_VFS_DB) $(EXTENSION_SAN) $(CONVERTER_SAN)
 fuzz: $(FUZZERS) $(FUZZ_SQL_DB)
 
 FUZZ_SECONDS ?= 600

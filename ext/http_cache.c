@@ -120,7 +120,10 @@ void dh_disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len) {
   if (f->cache_used < 0 || f->cache_used + len > f->cache_budget) disk_scan(f, len);
   char p[4096], tmp[4200];
   cache_path(f, idx, p, sizeof p);
-  snprintf(tmp, sizeof tmp, "%s.tmp%ld", p, (long)getpid());
+  /* a name of this write alone: two threads of one process (connections of one version with one
+  ** cache_dir) writing the same block would otherwise truncate and rename each other's file */
+  static _Atomic long seq;
+  snprintf(tmp, sizeof tmp, "%s.tmp%ld.%ld", p, (long)getpid(), atomic_fetch_add(&seq, 1));
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
   int64_t done = 0;

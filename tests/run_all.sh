@@ -2,6 +2,7 @@
 # Runs every test of deltacells and ends with one line "N passed, N failed, N skipped".
 #   C tests (build/tests/*), the same under ASan+UBSan (build/asan/tests/*), the pool test
 #   under ThreadSanitizer (build/tsan/tests/*) and concurrent dc_batch calls under it (build/tsan/tsan_batch),
+#   the dchttp VFS's prefetch threads and their users under it (build/tsan/tsan_vfs),
 #   the committed fuzz regression inputs (tests/fuzz/corpus/), the libFuzzer targets for a bounded time,
 #   the SQL-file tests (sql/tests/*.sql), the Python tests (pytest tests/python), a
 #   check that the Python suite holds up with the real data hidden (DC_REAL_DATA=''), and the
@@ -41,7 +42,7 @@ for t in build/tests/test_*; do [ -x "$t" ] && count_c "$t" "$(basename "$t")"; 
 echo "== C tests under ASan+UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for t in build/asan/tests/test_*; do [ -x "$t" ] && count_c "$t" "asan/$(basename "$t")"; done
-echo "== C tests under ThreadSanitizer (the pool shared by two threads, concurrent dc_batch calls)"
+echo "== C tests under ThreadSanitizer (the pool shared by two threads, concurrent dc_batch calls, the dchttp VFS)"
 for t in build/tsan/tests/test_*; do [ -x "$t" ] && TSAN_OPTIONS=halt_on_error=1:exitcode=66 count_c "$t" "tsan/$(basename "$t")"; done
 # concurrent dc_batch / expression / cells calls on four connections, over make fuzz's small dataset
 if [ -x build/tsan/tsan_batch ] && [ -f build/fuzz/fuzz_sql.dcdb ]; then
@@ -49,6 +50,14 @@ if [ -x build/tsan/tsan_batch ] && [ -f build/fuzz/fuzz_sql.dcdb ]; then
   count_lines "$out" "$rc" "tsan/tsan_batch"
 else
   fail=$((fail + 1)); failed_names+=("tsan/tsan_batch"); echo "[tsan/tsan_batch] FAIL: build/tsan/tsan_batch or build/fuzz/fuzz_sql.dcdb missing (make sanitize fuzz)"
+fi
+# the dchttp VFS: prefetch threads, close during transfers, threads sharing the block caches, SQL
+# over HTTP on three connections at once (an HTTP range server inside the program, on 127.0.0.1)
+if [ -x build/tsan/tsan_vfs ] && [ -f build/tsan/tsan_vfs.dcdb ]; then
+  out=$(TSAN_OPTIONS=halt_on_error=1:exitcode=66 timeout 300 build/tsan/tsan_vfs build/tsan/tsan_vfs.dcdb 2>&1); rc=$?
+  count_lines "$out" "$rc" "tsan/tsan_vfs"
+else
+  fail=$((fail + 1)); failed_names+=("tsan/tsan_vfs"); echo "[tsan/tsan_vfs] FAIL: build/tsan/tsan_vfs or build/tsan/tsan_vfs.dcdb missing (make sanitize)"
 fi
 
 # The committed regression inputs, each run once: tests/fuzz/corpus/fuzz_NAME/* through
