@@ -1,7 +1,7 @@
 /*
 ** cells_store.c — the stored data of the `cells` table (SQLite glue; see cells_vtab.h):
-** the blocks' statistics, the tiles' first cells and the category dictionaries loaded from
-** the shadow tables and validated; blocks read through a cursor's blob handle, checked
+** the blocks' statistics and the category dictionaries loaded from the shadow tables and
+** validated, the tiles' first cells taken from the connection's tile index (reader.c); blocks read through a cursor's blob handle, checked
 ** against their seals, decoded and kept in the table's decoded-block cache.  Bad stored
 ** data gives SQLITE_CORRUPT_VTAB with a message naming the column and the block.
 */
@@ -54,7 +54,7 @@ static int mm_read(sqlite3_stmt *st, int i, int kind, cells_mm *out, int *is_nul
 }
 
 /* Frees what cells_load loaded besides the block cache and dictionaries: the blocks'
-** statistics and boundaries and the tiles' first cells. */
+** statistics and boundaries (the tiles' first cells belong to the tile index). */
 static void stats_free(cells_vtab *p) {
   if (p->bs) {
     for (int64_t i = 0; i < (int64_t)p->n_ocol * p->n_blocks; i++) {
@@ -63,7 +63,7 @@ static void stats_free(cells_vtab *p) {
   }
   sqlite3_free(p->bs); p->bs = NULL;
   sqlite3_free(p->blk_first); p->blk_first = NULL;
-  sqlite3_free(p->tile_first); p->tile_first = NULL;
+  p->tile_first = NULL;
   p->n_blocks = 0; p->n_tiles = 0; p->has_tiles = 0;
 }
 
@@ -261,40 +261,18 @@ int cells_load(cells_vtab *p) {
                  "its count matrix", p->zDb);
     goto done;
   }
-  {
-    sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells FROM \"%w\".tiles_data ORDER BY tile", p->zDb);
-    if (!sql) { rc = SQLITE_NOMEM; goto done; }
-    rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
-    if (rc) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
-    int64_t cap = 64, nt = 0;
-    p->tile_first = sqlite3_malloc64((sqlite3_uint64)cap * sizeof(int64_t));
-    if (!p->tile_first) { rc = SQLITE_NOMEM; goto done; }
-    p->tile_first[0] = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-      int64_t t = sqlite3_column_int64(st, 0), first = sqlite3_column_int64(st, 1), n = sqlite3_column_int64(st, 2);
-      if (t != nt || first != p->tile_first[nt] || n < 0 || first + n > p->n_cells) {
-        rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: tile %lld covers cells %lld..%lld, out of sequence",
-                     (long long)t, (long long)first, (long long)(first + n));
-        goto done;
-      }
-      if (nt + 2 > cap) {
-        cap *= 2;
-        int64_t *q = sqlite3_realloc64(p->tile_first, (sqlite3_uint64)cap * sizeof(int64_t));
-        if (!q) { rc = SQLITE_NOMEM; goto done; }
-        p->tile_first = q;
-      }
-      p->tile_first[++nt] = first + n;
-    }
-    if (rc != SQLITE_DONE) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
-    rc = SQLITE_OK;
-    if (p->tile_first[nt] != p->n_cells) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: tiles cover %lld cells, the obs columns %lld",
-                   (long long)p->tile_first[nt], (long long)p->n_cells);
-      goto done;
-    }
-    p->n_tiles = nt;
-    p->has_tiles = 1;
+  /* the tiles' first cells: the connection's tile index of this schema (reader.c; loaded
+  ** once per data version for every table of the connection, and validated there) */
+  if (!p->rd && (rc = dc_reader_open(p->db, p->conn, p->zDb, "cells", &p->rd, NULL)) != SQLITE_OK) goto done;
+  if ((rc = dc_reader_begin(p->rd, &p->base.zErrMsg)) != SQLITE_OK) goto done;
+  if (p->rd->n_cells != p->n_cells) {
+    rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: tiles cover %lld cells, the obs columns %lld",
+                   (long long)p->rd->n_cells, (long long)p->n_cells);
+    goto done;
   }
+  p->tile_first = p->rd->tile_first;
+  p->n_tiles = p->rd->n_tiles;
+  p->has_tiles = 1;
   if (cells_bcache_init(&p->cache, p->n_ocol, nb)) { rc = SQLITE_NOMEM; goto done; }
   p->loaded = 1;
 done:

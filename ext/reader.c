@@ -56,8 +56,8 @@ struct dc_slot {
   dc_index *ix;            /* the current index (one reference), or NULL */
 };
 
-static void free_arrays(dc_tileinfo *tiles, dc_tilehead **heads, uint32_t n_tiles, int64_t *gm_slot,
-                        char **gm_name, int64_t n_genes) {
+static void free_arrays(dc_tileinfo *tiles, int64_t *tile_first, dc_tilehead **heads, uint32_t n_tiles,
+                        int64_t *gm_slot, char **gm_name, int64_t n_genes) {
   if (heads) {
     for (uint32_t i = 0; i < n_tiles; i++) {
       if (heads[i]) { free(heads[i]->prefix); free(heads[i]); }
@@ -65,6 +65,7 @@ static void free_arrays(dc_tileinfo *tiles, dc_tilehead **heads, uint32_t n_tile
   }
   sqlite3_free(heads);
   sqlite3_free(tiles);
+  sqlite3_free(tile_first);
   if (gm_name) {
     for (int64_t i = 0; i < n_genes; i++) sqlite3_free(gm_name[i]);
   }
@@ -74,7 +75,7 @@ static void free_arrays(dc_tileinfo *tiles, dc_tilehead **heads, uint32_t n_tile
 
 static void index_unref(dc_index *ix) {
   if (!ix || --ix->n_ref > 0) return;
-  free_arrays(ix->tiles, ix->heads, ix->n_tiles, ix->gm_slot, ix->gm_name, ix->n_genes);
+  free_arrays(ix->tiles, ix->tile_first, ix->heads, ix->n_tiles, ix->gm_slot, ix->gm_name, ix->n_genes);
   sqlite3_free(ix);
 }
 
@@ -89,6 +90,7 @@ static void view(dc_reader *r, dc_index *ix) {
   r->sealed = ix->sealed;
   r->dataset_id = ix->dataset_id;
   r->tiles = ix->tiles;
+  r->tile_first = ix->tile_first;
   r->heads = ix->heads;
   r->gm_loaded = ix->gm_loaded;
   r->gm_mask = ix->gm_mask;
@@ -102,9 +104,9 @@ static void view(dc_reader *r, dc_index *ix) {
 ** failed half way (not shared yet). */
 static void free_index(dc_reader *r) {
   if (r->ix) index_unref(r->ix);
-  else free_arrays(r->tiles, r->heads, r->n_tiles, r->gm_slot, r->gm_name, r->n_genes);
+  else free_arrays(r->tiles, r->tile_first, r->heads, r->n_tiles, r->gm_slot, r->gm_name, r->n_genes);
   r->ix = NULL;
-  r->heads = NULL; r->tiles = NULL; r->n_tiles = 0;
+  r->heads = NULL; r->tiles = NULL; r->tile_first = NULL; r->n_tiles = 0;
   r->gm_name = NULL; r->gm_slot = NULL; r->gm_loaded = 0;
   r->loaded = 0;
 }
@@ -123,6 +125,7 @@ static int share_index(dc_reader *r, int have_version, unsigned int dv) {
   ix->sealed = r->sealed;
   ix->dataset_id = r->dataset_id;
   ix->tiles = r->tiles;
+  ix->tile_first = r->tile_first;
   ix->heads = r->heads;
   view(r, ix);             /* the reader's reference */
   if (have_version && r->slot) {
@@ -301,7 +304,8 @@ static int load_index(dc_reader *r, char **pzErr) {
   }
   r->tiles = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->tiles);
   r->heads = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
-  if (!r->tiles || !r->heads) return SQLITE_NOMEM;
+  r->tile_first = sqlite3_malloc64((uint64_t)(n_tiles + 1) * sizeof *r->tile_first);
+  if (!r->tiles || !r->heads || !r->tile_first) return SQLITE_NOMEM;
   memset(r->heads, 0, (uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
 
   sqlite3_stmt *st = NULL;
@@ -337,6 +341,7 @@ static int load_index(dc_reader *r, char **pzErr) {
     r->tiles[i].nnz = (uint64_t)nnz;
     r->tiles[i].chunks = (uint32_t)ch;
     r->tiles[i].seal = 0;
+    r->tile_first[i] = first;
     next_cell += nc;
     i++;
   }
@@ -350,6 +355,7 @@ static int load_index(dc_reader *r, char **pzErr) {
             (long long)i, (long long)next_cell, (long long)n_tiles, (long long)n_cells);
     return SQLITE_CORRUPT_VTAB;
   }
+  r->tile_first[n_tiles] = n_cells;
   r->n_tiles = (uint32_t)n_tiles;
   r->n_cells = n_cells;
   r->n_genes = n_genes;

@@ -29,6 +29,7 @@ struct dc_index {
   int sealed;
   uint64_t dataset_id;
   dc_tileinfo *tiles;
+  int64_t *tile_first;     /* [n_tiles + 1]: each tile's first cell, then n_cells */
   dc_tilehead **heads;
   int gm_loaded;
   uint32_t gm_mask;

@@ -147,7 +147,7 @@ static void vtab_free(cells_vtab *p) {
   sqlite3_free(p->bs);
   sqlite3_free(p->oc);
   sqlite3_free(p->blk_first);
-  sqlite3_free(p->tile_first);
+  dc_reader_free(p->rd);
   sqlite3_free(p->zDb);
   sqlite3_free(p->zName);
   sqlite3_free(p->zBlocks);
