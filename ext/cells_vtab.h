@@ -119,9 +119,6 @@ static inline const char *col_name(const cells_vtab *p, int col) {
 
 /* ------------------------------------------------- cells_store.c */
 
-/* Sets the table's error message (printf-style) and returns rc (SQLITE_NOMEM if the message
-** cannot be made). */
-int cells_err(sqlite3_vtab *tab, int rc, const char *fmt, ...);
 /* Whether table zDb.zTab exists. */
 int cells_table_exists(sqlite3 *db, const char *zDb, const char *zTab);
 /* Loads and validates the blocks' statistics and takes the tiles' first cells from the
@@ -141,6 +138,6 @@ int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out);
 
 /* ------------------------------------------------- vtab_cells.c */
 /* the module's xOpen and xClose (cells_values.c opens a cursor of its own) */
-int cellsOpen(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp);
-int cellsClose(sqlite3_vtab_cursor *cur);
+int cells_open(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp);
+int cells_close(sqlite3_vtab_cursor *cur);
 #endif

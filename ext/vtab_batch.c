@@ -203,14 +203,6 @@ static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
 }
 
 /* ------------------------------------------------ argument parsing */
-static int vt_err(batch_vtab *v, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  sqlite3_free(v->base.zErrMsg);
-  v->base.zErrMsg = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  return rc;
-}
 
 /* The output of n cells and nnz nonzeros against dc_config('batch_mb') and
 ** SQLite's blob limit; estimate: nnz comes from the tile index (before any
@@ -221,11 +213,11 @@ static int check_size(batch_vtab *v, int64_t n, double nnz, int estimate) {
   const char *how = estimate ? "about " : "";
   const char *by = estimate ? " by the tile index" : "";
   if (bytes > (double)v->conn->batch_bytes)
-    return vt_err(v, SQLITE_TOOBIG, "dc_batch: the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), over "
+    return dc_err(&v->base.zErrMsg, SQLITE_TOOBIG, NULL, "dc_batch: the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), over "
                   "dc_config('batch_mb') = %lld: ask for fewer cells (or genes), or raise batch_mb",
                   how, mb, (long long)n, how, nnz, by, (long long)(v->conn->batch_bytes >> 20));
   if ((double)n * 8 + 8 > (double)limit || nnz * 4 > (double)limit)
-    return vt_err(v, SQLITE_TOOBIG, "dc_batch: a blob of the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), "
+    return dc_err(&v->base.zErrMsg, SQLITE_TOOBIG, NULL, "dc_batch: a blob of the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), "
                   "over SQLite's blob limit (SQLITE_LIMIT_LENGTH, %lld bytes): ask for fewer cells", how,
                   ((double)n * 8 + 8 > nnz * 4 ? (double)n * 8 + 8 : nnz * 4) / 1048576.0, (long long)n, how, nnz, by,
                   (long long)limit);
@@ -342,19 +334,19 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     char why[200] = "";
     if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
         dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
-      return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan %d '%s'%s%s", idxNum, idxStr ? idxStr : "",
+      return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: unknown plan %d '%s'%s%s", idxNum, idxStr ? idxStr : "",
                     why[0] ? ": " : "", why);
     for (int i = 0; i < n_items; i++) {
       const dc_plan_item *it = &items[i];
       sqlite3_value **slot = it->col == COL_CELLS ? &cells_arg : it->col == COL_GENES ? &genes_arg
                            : it->col == COL_OBS ? &obs_arg : NULL;
       if (!slot || it->op != DC_OP_EQ || *slot)
-        return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan '%s': item %d is not an argument", idxStr, i + 1);
+        return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: unknown plan '%s': item %d is not an argument", idxStr, i + 1);
       *slot = argv[it->arg];
     }
   }
   if (!cells_arg)
-    return vt_err(v, SQLITE_ERROR, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
+    return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
                   "a blob of int64 ids or a JSON array");
   int64_t *obs_cols = NULL;
   int n_obs = 0;
@@ -387,7 +379,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   for (int64_t i = 0; i < n; i++) {
     int64_t t = dc_reader_tile_of(r, ids[i]);
     const dc_tilehead *h;
-    if (t < 0) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: cell %lld has no tile", (long long)ids[i]); goto done; }
+    if (t < 0) { rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: cell %lld has no tile", (long long)ids[i]); goto done; }
     if ((rc = dc_reader_head(r, (uint32_t)t, &h, &err)) != SQLITE_OK) goto done;
     uint32_t rel = (uint32_t)(ids[i] - r->tiles[t].first_cell);
     uint32_t ch = dc_reader_chunk_of(h, rel);
@@ -445,7 +437,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
       if (direct[i] || group[rowkey[i]] != gi) continue;
       const dc_chunk_data *d = chunks[rowkey[i]];
       if (ref[i].cell >= d->n_cells) {
-        rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: tile %u chunk %u: too few cells", ref[i].tile, ref[i].chunk);
+        rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: tile %u chunk %u: too few cells", ref[i].tile, ref[i].chunk);
         goto done;
       }
       rows[i].idx = d->indices + d->indptr[ref[i].cell];
@@ -456,7 +448,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
     batch_kernel k = { rows, which, nw, map, r->n_genes, v->panel.sorted, NULL, NULL, NULL, 0 };
     batch_run_kernel(pool, &k, BATCH_COUNT);
     if (k.bad) {
-      rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
+      rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
                   "is corrupt)", nw ? ref[which[0]].tile : 0);
       goto done;
     }
