@@ -83,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_reader.h"
+#include "dc_value.h"
 
 /* --------------------------------------------------------------- helpers */
 
@@ -101,23 +102,28 @@ static void plan_table(cells_vtab *p, dc_plan_table *t) {
 ** form for TEXT columns.  out->s is malloc'd (cells_term_clear frees it). */
 static int cval_set(cells_val *out, sqlite3_value *in, int text_col) {
   memset(out, 0, sizeof *out);
-  sqlite3_value *d = sqlite3_value_dup(in);
+  int t;
+  if (text_col) {
+    t = sqlite3_value_type(in);
+    if (t == SQLITE_INTEGER) out->i = sqlite3_value_int64(in);
+    else if (t == SQLITE_FLOAT) out->f = sqlite3_value_double(in);
+  } else {
+    t = dc_value_numeric(in, &out->i, &out->f);   /* SQLite's affinity, as `expression` applies it */
+    if (t < 0) return SQLITE_NOMEM;
+  }
+  out->t = t;
+  if (!(t == SQLITE_TEXT || t == SQLITE_BLOB || (text_col && t != SQLITE_NULL))) return SQLITE_OK;
+  sqlite3_value *d = sqlite3_value_dup(in);   /* the text form of a copy: in keeps its type */
   if (!d) return SQLITE_NOMEM;
   int rc = SQLITE_OK;
-  int t = text_col ? sqlite3_value_type(d) : sqlite3_value_numeric_type(d);
-  out->t = t;
-  if (t == SQLITE_INTEGER) out->i = sqlite3_value_int64(d);
-  else if (t == SQLITE_FLOAT) out->f = sqlite3_value_double(d);
-  if (t == SQLITE_TEXT || t == SQLITE_BLOB || (text_col && t != SQLITE_NULL)) {
-    const void *z = t == SQLITE_BLOB ? sqlite3_value_blob(d) : (const void *)sqlite3_value_text(d);
-    int n = sqlite3_value_bytes(d);
-    out->s = malloc((size_t)n + 1);
-    if (!out->s) rc = SQLITE_NOMEM;
-    else {
-      if (n) memcpy(out->s, z, (size_t)n);
-      out->s[n] = 0;
-      out->n = n;
-    }
+  const void *z = t == SQLITE_BLOB ? sqlite3_value_blob(d) : (const void *)sqlite3_value_text(d);
+  int n = sqlite3_value_bytes(d);
+  out->s = malloc((size_t)n + 1);
+  if (!out->s) rc = SQLITE_NOMEM;
+  else {
+    if (n) memcpy(out->s, z, (size_t)n);
+    out->s[n] = 0;
+    out->n = n;
   }
   sqlite3_value_free(d);
   return rc;
