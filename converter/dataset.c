@@ -26,9 +26,7 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
 
 static const char *SCHEMA =
     "CREATE TABLE dc_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
-    "CREATE TABLE tiles_data(tile INTEGER PRIMARY KEY, first_cell INTEGER NOT NULL,"
-    " n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL, chunks INTEGER NOT NULL, data BLOB NOT NULL,"
-    " checksum INTEGER NOT NULL);"
+    "CREATE TABLE tiles_data(" DC_TILES_DATA_COLUMNS " NOT NULL);"
     "CREATE TABLE cells_columns(col INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
     " kind TEXT NOT NULL, n_categories INTEGER, null_count INTEGER NOT NULL, bytes INTEGER NOT NULL,"
     " checksum INTEGER NOT NULL);"

@@ -17,6 +17,7 @@
 #include "dc_format.h"
 #include "dc_obs.h"
 #include "dc_seal.h"
+#include "tile_check.h"
 
 #include "verify.h"
 
@@ -212,6 +213,9 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     mv[k] = cv_q_int(db, q, -1);
     if (mv[k] < 0 || (k == 1 && mv[k] > INT32_MAX)) VFAULT("dc_meta.%s is missing, not an integer or impossible", keys[k]);
   }
+  if (mv[0] >= 0 && mv[1] >= 0 && mv[1] <= INT32_MAX && mv[3] >= 0 && !dc_meta_sizes_ok(mv[0], mv[1], mv[3]))
+    VFAULT("dc_meta has impossible sizes (n_cells %lld, n_genes %lld, n_tiles %lld)", (long long)mv[0], (long long)mv[1],
+           (long long)mv[3]);   /* the extension's rule (tile_check.c) */
   int64_t n_cells = mv[0], n_genes = mv[1], nnz_meta = mv[2], n_tiles_meta = mv[3];
   dc_decoder *dec = dc_decoder_new();
   /* the chunks of each tile are decoded on every core (the blob is plain bytes by then) */
@@ -243,14 +247,18 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     const uint8_t *blob = sqlite3_column_blob(s, 5);
     size_t len = (size_t)sqlite3_column_bytes(s, 5);
     n_tiles++;
-    if (t != n_tiles - 1) VFAULT("tile %lld: tiles are not numbered 0, 1, 2, ... (expected %lld)", (long long)t, (long long)n_tiles - 1);
-    if (fc != expect_first)
-      VFAULT("tile %lld: first_cell %lld, expected %lld (tiles must cover every cell once, in order)", (long long)t,
-             (long long)fc, (long long)expect_first);
-    if (nc < 0 || nc > UINT32_MAX || nz < 0 || ch < 0 || ch > DC_MAX_CHUNKS) {
-      VFAULT("tile %lld: impossible n_cells %lld, nnz %lld or chunks %lld", (long long)t, (long long)nc, (long long)nz, (long long)ch);
-      expect_first = fc + (nc > 0 ? nc : 0);
-      continue;
+    /* the extension's rules (ext/tile_check.c, applied by reader.c); here only the words
+    ** that name which part of the row breaks them */
+    if (!dc_tilerow_ok(n_tiles - 1, expect_first, t, fc, nc, nz, ch)) {
+      if (t != n_tiles - 1) VFAULT("tile %lld: tiles are not numbered 0, 1, 2, ... (expected %lld)", (long long)t, (long long)n_tiles - 1);
+      if (fc != expect_first)
+        VFAULT("tile %lld: first_cell %lld, expected %lld (tiles must cover every cell once, in order)", (long long)t,
+               (long long)fc, (long long)expect_first);
+      if (!dc_tilerow_ok(t, fc, t, fc, nc, nz, ch)) {   /* the sizes alone */
+        VFAULT("tile %lld: impossible n_cells %lld, nnz %lld or chunks %lld", (long long)t, (long long)nc, (long long)nz, (long long)ch);
+        expect_first = fc + (nc > 0 ? nc : 0);
+        continue;
+      }
     }
     expect_first = fc + nc;
     nnz_sum += nz;
@@ -267,11 +275,18 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
         continue;
       }
     }
-    if ((int64_t)h->n_cells != nc || (int64_t)h->nnz != nz || (int64_t)h->n_chunks != ch) {
+    /* the gene count is checked below (said once for the dataset, not per tile) */
+    if (!dc_tilehead_agrees(h, (uint32_t)nc, (uint64_t)nz, (uint32_t)ch, INT64_MAX)) {
       VFAULT("tile %lld: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with tiles_data "
              "(%lld, %lld, %lld)", (long long)t, h->n_cells, (unsigned long long)h->nnz,
              h->n_chunks, h->n_genes, (long long)nc, (long long)nz, (long long)ch);
       continue;
+    }
+    {
+      uint64_t prefix = 0;
+      int64_t bad_chunk = dc_tilehead_chunks(h, len, &prefix);   /* as the extension reads it */
+      if (bad_chunk >= 0) { VFAULT("tile %lld chunk %lld: corrupt chunk table", (long long)t, (long long)bad_chunk); continue; }
+      if (bad_chunk == -2) { VFAULT("tile %lld: corrupt chunk table (cells or nonzeros do not add up)", (long long)t); continue; }
     }
     /* a tile holds genes 0 .. its n_genes-1: all of them, or, written before an append
     ** added genes, fewer (the extension's rule: at most dc_meta.n_genes) */
@@ -304,9 +319,8 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     }
     if (dec_rc != DC_OK) { VFAULT("tile %lld: %s", (long long)t, de.msg); continue; }
     int bad = 0;
-    if (ip[0] != 0 || ip[nc] != nz) bad = 1;
+    if (ip[0] != 0 || !dc_indptr_rebase(ip, (uint32_t)nc, (uint64_t)nz)) bad = 1;   /* tile_check.c's rule */
     for (int64_t i = 0; i < nc && !bad; i++) {
-      if (ip[i + 1] < ip[i]) { bad = 1; break; }
       for (int64_t k = ip[i]; k < ip[i + 1]; k++) {
         if (ix[k] < 0 || ix[k] >= n_genes || (k > ip[i] && ix[k] <= ix[k - 1]) || vx[k] == 0) {
           VFAULT("tile %lld: cell %lld (dataset cell %lld): bad gene index %d or count %u", (long long)t, (long long)i,

@@ -1,7 +1,7 @@
 /*
 ** cells_store.c — the stored data of the `cells` table (SQLite glue; see cells_vtab.h):
-** the blocks' statistics, the tiles' first cells and the category dictionaries loaded from
-** the shadow tables and validated; blocks read through a cursor's blob handle, checked
+** the blocks' statistics and the category dictionaries loaded from the shadow tables and
+** validated, the tiles' first cells taken from the connection's tile index (reader.c); blocks read through a cursor's blob handle, checked
 ** against their seals, decoded and kept in the table's decoded-block cache.  Bad stored
 ** data gives SQLITE_CORRUPT_VTAB with a message naming the column and the block.
 */
@@ -13,15 +13,6 @@
 #include "dc_reader.h"
 #include "dc_seal.h"
 
-int cells_err(sqlite3_vtab *tab, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *m = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  sqlite3_free(tab->zErrMsg);
-  tab->zErrMsg = m;
-  return m ? rc : SQLITE_NOMEM;
-}
 
 int cells_table_exists(sqlite3 *db, const char *zDb, const char *zTab) {
   return sqlite3_table_column_metadata(db, zDb, zTab, NULL, NULL, NULL, NULL, NULL, NULL) == SQLITE_OK;
@@ -54,7 +45,7 @@ static int mm_read(sqlite3_stmt *st, int i, int kind, cells_mm *out, int *is_nul
 }
 
 /* Frees what cells_load loaded besides the block cache and dictionaries: the blocks'
-** statistics and boundaries and the tiles' first cells. */
+** statistics and boundaries (the tiles' first cells belong to the tile index). */
 static void stats_free(cells_vtab *p) {
   if (p->bs) {
     for (int64_t i = 0; i < (int64_t)p->n_ocol * p->n_blocks; i++) {
@@ -63,7 +54,7 @@ static void stats_free(cells_vtab *p) {
   }
   sqlite3_free(p->bs); p->bs = NULL;
   sqlite3_free(p->blk_first); p->blk_first = NULL;
-  sqlite3_free(p->tile_first); p->tile_first = NULL;
+  p->tile_first = NULL;
   p->n_blocks = 0; p->n_tiles = 0; p->has_tiles = 0;
 }
 
@@ -75,7 +66,7 @@ int cells_load(cells_vtab *p) {
   int rc = SQLITE_OK;
   int64_t nb = -1;
   if (p->n_ocol == 0 || p->oc[0].col != 0 || strcmp(p->oc[0].name, "_index") != 0 || p->oc[0].kind != DC_OBS_TEXT) {
-    rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: %s_columns has no text column '_index' as col 0", p->zName);
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: %s_columns has no text column '_index' as col 0", p->zName);
     goto done;
   }
   /* the columns' counts, which change when cells are added (the columns themselves are the
@@ -84,7 +75,7 @@ int cells_load(cells_vtab *p) {
                         p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
-  if (rc) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  if (rc) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
   {
     int k = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -98,7 +89,7 @@ int cells_load(cells_vtab *p) {
       }
       if (kind == DC_OBS_CATEGORY) {
         if (ncat < 0 || ncat > (int64_t)DC_OBS_MAX_CATEGORIES) {
-          rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' has %lld categories", nm, (long long)ncat);
+          rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' has %lld categories", nm, (long long)ncat);
           goto done;
         }
         p->oc[k].n_categories = (uint32_t)ncat;
@@ -107,9 +98,9 @@ int cells_load(cells_vtab *p) {
       p->oc[k].bytes = sqlite3_column_int64(st, 5);
       k++;
     }
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
     if (k != p->n_ocol) {
-      rc = cells_err(&p->base, SQLITE_SCHEMA, "cells: the obs columns of %s.%s changed since this connection opened it: "
+      rc = dc_err(&p->base.zErrMsg, SQLITE_SCHEMA, NULL, "cells: the obs columns of %s.%s changed since this connection opened it: "
                    "open the dataset again", p->zDb, p->zName);
       goto done;
     }
@@ -122,34 +113,34 @@ int cells_load(cells_vtab *p) {
   sql = sqlite3_mprintf("SELECT col, count(*) FROM \"%w\".\"%w_blocks\" GROUP BY col", p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
-  if (rc) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  if (rc) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
   int ncol_seen = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     int64_t col = sqlite3_column_int64(st, 0), cnt = sqlite3_column_int64(st, 1);
     int found = 0;
     for (int k = 0; k < p->n_ocol; k++) if (p->oc[k].col == col) found = 1;
     if (!found) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: %s_blocks has blocks of column %lld, which %s_columns lacks",
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: %s_blocks has blocks of column %lld, which %s_columns lacks",
                    p->zName, (long long)col, p->zName);
       goto done;
     }
     if (nb >= 0 && cnt != nb) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: columns have different numbers of blocks (%lld and %lld)",
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: columns have different numbers of blocks (%lld and %lld)",
                    (long long)nb, (long long)cnt);
       goto done;
     }
     nb = cnt;
     ncol_seen++;
   }
-  if (rc != SQLITE_DONE) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  if (rc != SQLITE_DONE) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
   sqlite3_finalize(st); st = NULL;
   sqlite3_free(sql); sql = NULL;
   if (nb < 0) nb = 0;
   if (nb > 0 && ncol_seen != p->n_ocol) {
-    rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: %d of the %d columns have no blocks", p->n_ocol - ncol_seen, p->n_ocol);
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: %d of the %d columns have no blocks", p->n_ocol - ncol_seen, p->n_ocol);
     goto done;
   }
-  if (nb > ((int64_t)1 << 32)) { rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: %lld blocks", (long long)nb); goto done; }
+  if (nb > ((int64_t)1 << 32)) { rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: %lld blocks", (long long)nb); goto done; }
   p->n_blocks = nb;
   p->blk_first = sqlite3_malloc64((sqlite3_uint64)(nb + 1) * sizeof(int64_t));
   p->bs = sqlite3_malloc64((sqlite3_uint64)(nb ? nb : 1) * (sqlite3_uint64)p->n_ocol * sizeof(cells_bstat));
@@ -161,7 +152,7 @@ int cells_load(cells_vtab *p) {
     char *msg = NULL;
     rc = dc_dataset_seal(p->db, p->zDb, "cells", &p->sealed, &p->dataset_id, &msg);
     if (rc) {
-      rc = cells_err(&p->base, rc, "%s", msg ? msg : "cells: cannot read dc_meta");
+      rc = dc_err(&p->base.zErrMsg, rc, NULL, "%s", msg ? msg : "cells: cannot read dc_meta");
       sqlite3_free(msg);
       goto done;
     }
@@ -172,7 +163,7 @@ int cells_load(cells_vtab *p) {
                         "FROM \"%w\".\"%w_blocks\" ORDER BY col, block", p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
-  if (rc) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  if (rc) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
   int k = -1;
   int64_t b = 0, cur_col = -1;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -187,28 +178,28 @@ int cells_load(cells_vtab *p) {
     }
     const char *cname = k >= 0 ? p->oc[k].name : "?";
     if (k < 0 || blk != b || b >= nb) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s': block %lld is out of sequence", cname, (long long)blk);
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s': block %lld is out of sequence", cname, (long long)blk);
       goto done;
     }
     if (id != (int64_t)((uint64_t)col << 32 | (uint64_t)blk) || col < 0 || col > 0x7fffffff) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: id %lld is not col*2^32+block",
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: id %lld is not col*2^32+block",
                    cname, (long long)blk, (long long)id);
       goto done;
     }
     if (n <= 0 || n > (int64_t)DC_OBS_MAX_N || nulls < 0 || nulls > n) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: bad n_cells %lld or null_count %lld",
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: bad n_cells %lld or null_count %lld",
                    cname, (long long)blk, (long long)n, (long long)nulls);
       goto done;
     }
     if (k == 0) {
       if (first != p->blk_first[b]) {
-        rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: first_cell %lld where %lld is expected",
+        rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: first_cell %lld where %lld is expected",
                      cname, (long long)blk, (long long)first, (long long)p->blk_first[b]);
         goto done;
       }
       p->blk_first[b + 1] = first + n;
     } else if (first != p->blk_first[b] || first + n != p->blk_first[b + 1]) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: cells %lld..%lld differ from column '_index'",
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: cells %lld..%lld differ from column '_index'",
                    cname, (long long)blk, (long long)first, (long long)(first + n));
       goto done;
     }
@@ -220,19 +211,19 @@ int cells_load(cells_vtab *p) {
     int r2 = mm_read(st, 7, kind, &s->mx, &mx_null);
     if (r1 == SQLITE_NOMEM || r2 == SQLITE_NOMEM) { rc = SQLITE_NOMEM; goto done; }
     if (r1 || r2 || mn_null != mx_null || mn_null != (nulls == n)) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: bad min/max", cname, (long long)blk);
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: bad min/max", cname, (long long)blk);
       goto done;
     }
     s->has = !mn_null;
     if (kind == DC_OBS_CATEGORY && s->has) {
       if (s->mn.real || s->mx.real || s->mn.i < 0 || s->mx.i < s->mn.i || s->mx.i >= (int64_t)p->oc[k].n_categories) {
-        rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: min/max codes out of range", cname, (long long)blk);
+        rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: min/max codes out of range", cname, (long long)blk);
         goto done;
       }
       if (sqlite3_column_type(st, 8) == SQLITE_BLOB) {
         int pl = sqlite3_column_bytes(st, 8);
         if (pl > ((int64_t)p->oc[k].n_categories + 7) / 8) {
-          rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: present bitmap too long", cname, (long long)blk);
+          rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: present bitmap too long", cname, (long long)blk);
           goto done;
         }
         s->present = sqlite3_malloc(pl > 0 ? pl : 1);
@@ -242,13 +233,13 @@ int cells_load(cells_vtab *p) {
       }
     }
     if (!s->present && sqlite3_column_type(st, 8) != SQLITE_NULL) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: a present bitmap where none belongs "
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: a present bitmap where none belongs "
                    "(only a category block with values has one)", cname, (long long)blk);
       goto done;
     }
     b++;
   }
-  if (rc != SQLITE_DONE) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  if (rc != SQLITE_DONE) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
   rc = SQLITE_OK;
   sqlite3_finalize(st); st = NULL;
   sqlite3_free(sql); sql = NULL;
@@ -257,44 +248,22 @@ int cells_load(cells_vtab *p) {
   /* tiles: a dataset without them has lost its count matrix (a `tile` of NULL
   ** would hide that) */
   if (!cells_table_exists(p->db, p->zDb, "tiles_data")) {
-    rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: table %s.tiles_data is missing (dropped?): the dataset has lost "
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: table %s.tiles_data is missing (dropped?): the dataset has lost "
                  "its count matrix", p->zDb);
     goto done;
   }
-  {
-    sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells FROM \"%w\".tiles_data ORDER BY tile", p->zDb);
-    if (!sql) { rc = SQLITE_NOMEM; goto done; }
-    rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
-    if (rc) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
-    int64_t cap = 64, nt = 0;
-    p->tile_first = sqlite3_malloc64((sqlite3_uint64)cap * sizeof(int64_t));
-    if (!p->tile_first) { rc = SQLITE_NOMEM; goto done; }
-    p->tile_first[0] = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-      int64_t t = sqlite3_column_int64(st, 0), first = sqlite3_column_int64(st, 1), n = sqlite3_column_int64(st, 2);
-      if (t != nt || first != p->tile_first[nt] || n < 0 || first + n > p->n_cells) {
-        rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: tile %lld covers cells %lld..%lld, out of sequence",
-                     (long long)t, (long long)first, (long long)(first + n));
-        goto done;
-      }
-      if (nt + 2 > cap) {
-        cap *= 2;
-        int64_t *q = sqlite3_realloc64(p->tile_first, (sqlite3_uint64)cap * sizeof(int64_t));
-        if (!q) { rc = SQLITE_NOMEM; goto done; }
-        p->tile_first = q;
-      }
-      p->tile_first[++nt] = first + n;
-    }
-    if (rc != SQLITE_DONE) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
-    rc = SQLITE_OK;
-    if (p->tile_first[nt] != p->n_cells) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: tiles cover %lld cells, the obs columns %lld",
-                   (long long)p->tile_first[nt], (long long)p->n_cells);
-      goto done;
-    }
-    p->n_tiles = nt;
-    p->has_tiles = 1;
+  /* the tiles' first cells: the connection's tile index of this schema (reader.c; loaded
+  ** once per data version for every table of the connection, and validated there) */
+  if (!p->rd && (rc = dc_reader_open(p->db, p->conn, p->zDb, "cells", &p->rd, NULL)) != SQLITE_OK) goto done;
+  if ((rc = dc_reader_begin(p->rd, &p->base.zErrMsg)) != SQLITE_OK) goto done;
+  if (p->rd->n_cells != p->n_cells) {
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: tiles cover %lld cells, the obs columns %lld",
+                   (long long)p->rd->n_cells, (long long)p->n_cells);
+    goto done;
   }
+  p->tile_first = p->rd->tile_first;
+  p->n_tiles = p->rd->n_tiles;
+  p->has_tiles = 1;
   if (cells_bcache_init(&p->cache, p->n_ocol, nb)) { rc = SQLITE_NOMEM; goto done; }
   p->loaded = 1;
 done:
@@ -320,14 +289,14 @@ int cells_dict_load(cells_vtab *p, int k) {
     if (!q) return SQLITE_NOMEM;
     rc = sqlite3_prepare_v2(p->db, q, -1, &st, NULL);
     sqlite3_free(q);
-    if (rc) return cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db));
+    if (rc) return dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db));
     sqlite3_bind_int64(st, 1, c->col);
     rc = sqlite3_step(st);
     int ok = rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_INTEGER;
     if (ok) want_seal = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     st = NULL;
-    if (!ok) return cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s': %s_columns has no checksum (an integer) for it",
+    if (!ok) return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s': %s_columns has no checksum (an integer) for it",
                             c->name, p->zName);
   }
   dc_seal ds = {NULL};
@@ -336,7 +305,7 @@ int cells_dict_load(cells_vtab *p, int k) {
   char *sql = sqlite3_mprintf("SELECT code, value FROM \"%w\".\"%w_dict\" WHERE col = ?1 ORDER BY code", p->zDb, p->zName);
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(p->db, sql, -1, &st, NULL);
-  if (rc) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  if (rc) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
   sqlite3_bind_int64(st, 1, c->col);
   buf = sqlite3_malloc64(cap);
   off = sqlite3_malloc64(((sqlite3_uint64)c->n_categories + 1) * sizeof *off);
@@ -346,7 +315,7 @@ int cells_dict_load(cells_vtab *p, int k) {
   int numeric = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     if (sqlite3_column_int64(st, 0) != (int64_t)code || code >= c->n_categories) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: dictionary of column '%s': code %lld where %u is expected (of %u)",
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: dictionary of column '%s': code %lld where %u is expected (of %u)",
                    c->name, (long long)sqlite3_column_int64(st, 0), code, c->n_categories);
       goto done;
     }
@@ -355,7 +324,7 @@ int cells_dict_load(cells_vtab *p, int k) {
     if (!z && sqlite3_column_type(st, 1) != SQLITE_NULL) { rc = SQLITE_NOMEM; goto done; }
     if (used + (uint64_t)n + 1 > cap) {
       while (used + (uint64_t)n + 1 > cap) cap *= 2;
-      if (cap > 0xffffffffu) { rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: dictionary of column '%s' is over 4 GiB", c->name); goto done; }
+      if (cap > 0xffffffffu) { rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: dictionary of column '%s' is over 4 GiB", c->name); goto done; }
       char *q = sqlite3_realloc64(buf, cap);
       if (!q) { rc = SQLITE_NOMEM; goto done; }
       buf = q;
@@ -369,9 +338,9 @@ int cells_dict_load(cells_vtab *p, int k) {
     used++;
     off[code] = (uint32_t)(used - 1);
   }
-  if (rc != SQLITE_DONE) { rc = cells_err(&p->base, rc, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
+  if (rc != SQLITE_DONE) { rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: %s", sqlite3_errmsg(p->db)); goto done; }
   if (code != c->n_categories) {
-    rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: dictionary of column '%s' has %u of its %u values", c->name, code, c->n_categories);
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: dictionary of column '%s' has %u of its %u values", c->name, code, c->n_categories);
     goto done;
   }
   rc = SQLITE_OK;
@@ -379,7 +348,7 @@ int cells_dict_load(cells_vtab *p, int k) {
     int64_t got = 0;
     if (dc_seal_end(&ds, &got)) { rc = SQLITE_NOMEM; goto done; }
     if (got != want_seal) {
-      rc = cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s': checksum mismatch: its dictionary (%u values in "
+      rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s': checksum mismatch: its dictionary (%u values in "
                    "%s_dict) or its %s_columns row was changed", c->name, c->n_categories, p->zName, p->zName);
       goto done;
     }
@@ -437,7 +406,7 @@ static int blob_to(cells_cursor *c, int k, int64_t b) {
     if (rc) c->blob = NULL;
   }
   if (rc == SQLITE_NOMEM) return rc;
-  if (rc) return cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: cannot read its data (%s)",
+  if (rc) return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: cannot read its data (%s)",
                          oc->name, (long long)b, sqlite3_errmsg(p->db));
   return SQLITE_OK;
 }
@@ -464,12 +433,12 @@ static int block_seal_check(cells_vtab *p, int k, int64_t b, const uint8_t *head
         rc = SQLITE_OK;
       } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
         sqlite3_finalize(st);
-        return cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: no checksum (an integer)",
+        return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: no checksum (an integer)",
                        oc->name, (long long)b);
       }
     }
     if (rc != SQLITE_OK) {
-      rc = cells_err(&p->base, rc, "cells: column '%s' block %lld: reading its checksum: %s", oc->name, (long long)b,
+      rc = dc_err(&p->base.zErrMsg, rc, NULL, "cells: column '%s' block %lld: reading its checksum: %s", oc->name, (long long)b,
                    sqlite3_errmsg(p->db));
       sqlite3_finalize(st);
       return rc;
@@ -492,7 +461,7 @@ static int block_seal_check(cells_vtab *p, int k, int64_t b, const uint8_t *head
   int64_t seal = 0;
   if (dc_seal_block(p->dataset_id, &pl, &v[0], &v[1], &v[2], blob_len, head, &seal)) return SQLITE_NOMEM;
   if (seal != bs->seal)
-    return cells_err(&p->base, SQLITE_CORRUPT_VTAB,
+    return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL,
                    "cells: column '%s' block %lld: checksum mismatch: its data, its statistics (null count, min, max, "
                    "present) and its place (column %lld, cells %lld..%lld) were not written together "
                    "(moved, swapped, copied or edited)", oc->name, (long long)b, (long long)oc->col,
@@ -511,7 +480,7 @@ int cells_block_seal_verify(cells_cursor *c, int k, int64_t b) {
   int len = sqlite3_blob_bytes(c->blob);
   int n = len < DC_SEAL_OBS_HEAD ? len : DC_SEAL_OBS_HEAD;
   rc = n ? sqlite3_blob_read(c->blob, head, n, 0) : SQLITE_OK;
-  if (rc) return cells_err(&p->base, rc, "cells: column '%s' block %lld: %s", p->oc[k].name, (long long)b, sqlite3_errmsg(p->db));
+  if (rc) return dc_err(&p->base.zErrMsg, rc, NULL, "cells: column '%s' block %lld: %s", p->oc[k].name, (long long)b, sqlite3_errmsg(p->db));
   return block_seal_check(p, k, b, head, (uint64_t)len);
 }
 
@@ -548,7 +517,7 @@ int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out) {
     c->buf_cap = cap;
   }
   rc = len ? sqlite3_blob_read(c->blob, c->buf, len, 0) : SQLITE_OK;
-  if (rc) return cells_err(&p->base, rc, "cells: column '%s' block %lld: %s", oc->name, (long long)b, sqlite3_errmsg(p->db));
+  if (rc) return dc_err(&p->base.zErrMsg, rc, NULL, "cells: column '%s' block %lld: %s", oc->name, (long long)b, sqlite3_errmsg(p->db));
   if ((rc = block_seal_check(p, k, b, c->buf, (uint64_t)len)) != SQLITE_OK) return rc;
   dc_obs_expect ex;
   ex.kind = oc->kind;
@@ -558,13 +527,13 @@ int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out) {
   dc_obs_block blk;
   int drc = dc_obs_decode(cc->dec, c->buf, (size_t)len, &ex, &blk, &err);
   if (drc == DC_ENOMEM) return SQLITE_NOMEM;
-  if (drc) return cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: %s", oc->name, (long long)b, err.msg);
+  if (drc) return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: %s", oc->name, (long long)b, err.msg);
   const cells_bstat *bs = &p->bs[(int64_t)k * p->n_blocks + b];
   if ((int64_t)blk.null_count != bs->null_count)
-    return cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: %u NULLs where the block row says %lld",
+    return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: %u NULLs where the block row says %lld",
                    oc->name, (long long)b, blk.null_count, (long long)bs->null_count);
   if (oc->kind == DC_OBS_CATEGORY && ex.n_categories == 0 && ex.n != blk.null_count)
-    return cells_err(&p->base, SQLITE_CORRUPT_VTAB, "cells: column '%s' block %lld: codes without categories", oc->name, (long long)b);
+    return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: codes without categories", oc->name, (long long)b);
   d = cells_bcache_put(&p->cache, k, b, &blk, cache_budget(p));
   if (!d) return SQLITE_NOMEM;
   cells_dblock_release(cc->d);

@@ -37,7 +37,7 @@ int dc_cells_values(dc_conn *conn, sqlite3 *db, const char *zDb, const int64_t *
     }
   }
   sqlite3_vtab_cursor *cur = NULL;
-  int rc = cellsOpen(&p->base, &cur);
+  int rc = cells_open(&p->base, &cur);
   if (rc) {
     if (p->base.zErrMsg) { *pzErr = sqlite3_mprintf("dc_batch: obs: %s", p->base.zErrMsg); }
     sqlite3_free(p->base.zErrMsg);
@@ -104,6 +104,6 @@ int dc_cells_values(dc_conn *conn, sqlite3 *db, const char *zDb, const int64_t *
       }
     }
   }
-  cellsClose(cur);
+  cells_close(cur);
   return rc;
 }

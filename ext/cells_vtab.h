@@ -63,7 +63,8 @@ typedef struct cells_vtab {
   cells_bstat *bs;        /* [n_ocol * n_blocks], column major */
   int has_tiles;
   int64_t n_tiles;
-  int64_t *tile_first;    /* [n_tiles + 1] */
+  const int64_t *tile_first;  /* [n_tiles + 1]: the connection's tile index of zDb (rd's view) */
+  struct dc_reader *rd;   /* that view (dc_reader.h): `cells` loads no tile index of its own */
   cells_bcache cache;     /* decoded blocks (cells_blocks.h) */
   struct cells_vtab *next_tab;   /* the connection's list (dc_conn.cells_tabs) */
 } cells_vtab;
@@ -118,13 +119,10 @@ static inline const char *col_name(const cells_vtab *p, int col) {
 
 /* ------------------------------------------------- cells_store.c */
 
-/* Sets the table's error message (printf-style) and returns rc (SQLITE_NOMEM if the message
-** cannot be made). */
-int cells_err(sqlite3_vtab *tab, int rc, const char *fmt, ...);
 /* Whether table zDb.zTab exists. */
 int cells_table_exists(sqlite3 *db, const char *zDb, const char *zTab);
-/* Loads and validates the blocks' statistics and the tiles' first cells (once; again after
-** cells_unload). */
+/* Loads and validates the blocks' statistics and takes the tiles' first cells from the
+** connection's tile index (once; again after cells_unload). */
 int cells_load(cells_vtab *p);
 /* Forgets what cells_load loaded, the dictionaries and every cached block. */
 void cells_unload(cells_vtab *p);
@@ -140,6 +138,6 @@ int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out);
 
 /* ------------------------------------------------- vtab_cells.c */
 /* the module's xOpen and xClose (cells_values.c opens a cursor of its own) */
-int cellsOpen(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp);
-int cellsClose(sqlite3_vtab_cursor *cur);
+int cells_open(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp);
+int cells_close(sqlite3_vtab_cursor *cur);
 #endif

@@ -74,6 +74,13 @@ int dc_cells_values(dc_conn *conn, sqlite3 *db, const char *zDb, const int64_t *
 ** dc_config('last_refusal'). */
 int dc_drop_check(dc_conn *conn, const char *schema, const char *table);
 
+/* The extension's one error helper: *pzErr (freed first; nothing when pzErr is NULL) becomes
+** "WHAT: message" (just the message when what is NULL), the message printf-style; returns rc,
+** or SQLITE_NOMEM when rc is not SQLITE_OK and the message cannot be made.  A table passes
+** &tab->base.zErrMsg; a helper passes the pzErr it was given.  (The dchttp VFS keeps its
+** per-thread reason apart: dc_vfs_last_error.) */
+int dc_err(char **pzErr, int rc, const char *what, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* The pool, created on first use.  NULL on out-of-memory. */
 dc_pool *dc_conn_pool(dc_conn *conn);
 

@@ -23,6 +23,14 @@
 #define DC_FORMAT_VERSION 3        /* what the converter writes */
 #define DC_FORMAT_MIN 1            /* the oldest version the readers read */
 #define DC_FORMAT_GENES_MIN 2      /* the first version with the genes virtual table */
+
+/* The columns of tiles_data (the shadow table <name>_data of a `tiles` table), written once:
+** the converter creates it (with checksum NOT NULL: it always seals), `tiles`' xCreate when
+** it does not exist yet (ext/vtab_tiles.c; rows written by SQL may lack a checksum).  The
+** checksum column is last so that a constraint may follow it. */
+#define DC_TILES_DATA_COLUMNS                                                                    \
+  "tile INTEGER PRIMARY KEY, first_cell INTEGER NOT NULL, n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL," \
+  " chunks INTEGER NOT NULL, data BLOB NOT NULL, checksum INTEGER"
 #define DC_FORMAT_SEALED 3         /* the first version with seals (dc_seal.h) */
 #define DC_PAGE_SIZE 32768         /* PRAGMA page_size of a new dataset */
 #define DC_GENES_BLOCK 1048576     /* genes per genes_blocks row (default) */

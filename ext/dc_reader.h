@@ -56,6 +56,8 @@ struct dc_reader {
   int sealed;              /* format version >= 3: tiles carry seals (dc_seal.h) */
   uint64_t dataset_id;     /* dc_meta.dataset_id, the seals' key */
   dc_tileinfo *tiles;
+  int64_t *tile_first;     /* [n_tiles + 1]: tiles[t].first_cell, then n_cells (cells' tile
+                           ** boundaries: `cells` reads them here, it loads no index of its own) */
   dc_tilehead **heads;     /* n_tiles entries, NULL until read */
   sqlite3_blob *blob;      /* open between dc_reader_begin and dc_reader_end */
   int64_t blob_row;

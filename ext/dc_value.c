@@ -12,24 +12,28 @@ static int whole(double d, int64_t *x) {
   return 1;
 }
 
+int dc_value_numeric(sqlite3_value *v, int64_t *i, double *f) {
+  int t = sqlite3_value_type(v);
+  if (t == SQLITE_INTEGER) { *i = sqlite3_value_int64(v); return t; }
+  if (t == SQLITE_FLOAT) { *f = sqlite3_value_double(v); return t; }
+  if (t != SQLITE_TEXT) return t;   /* NULL and blobs take no affinity */
+  sqlite3_value *d = sqlite3_value_dup(v);
+  if (!d) return -1;
+  t = sqlite3_value_numeric_type(d);
+  if (t == SQLITE_INTEGER) *i = sqlite3_value_int64(d);
+  else if (t == SQLITE_FLOAT) *f = sqlite3_value_double(d);
+  sqlite3_value_free(d);
+  return t;
+}
+
 int dc_value_int_eq(sqlite3_value *v, int64_t *x) {
-  switch (sqlite3_value_type(v)) {
-    case SQLITE_INTEGER: *x = sqlite3_value_int64(v); return 1;
-    case SQLITE_FLOAT: return whole(sqlite3_value_double(v), x);
-    case SQLITE_TEXT: {
-      /* numeric affinity, as SQLite applies it: on a copy, so v keeps its type */
-      sqlite3_value *d = sqlite3_value_dup(v);
-      if (!d) return -1;
-      int k = 0;
-      switch (sqlite3_value_numeric_type(d)) {
-        case SQLITE_INTEGER: *x = sqlite3_value_int64(d); k = 1; break;
-        case SQLITE_FLOAT: k = whole(sqlite3_value_double(d), x); break;
-        default: k = 0;   /* text that is no number sorts after every integer */
-      }
-      sqlite3_value_free(d);
-      return k;
-    }
-    default: return 0;     /* NULL equals nothing; a blob sorts after every integer */
+  int64_t i = 0;
+  double f = 0;
+  switch (dc_value_numeric(v, &i, &f)) {
+    case SQLITE_INTEGER: *x = i; return 1;
+    case SQLITE_FLOAT: return whole(f, x);
+    case -1: return -1;
+    default: return 0;   /* NULL equals nothing; text that is no number and blobs sort after every integer */
   }
 }
 

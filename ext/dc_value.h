@@ -13,6 +13,12 @@
 #define DC_VALUE_H
 #include "dc_ext.h"
 
+/* v as a column with numeric affinity (INTEGER or REAL) sees it, SQLite's own conversion on a
+** copy (v keeps its type): SQLITE_INTEGER with *i set, SQLITE_FLOAT with *f set, or
+** SQLITE_TEXT, SQLITE_BLOB, SQLITE_NULL for a value that stays what it is; -1 on out of memory.
+** `cells` (its terms on numeric columns) and `expression` (dc_value_int_eq) both use it. */
+int dc_value_numeric(sqlite3_value *v, int64_t *i, double *f);
+
 /* Which integer an INTEGER column must hold to equal v: 1 and *x set when it is exactly one
 ** integer; 0 when no integer equals v; -1 when unknown (out of memory: the caller must not
 ** narrow on this value). */

@@ -50,6 +50,7 @@
 #include "dc_ext.h"
 #include "dc_value.h"
 SQLITE_EXTENSION_INIT1
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,20 @@ static int64_t default_cache_bytes(void) {
     if (eighth < b) b = eighth;
   }
   return b;
+}
+
+int dc_err(char **pzErr, int rc, const char *what, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *m = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  if (m && what) {
+    char *w = sqlite3_mprintf("%s: %s", what, m);
+    sqlite3_free(m);
+    m = w;
+  }
+  if (pzErr) { sqlite3_free(*pzErr); *pzErr = m; } else sqlite3_free(m);
+  return m || rc == SQLITE_OK ? rc : SQLITE_NOMEM;
 }
 
 int dc_drop_check(dc_conn *conn, const char *schema, const char *table) {

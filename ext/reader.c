@@ -26,13 +26,6 @@
 #include "dc_search.h"
 #include "tile_check.h"
 
-void rd_err(char **pzErr, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *m = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  if (pzErr) { sqlite3_free(*pzErr); *pzErr = m; } else sqlite3_free(m);
-}
 
 /* the remote VFS's reason for an I/O error (ext/vfs_http.c), or "" */
 const char *rd_io_detail(int rc) {
@@ -56,15 +49,16 @@ struct dc_slot {
   dc_index *ix;            /* the current index (one reference), or NULL */
 };
 
-static void free_arrays(dc_tileinfo *tiles, dc_tilehead **heads, uint32_t n_tiles, int64_t *gm_slot,
-                        char **gm_name, int64_t n_genes) {
+static void free_arrays(dc_tileinfo *tiles, int64_t *tile_first, dc_tilehead **heads, uint32_t n_tiles,
+                        int64_t *gm_slot, char **gm_name, int64_t n_genes) {
   if (heads) {
     for (uint32_t i = 0; i < n_tiles; i++) {
-      if (heads[i]) { free(heads[i]->prefix); free(heads[i]); }
+      if (heads[i]) { sqlite3_free(heads[i]->prefix); sqlite3_free(heads[i]); }
     }
   }
   sqlite3_free(heads);
   sqlite3_free(tiles);
+  sqlite3_free(tile_first);
   if (gm_name) {
     for (int64_t i = 0; i < n_genes; i++) sqlite3_free(gm_name[i]);
   }
@@ -74,7 +68,7 @@ static void free_arrays(dc_tileinfo *tiles, dc_tilehead **heads, uint32_t n_tile
 
 static void index_unref(dc_index *ix) {
   if (!ix || --ix->n_ref > 0) return;
-  free_arrays(ix->tiles, ix->heads, ix->n_tiles, ix->gm_slot, ix->gm_name, ix->n_genes);
+  free_arrays(ix->tiles, ix->tile_first, ix->heads, ix->n_tiles, ix->gm_slot, ix->gm_name, ix->n_genes);
   sqlite3_free(ix);
 }
 
@@ -89,6 +83,7 @@ static void view(dc_reader *r, dc_index *ix) {
   r->sealed = ix->sealed;
   r->dataset_id = ix->dataset_id;
   r->tiles = ix->tiles;
+  r->tile_first = ix->tile_first;
   r->heads = ix->heads;
   r->gm_loaded = ix->gm_loaded;
   r->gm_mask = ix->gm_mask;
@@ -102,9 +97,9 @@ static void view(dc_reader *r, dc_index *ix) {
 ** failed half way (not shared yet). */
 static void free_index(dc_reader *r) {
   if (r->ix) index_unref(r->ix);
-  else free_arrays(r->tiles, r->heads, r->n_tiles, r->gm_slot, r->gm_name, r->n_genes);
+  else free_arrays(r->tiles, r->tile_first, r->heads, r->n_tiles, r->gm_slot, r->gm_name, r->n_genes);
   r->ix = NULL;
-  r->heads = NULL; r->tiles = NULL; r->n_tiles = 0;
+  r->heads = NULL; r->tiles = NULL; r->tile_first = NULL; r->n_tiles = 0;
   r->gm_name = NULL; r->gm_slot = NULL; r->gm_loaded = 0;
   r->loaded = 0;
 }
@@ -123,6 +118,7 @@ static int share_index(dc_reader *r, int have_version, unsigned int dv) {
   ix->sealed = r->sealed;
   ix->dataset_id = r->dataset_id;
   ix->tiles = r->tiles;
+  ix->tile_first = r->tile_first;
   ix->heads = r->heads;
   view(r, ix);             /* the reader's reference */
   if (have_version && r->slot) {
@@ -207,7 +203,7 @@ static int meta_int(dc_reader *r, const char *key, int64_t *v, char **pzErr) {
   int rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
   if (rc != SQLITE_OK) {
-    rd_err(pzErr, "%s: not a deltacells dataset (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
+    dc_err(pzErr, 0, NULL, "%s: not a deltacells dataset (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
     return rc;
   }
   sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
@@ -216,10 +212,10 @@ static int meta_int(dc_reader *r, const char *key, int64_t *v, char **pzErr) {
     *v = sqlite3_column_int64(st, 0);
     rc = SQLITE_OK;
   } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
-    rd_err(pzErr, "%s: dc_meta.%s is missing or not an integer (schema %s)", r->what, key, r->schema);
+    dc_err(pzErr, 0, NULL, "%s: dc_meta.%s is missing or not an integer (schema %s)", r->what, key, r->schema);
     rc = SQLITE_CORRUPT_VTAB;
   } else {
-    rd_err(pzErr, "%s: reading dc_meta: %s", r->what, sqlite3_errmsg(r->db));
+    dc_err(pzErr, 0, NULL, "%s: reading dc_meta: %s", r->what, sqlite3_errmsg(r->db));
   }
   sqlite3_finalize(st);
   return rc;
@@ -236,23 +232,23 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
   int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
   sqlite3_free(sql);
   if (rc != SQLITE_OK) {
-    rd_err(pzErr, "%s: not a deltacells dataset (schema %s): %s", what, schema, sqlite3_errmsg(db));
+    dc_err(pzErr, 0, NULL, "%s: not a deltacells dataset (schema %s): %s", what, schema, sqlite3_errmsg(db));
     return rc;
   }
   rc = sqlite3_step(st);
   if (rc != SQLITE_ROW) {
-    rd_err(pzErr, "%s: reading dc_meta: %s", what, sqlite3_errmsg(db));
+    dc_err(pzErr, 0, NULL, "%s: reading dc_meta: %s", what, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? SQLITE_ERROR : rc;
   }
   rc = SQLITE_OK;
   if (sqlite3_column_type(st, 0) != SQLITE_INTEGER) {
-    rd_err(pzErr, "%s: dc_meta.format_version is missing or not an integer (schema %s)", what, schema);
+    dc_err(pzErr, 0, NULL, "%s: dc_meta.format_version is missing or not an integer (schema %s)", what, schema);
     rc = SQLITE_CORRUPT_VTAB;
   } else {
     int64_t version = sqlite3_column_int64(st, 0);
     if (version < DC_FORMAT_MIN || version > DC_FORMAT_VERSION) {
-      rd_err(pzErr, "%s: the dataset has format_version %lld; this extension reads versions %d..%d%s", what,
+      dc_err(pzErr, 0, NULL, "%s: the dataset has format_version %lld; this extension reads versions %d..%d%s", what,
               (long long)version, DC_FORMAT_MIN, DC_FORMAT_VERSION,
               version > DC_FORMAT_VERSION ? " (a newer deltacells wrote it: upgrade deltacells)" : "");
       rc = SQLITE_ERROR;
@@ -260,7 +256,7 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
       int is_text = sqlite3_column_type(st, 1) == SQLITE_TEXT;
       const char *t = is_text ? (const char *)sqlite3_column_text(st, 1) : NULL;
       if (!is_text || dc_seal_parse_id(t, (size_t)sqlite3_column_bytes(st, 1), id) != 0) {
-        rd_err(pzErr, "%s: dc_meta.dataset_id is missing or not 16 hex digits (schema %s, format_version %lld): "
+        dc_err(pzErr, 0, NULL, "%s: dc_meta.dataset_id is missing or not 16 hex digits (schema %s, format_version %lld): "
                 "the checksums cannot be checked", what, schema, (long long)version);
         rc = SQLITE_CORRUPT_VTAB;
       } else {
@@ -285,7 +281,7 @@ static int load_index(dc_reader *r, char **pzErr) {
   free_index(r);
   if ((rc = meta_int(r, "format_version", &version, pzErr)) != SQLITE_OK) return rc;
   if (version < DC_FORMAT_MIN || version > DC_FORMAT_VERSION) {
-    rd_err(pzErr, "%s: the dataset has format_version %lld; this extension reads versions %d..%d%s", r->what,
+    dc_err(pzErr, 0, NULL, "%s: the dataset has format_version %lld; this extension reads versions %d..%d%s", r->what,
             (long long)version, DC_FORMAT_MIN, DC_FORMAT_VERSION,
             version > DC_FORMAT_VERSION ? " (a newer deltacells wrote it: upgrade deltacells)" : "");
     return SQLITE_ERROR;
@@ -295,13 +291,14 @@ static int load_index(dc_reader *r, char **pzErr) {
   if ((rc = meta_int(r, "n_tiles", &n_tiles, pzErr)) != SQLITE_OK) return rc;
   if ((rc = dc_dataset_seal(r->db, r->schema, r->what, &r->sealed, &r->dataset_id, pzErr)) != SQLITE_OK) return rc;
   if (!dc_meta_sizes_ok(n_cells, n_genes, n_tiles)) {
-    rd_err(pzErr, "%s: dc_meta has impossible sizes (n_cells %lld, n_genes %lld, n_tiles %lld)", r->what,
+    dc_err(pzErr, 0, NULL, "%s: dc_meta has impossible sizes (n_cells %lld, n_genes %lld, n_tiles %lld)", r->what,
             (long long)n_cells, (long long)n_genes, (long long)n_tiles);
     return SQLITE_CORRUPT_VTAB;
   }
   r->tiles = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->tiles);
   r->heads = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
-  if (!r->tiles || !r->heads) return SQLITE_NOMEM;
+  r->tile_first = sqlite3_malloc64((uint64_t)(n_tiles + 1) * sizeof *r->tile_first);
+  if (!r->tiles || !r->heads || !r->tile_first) return SQLITE_NOMEM;
   memset(r->heads, 0, (uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
 
   sqlite3_stmt *st = NULL;
@@ -313,7 +310,7 @@ static int load_index(dc_reader *r, char **pzErr) {
   rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
   if (rc != SQLITE_OK) {
-    rd_err(pzErr, "%s: cannot read tiles_data (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
+    dc_err(pzErr, 0, NULL, "%s: cannot read tiles_data (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
     return rc;
   }
   int64_t next_cell = 0, i = 0;
@@ -322,12 +319,12 @@ static int load_index(dc_reader *r, char **pzErr) {
     int64_t nc = sqlite3_column_int64(st, 2), nnz = sqlite3_column_int64(st, 3);
     int64_t ch = sqlite3_column_int64(st, 4);
     if (i >= n_tiles) {
-      rd_err(pzErr, "%s: tiles_data holds more tiles than dc_meta.n_tiles says (%lld)", r->what, (long long)n_tiles);
+      dc_err(pzErr, 0, NULL, "%s: tiles_data holds more tiles than dc_meta.n_tiles says (%lld)", r->what, (long long)n_tiles);
       sqlite3_finalize(st);
       return SQLITE_CORRUPT_VTAB;
     }
     if (!dc_tilerow_ok(i, next_cell, tile, first, nc, nnz, ch)) {
-      rd_err(pzErr, "%s: tiles_data row of tile %lld is inconsistent (expected tile %lld starting at cell %lld)",
+      dc_err(pzErr, 0, NULL, "%s: tiles_data row of tile %lld is inconsistent (expected tile %lld starting at cell %lld)",
               r->what, (long long)tile, (long long)i, (long long)next_cell);
       sqlite3_finalize(st);
       return SQLITE_CORRUPT_VTAB;
@@ -337,19 +334,21 @@ static int load_index(dc_reader *r, char **pzErr) {
     r->tiles[i].nnz = (uint64_t)nnz;
     r->tiles[i].chunks = (uint32_t)ch;
     r->tiles[i].seal = 0;
+    r->tile_first[i] = first;
     next_cell += nc;
     i++;
   }
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
-    rd_err(pzErr, "%s: reading tiles_data: %s", r->what, sqlite3_errmsg(r->db));
+    dc_err(pzErr, 0, NULL, "%s: reading tiles_data: %s", r->what, sqlite3_errmsg(r->db));
     return rc;
   }
   if (i != n_tiles || next_cell != n_cells) {
-    rd_err(pzErr, "%s: tiles_data holds %lld tiles and %lld cells but dc_meta says %lld and %lld", r->what,
+    dc_err(pzErr, 0, NULL, "%s: tiles_data holds %lld tiles and %lld cells but dc_meta says %lld and %lld", r->what,
             (long long)i, (long long)next_cell, (long long)n_tiles, (long long)n_cells);
     return SQLITE_CORRUPT_VTAB;
   }
+  r->tile_first[n_tiles] = n_cells;
   r->n_tiles = (uint32_t)n_tiles;
   r->n_cells = n_cells;
   r->n_genes = n_genes;

@@ -39,7 +39,7 @@ static int blob_at(dc_reader *r, uint32_t tile, char **pzErr) {
   }
   if (rc != SQLITE_OK) {
     const char *d = rd_io_detail(rc);
-    rd_err(pzErr, "%s: cannot read tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
+    dc_err(pzErr, 0, NULL, "%s: cannot read tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
     return rc == SQLITE_ERROR ? SQLITE_CORRUPT_VTAB : rc;
   }
   r->blob_row = tile;
@@ -50,7 +50,7 @@ static int blob_read(dc_reader *r, uint32_t tile, void *buf, uint64_t n, uint64_
   int rc = sqlite3_blob_read(r->blob, buf, (int)n, (int)off);
   if (rc != SQLITE_OK) {
     const char *d = rd_io_detail(rc);
-    rd_err(pzErr, "%s: reading tile %u (%llu bytes at %llu): %s%s%s", r->what, tile, (unsigned long long)n,
+    dc_err(pzErr, 0, NULL, "%s: reading tile %u (%llu bytes at %llu): %s%s%s", r->what, tile, (unsigned long long)n,
             (unsigned long long)off, sqlite3_errmsg(r->db), *d ? ": " : "", d);
     return rc;
   }
@@ -80,54 +80,55 @@ static int tile_checksum(dc_reader *r, uint32_t tile, int64_t *out, char **pzErr
     }
     if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
       sqlite3_finalize(st);
-      rd_err(pzErr, "%s: tiles_data row of tile %u has no checksum (an integer)", r->what, tile);
+      dc_err(pzErr, 0, NULL, "%s: tiles_data row of tile %u has no checksum (an integer)", r->what, tile);
       return SQLITE_CORRUPT_VTAB;
     }
   }
   const char *d = rd_io_detail(rc);
-  rd_err(pzErr, "%s: reading the checksum of tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
+  dc_err(pzErr, 0, NULL, "%s: reading the checksum of tile %u: %s%s%s", r->what, tile, sqlite3_errmsg(r->db), *d ? ": " : "", d);
   sqlite3_finalize(st);
   return rc;
 }
 
 int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **pzErr) {
-  if (tile >= r->n_tiles) { rd_err(pzErr, "%s: no tile %u", r->what, tile); return SQLITE_ERROR; }
+  if (tile >= r->n_tiles) { dc_err(pzErr, 0, NULL, "%s: no tile %u", r->what, tile); return SQLITE_ERROR; }
   if (r->heads[tile]) { *out = r->heads[tile]; return SQLITE_OK; }
   int rc = blob_at(r, tile, pzErr);
   if (rc != SQLITE_OK) return rc;
   uint64_t len = (uint64_t)sqlite3_blob_bytes(r->blob);
-  dc_tilehead *h = calloc(1, sizeof *h);
+  dc_tilehead *h = sqlite3_malloc64(sizeof *h);
   uint8_t *buf = NULL;
   if (!h) return SQLITE_NOMEM;
+  memset(h, 0, sizeof *h);
   dc_error err;
   memset(&err, 0, sizeof err);
   uint64_t have = len < HEAD_PROBE ? len : HEAD_PROBE;
-  buf = malloc(have ? have : 1);
+  buf = sqlite3_malloc64(have ? have : 1);
   if (!buf) { rc = SQLITE_NOMEM; goto fail; }
   if ((rc = blob_read(r, tile, buf, have, 0, pzErr)) != SQLITE_OK) goto fail;
   for (;;) {
     size_t need = dc_tile_header_need(buf, (size_t)have);
     if (need == 0) break;
     if (need <= have || need > len || need > DC_MAX_PREFIX) {
-      rd_err(pzErr, "%s: tile %u: corrupt header (needs %llu bytes, blob has %llu)", r->what, tile, (unsigned long long)need,
+      dc_err(pzErr, 0, NULL, "%s: tile %u: corrupt header (needs %llu bytes, blob has %llu)", r->what, tile, (unsigned long long)need,
               (unsigned long long)len);
       rc = SQLITE_CORRUPT_VTAB;
       goto fail;
     }
-    uint8_t *nb = realloc(buf, need);
+    uint8_t *nb = sqlite3_realloc64(buf, need);
     if (!nb) { rc = SQLITE_NOMEM; goto fail; }
     buf = nb;
     if ((rc = blob_read(r, tile, buf + have, need - have, have, pzErr)) != SQLITE_OK) goto fail;
     have = need;
   }
   if (dc_tile_parse(buf, (size_t)len, &h->hdr, &err) != DC_OK) {
-    rd_err(pzErr, "%s: tile %u: corrupt %s", r->what, tile, err.msg[0] ? err.msg : "tile header");
+    dc_err(pzErr, 0, NULL, "%s: tile %u: corrupt %s", r->what, tile, err.msg[0] ? err.msg : "tile header");
     rc = err.code == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB;
     goto fail;
   }
   const dc_tileinfo *ti = &r->tiles[tile];
   if (!dc_tilehead_agrees(&h->hdr, ti->n_cells, ti->nnz, ti->chunks, r->n_genes)) {
-    rd_err(pzErr, "%s: tile %u: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with "
+    dc_err(pzErr, 0, NULL, "%s: tile %u: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with "
             "tiles_data (%u cells, %llu nonzeros, %u chunks, %lld genes)", r->what, tile, h->hdr.n_cells,
             (unsigned long long)h->hdr.nnz, h->hdr.n_chunks, h->hdr.n_genes, ti->n_cells,
             (unsigned long long)ti->nnz, ti->chunks, (long long)r->n_genes);
@@ -140,7 +141,7 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
     if (dc_seal_tile(r->dataset_id, tile, ti->first_cell, ti->n_cells, (int64_t)ti->nnz, ti->chunks, len, buf,
                      (size_t)h->hdr.hdr_len, &seal)) { rc = SQLITE_NOMEM; goto fail; }
     if (seal != want) {
-      rd_err(pzErr, "%s: tile %u: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %llu nonzeros) "
+      dc_err(pzErr, 0, NULL, "%s: tile %u: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %llu nonzeros) "
               "were not written together for tile %u of this dataset (moved, swapped, copied or edited)", r->what, tile,
               (long long)ti->first_cell, (long long)(ti->first_cell + ti->n_cells - 1), (unsigned long long)ti->nnz, tile);
       rc = SQLITE_CORRUPT_VTAB;
@@ -151,34 +152,34 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
   uint64_t prefix = 0;
   int64_t bad = dc_tilehead_chunks(&h->hdr, len, &prefix);
   if (bad >= 0) {
-    rd_err(pzErr, "%s: tile %u chunk %u: corrupt chunk table", r->what, tile, (uint32_t)bad);
+    dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: corrupt chunk table", r->what, tile, (uint32_t)bad);
     rc = SQLITE_CORRUPT_VTAB;
     goto fail;
   }
   if (bad == -2) {
-    rd_err(pzErr, "%s: tile %u: corrupt chunk table (cells or nonzeros do not add up)", r->what, tile);
+    dc_err(pzErr, 0, NULL, "%s: tile %u: corrupt chunk table (cells or nonzeros do not add up)", r->what, tile);
     rc = SQLITE_CORRUPT_VTAB;
     goto fail;
   }
   h->blob_len = len;
   h->prefix_len = prefix;
   if (prefix > have) {
-    uint8_t *nb = realloc(buf, prefix);
+    uint8_t *nb = sqlite3_realloc64(buf, prefix);
     if (!nb) { rc = SQLITE_NOMEM; goto fail; }
     buf = nb;
     if ((rc = blob_read(r, tile, buf + have, prefix - have, have, pzErr)) != SQLITE_OK) goto fail;
   }
   h->prefix = buf;
   {                        /* keep the chunk table's used part only (dc_reader.h) */
-    dc_tilehead *small = realloc(h, DC_TILEHEAD_SIZE(h->hdr.n_chunks));
+    dc_tilehead *small = sqlite3_realloc64(h, DC_TILEHEAD_SIZE(h->hdr.n_chunks));
     if (small) h = small;
   }
   r->heads[tile] = h;
   *out = h;
   return SQLITE_OK;
 fail:
-  free(buf);
-  free(h);
+  sqlite3_free(buf);
+  sqlite3_free(h);
   return rc;
 }
 
@@ -189,7 +190,7 @@ static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const 
   int rc = blob_at(r, tile, pzErr);
   if (rc != SQLITE_OK) return rc;
   if ((uint64_t)sqlite3_blob_bytes(r->blob) != h->blob_len) {
-    rd_err(pzErr, "%s: tile %u changed size while being read", r->what, tile);
+    dc_err(pzErr, 0, NULL, "%s: tile %u changed size while being read", r->what, tile);
     return SQLITE_CORRUPT_VTAB;
   }
   uint8_t *buf = rcbuf_new(r->conn->bufpool, h->blob_len);   /* recycled: no page faults */
@@ -209,7 +210,7 @@ static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const 
 }
 
 static int decode_error(dc_reader *r, const dc_job *j, const dc_chunkkey *k, char **pzErr) {
-  rd_err(pzErr, "%s: tile %u chunk %u: %s", r->what, k->tile, k->chunk,
+  dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: %s", r->what, k->tile, k->chunk,
           j->err.msg[0] ? j->err.msg : dc_strerror(j->rc));
   return j->rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB;
 }
@@ -297,7 +298,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
   if (!mr || !miss) { rc = SQLITE_NOMEM; goto done; }
   for (size_t i = 0; i < n; i++) {
     if (keys[i].tile >= r->n_tiles) {
-      rd_err(pzErr, "%s: no tile %u", r->what, keys[i].tile);
+      dc_err(pzErr, 0, NULL, "%s: no tile %u", r->what, keys[i].tile);
       rc = SQLITE_ERROR;
       goto done;
     }
@@ -316,7 +317,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
   for (size_t k = 0; k < n_miss; k++) {
     const dc_tilehead *h = r->heads[miss[k].tile];
     if (miss[k].chunk >= h->hdr.n_chunks) {
-      rd_err(pzErr, "%s: tile %u has no chunk %u", r->what, miss[k].tile, miss[k].chunk);
+      dc_err(pzErr, 0, NULL, "%s: tile %u has no chunk %u", r->what, miss[k].tile, miss[k].chunk);
       rc = SQLITE_ERROR;
       goto done;
     }
@@ -347,7 +348,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
   for (size_t k = 0; k < n_miss; k++) {
     dc_chunk_data *d = dec[k];
     if (!dc_indptr_rebase(d->indptr, d->n_cells, d->nnz)) {
-      rd_err(pzErr, "%s: tile %u chunk %u: decoded row offsets are inconsistent", r->what, miss[k].tile,
+      dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: decoded row offsets are inconsistent", r->what, miss[k].tile,
               miss[k].chunk);
       rc = SQLITE_CORRUPT_VTAB;
       goto done;
@@ -428,7 +429,7 @@ int dc_reader_decode_into(dc_reader *r, const dc_direct *dj, size_t n, char **pz
     for (uint32_t c = 1; c <= ci->n_cells; c++) {
       int64_t v = scratch[k][c] - base;
       if (v < prev || (uint64_t)v > ci->nnz) {
-        rd_err(pzErr, "%s: tile %u chunk %u: decoded row offsets are inconsistent", r->what, dj[k].tile,
+        dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: decoded row offsets are inconsistent", r->what, dj[k].tile,
                 dj[k].chunk);
         rc = SQLITE_CORRUPT_VTAB;
         goto done;
@@ -437,7 +438,7 @@ int dc_reader_decode_into(dc_reader *r, const dc_direct *dj, size_t n, char **pz
       prev = v;
     }
     if ((uint64_t)prev != ci->nnz) {
-      rd_err(pzErr, "%s: tile %u chunk %u: decoded row offsets are inconsistent", r->what, dj[k].tile,
+      dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: decoded row offsets are inconsistent", r->what, dj[k].tile,
               dj[k].chunk);
       rc = SQLITE_CORRUPT_VTAB;
       goto done;

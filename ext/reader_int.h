@@ -29,6 +29,7 @@ struct dc_index {
   int sealed;
   uint64_t dataset_id;
   dc_tileinfo *tiles;
+  int64_t *tile_first;     /* [n_tiles + 1]: each tile's first cell, then n_cells */
   dc_tilehead **heads;
   int gm_loaded;
   uint32_t gm_mask;
@@ -36,8 +37,6 @@ struct dc_index {
   char **gm_name;
 };
 
-/* sets *pzErr (when pzErr is not NULL) to the formatted message */
-void rd_err(char **pzErr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* the remote VFS's reason for an I/O error rc (ext/vfs_http.c), or "" */
 const char *rd_io_detail(int rc);
 #endif

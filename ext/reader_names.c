@@ -29,7 +29,7 @@ static int load_gene_names(dc_reader *r, char **pzErr) {
   int rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
   if (rc != SQLITE_OK) {
-    rd_err(pzErr, "%s: cannot read genes (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
+    dc_err(pzErr, 0, NULL, "%s: cannot read genes (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
     return rc;
   }
   int64_t i = 0;
@@ -37,7 +37,7 @@ static int load_gene_names(dc_reader *r, char **pzErr) {
     const char *name = (const char *)sqlite3_column_text(st, 1);
     int len = sqlite3_column_bytes(st, 1);
     if (sqlite3_column_int64(st, 0) != i || i >= ng || !name) {
-      rd_err(pzErr, "%s: genes table is inconsistent at gene_id %lld", r->what, (long long)sqlite3_column_int64(st, 0));
+      dc_err(pzErr, 0, NULL, "%s: genes table is inconsistent at gene_id %lld", r->what, (long long)sqlite3_column_int64(st, 0));
       rc = SQLITE_CORRUPT_VTAB;
       break;
     }
@@ -58,12 +58,12 @@ static int load_gene_names(dc_reader *r, char **pzErr) {
   }
   sqlite3_finalize(st);
   if (rc == SQLITE_DONE && i != ng) {
-    rd_err(pzErr, "%s: genes holds %lld rows but dc_meta.n_genes is %lld", r->what, (long long)i, (long long)ng);
+    dc_err(pzErr, 0, NULL, "%s: genes holds %lld rows but dc_meta.n_genes is %lld", r->what, (long long)i, (long long)ng);
     rc = SQLITE_CORRUPT_VTAB;
   }
   if (rc == SQLITE_DONE) { r->gm_loaded = 1; return SQLITE_OK; }
   if (rc == SQLITE_ROW || rc == SQLITE_OK) rc = SQLITE_ERROR;
-  if (!*pzErr) rd_err(pzErr, "%s: reading genes: %s", r->what, sqlite3_errmsg(r->db));
+  if (!*pzErr) dc_err(pzErr, 0, NULL, "%s: reading genes: %s", r->what, sqlite3_errmsg(r->db));
   return rc;
 }
 
@@ -101,7 +101,7 @@ int dc_reader_gene_name(dc_reader *r, int64_t id, const char **name, char **pzEr
   int rc = names_ready(r, pzErr);
   if (rc != SQLITE_OK) return rc;
   if (id < 0 || id >= r->n_genes) {
-    rd_err(pzErr, "%s: no gene %lld", r->what, (long long)id);
+    dc_err(pzErr, 0, NULL, "%s: no gene %lld", r->what, (long long)id);
     return SQLITE_RANGE;
   }
   *name = r->gm_name[id];

@@ -8,16 +8,6 @@
 #include "dc_select.h"
 
 /* Sets *pzErr to "WHAT: message" and returns rc. */
-static int sel_err(char **pzErr, const char *what, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *m = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  sqlite3_free(*pzErr);
-  *pzErr = sqlite3_mprintf("%s: %s", what, m ? m : "out of memory");
-  sqlite3_free(m);
-  return rc;
-}
 
 void dc_panel_clear(dc_panel *p) {
   sqlite3_free(p->arg);
@@ -84,11 +74,11 @@ end:
   return SQLITE_OK;
 bad_elem:
   sqlite3_free(ids);
-  return sel_err(pzErr, what, SQLITE_ERROR, "cells: element %lld of the JSON array is not an integer cell id",
+  return dc_err(pzErr, SQLITE_ERROR, what, "cells: element %lld of the JSON array is not an integer cell id",
                 (long long)m);
 bad:
   sqlite3_free(ids);
-  return sel_err(pzErr, what, SQLITE_ERROR, "cells: not a JSON array of integers (error at character %d)", i);
+  return dc_err(pzErr, SQLITE_ERROR, what, "cells: not a JSON array of integers (error at character %d)", i);
 }
 
 int dc_parse_cells(dc_reader *r, sqlite3_value *val, const char *what, int64_t **out, int64_t *out_n, char **pzErr) {
@@ -99,7 +89,7 @@ int dc_parse_cells(dc_reader *r, sqlite3_value *val, const char *what, int64_t *
     int len = sqlite3_value_bytes(val);
     const uint8_t *b = sqlite3_value_blob(val);
     if (len % 8 != 0)
-      return sel_err(pzErr, what, SQLITE_ERROR, "cells blob has %d bytes, not a multiple of 8 "
+      return dc_err(pzErr, SQLITE_ERROR, what, "cells blob has %d bytes, not a multiple of 8 "
                     "(expected little-endian int64 cell ids)", len);
     n = len / 8;
     ids = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *ids);
@@ -113,7 +103,7 @@ int dc_parse_cells(dc_reader *r, sqlite3_value *val, const char *what, int64_t *
     rc = parse_json_ids(what, pzErr, (const char *)sqlite3_value_text(val), sqlite3_value_bytes(val), &ids, &n);
     if (rc != SQLITE_OK) return rc;
   } else {
-    return sel_err(pzErr, what, SQLITE_MISMATCH, "cells must be a blob of little-endian int64 cell ids "
+    return dc_err(pzErr, SQLITE_MISMATCH, what, "cells must be a blob of little-endian int64 cell ids "
                   "or a JSON array, not %s", dc_type_name(t));
   }
   int64_t nc = r->n_cells;
@@ -121,7 +111,7 @@ int dc_parse_cells(dc_reader *r, sqlite3_value *val, const char *what, int64_t *
     if (ids[i] < 0 || ids[i] >= nc) {
       long long bad = (long long)ids[i];
       sqlite3_free(ids);
-      return sel_err(pzErr, what, SQLITE_RANGE, "cell id %lld (element %lld) is out of range: the dataset has "
+      return dc_err(pzErr, SQLITE_RANGE, what, "cell id %lld (element %lld) is out of range: the dataset has "
                     "cells 0..%lld", bad, (long long)i, (long long)nc - 1);
     }
   }
@@ -137,7 +127,7 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
   int rc = SQLITE_OK;
   sqlite3_stmt *st = NULL;
   if (t != SQLITE_BLOB && t != SQLITE_TEXT)
-    return sel_err(pzErr, what, SQLITE_MISMATCH, "genes must be a JSON array of gene names or a blob of "
+    return dc_err(pzErr, SQLITE_MISMATCH, what, "genes must be a JSON array of gene names or a blob of "
                   "int32 gene ids, not %s", dc_type_name(t));
   if (v->type == t && v->ns == r->ns && v->arg_len == len &&
       (len == 0 || memcmp(v->arg, bytes, (size_t)len) == 0))
@@ -150,7 +140,7 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
   int sorted = 1;
   if (t == SQLITE_BLOB) {
     if (len % 4 != 0) {
-      rc = sel_err(pzErr, what, SQLITE_ERROR, "genes blob has %d bytes, not a multiple of 4 "
+      rc = dc_err(pzErr, SQLITE_ERROR, what, "genes blob has %d bytes, not a multiple of 4 "
                   "(expected little-endian int32 gene ids)", len);
       goto fail;
     }
@@ -159,12 +149,12 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
       int32_t g = (int32_t)((uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 |
                             (uint32_t)b[4 * i + 3] << 24);
       if (g < 0 || g >= r->n_genes) {
-        rc = sel_err(pzErr, what, SQLITE_RANGE, "gene id %d (element %d of genes) is out of range: the dataset "
+        rc = dc_err(pzErr, SQLITE_RANGE, what, "gene id %d (element %d of genes) is out of range: the dataset "
                     "has genes 0..%lld", g, i, (long long)r->n_genes - 1);
         goto fail;
       }
       if (map[g] >= 0) {
-        rc = sel_err(pzErr, what, SQLITE_ERROR, "gene id %d appears twice in the panel", g);
+        rc = dc_err(pzErr, SQLITE_ERROR, what, "gene id %d appears twice in the panel", g);
         goto fail;
       }
       if (g < last) sorted = 0;
@@ -176,14 +166,14 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
     if (!sql) { rc = SQLITE_NOMEM; goto fail; }
     rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
     sqlite3_free(sql);
-    if (rc != SQLITE_OK) { rc = sel_err(pzErr, what, rc, "genes: %s", sqlite3_errmsg(db)); goto fail; }
+    if (rc != SQLITE_OK) { rc = dc_err(pzErr, rc, what, "genes: %s", sqlite3_errmsg(db)); goto fail; }
     sqlite3_bind_value(st, 1, val);
     {
       const char *s = bytes;
       int i = 0;
       while (i < len && is_ws(s[i])) i++;
       if (i >= len || s[i] != '[') {
-        rc = sel_err(pzErr, what, SQLITE_ERROR, "genes is text but not a JSON array of gene names");
+        rc = dc_err(pzErr, SQLITE_ERROR, what, "genes is text but not a JSON array of gene names");
         goto fail;
       }
     }
@@ -191,7 +181,7 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
       const char *ty = (const char *)sqlite3_column_text(st, 0);
       if (!ty || strcmp(ty, "text") != 0) {
-        rc = sel_err(pzErr, what, SQLITE_MISMATCH, "element %lld of genes is not a gene name (JSON %s)",
+        rc = dc_err(pzErr, SQLITE_MISMATCH, what, "element %lld of genes is not a gene name (JSON %s)",
                     (long long)k, ty ? ty : "null");
         goto fail;
       }
@@ -200,21 +190,21 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
       int64_t g;
       char *err = NULL;
       rc = dc_reader_gene_id(r, name ? name : "", nlen, &g, &err);
-      if (rc != SQLITE_OK) { if (err) { sqlite3_free(*pzErr); *pzErr = err; } else sel_err(pzErr, what, rc, "reading genes"); goto fail; }
-      if (g == -1) { rc = sel_err(pzErr, what, SQLITE_ERROR, "unknown gene '%.*s'", nlen, name); goto fail; }
+      if (rc != SQLITE_OK) { if (err) { sqlite3_free(*pzErr); *pzErr = err; } else dc_err(pzErr, rc, what, "reading genes"); goto fail; }
+      if (g == -1) { rc = dc_err(pzErr, SQLITE_ERROR, what, "unknown gene '%.*s'", nlen, name); goto fail; }
       if (g == -2) {
-        rc = sel_err(pzErr, what, SQLITE_ERROR, "gene name '%.*s' is not unique in this dataset; pass gene ids "
+        rc = dc_err(pzErr, SQLITE_ERROR, what, "gene name '%.*s' is not unique in this dataset; pass gene ids "
                     "as an int32 blob", nlen, name);
         goto fail;
       }
-      if (map[g] >= 0) { rc = sel_err(pzErr, what, SQLITE_ERROR, "gene '%.*s' appears twice in the panel", nlen, name); goto fail; }
+      if (map[g] >= 0) { rc = dc_err(pzErr, SQLITE_ERROR, what, "gene '%.*s' appears twice in the panel", nlen, name); goto fail; }
       if (g < last) sorted = 0;
       last = g;
       map[g] = (int32_t)pos++;
       k++;
     }
     if (rc != SQLITE_DONE) {
-      rc = sel_err(pzErr, what, rc, "genes is not valid JSON: %s", sqlite3_errmsg(db));
+      rc = dc_err(pzErr, rc, what, "genes is not valid JSON: %s", sqlite3_errmsg(db));
       goto fail;
     }
     sqlite3_finalize(st);

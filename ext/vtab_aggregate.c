@@ -97,16 +97,9 @@ typedef struct agg_cursor {
   int64_t row, n_rows;
 } agg_cursor;
 
-static int vt_err(agg_vtab *v, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *m = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  sqlite3_free(v->base.zErrMsg);
-  v->base.zErrMsg = sqlite3_mprintf("%s: %s", v->wide ? "dc_aggregate_wide" : "dc_aggregate", m ? m : "out of memory");
-  sqlite3_free(m);
-  return rc;
-}
+
+/* the table's name in its error messages */
+#define AGG_NAME(v) ((v)->wide ? "dc_aggregate_wide" : "dc_aggregate")
 
 /* ------------------------------------------------ connect / disconnect */
 static int agg_init(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab, char **pzErr,
@@ -302,7 +295,7 @@ static int seed_categories(agg_vtab *v, dc_groups *m, const char *col) {
 static int check_column(agg_vtab *v, const char *col) {
   sqlite3_stmt *st = NULL;
   int rc = sqlite3_prepare_v2(v->db, "SELECT name FROM pragma_table_info('cells', ?1)", -1, &st, NULL);
-  if (rc != SQLITE_OK) return vt_err(v, rc, "group_by: cannot list the columns of cells: %s", sqlite3_errmsg(v->db));
+  if (rc != SQLITE_OK) return dc_err(&v->base.zErrMsg, rc, AGG_NAME(v), "group_by: cannot list the columns of cells: %s", sqlite3_errmsg(v->db));
   sqlite3_bind_text(st, 1, v->schema, -1, SQLITE_STATIC);
   sqlite3_str *names = sqlite3_str_new(NULL);
   int found = 0;
@@ -314,8 +307,8 @@ static int check_column(agg_vtab *v, const char *col) {
   }
   sqlite3_finalize(st);
   char *list = sqlite3_str_finish(names);
-  if (rc != SQLITE_DONE) rc = vt_err(v, rc, "group_by: cannot list the columns of cells: %s", sqlite3_errmsg(v->db));
-  else if (!found) rc = vt_err(v, SQLITE_ERROR, "group_by: cells has no column '%s' (columns: %s)", col, list ? list : "");
+  if (rc != SQLITE_DONE) rc = dc_err(&v->base.zErrMsg, rc, AGG_NAME(v), "group_by: cannot list the columns of cells: %s", sqlite3_errmsg(v->db));
+  else if (!found) rc = dc_err(&v->base.zErrMsg, SQLITE_ERROR, AGG_NAME(v), "group_by: cells has no column '%s' (columns: %s)", col, list ? list : "");
   else rc = SQLITE_OK;
   sqlite3_free(list);
   return rc;
@@ -352,7 +345,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     plan_table(v, &pt);
     if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
         dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
-      return vt_err(v, SQLITE_ERROR, "unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
+      return dc_err(&v->base.zErrMsg, SQLITE_ERROR, AGG_NAME(v), "unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
     int first_arg = v->wide ? W_NCOLS : L_NCOLS;
     for (int i = 0; i < n_items; i++) {
       const dc_plan_item *it = &items[i];
@@ -361,7 +354,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
       int a = it->col - first_arg;
       sqlite3_value **slot = a == 0 ? &a_group : a == 1 ? &a_cells : a == 2 ? &a_genes : NULL;
       if (!slot || it->op != DC_OP_EQ || *slot)
-        return vt_err(v, SQLITE_ERROR, "unknown plan '%s': item %d is not an argument", idxStr, i + 1);
+        return dc_err(&v->base.zErrMsg, SQLITE_ERROR, AGG_NAME(v), "unknown plan '%s': item %d is not an argument", idxStr, i + 1);
       *slot = argv[it->arg];
     }
   }
@@ -371,7 +364,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   /* group_by */
   if (a_group && sqlite3_value_type(a_group) != SQLITE_NULL) {
     if (sqlite3_value_type(a_group) != SQLITE_TEXT) {
-      rc = vt_err(v, SQLITE_MISMATCH, "group_by must be the name of a column of cells (text) or NULL, not %s",
+      rc = dc_err(&v->base.zErrMsg, SQLITE_MISMATCH, AGG_NAME(v), "group_by must be the name of a column of cells (text) or NULL, not %s",
                   dc_type_name(sqlite3_value_type(a_group)));
       goto done;
     }
@@ -386,9 +379,9 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     if (rc != SQLITE_OK) {
       const char *m = sqlite3_errmsg(v->db);
       if (strstr(m, "no such column"))
-        rc = vt_err(v, SQLITE_ERROR, "group_by: cells has no column '%s'", group_col);
+        rc = dc_err(&v->base.zErrMsg, SQLITE_ERROR, AGG_NAME(v), "group_by: cells has no column '%s'", group_col);
       else
-        rc = vt_err(v, rc, "group_by '%s': cannot read cells: %s", group_col, m);
+        rc = dc_err(&v->base.zErrMsg, rc, AGG_NAME(v), "group_by '%s': cannot read cells: %s", group_col, m);
       goto done;
     }
     if ((rc = seed_categories(v, &gm, group_col)) != SQLITE_OK) goto done;
@@ -400,7 +393,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     qsort(sel, (size_t)n_sel, sizeof *sel, cmp_i64);
     for (int64_t i = 1; i < n_sel; i++)
       if (sel[i] == sel[i - 1]) {
-        rc = vt_err(v, SQLITE_ERROR, "cells: cell id %lld appears twice (each cell counts once in a group)",
+        rc = dc_err(&v->base.zErrMsg, SQLITE_ERROR, AGG_NAME(v), "cells: cell id %lld appears twice (each cell counts once in a group)",
                     (long long)sel[i]);
         goto done;
       }
@@ -450,7 +443,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     dc_error de;
     if (v->spare) { c->agg = v->spare; v->spare = NULL; rc = dc_agg_reset(c->agg, &o, &de); }
     else { c->agg = dc_agg_new(&o, &de); rc = c->agg ? DC_OK : de.code; }
-    if (rc != DC_OK) { rc = vt_err(v, rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_ERROR, "%s", de.msg); goto done; }
+    if (rc != DC_OK) { rc = dc_err(&v->base.zErrMsg, rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_ERROR, AGG_NAME(v), "%s", de.msg); goto done; }
   }
   if (!group_col) gm.null_group = 0;   /* one group, label NULL */
 
@@ -464,7 +457,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
       if (sel) {
         if (si >= n_sel) break;
         int64_t tt = dc_reader_tile_of(r, sel[si]);
-        if (tt < 0) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "cell %lld has no tile", (long long)sel[si]); goto done; }
+        if (tt < 0) { rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, AGG_NAME(v), "cell %lld has no tile", (long long)sel[si]); goto done; }
         t = (uint32_t)tt;
       }
       if (r->tiles[t].n_cells == 0) { t++; continue; }
@@ -518,10 +511,10 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
           if (g < 0) { rc = SQLITE_NOMEM; goto done; }
           labels[id] = (int32_t)g;
         }
-        if (rc != SQLITE_DONE) { rc = vt_err(v, rc, "group_by '%s': reading cells: %s", group_col, sqlite3_errmsg(v->db)); goto done; }
+        if (rc != SQLITE_DONE) { rc = dc_err(&v->base.zErrMsg, rc, AGG_NAME(v), "group_by '%s': reading cells: %s", group_col, sqlite3_errmsg(v->db)); goto done; }
         rc = SQLITE_OK;
         if (seen != nw) {
-          rc = vt_err(v, SQLITE_CORRUPT_VTAB, "cells holds %lld rows for cells %lld..%lld, expected %lld",
+          rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, AGG_NAME(v), "cells holds %lld rows for cells %lld..%lld, expected %lld",
                       (long long)seen, (long long)first, (long long)end_cell - 1, (long long)nw);
           goto done;
         }
@@ -529,7 +522,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
       /* groups: every number in use; the memory bound */
       uint32_t n_groups = gm.n > 0 ? gm.n : 1;
       if ((uint64_t)n_groups * per_group > (uint64_t)limit) {
-        rc = vt_err(v, SQLITE_TOOBIG, "group_by '%s' gives %u groups: %u groups x %lld genes need %lld MiB of "
+        rc = dc_err(&v->base.zErrMsg, SQLITE_TOOBIG, AGG_NAME(v), "group_by '%s' gives %u groups: %u groups x %lld genes need %lld MiB of "
                     "accumulators (%d threads), more than 4 x dc_config('decode_mb') = %lld MiB; pass a gene panel, "
                     "group by a coarser column, or raise decode_mb", group_col ? group_col : "", n_groups, n_groups,
                     (long long)n_out, (long long)((n_groups * per_group) >> 20), o.slots, (long long)(limit >> 20));
@@ -537,7 +530,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
       }
       {
         dc_error de;
-        if (dc_agg_set_groups(c->agg, n_groups, &de) != DC_OK) { rc = vt_err(v, SQLITE_NOMEM, "%s", de.msg); goto done; }
+        if (dc_agg_set_groups(c->agg, n_groups, &de) != DC_OK) { rc = dc_err(&v->base.zErrMsg, SQLITE_NOMEM, AGG_NAME(v), "%s", de.msg); goto done; }
       }
       /* the chunks holding selected cells */
       for (uint32_t tt = t; tt < t_end; tt++) {
@@ -584,7 +577,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
           j->group = labels + (r->tiles[keys[q].tile].first_cell - first) + ci->first_cell;
           if (cached[q]) {
             if (cached[q]->n_cells != ci->n_cells) {
-              rc = vt_err(v, SQLITE_CORRUPT_VTAB, "tile %u chunk %u: cached chunk has %u cells, expected %u",
+              rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, AGG_NAME(v), "tile %u chunk %u: cached chunk has %u cells, expected %u",
                           keys[q].tile, keys[q].chunk, cached[q]->n_cells, ci->n_cells);
               goto done;
             }
@@ -594,7 +587,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
             j->values = cached[q]->values;
           } else {
             while (b < ntb && tb[b].tile < keys[q].tile) b++;
-            if (b >= ntb || tb[b].tile != keys[q].tile) { rc = vt_err(v, SQLITE_INTERNAL, "tile %u not read", keys[q].tile); goto done; }
+            if (b >= ntb || tb[b].tile != keys[q].tile) { rc = dc_err(&v->base.zErrMsg, SQLITE_INTERNAL, AGG_NAME(v), "tile %u not read", keys[q].tile); goto done; }
             j->buf = tb[b].buf;
             j->len = (size_t)h->blob_len;
             j->hdr = &h->hdr;
@@ -603,7 +596,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
         if (dc_agg_run(c->agg, pool, jobs, n_keys) != DC_OK) {
           for (size_t q = 0; q < n_keys; q++)
             if (jobs[q].rc != DC_OK) {
-              rc = vt_err(v, jobs[q].rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB, "tile %u %s",
+              rc = dc_err(&v->base.zErrMsg, jobs[q].rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB, AGG_NAME(v), "tile %u %s",
                           keys[q].tile, jobs[q].err.msg[0] ? jobs[q].err.msg : dc_strerror(jobs[q].rc));
               break;
             }
@@ -621,7 +614,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   /* results */
   {
     dc_error de;
-    if (dc_agg_finish(c->agg, &c->res, &de) != DC_OK) { rc = vt_err(v, SQLITE_NOMEM, "%s", de.msg); goto done; }
+    if (dc_agg_finish(c->agg, &c->res, &de) != DC_OK) { rc = dc_err(&v->base.zErrMsg, SQLITE_NOMEM, AGG_NAME(v), "%s", de.msg); goto done; }
     uint32_t ng = c->res.n_groups;
     c->order = sqlite3_malloc64((uint64_t)(ng ? ng : 1) * sizeof *c->order);
     if (!c->order) { rc = SQLITE_NOMEM; goto done; }

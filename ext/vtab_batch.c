@@ -203,14 +203,6 @@ static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
 }
 
 /* ------------------------------------------------ argument parsing */
-static int vt_err(batch_vtab *v, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  sqlite3_free(v->base.zErrMsg);
-  v->base.zErrMsg = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  return rc;
-}
 
 /* The output of n cells and nnz nonzeros against dc_config('batch_mb') and
 ** SQLite's blob limit; estimate: nnz comes from the tile index (before any
@@ -221,11 +213,11 @@ static int check_size(batch_vtab *v, int64_t n, double nnz, int estimate) {
   const char *how = estimate ? "about " : "";
   const char *by = estimate ? " by the tile index" : "";
   if (bytes > (double)v->conn->batch_bytes)
-    return vt_err(v, SQLITE_TOOBIG, "dc_batch: the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), over "
+    return dc_err(&v->base.zErrMsg, SQLITE_TOOBIG, NULL, "dc_batch: the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), over "
                   "dc_config('batch_mb') = %lld: ask for fewer cells (or genes), or raise batch_mb",
                   how, mb, (long long)n, how, nnz, by, (long long)(v->conn->batch_bytes >> 20));
   if ((double)n * 8 + 8 > (double)limit || nnz * 4 > (double)limit)
-    return vt_err(v, SQLITE_TOOBIG, "dc_batch: a blob of the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), "
+    return dc_err(&v->base.zErrMsg, SQLITE_TOOBIG, NULL, "dc_batch: a blob of the batch would be %s%.1f MB (%lld cells, %s%.0f nonzeros%s), "
                   "over SQLite's blob limit (SQLITE_LIMIT_LENGTH, %lld bytes): ask for fewer cells", how,
                   ((double)n * 8 + 8 > nnz * 4 ? (double)n * 8 + 8 : nnz * 4) / 1048576.0, (long long)n, how, nnz, by,
                   (long long)limit);
@@ -302,274 +294,309 @@ static int parse_obs(batch_vtab *v, const char *schema, sqlite3_value *arg, int6
   return SQLITE_OK;
 }
 
+/* The work of one dc_batch call: its arrays, owned here and freed by job_free, whichever phase
+** failed.  The phases (batch_filter's steps 1-4) fill it in order. */
+typedef struct batch_job {
+  char *err;                        /* a reader's message (moved to zErrMsg at the end) */
+  int64_t *ids, n;                  /* the requested cells */
+  int64_t *obs_cols; int n_obs;     /* obs columns asked for */
+  const int32_t *map;               /* the gene panel's map, or NULL */
+  int64_t out_genes;
+  batch_cellref *ref;               /* per row: (tile, chunk, cell) */
+  uint8_t *direct;                  /* per row: 1 = row of a direct chunk */
+  batch_row *rows;
+  batch_run *runs; size_t n_dj;     /* direct runs */
+  dc_direct *dj;
+  dc_chunkkey *keys; size_t n_keys; /* the other rows' distinct chunks */
+  uint32_t *rowkey;                 /* per row: its key */
+  dc_chunk_data **chunks;           /* per key: decoded (a reference) */
+  uint32_t *group;                  /* per key: its group */
+  dc_chunkkey *gkeys; size_t *gslot; dc_chunk_data **gout;   /* one group's fetch */
+  uint64_t *which;
+  int64_t *off;
+  int32_t **stage; size_t n_stage;  /* staged rows (more than one group) */
+  int staged;
+  int64_t *o_ids, *o_indptr;        /* the output blobs (rcbuf) */
+  int32_t *o_idx, *o_val;
+  int64_t total;                    /* output nonzeros */
+  size_t n_fetched;
+} batch_job;
+
+static void job_free(batch_job *j) {
+  if (j->chunks) for (size_t q = 0; q < j->n_keys; q++) dc_chunk_release(j->chunks[q]);
+  for (size_t q = 0; q < j->n_stage; q++) rcbuf_unref(j->stage[q]);
+  sqlite3_free(j->group);
+  sqlite3_free(j->gkeys);
+  sqlite3_free(j->gslot);
+  sqlite3_free(j->gout);
+  sqlite3_free(j->rowkey);
+  sqlite3_free(j->stage);
+  sqlite3_free(j->chunks);
+  sqlite3_free(j->keys);
+  sqlite3_free(j->which);
+  sqlite3_free(j->off);
+  sqlite3_free(j->rows);
+  sqlite3_free(j->dj);
+  sqlite3_free(j->runs);
+  sqlite3_free(j->direct);
+  sqlite3_free(j->ref);
+  sqlite3_free(j->ids);
+  sqlite3_free(j->obs_cols);
+  rcbuf_unref(j->o_ids);
+  rcbuf_unref(j->o_indptr);
+  rcbuf_unref(j->o_idx);
+  rcbuf_unref(j->o_val);
+}
+
+/* The plan's arguments, by hidden column. */
+static int batch_args(batch_vtab *v, int idxNum, const char *idxStr, int argc, sqlite3_value **argv,
+                      sqlite3_value **cells_arg, sqlite3_value **genes_arg, sqlite3_value **obs_arg) {
+  dc_plan_item items[DC_PLAN_MAX_ITEMS];
+  int n_items;
+  char why[200] = "";
+  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
+      dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+    return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: unknown plan %d '%s'%s%s", idxNum, idxStr ? idxStr : "",
+                  why[0] ? ": " : "", why);
+  for (int i = 0; i < n_items; i++) {
+    const dc_plan_item *it = &items[i];
+    sqlite3_value **slot = it->col == COL_CELLS ? cells_arg : it->col == COL_GENES ? genes_arg
+                         : it->col == COL_OBS ? obs_arg : NULL;
+    if (!slot || it->op != DC_OP_EQ || *slot)
+      return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: unknown plan '%s': item %d is not an argument", idxStr, i + 1);
+    *slot = argv[it->arg];
+  }
+  if (!*cells_arg)
+    return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
+                  "a blob of int64 ids or a JSON array");
+  return SQLITE_OK;
+}
+
+/* 1. cells -> (tile, chunk, cell), the size checked against batch_mb before anything is
+** decoded; 2. direct runs: whole chunks requested in order, not cached, no panel. */
+static int map_cells(batch_vtab *v, batch_job *j, struct dc_cache *cache) {
+  dc_reader *r = v->reader;
+  int64_t n = j->n;
+  int rc;
+  j->ref = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *j->ref);
+  j->direct = sqlite3_malloc64((uint64_t)(n ? n : 1));
+  j->rows = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *j->rows);
+  j->o_ids = rcbuf_new(v->conn->bufpool, (uint64_t)n * 8);
+  j->o_indptr = rcbuf_new(v->conn->bufpool, ((uint64_t)n + 1) * 8);
+  if (!j->ref || !j->direct || !j->rows || !j->o_ids || !j->o_indptr) return SQLITE_NOMEM;
+  memset(j->direct, 0, (size_t)(n ? n : 1));
+  memset(j->rows, 0, (size_t)(n ? n : 1) * sizeof *j->rows);
+  memcpy(j->o_ids, j->ids, (size_t)n * 8);
+  double est_nnz = 0;   /* the output's nonzeros as the tile index predicts them */
+  for (int64_t i = 0; i < n; i++) {
+    int64_t t = dc_reader_tile_of(r, j->ids[i]);
+    const dc_tilehead *h;
+    if (t < 0) return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: cell %lld has no tile", (long long)j->ids[i]);
+    if ((rc = dc_reader_head(r, (uint32_t)t, &h, &j->err)) != SQLITE_OK) return rc;
+    uint32_t rel = (uint32_t)(j->ids[i] - r->tiles[t].first_cell);
+    uint32_t ch = dc_reader_chunk_of(h, rel);
+    j->ref[i].tile = (uint32_t)t;
+    j->ref[i].chunk = ch;
+    j->ref[i].cell = rel - h->hdr.chunk[ch].first_cell;
+    double mean = (double)h->hdr.chunk[ch].nnz / (double)h->hdr.chunk[ch].n_cells;
+    est_nnz += j->map && mean > (double)j->out_genes ? (double)j->out_genes : mean;
+  }
+  /* refused before anything is decoded: over batch_mb, or a blob over SQLite's limit */
+  if ((rc = check_size(v, n, est_nnz, 1)) != SQLITE_OK) return rc;
+  cache_view cv = {cache, r->ns};
+  if (!j->map) {
+    j->runs = sqlite3_malloc64((uint64_t)(n / 2 + 1) * sizeof *j->runs);
+    if (!j->runs) return SQLITE_NOMEM;
+    j->n_dj = batch_find_direct(j->ids, j->ref, n, chunk_info, r, cache ? chunk_cached : NULL, &cv, j->direct, j->rows,
+                                j->runs);
+  }
+  return SQLITE_OK;
+}
+
+/* 3. the other rows: distinct chunks, fetched group by group (each group's decoded size fits
+** decode_mb; with more than one group, each group's rows are staged and its chunks let go). */
+static int fetch_groups(batch_vtab *v, batch_job *j, dc_pool *pool, struct dc_cache *cache) {
+  dc_reader *r = v->reader;
+  int64_t n = j->n;
+  int rc;
+  j->keys = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *j->keys);
+  j->which = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *j->which);
+  if (!j->keys || !j->which) return SQLITE_NOMEM;
+  j->rowkey = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *j->rowkey);
+  if (!j->rowkey) return SQLITE_NOMEM;
+  j->n_keys = batch_chunk_keys(j->ref, j->direct, n, j->keys, j->rowkey);
+  size_t nk = j->n_keys ? j->n_keys : 1;
+  j->chunks = sqlite3_malloc64((uint64_t)nk * sizeof *j->chunks);
+  j->group = sqlite3_malloc64((uint64_t)nk * sizeof *j->group);
+  j->gkeys = sqlite3_malloc64((uint64_t)nk * sizeof *j->gkeys);
+  j->gslot = sqlite3_malloc64((uint64_t)nk * sizeof *j->gslot);
+  j->gout = sqlite3_malloc64((uint64_t)nk * sizeof *j->gout);
+  j->off = sqlite3_malloc64(((uint64_t)n + 1) * sizeof *j->off);
+  if (!j->chunks || !j->group || !j->gkeys || !j->gslot || !j->gout || !j->off) return SQLITE_NOMEM;
+  memset(j->chunks, 0, nk * sizeof *j->chunks);
+  /* chunks already cached cost no decoding memory: they join group 0; the
+  ** others are split into groups whose decoded size fits decode_mb */
+  if (cache)
+    for (size_t q = 0; q < j->n_keys; q++) j->chunks[q] = dc_cache_get(cache, r->ns, j->keys[q].tile, j->keys[q].chunk);
+  uint32_t n_groups = batch_groups(j->keys, j->n_keys, j->chunks, chunk_info, r, v->conn->work_bytes, j->group);
+  j->staged = n_groups > 1;
+  double staged_nnz = 0;
+  for (uint32_t gi = 0; gi < n_groups; gi++) {
+    /* decode this group's missing chunks (in parallel) */
+    size_t ng = 0;
+    for (size_t q = 0; q < j->n_keys; q++)
+      if (j->group[q] == gi && !j->chunks[q]) { j->gkeys[ng] = j->keys[q]; j->gslot[ng] = q; ng++; }
+    if ((rc = dc_reader_fetch(r, j->gkeys, ng, j->gout, 0, &j->err)) != SQLITE_OK) return rc;
+    j->n_fetched += ng;
+    for (size_t q = 0; q < ng; q++) j->chunks[j->gslot[q]] = j->gout[q];
+    /* rows of this group */
+    size_t nw = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (j->direct[i] || j->group[j->rowkey[i]] != gi) continue;
+      const dc_chunk_data *d = j->chunks[j->rowkey[i]];
+      if (j->ref[i].cell >= d->n_cells)
+        return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: tile %u chunk %u: too few cells", j->ref[i].tile,
+                      j->ref[i].chunk);
+      j->rows[i].idx = d->indices + d->indptr[j->ref[i].cell];
+      j->rows[i].val = d->values + d->indptr[j->ref[i].cell];
+      j->rows[i].n_in = (uint32_t)(d->indptr[j->ref[i].cell + 1] - d->indptr[j->ref[i].cell]);
+      j->which[nw++] = (uint64_t)i;
+    }
+    batch_kernel k = { j->rows, j->which, nw, j->map, r->n_genes, v->panel.sorted, NULL, NULL, NULL, 0 };
+    batch_run_kernel(pool, &k, BATCH_COUNT);
+    if (k.bad)
+      return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
+                    "is corrupt)", nw ? j->ref[j->which[0]].tile : 0);
+    if (j->staged) {
+      /* copy this group's rows into a staging buffer, then let the chunks go */
+      int64_t total = 0;
+      for (size_t q = 0; q < nw; q++) { j->off[j->which[q]] = total; total += j->rows[j->which[q]].n_out; }
+      staged_nnz += (double)total;   /* staged rows are the output's: never more than batch_mb */
+      if ((rc = check_size(v, n, staged_nnz, 0)) != SQLITE_OK) return rc;
+      int32_t **ns = sqlite3_realloc64(j->stage, (j->n_stage + 1) * sizeof *j->stage);
+      if (!ns) return SQLITE_NOMEM;
+      j->stage = ns;
+      j->stage[j->n_stage] = rcbuf_new(v->conn->bufpool, (uint64_t)total * 8);
+      if (!j->stage[j->n_stage]) return SQLITE_NOMEM;
+      int32_t *si = j->stage[j->n_stage], *sv = j->stage[j->n_stage] + total;
+      j->n_stage++;
+      k.dst_off = j->off; k.dst_idx = si; k.dst_val = sv;
+      batch_run_kernel(pool, &k, BATCH_FILL);
+      if (k.bad) return SQLITE_NOMEM;
+      for (size_t q = 0; q < nw; q++) {
+        batch_row *rw = &j->rows[j->which[q]];
+        rw->idx = si + j->off[j->which[q]];
+        rw->val = sv + j->off[j->which[q]];
+        rw->n_in = (uint32_t)rw->n_out;
+      }
+      for (size_t q = 0; q < j->n_keys; q++)
+        if (j->group[q] == gi) { dc_chunk_release(j->chunks[q]); j->chunks[q] = NULL; }
+    }
+  }
+  return SQLITE_OK;
+}
+
+/* 4. the output's layout, the direct chunks decoded straight into it, the other rows copied;
+** t[0..1]: when the direct decodes started and ended. */
+static int assemble(batch_vtab *v, batch_job *j, dc_pool *pool, int64_t *t) {
+  dc_reader *r = v->reader;
+  int64_t n = j->n;
+  int rc;
+  j->total = batch_layout(n, j->direct, j->rows, j->ref, chunk_info, r, j->runs, j->off, j->o_indptr);
+  if ((rc = check_size(v, n, (double)j->total, 0)) != SQLITE_OK) return rc;
+  j->o_idx = rcbuf_new(v->conn->bufpool, (uint64_t)j->total * 4);
+  j->o_val = rcbuf_new(v->conn->bufpool, (uint64_t)j->total * 4);
+  if (!j->o_idx || !j->o_val) return SQLITE_NOMEM;
+  if (j->n_dj) {
+    j->dj = sqlite3_malloc64((uint64_t)j->n_dj * sizeof *j->dj);
+    if (!j->dj) return SQLITE_NOMEM;
+  }
+  for (size_t q = 0; q < j->n_dj; q++) {
+    memset(&j->dj[q], 0, sizeof j->dj[q]);
+    j->dj[q].tile = j->runs[q].tile;
+    j->dj[q].chunk = j->runs[q].chunk;
+    j->dj[q].row0 = j->runs[q].row0;
+    j->dj[q].out_base = j->runs[q].out_base;
+    j->dj[q].indptr_out = j->o_indptr;
+    j->dj[q].indices_out = j->o_idx;
+    j->dj[q].values_out = j->o_val;
+  }
+  t[0] = now_ns();
+  if ((rc = dc_reader_decode_into(r, j->dj, j->n_dj, &j->err)) != SQLITE_OK) return rc;
+  t[1] = now_ns();
+  size_t nw = 0;
+  for (int64_t i = 0; i < n; i++) if (!j->direct[i]) j->which[nw++] = (uint64_t)i;
+  batch_kernel k = { j->rows, j->which, nw, j->staged ? NULL : j->map, r->n_genes, v->panel.sorted, j->off, j->o_idx,
+                     j->o_val, 0 };
+  batch_run_kernel(pool, &k, BATCH_FILL);
+  return k.bad ? SQLITE_NOMEM : SQLITE_OK;
+}
+
 static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
                         sqlite3_value **argv) {
   batch_cursor *c = (batch_cursor *)cur;
   batch_vtab *v = (batch_vtab *)cur->pVtab;
   dc_reader *r = v->reader;
-  int rc = SQLITE_OK;
-  char *err = NULL;
-  int64_t *ids = NULL, n = 0;
-  batch_cellref *ref = NULL;
-  uint8_t *direct = NULL;              /* per row: 1 = row of a direct chunk */
-  dc_direct *dj = NULL;
-  batch_run *runs = NULL;
-  size_t n_dj = 0;
-  dc_chunkkey *keys = NULL;
-  dc_chunk_data **chunks = NULL;
-  size_t n_keys = 0;
-  batch_row *rows = NULL;
-  uint64_t *which = NULL;
-  int64_t *off = NULL;
-  int32_t **stage = NULL;
-  size_t n_stage = 0;
-  int64_t *o_ids = NULL, *o_indptr = NULL;
-  int32_t *o_idx = NULL, *o_val = NULL;
-  const int32_t *map = NULL;
-  uint32_t *group = NULL, *rowkey = NULL;
-  dc_chunkkey *gkeys = NULL;
-  size_t *gslot = NULL;
-  dc_chunk_data **gout = NULL;
-
-  int64_t t0 = now_ns(), t1 = 0, t2 = 0, t3 = 0;
-  size_t n_fetched = 0;
+  batch_job job, *j = &job;
+  memset(j, 0, sizeof *j);
+  int64_t t0 = now_ns(), t1 = 0, t23[2] = {0, 0};
   cursor_reset(c);
-  /* the plan: the arguments, by hidden column */
   sqlite3_value *cells_arg = NULL, *genes_arg = NULL, *obs_arg = NULL;
-  {
-    dc_plan_item items[DC_PLAN_MAX_ITEMS];
-    int n_items;
-    char why[200] = "";
-    if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
-        dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
-      return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan %d '%s'%s%s", idxNum, idxStr ? idxStr : "",
-                    why[0] ? ": " : "", why);
-    for (int i = 0; i < n_items; i++) {
-      const dc_plan_item *it = &items[i];
-      sqlite3_value **slot = it->col == COL_CELLS ? &cells_arg : it->col == COL_GENES ? &genes_arg
-                           : it->col == COL_OBS ? &obs_arg : NULL;
-      if (!slot || it->op != DC_OP_EQ || *slot)
-        return vt_err(v, SQLITE_ERROR, "dc_batch: unknown plan '%s': item %d is not an argument", idxStr, i + 1);
-      *slot = argv[it->arg];
-    }
-  }
-  if (!cells_arg)
-    return vt_err(v, SQLITE_ERROR, "dc_batch: missing argument: dc_batch(cells [, genes]) needs the cells, "
-                  "a blob of int64 ids or a JSON array");
-  int64_t *obs_cols = NULL;
-  int n_obs = 0;
+  int rc = batch_args(v, idxNum, idxStr, argc, argv, &cells_arg, &genes_arg, &obs_arg);
+  if (rc != SQLITE_OK) return rc;
 
-  if ((rc = dc_reader_begin(r, &err)) != SQLITE_OK) goto done;
-  if ((rc = dc_parse_cells(r, cells_arg, "dc_batch", &ids, &n, &err)) != SQLITE_OK) goto done;
-  int64_t out_genes = r->n_genes;
+  if ((rc = dc_reader_begin(r, &j->err)) != SQLITE_OK) goto done;
+  if ((rc = dc_parse_cells(r, cells_arg, "dc_batch", &j->ids, &j->n, &j->err)) != SQLITE_OK) goto done;
+  j->out_genes = r->n_genes;
   if (genes_arg && sqlite3_value_type(genes_arg) != SQLITE_NULL) {
-    if ((rc = dc_panel_parse(&v->panel, v->db, r, genes_arg, "dc_batch", &err)) != SQLITE_OK) goto done;
-    map = v->panel.map;
-    out_genes = v->panel.size;
+    if ((rc = dc_panel_parse(&v->panel, v->db, r, genes_arg, "dc_batch", &j->err)) != SQLITE_OK) goto done;
+    j->map = v->panel.map;
+    j->out_genes = v->panel.size;
   }
   if (obs_arg && sqlite3_value_type(obs_arg) != SQLITE_NULL) {
-    if ((rc = parse_obs(v, r->schema, obs_arg, &obs_cols, &n_obs, &err)) != SQLITE_OK) goto done;
+    if ((rc = parse_obs(v, r->schema, obs_arg, &j->obs_cols, &j->n_obs, &j->err)) != SQLITE_OK) goto done;
   }
   dc_pool *pool = dc_conn_pool(v->conn);
   if (!pool) { rc = SQLITE_NOMEM; goto done; }
-
-  /* 1. cells -> (tile, chunk, cell) */
-  ref = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *ref);
-  direct = sqlite3_malloc64((uint64_t)(n ? n : 1));
-  rows = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rows);
-  o_ids = rcbuf_new(v->conn->bufpool, (uint64_t)n * 8);
-  o_indptr = rcbuf_new(v->conn->bufpool, ((uint64_t)n + 1) * 8);
-  if (!ref || !direct || !rows || !o_ids || !o_indptr) { rc = SQLITE_NOMEM; goto done; }
-  memset(direct, 0, (size_t)(n ? n : 1));
-  memset(rows, 0, (size_t)(n ? n : 1) * sizeof *rows);
-  memcpy(o_ids, ids, (size_t)n * 8);
-  double est_nnz = 0;   /* the output's nonzeros as the tile index predicts them */
-  for (int64_t i = 0; i < n; i++) {
-    int64_t t = dc_reader_tile_of(r, ids[i]);
-    const dc_tilehead *h;
-    if (t < 0) { rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: cell %lld has no tile", (long long)ids[i]); goto done; }
-    if ((rc = dc_reader_head(r, (uint32_t)t, &h, &err)) != SQLITE_OK) goto done;
-    uint32_t rel = (uint32_t)(ids[i] - r->tiles[t].first_cell);
-    uint32_t ch = dc_reader_chunk_of(h, rel);
-    ref[i].tile = (uint32_t)t;
-    ref[i].chunk = ch;
-    ref[i].cell = rel - h->hdr.chunk[ch].first_cell;
-    double mean = (double)h->hdr.chunk[ch].nnz / (double)h->hdr.chunk[ch].n_cells;
-    est_nnz += map && mean > (double)out_genes ? (double)out_genes : mean;
-  }
-  /* refused before anything is decoded: over batch_mb, or a blob over SQLite's limit */
-  if ((rc = check_size(v, n, est_nnz, 1)) != SQLITE_OK) goto done;
-
-  /* 2. direct runs: whole chunks requested in order, not cached, no panel */
   struct dc_cache *cache = dc_conn_cache(v->conn);
-  cache_view cv = {cache, r->ns};
-  if (!map) {
-    runs = sqlite3_malloc64((uint64_t)(n / 2 + 1) * sizeof *runs);
-    if (!runs) { rc = SQLITE_NOMEM; goto done; }
-    n_dj = batch_find_direct(ids, ref, n, chunk_info, r, cache ? chunk_cached : NULL, &cv, direct, rows, runs);
-  }
 
+  if ((rc = map_cells(v, j, cache)) != SQLITE_OK) goto done;          /* 1, 2 */
   t1 = now_ns();
-  /* 3. the other rows: distinct chunks, fetched group by group */
-  keys = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *keys);
-  which = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *which);
-  if (!keys || !which) { rc = SQLITE_NOMEM; goto done; }
-  rowkey = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *rowkey);
-  if (!rowkey) { rc = SQLITE_NOMEM; goto done; }
-  n_keys = batch_chunk_keys(ref, direct, n, keys, rowkey);
-  chunks = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *chunks);
-  group = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *group);
-  gkeys = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gkeys);
-  gslot = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gslot);
-  gout = sqlite3_malloc64((uint64_t)(n_keys ? n_keys : 1) * sizeof *gout);
-  off = sqlite3_malloc64(((uint64_t)n + 1) * sizeof *off);
-  if (!chunks || !group || !gkeys || !gslot || !gout || !off) { rc = SQLITE_NOMEM; goto done; }
-  memset(chunks, 0, (n_keys ? n_keys : 1) * sizeof *chunks);
-  /* chunks already cached cost no decoding memory: they join group 0; the
-  ** others are split into groups whose decoded size fits decode_mb */
-  if (cache) for (size_t q = 0; q < n_keys; q++) chunks[q] = dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk);
-  uint32_t n_groups = batch_groups(keys, n_keys, chunks, chunk_info, r, v->conn->work_bytes, group);
-  int staged = n_groups > 1;
-  double staged_nnz = 0;
-  for (uint32_t gi = 0; gi < n_groups; gi++) {
-    /* decode this group's missing chunks (in parallel) */
-    size_t ng = 0;
-    for (size_t q = 0; q < n_keys; q++)
-      if (group[q] == gi && !chunks[q]) { gkeys[ng] = keys[q]; gslot[ng] = q; ng++; }
-    if ((rc = dc_reader_fetch(r, gkeys, ng, gout, 0, &err)) != SQLITE_OK) goto done;
-    n_fetched += ng;
-    for (size_t j = 0; j < ng; j++) chunks[gslot[j]] = gout[j];
-    /* rows of this group */
-    size_t nw = 0;
-    for (int64_t i = 0; i < n; i++) {
-      if (direct[i] || group[rowkey[i]] != gi) continue;
-      const dc_chunk_data *d = chunks[rowkey[i]];
-      if (ref[i].cell >= d->n_cells) {
-        rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: tile %u chunk %u: too few cells", ref[i].tile, ref[i].chunk);
-        goto done;
-      }
-      rows[i].idx = d->indices + d->indptr[ref[i].cell];
-      rows[i].val = d->values + d->indptr[ref[i].cell];
-      rows[i].n_in = (uint32_t)(d->indptr[ref[i].cell + 1] - d->indptr[ref[i].cell]);
-      which[nw++] = (uint64_t)i;
-    }
-    batch_kernel k = { rows, which, nw, map, r->n_genes, v->panel.sorted, NULL, NULL, NULL, 0 };
-    batch_run_kernel(pool, &k, BATCH_COUNT);
-    if (k.bad) {
-      rc = vt_err(v, SQLITE_CORRUPT_VTAB, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
-                  "is corrupt)", nw ? ref[which[0]].tile : 0);
-      goto done;
-    }
-    if (staged) {
-      /* copy this group's rows into a staging buffer, then let the chunks go */
-      int64_t total = 0;
-      for (size_t j = 0; j < nw; j++) { off[which[j]] = total; total += rows[which[j]].n_out; }
-      staged_nnz += (double)total;   /* staged rows are the output's: never more than batch_mb */
-      if ((rc = check_size(v, n, staged_nnz, 0)) != SQLITE_OK) goto done;
-      int32_t **ns = sqlite3_realloc64(stage, (n_stage + 1) * sizeof *stage);
-      if (!ns) { rc = SQLITE_NOMEM; goto done; }
-      stage = ns;
-      stage[n_stage] = rcbuf_new(v->conn->bufpool, (uint64_t)total * 8);
-      if (!stage[n_stage]) { rc = SQLITE_NOMEM; goto done; }
-      int32_t *si = stage[n_stage], *sv = stage[n_stage] + total;
-      n_stage++;
-      k.dst_off = off; k.dst_idx = si; k.dst_val = sv;
-      batch_run_kernel(pool, &k, BATCH_FILL);
-      if (k.bad) { rc = SQLITE_NOMEM; goto done; }
-      for (size_t j = 0; j < nw; j++) {
-        batch_row *rw = &rows[which[j]];
-        rw->idx = si + off[which[j]];
-        rw->val = sv + off[which[j]];
-        rw->n_in = (uint32_t)rw->n_out;
-      }
-      for (size_t q = 0; q < n_keys; q++)
-        if (group[q] == gi) { dc_chunk_release(chunks[q]); chunks[q] = NULL; }
-    }
-  }
-
-  /* 4. layout, direct decodes, row copies */
-  int64_t total = batch_layout(n, direct, rows, ref, chunk_info, r, runs, off, o_indptr);
-  if ((rc = check_size(v, n, (double)total, 0)) != SQLITE_OK) goto done;
-  o_idx = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
-  o_val = rcbuf_new(v->conn->bufpool, (uint64_t)total * 4);
-  if (!o_idx || !o_val) { rc = SQLITE_NOMEM; goto done; }
-  if (n_dj) {
-    dj = sqlite3_malloc64((uint64_t)n_dj * sizeof *dj);
-    if (!dj) { rc = SQLITE_NOMEM; goto done; }
-  }
-  for (size_t q = 0; q < n_dj; q++) {
-    memset(&dj[q], 0, sizeof dj[q]);
-    dj[q].tile = runs[q].tile;
-    dj[q].chunk = runs[q].chunk;
-    dj[q].row0 = runs[q].row0;
-    dj[q].out_base = runs[q].out_base;
-    dj[q].indptr_out = o_indptr;
-    dj[q].indices_out = o_idx;
-    dj[q].values_out = o_val;
-  }
-  t2 = now_ns();
-  if ((rc = dc_reader_decode_into(r, dj, n_dj, &err)) != SQLITE_OK) goto done;
-  t3 = now_ns();
-  {
-    size_t nw = 0;
-    for (int64_t i = 0; i < n; i++) if (!direct[i]) which[nw++] = (uint64_t)i;
-    batch_kernel k = { rows, which, nw, staged ? NULL : map, r->n_genes, v->panel.sorted, off, o_idx, o_val, 0 };
-    batch_run_kernel(pool, &k, BATCH_FILL);
-    if (k.bad) { rc = SQLITE_NOMEM; goto done; }
-  }
-  if (n_obs) {
-    uint64_t ob = (uint64_t)n_obs * 8 * ((uint64_t)n + 1);
+  if ((rc = fetch_groups(v, j, pool, cache)) != SQLITE_OK) goto done;  /* 3 */
+  if ((rc = assemble(v, j, pool, t23)) != SQLITE_OK) goto done;        /* 4 */
+  int64_t n = j->n;
+  if (j->n_obs) {
+    uint64_t ob = (uint64_t)j->n_obs * 8 * ((uint64_t)n + 1);
     int64_t *o = rcbuf_new(v->conn->bufpool, ob);
     if (!o) { rc = SQLITE_NOMEM; goto done; }
     dc_reader_end(r);   /* the cells table reads with its own blob handle */
-    rc = dc_cells_values(v->conn, v->db, r->schema, obs_cols, n_obs, ids, n, o + n_obs, o, &err);
+    rc = dc_cells_values(v->conn, v->db, r->schema, j->obs_cols, j->n_obs, j->ids, n, o + j->n_obs, o, &j->err);
     if (rc != SQLITE_OK) { rcbuf_unref(o); goto done; }
     c->blob[4] = o;
     c->len[4] = ob;
   }
   c->n_cells = n;
-  c->n_genes = out_genes;
-  c->blob[0] = o_ids; c->len[0] = (uint64_t)n * 8; o_ids = NULL;
-  c->blob[1] = o_indptr; c->len[1] = ((uint64_t)n + 1) * 8; o_indptr = NULL;
-  c->blob[2] = o_idx; c->len[2] = (uint64_t)total * 4; o_idx = NULL;
-  c->blob[3] = o_val; c->len[3] = (uint64_t)total * 4; o_val = NULL;
+  c->n_genes = j->out_genes;
+  c->blob[0] = j->o_ids; c->len[0] = (uint64_t)n * 8; j->o_ids = NULL;
+  c->blob[1] = j->o_indptr; c->len[1] = ((uint64_t)n + 1) * 8; j->o_indptr = NULL;
+  c->blob[2] = j->o_idx; c->len[2] = (uint64_t)j->total * 4; j->o_idx = NULL;
+  c->blob[3] = j->o_val; c->len[3] = (uint64_t)j->total * 4; j->o_val = NULL;
   c->eof = 0;
   {
     dc_conn *cn = v->conn;
-    cn->last_ns[0] = t1 - t0; cn->last_ns[1] = t2 - t1; cn->last_ns[2] = t3 - t2; cn->last_ns[3] = now_ns() - t3;
-    cn->last_cells = n; cn->last_nnz = total;
-    cn->last_direct_chunks = (int64_t)n_dj; cn->last_fetched_chunks = (int64_t)n_fetched;
+    cn->last_ns[0] = t1 - t0; cn->last_ns[1] = t23[0] - t1; cn->last_ns[2] = t23[1] - t23[0];
+    cn->last_ns[3] = now_ns() - t23[1];
+    cn->last_cells = n; cn->last_nnz = j->total;
+    cn->last_direct_chunks = (int64_t)j->n_dj; cn->last_fetched_chunks = (int64_t)j->n_fetched;
   }
 
 done:
   dc_reader_end(r);
-  if (err) {
+  if (j->err) {
     sqlite3_free(v->base.zErrMsg);
-    v->base.zErrMsg = err;
+    v->base.zErrMsg = j->err;
   }
-  if (chunks) for (size_t q = 0; q < n_keys; q++) dc_chunk_release(chunks[q]);
-  for (size_t q = 0; q < n_stage; q++) rcbuf_unref(stage[q]);
-  sqlite3_free(group);
-  sqlite3_free(gkeys);
-  sqlite3_free(gslot);
-  sqlite3_free(gout);
-  sqlite3_free(rowkey);
-  sqlite3_free(stage);
-  sqlite3_free(chunks);
-  sqlite3_free(keys);
-  sqlite3_free(which);
-  sqlite3_free(off);
-  sqlite3_free(rows);
-  sqlite3_free(dj);
-  sqlite3_free(runs);
-  sqlite3_free(direct);
-  sqlite3_free(ref);
-  sqlite3_free(ids);
-  sqlite3_free(obs_cols);
-  rcbuf_unref(o_ids);
-  rcbuf_unref(o_indptr);
-  rcbuf_unref(o_idx);
-  rcbuf_unref(o_val);
+  job_free(j);
   return rc;
 }
 

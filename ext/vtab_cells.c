@@ -83,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_reader.h"
+#include "dc_value.h"
 
 /* --------------------------------------------------------------- helpers */
 
@@ -101,23 +102,28 @@ static void plan_table(cells_vtab *p, dc_plan_table *t) {
 ** form for TEXT columns.  out->s is malloc'd (cells_term_clear frees it). */
 static int cval_set(cells_val *out, sqlite3_value *in, int text_col) {
   memset(out, 0, sizeof *out);
-  sqlite3_value *d = sqlite3_value_dup(in);
+  int t;
+  if (text_col) {
+    t = sqlite3_value_type(in);
+    if (t == SQLITE_INTEGER) out->i = sqlite3_value_int64(in);
+    else if (t == SQLITE_FLOAT) out->f = sqlite3_value_double(in);
+  } else {
+    t = dc_value_numeric(in, &out->i, &out->f);   /* SQLite's affinity, as `expression` applies it */
+    if (t < 0) return SQLITE_NOMEM;
+  }
+  out->t = t;
+  if (!(t == SQLITE_TEXT || t == SQLITE_BLOB || (text_col && t != SQLITE_NULL))) return SQLITE_OK;
+  sqlite3_value *d = sqlite3_value_dup(in);   /* the text form of a copy: in keeps its type */
   if (!d) return SQLITE_NOMEM;
   int rc = SQLITE_OK;
-  int t = text_col ? sqlite3_value_type(d) : sqlite3_value_numeric_type(d);
-  out->t = t;
-  if (t == SQLITE_INTEGER) out->i = sqlite3_value_int64(d);
-  else if (t == SQLITE_FLOAT) out->f = sqlite3_value_double(d);
-  if (t == SQLITE_TEXT || t == SQLITE_BLOB || (text_col && t != SQLITE_NULL)) {
-    const void *z = t == SQLITE_BLOB ? sqlite3_value_blob(d) : (const void *)sqlite3_value_text(d);
-    int n = sqlite3_value_bytes(d);
-    out->s = malloc((size_t)n + 1);
-    if (!out->s) rc = SQLITE_NOMEM;
-    else {
-      if (n) memcpy(out->s, z, (size_t)n);
-      out->s[n] = 0;
-      out->n = n;
-    }
+  const void *z = t == SQLITE_BLOB ? sqlite3_value_blob(d) : (const void *)sqlite3_value_text(d);
+  int n = sqlite3_value_bytes(d);
+  out->s = malloc((size_t)n + 1);
+  if (!out->s) rc = SQLITE_NOMEM;
+  else {
+    if (n) memcpy(out->s, z, (size_t)n);
+    out->s[n] = 0;
+    out->n = n;
   }
   sqlite3_value_free(d);
   return rc;
@@ -147,7 +153,7 @@ static void vtab_free(cells_vtab *p) {
   sqlite3_free(p->bs);
   sqlite3_free(p->oc);
   sqlite3_free(p->blk_first);
-  sqlite3_free(p->tile_first);
+  dc_reader_free(p->rd);
   sqlite3_free(p->zDb);
   sqlite3_free(p->zName);
   sqlite3_free(p->zBlocks);
@@ -164,7 +170,7 @@ static const char *kind_sql_type(int kind) {
   }
 }
 
-static int cellsConnect(sqlite3 *db, void *aux, int argc, const char *const *argv,
+static int cells_connect(sqlite3 *db, void *aux, int argc, const char *const *argv,
                         sqlite3_vtab **ppVtab, char **pzErr) {
   cells_vtab *p = NULL;
   sqlite3_stmt *st = NULL;
@@ -269,12 +275,12 @@ fail:
   return rc == SQLITE_OK ? SQLITE_ERROR : rc;
 }
 
-static int cellsDisconnect(sqlite3_vtab *tab) {
+static int cells_disconnect(sqlite3_vtab *tab) {
   vtab_free((cells_vtab *)tab);
   return SQLITE_OK;
 }
 
-static int cellsDestroy(sqlite3_vtab *tab) {
+static int cells_destroy(sqlite3_vtab *tab) {
   cells_vtab *p = (cells_vtab *)tab;
   int refused = dc_drop_check(p->conn, p->zDb, p->zName);
   if (refused) return refused;
@@ -289,7 +295,7 @@ static int cellsDestroy(sqlite3_vtab *tab) {
   return rc;
 }
 
-static int cellsShadowName(const char *zName) {
+static int cells_shadow_name(const char *zName) {
   return !sqlite3_stricmp(zName, "columns") || !sqlite3_stricmp(zName, "dict") || !sqlite3_stricmp(zName, "blocks");
 }
 
@@ -297,7 +303,7 @@ static int cellsShadowName(const char *zName) {
 
 /* Plans the query: each usable term becomes a plan item (cells_plan.h), its estimate is
 ** added to the cost model (cells_cost.h). */
-static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
+static int cells_best_index(sqlite3_vtab *tab, sqlite3_index_info *info) {
   cells_vtab *p = (cells_vtab *)tab;
   /* bad metadata is reported by xOpen as SQLITE_CORRUPT (an error here would
   ** reach the user as a plain SQLITE_ERROR); plan without statistics */
@@ -421,7 +427,7 @@ static int cellsBestIndex(sqlite3_vtab *tab, sqlite3_index_info *info) {
 
 /* --------------------------------------------------------------- cursor */
 
-int cellsOpen(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp) {
+int cells_open(sqlite3_vtab *tab, sqlite3_vtab_cursor **pp) {
   cells_vtab *p = (cells_vtab *)tab;
   int rc = cells_load(p);
   if (rc) return rc;
@@ -446,7 +452,7 @@ static void terms_free(cells_cursor *c) {
   c->niv = 0;
 }
 
-int cellsClose(sqlite3_vtab_cursor *cur) {
+int cells_close(sqlite3_vtab_cursor *cur) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
   terms_free(c);
@@ -564,7 +570,7 @@ static int term_values(cells_vtab *p, cells_term *t, sqlite3_value *a) {
   return cval_set(t->v, a, text);
 }
 
-static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc, sqlite3_value **argv) {
+static int cells_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc, sqlite3_value **argv) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
   int rc = SQLITE_OK;
@@ -574,18 +580,18 @@ static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   c->offset_left = 0;
   c->emitted = 0;
   c->sel.n = c->sel_pos = 0;
-  if (idxNum != argc || !idxStr) return cells_err(&p->base, SQLITE_ERROR, "cells: unknown plan");
+  if (idxNum != argc || !idxStr) return dc_err(&p->base.zErrMsg, SQLITE_ERROR, NULL, "cells: unknown plan");
   rc = cells_refresh(p, c);
   if (rc) return rc;
   if (argc < 0 || argc > DC_PLAN_MAX_ARGS)   /* xBestIndex never plans more (terms + LIMIT, OFFSET) */
-    return cells_err(&p->base, SQLITE_ERROR, "cells: plan with %d arguments", argc);
+    return dc_err(&p->base.zErrMsg, SQLITE_ERROR, NULL, "cells: plan with %d arguments", argc);
   dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200];
   dc_plan_table pt;
   plan_table(p, &pt);
   if (dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
-    return cells_err(&p->base, SQLITE_ERROR, "cells: unknown plan '%s': %s", idxStr, why);
+    return dc_err(&p->base.zErrMsg, SQLITE_ERROR, NULL, "cells: unknown plan '%s': %s", idxStr, why);
   c->terms = sqlite3_malloc64(((sqlite3_uint64)argc + 1) * sizeof(cells_term));
   if (!c->terms) return SQLITE_NOMEM;
   for (int i = 0; i < n_items; i++) {
@@ -631,7 +637,7 @@ static int cellsFilter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   return advance_block(c);
 }
 
-static int cellsNext(sqlite3_vtab_cursor *cur) {
+static int cells_next(sqlite3_vtab_cursor *cur) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
   c->emitted++;
@@ -643,11 +649,11 @@ static int cellsNext(sqlite3_vtab_cursor *cur) {
   return advance_block(c);
 }
 
-static int cellsEof(sqlite3_vtab_cursor *cur) {
+static int cells_eof(sqlite3_vtab_cursor *cur) {
   return ((cells_cursor *)cur)->eof;
 }
 
-static int cellsColumn(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
+static int cells_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
   if (col == COL_CELL_ID) { sqlite3_result_int64(ctx, c->cell); return SQLITE_OK; }
@@ -695,28 +701,28 @@ static int cellsColumn(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col) 
   return SQLITE_OK;
 }
 
-static int cellsRowid(sqlite3_vtab_cursor *cur, sqlite_int64 *pRowid) {
+static int cells_rowid(sqlite3_vtab_cursor *cur, sqlite_int64 *pRowid) {
   *pRowid = ((cells_cursor *)cur)->cell;
   return SQLITE_OK;
 }
 
 static sqlite3_module cells_module = {
   3,                  /* iVersion: xShadowName */
-  cellsConnect,       /* xCreate: attaches to the tables the converter wrote */
-  cellsConnect,
-  cellsBestIndex,
-  cellsDisconnect,
-  cellsDestroy,
-  cellsOpen,
-  cellsClose,
-  cellsFilter,
-  cellsNext,
-  cellsEof,
-  cellsColumn,
-  cellsRowid,
+  cells_connect,       /* xCreate: attaches to the tables the converter wrote */
+  cells_connect,
+  cells_best_index,
+  cells_disconnect,
+  cells_destroy,
+  cells_open,
+  cells_close,
+  cells_filter,
+  cells_next,
+  cells_eof,
+  cells_column,
+  cells_rowid,
   NULL, NULL, NULL, NULL, NULL, NULL, NULL, /* xUpdate .. xRename: read-only */
   NULL, NULL, NULL,   /* xSavepoint, xRelease, xRollbackTo */
-  cellsShadowName
+  cells_shadow_name
 };
 
 int dc_register_cells(sqlite3 *db, dc_conn *conn) {

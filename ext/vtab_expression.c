@@ -79,14 +79,6 @@ typedef struct expr_cursor {
 enum { E_CELL, E_GENES, E_COUNTS };
 enum { L_CELL, L_GENE, L_COUNT };
 
-static int vt_err(expr_vtab *v, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  sqlite3_free(v->base.zErrMsg);
-  v->base.zErrMsg = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  return rc;
-}
 
 static int expr_init(sqlite3 *db, void *aux, int argc, const char *const *argv, sqlite3_vtab **ppVtab,
                      char **pzErr, int long_form) {
@@ -321,7 +313,7 @@ static int load_cell(expr_cursor *c, int64_t cell) {
   int rc = SQLITE_OK;
   int64_t t = dc_reader_tile_of(r, cell);
   const dc_tilehead *h;
-  if (t < 0) return vt_err(v, SQLITE_CORRUPT_VTAB, "%s: cell %lld has no tile", r->what, (long long)cell);
+  if (t < 0) return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "%s: cell %lld has no tile", r->what, (long long)cell);
   if ((rc = dc_reader_head(r, (uint32_t)t, &h, &err)) != SQLITE_OK) goto out;
   uint32_t rel = (uint32_t)(cell - r->tiles[t].first_cell);
   uint32_t ch = dc_reader_chunk_of(h, rel);
@@ -448,14 +440,14 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   int rc;
   cursor_clear(c);
   c->cell = -1;
-  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS) return vt_err(v, SQLITE_ERROR, "%s: unknown plan", v->reader->what);
+  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS) return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "%s: unknown plan", v->reader->what);
   dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200];
   dc_plan_table pt;
   plan_table(v, &pt);
   if (dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
-    return vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s': %s", v->reader->what, idxStr, why);
+    return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "%s: unknown plan '%s': %s", v->reader->what, idxStr, why);
   if ((rc = dc_reader_begin(v->reader, &err)) != SQLITE_OK) {
     sqlite3_free(v->base.zErrMsg); v->base.zErrMsg = err;
     return rc;
@@ -488,7 +480,7 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
                                        it->op == DC_OP_LE)) {
       if (!apply_bound(val, dc_op_word(it->op), &lo, &hi)) empty = 1;
     } else {
-      rc = vt_err(v, SQLITE_ERROR, "%s: unknown plan '%s': item %d is not a term this table takes", v->reader->what,
+      rc = dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "%s: unknown plan '%s': item %d is not a term this table takes", v->reader->what,
                   idxStr, i + 1);
     }
   }

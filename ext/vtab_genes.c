@@ -114,15 +114,6 @@ typedef struct genes_cursor {
 #define COL_GENE_ID 0
 #define COL_NAME 1
 
-static int set_err(genes_vtab *v, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *m = sqlite3_vmprintf(fmt, ap);
-  va_end(ap);
-  sqlite3_free(v->base.zErrMsg);
-  v->base.zErrMsg = m;
-  return m ? rc : SQLITE_NOMEM;
-}
 
 static const char *sql_type(int kind) {
   switch (kind) {
@@ -156,7 +147,7 @@ static int meta_int(genes_vtab *v, const char *key, int64_t *out, int *found) {
   int rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
   if (rc != SQLITE_OK)
-    return set_err(v, rc, "genes: not a deltacells dataset (schema %s): %s", v->schema, sqlite3_errmsg(v->db));
+    return dc_err(&v->base.zErrMsg, rc, NULL, "genes: not a deltacells dataset (schema %s): %s", v->schema, sqlite3_errmsg(v->db));
   sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
   rc = sqlite3_step(st);
   *found = 0;
@@ -165,11 +156,11 @@ static int meta_int(genes_vtab *v, const char *key, int64_t *out, int *found) {
     *found = 1;
     rc = SQLITE_OK;
   } else if (rc == SQLITE_ROW) {
-    rc = set_err(v, SQLITE_CORRUPT_VTAB, "genes: dc_meta.%s is not an integer", key);
+    rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: dc_meta.%s is not an integer", key);
   } else if (rc == SQLITE_DONE) {
     rc = SQLITE_OK;
   } else {
-    rc = set_err(v, rc, "genes: reading dc_meta: %s", sqlite3_errmsg(v->db));
+    rc = dc_err(&v->base.zErrMsg, rc, NULL, "genes: reading dc_meta: %s", sqlite3_errmsg(v->db));
   }
   sqlite3_finalize(st);
   return rc;
@@ -181,9 +172,9 @@ static int check_version(genes_vtab *v) {
   int found;
   int rc = meta_int(v, "format_version", &ver, &found);
   if (rc != SQLITE_OK) return rc;
-  if (!found) return set_err(v, SQLITE_ERROR, "genes: not a deltacells dataset (dc_meta has no format_version)");
+  if (!found) return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "genes: not a deltacells dataset (dc_meta has no format_version)");
   if (ver < DC_FORMAT_GENES_MIN || ver > DC_FORMAT_VERSION)
-    return set_err(v, SQLITE_ERROR,
+    return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL,
                    "genes: the dataset has format_version %lld; this deltacells_genes table reads versions %d..%d%s",
                    (long long)ver, DC_FORMAT_GENES_MIN, DC_FORMAT_VERSION,
                    ver > DC_FORMAT_VERSION ? " (a newer deltacells wrote it: upgrade deltacells)" : "");
@@ -230,7 +221,7 @@ static int genes_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
   sqlite3_free(sql);
   if (rc != SQLITE_OK) {
-    set_err(v, rc, "genes: cannot read %s.%s_columns: %s", v->schema, v->name, sqlite3_errmsg(db));
+    dc_err(&v->base.zErrMsg, rc, NULL, "genes: cannot read %s.%s_columns: %s", v->schema, v->name, sqlite3_errmsg(db));
     goto fail_msg;
   }
   decl = sqlite3_str_new(db);
@@ -242,7 +233,7 @@ static int genes_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
     int kind = kd ? dc_obs_kind_from_name(kd) : 0;
     if (col != v->n_cols || !nm || !kind || kind == DC_OBS_CATEGORY ||
         (col < 3 && (strcmp(nm, FIXED[col]) != 0 || kind != (col == 0 ? DC_OBS_TEXT : DC_OBS_INT)))) {
-      rc = set_err(v, SQLITE_CORRUPT_VTAB,
+      rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL,
                    "genes: %s_columns row %lld ('%s', kind '%s') is not what the format allows (cols 0, 1, 2, ... "
                    "starting with name text, total_counts int, n_cells int; kinds int, bool, real, text)",
                    v->name, (long long)col, nm ? nm : "NULL", kd ? kd : "NULL");
@@ -261,17 +252,17 @@ static int genes_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
     if (!v->col_name[v->n_cols]) { rc = SQLITE_NOMEM; goto fail; }
     v->n_cols++;
     if (col >= 3 && !sqlite3_stricmp(nm, "gene_id")) {
-      rc = set_err(v, SQLITE_CORRUPT_VTAB, "genes: var column '%s' clashes with the built-in gene_id", nm);
+      rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: var column '%s' clashes with the built-in gene_id", nm);
       goto fail_msg;
     }
     sqlite3_str_appendf(decl, ", \"%w\" %s", nm, sql_type(kind));
   }
   if (rc != SQLITE_DONE) {
-    set_err(v, rc, "genes: reading %s_columns: %s", v->name, sqlite3_errmsg(db));
+    dc_err(&v->base.zErrMsg, rc, NULL, "genes: reading %s_columns: %s", v->name, sqlite3_errmsg(db));
     goto fail_msg;
   }
   if (v->n_cols < 3) {
-    rc = set_err(v, SQLITE_CORRUPT_VTAB, "genes: %s_columns lacks the columns name, total_counts, n_cells", v->name);
+    rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: %s_columns lacks the columns name, total_counts, n_cells", v->name);
     goto fail_msg;
   }
   sqlite3_finalize(st);
@@ -282,7 +273,7 @@ static int genes_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   if (!cols) { rc = SQLITE_NOMEM; goto fail; }
   rc = sqlite3_declare_vtab(db, cols);
   if (rc != SQLITE_OK) {
-    set_err(v, rc, "genes: cannot declare the columns (%s): %s", sqlite3_errmsg(db), cols);
+    dc_err(&v->base.zErrMsg, rc, NULL, "genes: cannot declare the columns (%s): %s", sqlite3_errmsg(db), cols);
     goto fail_msg;
   }
   sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
@@ -339,7 +330,7 @@ static int data_current(genes_vtab *v) {
     char *msg = NULL;
     rc = dc_dataset_seal(v->db, v->schema, "genes", &sealed, &dataset_id, &msg);
     if (rc != SQLITE_OK) {
-      rc = set_err(v, rc, "%s", msg ? msg : "genes: cannot read dc_meta");
+      rc = dc_err(&v->base.zErrMsg, rc, NULL, "%s", msg ? msg : "genes: cannot read dc_meta");
       sqlite3_free(msg);
       return rc;
     }
@@ -347,7 +338,7 @@ static int data_current(genes_vtab *v) {
   if ((rc = meta_int(v, "n_genes", &n, &f1)) != SQLITE_OK) return rc;
   if ((rc = meta_int(v, "genes_block", &block, &f2)) != SQLITE_OK) return rc;
   if (!f1 || !f2 || n < 0 || n > INT32_MAX || block < 1 || block > (int64_t)DC_OBS_MAX_N)
-    return set_err(v, SQLITE_CORRUPT_VTAB, "genes: dc_meta n_genes (%lld) or genes_block (%lld) is missing or impossible",
+    return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: dc_meta n_genes (%lld) or genes_block (%lld) is missing or impossible",
                    f1 ? (long long)n : -1LL, f2 ? (long long)block : -1LL);
   /* the stored columns must still be the declared ones */
   sqlite3_stmt *st = NULL;
@@ -355,7 +346,7 @@ static int data_current(genes_vtab *v) {
   if (!sql) return SQLITE_NOMEM;
   rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
-  if (rc != SQLITE_OK) return set_err(v, rc, "genes: cannot read %s_columns: %s", v->name, sqlite3_errmsg(v->db));
+  if (rc != SQLITE_OK) return dc_err(&v->base.zErrMsg, rc, NULL, "genes: cannot read %s_columns: %s", v->name, sqlite3_errmsg(v->db));
   int i = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     const char *nm = (const char *)sqlite3_column_text(st, 1), *kd = (const char *)sqlite3_column_text(st, 2);
@@ -367,9 +358,9 @@ static int data_current(genes_vtab *v) {
     i++;
   }
   sqlite3_finalize(st);
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return set_err(v, rc, "genes: reading %s_columns: %s", v->name, sqlite3_errmsg(v->db));
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return dc_err(&v->base.zErrMsg, rc, NULL, "genes: reading %s_columns: %s", v->name, sqlite3_errmsg(v->db));
   if (i != v->n_cols)
-    return set_err(v, SQLITE_ERROR, "genes: %s_columns changed since the table was opened; reopen the connection", v->name);
+    return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "genes: %s_columns changed since the table was opened; reopen the connection", v->name);
   gdata *d = sqlite3_malloc64(sizeof *d);
   if (!d) return SQLITE_NOMEM;
   memset(d, 0, sizeof *d);
@@ -421,7 +412,7 @@ static int load_column(genes_vtab *v, gdata *d, int k) {
   if (!sql) { rc = SQLITE_NOMEM; goto done; }
   rc = sqlite3_prepare_v2(v->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
-  if (rc != SQLITE_OK) { rc = set_err(v, rc, "genes: cannot read %s_blocks: %s", v->name, sqlite3_errmsg(v->db)); goto done; }
+  if (rc != SQLITE_OK) { rc = dc_err(&v->base.zErrMsg, rc, NULL, "genes: cannot read %s_blocks: %s", v->name, sqlite3_errmsg(v->db)); goto done; }
   sqlite3_bind_int64(st, 1, (int64_t)k << 32);
   sqlite3_bind_int64(st, 2, ((int64_t)k + 1) << 32);
   dec = dc_obs_decoder_new();
@@ -431,7 +422,7 @@ static int load_column(genes_vtab *v, gdata *d, int k) {
     int64_t blk = sqlite3_column_int64(st, 0), first = sqlite3_column_int64(st, 1), cnt = sqlite3_column_int64(st, 2);
     int64_t want = n - next < d->block ? n - next : d->block;
     if (blk != b || first != next || cnt != want || sqlite3_column_int64(st, 4) != k || cnt <= 0) {
-      rc = set_err(v, SQLITE_CORRUPT_VTAB,
+      rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL,
                    "genes: column '%s' block %lld: first_gene %lld, n_genes %lld; expected block %lld with genes "
                    "%lld .. %lld", c->name, (long long)blk, (long long)first, (long long)cnt, (long long)b,
                    (long long)next, (long long)(next + want - 1));
@@ -444,7 +435,7 @@ static int load_column(genes_vtab *v, gdata *d, int k) {
       int64_t seal = 0;
       if (dc_seal_block(d->dataset_id, &pl, NULL, NULL, NULL, len, blob, &seal)) { rc = SQLITE_NOMEM; goto done; }
       if (sqlite3_column_type(st, 5) != SQLITE_INTEGER || sqlite3_column_int64(st, 5) != seal) {
-        rc = set_err(v, SQLITE_CORRUPT_VTAB, "genes: column '%s' block %lld: checksum mismatch: its data and its place "
+        rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: column '%s' block %lld: checksum mismatch: its data and its place "
                      "(genes %lld..%lld of column %d) were not written together (moved, swapped, copied or edited)",
                      c->name, (long long)blk, (long long)first, (long long)(first + cnt - 1), k);
         goto done;
@@ -456,7 +447,7 @@ static int load_column(genes_vtab *v, gdata *d, int k) {
     memset(&de, 0, sizeof de);
     int dr = dc_obs_decode(dec, blob, len, &ex, &ob, &de);
     if (dr != DC_OK) {
-      rc = set_err(v, dr == DC_ENOMEM ? SQLITE_NOMEM : dr == DC_EUNSUPPORTED ? SQLITE_ERROR : SQLITE_CORRUPT_VTAB,
+      rc = dc_err(&v->base.zErrMsg, dr == DC_ENOMEM ? SQLITE_NOMEM : dr == DC_EUNSUPPORTED ? SQLITE_ERROR : SQLITE_CORRUPT_VTAB, NULL,
                    "genes: column '%s' block %lld: %s", c->name, (long long)blk, de.msg[0] ? de.msg : dc_strerror(dr));
       goto done;
     }
@@ -488,11 +479,11 @@ static int load_column(genes_vtab *v, gdata *d, int k) {
   }
   if (rc != SQLITE_DONE) {
     if (rc == SQLITE_ROW) rc = SQLITE_ERROR;
-    if (!v->base.zErrMsg) rc = set_err(v, rc, "genes: reading %s_blocks: %s", v->name, sqlite3_errmsg(v->db));
+    if (!v->base.zErrMsg) rc = dc_err(&v->base.zErrMsg, rc, NULL, "genes: reading %s_blocks: %s", v->name, sqlite3_errmsg(v->db));
     goto done;
   }
   if (next != n) {
-    rc = set_err(v, SQLITE_CORRUPT_VTAB, "genes: column '%s' has blocks for %lld genes, dc_meta.n_genes is %lld",
+    rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: column '%s' has blocks for %lld genes, dc_meta.n_genes is %lld",
                  c->name, (long long)next, (long long)n);
     goto done;
   }
@@ -738,7 +729,7 @@ static int genes_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   position(c);
   return SQLITE_OK;
 bad_plan:
-  return set_err(v, SQLITE_ERROR, "genes: unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
+  return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "genes: unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
 }
 
 static int genes_eof(sqlite3_vtab_cursor *cur) { return ((genes_cursor *)cur)->eof; }

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "dc_ext.h"
+#include "dc_format.h"
 #include "dc_plan.h"
 #include "dc_reader.h"
 
@@ -75,8 +76,7 @@ static int tiles_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   if (!v->schema || !v->shadow) { rc = SQLITE_NOMEM; goto fail; }
   if (create) {
     char *sql = sqlite3_mprintf(
-        "CREATE TABLE IF NOT EXISTS \"%w\".\"%w\"(tile INTEGER PRIMARY KEY, first_cell INTEGER NOT NULL,"
-        " n_cells INTEGER NOT NULL, nnz INTEGER NOT NULL, chunks INTEGER NOT NULL, data BLOB NOT NULL, checksum INTEGER)",
+        "CREATE TABLE IF NOT EXISTS \"%w\".\"%w\"(" DC_TILES_DATA_COLUMNS ")",
         v->schema, v->shadow);
     if (!sql) { rc = SQLITE_NOMEM; goto fail; }
     rc = sqlite3_exec(db, sql, NULL, NULL, pzErr);

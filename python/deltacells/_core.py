@@ -104,8 +104,14 @@ class Catalogue:
         meta = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
         self.n_cells = int(meta["n_cells"])
         self.n_genes = int(meta["n_genes"])
-        # The tiles table checks each tile's header and seal, which reads every tile; over a
-        # remote connection read its shadow table (dc_batch checks each tile it reads anyway)
+        # The tile boundaries come from the extension, not a load of our own: the `tiles` table
+        # is a view of the connection's one tile index (ext/reader.c: loaded and validated once
+        # per data version for every table). The arrays kept here are a numpy copy of it
+        # because the loaders map cells to tiles per batch (searchsorted, per-tile plans,
+        # sizes) without an SQL round trip; they are read once per process, like the rest of
+        # the catalogue. The tiles table checks each tile's header and seal, which reads every
+        # tile; over a remote connection read its shadow table instead (dc_batch checks each
+        # tile it reads anyway).
         src = "tiles_data" if isinstance(con, RemoteConnection) else "tiles"
         rows = con.execute(
             f"SELECT tile, first_cell, n_cells, nnz FROM {src} ORDER BY tile").fetchall()

@@ -1,5 +1,5 @@
 """A `cells` query with many constraints works whatever their number: xBestIndex pushes down
-at most CELLS_MAX_TERMS (250) and SQLite checks the rest (a query with 65 range terms used to
+at most DC_PLAN_MAX_TERMS (250, dc_plan.h) and SQLite checks the rest (a query with 65 range terms used to
 fail with "cells: plan with 65 arguments")."""
 import pytest
 

@@ -94,3 +94,33 @@ def test_one_tile_index_per_schema(tmp_path):
     _, m, _ = batch(con, ids_blob([3]))
     assert np.array_equal(m.toarray(), X[[3]].toarray())
     assert loads() == 3
+
+
+def test_cells_uses_the_connection_tile_index(tmp_path):
+    """`cells` takes its tile boundaries from the connection's tile index (it used to load
+    tiles_data itself: a fourth copy per connection); its tile column and tile terms answer as
+    before, and a change of the data reloads the index once for cells and expression alike"""
+    h5, db = generated(tmp_path, 1300, 300, 55, 400)
+    X = reference_matrix(h5, db)
+    con = connect(db)
+    loads = lambda: con.execute("SELECT dc_config('index_loads')").fetchone()[0]
+    assert loads() == 0
+    got = con.execute("SELECT cell_id, tile FROM cells ORDER BY cell_id").fetchall()
+    assert loads() == 1          # cells loaded the connection's index (it used to load its own)
+    tiles = con.execute("SELECT tile, first_cell, n_cells FROM tiles ORDER BY tile").fetchall()
+    assert len(tiles) > 2
+    assert loads() == 1          # tiles joined it
+    want = [(c, t) for t, first, n in tiles for c in range(first, first + n)]
+    assert got == want
+    t, first, n = tiles[1]
+    assert con.execute("SELECT min(cell_id), max(cell_id), count(*) FROM cells WHERE tile = ?", (t,)).fetchone() \
+        == (first, first + n - 1, n)
+    assert loads() == 1
+    w = sqlite3.connect(str(db), isolation_level=None)
+    w.execute("INSERT INTO dc_meta VALUES ('x_touch', 1)")
+    w.execute("DELETE FROM dc_meta WHERE key = 'x_touch'")
+    w.close()
+    assert con.execute("SELECT tile FROM cells WHERE cell_id = ?", (first,)).fetchone()[0] == t
+    assert loads() == 2          # cells saw the new data version and reloaded the one index
+    assert con.execute("SELECT count(*) FROM expression_long WHERE cell_id = 3").fetchone()[0] == X[3].nnz
+    assert loads() == 2

@@ -285,3 +285,12 @@ def test_damage_is_found_or_harmless(good, tmp_path, seed):
         r = verify(p)
         if r.returncode == 0:
             assert got == want, f"{what}: verify passes but queries fail: {[g for g in got if isinstance(g, tuple)]}"
+
+
+def test_meta_sizes_by_the_extension_rule(good, tmp_path):
+    """verify applies the extension's tile-index rules (ext/tile_check.c, compiled into the
+    converter), so what the readers refuse verify names: here dc_meta.n_tiles beyond the
+    rule's bound (the readers say "dc_meta has impossible sizes")"""
+    bad = damaged(good, tmp_path, "UPDATE dc_meta SET value = 200000001 WHERE key = 'n_tiles'")
+    query_fails(bad, "SELECT count(*) FROM expression_long WHERE cell_id = 1", "impossible sizes")
+    assert "dc_meta has impossible sizes (n_cells 3000, n_genes 200, n_tiles 200000001)" in faults(bad)
