@@ -242,6 +242,11 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     uint32_t n = (uint32_t)n1 - 1;
     uint8_t *t = s->tab + (size_t)x * TAB_BYTES(vec);
     dc_ctx_sinfo *inf = s->inf + (size_t)x * 256;
+    /* the portable stage 3's fields of this context: rank bucket x % nrb of
+    ** cell-size bucket x / nrb (entries k0 + symbol) */
+    uint32_t *p32 = vec ? NULL : (uint32_t *)(void *)(s->pinf + (size_t)(x / m->nrb) * PF_BYTES);
+    uint8_t *p8 = vec ? NULL : (uint8_t *)(p32 + PF_U32);
+    const uint32_t k0 = (x % m->nrb) * 256;
     uint32_t start = 0;
     int64_t prev = -1;
     for (uint32_t i = 0; i <= n; i++) {
@@ -265,9 +270,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       set_info(&inf[i], (uint32_t)prev, i == n);
       if (!vec) {
         const dc_ctx_sinfo *e = &inf[i];
-        uint32_t *p32 = (uint32_t *)(void *)(s->pinf + (size_t)(x / m->nrb) * PF_BYTES);
-        uint8_t *p8 = (uint8_t *)(p32 + PF_U32);
-        uint32_t k = (x % m->nrb) * 256 + i;
+        uint32_t k = k0 + i;
         p32[k] = e->gbase + 1u;
         p32[PF_GM + k] = e->gmask;
         p32[PF_CB + k] = e->cbase;

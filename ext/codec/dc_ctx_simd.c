@@ -178,7 +178,7 @@ CELL_AVX2 static inline __m256i prefix8(__m256i x) {
   return _mm256_add_epi32(x, _mm256_permute2x128_si256(c, c, 0x08));   /* [0, lo's lane 3] */
 }
 
-/* A step in two halves.  STEP_A(J, LO, HI, NB, PN): the eight table entries
+/* A step in two halves.  STEP_A(TAIL, J, LO, HI, NB, PN): the eight table entries
 ** of symbols J .. J+7 (lo = gbase | cbase << 16, hi = gmask | nb << 16 | gb
 ** << 24, in lane order), their mantissa widths and the widths' prefix sum;
 ** it does not depend on pos.  STEP_B(TAIL, J, ...): the bits at pos, the
