@@ -202,3 +202,10 @@ int dc_plan_parse(const dc_plan_table *t, const char *z, int nargs, dc_plan_item
   *n_items = i;
   return 0;
 }
+
+int dc_plan_take(const dc_plan_table *t, int idxNum, const char *idxStr, int argc, dc_plan_item *items,
+                 int *n_items, char *why, size_t whycap) {
+  if (whycap) why[0] = 0;
+  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS) return -1;
+  return dc_plan_parse(t, idxStr, argc, items, DC_PLAN_MAX_ITEMS, n_items, why, whycap) ? -1 : 0;
+}

@@ -85,4 +85,11 @@ size_t dc_plan_format(const dc_plan_table *t, const dc_plan_item *items, int n, 
 ** reads past z's NUL. */
 int dc_plan_parse(const dc_plan_table *t, const char *z, int nargs, dc_plan_item *items, int cap, int *n_items,
                   char *err, size_t errcap);
+
+/* xFilter's side: the plan idxStr of a call with argc arguments, which xBestIndex gave as
+** idxNum = argc (at most DC_PLAN_MAX_ARGS), into items[0..DC_PLAN_MAX_ITEMS).  0 on success;
+** -1 when the count is not the planned one or idxStr is missing (why left ""), or when
+** dc_plan_parse refuses the string (its reason in why). */
+int dc_plan_take(const dc_plan_table *t, int idxNum, const char *idxStr, int argc, dc_plan_item *items,
+                 int *n_items, char *why, size_t whycap);
 #endif

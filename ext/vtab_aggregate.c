@@ -343,8 +343,7 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
     char why[200] = "";
     dc_plan_table pt;
     plan_table(v, &pt);
-    if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
-        dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+    if (dc_plan_take(&pt, idxNum, idxStr, argc, items, &n_items, why, sizeof why))
       return dc_err(&v->base.zErrMsg, SQLITE_ERROR, AGG_NAME(v), "unknown plan '%s'%s%s", idxStr ? idxStr : "", why[0] ? ": " : "", why);
     int first_arg = v->wide ? W_NCOLS : L_NCOLS;
     for (int i = 0; i < n_items; i++) {

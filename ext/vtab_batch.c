@@ -354,8 +354,7 @@ static int batch_args(batch_vtab *v, int idxNum, const char *idxStr, int argc, s
   dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200] = "";
-  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
-      dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+  if (dc_plan_take(&plan_table, idxNum, idxStr, argc, items, &n_items, why, sizeof why))
     return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: unknown plan %d '%s'%s%s", idxNum, idxStr ? idxStr : "",
                   why[0] ? ": " : "", why);
   for (int i = 0; i < n_items; i++) {

@@ -440,14 +440,14 @@ static int expr_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr,
   int rc;
   cursor_clear(c);
   c->cell = -1;
-  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS) return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "%s: unknown plan", v->reader->what);
   dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200];
   dc_plan_table pt;
   plan_table(v, &pt);
-  if (dc_plan_parse(&pt, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
-    return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "%s: unknown plan '%s': %s", v->reader->what, idxStr, why);
+  if (dc_plan_take(&pt, idxNum, idxStr, argc, items, &n_items, why, sizeof why))
+    return why[0] ? dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "%s: unknown plan '%s': %s", v->reader->what, idxStr, why)
+                  : dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "%s: unknown plan", v->reader->what);
   if ((rc = dc_reader_begin(v->reader, &err)) != SQLITE_OK) {
     sqlite3_free(v->base.zErrMsg); v->base.zErrMsg = err;
     return rc;

@@ -659,8 +659,7 @@ static int genes_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200] = "";
-  if (idxNum != argc || !idxStr || argc > DC_PLAN_MAX_ARGS ||
-      dc_plan_parse(&plan_table, idxStr, argc, items, DC_PLAN_MAX_ITEMS, &n_items, why, sizeof why))
+  if (dc_plan_take(&plan_table, idxNum, idxStr, argc, items, &n_items, why, sizeof why))
     goto bad_plan;
   for (int i = 0; i < n_items; i++) {
     const dc_plan_item *it = &items[i];

@@ -249,6 +249,25 @@ static void test_other_tables(void) {
   free(s);
 }
 
+/* xFilter's side: the count must be the planned one and the string must parse */
+static void test_take(void) {
+  dc_plan_item it[2] = {{CELLS_ITEM_TERM, 0, DC_OP_EQ, 1, 0}, {CELLS_ITEM_TERM, 3, DC_OP_GT, 0, 1}};
+  char *s = fmt(it, 2);
+  dc_plan_item got[DC_PLAN_MAX_ITEMS];
+  int n = -1;
+  char why[200];
+  DCT_CHECKF(dc_plan_take(&cells_t, 2, s, 2, got, &n, why, sizeof why) == 0 && n == 2 && same(&got[1], &it[1]), "%s: %s", s, why);
+  /* a count other than the planned one, no string, too many arguments: refused, no reason */
+  strcpy(why, "x");
+  DCT_CHECK(dc_plan_take(&cells_t, 3, s, 2, got, &n, why, sizeof why) == -1 && why[0] == 0);
+  strcpy(why, "x");
+  DCT_CHECK(dc_plan_take(&cells_t, 2, NULL, 2, got, &n, why, sizeof why) == -1 && why[0] == 0);
+  DCT_CHECK(dc_plan_take(&cells_t, DC_PLAN_MAX_ARGS + 1, s, DC_PLAN_MAX_ARGS + 1, got, &n, why, sizeof why) == -1 && why[0] == 0);
+  /* a string the grammar refuses: its reason */
+  DCT_CHECK(dc_plan_take(&cells_t, 1, s, 1, got, &n, why, sizeof why) == -1 && why[0] != 0);
+  free(s);
+}
+
 int main(void) {
   DCT_RUN(test_format_words);
   DCT_RUN(test_roundtrip);
@@ -256,5 +275,6 @@ int main(void) {
   DCT_RUN(test_bad_plans);
   DCT_RUN(test_mutations);
   DCT_RUN(test_other_tables);
+  DCT_RUN(test_take);
   return dct_done();
 }
