@@ -493,24 +493,7 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
     sqlite3_finalize(q);
     if (!ok) { cv_fail(e, "internal: the appended tiles do not add up to %lld cells, %lld nonzeros", (long long)S.n_cells, (long long)S.nnz); goto done; }
   } else if (identity && strcmp(S.codec, D->codec) == 0) {
-    seal_fn_ctx fc = {S.id, D->id};
-    if (sqlite3_create_function(db, "cv_reseal_tile", 9, SQLITE_UTF8, &fc, cv_fn_reseal_tile, NULL, NULL) != SQLITE_OK) {
-      cv_sql_fail(db, e, "cv_reseal_tile");
-      goto done;
-    }
-    char *m = NULL;
-    char *sql = sqlite3_mprintf(
-        "INSERT INTO main.tiles_data SELECT tile + %lld, first_cell + %lld, n_cells, nnz, chunks, data, "
-        "cv_reseal_tile(tile, first_cell, tile + %lld, first_cell + %lld, n_cells, nnz, chunks, data, checksum) "
-        "FROM src.tiles_data ORDER BY tile",
-        (long long)D->n_tiles, (long long)D->n_cells, (long long)D->n_tiles, (long long)D->n_cells);
-    int r = sql ? sqlite3_exec(db, sql, NULL, NULL, &m) : SQLITE_NOMEM;
-    sqlite3_free(sql);
-    if (r != SQLITE_OK) {
-      cv_fail(e, "%s: copying tiles: %s", spath, m ? m : sqlite3_errmsg(db));
-      sqlite3_free(m);
-      goto done;
-    }
+    if (cv_copy_tiles(db, "src", spath, S.id, D->id, D->n_tiles, D->n_cells, e)) goto done;
   } else {
     if (reencoded) *reencoded += (int)S.n_tiles;
     if (reencode_tiles(db, &w, D, &S, sigma, N, threads, e)) goto done;

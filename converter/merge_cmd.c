@@ -7,9 +7,10 @@
 ** so that every new tile is encoded once and copied; then cv_merge_into() runs
 ** in one transaction on D (rollback journal: a crash leaves the old dataset,
 ** which the next read-write open restores).
-** merge: A is copied to a temporary file beside the output, given a fresh
-** dataset id (every seal computed again), every other dataset is merged into
-** it, and it is renamed into place.
+** merge: a temporary file beside the output gets A's schema and rows (its tiles
+** streamed by cv_copy_tiles with their seals under a fresh dataset id, its obs
+** blocks sealed again), every other dataset is merged into it, and it is
+** renamed into place.
 */
 #include "merge.h"
 
@@ -32,6 +33,9 @@
 #include "dc_obs.h"
 #include "dc_seal.h"
 #include "merge_store.h"
+
+/* The extension, compiled into the converter with -DSQLITE_CORE. */
+int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
 /* ------------------------------------------------------------ append */
 static char *temp_beside(const char *path, int *fd_out, cv_err *e) {
@@ -179,22 +183,84 @@ done:
 }
 
 /* ------------------------------------------------------------ merge */
-static int copy_file(const char *from, int to_fd, cv_err *e) {
-  int in = open(from, O_RDONLY | O_CLOEXEC);
-  if (in < 0) return cv_fail(e, "%s: %s", from, strerror(errno));
-  char *buf = malloc(1 << 20);
-  int rc = buf ? 0 : cv_fail(e, "out of memory");
-  ssize_t n;
-  while (!rc && (n = read(in, buf, 1 << 20)) != 0) {
-    if (n < 0) { rc = cv_fail(e, "%s: %s", from, strerror(errno)); break; }
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = write(to_fd, buf + off, (size_t)(n - off));
-      if (w <= 0) { rc = cv_fail(e, "writing a copy of %s: %s", from, strerror(errno)); break; }
-      off += w;
+/* SQL statements of a schema kept for later, in order. */
+typedef struct sqllist { char **sql; int n; size_t cap; } sqllist;
+
+static void sqllist_free(sqllist *l) {
+  for (int i = 0; i < l->n; i++) free(l->sql[i]);
+  free(l->sql);
+  memset(l, 0, sizeof *l);
+}
+
+static int sqllist_run(sqlite3 *db, const sqllist *l, cv_err *e) {
+  for (int i = 0; i < l->n; i++)
+    if (cv_exec(db, l->sql[i], e)) return -1;
+  return 0;
+}
+
+/* The first dataset (ATTACHed as `first`) into main, an empty file: its page size and
+** application id, its tables, every row as it is (INSERT ... SELECT), except that tiles_data's
+** rows are copied by cv_copy_tiles with their seals under new_id (one reused buffer, no blob
+** taken into fresh memory; rewriting the rows of a byte copy with UPDATE read every blob twice
+** into fresh memory, most of a merge's time).  Its virtual tables, then views and triggers, are
+** left in late, to be created once the merged dataset is complete. */
+static int copy_first(sqlite3 *db, const char *path, uint64_t old_id, uint64_t new_id, sqllist *late, cv_err *e) {
+  static const char *const KEEP[] = {"page_size", "application_id", "user_version"};
+  int64_t kv[3];
+  for (int k = 0; k < 3; k++) {
+    sqlite3_stmt *q = cv_prep(db, e, "PRAGMA first.%s", KEEP[k]);
+    if (!q) return cv_prefix(e, "%s", path);
+    int qr = sqlite3_step(q);
+    kv[k] = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    if (qr != SQLITE_ROW) return cv_sql_fail(db, e, path);
+  }
+  char *prag = sqlite3_mprintf("PRAGMA main.page_size=%lld; PRAGMA main.application_id=%lld; PRAGMA main.user_version=%lld; "
+                               "PRAGMA main.journal_mode=OFF; PRAGMA main.synchronous=OFF; PRAGMA main.cache_size=-2048; BEGIN",
+                               (long long)kv[0], (long long)kv[1], (long long)kv[2]);
+  if (!prag) return cv_fail(e, "out of memory");
+  int rc = cv_exec(db, prag, e);
+  sqlite3_free(prag);
+  if (rc) return -1;
+  sqllist tables = {0}, data = {0}, idx = {0};
+  sqlite3_stmt *st = cv_prep(db, e, "SELECT type, name, sql FROM first.sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid");
+  if (!st) return -1;
+  int r, seq = 0;
+  while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *type = (const char *)sqlite3_column_text(st, 0), *name = (const char *)sqlite3_column_text(st, 1);
+    const char *sql = (const char *)sqlite3_column_text(st, 2);
+    int vtab = !sqlite3_strnicmp(sql, "CREATE VIRTUAL", 14), sys = !sqlite3_strnicmp(name, "sqlite_", 7);
+    sqllist *to = !strcmp(type, "table") && !vtab ? &tables : !strcmp(type, "index") ? &idx : late;
+    char *copy = NULL;
+    if (to == &tables && !sys && strcmp(name, "tiles_data") != 0)
+      copy = sqlite3_mprintf("INSERT INTO main.\"%w\" SELECT * FROM first.\"%w\"", name, name);
+    if (sys && to == &tables) {   /* sqlite_sequence: made by the tables that need it, its rows copied last */
+      seq |= !strcmp(name, "sqlite_sequence");
+      continue;                     /* sqlite_stat*: made by ANALYZE, not copied */
+    }
+    if (sql) {
+      char *s = strdup(sql);
+      if (!s || cv_grow((void **)&to->sql, &to->cap, (size_t)to->n + 1, sizeof *to->sql, e)) { free(s); rc = cv_fail(e, "out of memory"); break; }
+      to->sql[to->n++] = s;
+    }
+    if (copy) {
+      char *c = strdup(copy);
+      sqlite3_free(copy);
+      if (!c || cv_grow((void **)&data.sql, &data.cap, (size_t)data.n + 1, sizeof *data.sql, e)) { free(c); rc = cv_fail(e, "out of memory"); break; }
+      data.sql[data.n++] = c;
     }
   }
-  free(buf);
-  close(in);
+  if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
+  sqlite3_finalize(st);
+  if (!rc && (sqllist_run(db, &tables, e) || sqllist_run(db, &data, e) ||
+              (seq && cv_exec(db, "DELETE FROM main.sqlite_sequence; "
+                                  "INSERT INTO main.sqlite_sequence SELECT * FROM first.sqlite_sequence", e))))
+    rc = cv_prefix(e, "%s", path);
+  if (!rc) rc = cv_copy_tiles(db, "first", path, old_id, new_id, 0, 0, e);   /* names path itself */
+  if (!rc && sqllist_run(db, &idx, e)) rc = cv_prefix(e, "%s", path);
+  sqllist_free(&tables);
+  sqllist_free(&data);
+  sqllist_free(&idx);
   return rc;
 }
 
@@ -221,24 +287,26 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
   memset(&D, 0, sizeof D);
   dcol *cols = NULL;
   int nc = 0;
-  if (copy_file(o->inputs[0], fd, e)) goto done;
-  if (sqlite3_open_v2(tmp, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) { cv_fail(e, "%s: cannot open a copy", o->inputs[0]); goto done; }
-  if (cv_exec(db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN", e)) goto done;
-  if (cv_read_meta(db, "main", o->inputs[0], &D, e)) goto done;
-  /* a fresh dataset id: every seal of the copy again (each checked under the old id first) */
+  sqllist late = {0};
+  int timing = getenv("DELTACELLS_TIMING") != NULL;
+  double tt = cv_now();
+#define MERGE_STAGE(what) do { if (timing) { fprintf(stderr, "merge: %s %.3f s\n", what, cv_now() - tt); tt = cv_now(); } } while (0)
+  if (sqlite3_open_v2(tmp, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) { cv_fail(e, "%s: cannot open it", tmp); goto done; }
+  {
+    sqlite3_stmt *at = cv_prep(db, e, "ATTACH %Q AS first", o->inputs[0]);
+    int ar = at ? sqlite3_step(at) : SQLITE_ERROR;
+    sqlite3_finalize(at);
+    if (ar != SQLITE_DONE) { if (at) cv_sql_fail(db, e, o->inputs[0]); goto done; }
+  }
+  if (cv_read_meta(db, "first", o->inputs[0], &D, e)) goto done;
+  /* a fresh dataset id: every seal of the first again (each checked under the old id first) */
   uint64_t old = D.id;
   if (dc_seal_new_id(&D.id) != 0) { cv_fail(e, "no random dataset id: %s", strerror(errno)); goto done; }
+  if (copy_first(db, o->inputs[0], old, D.id, &late, e)) goto done;
+  MERGE_STAGE("the first copied");
   {
-    seal_fn_ctx fc = {old, D.id};
-    char hex[17], *m = NULL;
+    char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)D.id);
-    if (sqlite3_create_function(db, "cv_reseal_tile", 9, SQLITE_UTF8, &fc, cv_fn_reseal_tile, NULL, NULL) != SQLITE_OK) { cv_sql_fail(db, e, "function"); goto done; }
-    if (sqlite3_exec(db, "UPDATE tiles_data SET checksum = cv_reseal_tile(tile, first_cell, tile, first_cell, n_cells, nnz, "
-                         "chunks, data, checksum)", NULL, NULL, &m) != SQLITE_OK) {
-      cv_fail(e, "%s: %s", o->inputs[0], m ? m : sqlite3_errmsg(db));
-      sqlite3_free(m);
-      goto done;
-    }
     if (cv_read_cols(db, "main", o->inputs[0], &cols, &nc, e)) goto done;
     for (int i = 0; i < nc; i++)
       if (cv_reseal_blocks(db, old, cols[i].kind == DC_OBS_CATEGORY ? cols[i].ncat : -1, D.id, cols[i].col, cols[i].name, cols[i].kind, cols[i].kind == DC_OBS_CATEGORY ? cols[i].ncat : -1, e) ||
@@ -250,13 +318,28 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
     sqlite3_finalize(u);
     if (r != SQLITE_DONE) { cv_sql_fail(db, e, "dc_meta"); goto done; }
   }
-  for (int i = 1; i < o->n_inputs; i++)  /* the copy is thrown away on any failure: a transaction each */
-    if (cv_merge_into(db, &D, o->inputs[i], i > 1, 0, o->threads, &reenc, e) || cv_exec(db, "COMMIT; DETACH src", e) ||
-        (i + 1 < o->n_inputs && cv_exec(db, "BEGIN", e)))
+  if (cv_exec(db, "COMMIT; DETACH first", e)) goto done;
+  MERGE_STAGE("obs of the first sealed again");
+  for (int i = 1; i < o->n_inputs; i++)  /* the file is thrown away on any failure: a transaction each */
+    if (cv_exec(db, "BEGIN", e) || cv_merge_into(db, &D, o->inputs[i], i > 1, 0, o->threads, &reenc, e) ||
+        cv_exec(db, "COMMIT; DETACH src", e))
       goto done;
+  MERGE_STAGE("the others merged");
+  {  /* the virtual tables (and any views and triggers) of the first, now that the dataset is complete */
+    char *msg = NULL;
+    if (sqlite3_deltacells_init(db, &msg, NULL) != SQLITE_OK) {
+      cv_fail(e, "%s: loading the deltacells extension: %s", tmp, msg ? msg : "failed");
+      sqlite3_free(msg);
+      goto done;
+    }
+    sqlite3_free(msg);
+    if (cv_exec(db, "BEGIN", e) || sqllist_run(db, &late, e) || cv_exec(db, "COMMIT", e)) goto done;
+  }
   if (sqlite3_close(db) != SQLITE_OK) { cv_fail(e, "%s: close", tmp); db = NULL; goto done; }
   db = NULL;
+  MERGE_STAGE("close");
   if (fsync(fd) != 0) { cv_fail(e, "%s: fsync: %s", tmp, strerror(errno)); goto done; }
+  MERGE_STAGE("fsync");
   if (o->force ? rename(tmp, o->out) != 0 : renameat2(AT_FDCWD, tmp, AT_FDCWD, o->out, RENAME_NOREPLACE) != 0) {
     cv_fail(e, "%s: %s", o->out, errno == EEXIST ? "exists (use --force to replace it)" : strerror(errno));
     goto done;
@@ -270,6 +353,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
   rc = 0;
 done:
   cv_dcols_free(cols, nc);
+  sqllist_free(&late);
   if (db) sqlite3_close(db);
   unlink_db(tmp);
   free(tmp);

@@ -285,42 +285,6 @@ int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv
 }
 
 /* ------------------------------------------------------------ seals */
-/* cv_reseal_tile(old_tile, old_first, new_tile, new_first, n_cells, nnz, chunks, data, checksum):
-** checks the row's seal under the old dataset id and returns its seal at its new place. */
-void cv_fn_reseal_tile(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
-  seal_fn_ctx *c = sqlite3_user_data(ctx);
-  const uint8_t *blob = sqlite3_value_blob(argv[7]);
-  size_t len = (size_t)sqlite3_value_bytes(argv[7]);
-  int64_t t0 = sqlite3_value_int64(argv[0]), f0 = sqlite3_value_int64(argv[1]);
-  int64_t t1 = sqlite3_value_int64(argv[2]), f1 = sqlite3_value_int64(argv[3]);
-  int64_t nc = sqlite3_value_int64(argv[4]), nz = sqlite3_value_int64(argv[5]), ch = sqlite3_value_int64(argv[6]);
-  dc_tile_hdr *h = malloc(sizeof *h);
-  dc_error de;
-  memset(&de, 0, sizeof de);
-  if (!h) { sqlite3_result_error_nomem(ctx); return; }
-  if (!blob || dc_tile_parse(blob, len, h, &de) != DC_OK) {
-    char *m = sqlite3_mprintf("tile %lld: %s", (long long)t0, blob ? de.msg : "no data");
-    sqlite3_result_error(ctx, m, -1);
-    sqlite3_free(m);
-    free(h);
-    return;
-  }
-  int64_t old = 0, neu = 0;
-  int r = dc_seal_tile(c->old_id, t0, f0, nc, nz, ch, len, blob, (size_t)h->hdr_len, &old) ||
-          dc_seal_tile(c->new_id, t1, f1, nc, nz, ch, len, blob, (size_t)h->hdr_len, &neu);
-  free(h);
-  if (r) { sqlite3_result_error_nomem(ctx); return; }
-  if (old != sqlite3_value_int64(argv[8])) {
-    char *m = sqlite3_mprintf("tile %lld: its seal does not match (the tile and its place were not written together)",
-                              (long long)t0);
-    sqlite3_result_error(ctx, m, -1);
-    sqlite3_free(m);
-    return;
-  }
-  sqlite3_result_int64(ctx, neu);
-}
-
 /* Seals every block of main's obs column col again, keyed by new_id (after
 ** its n_categories, or the dataset id, changed).  old_id: checks each first. */
 int cv_reseal_blocks(sqlite3 *db, uint64_t old_id, int64_t old_ncat, uint64_t new_id, int64_t col, const char *name,
@@ -511,4 +475,120 @@ int cv_write_blocks(dsw *w, int64_t col, const char *name, int64_t ncat, int64_t
     if (cv_check_interrupt(e) || write_block(w, col, name, ncat, f / B, f, v, off, k, e)) return -1;
   }
   return 0;
+}
+
+/* ------------------------------------------------------------ tiles copied */
+/* The state of one cv_copy_tiles: the source's blob handle and one reused buffer. */
+typedef struct tilecopy {
+  sqlite3 *db;
+  const char *schema, *path;
+  uint64_t old_id, new_id;
+  int64_t tile_off, cell_off;
+  sqlite3_blob *b;
+  uint8_t *buf;
+  size_t cap;
+  dc_tile_hdr *h;
+  int64_t seal_tile, seal;   /* the new seal of the row cv_tile_copy read last */
+} tilecopy;
+
+static void fn_fail(sqlite3_context *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *m = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  if (m) sqlite3_result_error(ctx, m, -1);
+  else sqlite3_result_error_nomem(ctx);
+  sqlite3_free(m);
+}
+
+/* cv_tile_copy(tile, first_cell, n_cells, nnz, chunks, checksum): the row's blob, read into the
+** reused buffer and returned as it is (SQLITE_STATIC: SQLite copies it into the new row's
+** record, whose buffer one statement reuses); its seal is checked under the old dataset id, and
+** the seal at its new place kept for cv_tile_copy_seal. */
+static void fn_tile_copy(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  tilecopy *c = sqlite3_user_data(ctx);
+  int64_t t = sqlite3_value_int64(argv[0]), fc = sqlite3_value_int64(argv[1]), nc = sqlite3_value_int64(argv[2]);
+  int64_t nz = sqlite3_value_int64(argv[3]), ch = sqlite3_value_int64(argv[4]);
+  c->seal_tile = -1;
+  int br = c->b ? sqlite3_blob_reopen(c->b, t) : sqlite3_blob_open(c->db, c->schema, "tiles_data", "data", t, 0, &c->b);
+  if (br != SQLITE_OK) { fn_fail(ctx, "tile %lld: %s", (long long)t, sqlite3_errmsg(c->db)); return; }
+  int64_t len = sqlite3_blob_bytes(c->b);
+  if (len <= 0) { fn_fail(ctx, "tile %lld: no data", (long long)t); return; }
+  if ((size_t)len > c->cap) {
+    size_t n = c->cap ? c->cap : 1 << 20;
+    while (n < (size_t)len) n *= 2;
+    free(c->buf);   /* nothing to keep: grown, not copied */
+    c->buf = malloc(n);
+    c->cap = c->buf ? n : 0;
+    if (!c->buf) { sqlite3_result_error_nomem(ctx); return; }
+  }
+  if (sqlite3_blob_read(c->b, c->buf, (int)len, 0) != SQLITE_OK) { fn_fail(ctx, "tile %lld: %s", (long long)t, sqlite3_errmsg(c->db)); return; }
+  dc_error de;
+  memset(&de, 0, sizeof de);
+  if (dc_tile_parse(c->buf, (size_t)len, c->h, &de) != DC_OK) { fn_fail(ctx, "tile %lld: %s", (long long)t, de.msg); return; }
+  int64_t old = 0, neu = 0;
+  if (dc_seal_tile(c->old_id, t, fc, nc, nz, ch, (uint64_t)len, c->buf, (size_t)c->h->hdr_len, &old) ||
+      dc_seal_tile(c->new_id, t + c->tile_off, fc + c->cell_off, nc, nz, ch, (uint64_t)len, c->buf, (size_t)c->h->hdr_len, &neu)) {
+    sqlite3_result_error_nomem(ctx);
+    return;
+  }
+  if (sqlite3_value_type(argv[5]) != SQLITE_INTEGER || old != sqlite3_value_int64(argv[5]) || (int64_t)c->h->n_cells != nc ||
+      (int64_t)c->h->nnz != nz) {
+    fn_fail(ctx, "tile %lld: its seal does not match (the tile and its place were not written together)", (long long)t);
+    return;
+  }
+  c->seal_tile = t;
+  c->seal = neu;
+  sqlite3_result_blob64(ctx, c->buf, (sqlite3_uint64)len, SQLITE_STATIC);
+}
+
+/* cv_tile_copy_seal(tile): the new seal cv_tile_copy computed for that row */
+static void fn_tile_copy_seal(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  tilecopy *c = sqlite3_user_data(ctx);
+  if (c->seal_tile < 0 || c->seal_tile != sqlite3_value_int64(argv[0])) { fn_fail(ctx, "internal: a tile's seal asked before its copy"); return; }
+  sqlite3_result_int64(ctx, c->seal);
+}
+
+/* Copies every row of schema's tiles_data into main's, numbered on by tile_off and cell_off,
+** each blob as it is, in one INSERT ... SELECT whose blob (cv_tile_copy) is read with
+** sqlite3_blob_read into one reused buffer: SQLite neither takes each blob into fresh memory
+** of its own nor builds each row's record in fresh memory (on a machine where the first touch
+** of fresh pages is slow, that was most of a merge's time).  Each row's seal is checked under
+** old_id and computed again under new_id for its new place. */
+int cv_copy_tiles(sqlite3 *db, const char *schema, const char *path, uint64_t old_id, uint64_t new_id, int64_t tile_off,
+                  int64_t cell_off, cv_err *e) {
+  tilecopy c;
+  memset(&c, 0, sizeof c);
+  c.db = db;
+  c.schema = schema;
+  c.path = path;
+  c.old_id = old_id;
+  c.new_id = new_id;
+  c.tile_off = tile_off;
+  c.cell_off = cell_off;
+  c.seal_tile = -1;
+  c.h = malloc(sizeof *c.h);
+  if (!c.h) return cv_fail(e, "out of memory");
+  int rc = 0;
+  if (sqlite3_create_function(db, "cv_tile_copy", 6, SQLITE_UTF8, &c, fn_tile_copy, NULL, NULL) != SQLITE_OK ||
+      sqlite3_create_function(db, "cv_tile_copy_seal", 1, SQLITE_UTF8, &c, fn_tile_copy_seal, NULL, NULL) != SQLITE_OK)
+    rc = cv_sql_fail(db, e, "cv_tile_copy");
+  char *sql = rc ? NULL : sqlite3_mprintf(
+      "INSERT INTO main.tiles_data SELECT tile + %lld, first_cell + %lld, n_cells, nnz, chunks, "
+      "cv_tile_copy(tile, first_cell, n_cells, nnz, chunks, checksum), cv_tile_copy_seal(tile) FROM \"%w\".tiles_data ORDER BY tile",
+      (long long)tile_off, (long long)cell_off, schema);
+  if (!rc && !sql) rc = cv_fail(e, "out of memory");
+  char *m = NULL;
+  if (!rc && sqlite3_exec(db, sql, NULL, NULL, &m) != SQLITE_OK) rc = cv_fail(e, "%s: %s", path, m ? m : sqlite3_errmsg(db));
+  sqlite3_free(m);
+  sqlite3_free(sql);
+  sqlite3_blob_close(c.b);
+  /* the functions point at c: gone with it */
+  sqlite3_create_function(db, "cv_tile_copy", 6, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+  sqlite3_create_function(db, "cv_tile_copy_seal", 1, SQLITE_UTF8, NULL, NULL, NULL, NULL);
+  free(c.buf);
+  free(c.h);
+  return rc;
 }

@@ -67,11 +67,6 @@ int cv_load_column(sqlite3 *db, const char *schema, const char *table, int64_t c
 ** obs '_index'); NULL for a missing name.  On failure nv is freed. */
 int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv_err *e);
 
-/* The user data of the SQL function cv_reseal_tile (cv_fn_reseal_tile). */
-typedef struct seal_fn_ctx { uint64_t old_id, new_id; } seal_fn_ctx;
-/* cv_reseal_tile(old_tile, old_first, new_tile, new_first, n_cells, nnz, chunks, data, checksum):
-** checks the row's seal under the old dataset id and returns its seal at its new place. */
-void cv_fn_reseal_tile(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 /* Seals every block of main's obs column col again, keyed by new_id (after
 ** its n_categories, or the dataset id, changed).  old_id: checks each first. */
 int cv_reseal_blocks(sqlite3 *db, uint64_t old_id, int64_t old_ncat, uint64_t new_id, int64_t col, const char *name,
@@ -105,6 +100,12 @@ int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, 
 void cv_dcols_free(dcol *c, int n);
 /* The name of an obs kind ("?" for none). */
 const char *cv_obs_kind_label(int k);
+
+/* Copies every row of schema's tiles_data (of the dataset at path) into main's, tile and
+** first_cell moved on by tile_off and cell_off, blobs as they are; each row's seal is checked
+** under old_id and computed again under new_id.  One reused buffer: no fresh memory per blob. */
+int cv_copy_tiles(sqlite3 *db, const char *schema, const char *path, uint64_t old_id, uint64_t new_id, int64_t tile_off,
+                  int64_t cell_off, cv_err *e);
 
 /* merge.c: adds dataset spath (ATTACHed as `src`) to main, in the caller's transaction (which
 ** then detaches `src`); D is updated. */

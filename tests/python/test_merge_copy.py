@@ -1,0 +1,102 @@
+"""`merge` builds its output from the first dataset row by row (its schema, its tables' rows,
+its tiles streamed with their seals under the new dataset id), not from a byte copy of it:
+what the first dataset holds beyond the converter's tables survives, every tile blob is
+copied as it is, and a tile whose seal does not match stops the merge with nothing written."""
+import os
+import sqlite3
+
+import pytest
+
+from _converter_util import GEN, PY, need_converter, run
+
+import subprocess
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    need_converter()
+    d = tmp_path_factory.mktemp("mc")
+    h5 = []
+    for s in (1, 2, 3):
+        f = d / f"p{s}.h5ad"
+        subprocess.run([PY, GEN, "--cells", "700", "--genes", "300", "--seed", str(s), "-o", str(f)], check=True,
+                       capture_output=True)
+        h5.append(f)
+    a, b = d / "a.dcdb", d / "b.dcdb"
+    run("convert", h5[0], h5[1], "-o", a, "--quiet", "--tile-cells", "256")
+    run("convert", h5[2], "-o", b, "--quiet", "--tile-cells", "256", "--gene-order", a)
+    return d, a, b
+
+
+def schema(path):
+    con = sqlite3.connect(path)
+    rows = con.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name").fetchall()
+    con.close()
+    return rows
+
+
+def test_merge_keeps_the_first_datasets_schema_and_own_tables(parts, tmp_path):
+    d, a, b = parts
+    a2 = tmp_path / "a2.dcdb"
+    a2.write_bytes(a.read_bytes())
+    con = sqlite3.connect(a2)
+    con.executescript("""
+        CREATE TABLE notes(id INTEGER PRIMARY KEY AUTOINCREMENT, cell TEXT NOT NULL, note TEXT);
+        CREATE INDEX notes_cell ON notes(cell);
+        CREATE VIEW notes_count AS SELECT count(*) AS n FROM notes;
+        CREATE TRIGGER notes_upper AFTER INSERT ON notes BEGIN UPDATE notes SET note = upper(note) WHERE id = new.id; END;
+        INSERT INTO notes(cell, note) VALUES ('c1', 'first'), ('c2', 'second');
+        DELETE FROM notes WHERE cell = 'c2';
+        PRAGMA user_version = 7;
+    """)
+    con.commit()
+    con.close()
+    m = tmp_path / "m.dcdb"
+    run("merge", a2, b, "-o", m, "--quiet")
+    assert schema(m) == schema(a2)
+    con, c1 = sqlite3.connect(m), sqlite3.connect(a2)
+    for q in ("PRAGMA page_size", "PRAGMA application_id", "PRAGMA user_version", "SELECT * FROM notes",
+              "SELECT * FROM sqlite_sequence", "SELECT * FROM notes_count"):
+        assert con.execute(q).fetchall() == c1.execute(q).fetchall(), q
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 7
+    con.execute("INSERT INTO notes(cell, note) VALUES ('c3', 'third')")   # the trigger and the sequence came along
+    assert con.execute("SELECT id, note FROM notes WHERE cell = 'c3'").fetchall() == [(3, "THIRD")]
+    con.rollback()
+    con.close()
+    c1.close()
+    p = run("verify", m, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_merge_copies_every_tile_blob_as_it_is_with_new_seals(parts, tmp_path):
+    d, a, b = parts
+    m = tmp_path / "m.dcdb"
+    p = run("merge", a, b, "-o", m)
+    assert "(0 tiles decoded" in p.stdout, p.stdout
+    q = "SELECT tile, first_cell, n_cells, nnz, chunks, data, checksum FROM tiles_data ORDER BY tile"
+    ra, rb, rm = (sqlite3.connect(x).execute(q).fetchall() for x in (a, b, m))
+    assert len(rm) == len(ra) + len(rb) and len(ra) >= 2 and len(rb) >= 2
+    n_a = sum(r[2] for r in ra)
+    want = ra + [(t + len(ra), f + n_a, *rest) for (t, f, *rest) in rb]
+    assert [r[:6] for r in rm] == [r[:6] for r in want]
+    # the seals bind each tile to its place in the merged dataset: none is the input's
+    assert all(x[6] != y[6] for x, y in zip(rm, want))
+    assert run("verify", m, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("which", ["first", "second"])
+def test_a_tile_whose_seal_does_not_match_stops_the_merge(parts, tmp_path, which):
+    d, a, b = parts
+    bad = tmp_path / "bad.dcdb"
+    bad.write_bytes((a if which == "first" else b).read_bytes())
+    con = sqlite3.connect(bad)
+    con.execute("UPDATE tiles_data SET checksum = checksum + 1 WHERE tile = 1")
+    con.commit()
+    con.close()
+    out = tmp_path / "out" / "m.dcdb"
+    out.parent.mkdir()
+    args = (bad, b) if which == "first" else (a, bad)
+    p = run("merge", *args, "-o", out, check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "bad.dcdb" in p.stderr and "tile 1" in p.stderr and "seal does not match" in p.stderr, p.stderr
+    assert os.listdir(out.parent) == []   # no output, no temporary file left behind
