@@ -256,7 +256,9 @@ static int copy_first(sqlite3 *db, const char *path, uint64_t old_id, uint64_t n
               (seq && cv_exec(db, "DELETE FROM main.sqlite_sequence; "
                                   "INSERT INTO main.sqlite_sequence SELECT * FROM first.sqlite_sequence", e))))
     rc = cv_prefix(e, "%s", path);
+  double t0 = cv_now();
   if (!rc) rc = cv_copy_tiles(db, "first", path, old_id, new_id, 0, 0, e);   /* names path itself */
+  if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "merge: tiles of the first %.3f s\n", cv_now() - t0);
   if (!rc && sqllist_run(db, &idx, e)) rc = cv_prefix(e, "%s", path);
   sqllist_free(&tables);
   sqllist_free(&data);

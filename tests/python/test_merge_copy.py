@@ -100,3 +100,45 @@ def test_a_tile_whose_seal_does_not_match_stops_the_merge(parts, tmp_path, which
     assert p.returncode == 1, p.stdout + p.stderr
     assert "bad.dcdb" in p.stderr and "tile 1" in p.stderr and "seal does not match" in p.stderr, p.stderr
     assert os.listdir(out.parent) == []   # no output, no temporary file left behind
+
+
+@pytest.mark.parametrize("n_genes", [1500, 6000])   # one radix pass, two
+def test_shards_numbered_apart_merge_to_the_whole_by_gene_name(tmp_path, n_genes):
+    """Shards converted apart number genes by their own counts: merge decodes the later shard's
+    tiles, maps its genes and sorts each cell again (insertion sort for short cells, a radix sort
+    of two 11-bit passes beyond 2,048 genes) before encoding.  X by gene name equals the whole's."""
+    from _converter_util import Dataset
+    need_converter()
+    h5 = []
+    for s in (4, 5, 6):
+        f = tmp_path / f"q{s}.h5ad"
+        subprocess.run([PY, GEN, "--cells", "400", "--genes", str(n_genes), "--seed", str(s), "-o", str(f)], check=True,
+                       capture_output=True)
+        h5.append(f)
+    a, b, whole, m = (tmp_path / f"{x}.dcdb" for x in ("a", "b", "whole", "m"))
+    run("convert", h5[0], "-o", a, "--quiet", "--tile-cells", "256")
+    run("convert", h5[1], h5[2], "-o", b, "--quiet", "--tile-cells", "256")
+    run("convert", *h5, "-o", whole, "--quiet", "--tile-cells", "256")
+    p = run("merge", a, b, "-o", m)
+    assert "(0 tiles decoded" not in p.stdout, p.stdout   # b's tiles were encoded again
+    assert run("verify", m, check=False).returncode == 0
+    dm, dw = Dataset(str(m)), Dataset(str(whole))
+    try:
+        assert dm.n_genes == dw.n_genes and (dm.n_genes > 2048) == (n_genes > 2048)
+        xm, xw = dm.X(), dw.X()
+        assert xm.shape == xw.shape and xm.nnz == xw.nnz > 0
+        assert xm.getnnz(axis=1).max() >= 48   # cells long enough for the radix sort
+        order = {g: i for i, g in enumerate(dw.gene_names)}
+        perm = [order[g] for g in dm.gene_names]   # merged gene id -> whole's gene id
+        xm = xm.tocoo()
+        import scipy.sparse as sp
+        xm = sp.csr_matrix((xm.data, ([*xm.row], [perm[c] for c in xm.col])), shape=xw.shape)
+        assert (xm != xw).nnz == 0
+        # each cell's gene ids strictly increase in the merged tiles (the codec's order)
+        xr = dm.X()
+        for r in range(0, xr.shape[0], 37):
+            ix = xr.indices[xr.indptr[r]:xr.indptr[r + 1]]
+            assert (ix[1:] > ix[:-1]).all()
+    finally:
+        dm.close()
+        dw.close()
