@@ -198,30 +198,41 @@ static int sqllist_run(sqlite3 *db, const sqllist *l, cv_err *e) {
   return 0;
 }
 
-/* The first dataset (ATTACHed as `first`) into main, an empty file: its page size and
-** application id, its tables, every row as it is (INSERT ... SELECT), except that tiles_data's
-** rows are copied by cv_copy_tiles with their seals under new_id (one reused buffer, no blob
-** taken into fresh memory; rewriting the rows of a byte copy with UPDATE read every blob twice
-** into fresh memory, most of a merge's time).  Its virtual tables, then views and triggers, are
-** left in late, to be created once the merged dataset is complete. */
-static int copy_first(sqlite3 *db, const char *path, uint64_t old_id, uint64_t new_id, sqllist *late, cv_err *e) {
+/* main (an empty file) set up for the first dataset (ATTACHed as `first`): its page size, then
+** one transaction (BEGIN) in which everything of `first` is read, so that a writer changing it
+** meanwhile cannot make the copy a mix of two versions; its application id and user version. */
+static int open_first(sqlite3 *db, const char *path, cv_err *e) {
   static const char *const KEEP[] = {"page_size", "application_id", "user_version"};
   int64_t kv[3];
   for (int k = 0; k < 3; k++) {
+    if (k == 1 && cv_exec(db, "BEGIN", e)) return -1;
     sqlite3_stmt *q = cv_prep(db, e, "PRAGMA first.%s", KEEP[k]);
     if (!q) return cv_prefix(e, "%s", path);
     int qr = sqlite3_step(q);
     kv[k] = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
     if (qr != SQLITE_ROW) return cv_sql_fail(db, e, path);
+    if (k == 0) {   /* before the transaction: main's journal mode cannot change inside one */
+      char *prag = sqlite3_mprintf("PRAGMA main.page_size=%lld; PRAGMA main.journal_mode=OFF; PRAGMA main.synchronous=OFF; "
+                                   "PRAGMA main.cache_size=-2048", (long long)kv[0]);
+      int rc = prag ? cv_exec(db, prag, e) : cv_fail(e, "out of memory");
+      sqlite3_free(prag);
+      if (rc) return -1;
+    }
   }
-  char *prag = sqlite3_mprintf("PRAGMA main.page_size=%lld; PRAGMA main.application_id=%lld; PRAGMA main.user_version=%lld; "
-                               "PRAGMA main.journal_mode=OFF; PRAGMA main.synchronous=OFF; PRAGMA main.cache_size=-2048; BEGIN",
-                               (long long)kv[0], (long long)kv[1], (long long)kv[2]);
-  if (!prag) return cv_fail(e, "out of memory");
-  int rc = cv_exec(db, prag, e);
+  char *prag = sqlite3_mprintf("PRAGMA main.application_id=%lld; PRAGMA main.user_version=%lld", (long long)kv[1], (long long)kv[2]);
+  int rc = prag ? cv_exec(db, prag, e) : cv_fail(e, "out of memory");
   sqlite3_free(prag);
-  if (rc) return -1;
+  return rc;
+}
+
+/* The first dataset (ATTACHed as `first`) into main, an empty file (open_first): its tables, every row as it is (INSERT ... SELECT), except that tiles_data's
+** rows are copied by cv_copy_tiles with their seals under new_id (one reused buffer, no blob
+** taken into fresh memory; rewriting the rows of a byte copy with UPDATE read every blob twice
+** into fresh memory, most of a merge's time).  Its virtual tables, then views and triggers, are
+** left in late, to be created once the merged dataset is complete. */
+static int copy_first(sqlite3 *db, const char *path, uint64_t old_id, uint64_t new_id, sqllist *late, cv_err *e) {
+  int rc = 0;
   sqllist tables = {0}, data = {0}, idx = {0};
   sqlite3_stmt *st = cv_prep(db, e, "SELECT type, name, sql FROM first.sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid");
   if (!st) return -1;
@@ -300,7 +311,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
     sqlite3_finalize(at);
     if (ar != SQLITE_DONE) { if (at) cv_sql_fail(db, e, o->inputs[0]); goto done; }
   }
-  if (cv_read_meta(db, "first", o->inputs[0], &D, e)) goto done;
+  if (open_first(db, o->inputs[0], e) || cv_read_meta(db, "first", o->inputs[0], &D, e)) goto done;
   /* a fresh dataset id: every seal of the first again (each checked under the old id first) */
   uint64_t old = D.id;
   if (dc_seal_new_id(&D.id) != 0) { cv_fail(e, "no random dataset id: %s", strerror(errno)); goto done; }
