@@ -210,7 +210,8 @@ static const char *HELP_MERGE =
     "name (new ones get the next ids).  A tile whose genes all keep their ids is copied as\n"
     "it is; otherwise it is decoded and encoded again (the codec stores genes by rank), and\n"
     "the summary says how many.  Obs columns and `source` are joined as in `append`.\n"
-    "OUT gets a new dataset id (every seal computed again, each checked first).\n";
+    "OUT gets a new dataset id (every seal computed again, each checked first).  Tables,\n"
+    "indexes, views and triggers of your own in A come along; A is read in one transaction.\n";
 
 static const char *HELP_ANNOTATE =
     "usage: deltacells annotate DATASET TABLE.csv [--key name|cell_id] [--type COLUMN=KIND ...] [--quiet]\n"
