@@ -113,29 +113,76 @@ static val1 vals_get(const vals *v, uint64_t i) {
   return x;
 }
 
-/* Gene keys as genes_join makes them: the k-th repeat of a name gets "\x01k". */
-static int gene_keys(const vals *names, cv_map *keys, uint32_t *map_to, const cv_map *lookup, uint32_t *next, cv_err *e) {
-  cv_map occ = {0};
-  int rc = 0;
-  for (uint64_t i = 0; i < names->n && !rc; i++) {
-    const char *nm = names->text[i] ? names->text[i] : "";
-    uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
-    if (seen) k = ++*seen;
-    else if (cv_map_put(&occ, nm, 0, e)) { rc = -1; break; }
-    size_t kl = strlen(nm) + 16;
-    char *key = malloc(kl);
-    if (!key) { rc = cv_fail(e, "out of memory"); break; }
-    if (k) snprintf(key, kl, "%s\x01%u", nm, k);
-    else snprintf(key, kl, "%s", nm);
-    if (keys) rc = cv_map_put(keys, key, (uint32_t)i, e);
-    else {
-      uint32_t id;
-      map_to[i] = cv_map_get(lookup, key, &id) ? id : (*next)++;
-    }
-    free(key);
+/* Genes by name, as genes_join matches them: the k-th repeat of a name (k = 0, 1, ...) in one
+** dataset is the k-th repeat of that name in the other.  An open-addressing table of gene
+** indices hashed by name alone (linear probing, no deletions: every earlier gene of the same name
+** lies on the probe path before the first empty slot), so no key string is made or copied: a
+** string map with a key per gene was a third of the genes step of merging the real files. */
+typedef struct gtab {
+  uint32_t *slot;          /* gene index + 1; 0: empty */
+  uint32_t mask;
+  const vals *names;
+  uint32_t *rep;           /* each gene's repeat number k */
+} gtab;
+
+static const char *gname(const vals *v, uint64_t i) { return v->text[i] ? v->text[i] : ""; }
+
+static uint32_t hash_name(const char *s) {
+  uint32_t h = 2166136261u;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+  return h ^ (h >> 15);
+}
+
+static void gtab_free(gtab *t) {
+  free(t->slot);
+  free(t->rep);
+  memset(t, 0, sizeof *t);
+}
+
+/* every gene of names in t, with its repeat number */
+static int gtab_build(gtab *t, const vals *names, cv_err *e) {
+  memset(t, 0, sizeof *t);
+  uint64_t cap = 64;
+  while (cap < 2 * names->n + 2) cap *= 2;
+  if (cap > 0x80000000ull) return cv_fail(e, "too many genes (%llu)", (unsigned long long)names->n);
+  t->slot = calloc((size_t)cap, sizeof *t->slot);
+  t->rep = malloc(((size_t)names->n + 1) * sizeof *t->rep);
+  if (!t->slot || !t->rep) { gtab_free(t); return cv_fail(e, "out of memory"); }
+  t->mask = (uint32_t)(cap - 1);
+  t->names = names;
+  for (uint64_t i = 0; i < names->n; i++) {
+    const char *nm = gname(names, i);
+    uint32_t k = 0, j = hash_name(nm) & t->mask;
+    for (; t->slot[j]; j = (j + 1) & t->mask)
+      if (!strcmp(gname(names, t->slot[j] - 1), nm)) k++;
+    t->slot[j] = (uint32_t)i + 1;
+    t->rep[i] = k;
   }
-  cv_map_free(&occ);
-  return rc;
+  return 0;
+}
+
+/* the gene of t with name nm and repeat number k, or -1 */
+static int64_t gtab_find(const gtab *t, const char *nm, uint32_t k) {
+  for (uint32_t j = hash_name(nm) & t->mask; t->slot[j]; j = (j + 1) & t->mask) {
+    uint32_t g = t->slot[j] - 1;
+    if (t->rep[g] == k && !strcmp(gname(t->names, g), nm)) return g;
+  }
+  return -1;
+}
+
+/* sigma: S's gene j -> its id in the merged dataset (D's id of the same name and repeat, else
+** the next new id from *next, in S's order) */
+static int gene_map(const vals *dnames, const vals *snames, uint32_t *sigma, uint32_t *next, cv_err *e) {
+  gtab dt, st;
+  if (gtab_build(&dt, dnames, e)) return -1;
+  if (gtab_build(&st, snames, e)) { gtab_free(&dt); return -1; }
+  for (uint64_t j = 0; j < snames->n; j++) {
+    int64_t g = gtab_find(&dt, gname(snames, j), st.rep[j]);
+    sigma[j] = g >= 0 ? (uint32_t)g : (*next)++;
+  }
+  gtab_free(&dt);
+  gtab_free(&st);
+  return 0;
 }
 
 /* ------------------------------------------------------------ tiles */
@@ -404,13 +451,12 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
                        uint32_t *n_out, int *identity, cv_err *e) {
   gcol *dg = NULL, *sg = NULL, *mg = NULL;
   int nd = 0, ns = 0, nm = 0, rc = -1;
-  cv_map dkeys = {0};
   int *keep = NULL;
   uint32_t *sigma = NULL, *from_s = NULL, next = (uint32_t)D->n_genes;
   if (read_genes(db, "main", D->path, D->n_genes, &dg, &nd, e) || read_genes(db, "src", S->path, S->n_genes, &sg, &ns, e)) goto done;
   sigma = malloc(((size_t)S->n_genes + 1) * sizeof *sigma);
   if (!sigma) { cv_fail(e, "out of memory"); goto done; }
-  if (gene_keys(&dg[0].v, &dkeys, NULL, NULL, NULL, e) || gene_keys(&sg[0].v, NULL, sigma, &dkeys, &next, e)) goto done;
+  if (gene_map(&dg[0].v, &sg[0].v, sigma, &next, e)) goto done;
   *identity = 1;
   for (int64_t j = 0; j < S->n_genes; j++) if (sigma[j] != (uint32_t)j) *identity = 0;
   uint32_t N = next, NDg = (uint32_t)D->n_genes;
@@ -477,7 +523,6 @@ done:
   gcols_free(sg, ns);
   gcols_free(mg, nm);
   free(keep);
-  cv_map_free(&dkeys);
   free(sigma);
   free(from_s);
   return rc;

@@ -142,3 +142,47 @@ def test_shards_numbered_apart_merge_to_the_whole_by_gene_name(tmp_path, n_genes
     finally:
         dm.close()
         dw.close()
+
+
+def test_repeated_gene_names_match_by_repeat(tmp_path):
+    """A name repeated within a dataset: its k-th repeat in a later dataset joins its k-th repeat
+    in the first (gene_map's table of names), extra repeats become new genes."""
+    import warnings
+    import numpy as np
+    import scipy.sparse as sp
+    from _converter_util import Dataset
+    need_converter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import anndata as ad
+        import pandas as pd
+        for name, genes, n, seed in (("d1", ["A", "B", "A", "C", "D", "A", "E"], 300, 1),
+                                     ("d2", ["A", "Z", "A", "B", "A", "A", "Y", "C"], 200, 2)):
+            r = np.random.default_rng(seed)
+            X = sp.random(n, len(genes), density=0.3, random_state=seed, format="csr",
+                          data_rvs=lambda k: r.integers(1, 50, k)).astype(np.int32)
+            obs = pd.DataFrame({"t": pd.Categorical(r.choice(["a", "b"], n))}, index=[f"{name}_{i}" for i in range(n)])
+            ad.AnnData(X=X, obs=obs, var=pd.DataFrame(index=genes), dtype=np.int32).write_h5ad(tmp_path / f"{name}.h5ad")
+    for name in ("d1", "d2"):
+        run("convert", tmp_path / f"{name}.h5ad", "-o", tmp_path / f"{name}.dcdb", "--quiet")
+    m = tmp_path / "m.dcdb"
+    run("merge", tmp_path / "d1.dcdb", tmp_path / "d2.dcdb", "-o", m, "--quiet")
+    assert run("verify", m, check=False).returncode == 0
+    dm, d1, d2 = Dataset(str(m)), Dataset(str(tmp_path / "d1.dcdb")), Dataset(str(tmp_path / "d2.dcdb"))
+    try:
+        assert sorted(dm.gene_names) == sorted(["A"] * 4 + ["B", "C", "D", "E", "Y", "Z"])
+        assert dm.gene_names[:d1.n_genes] == d1.gene_names   # the first's ids kept
+        # the second's k-th A (in its id order) joined the first's k-th A; its 4th A is new
+        a1 = [i for i, g in enumerate(d1.gene_names) if g == "A"]
+        a2 = [i for i, g in enumerate(d2.gene_names) if g == "A"]
+        x2 = d2.X().toarray()
+        xm = dm.X().toarray()
+        am = [i for i, g in enumerate(dm.gene_names) if g == "A"]
+        assert am[:3] == a1 and am[3] >= d1.n_genes
+        for k in range(4):
+            assert (xm[d1.n_cells:, am[k]] == x2[:, a2[k]]).all(), k
+        assert int(dm.gene_total.sum()) == int(d1.gene_total.sum() + d2.gene_total.sum())
+    finally:
+        dm.close()
+        d1.close()
+        d2.close()
