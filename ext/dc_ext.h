@@ -92,6 +92,12 @@ struct dc_cache *dc_conn_cache(dc_conn *conn);
 ** a new one whenever the database file they read may have changed. */
 uint64_t dc_conn_namespace(dc_conn *conn);
 
+/* dc_batch's tickets (vtab_batch.c): the connection's outstanding tickets are dropped
+** (called as it ends), and its pool replaced with one of `threads` threads (created on
+** next use), neither while a ticket of it is being taken on another thread. */
+void dc_batch_forget_conn(dc_conn *conn);
+void dc_batch_pool_change(dc_conn *conn, int threads);
+
 /* Reference counting; dc_conn_unref frees the state at zero.  dc_conn_unref
 ** has the signature of an SQLite destructor (void*). */
 void dc_conn_ref(dc_conn *conn);

@@ -127,6 +127,7 @@ void dc_conn_ref(dc_conn *conn) { conn->n_ref++; }
 void dc_conn_unref(void *p) {
   dc_conn *conn = p;
   if (!conn || --conn->n_ref > 0) return;
+  dc_batch_forget_conn(conn);
   if (conn->pool) dc_pool_free(conn->pool);
   if (conn->cache) dc_cache_free(conn->cache);
   dc_bufpool_release(conn->bufpool);
@@ -158,10 +159,9 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         return;
       }
       if ((int)v != conn->threads) {
-        /* no statement of this connection is inside the pool now: the pool
-        ** is only used within one xFilter/xNext call */
-        if (conn->pool) { dc_pool_free(conn->pool); conn->pool = NULL; }
-        conn->threads = (int)v;
+        /* no statement of this connection is inside the pool now (the pool is only
+        ** used within one xFilter/xNext/xColumn call), nor a ticket's take */
+        dc_batch_pool_change(conn, (int)v);
       }
     }
     sqlite3_result_int(ctx, conn->threads ? conn->threads : online_cores());
