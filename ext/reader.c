@@ -69,6 +69,7 @@ static void free_arrays(dc_tileinfo *tiles, int64_t *tile_first, dc_tilehead **h
 static void index_unref(dc_index *ix) {
   if (!ix || --ix->n_ref > 0) return;
   free_arrays(ix->tiles, ix->tile_first, ix->heads, ix->n_tiles, ix->gm_slot, ix->gm_name, ix->n_genes);
+  dc_obsstats_free_list(ix->obs);
   sqlite3_free(ix);
 }
 
