@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_reader.h"
+#include "dc_format.h"
 #include "dc_seal.h"
 
 
@@ -79,8 +80,8 @@ int cells_load(cells_vtab *p) {
   int rc;
   /* tiles: a dataset without them has lost its count matrix (a `tile` of NULL
   ** would hide that) */
-  if (!cells_table_exists(p->db, p->zDb, "tiles_data"))
-    return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: table %s.tiles_data is missing (dropped?): the dataset "
+  if (!cells_table_exists(p->db, p->zDb, DC_TILES_DATA))
+    return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: table %s." DC_TILES_DATA " is missing (dropped?): the dataset "
                   "has lost its count matrix", p->zDb);
   /* the connection's dataset object of this schema (reader.c; the tile index and the obs
   ** statistics are loaded there once per data version for every table, and validated) */
