@@ -44,6 +44,7 @@ struct dc_conn {
   uint64_t next_ns;       /* next cache namespace id (see dc_conn_namespace)    */
   void *index_slots;      /* the shared tile indexes, one per schema (reader.c) */
   int64_t index_loads;    /* tile indexes loaded (dc_config('index_loads'))      */
+  int64_t obs_loads;      /* obs statistics loaded (dc_config('obs_loads'), reader_obs.c) */
   /* where the last dc_batch call of this connection spent its time (ns), for
   ** dc_config('last_batch'): plan (parse, map cells to chunks), fetch (blob
   ** reads + decoding of chunks not decoded straight into the output, cache
