@@ -658,6 +658,12 @@ def with_connection(path, threads=None, cache_mb=None, check_same_thread=True):
         con.execute("SELECT dc_config('threads', ?)", (int(threads),)).fetchall()
     if cache_mb is not None:
         con.execute("SELECT dc_config('cache_mb', ?)", (int(cache_mb),)).fetchall()
+        # The chunks one dc_batch call holds at once (decode_mb) stay in the cache anyway:
+        # a budget below the cache's only splits a new window's chunks into groups, whose
+        # rows are then staged (copied twice more) instead of copied once at the take.
+        dec = con.execute("SELECT dc_config('decode_mb')").fetchone()[0]
+        if int(cache_mb) > int(dec):
+            con.execute("SELECT dc_config('decode_mb', ?)", (int(cache_mb),)).fetchall()
     return con
 
 
