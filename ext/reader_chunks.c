@@ -314,6 +314,17 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
   if (!jobs || !dec) { rc = SQLITE_NOMEM; goto done; }
   memset(jobs, 0, n_miss * sizeof *jobs);
   memset(dec, 0, n_miss * sizeof *dec);
+  if (cache) {   /* evicted chunks' buffers are then reused for these (no fresh pages) */
+    int64_t incoming = 0;
+    for (size_t k = 0; k < n_miss; k++) {
+      const dc_tilehead *h = r->heads[miss[k].tile];
+      if (miss[k].chunk < h->hdr.n_chunks) {
+        const dc_chunk_info *ci = &h->hdr.chunk[miss[k].chunk];
+        incoming += (int64_t)(((uint64_t)ci->n_cells + 1) * 8 + ci->nnz * 8 + 64);
+      }
+    }
+    dc_cache_make_room(cache, incoming);
+  }
   for (size_t k = 0; k < n_miss; k++) {
     const dc_tilehead *h = r->heads[miss[k].tile];
     if (miss[k].chunk >= h->hdr.n_chunks) {
