@@ -2,7 +2,7 @@
 """dc_batch throughput, from the dataset file into CSR blobs.
 
     /usr/bin/python3 bench/bench_batch.py [--threads N] [--runs 7] [--cells 30000] [--work build/bench]
-                                          [--skip-throughput] [--json]
+                                          [--skip-throughput] [--json] [--before DIR]
 
 1. Whole tiles, against the codec's own decoder in the same run.  A reference-like tile
    (scripts/gen_h5ad.py --tile-like: 10,000 cells x 61,497 genes) is converted into a dataset
@@ -18,6 +18,11 @@
 2. Throughput on a dataset of --cells cells (tiles of 10,000, same generator): cells/s for
    batches of 5,000 random cells (cache off, and a second epoch with the cache on), and for
    batches of 5,000 consecutive cells taken from tiles in shuffled order (cache off).
+
+With --before DIR, every dc_batch measurement is taken with another checkout's extension
+too (DIR/build/deltacells.so, e.g. a `git worktree add DIR REV` built with `make -j2
+build/deltacells.so`), loaded in the same process on the same dataset and the same batches,
+run after run beside this checkout's: `before_over_now` ratios (> 1: this build is faster).
 
 Generated files are kept in --work (default build/bench) and reused.
 """
@@ -44,10 +49,11 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def connect(db):
+def connect(db, ext=None):
+    """ext: another build's deltacells.so (--before), else this checkout's"""
     con = sqlite3.connect(str(db))
     con.enable_load_extension(True)
-    con.execute("SELECT load_extension(?, 'sqlite3_deltacells_init')", (str(EXTENSION),))
+    con.execute("SELECT load_extension(?, 'sqlite3_deltacells_init')", (str(ext or EXTENSION),))
     return con
 
 
@@ -97,7 +103,7 @@ def dump_tile(con, first, n, out_dir):
     return len(ix) // 4
 
 
-def bench_tile(work, threads, runs):
+def bench_tile(work, threads, runs, before=None):
     h5, db = make_dataset(work, "tile", ["--tile-like", "--seed", "3"])
     con = connect(db)
     codec, chunks, level = meta(con, "codec"), meta(con, "chunks"), meta(con, "level")
@@ -139,20 +145,42 @@ def bench_tile(work, threads, runs):
         log(f"whole tile, {t} thread(s): dc_batch file->CSR {d:.1f} ms (min {min(dc[t]):.1f}), "
             f"bench_decode {b:.1f} ms -> {d / b:.2f}x (target <= 1.10x)")
     res["memset_ms"] = bd.get("memset_ms")
+    if before:   # the other build: the same tile, run after run beside this one
+        cb = connect(db, before)
+        cb.execute("SELECT dc_config('cache_mb', 0)")
+        for t in tcounts:
+            con.execute("SELECT dc_config('threads', ?)", (t,))
+            cb.execute("SELECT dc_config('threads', ?)", (t,))
+            now, bef = [], []
+            for _ in range(runs):
+                bef += time_batch(cb, blob, 1)
+                now += time_batch(con, blob, 1)
+            n_ms, b_ms = statistics.median(now), statistics.median(bef)
+            res[f"before_tile_{t}t_ms"] = round(b_ms, 2)
+            res[f"now_tile_{t}t_ms"] = round(n_ms, 2)
+            res[f"before_over_now_tile_{t}t"] = round(b_ms / n_ms, 3)
+            log(f"whole tile, {t} thread(s): --before {b_ms:.1f} ms, this build {n_ms:.1f} ms -> "
+                f"before/now {b_ms / n_ms:.2f}x")
     return res
 
 
-def bench_throughput(work, n_cells, threads, runs):
+def bench_throughput(work, n_cells, threads, runs, before=None):
+    """every phase on this build's connection and (--before) on the other build's, with the
+    same batches, one after the other"""
     _, db = make_dataset(work, f"multi{n_cells}", ["--cells", str(n_cells), "--genes", "61497", "--seed", "4"])
-    con = connect(db)
-    con.execute("SELECT dc_config('threads', ?)", (threads,))
+    cons = {"": connect(db)}
+    if before:
+        cons["before_"] = connect(db, before)
+    for c in cons.values():
+        c.execute("SELECT dc_config('threads', ?)", (threads,))
+    con = cons[""]
     n = meta(con, "n_cells")
     tiles = con.execute("SELECT first_cell, n_cells FROM tiles ORDER BY tile").fetchall()
     rng = np.random.default_rng(0)
     B = 5000
     res = {"dataset_cells": n, "dataset_tiles": len(tiles), "batch": B}
 
-    def epoch(batches, warm=True):
+    def epoch(batches, warm=True, con=con):
         if warm:                                  # untimed: maps the buffers, starts the threads
             con.execute("SELECT n_cells FROM dc_batch(?)", (ids_blob(batches[0]),)).fetchone()
         t = time.perf_counter()
@@ -162,34 +190,53 @@ def bench_throughput(work, n_cells, threads, runs):
             cells += r[0]
         return cells / (time.perf_counter() - t)
 
+    # with --before, each phase runs in ABBA order (this build, the other, the other, this
+    # build) and each side reports the mean of its two passes, so the order does not bias
+    # the ratio; alone, one pass
+    def sides():
+        order = list(cons.items())
+        return order + order[::-1] if len(order) > 1 else order
+
+    def record(key, p, v):
+        acc.setdefault(p + key, []).append(v)
+
+    acc = {}
     # random cells, cache off: every batch decodes what it touches
-    con.execute("SELECT dc_config('cache_mb', 0)")
     rand = [rng.permutation(n)[:B] for _ in range(max(3, runs))]
-    cps = epoch(rand)
-    res["random_cold_cells_per_s"] = round(cps)
-    log(f"random {B}-cell batches, cache off: {cps:,.0f} cells/s")
+    for p, c in sides():
+        c.execute("SELECT dc_config('cache_mb', 0)")
+        record("random_cold_cells_per_s", p, epoch(rand, con=c))
     # random cells, one epoch to fill the cache, the next from it
     perm = rng.permutation(n)
-    ep = [perm[i:i + B] for i in range(0, n, B)]
-    con.execute("SELECT dc_config('cache_mb', 4096)")
-    cps1 = epoch(ep, warm=False)
+    ep1 = [perm[i:i + B] for i in range(0, n, B)]
     perm = rng.permutation(n)
-    ep = [perm[i:i + B] for i in range(0, n, B)]
-    cps2 = epoch(ep, warm=False)
-    res["random_epoch1_cells_per_s"] = round(cps1)
-    res["random_epoch2_cached_cells_per_s"] = round(cps2)
-    log(f"random {B}-cell batches, cache 4 GiB: epoch 1 {cps1:,.0f} cells/s, epoch 2 {cps2:,.0f} cells/s")
+    ep2 = [perm[i:i + B] for i in range(0, n, B)]
+    for p, c in sides():
+        c.execute("SELECT dc_config('cache_mb', 4096)")
+        record("random_epoch1_cells_per_s", p, epoch(ep1, warm=False, con=c))
+        record("random_epoch2_cached_cells_per_s", p, epoch(ep2, warm=False, con=c))
+        c.execute("SELECT dc_config('cache_mb', 0)")   # empties the cache (the next pass starts cold)
     # consecutive cells from shuffled tiles, cache off
-    con.execute("SELECT dc_config('cache_mb', 0)")
     order = rng.permutation(len(tiles))
     sb = []
     for t in order:
         first, cnt = tiles[t]
         for s in range(0, cnt, B):
             sb.append(np.arange(first + s, first + min(cnt, s + B)))
-    cps3 = epoch(sb)
-    res["shuffled_tiles_cells_per_s"] = round(cps3)
-    log(f"{B} consecutive cells from shuffled tiles, cache off: {cps3:,.0f} cells/s")
+    for p, c in sides():
+        c.execute("SELECT dc_config('cache_mb', 0)")
+        record("shuffled_tiles_cells_per_s", p, epoch(sb, con=c))
+    for k, v in acc.items():
+        res[k] = round(statistics.mean(v))
+    for p in cons:
+        log(f"{p}random {B}-cell batches, cache off: {res[p + 'random_cold_cells_per_s']:,.0f} cells/s")
+        log(f"{p}random {B}-cell batches, cache 4 GiB: epoch 1 {res[p + 'random_epoch1_cells_per_s']:,.0f} cells/s, "
+            f"epoch 2 {res[p + 'random_epoch2_cached_cells_per_s']:,.0f} cells/s")
+        log(f"{p}{B} consecutive cells from shuffled tiles, cache off: {res[p + 'shuffled_tiles_cells_per_s']:,.0f} cells/s")
+    if before:   # cells/s: now / before = time before / time now
+        for k in ("random_cold_cells_per_s", "random_epoch1_cells_per_s", "random_epoch2_cached_cells_per_s",
+                  "shuffled_tiles_cells_per_s"):
+            res["before_over_now_" + k.replace("_cells_per_s", "")] = round(res[k] / res["before_" + k], 3)
     return res
 
 
@@ -201,16 +248,23 @@ def main():
     ap.add_argument("--work", default=str(ROOT / "build" / "bench"))
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    ap.add_argument("--before", metavar="DIR",
+                    help="another checkout whose build/deltacells.so is timed too (same run, same data)")
     a = ap.parse_args()
+    before = None
+    if a.before:
+        before = Path(a.before).resolve() / "build" / "deltacells.so"
+        if not before.exists():
+            sys.exit(f"bench_batch: {before} is missing (build it: make -C {a.before} -j2 build/deltacells.so)")
     for p in (CONVERTER, EXTENSION, BENCH_DECODE):
         if not p.exists():
             sys.exit(f"bench_batch: {p} is missing (run make)")
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     res = {"threads": a.threads}
-    res.update(bench_tile(work, a.threads, a.runs))
+    res.update(bench_tile(work, a.threads, a.runs, before))
     if not a.skip_throughput:
-        res.update(bench_throughput(work, a.cells, a.threads, a.runs))
+        res.update(bench_throughput(work, a.cells, a.threads, a.runs, before))
     print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
 
 

@@ -23,8 +23,14 @@ The stored bytes are compared too.
 Target (issue 4): the cells table takes at most 1.0x the native table's time, with at most
 0.10x its bytes.
 
+With --before DIR, the cells side is also timed with another checkout's extension
+(DIR/build/deltacells.so, e.g. a `git worktree add DIR REV` built with `make -j2
+build/deltacells.so`), loaded in the same process on the same dataset, cold and warm, query
+by query beside the current one, in ABBA order (each side the mean of its two medians): the
+"before / now" columns are same-run ratios (> 1: the current build is faster).  Both builds must read the dataset's format version.
+
     /usr/bin/python3 bench/bench_obs.py [--cells 1000000] [--reps 7] [--cold-reps 5]
-                                        [--cache-mb 128] [--json out.json]
+                                        [--cache-mb 128] [--json out.json] [--before DIR]
 """
 import argparse
 import json
@@ -176,11 +182,12 @@ DEFAULT_PAGE_CACHE_KIB = 2000      # SQLite's default cache_size (-2000)
 
 def connect(path, ext, cache_mb):
     """A fresh connection with the budget: cells: dc_config('cache_mb', B) + the default page
-    cache; native: a page cache of B MiB + the default."""
+    cache; native: a page cache of B MiB + the default.  ext: False (native), True (this
+    checkout's extension) or the path of another build's deltacells.so (--before)."""
     con = sqlite3.connect(str(path))
     if ext:
         con.enable_load_extension(True)
-        con.load_extension(str(BUILD / "deltacells"))
+        con.load_extension(str(BUILD / "deltacells") if ext is True else str(ext))
         con.enable_load_extension(False)
         con.execute("SELECT dc_config('cache_mb', ?)", (cache_mb,)).fetchall()
         con.execute(f"PRAGMA cache_size = -{DEFAULT_PAGE_CACHE_KIB}")
@@ -234,9 +241,17 @@ def main():
                     help="memory budget of each side in MiB (see above; default 128)")
     ap.add_argument("--work", default=str(ROOT / "build" / "bench_obs"))
     ap.add_argument("--json")
+    ap.add_argument("--before", metavar="DIR",
+                    help="another checkout whose build/deltacells.so is timed too (same run, same data)")
     a = ap.parse_args()
+    before = None
+    if a.before:
+        before = Path(a.before).resolve() / "build" / "deltacells.so"
+        if not before.exists():
+            raise SystemExit(f"bench_obs: {before} is missing (build it: make -C {a.before} -j2 build/deltacells.so)")
     dc, nat = build(Path(a.work), a.cells)
     c1, c2 = connect(dc, True, a.cache_mb), connect(nat, False, a.cache_mb)
+    cb = connect(dc, before, a.cache_mb) if before else None
 
     obs_bytes = c1.execute("SELECT sum(bytes) FROM cells_columns").fetchone()[0]
     blocks_bytes = c1.execute("SELECT sum(length(data)) + sum(coalesce(length(present),0)) FROM cells_blocks").fetchone()[0]
@@ -274,14 +289,39 @@ def main():
         t2, r2 = timed(c2, s2, params, a.reps)
         if not (sorted(r1) == sorted(r2) == sorted(q1) == sorted(q2)):
             raise SystemExit(f"{name}: results differ: {r1[:3]} vs {r2[:3]}")
+        vs = {}
+        if before:   # the other build, the same query, cold then warm (interleaved with this one)
+            # ABBA (the other build, this one, this one, the other): the order biases neither
+            kb1, qb = timed_cold(dc, before, a.cache_mb, s1, params, a.cold_reps)
+            k1b1, _ = timed_cold(dc, True, a.cache_mb, s1, params, a.cold_reps)
+            k1b2, _ = timed_cold(dc, True, a.cache_mb, s1, params, a.cold_reps)
+            kb2, _ = timed_cold(dc, before, a.cache_mb, s1, params, a.cold_reps)
+            tb1, rb = timed(cb, s1, params, a.reps)
+            t1b1, _ = timed(c1, s1, params, a.reps)
+            t1b2, _ = timed(c1, s1, params, a.reps)
+            tb2, _ = timed(cb, s1, params, a.reps)
+            kb, k1b, tb, t1b = (kb1 + kb2) / 2, (k1b1 + k1b2) / 2, (tb1 + tb2) / 2, (t1b1 + t1b2) / 2
+            if not (sorted(qb) == sorted(rb) == sorted(r1)):
+                raise SystemExit(f"{name}: the --before build answers differently: {rb[:3]} vs {r1[:3]}")
+            vs = {"cold_before_s": kb, "cold_now_s": k1b, "cold_before_over_now": kb / k1b,
+                  "warm_before_s": tb, "warm_now_s": t1b, "warm_before_over_now": tb / t1b}
         plan = " / ".join(r[-1] for r in c2.execute("EXPLAIN QUERY PLAN " + s2, params))
         rows = r1[0][0] if sql.startswith("SELECT count") else len(r1)
         res.append({"query": name, "rows": rows, "native_plan": plan,
                     "cold_cells_s": k1, "cold_native_s": k2, "cold_ratio": k1 / k2,
-                    "warm_cells_s": t1, "warm_native_s": t2, "warm_ratio": t1 / t2})
+                    "warm_cells_s": t1, "warm_native_s": t2, "warm_ratio": t1 / t2, **vs})
         print(f"{name:24} {rows:8d} | {k1 * 1e3:14.2f} {k2 * 1e3:10.2f} {k1 / k2:6.2f} | "
               f"{t1 * 1e3:14.2f} {t2 * 1e3:10.2f} {t1 / t2:6.2f}   native: {plan}")
+        if vs:
+            print(f"{'  before / now':24} {'':8} | cold {kb * 1e3:.2f} / {k1b * 1e3:.2f} ms = "
+                  f"{vs['cold_before_over_now']:.2f}x | warm {tb * 1e3:.3f} / {t1b * 1e3:.3f} ms = "
+                  f"{vs['warm_before_over_now']:.2f}x")
     geo = {w: geomean([r[f"{w}_ratio"] for r in res]) for w in ("cold", "warm")}
+    if before:
+        for w in ("cold", "warm"):
+            g = geomean([r[f"{w}_before_over_now"] for r in res])
+            print(f"{w} time, --before build / this build: geometric mean {g:.2f}x "
+                  f"(min {min(r[f'{w}_before_over_now'] for r in res):.2f}x; > 1: this build is faster)")
     for w in ("cold", "warm"):
         print(f"{w} time ratio (cells / native): geometric mean {geo[w]:.2f}, "
               f"max {max(r[f'{w}_ratio'] for r in res):.2f} (target <= 1.0)")
@@ -293,7 +333,7 @@ def main():
     cols = c1.execute("SELECT name, kind, bytes FROM cells_columns ORDER BY col").fetchall()
     for nm, kind, b in cols:
         print(f"  {nm:16} {kind:9} {b:>10,} bytes  {b / a.cells:6.3f} B/cell")
-    out = {"cells": a.cells, "cache_mb": a.cache_mb, "queries": res, "cold_ratio_geomean": geo["cold"],
+    out = {"cells": a.cells, "cache_mb": a.cache_mb, "before": str(before) if before else None, "queries": res, "cold_ratio_geomean": geo["cold"],
            "warm_ratio_geomean": geo["warm"], "obs_bytes": obs_bytes,
            "native_bytes": nat_pages, "native_table_bytes": nat_table, "bytes_ratio": obs_bytes / nat_pages,
            "columns": [{"name": n, "kind": k, "bytes": b} for n, k, b in cols]}

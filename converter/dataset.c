@@ -26,7 +26,7 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
 
 static const char *SCHEMA =
     "CREATE TABLE dc_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
-    "CREATE TABLE tiles_data(" DC_TILES_DATA_COLUMNS " NOT NULL);"
+    "CREATE TABLE " DC_TILES_DATA "(" DC_TILES_DATA_COLUMNS " NOT NULL);"
     "CREATE TABLE cells_columns(col INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
     " kind TEXT NOT NULL, n_categories INTEGER, null_count INTEGER NOT NULL, bytes INTEGER NOT NULL,"
     " checksum INTEGER NOT NULL);"
@@ -219,7 +219,7 @@ int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e
            "PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN;", DC_PAGE_SIZE);
   if (exec(w, pragmas, e) ||
       exec(w, SCHEMA, e) ||
-      prep(w, "INSERT INTO tiles_data VALUES(?,?,?,?,?,?,?)", &w->ins_tile, e) ||
+      prep(w, "INSERT INTO " DC_TILES_DATA " VALUES(?,?,?,?,?,?,?)", &w->ins_tile, e) ||
       prep(w, "INSERT INTO cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?,?)", &w->ins_block, e) ||
       prep(w, "INSERT INTO cells_dict VALUES(?,?,?)", &w->ins_dict, e) ||
       prep(w, "INSERT INTO cells_columns VALUES(?,?,?,?,?,?,?)", &w->ins_col, e) ||

@@ -18,6 +18,7 @@
 #include "dc_obs.h"
 #include "dc_seal.h"
 #include "tile_check.h"
+#include "tile_rows.h"
 
 #include "verify.h"
 
@@ -57,7 +58,7 @@ static void verify_sources(sqlite3 *db, vrep *rep, int64_t n_tiles) {
                          " json_extract(j.value, '$.n_cells'), json_extract(j.value, '$.first_tile'),"
                          " json_extract(j.value, '$.n_tiles') FROM dc_meta m, json_each(m.value) j"
                          " WHERE m.key = 'sources' ORDER BY j.key", -1, &s, NULL) != SQLITE_OK ||
-      sqlite3_prepare_v2(db, "SELECT min(first_cell), max(first_cell + n_cells), count(*) FROM tiles_data"
+      sqlite3_prepare_v2(db, "SELECT min(first_cell), max(first_cell + n_cells), count(*) FROM " DC_TILES_DATA
                              " WHERE tile >= ?1 AND tile < ?2", -1, &t, NULL) != SQLITE_OK) {
     VFAULT("dc_meta.sources: %s", sqlite3_errmsg(db));
     sqlite3_finalize(s);
@@ -102,7 +103,7 @@ done:
 }
 /* The tables every query relies on, by format version. */
 static void verify_schema(sqlite3 *db, vrep *rep, int64_t version, int *have_tiles) {
-  static const char *const plain[] = {"dc_meta", "tiles_data", "cells_columns", "cells_dict", "cells_blocks", NULL};
+  static const char *const plain[] = {"dc_meta", DC_TILES_DATA, "cells_columns", "cells_dict", "cells_blocks", NULL};
   static const char *const v2[] = {"genes_columns", "genes_blocks", NULL};
   static const char *const virt[] = {"cells", "tiles", "expression", "expression_long", "dc_batch", NULL};
   sqlite3_stmt *s = NULL;
@@ -126,7 +127,7 @@ static void verify_schema(sqlite3 *db, vrep *rep, int64_t version, int *have_til
       else if (is_virtual != want_virtual)
         VFAULT("table %s is %s, expected %s", list[i], is_virtual ? "a virtual table" : "a plain table",
                want_virtual ? "a virtual table" : "a plain table");
-      if (!found && !strcmp(list[i], "tiles_data")) *have_tiles = 0;
+      if (!found && !strcmp(list[i], DC_TILES_DATA)) *have_tiles = 0;
       sqlite3_reset(s);
     }
   }
@@ -150,7 +151,7 @@ static void verify_queries(sqlite3 *db, vrep *rep, int64_t n_tiles) {
   int64_t n_ids = 0;
   sqlite3_stmt *t = NULL;
   sqlite3_str_appendchar(ids, 1, '[');
-  if (sqlite3_prepare_v2(db, "SELECT first_cell, n_cells FROM tiles_data WHERE n_cells > 0 ORDER BY tile", -1, &t, NULL) == SQLITE_OK) {
+  if (sqlite3_prepare_v2(db, "SELECT first_cell, n_cells FROM " DC_TILES_DATA " WHERE n_cells > 0 ORDER BY tile", -1, &t, NULL) == SQLITE_OK) {
     while (sqlite3_step(t) == SQLITE_ROW) {
       int64_t f = sqlite3_column_int64(t, 0), n = sqlite3_column_int64(t, 1);
       sqlite3_str_appendf(ids, "%s%lld", n_ids ? "," : "", (long long)f);
@@ -228,39 +229,40 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   int64_t *ip = NULL;
   int32_t *ix = NULL, *vx = NULL;
   size_t cap_c = 0, cap_n = 0;
-  sqlite3_stmt *s = NULL;
+  dc_tilerows rows;
+  memset(&rows, 0, sizeof rows);
   int64_t expect_first = 0, nnz_sum = 0, n_tiles = 0, n_blocks = 0, dup_names = 0;
   int64_t faults_before_tiles = rep->n, tile_genes = -1, max_tile_genes = -1;
   int genes_bad = 0;
   if (!dec || !odec || !tot || !ncl || !h || !jobs) { cv_fail(e, "out of memory"); goto done; }
-  if (have_tiles &&
-      sqlite3_prepare_v2(db, rep->sealed ? "SELECT tile, first_cell, n_cells, nnz, chunks, data, checksum FROM tiles_data ORDER BY tile"
-                                         : "SELECT tile, first_cell, n_cells, nnz, chunks, data FROM tiles_data ORDER BY tile",
-                         -1, &s, NULL) != SQLITE_OK) {
-    VFAULT("tiles_data: %s", sqlite3_errmsg(db));
+  /* the rows as the extension loads them, with its row rule (ext/tile_rows.c, tile_check.c;
+  ** reader.c reads them the same way), plus each blob and checksum */
+  if (have_tiles && dc_tilerows_open(db, "main", DC_ROWS_DATA | (rep->sealed ? DC_ROWS_SEAL : 0), &rows) != SQLITE_OK) {
+    VFAULT(DC_TILES_DATA ": %s", sqlite3_errmsg(db));
     have_tiles = 0;
   }
   int rc = SQLITE_DONE;
-  while (have_tiles && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-    int64_t t = sqlite3_column_int64(s, 0), fc = sqlite3_column_int64(s, 1), nc = sqlite3_column_int64(s, 2);
-    int64_t nz = sqlite3_column_int64(s, 3), ch = sqlite3_column_int64(s, 4);
-    const uint8_t *blob = sqlite3_column_blob(s, 5);
-    size_t len = (size_t)sqlite3_column_bytes(s, 5);
+  dc_tilerow row;
+  while (have_tiles && (rc = dc_tilerows_next(&rows, &row)) == SQLITE_ROW) {
+    int64_t t = row.tile, fc = row.first_cell, nc = row.n_cells, nz = row.nnz, ch = row.chunks;
+    const uint8_t *blob = row.data;
+    size_t len = row.len;
     n_tiles++;
-    /* the extension's rules (ext/tile_check.c, applied by reader.c); here only the words
-    ** that name which part of the row breaks them */
-    if (!dc_tilerow_ok(n_tiles - 1, expect_first, t, fc, nc, nz, ch)) {
-      if (t != n_tiles - 1) VFAULT("tile %lld: tiles are not numbered 0, 1, 2, ... (expected %lld)", (long long)t, (long long)n_tiles - 1);
+    expect_first = row.expect_first;
+    /* the extension's rules broken: here only the words that name which part of the row
+    ** breaks them */
+    if (!row.ok) {
+      if (t != row.index) VFAULT("tile %lld: tiles are not numbered 0, 1, 2, ... (expected %lld)", (long long)t, (long long)row.index);
       if (fc != expect_first)
         VFAULT("tile %lld: first_cell %lld, expected %lld (tiles must cover every cell once, in order)", (long long)t,
                (long long)fc, (long long)expect_first);
-      if (!dc_tilerow_ok(t, fc, t, fc, nc, nz, ch)) {   /* the sizes alone */
+      if (!row.sizes_ok) {
         VFAULT("tile %lld: impossible n_cells %lld, nnz %lld or chunks %lld", (long long)t, (long long)nc, (long long)nz, (long long)ch);
-        expect_first = fc + (nc > 0 ? nc : 0);
+        expect_first = rows.next_cell;
         continue;
       }
     }
-    expect_first = fc + nc;
+    expect_first = rows.next_cell;
     nnz_sum += nz;
     dc_error de;
     memset(&de, 0, sizeof de);
@@ -268,8 +270,8 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     if (rep->sealed) {
       int64_t seal = 0;
       if (dc_seal_tile(rep->dataset_id, t, fc, nc, nz, ch, len, blob, (size_t)h->hdr_len, &seal) ||
-          sqlite3_column_type(s, 6) != SQLITE_INTEGER || sqlite3_column_int64(s, 6) != seal) {
-        VFAULT("tile %lld: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %lld nonzeros) were not "
+          !row.has_seal || row.seal != seal) {
+        VFAULT("tile %lld: checksum mismatch: its blob and " DC_TILES_DATA " row (cells %lld..%lld, %lld nonzeros) were not "
                "written together for tile %lld of this dataset (moved, swapped, copied or edited)", (long long)t,
                (long long)fc, (long long)(fc + nc - 1), (long long)nz, (long long)t);
         continue;
@@ -277,7 +279,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     }
     /* the gene count is checked below (said once for the dataset, not per tile) */
     if (!dc_tilehead_agrees(h, (uint32_t)nc, (uint64_t)nz, (uint32_t)ch, INT64_MAX)) {
-      VFAULT("tile %lld: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with tiles_data "
+      VFAULT("tile %lld: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with " DC_TILES_DATA " "
              "(%lld, %lld, %lld)", (long long)t, h->n_cells, (unsigned long long)h->nnz,
              h->n_chunks, h->n_genes, (long long)nc, (long long)nz, (long long)ch);
       continue;
@@ -334,22 +336,21 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     }
     if (bad == 1) VFAULT("tile %lld: decoded cell offsets are inconsistent", (long long)t);
   }
-  if (have_tiles && rc != SQLITE_DONE) VFAULT("reading tiles_data: %s", sqlite3_errmsg(db));
+  if (have_tiles && rc != SQLITE_DONE) VFAULT("reading " DC_TILES_DATA ": %s", sqlite3_errmsg(db));
   if (have_tiles && n_genes >= 0 && !genes_bad && max_tile_genes >= 0 && max_tile_genes != n_genes) {
     VFAULT("dc_meta.n_genes says %lld, the tiles are of %lld genes (at most)", (long long)n_genes, (long long)max_tile_genes);
     genes_bad = 1;
   }
   int tiles_decoded = rep->n == faults_before_tiles;
   if (genes_bad) n_genes = -1;   /* said once: nothing to compare the genes with */
-  sqlite3_finalize(s);
-  s = NULL;
+  dc_tilerows_close(&rows);
   if (have_tiles) {
     if (n_cells >= 0 && expect_first != n_cells)
       VFAULT("tiles hold %lld cells, dc_meta.n_cells says %lld", (long long)expect_first, (long long)n_cells);
     if (nnz_meta >= 0 && nnz_sum != nnz_meta)
       VFAULT("tiles hold %lld nonzeros, dc_meta.nnz says %lld", (long long)nnz_sum, (long long)nnz_meta);
     if (n_tiles_meta >= 0 && n_tiles != n_tiles_meta)
-      VFAULT("tiles_data holds %lld tiles, dc_meta.n_tiles says %lld", (long long)n_tiles, (long long)n_tiles_meta);
+      VFAULT(DC_TILES_DATA " holds %lld tiles, dc_meta.n_tiles says %lld", (long long)n_tiles, (long long)n_tiles_meta);
   }
   /* genes: totals must match what the tiles hold, and be in decreasing order */
   if (n_genes >= 0) {
@@ -416,7 +417,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
              path, (long long)dup_names);
   }
 done:
-  sqlite3_finalize(s);
+  dc_tilerows_close(&rows);
   for (int i = 0; i < VERIFY_SHOW; i++) sqlite3_free(rep->msg[i]);
   free(ip); free(ix); free(vx); free(tot); free(ncl); free(h);
   dc_decoder_free(dec);

@@ -164,3 +164,70 @@ void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which) {
   if (pool) { dc_pool_for(pool, blocks, fn, k); return; }
   for (size_t b = 0; b < blocks; b++) fn(k, b);
 }
+
+/* ------------------------------------------------------------ the take */
+
+static void take_low(batch_take *t, int64_t pos, int64_t val) {
+  int64_t cur = __atomic_load_n(&t->bad_pos, __ATOMIC_RELAXED);
+  while (pos < cur)
+    if (__atomic_compare_exchange_n(&t->bad_pos, &cur, pos, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      __atomic_store_n(&t->bad_val, val, __ATOMIC_RELAXED);   /* the pair may tear only between */
+      return;                                                /* two bad values: both are real */
+    }
+}
+
+/* one row's values, converted; narrow kinds checked first (-> the first bad index, else -1) */
+#define TAKE_CONV(T, o, v, m) do { T *q_ = (T *)(o); for (uint32_t e_ = 0; e_ < (m); e_++) q_[e_] = (T)(v)[e_]; } while (0)
+static int64_t take_row(int kind, void *dst, const int32_t *v, uint32_t m) {
+  int32_t lo = 0, hi = 0;
+  switch (kind) {
+    case BATCH_KIND_I16: lo = INT16_MIN; hi = INT16_MAX; break;
+    case BATCH_KIND_I8: lo = INT8_MIN; hi = INT8_MAX; break;
+    case BATCH_KIND_U8: lo = 0; hi = UINT8_MAX; break;
+    default: break;
+  }
+  if (lo || hi) {
+    int out = 0;
+    for (uint32_t e = 0; e < m; e++) out |= (v[e] < lo) | (v[e] > hi);
+    if (out)
+      for (uint32_t e = 0; e < m; e++) if (v[e] < lo || v[e] > hi) return e;
+  }
+  switch (kind) {
+    case BATCH_KIND_I32: memcpy(dst, v, (size_t)m * 4); break;
+    case BATCH_KIND_F32: TAKE_CONV(float, dst, v, m); break;
+    case BATCH_KIND_I16: TAKE_CONV(int16_t, dst, v, m); break;
+    case BATCH_KIND_I8: TAKE_CONV(int8_t, dst, v, m); break;
+    case BATCH_KIND_U8: TAKE_CONV(uint8_t, dst, v, m); break;
+    case BATCH_KIND_F64: TAKE_CONV(double, dst, v, m); break;
+    case BATCH_KIND_I64: TAKE_CONV(int64_t, dst, v, m); break;
+    default: break;
+  }
+  return -1;
+}
+
+static const size_t kind_size[BATCH_KIND_N] = {4, 4, 2, 1, 1, 8, 8};
+
+static void take_block(void *arg, size_t b) {
+  batch_take *t = arg;
+  int64_t end = (int64_t)((b + 1) * ROW_BLOCK) < t->n ? (int64_t)((b + 1) * ROW_BLOCK) : t->n;
+  size_t w = kind_size[t->kind];
+  for (int64_t i = (int64_t)(b * ROW_BLOCK); i < end; i++) {
+    const batch_row *rw = &t->rows[i];
+    int64_t o = t->off[i];
+    if (t->dst_idx) memcpy(t->dst_idx + o, rw->idx, (size_t)rw->n_in * 4);
+    if (t->dst_val) {
+      int64_t e = take_row(t->kind, (char *)t->dst_val + (size_t)o * w, rw->val, rw->n_in);
+      if (e >= 0) take_low(t, o + e, rw->val[e]);
+    }
+  }
+}
+
+int batch_run_take(dc_pool *pool, batch_take *t) {
+  if (t->kind < 0 || t->kind >= BATCH_KIND_N) return -2;
+  t->bad_pos = INT64_MAX;
+  t->bad_val = 0;
+  size_t blocks = (size_t)((t->n + ROW_BLOCK - 1) / ROW_BLOCK);
+  if (pool && blocks > 1) dc_pool_for(pool, blocks, take_block, t);
+  else for (size_t b = 0; b < blocks; b++) take_block(t, b);
+  return t->bad_pos == INT64_MAX ? 0 : -1;
+}

@@ -88,4 +88,23 @@ enum { BATCH_COUNT, BATCH_FILL };
 /* Runs the count (n_out of each row) or the fill (copy, mapped and sorted) on the pool
 ** (pool NULL: on the calling thread).  Check k->bad afterwards. */
 void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which);
+
+/* The take: rows (no panel map) copied straight from their decoded chunks into a caller's
+** arrays, values converted to the caller's kind on the way (one copy in all).  Row i goes
+** to off[i]; a value outside [lo, hi] of a narrow kind is an error: bad_pos is then the
+** smallest output position of such a value and bad_val the value (bad_pos INT64_MAX: none). */
+enum { BATCH_KIND_I32, BATCH_KIND_F32, BATCH_KIND_I16, BATCH_KIND_I8, BATCH_KIND_U8, BATCH_KIND_F64,
+       BATCH_KIND_I64, BATCH_KIND_N };
+typedef struct batch_take {
+  const batch_row *rows;
+  int64_t n;
+  const int64_t *off;
+  int32_t *dst_idx;           /* or NULL */
+  void *dst_val;              /* or NULL */
+  int kind;                   /* BATCH_KIND_* */
+  int64_t bad_pos, bad_val;
+} batch_take;
+/* Runs the take on the pool (NULL: the calling thread); returns 0, or -1 when a value does
+** not fit the kind (see bad_pos), -2 for an unknown kind. */
+int batch_run_take(dc_pool *pool, batch_take *t);
 #endif

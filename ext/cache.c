@@ -155,6 +155,24 @@ void dc_cache_free(dc_cache *c) {
   free(c);
 }
 
+void dc_cache_make_room(dc_cache *c, int64_t incoming) {
+  entry *dead = NULL;
+  pthread_mutex_lock(&c->mu);
+  for (entry *e = c->tail; e && c->bytes + incoming > c->budget;) {
+    entry *prev = e->prev;
+    if (__atomic_load_n(&e->d->n_ref, __ATOMIC_ACQUIRE) == 1) {   /* only the cache holds it */
+      lru_unlink(c, e);
+      hash_unlink(c, e);
+      c->bytes -= (int64_t)e->d->bytes;
+      c->n--;
+      e->hnext = dead; dead = e;
+    }
+    e = prev;
+  }
+  pthread_mutex_unlock(&c->mu);
+  free_dead(dead);
+}
+
 void dc_cache_set_budget(dc_cache *c, int64_t budget) {
   pthread_mutex_lock(&c->mu);
   c->budget = budget;
@@ -334,6 +352,9 @@ void *rcbuf_new(dc_bufpool *p, uint64_t n) {
     }
   }
   h->n_ref = 1;
+  /* a mapped buffer holds whole 2 MiB pages: all of it is usable, so a recycled one fits
+  ** any request up to that (chunks of similar sizes reuse each other's buffers) */
+  if (h->map_len && h->map_len - RC_HEAD > cap) cap = h->map_len - RC_HEAD;
   h->cap = cap;
   h->pool = p;
   return (uint8_t *)h + RC_HEAD;

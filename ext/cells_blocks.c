@@ -1,5 +1,5 @@
 /*
-** cells_blocks.c — the decoded-block cache of a `cells` table object (cells_blocks.h).
+** cells_blocks.c — the decoded-block cache of a schema's obs statistics (dc_obsstats.h) (cells_blocks.h).
 ** Pure C: no SQLite.
 */
 #include "cells_blocks.h"

@@ -1,5 +1,6 @@
 /*
-** cells_blocks.h — the decoded-block cache of one `cells` table object.
+** cells_blocks.h — the decoded-block cache of one schema's obs statistics
+** (dc_obsstats.h: the connection's dataset object, one per data version).
 **
 ** Pure C: no SQLite.  An entry is one decoded obs block (stored column k, block b) copied
 ** into one allocation with its arrays, plus (int and real columns) the block's value order
@@ -7,7 +8,7 @@
 ** cache holds none; each user (a cursor's current block of a column) holds one.  Least
 ** recently used entries are dropped when the cache is over its byte budget; a dropped entry
 ** that is still referenced is freed by its last release, so eviction never frees a block a
-** cursor reads.  One table object, one thread at a time (SQLite's rule for a connection).
+** cursor reads.  One connection, one thread at a time (SQLite's rule for a connection).
 */
 #ifndef CELLS_BLOCKS_H
 #define CELLS_BLOCKS_H

@@ -4,8 +4,9 @@
 **
 **   ext/vtab_cells.c   the module: connect/destroy, xBestIndex, xFilter, xNext, xColumn,
 **                      dc_cells_values (obs values for dc_batch)
-**   ext/cells_store.c  the stored data: statistics and dictionaries loaded and validated,
-**                      blocks read through blob handles, seal-checked, decoded, cached
+**   ext/cells_store.c  the stored data: the obs statistics taken from the connection's dataset
+**                      object (dc_obsstats.h, loaded by reader_obs.c), blocks read through blob
+**                      handles, seal-checked, decoded, cached
 **
 ** The logic both call is pure C (no SQLite): cells_plan.h, cells_filter.h, cells_ivl.h,
 ** cells_blocks.h, cells_cost.h.  Not a public header: only these two files include it.
@@ -20,6 +21,7 @@
 #include "cells_blocks.h"
 #include "cells_ivl.h"
 #include "cells_cost.h"
+#include "dc_obsstats.h"
 
 
 #define COL_CELL_ID CELLS_COL_CELL_ID
@@ -31,7 +33,8 @@
 _Static_assert(CELLS_V_INTEGER == SQLITE_INTEGER && CELLS_V_FLOAT == SQLITE_FLOAT && CELLS_V_TEXT == SQLITE_TEXT &&
                CELLS_V_BLOB == SQLITE_BLOB && CELLS_V_NULL == SQLITE_NULL, "cells_val types");
 
-/* One stored column (k = 0 is the obs index). */
+/* One declared column (k = 0 is the obs index): its name, col and kind are the table's
+** schema (read at connect); its counts are those of the current obs statistics. */
 typedef struct ocol {
   char *name;
   int64_t col;            /* cells_columns.col */
@@ -39,10 +42,6 @@ typedef struct ocol {
   uint32_t n_categories;
   int64_t null_count;
   int64_t bytes;
-  /* category dictionary, loaded on first use (dict.buf and dict.off sqlite3_malloc'd) */
-  int dict_loaded;
-  cells_dict dict;
-  int dict_numeric;       /* some value could read as a number */
 } ocol;
 
 typedef struct cells_vtab {
@@ -53,8 +52,14 @@ typedef struct cells_vtab {
   char *zBlocks;          /* "<name>_blocks" */
   int n_ocol;
   ocol *oc;               /* [n_ocol] */
+  /* A view of the connection's dataset object of zDb (reader.c, dc_reader.h): the tile index
+  ** and the obs statistics (dc_obsstats.h), both loaded there once per data version; `cells`
+  ** loads neither itself.  Valid while loaded (cells_load .. the next cells_refresh). */
+  struct dc_reader *rd;
   int loaded;
-  unsigned int data_version;  /* SQLITE_FCNTL_DATA_VERSION of zDb when loaded */
+  dc_obsstats *st;        /* the obs statistics of this table (rd's index owns them) */
+  uint64_t st_gen;        /* st->gen */
+  dc_obscol *cs;          /* st->col: counts and dictionaries of the columns */
   int sealed;             /* format version >= 3: rows carry seals (dc_seal.h) */
   uint64_t dataset_id;    /* the seals' key */
   int64_t n_cells;
@@ -63,9 +68,8 @@ typedef struct cells_vtab {
   cells_bstat *bs;        /* [n_ocol * n_blocks], column major */
   int has_tiles;
   int64_t n_tiles;
-  const int64_t *tile_first;  /* [n_tiles + 1]: the connection's tile index of zDb (rd's view) */
-  struct dc_reader *rd;   /* that view (dc_reader.h): `cells` loads no tile index of its own */
-  cells_bcache cache;     /* decoded blocks (cells_blocks.h) */
+  const int64_t *tile_first;  /* [n_tiles + 1]: the tiles' first cells */
+  cells_bcache *cache;    /* decoded blocks (cells_blocks.h), st's */
   struct cells_vtab *next_tab;   /* the connection's list (dc_conn.cells_tabs) */
 } cells_vtab;
 
@@ -88,6 +92,7 @@ typedef struct cells_cursor {
   int64_t cell;
   int64_t tile_hint;
   colcache *cc;           /* [n_ocol] */
+  uint64_t gen;           /* the obs statistics' gen its blocks in use (cc[k].d) are of */
   sqlite3_blob *blob;
   uint8_t *buf; size_t buf_cap;
 } cells_cursor;
@@ -121,14 +126,14 @@ static inline const char *col_name(const cells_vtab *p, int col) {
 
 /* Whether table zDb.zTab exists. */
 int cells_table_exists(sqlite3 *db, const char *zDb, const char *zTab);
-/* Loads and validates the blocks' statistics and takes the tiles' first cells from the
-** connection's tile index (once; again after cells_unload). */
+/* Takes the tile index and the obs statistics from the connection's dataset object (loaded
+** there once per data version) and checks the statistics' columns against the declared
+** ones (once; again after the data changed). */
 int cells_load(cells_vtab *p);
-/* Forgets what cells_load loaded, the dictionaries and every cached block. */
-void cells_unload(cells_vtab *p);
-/* Inside a statement: reloads when the data changed since the load (c's blocks let go). */
+/* Inside a statement: takes the current ones again when the data changed since (a blocks in
+** use of another load let go). */
 int cells_refresh(cells_vtab *p, cells_cursor *c);
-/* Loads and checks the dictionary of category column k. */
+/* Loads and checks the dictionary of category column k (once per load of the statistics). */
 int cells_dict_load(cells_vtab *p, int k);
 /* Checks the seal of block b of column k before its statistics are trusted (reads the head
 ** of its blob through c's handle). */

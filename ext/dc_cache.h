@@ -50,6 +50,10 @@ dc_chunk_data *dc_cache_get(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t ch
 /* Adds d under the key (the cache takes its own reference; the caller keeps
 ** its one).  Chunks larger than the budget are not kept. */
 void dc_cache_put(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, dc_chunk_data *d);
+/* Before decoding `incoming` bytes of chunks: evicts least recently used entries that nothing
+** else holds until they would fit the budget, so that their buffers go back to the buffer
+** pool and the new chunks reuse them (instead of fresh memory, then evictions at the put). */
+void dc_cache_make_room(dc_cache *c, int64_t incoming);
 /* Statistics: bytes held, entries, hits, misses. */
 void dc_cache_stats(dc_cache *c, int64_t *bytes, int64_t *entries, int64_t *hits, int64_t *misses);
 

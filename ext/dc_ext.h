@@ -44,6 +44,7 @@ struct dc_conn {
   uint64_t next_ns;       /* next cache namespace id (see dc_conn_namespace)    */
   void *index_slots;      /* the shared tile indexes, one per schema (reader.c) */
   int64_t index_loads;    /* tile indexes loaded (dc_config('index_loads'))      */
+  int64_t obs_loads;      /* obs statistics loaded (dc_config('obs_loads'), reader_obs.c) */
   /* where the last dc_batch call of this connection spent its time (ns), for
   ** dc_config('last_batch'): plan (parse, map cells to chunks), fetch (blob
   ** reads + decoding of chunks not decoded straight into the output, cache
@@ -91,6 +92,12 @@ struct dc_cache *dc_conn_cache(dc_conn *conn);
 /* A fresh cache namespace id: readers key their cached chunks by it, and take
 ** a new one whenever the database file they read may have changed. */
 uint64_t dc_conn_namespace(dc_conn *conn);
+
+/* dc_batch's tickets (vtab_batch.c): the connection's outstanding tickets are dropped
+** (called as it ends), and its pool replaced with one of `threads` threads (created on
+** next use), neither while a ticket of it is being taken on another thread. */
+void dc_batch_forget_conn(dc_conn *conn);
+void dc_batch_pool_change(dc_conn *conn, int threads);
 
 /* Reference counting; dc_conn_unref frees the state at zero.  dc_conn_unref
 ** has the signature of an SQLite destructor (void*). */

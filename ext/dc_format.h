@@ -24,6 +24,15 @@
 #define DC_FORMAT_MIN 1            /* the oldest version the readers read */
 #define DC_FORMAT_GENES_MIN 2      /* the first version with the genes virtual table */
 
+/* The count matrix's table: the shadow table <name>_data of the dataset's `tiles` table
+** (ext/vtab_tiles.c owns it: its xCreate makes it when missing, its xDestroy drops it, its
+** xShadowName names it).  The extension's files name it through these (tiles, tile_rows.c
+** and reader.c, reader_chunks.c, cells), and so do the converter's DDL (dataset.c) and
+** verify; the converter's other statements (export, merge, append, info) still write
+** "tiles_data" in their SQL text. */
+#define DC_TILES_TABLE "tiles"
+#define DC_TILES_DATA DC_TILES_TABLE "_data"
+
 /* The columns of tiles_data (the shadow table <name>_data of a `tiles` table), written once:
 ** the converter creates it (with checksum NOT NULL: it always seals), `tiles`' xCreate when
 ** it does not exist yet (ext/vtab_tiles.c; rows written by SQL may lack a checksum).  The

@@ -135,4 +135,14 @@ int dc_reader_gene_name(dc_reader *r, int64_t id, const char **name, char **pzEr
 ** when unknown; *id == -2 when the name is not unique. */
 int dc_reader_gene_id(dc_reader *r, const char *name, int n, int64_t *id, char **pzErr);
 
+/* The obs statistics of obs table `table` (e.g. "cells") of the dataset object the reader
+** began with (dc_obsstats.h, reader_obs.c): loaded and validated on first use, once per
+** connection, schema and data version, and checked against the tile index (the same number
+** of cells); dropped with the index.  Valid until the reader's next dc_reader_begin; a new
+** load has a new gen.  dc_config('obs_loads') counts the loads. */
+typedef struct dc_obsstats dc_obsstats;
+int dc_reader_obs(dc_reader *r, const char *table, dc_obsstats **out, char **pzErr);
+/* Frees a list of obs statistics (the index's, when its last reference goes). */
+void dc_obsstats_free_list(dc_obsstats *s);
+
 #endif

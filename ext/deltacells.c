@@ -36,7 +36,8 @@
 **              unless asked.  Reading it returns the connection's state.
 ** Read-only statistics: cache_used_mb (REAL), cache_entries, cache_hits,
 ** cache_misses; index_loads (tile indexes this connection loaded: one per schema and data
-** version, shared by every table); last_refusal (the reason of the last refused DROP TABLE).
+** version, shared by every table); obs_loads (obs statistics loaded: one per schema, obs table
+** and data version, shared by cells and dc_batch's obs values); last_refusal (the reason of the last refused DROP TABLE).
 ** Unknown names and bad values are SQL errors naming the setting.
 **
 ** dc_config changes connection state, so it is SQLITE_DIRECTONLY: a view or
@@ -127,6 +128,7 @@ void dc_conn_ref(dc_conn *conn) { conn->n_ref++; }
 void dc_conn_unref(void *p) {
   dc_conn *conn = p;
   if (!conn || --conn->n_ref > 0) return;
+  dc_batch_forget_conn(conn);
   if (conn->pool) dc_pool_free(conn->pool);
   if (conn->cache) dc_cache_free(conn->cache);
   dc_bufpool_release(conn->bufpool);
@@ -158,10 +160,9 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
         return;
       }
       if ((int)v != conn->threads) {
-        /* no statement of this connection is inside the pool now: the pool
-        ** is only used within one xFilter/xNext call */
-        if (conn->pool) { dc_pool_free(conn->pool); conn->pool = NULL; }
-        conn->threads = (int)v;
+        /* no statement of this connection is inside the pool now (the pool is only
+        ** used within one xFilter/xNext/xColumn call), nor a ticket's take */
+        dc_batch_pool_change(conn, (int)v);
       }
     }
     sqlite3_result_int(ctx, conn->threads ? conn->threads : online_cores());
@@ -243,6 +244,12 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
       return;
     }
     sqlite3_result_int64(ctx, conn->index_loads);
+  } else if (strcmp(name, "obs_loads") == 0) {
+    if (set) {
+      sqlite3_result_error(ctx, "dc_config: obs_loads is read-only", -1);
+      return;
+    }
+    sqlite3_result_int64(ctx, conn->obs_loads);
   } else if (strcmp(name, "last_refusal") == 0) {
     if (set) {
       sqlite3_result_error(ctx, "dc_config: last_refusal is read-only", -1);
@@ -266,7 +273,7 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
   } else {
     char *m = sqlite3_mprintf("dc_config: unknown setting '%s' (known: threads, cache_mb, "
                               "decode_mb, batch_mb, allow_drop, defensive, cache_used_mb, cache_entries, cache_hits, "
-                              "cache_misses, index_loads, last_batch, last_refusal)", name);
+                              "cache_misses, index_loads, obs_loads, last_batch, last_refusal)", name);
     sqlite3_result_error(ctx, m ? m : "dc_config: unknown setting", -1);
     sqlite3_free(m);
   }

@@ -25,6 +25,7 @@
 #include "dc_seal.h"
 #include "dc_search.h"
 #include "tile_check.h"
+#include "tile_rows.h"
 
 
 /* the remote VFS's reason for an I/O error (ext/vfs_http.c), or "" */
@@ -69,6 +70,7 @@ static void free_arrays(dc_tileinfo *tiles, int64_t *tile_first, dc_tilehead **h
 static void index_unref(dc_index *ix) {
   if (!ix || --ix->n_ref > 0) return;
   free_arrays(ix->tiles, ix->tile_first, ix->heads, ix->n_tiles, ix->gm_slot, ix->gm_name, ix->n_genes);
+  dc_obsstats_free_list(ix->obs);
   sqlite3_free(ix);
 }
 
@@ -301,50 +303,42 @@ static int load_index(dc_reader *r, char **pzErr) {
   if (!r->tiles || !r->heads || !r->tile_first) return SQLITE_NOMEM;
   memset(r->heads, 0, (uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
 
-  sqlite3_stmt *st = NULL;
-  /* not the checksum: it follows the data blob in the row, and reading it walks every page of
-  ** every tile (a remote dataset would fetch them all); dc_reader_head reads it per tile */
-  char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks FROM \"%w\".tiles_data ORDER BY tile",
-                              r->schema);
-  if (!sql) return SQLITE_NOMEM;
-  rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
-  sqlite3_free(sql);
-  if (rc != SQLITE_OK) {
-    dc_err(pzErr, 0, NULL, "%s: cannot read tiles_data (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
+  /* the rows and their rule: tile_rows.c (verify reads them the same way) */
+  dc_tilerows it;
+  if ((rc = dc_tilerows_open(r->db, r->schema, 0, &it)) != SQLITE_OK) {
+    dc_err(pzErr, 0, NULL, "%s: cannot read " DC_TILES_DATA " (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
     return rc;
   }
   int64_t next_cell = 0, i = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t tile = sqlite3_column_int64(st, 0), first = sqlite3_column_int64(st, 1);
-    int64_t nc = sqlite3_column_int64(st, 2), nnz = sqlite3_column_int64(st, 3);
-    int64_t ch = sqlite3_column_int64(st, 4);
+  dc_tilerow row;
+  while ((rc = dc_tilerows_next(&it, &row)) == SQLITE_ROW) {
     if (i >= n_tiles) {
-      dc_err(pzErr, 0, NULL, "%s: tiles_data holds more tiles than dc_meta.n_tiles says (%lld)", r->what, (long long)n_tiles);
-      sqlite3_finalize(st);
+      dc_err(pzErr, 0, NULL, "%s: " DC_TILES_DATA " holds more tiles than dc_meta.n_tiles says (%lld)", r->what, (long long)n_tiles);
+      dc_tilerows_close(&it);
       return SQLITE_CORRUPT_VTAB;
     }
-    if (!dc_tilerow_ok(i, next_cell, tile, first, nc, nnz, ch)) {
-      dc_err(pzErr, 0, NULL, "%s: tiles_data row of tile %lld is inconsistent (expected tile %lld starting at cell %lld)",
-              r->what, (long long)tile, (long long)i, (long long)next_cell);
-      sqlite3_finalize(st);
+    if (!row.ok) {
+      dc_err(pzErr, 0, NULL, "%s: " DC_TILES_DATA " row of tile %lld is inconsistent (expected tile %lld starting at cell %lld)",
+              r->what, (long long)row.tile, (long long)i, (long long)next_cell);
+      dc_tilerows_close(&it);
       return SQLITE_CORRUPT_VTAB;
     }
-    r->tiles[i].first_cell = first;
-    r->tiles[i].n_cells = (uint32_t)nc;
-    r->tiles[i].nnz = (uint64_t)nnz;
-    r->tiles[i].chunks = (uint32_t)ch;
+    r->tiles[i].first_cell = row.first_cell;
+    r->tiles[i].n_cells = (uint32_t)row.n_cells;
+    r->tiles[i].nnz = (uint64_t)row.nnz;
+    r->tiles[i].chunks = (uint32_t)row.chunks;
     r->tiles[i].seal = 0;
-    r->tile_first[i] = first;
-    next_cell += nc;
+    r->tile_first[i] = row.first_cell;
+    next_cell += row.n_cells;
     i++;
   }
-  sqlite3_finalize(st);
+  dc_tilerows_close(&it);
   if (rc != SQLITE_DONE) {
-    dc_err(pzErr, 0, NULL, "%s: reading tiles_data: %s", r->what, sqlite3_errmsg(r->db));
+    dc_err(pzErr, 0, NULL, "%s: reading " DC_TILES_DATA ": %s", r->what, sqlite3_errmsg(r->db));
     return rc;
   }
   if (i != n_tiles || next_cell != n_cells) {
-    dc_err(pzErr, 0, NULL, "%s: tiles_data holds %lld tiles and %lld cells but dc_meta says %lld and %lld", r->what,
+    dc_err(pzErr, 0, NULL, "%s: " DC_TILES_DATA " holds %lld tiles and %lld cells but dc_meta says %lld and %lld", r->what,
             (long long)i, (long long)next_cell, (long long)n_tiles, (long long)n_cells);
     return SQLITE_CORRUPT_VTAB;
   }

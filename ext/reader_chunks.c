@@ -34,7 +34,7 @@ static int blob_at(dc_reader *r, uint32_t tile, char **pzErr) {
     rc = sqlite3_blob_reopen(r->blob, tile);
     if (rc != SQLITE_OK) { sqlite3_blob_close(r->blob); r->blob = NULL; }
   } else {
-    rc = sqlite3_blob_open(r->db, r->schema, "tiles_data", "data", tile, 0, &r->blob);
+    rc = sqlite3_blob_open(r->db, r->schema, DC_TILES_DATA, "data", tile, 0, &r->blob);
     if (rc != SQLITE_OK) { sqlite3_blob_close(r->blob); r->blob = NULL; }
   }
   if (rc != SQLITE_OK) {
@@ -66,7 +66,7 @@ uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell) {
 /* tiles_data.checksum of one tile (read when its head is, not by the load) */
 static int tile_checksum(dc_reader *r, uint32_t tile, int64_t *out, char **pzErr) {
   sqlite3_stmt *st = NULL;
-  char *sql = sqlite3_mprintf("SELECT checksum FROM \"%w\".tiles_data WHERE tile = ?1", r->schema);
+  char *sql = sqlite3_mprintf("SELECT checksum FROM \"%w\"." DC_TILES_DATA " WHERE tile = ?1", r->schema);
   if (!sql) return SQLITE_NOMEM;
   int rc = sqlite3_prepare_v2(r->db, sql, -1, &st, NULL);
   sqlite3_free(sql);
@@ -80,7 +80,7 @@ static int tile_checksum(dc_reader *r, uint32_t tile, int64_t *out, char **pzErr
     }
     if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
       sqlite3_finalize(st);
-      dc_err(pzErr, 0, NULL, "%s: tiles_data row of tile %u has no checksum (an integer)", r->what, tile);
+      dc_err(pzErr, 0, NULL, "%s: " DC_TILES_DATA " row of tile %u has no checksum (an integer)", r->what, tile);
       return SQLITE_CORRUPT_VTAB;
     }
   }
@@ -129,7 +129,7 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
   const dc_tileinfo *ti = &r->tiles[tile];
   if (!dc_tilehead_agrees(&h->hdr, ti->n_cells, ti->nnz, ti->chunks, r->n_genes)) {
     dc_err(pzErr, 0, NULL, "%s: tile %u: header (%u cells, %llu nonzeros, %u chunks, %u genes) disagrees with "
-            "tiles_data (%u cells, %llu nonzeros, %u chunks, %lld genes)", r->what, tile, h->hdr.n_cells,
+            DC_TILES_DATA " (%u cells, %llu nonzeros, %u chunks, %lld genes)", r->what, tile, h->hdr.n_cells,
             (unsigned long long)h->hdr.nnz, h->hdr.n_chunks, h->hdr.n_genes, ti->n_cells,
             (unsigned long long)ti->nnz, ti->chunks, (long long)r->n_genes);
     rc = SQLITE_CORRUPT_VTAB;
@@ -141,7 +141,7 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
     if (dc_seal_tile(r->dataset_id, tile, ti->first_cell, ti->n_cells, (int64_t)ti->nnz, ti->chunks, len, buf,
                      (size_t)h->hdr.hdr_len, &seal)) { rc = SQLITE_NOMEM; goto fail; }
     if (seal != want) {
-      dc_err(pzErr, 0, NULL, "%s: tile %u: checksum mismatch: its blob and tiles_data row (cells %lld..%lld, %llu nonzeros) "
+      dc_err(pzErr, 0, NULL, "%s: tile %u: checksum mismatch: its blob and " DC_TILES_DATA " row (cells %lld..%lld, %llu nonzeros) "
               "were not written together for tile %u of this dataset (moved, swapped, copied or edited)", r->what, tile,
               (long long)ti->first_cell, (long long)(ti->first_cell + ti->n_cells - 1), (unsigned long long)ti->nnz, tile);
       rc = SQLITE_CORRUPT_VTAB;
@@ -314,6 +314,17 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
   if (!jobs || !dec) { rc = SQLITE_NOMEM; goto done; }
   memset(jobs, 0, n_miss * sizeof *jobs);
   memset(dec, 0, n_miss * sizeof *dec);
+  if (cache) {   /* evicted chunks' buffers are then reused for these (no fresh pages) */
+    int64_t incoming = 0;
+    for (size_t k = 0; k < n_miss; k++) {
+      const dc_tilehead *h = r->heads[miss[k].tile];
+      if (miss[k].chunk < h->hdr.n_chunks) {
+        const dc_chunk_info *ci = &h->hdr.chunk[miss[k].chunk];
+        incoming += (int64_t)(((uint64_t)ci->n_cells + 1) * 8 + ci->nnz * 8 + 64);
+      }
+    }
+    dc_cache_make_room(cache, incoming);
+  }
   for (size_t k = 0; k < n_miss; k++) {
     const dc_tilehead *h = r->heads[miss[k].tile];
     if (miss[k].chunk >= h->hdr.n_chunks) {

@@ -6,6 +6,7 @@
 **   reader_chunks.c  tile headers and chunk bytes read through the blob handle, chunks decoded
 **                    on the pool, the decoded-chunk cache
 **   reader_names.c   the gene-name map (loaded on first use)
+**   reader_obs.c     the obs statistics (dc_obsstats.h; loaded on first use)
 ** The consistency rules they apply are pure logic in tile_check.c.
 */
 #ifndef READER_INT_H
@@ -35,6 +36,7 @@ struct dc_index {
   uint32_t gm_mask;
   int64_t *gm_slot;
   char **gm_name;
+  struct dc_obsstats *obs; /* obs statistics, one per obs table, loaded on first use (reader_obs.c) */
 };
 
 /* the remote VFS's reason for an I/O error rc (ext/vfs_http.c), or "" */

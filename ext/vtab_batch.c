@@ -25,6 +25,8 @@
 **                        --   (a C function of this library) exchanges for the
 **                        --   indptr/indices/data, copied once into the caller's
 **                        --   buffers (and converted to the caller's dtype)
+**     nnz HIDDEN         -- read only: the batch's nonzeros (length(data) / 4,
+**                        --   without making the data blob)
 **     obs_values HIDDEN  -- read only, with obs: the values of those columns for
 **                        --   the batch's cells, in row order, in one blob: m int64
 **                        --   formats (0 int64, 1 float64), then m columns of
@@ -42,6 +44,12 @@
 ** The ticket is how the Python loader avoids Python's sqlite3 copying every
 ** blob into a fresh bytes object: it selects n_cells, n_genes and ticket, then
 ** calls deltacells_ticket_take through ctypes with its own (reused) buffers.
+** When no row has to be staged, decoded straight or mapped to a panel (the loader's
+** shuffled batches), the rows are not gathered in xFilter at all: the cursor keeps
+** them as a "pending" result (where each row is in its decoded chunk, references to
+** those chunks held), and the ticket copies them once, from the chunks into the
+** caller's buffers, converting the values on the way (batch_run_take, on the pool).
+** Reading indices or data from SQL gathers them then, into blobs, as before.
 ** At most TICKET_MAX tickets are outstanding in the process; older ones are
 ** released.  An unknown (taken, released or made-up) ticket is an error, never
 ** a memory access.
@@ -100,19 +108,44 @@ typedef struct batch_vtab {
   dc_panel panel;          /* the last gene panel (ext/select.c) */
 } batch_vtab;
 
+/* A result whose rows are not gathered yet: each row's place in its decoded chunk and in
+** the output, and references to those chunks.  Shared (counted) by the cursor and a ticket;
+** it reads nothing of SQLite, and its connection only for the pool (see the tickets). */
+typedef struct batch_pending {
+  int n_ref;                        /* atomic */
+  dc_conn *conn;
+  int64_t n, total;
+  batch_row *rows;
+  int64_t *off;
+  dc_chunk_data **chunks;
+  size_t n_chunks;
+} batch_pending;
+
+static void pending_unref(batch_pending *p) {
+  if (!p || __atomic_sub_fetch(&p->n_ref, 1, __ATOMIC_ACQ_REL) > 0) return;
+  for (size_t q = 0; q < p->n_chunks; q++) dc_chunk_release(p->chunks[q]);
+  sqlite3_free(p->chunks);
+  sqlite3_free(p->rows);
+  sqlite3_free(p->off);
+  sqlite3_free(p);
+}
+
 typedef struct batch_cursor {
   sqlite3_vtab_cursor base;
   int eof;
-  int64_t n_cells, n_genes;
+  int64_t n_cells, n_genes, nnz;
   void *blob[5];           /* cell_ids, indptr, indices, data, obs_values (refcounted) */
   uint64_t len[5];
+  batch_pending *pend;     /* indices and data not gathered yet (blob[2], blob[3] NULL) */
 } batch_cursor;
 
 enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES, COL_OBS,
-       COL_TICKET, COL_OBSVAL };
+       COL_TICKET, COL_OBSVAL, COL_NNZ };
 
 static void cursor_reset(batch_cursor *c) {
   for (int i = 0; i < 5; i++) { rcbuf_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
+  pending_unref(c->pend);
+  c->pend = NULL;
   c->eof = 1;
 }
 
@@ -125,7 +158,7 @@ static int batch_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   }
   int rc = sqlite3_declare_vtab(db,
       "CREATE TABLE x(n_cells INTEGER, n_genes INTEGER, cell_ids BLOB, indptr BLOB, indices BLOB,"
-      " data BLOB, cells HIDDEN, genes HIDDEN, obs HIDDEN, ticket HIDDEN, obs_values HIDDEN)");
+      " data BLOB, cells HIDDEN, genes HIDDEN, obs HIDDEN, ticket HIDDEN, obs_values HIDDEN, nnz HIDDEN)");
   if (rc != SQLITE_OK) return rc;
   sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
   batch_vtab *v = sqlite3_malloc64(sizeof *v);
@@ -164,7 +197,7 @@ static int batch_destroy(sqlite3_vtab *p) {
 
 /* ------------------------------------------------ plans */
 static const char *const col_names[] = {"n_cells", "n_genes", "cell_ids", "indptr", "indices", "data",
-                                       "cells", "genes", "obs", "ticket", "obs_values"};
+                                       "cells", "genes", "obs", "ticket", "obs_values", "nnz"};
 static const char *plan_col_name(void *ctx, int col) { (void)ctx; return col_names[col]; }
 static const dc_plan_table plan_table = {(int)(sizeof col_names / sizeof col_names[0]), plan_col_name, NULL, NULL, 0};
 
@@ -320,6 +353,7 @@ typedef struct batch_job {
   int32_t *o_idx, *o_val;
   int64_t total;                    /* output nonzeros */
   size_t n_fetched;
+  batch_pending *pend;              /* the rows left to the ticket (or to xColumn) */
 } batch_job;
 
 static void job_free(batch_job *j) {
@@ -346,6 +380,7 @@ static void job_free(batch_job *j) {
   rcbuf_unref(j->o_indptr);
   rcbuf_unref(j->o_idx);
   rcbuf_unref(j->o_val);
+  pending_unref(j->pend);
 }
 
 /* The plan's arguments, by hidden column. */
@@ -503,6 +538,16 @@ static int assemble(batch_vtab *v, batch_job *j, dc_pool *pool, int64_t *t) {
   int rc;
   j->total = batch_layout(n, j->direct, j->rows, j->ref, chunk_info, r, j->runs, j->off, j->o_indptr);
   if ((rc = check_size(v, n, (double)j->total, 0)) != SQLITE_OK) return rc;
+  if (!j->n_dj && !j->staged && !j->map) {
+    /* every row is a row of a decoded chunk, copied as it is: left to the ticket */
+    batch_pending *p = sqlite3_malloc64(sizeof *p);
+    if (!p) return SQLITE_NOMEM;
+    *p = (batch_pending){1, v->conn, n, j->total, j->rows, j->off, j->chunks, j->n_keys};
+    j->rows = NULL; j->off = NULL; j->chunks = NULL; j->n_keys = 0;
+    j->pend = p;
+    t[0] = t[1] = now_ns();
+    return SQLITE_OK;
+  }
   j->o_idx = rcbuf_new(v->conn->bufpool, (uint64_t)j->total * 4);
   j->o_val = rcbuf_new(v->conn->bufpool, (uint64_t)j->total * 4);
   if (!j->o_idx || !j->o_val) return SQLITE_NOMEM;
@@ -580,6 +625,8 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   c->blob[1] = j->o_indptr; c->len[1] = ((uint64_t)n + 1) * 8; j->o_indptr = NULL;
   c->blob[2] = j->o_idx; c->len[2] = (uint64_t)j->total * 4; j->o_idx = NULL;
   c->blob[3] = j->o_val; c->len[3] = (uint64_t)j->total * 4; j->o_val = NULL;
+  c->pend = j->pend; j->pend = NULL;
+  c->nnz = j->total;
   c->eof = 0;
   {
     dc_conn *cn = v->conn;
@@ -620,33 +667,58 @@ static int batch_next(sqlite3_vtab_cursor *cur) {
 }
 static int batch_eof(sqlite3_vtab_cursor *cur) { return ((batch_cursor *)cur)->eof; }
 
+/* ------------------------------------------------ pending rows */
+/* Gathers a pending result's rows into the cursor's indices and data blobs (a query that
+** reads them from SQL). */
+static int pending_gather(batch_cursor *c, batch_vtab *v) {
+  batch_pending *p = c->pend;
+  int32_t *idx = rcbuf_new(v->conn->bufpool, (uint64_t)p->total * 4);
+  int32_t *val = rcbuf_new(v->conn->bufpool, (uint64_t)p->total * 4);
+  if (!idx || !val) { rcbuf_unref(idx); rcbuf_unref(val); return SQLITE_NOMEM; }
+  batch_take t = { p->rows, p->n, p->off, idx, val, BATCH_KIND_I32, 0, 0 };
+  batch_run_take(dc_conn_pool(v->conn), &t);
+  c->blob[2] = idx; c->len[2] = (uint64_t)p->total * 4;
+  c->blob[3] = val; c->len[3] = (uint64_t)p->total * 4;
+  return SQLITE_OK;
+}
+
 /* ------------------------------------------------ tickets */
+/* The registry is process-wide (the ctypes caller names a ticket by number only).  A ticket
+** with a pending result uses its connection's pool: take_rw is held for reading while a take
+** copies, and for writing while a connection's tickets are dropped (dc_batch_forget_conn, at
+** its end) or its pool is replaced (dc_batch_pool_change), so neither happens under a take. */
 #define TICKET_MAX 4
 typedef struct ticket {
   uint64_t id;              /* 0: free slot */
   int64_t n_cells, nnz;
-  void *indptr, *indices, *data;   /* references held */
+  void *indptr, *indices, *data;   /* references held (indices, data NULL with pend) */
+  batch_pending *pend;
 } ticket;
 static pthread_mutex_t ticket_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t take_rw = PTHREAD_RWLOCK_INITIALIZER;
 static ticket tickets[TICKET_MAX];
 static uint64_t ticket_next = 1;
 
-/* a fork while another thread holds ticket_mu must not leave it locked in the child */
+/* a fork while another thread holds ticket_mu or takes must not leave them locked in the child */
 static pthread_once_t ticket_once = PTHREAD_ONCE_INIT;
-static void ticket_lock(void) { pthread_mutex_lock(&ticket_mu); }
-static void ticket_unlock(void) { pthread_mutex_unlock(&ticket_mu); }
+static void ticket_lock(void) { pthread_rwlock_wrlock(&take_rw); pthread_mutex_lock(&ticket_mu); }
+static void ticket_unlock(void) { pthread_mutex_unlock(&ticket_mu); pthread_rwlock_unlock(&take_rw); }
 static void ticket_atfork(void) { pthread_atfork(ticket_lock, ticket_unlock, ticket_unlock); }
 
 static void ticket_release(ticket *t) {
   rcbuf_unref(t->indptr); rcbuf_unref(t->indices); rcbuf_unref(t->data);
+  pending_unref(t->pend);
 }
 
 /* registers the cursor's current result; returns the ticket id (0 on no result) */
 static uint64_t ticket_issue(batch_cursor *c) {
-  if (!c->blob[1] || !c->blob[2] || !c->blob[3]) return 0;
-  ticket t = { 0, c->n_cells, (int64_t)(c->len[3] / 4), c->blob[1], c->blob[2], c->blob[3] };
-  rcbuf_ref(t.indptr); rcbuf_ref(t.indices); rcbuf_ref(t.data);
-  ticket old = { 0, 0, 0, NULL, NULL, NULL };
+  if (!c->blob[1] || (!c->pend && (!c->blob[2] || !c->blob[3]))) return 0;
+  ticket t = { 0, c->n_cells, c->nnz, c->blob[1], c->blob[2], c->blob[3], c->pend };
+  if (t.pend) { t.indices = t.data = NULL; __atomic_add_fetch(&t.pend->n_ref, 1, __ATOMIC_ACQ_REL); }
+  rcbuf_ref(t.indptr);
+  if (t.indices) rcbuf_ref(t.indices);
+  if (t.data) rcbuf_ref(t.data);
+  ticket old = { 0, 0, 0, NULL, NULL, NULL, NULL };
   pthread_once(&ticket_once, ticket_atfork);
   pthread_mutex_lock(&ticket_mu);
   t.id = ticket_next++;
@@ -662,64 +734,84 @@ static uint64_t ticket_issue(batch_cursor *c) {
   return t.id;
 }
 
+void dc_batch_forget_conn(dc_conn *conn) {
+  ticket gone[TICKET_MAX];
+  int n = 0;
+  pthread_rwlock_wrlock(&take_rw);
+  pthread_mutex_lock(&ticket_mu);
+  for (int k = 0; k < TICKET_MAX; k++)
+    if (tickets[k].id && tickets[k].pend && tickets[k].pend->conn == conn) {
+      gone[n++] = tickets[k];
+      memset(&tickets[k], 0, sizeof tickets[k]);
+    }
+  pthread_mutex_unlock(&ticket_mu);
+  pthread_rwlock_unlock(&take_rw);
+  for (int k = 0; k < n; k++) ticket_release(&gone[k]);
+}
+
+void dc_batch_pool_change(dc_conn *conn, int threads) {
+  pthread_rwlock_wrlock(&take_rw);
+  if (conn->pool) { dc_pool_free(conn->pool); conn->pool = NULL; }
+  conn->threads = threads;
+  pthread_rwlock_unlock(&take_rw);
+}
+
 /* Exchanges a ticket of dc_batch for its result, copied into the caller's
 ** buffers, and releases it.  indptr_out: n_cells+1 int32 (or NULL);
 ** indices_out: nnz int32 (or NULL); data_out: nnz values of kind data_kind
 ** (or NULL): 0 int32, 1 float32, 2 int16, 3 int8, 4 uint8, 5 float64,
-** 6 int64.  All NULL: release only.  Returns 0; -1 unknown ticket (taken,
-** released, or never issued); -2 a count does not fit data_kind (*bad = the
-** count, *bad_at = its position); -3 nnz does not fit int32 indptr;
-** -4 unknown data_kind.  The sizes are checked against n_cells and nnz. */
+** 6 int64 (BATCH_KIND_*).  All NULL: release only.  Returns 0; -1 unknown
+** ticket (taken, released, never issued, or of a closed connection); -2 a
+** count does not fit data_kind (*bad = the count, *bad_at = its position);
+** -3 nnz does not fit int32 indptr; -4 unknown data_kind.  The sizes are
+** checked against n_cells and nnz.  Call it on the thread that runs the
+** connection's statements, or at least not while that connection closes
+** (the copy may use the connection's decoder threads). */
 int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *indptr_out,
                            int32_t *indices_out, void *data_out, int data_kind, int64_t *bad,
                            int64_t *bad_at) {
-  ticket t = { 0, 0, 0, NULL, NULL, NULL };
+  ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL };
   if (!id) return -1;
+  pthread_rwlock_rdlock(&take_rw);
   pthread_mutex_lock(&ticket_mu);
   for (int k = 0; k < TICKET_MAX; k++)
     if (tickets[k].id == id) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
   pthread_mutex_unlock(&ticket_mu);
-  if (!t.id) return -1;
   int rc = 0;
+  if (!t.id) { rc = -1; goto out; }
   if (!indptr_out && !indices_out && !data_out) goto out;
   if (n_cells != t.n_cells || nnz != t.nnz) { rc = -1; goto out; }
-  if (data_kind < 0 || data_kind > 6) { rc = -4; goto out; }
+  if (data_kind < 0 || data_kind >= BATCH_KIND_N) { rc = -4; goto out; }
   const int64_t *ip = t.indptr;
-  const int32_t *val = t.data;
   if (indptr_out) {
     if (t.nnz > INT32_MAX) { rc = -3; goto out; }
     for (int64_t i = 0; i <= t.n_cells; i++) indptr_out[i] = (int32_t)ip[i];
   }
+  if (t.pend) {
+    batch_take tk = { t.pend->rows, t.pend->n, t.pend->off, indices_out, data_out, data_kind, 0, 0 };
+    if (batch_run_take(t.pend->conn->pool, &tk)) {
+      if (bad) *bad = tk.bad_val;
+      if (bad_at) *bad_at = tk.bad_pos;
+      rc = -2;
+    }
+    goto out;
+  }
+  /* an eagerly gathered result: copied (and converted) from the blobs */
   if (indices_out) memcpy(indices_out, t.indices, (size_t)t.nnz * 4);
   if (data_out) {
-    int64_t lo = 0, hi = 0;
-    switch (data_kind) {
-      case 2: lo = INT16_MIN; hi = INT16_MAX; break;
-      case 3: lo = INT8_MIN; hi = INT8_MAX; break;
-      case 4: lo = 0; hi = UINT8_MAX; break;
-      default: break;
-    }
-    if (lo || hi) {
-      for (int64_t e = 0; e < t.nnz; e++)
-        if (val[e] < lo || val[e] > hi) {
-          if (bad) *bad = val[e];
-          if (bad_at) *bad_at = e;
-          rc = -2;
-          goto out;
-        }
-    }
-    switch (data_kind) {
-      case 0: memcpy(data_out, val, (size_t)t.nnz * 4); break;
-      case 1: { float *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (float)val[e]; break; }
-      case 2: { int16_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (int16_t)val[e]; break; }
-      case 3: { int8_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (int8_t)val[e]; break; }
-      case 4: { uint8_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (uint8_t)val[e]; break; }
-      case 5: { double *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = (double)val[e]; break; }
-      case 6: { int64_t *o = data_out; for (int64_t e = 0; e < t.nnz; e++) o[e] = val[e]; break; }
+    if (t.nnz > UINT32_MAX) { rc = -3; goto out; }
+    batch_row whole = { t.indices, t.data, (uint32_t)t.nnz, t.nnz };
+    int64_t zero = 0;
+    batch_take tk = { &whole, 1, &zero, NULL, data_out, data_kind, 0, 0 };
+    if (batch_run_take(NULL, &tk)) {
+      if (bad) *bad = tk.bad_val;
+      if (bad_at) *bad_at = tk.bad_pos;
+      rc = -2;
     }
   }
 out:
-  ticket_release(&t);
+  pthread_rwlock_unlock(&take_rw);
+  if (t.id) ticket_release(&t);
   return rc;
 }
 
@@ -735,7 +827,11 @@ static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
     }
     case COL_NCELLS: sqlite3_result_int64(ctx, c->n_cells); break;
     case COL_NGENES: sqlite3_result_int64(ctx, c->n_genes); break;
+    case COL_NNZ: sqlite3_result_int64(ctx, c->nnz); break;
     case COL_CELLIDS: case COL_INDPTR: case COL_INDICES: case COL_DATA: {
+      if ((i == COL_INDICES || i == COL_DATA) && c->pend && !c->blob[2]) {
+        if (pending_gather(c, (batch_vtab *)cur->pVtab) != SQLITE_OK) { sqlite3_result_error_nomem(ctx); break; }
+      }
       void *b = c->blob[i - COL_CELLIDS];
       if (!b) { sqlite3_result_null(ctx); break; }
       rcbuf_ref(b);    /* SQLite owns one reference; released by rcbuf_unref */

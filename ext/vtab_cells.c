@@ -50,8 +50,9 @@
 **
 ** This file is the module's SQLite glue: connect and destroy, xBestIndex,
 ** xFilter, xNext, xColumn (dc_cells_values, obs values for dc_batch: cells_values.c).  cells_store.c
-** (also glue; cells_vtab.h is their shared header) loads and validates the
-** stored statistics and dictionaries and reads, checks and caches the blocks.
+** (also glue; cells_vtab.h is their shared header) takes the obs statistics and
+** dictionaries from the connection's dataset object (reader_obs.c loads and validates them
+** once per data version) and reads, checks and caches the blocks.
 ** The logic both call is pure C, unit-tested without SQLite
 ** (tests/c/test_cells_*.c, test_plan.c): dc_plan.c (the plan codec), cells_filter.c (comparison
 ** semantics, block pruning, row kernels, value order), cells_ivl.c (cell
@@ -64,7 +65,7 @@
 ** constrained columns, then the constrained columns are decoded and filtered
 ** into a selection of rows.  Other columns are decoded only when xColumn asks
 ** for them, so only columns the statement uses (colUsed) are ever read.
-** Decoded blocks are kept in a cache of the table object (least recently
+** Decoded blocks are kept in a cache of the obs statistics (least recently
 ** used out, a quarter of dc_config('cache_mb'); reference counted, so a
 ** cursor's block survives eviction), so joins that re-filter a cursor and
 ** repeated queries skip decoding.  A block of an int or real column used by
@@ -137,23 +138,9 @@ static void vtab_free(cells_vtab *p) {
     for (cells_vtab **q = (cells_vtab **)&p->conn->cells_tabs; *q; q = &(*q)->next_tab)
       if (*q == p) { *q = p->next_tab; break; }
   }
-  cells_bcache_clear(&p->cache);   /* no cursor is open: frees every block */
-  for (int k = 0; k < p->n_ocol; k++) {
-    sqlite3_free(p->oc[k].name);
-    sqlite3_free((char *)p->oc[k].dict.buf);
-    sqlite3_free((uint32_t *)p->oc[k].dict.off);
-  }
-  if (p->bs) {
-    for (int64_t i = 0; i < (int64_t)p->n_ocol * p->n_blocks; i++) {
-      sqlite3_free(p->bs[i].mn.s);
-      sqlite3_free(p->bs[i].mx.s);
-      sqlite3_free(p->bs[i].present);
-    }
-  }
-  sqlite3_free(p->bs);
+  for (int k = 0; k < p->n_ocol; k++) sqlite3_free(p->oc[k].name);
   sqlite3_free(p->oc);
-  sqlite3_free(p->blk_first);
-  dc_reader_free(p->rd);
+  dc_reader_free(p->rd);   /* the statistics and their blocks are the dataset object's */
   sqlite3_free(p->zDb);
   sqlite3_free(p->zName);
   sqlite3_free(p->zBlocks);
@@ -353,7 +340,7 @@ static int cells_best_index(sqlite3_vtab *tab, sqlite3_index_info *info) {
         rc = cells_dict_load(p, k);
         if (rc == SQLITE_NOMEM) return rc;
         if (rc) { sqlite3_free(tab->zErrMsg); tab->zErrMsg = NULL; }   /* xFilter reports it */
-        else if (!p->oc[k].dict_numeric) exact = 1;
+        else if (!p->cs[k].dict_numeric) exact = 1;
       }
       if (!exact && rhs) {
         int t = sqlite3_value_type(rhs);
@@ -379,7 +366,7 @@ static int cells_best_index(sqlite3_vtab *tab, sqlite3_index_info *info) {
       ec.n_categories = oc->n_categories;
       ec.null_count = oc->null_count;
       ec.bs = p->loaded ? &p->bs[(int64_t)k * p->n_blocks] : NULL;
-      ec.dict = oc->dict_loaded ? &oc->dict : NULL;
+      ec.dict = p->loaded && p->cs[k].dict_loaded ? &p->cs[k].dict : NULL;
     }
     const char *ztext = NULL;
     int ztext_n = 0;
@@ -479,7 +466,7 @@ static int term_prepare(cells_vtab *p, cells_term *t) {
     int rc = cells_dict_load(p, k);
     if (rc) return rc;
   }
-  return cells_term_prepare(t, t->kind == DC_OBS_CATEGORY ? &p->oc[k].dict : NULL) ? SQLITE_NOMEM : SQLITE_OK;
+  return cells_term_prepare(t, t->kind == DC_OBS_CATEGORY ? &p->cs[k].dict : NULL) ? SQLITE_NOMEM : SQLITE_OK;
 }
 
 /* keeps the rows of the selection that meet term t (a term on a stored column) */
@@ -488,7 +475,7 @@ static int filter_block(cells_cursor *c, const cells_term *t, int64_t b) {
   cells_dblock *d;
   int rc = cells_col_block(c, ocol_of(t->col), b, &d);
   if (rc) return rc;
-  return cells_filter_block(t, d, &p->cache, &c->sel) ? SQLITE_NOMEM : SQLITE_OK;
+  return cells_filter_block(t, d, p->cache, &c->sel) ? SQLITE_NOMEM : SQLITE_OK;
 }
 
 /* Moves to the next block with selected rows (or EOF). */
@@ -681,7 +668,7 @@ static int cells_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int col)
       int32_t code = b->codes[r];
       if (code >= 0) {
         int n;
-        const char *s = cells_dict_str(&p->oc[k].dict, (uint32_t)code, &n);
+        const char *s = cells_dict_str(&p->cs[k].dict, (uint32_t)code, &n);
         sqlite3_result_text(ctx, s, n, SQLITE_STATIC);
       }
       break;

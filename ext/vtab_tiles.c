@@ -83,7 +83,7 @@ static int tiles_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
     sqlite3_free(sql);
     if (rc != SQLITE_OK) goto fail;
   }
-  if (strcmp(v->shadow, "tiles_data") == 0) {
+  if (strcmp(v->shadow, DC_TILES_DATA) == 0) {
     rc = dc_reader_open(db, (dc_conn *)aux, v->schema, "tiles", &v->reader, pzErr);
     if (rc != SQLITE_OK) goto fail;
   }

@@ -551,13 +551,13 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     blob = panel.blob if panel is not None else genes_blob
     t0 = time.perf_counter()
     if obs is not None and obs.columns:
-        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket, obs_values "
+        cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, obs_values "
                           "FROM dc_batch(?, ?, ?)", (ids.tobytes(), blob, obs.arg))
     elif blob is None:
-        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket, NULL FROM dc_batch(?)",
+        cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, NULL FROM dc_batch(?)",
                           (ids.tobytes(),))
     else:
-        cur = con.execute("SELECT n_cells, n_genes, length(data) / 4, ticket, NULL "
+        cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, NULL "
                           "FROM dc_batch(?, ?)", (ids.tobytes(), blob))
     row = cur.fetchone()
     cur.close()
@@ -620,7 +620,7 @@ def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0):
             nz, rel = len(dt), ip
         else:
             args = (part.tobytes(),) if genes_blob is None else (part.tobytes(), genes_blob)
-            sql = ("SELECT n_cells, n_genes, length(data) / 4, ticket FROM dc_batch("
+            sql = ("SELECT n_cells, n_genes, nnz, ticket FROM dc_batch("
                    + ", ".join("?" * len(args)) + ")")
             cur = con.execute(sql, args)
             row = cur.fetchone()
@@ -658,6 +658,12 @@ def with_connection(path, threads=None, cache_mb=None, check_same_thread=True):
         con.execute("SELECT dc_config('threads', ?)", (int(threads),)).fetchall()
     if cache_mb is not None:
         con.execute("SELECT dc_config('cache_mb', ?)", (int(cache_mb),)).fetchall()
+        # The chunks one dc_batch call holds at once (decode_mb) stay in the cache anyway:
+        # a budget below the cache's only splits a new window's chunks into groups, whose
+        # rows are then staged (copied twice more) instead of copied once at the take.
+        dec = con.execute("SELECT dc_config('decode_mb')").fetchone()[0]
+        if int(cache_mb) > int(dec):
+            con.execute("SELECT dc_config('decode_mb', ?)", (int(cache_mb),)).fetchall()
     return con
 
 

@@ -2,7 +2,8 @@
 ** test_batch_plan.c — dc_batch's planner and row kernels (ext/batch_plan.c, pure C: compiled
 ** in here directly): direct runs, distinct chunks, groups under a budget, the output layout,
 ** and the count/fill kernels with and without a gene panel, on the calling thread and on a
-** pool, against results written out by hand or computed apart.
+** pool, and the take (rows converted into a caller's arrays), against results written out by
+** hand or computed apart.
 */
 #include "dctest.h"
 #include "../../ext/batch_plan.c"
@@ -192,9 +193,68 @@ static void test_kernels(void) {
   dc_pool_free(pool);
 }
 
+/* The take: rows (in reverse order, to scattered offsets) copied and converted to every kind,
+** on the calling thread and on a pool; a value that does not fit a narrow kind is reported at
+** its smallest output position, whichever thread finds it. */
+static void test_take(void) {
+  enum { ROWS = 500, W = 37 };
+  static int32_t idx[ROWS][W], val[ROWS][W];
+  static batch_row rows[ROWS];
+  static int64_t off[ROWS];
+  int64_t total = 0;
+  for (int r = ROWS - 1; r >= 0; r--) {
+    int n = (r * 7) % W;
+    for (int e = 0; e < n; e++) { idx[r][e] = r + e; val[r][e] = (r * 31 + e * 17) % 120 - (r % 5 == 0 ? 60 : 0); }
+    rows[r] = (batch_row){idx[r], val[r], (uint32_t)n, n};
+    off[r] = total;
+    total += n;
+  }
+  dc_pool *pool = dc_pool_new(2);
+  DCT_CHECK(pool != NULL);
+  static const size_t size[BATCH_KIND_N] = {4, 4, 2, 1, 1, 8, 8};
+  int32_t *di = malloc((size_t)total * 4);
+  void *dv = malloc((size_t)total * 8);
+  for (int kind = 0; kind < BATCH_KIND_N; kind++)
+    for (int use = 0; use < 2; use++) {
+      memset(di, 0xab, (size_t)total * 4);
+      batch_take t = {rows, ROWS, off, di, dv, kind, 0, 0};
+      int rc = batch_run_take(use ? pool : NULL, &t);
+      if (kind == BATCH_KIND_U8) {   /* negative counts: the first (by position) is reported */
+        int64_t first = -1, fv = 0;
+        for (int r = ROWS - 1; r >= 0 && first < 0; r--)
+          for (uint32_t e = 0; e < rows[r].n_in; e++)
+            if (val[r][e] < 0) { first = off[r] + e; fv = val[r][e]; break; }
+        DCT_CHECKF(rc == -1 && t.bad_pos == first && t.bad_val == fv, "use %d: rc %d pos %lld (want %lld)", use, rc,
+                   (long long)t.bad_pos, (long long)first);
+        continue;
+      }
+      DCT_CHECKF(rc == 0, "kind %d use %d", kind, use);
+      for (int r = 0; r < ROWS; r++)
+        for (uint32_t e = 0; e < rows[r].n_in; e++) {
+          int64_t o = off[r] + e, v = val[r][e], got = 0;
+          const char *q = (const char *)dv + (size_t)o * size[kind];
+          switch (kind) {
+            case BATCH_KIND_I32: got = *(const int32_t *)q; break;
+            case BATCH_KIND_F32: got = (int64_t)*(const float *)q; break;
+            case BATCH_KIND_I16: got = *(const int16_t *)q; break;
+            case BATCH_KIND_I8: got = *(const int8_t *)q; break;
+            case BATCH_KIND_F64: got = (int64_t)*(const double *)q; break;
+            case BATCH_KIND_I64: got = *(const int64_t *)q; break;
+          }
+          DCT_CHECKF(got == v && di[o] == idx[r][e], "kind %d use %d row %d", kind, use, r);
+        }
+    }
+  batch_take bad = {rows, ROWS, off, di, dv, BATCH_KIND_N, 0, 0};
+  DCT_CHECK(batch_run_take(pool, &bad) == -2);
+  free(di);
+  free(dv);
+  dc_pool_free(pool);
+}
+
 int main(void) {
   DCT_RUN(test_direct);
   DCT_RUN(test_groups);
   DCT_RUN(test_kernels);
+  DCT_RUN(test_take);
   return dct_done();
 }

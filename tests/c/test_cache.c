@@ -146,6 +146,44 @@ static void test_bufpool_limits(void) {
   DCT_CHECK(size_class(1u << 20) == (1u << 20));
 }
 
+/* make_room evicts least recently used entries nothing else holds, before the new chunks are
+** allocated, so that their buffers are the ones the new chunks get (no fresh memory). */
+static void test_make_room_recycles(void) {
+  dc_bufpool *p = dc_bufpool_new();
+  DCT_CHECK(p != NULL);
+  dc_chunk_data *a = dc_chunk_new(p, 100, 1u << 20), *b = dc_chunk_new(p, 100, 1u << 20);
+  DCT_CHECK(a && b);
+  int64_t one = (int64_t)a->bytes;
+  dc_cache *c = dc_cache_new(2 * one);
+  dc_cache_put(c, 1, 0, 0, a);
+  dc_cache_put(c, 1, 0, 1, b);
+  dc_chunk_release(a);                 /* only the cache holds a */
+  dc_chunk_data *held = dc_cache_get(c, 1, 0, 1);   /* b: in use, and most recent */
+  DCT_CHECK(held == b);
+  void *a_mem = a;
+  /* room for two: a goes (its buffer to the pool), b stays (in use) */
+  dc_cache_make_room(c, 2 * one);
+  int64_t bytes, entries, hits, misses;
+  dc_cache_stats(c, &bytes, &entries, &hits, &misses);
+  DCT_CHECKF(entries == 1 && bytes == one, "entries %lld bytes %lld", (long long)entries, (long long)bytes);
+  DCT_CHECK(dc_cache_get(c, 1, 0, 0) == NULL);
+  dc_chunk_data *again = dc_cache_get(c, 1, 0, 1);
+  DCT_CHECK(again == b);
+  dc_chunk_release(again);
+  DCT_CHECK(dc_bufpool_spare_bytes(p) > 0);
+  dc_chunk_data *n = dc_chunk_new(p, 100, 1u << 20);   /* gets a's buffer back */
+  DCT_CHECK((void *)n == a_mem);
+  /* nothing to do when the incoming chunks fit */
+  dc_cache_make_room(c, 0);
+  dc_cache_stats(c, &bytes, &entries, &hits, &misses);
+  DCT_CHECK(entries == 1);
+  dc_chunk_release(n);
+  dc_chunk_release(held);
+  dc_chunk_release(b);
+  dc_cache_free(c);
+  dc_bufpool_release(p);
+}
+
 int main(void) {
   DCT_RUN(test_get_put_lru);
   DCT_RUN(test_too_big_and_duplicates);
@@ -153,5 +191,6 @@ int main(void) {
   DCT_RUN(test_bufpool_recycles);
   DCT_RUN(test_chunk_counts_held_memory);
   DCT_RUN(test_bufpool_limits);
+  DCT_RUN(test_make_room_recycles);
   return dct_done();
 }

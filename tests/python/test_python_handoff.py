@@ -3,6 +3,7 @@ dc_batch ticket, narrow dtypes, per-stage timings, no process-wide side effects 
 deterministic closing."""
 import ctypes
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -117,6 +118,82 @@ def test_ticket_once_and_unknown(small):
     con.close()
 
 
+def _take(fn, t, n, nnz, kind, dt):
+    ip = np.full(n + 1, -7, np.int32)
+    ix = np.full(nnz, -7, np.int32)
+    dv = np.zeros(nnz, dt)
+    bad, at = ctypes.c_int64(), ctypes.c_int64()
+    rc = fn(t, n, nnz, ip.ctypes.data, ix.ctypes.data, dv.ctypes.data, kind, ctypes.byref(bad),
+            ctypes.byref(at))
+    return rc, ip, ix, dv, bad.value, at.value
+
+
+@pytest.mark.parametrize("shape", ["shuffled", "in_order", "panel"])
+def test_ticket_every_kind_equals_the_blobs(small, shape):
+    """Shuffled cells with repeats leave their rows to the ticket (copied from the decoded
+    chunks at the take); whole chunks in order and gene panels are gathered in xFilter.
+    Every value kind of every shape equals the SQL blobs, and nnz = length(data) / 4."""
+    fn = _core._ticket_take_fn()
+    con = deltacells.connect(small[1])
+    rng = np.random.default_rng(5)
+    if shape == "in_order":
+        ids, arg = np.arange(0, 900, dtype=np.int64), ()
+    else:
+        ids = rng.integers(0, N_CELLS, 700).astype(np.int64)
+        ids[:3] = ids[3]                                   # repeats
+        arg = ()
+    sql = "FROM dc_batch(?)"
+    if shape == "panel":
+        names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id")][::3]
+        arg = (json.dumps(names[::-1]),)
+        sql = "FROM dc_batch(?, ?)"
+    for kind, dt in enumerate([np.int32, np.float32, np.int16, np.int8, np.uint8, np.float64,
+                               np.int64]):
+        n, nnz, t = con.execute(f"SELECT n_cells, nnz, ticket {sql}", (ids.tobytes(),) + arg).fetchone()
+        ip, ix, dv = con.execute(f"SELECT indptr, indices, data {sql}", (ids.tobytes(),) + arg).fetchone()
+        ip, ix, dv = (np.frombuffer(ip, np.int64), np.frombuffer(ix, np.int32),
+                      np.frombuffer(dv, np.int32))
+        assert nnz == len(dv) and n == len(ids)
+        rc, gip, gix, gdv, bad, at = _take(fn, t, n, nnz, kind, dt)
+        info = np.iinfo(dt) if np.issubdtype(dt, np.integer) else None
+        if info is not None and (dv.min() < info.min or dv.max() > info.max):
+            first = int(np.flatnonzero((dv < info.min) | (dv > info.max))[0])
+            assert (rc, at, bad) == (-2, first, int(dv[first])), (kind, rc, at, bad, first)
+            continue
+        assert rc == 0, (kind, rc)
+        assert np.array_equal(gip, ip) and np.array_equal(gix, ix)
+        assert np.array_equal(gdv, dv.astype(dt)), kind
+    con.close()
+
+
+def test_ticket_of_a_closed_connection_is_unknown(small):
+    """A ticket whose rows wait in its connection's decoded chunks dies with the connection:
+    taking it then is refused (-1), never a read of freed memory."""
+    fn = _core._ticket_take_fn()
+    con = deltacells.connect(small[1])
+    ids = np.array([9, 1500, 3, 9], dtype=np.int64)
+    n, nnz, t = con.execute("SELECT n_cells, nnz, ticket FROM dc_batch(?)", (ids.tobytes(),)).fetchone()
+    con.close()
+    assert _take(fn, t, n, nnz, 1, np.float32)[0] == -1
+
+
+def test_ticket_survives_a_thread_count_change(small):
+    """dc_config('threads') replaces the pool between dc_batch and the take: the take uses
+    the new pool (or none) and gives the same rows."""
+    fn = _core._ticket_take_fn()
+    con = deltacells.connect(small[1])
+    ids = np.random.default_rng(2).integers(0, N_CELLS, 1200).astype(np.int64)
+    want = con.execute("SELECT indices, data FROM dc_batch(?)", (ids.tobytes(),)).fetchone()
+    con.execute("SELECT dc_config('threads', 2)").fetchone()
+    n, nnz, t = con.execute("SELECT n_cells, nnz, ticket FROM dc_batch(?)", (ids.tobytes(),)).fetchone()
+    con.execute("SELECT dc_config('threads', 1)").fetchone()
+    rc, ip, ix, dv, _, _ = _take(fn, t, n, nnz, 0, np.int32)
+    assert rc == 0
+    assert np.array_equal(ix, np.frombuffer(want[0], np.int32))
+    assert np.array_equal(dv, np.frombuffer(want[1], np.int32))
+    con.close()
+
+
 def test_read_batch_does_not_echo_ids(small):
     con = deltacells.connect(small[1])
     ids = np.array([7, 2, 7], dtype=np.int64)
@@ -172,6 +249,8 @@ def test_timings_name_every_stage(small):
 
 
 # --- side effects, hygiene -------------------------------------------------------------
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="under ASan, its allocator replaces glibc's malloc (no mallopt to apply)")
 def test_import_changes_no_malloc_setting():
     out = _run("""
         import ctypes
