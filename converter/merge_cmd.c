@@ -243,7 +243,7 @@ static int copy_first(sqlite3 *db, const char *path, uint64_t old_id, uint64_t n
     int vtab = !sqlite3_strnicmp(sql, "CREATE VIRTUAL", 14), sys = !sqlite3_strnicmp(name, "sqlite_", 7);
     sqllist *to = !strcmp(type, "table") && !vtab ? &tables : !strcmp(type, "index") ? &idx : late;
     char *copy = NULL;
-    if (to == &tables && !sys && strcmp(name, "tiles_data") != 0)
+    if (to == &tables && !sys && strcmp(name, DC_TILES_DATA) != 0)
       copy = sqlite3_mprintf("INSERT INTO main.\"%w\" SELECT * FROM first.\"%w\"", name, name);
     if (sys && to == &tables) {   /* sqlite_sequence: made by the tables that need it, its rows copied last */
       seq |= !strcmp(name, "sqlite_sequence");

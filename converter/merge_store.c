@@ -511,7 +511,7 @@ static void fn_tile_copy(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   int64_t t = sqlite3_value_int64(argv[0]), fc = sqlite3_value_int64(argv[1]), nc = sqlite3_value_int64(argv[2]);
   int64_t nz = sqlite3_value_int64(argv[3]), ch = sqlite3_value_int64(argv[4]);
   c->seal_tile = -1;
-  int br = c->b ? sqlite3_blob_reopen(c->b, t) : sqlite3_blob_open(c->db, c->schema, "tiles_data", "data", t, 0, &c->b);
+  int br = c->b ? sqlite3_blob_reopen(c->b, t) : sqlite3_blob_open(c->db, c->schema, DC_TILES_DATA, "data", t, 0, &c->b);
   if (br != SQLITE_OK) { fn_fail(ctx, "tile %lld: %s", (long long)t, sqlite3_errmsg(c->db)); return; }
   int64_t len = sqlite3_blob_bytes(c->b);
   if (len <= 0) { fn_fail(ctx, "tile %lld: no data", (long long)t); return; }
@@ -576,8 +576,9 @@ int cv_copy_tiles(sqlite3 *db, const char *schema, const char *path, uint64_t ol
       sqlite3_create_function(db, "cv_tile_copy_seal", 1, SQLITE_UTF8, &c, fn_tile_copy_seal, NULL, NULL) != SQLITE_OK)
     rc = cv_sql_fail(db, e, "cv_tile_copy");
   char *sql = rc ? NULL : sqlite3_mprintf(
-      "INSERT INTO main.tiles_data SELECT tile + %lld, first_cell + %lld, n_cells, nnz, chunks, "
-      "cv_tile_copy(tile, first_cell, n_cells, nnz, chunks, checksum), cv_tile_copy_seal(tile) FROM \"%w\".tiles_data ORDER BY tile",
+      "INSERT INTO main." DC_TILES_DATA " SELECT tile + %lld, first_cell + %lld, n_cells, nnz, chunks, "
+      "cv_tile_copy(tile, first_cell, n_cells, nnz, chunks, checksum), cv_tile_copy_seal(tile) FROM \"%w\"." DC_TILES_DATA
+      " ORDER BY tile",
       (long long)tile_off, (long long)cell_off, schema);
   if (!rc && !sql) rc = cv_fail(e, "out of memory");
   char *m = NULL;
