@@ -24,6 +24,8 @@ connection: latency + bytes / bandwidth):
 Each configuration also runs on the local file (no VFS, no throttle): the loader's CPU-bound
 rate in the same run; where it is below the store's ceiling, decoding, not the store, limits.
   of_local     MB/s / the local file's MB/s (same prefetch_tiles): 1.0 when the store costs nothing
+  store traffic  with --workers 0: the VFS's requests, bytes and cache hits in the loader's
+               process (bytes over the tiles' bytes: what was fetched twice or not needed)
 The ceiling (same run, same throttle, same concurrency): max(workers, 1) processes, each with
 its own connection, read their share of the tiles' blobs (contiguous tiles, as the loader's
 workers split them) through the same VFS and throttle, no decoding; measured per max_inflight
@@ -109,7 +111,13 @@ def _epoch(url, workers, prefetch, batch_size):
         cells += len(b["cell_id"])
         x = b["X"]
         x.values().numel() if x.layout != torch.strided else x.numel()
-    return time.perf_counter() - t, cells, first
+    dt = time.perf_counter() - t
+    vfs = None
+    if workers == 0 and "://" in str(url):   # this process's store traffic (the VFS's counters)
+        con = deltacells.connect(url)
+        vfs = json.loads(con.execute("SELECT dc_vfs_stats()").fetchone()[0])
+        con.close()
+    return dt, cells, first, vfs
 
 
 def main(argv):
@@ -167,11 +175,13 @@ def main(argv):
                 for where, src, mi in [("local", db, None)] + [("remote", url, m) for m in mis]:
                     if mi is not None:
                         os.environ["DC_HTTP_MAX_INFLIGHT"] = str(mi)
-                    dt, cells, first = epoch(src, a.workers, pf, a.batch_size)
+                    dt, cells, first, vfs = epoch(src, a.workers, pf, a.batch_size)
                     n_cells = cells
                     mbs = tile_bytes / dt / 1e6
                     r = {"source": where, "prefetch_tiles": pf, "max_inflight": mi, "workers": a.workers,
                          "cells_per_s": cells / dt, "MB_per_s": mbs, "first_s": first, "epoch_s": dt}
+                    if vfs:
+                        r["vfs"] = vfs
                     if mi is None:
                         local_mbs[pf] = mbs
                     else:
@@ -207,6 +217,11 @@ def main(argv):
               f"ceiling at the same max_inflight, {100 * r['of_ceiling0']:.0f}% of the max_inflight=0 ceiling, "
               f"{100 * r['of_local']:.0f}% of the local file's, "
               f"first batch {r['first_s']:.2f} s, epoch {r['epoch_s']:.1f} s")
+        if r.get("vfs"):
+            v = r["vfs"]
+            print("    store traffic (workers=0): " + ", ".join(
+                f"{k} {v[k]}" for k in ("requests", "bytes", "shared_hits", "mem_hits", "prefetch_requests")
+                if k in v) + f" ({v.get('bytes', 0) / tile_bytes:.2f}x the tiles' bytes)")
     print("(local: the same loader on the local file, no store: the CPU's own limit in this run)")
     return res
 

@@ -684,9 +684,11 @@ static int pending_gather(batch_cursor *c, batch_vtab *v) {
 
 /* ------------------------------------------------ tickets */
 /* The registry is process-wide (the ctypes caller names a ticket by number only).  A ticket
-** with a pending result uses its connection's pool: take_rw is held for reading while a take
-** copies, and for writing while a connection's tickets are dropped (dc_batch_forget_conn, at
-** its end) or its pool is replaced (dc_batch_pool_change), so neither happens under a take. */
+** with a pending result uses its connection's pool: takes_active counts the takes copying now
+** (under ticket_mu), and a connection's tickets are dropped (dc_batch_forget_conn, at its end)
+** or its pool replaced (dc_batch_pool_change) only once it is 0, so neither happens under a
+** take; a fork waits for it too.  (Not a rwlock: glibc's cannot be unlocked in a fork child by
+** the thread that locked it in the parent, whose thread id changed.) */
 #define TICKET_MAX 4
 typedef struct ticket {
   uint64_t id;              /* 0: free slot */
@@ -695,14 +697,17 @@ typedef struct ticket {
   batch_pending *pend;
 } ticket;
 static pthread_mutex_t ticket_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_rwlock_t take_rw = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_cond_t takes_done = PTHREAD_COND_INITIALIZER;
+static int takes_active;
 static ticket tickets[TICKET_MAX];
 static uint64_t ticket_next = 1;
 
 /* a fork while another thread holds ticket_mu or takes must not leave them locked in the child */
 static pthread_once_t ticket_once = PTHREAD_ONCE_INIT;
-static void ticket_lock(void) { pthread_rwlock_wrlock(&take_rw); pthread_mutex_lock(&ticket_mu); }
-static void ticket_unlock(void) { pthread_mutex_unlock(&ticket_mu); pthread_rwlock_unlock(&take_rw); }
+/* with ticket_mu held, until no take is copying */
+static void takes_wait_locked(void) { while (takes_active > 0) pthread_cond_wait(&takes_done, &ticket_mu); }
+static void ticket_lock(void) { pthread_mutex_lock(&ticket_mu); takes_wait_locked(); }
+static void ticket_unlock(void) { pthread_mutex_unlock(&ticket_mu); }
 static void ticket_atfork(void) { pthread_atfork(ticket_lock, ticket_unlock, ticket_unlock); }
 
 static void ticket_release(ticket *t) {
@@ -737,23 +742,23 @@ static uint64_t ticket_issue(batch_cursor *c) {
 void dc_batch_forget_conn(dc_conn *conn) {
   ticket gone[TICKET_MAX];
   int n = 0;
-  pthread_rwlock_wrlock(&take_rw);
   pthread_mutex_lock(&ticket_mu);
+  takes_wait_locked();
   for (int k = 0; k < TICKET_MAX; k++)
     if (tickets[k].id && tickets[k].pend && tickets[k].pend->conn == conn) {
       gone[n++] = tickets[k];
       memset(&tickets[k], 0, sizeof tickets[k]);
     }
   pthread_mutex_unlock(&ticket_mu);
-  pthread_rwlock_unlock(&take_rw);
   for (int k = 0; k < n; k++) ticket_release(&gone[k]);
 }
 
 void dc_batch_pool_change(dc_conn *conn, int threads) {
-  pthread_rwlock_wrlock(&take_rw);
+  pthread_mutex_lock(&ticket_mu);
+  takes_wait_locked();
   if (conn->pool) { dc_pool_free(conn->pool); conn->pool = NULL; }
   conn->threads = threads;
-  pthread_rwlock_unlock(&take_rw);
+  pthread_mutex_unlock(&ticket_mu);
 }
 
 /* Exchanges a ticket of dc_batch for its result, copied into the caller's
@@ -772,10 +777,10 @@ int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *i
                            int64_t *bad_at) {
   ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL };
   if (!id) return -1;
-  pthread_rwlock_rdlock(&take_rw);
   pthread_mutex_lock(&ticket_mu);
   for (int k = 0; k < TICKET_MAX; k++)
     if (tickets[k].id == id) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
+  if (t.id) takes_active++;
   pthread_mutex_unlock(&ticket_mu);
   int rc = 0;
   if (!t.id) { rc = -1; goto out; }
@@ -810,8 +815,12 @@ int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *i
     }
   }
 out:
-  pthread_rwlock_unlock(&take_rw);
-  if (t.id) ticket_release(&t);
+  if (t.id) {
+    pthread_mutex_lock(&ticket_mu);
+    if (--takes_active == 0) pthread_cond_broadcast(&takes_done);
+    pthread_mutex_unlock(&ticket_mu);
+    ticket_release(&t);
+  }
   return rc;
 }
 

@@ -12,7 +12,9 @@ Reading ahead: unless prefetch_tiles=0, each iterator runs one background thread
 with its own connection to the dataset, started by the iterator's first next().
 It calls dc_batch (the extension decodes in its own threads; Python releases the GIL
 while SQLite works) and builds the next batches while the training step runs, at
-most about prefetch_tiles tiles' worth of cells ahead.
+most about prefetch_tiles tiles' worth of cells ahead.  For a remote dataset (a URL) a
+second thread fetches the coming tiles' blobs ahead of it into the VFS's shared block
+cache (_fetchahead.py), so that the store's latency overlaps decoding.
 
 Fork safety (DataLoader workers are forked on Linux): the dataset holds no connection;
 a prefetch thread is parked outside SQLite whenever the process forks, and an iterator
@@ -29,7 +31,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _forksafe
+from . import _fetchahead, _forksafe
+from ._connect import connect, is_remote
 from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
@@ -225,6 +228,18 @@ class _Base:
 
     def _default_cache_mb(self):
         return None
+
+    def _fetch_ahead(self, batches):
+        """A FetchAhead over these batches for a remote dataset read with prefetch_tiles > 0
+        (tiles fetched ahead of the loader, overlapping the store with decoding), else None."""
+        if getattr(self, "prefetch_tiles", 0) <= 0 or not is_remote(self.path) or not len(batches):
+            return None
+        if os.environ.get("DC_HTTP_SHARED_MB", "").strip() == "0":
+            return None           # nothing it reads would reach the loader's connection
+        path = self.path
+        return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False),
+                                      _fetchahead.tile_order(batches, self._cat.tile_of),
+                                      self.prefetch_tiles)
 
     def _obs_reader(self):
         """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the
@@ -508,7 +523,10 @@ class _Producer:
                     continue
             return False
         con = None
+        fa = ds._fetch_ahead(batches[start:])
         try:
+            if fa is not None:
+                fa.start()        # the first tiles come while this thread opens its connection
             with gate:
                 con = ds._open(threads)
             reader = ds._obs_reader()
@@ -516,6 +534,8 @@ class _Producer:
             for i in range(start, len(batches)):
                 if stop.is_set():
                     return
+                if fa is not None:
+                    fa.at(i - start)
                 with gate:
                     item = ds._make_batch(con, reader, batches[i], pool, timings)
                 if not put(item):
@@ -524,6 +544,8 @@ class _Producer:
         except BaseException as e:  # handed to the consumer
             put(_Failure(e))
         finally:
+            if fa is not None:
+                fa.close()
             if con is not None:
                 with gate:
                     con.close()
@@ -566,6 +588,7 @@ class _BatchIterator:
         self._con = None
         self._reader = None
         self._pool = None
+        self._fa = None           # fetch-ahead of the direct path (remote datasets)
         self.timings = {} if ds.timings else None
         if ds.timings:
             ds.last_timings = self.timings
@@ -586,6 +609,7 @@ class _BatchIterator:
         """In a child of the process that made this iterator: drop the parent's thread
         and queue (untouched), abandon its connection, continue from batch self._i."""
         self._prod = None
+        self._fa = None           # the parent's thread: left alone
         if self._con is not None:
             _forksafe.abandon(self._con)
             self._con = None
@@ -628,9 +652,15 @@ class _BatchIterator:
                 raise item.exc
         else:
             if self._con is None:
+                self._fa = self.ds._fetch_ahead(self.batches[self._i:])
+                self._fa0 = self._i
+                if self._fa is not None:
+                    self._fa.start()
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
                 self._pool = new_pool(self._shared())
+            if self._fa is not None:
+                self._fa.at(self._i - self._fa0)
             item = self.ds._make_batch(self._con, self._reader, self.batches[self._i],
                                        self._pool, self.timings)
         self._i += 1
@@ -651,6 +681,9 @@ class _BatchIterator:
         if self._prod is not None:
             self._prod.close(wait)
             self._prod = None
+        if self._fa is not None:
+            self._fa.close(wait)
+            self._fa = None
         if self._con is not None:
             self._con.close()
             self._con = None

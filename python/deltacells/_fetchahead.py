@@ -1,0 +1,148 @@
+"""Fetch-ahead for remote datasets: the tile blobs the loader needs next are read ahead of it.
+
+Over an object store a batch's time is the store's (requests, bytes) plus the decoder's; the
+loader makes its batches one after another, so the two add up.  A FetchAhead reads the tiles of
+the coming batches, in the order the epoch needs them and at most `ahead` tiles beyond the ones
+the loader is working on, on a thread with a connection of its own.  What it reads lands in the
+dchttp VFS's caches (the process's shared block cache, DC_HTTP_SHARED_MB, and the disk cache
+when there is one), where the loader's own connection then finds it: fetching overlaps decoding.
+It decodes nothing (the loader's decoded-chunk cache is for that) and holds no result.
+The loader waits for the tiles of its batch to have been read (at()), rather than requesting
+the same blocks a second time on its own connection while the fetcher has them in flight: all
+of the epoch's store traffic then goes through the fetcher, which keeps the store busy.
+
+Local files need none of this (the OS reads ahead): it is used for remote datasets only, and
+not when the shared block cache is off (DC_HTTP_SHARED_MB=0), where nothing read here would
+reach the loader's connection.
+The thread does its SQLite work holding a fork Gate (see _forksafe), and a forked child never
+uses or closes the parent's thread or connection.
+"""
+import os
+import threading
+
+import numpy as np
+
+from . import _forksafe
+
+
+def tile_order(batches, tile_of):
+    """The tiles in the order batches first need them: [(batch index, tile)], each tile once."""
+    seen = set()
+    out = []
+    for i, b in enumerate(batches):
+        for t in np.unique(tile_of(np.asarray(b))).tolist():
+            if t not in seen:
+                seen.add(t)
+                out.append((i, int(t)))
+    return out
+
+
+class FetchAhead:
+    """See the module doc.  at(i): the loader starts batch i: reads may run up to `ahead`
+    tiles past the tiles of batches <= i, and at() returns once those of batch i have been
+    read (or the fetcher stopped or failed: the loader then reads them itself).  close():
+    stop (the read in progress finishes)."""
+
+    def __init__(self, connect, order, ahead, threads=1):
+        self._connect = connect
+        self._order = order
+        self._ahead = max(1, int(ahead))
+        self._batch = -1
+        self._done = 0              # tiles of the order read so far (a prefix of it)
+        self._finished = set()      # read, beyond that prefix
+        self._next = 0              # the next tile of the order to hand to a thread
+        self._running = 0           # threads alive
+        self._n_threads = max(1, int(threads))
+        self._cv = threading.Condition()
+        self._stop = False
+        self._pid = os.getpid()
+        self.gate = _forksafe.Gate()
+        self.fetched = 0            # tiles read (for tests and benchmarks)
+        self.error = None           # the first failure (the loader then reads by itself)
+        self._thread = None
+
+    def start(self):
+        """Start reading (the tiles of the first batch and `ahead` more), e.g. while the
+        loader opens its own connection."""
+        if os.getpid() != self._pid:
+            return
+        with self._cv:
+            self._start_locked()
+
+    def _start_locked(self):
+        if self._thread is None and self._order:
+            self._thread = []
+            for _ in range(min(self._n_threads, len(self._order))):
+                t = threading.Thread(target=self._run, name="deltacells-fetchahead", daemon=True)
+                self._running += 1
+                self._thread.append(t)
+                t.start()
+
+    def at(self, i):
+        if os.getpid() != self._pid:
+            return
+        with self._cv:
+            if i > self._batch:
+                self._batch = i
+                self._cv.notify_all()
+            self._start_locked()
+            need = 0
+            while need < len(self._order) and self._order[need][0] <= i:
+                need += 1
+            while self._running and self._done < need:
+                self._cv.wait(0.5)
+
+    def _limit(self):
+        """How many tiles of the order may be read now: those of batches <= the current one,
+        plus `ahead`."""
+        k = 0
+        while k < len(self._order) and self._order[k][0] <= max(self._batch, 0):
+            k += 1
+        return k + self._ahead
+
+    def _run(self):
+        con = None
+        try:
+            with self.gate:
+                con = self._connect()
+            while True:
+                with self._cv:
+                    while not self._stop and self._next < len(self._order) \
+                            and self._next >= self._limit():
+                        self._cv.wait(0.5)
+                    if self._stop or self._next >= len(self._order):
+                        return
+                    k = self._next
+                    self._next += 1
+                tile = self._order[k][1]
+                with self.gate:
+                    if self._stop:
+                        return
+                    # the blob's pages through the VFS (its bytes are dropped at once)
+                    con.execute("SELECT data FROM tiles_data WHERE tile = ?", (tile,)).fetchone()
+                with self._cv:
+                    self.fetched += 1
+                    self._finished.add(k)
+                    while self._done in self._finished:
+                        self._finished.discard(self._done)
+                        self._done += 1
+                    self._cv.notify_all()
+        except Exception as e:      # the loader reads what it needs itself, and reports errors
+            self.error = e
+        finally:
+            with self._cv:
+                self._running -= 1
+                self._cv.notify_all()
+            if con is not None:
+                with self.gate:
+                    con.close()
+
+    def close(self, wait=True):
+        if os.getpid() != self._pid:      # a forked child: the parent's, left alone
+            return
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        for t in self._thread or ():
+            if wait and t is not threading.current_thread():
+                t.join()

@@ -1,0 +1,181 @@
+"""Fetch-ahead of remote tiles (python/deltacells/_fetchahead.py): the tiles the loader needs
+next are read on a thread of their own, at most `ahead` tiles beyond the loader, in the order the
+epoch needs them; the loader waits for them instead of fetching them a second time; a failure
+leaves the loader to read by itself (no hang); a remote CellDataset epoch with prefetch gives the
+same batches as the local file, with the fetcher at work and no tile fetched twice; a forked
+child never uses the parent's fetcher.  Remote parts against nginx on 127.0.0.1 (skipped with
+the reason when it cannot start)."""
+import os
+import shutil
+import sqlite3
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _python_data import PY, ROOT, gen  # noqa: E402
+from _remote_util import alarm, nginx_or_skip  # noqa: E402
+
+import deltacells  # noqa: E402
+from deltacells import _fetchahead  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def time_limit():
+    with alarm(240, "test_fetchahead"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fetchahead")
+    db = gen(d, 6000, 300, 4, 1000)[1]
+    www = d / "www"
+    www.mkdir()
+    shutil.copy(db, www / "d.dcdb")
+    n_tiles = sqlite3.connect(db).execute("SELECT count(*) FROM tiles_data").fetchone()[0]
+    return {"dir": d, "www": www, "db": db, "n_tiles": n_tiles}
+
+
+@pytest.fixture(scope="module")
+def nginx(data):
+    n = nginx_or_skip(data["www"], data["dir"] / "nginx")
+    yield n
+    n.stop()
+
+
+class Recording:
+    """A connection that records the tiles read through it (and can be slowed down)."""
+
+    def __init__(self, path, log, delay=0.0):
+        self.con = sqlite3.connect(path, check_same_thread=False)
+        self.log, self.delay = log, delay
+
+    def execute(self, sql, args=()):
+        if "tiles_data" in sql:
+            time.sleep(self.delay)
+            self.log.append(int(args[0]))
+        return self.con.execute(sql, args)
+
+    def close(self):
+        self.con.close()
+
+
+def test_tile_order_first_need():
+    tile_of = lambda ids: ids // 10            # noqa: E731
+    batches = [np.array([31, 5, 12]), np.array([7, 33]), np.array([40, 18])]
+    assert _fetchahead.tile_order(batches, tile_of) == [(0, 0), (0, 1), (0, 3), (2, 4)]
+
+
+def test_reads_ahead_within_the_limit_and_waits(data):
+    log = []
+    order = [(i, t) for i, t in enumerate([3, 0, 5, 1, 4, 2])]     # one tile per batch
+    fa = _fetchahead.FetchAhead(lambda: Recording(data["db"], log, 0.02), order, ahead=2)
+    try:
+        fa.at(0)
+        assert 3 in log                        # batch 0's tile was read before at(0) returned
+        time.sleep(0.3)
+        assert log == [3, 0, 5]                # the tile of batch 0 and 2 more, no further
+        fa.at(2)
+        time.sleep(0.3)
+        assert log == [3, 0, 5, 1, 4]
+        fa.at(5)
+        assert log == [3, 0, 5, 1, 4, 2]
+        assert fa.fetched == 6 and fa.error is None
+    finally:
+        fa.close()
+    assert not any(t.name == "deltacells-fetchahead" for t in threading.enumerate())
+
+
+def test_a_failing_fetcher_does_not_hang_the_loader(data):
+    def boom():
+        raise sqlite3.OperationalError("no store today")
+    fa = _fetchahead.FetchAhead(boom, [(0, 0), (1, 1)], ahead=1)
+    t = time.perf_counter()
+    fa.at(0)
+    fa.at(1)
+    fa.close()
+    assert time.perf_counter() - t < 5
+    assert isinstance(fa.error, sqlite3.OperationalError) and fa.fetched == 0
+
+
+def test_close_stops_a_waiting_fetcher(data):
+    log = []
+    fa = _fetchahead.FetchAhead(lambda: Recording(data["db"], log), [(i, i % 4) for i in range(50)],
+                                ahead=1)
+    fa.at(0)
+    t = time.perf_counter()
+    fa.close()
+    assert time.perf_counter() - t < 2 and len(log) <= 3
+
+
+def _epoch(path, prefetch):
+    ds = deltacells.CellDataset(path, batch_size=700, seed=4, prefetch_tiles=prefetch, output="csr")
+    out, seen = [], False
+    for b in ds:
+        seen = seen or any(t.name == "deltacells-fetchahead" for t in threading.enumerate())
+        out.append((b["cell_id"].numpy().copy(), b["X"].to_dense().numpy()))
+    return out, seen
+
+
+def test_remote_epoch_equals_local_and_fetches_each_tile_once(nginx, data, monkeypatch):
+    """Blocks of 16 KiB (tiles span many): the epoch with the fetcher equals the local file's,
+    and fetches no more bytes than the same epoch without it (prefetch_tiles=0, where the loader
+    reads each tile once itself): the loader waited for the fetcher's blocks, never fetched
+    them again."""
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "16")
+    url = nginx.url("d.dcdb")
+    want, seen_local = _epoch(data["db"], 2)
+    assert not seen_local                      # local files: no fetcher
+    con = deltacells.connect(url)
+    traffic = {}
+    for pf in (0, 2):
+        con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+        got, seen = _epoch(url, pf)
+        traffic[pf] = deltacells.vfs_stats(con)["bytes"]
+        assert seen == (pf > 0), pf
+        assert len(got) == len(want)
+        for (ia, xa), (ib, xb) in zip(got, want):
+            assert np.array_equal(ia, ib) and np.array_equal(xa, xb)
+    con.close()
+    assert traffic[2] <= traffic[0] * 1.1 + 65536, traffic
+    assert not any(t.name == "deltacells-fetchahead" for t in threading.enumerate())
+
+
+def test_remote_epoch_without_shared_cache_has_no_fetcher(nginx, data, monkeypatch):
+    monkeypatch.setenv("DC_HTTP_SHARED_MB", "0")
+    ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2)
+    assert ds._fetch_ahead([np.array([0, 1])]) is None
+
+
+def test_fetcher_under_fork(nginx, data):
+    """An iterator whose fetcher runs is continued in a forked child (as a DataLoader worker
+    would): the child reads the rest with a fetcher of its own and gets every cell; the parent
+    continues too."""
+    code = f"""
+import os, sys
+sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
+import deltacells
+ds = deltacells.CellDataset({nginx.url('d.dcdb')!r}, batch_size=700, seed=1, prefetch_tiles=2)
+it = iter(ds)
+n = len(next(it)["cell_id"])
+pid = os.fork()
+if pid == 0:
+    try:
+        m = n + sum(len(b["cell_id"]) for b in it)
+        os._exit(0 if m == ds.n_cells else 2)
+    except BaseException:
+        os._exit(3)
+m = n + sum(len(b["cell_id"]) for b in it)
+_, st = os.waitpid(pid, 0)
+assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0, st
+assert m == ds.n_cells, m
+print("ok")
+"""
+    import subprocess
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=180,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
