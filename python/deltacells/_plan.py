@@ -15,12 +15,16 @@ DataLoader worker computes the same plan independently and takes its part.
 5. equal_batches: 'pad' repeats a rank's own cells (from the start of its
    sequence) in extra batches until it has as many batches as the largest rank;
    'drop' removes batches from the end until all have as many as the smallest.
-6. Workers: a rank's batches are cut into num_workers contiguous runs of (nearly)
-   equal length, worker w taking the w-th run, so a worker reads the tiles of its
-   own stretch of the sequence (two neighbouring workers share at most the window
-   at their boundary).  The batches of an epoch, and their number, do not depend on
-   the number of workers; only the order in which a DataLoader delivers them does
-   (round robin over its workers, see interleave).
+6. Workers: a rank's batches are cut into num_workers contiguous runs, worker w taking
+   the w-th run.  Each cut, ideally at n_batches * w / num_workers, moves to the
+   nearest batch that starts a window (ties: the earlier one), so a worker decodes
+   whole windows of its own and no window is decoded by two workers (every batch of a
+   window needs nearly every chunk of its tiles: a window cut between two workers was
+   decoded twice, and both held it in their caches).  A batch that spans two windows
+   belongs to the window of its first cell.  Runs differ by at most about one window's
+   batches; a worker may get none (fewer windows than workers).  The batches of an
+   epoch, and their number, do not depend on the number of workers; only the order in
+   which a DataLoader delivers them does (round robin over its workers, see interleave).
 """
 import numpy as np
 
@@ -40,9 +44,19 @@ def _nbatches(n, bs, drop_last):
     return n // bs if drop_last else -(-n // bs)
 
 
-def worker_range(n_batches, worker, num_workers):
-    """The batches [lo, hi) of a rank that worker `worker` of `num_workers` delivers."""
-    return n_batches * worker // num_workers, n_batches * (worker + 1) // num_workers
+def worker_range(n_batches, worker, num_workers, starts=None):
+    """The batches [lo, hi) of a rank that worker `worker` of `num_workers` delivers.
+    starts: the batches where a cut may fall (sorted; 0 and n_batches are always
+    allowed); each ideal cut n_batches * k // num_workers moves to the nearest of them,
+    ties to the earlier.  None: cut anywhere (nearly equal runs)."""
+    def cut(k):
+        ideal = n_batches * k // num_workers
+        if starts is None or k == 0 or k == num_workers:
+            return ideal
+        i = int(np.searchsorted(starts, ideal))
+        cands = [starts[j] for j in (i - 1, i) if 0 <= j < len(starts)]
+        return min(cands, key=lambda b: (abs(b - ideal), b)) if cands else ideal
+    return cut(worker), cut(worker + 1)
 
 
 class EpochPlan:
@@ -66,6 +80,16 @@ class EpochPlan:
             target = max(self.base) if equal_batches == "pad" else min(self.base)
             self.extra = [target - b for b in self.base]
         self._windows = {}
+
+    def worker_starts(self, rank=0):
+        """Sorted batch indices where a worker's run may start: 0, each window's first
+        batch (the first whose first cell is in the window: a batch spanning two windows
+        belongs to the earlier), the first 'pad' batch, and n_batches."""
+        bs, n, base = self.batch_size, self.n_batches(rank), self.base[rank]
+        cuts = {0, n, min(base, n)}
+        for pos, _ in self._rank_windows(rank):
+            cuts.add(min(-(-pos // bs), n))      # the first batch whose first cell is in it
+        return np.array(sorted(cuts), dtype=np.int64)
 
     def n_batches(self, rank=0):
         return self.base[rank] + self.extra[rank]
@@ -112,7 +136,8 @@ class EpochPlan:
     def batches(self, rank=0, worker=0, num_workers=1):
         """List of int64 arrays: the batches worker `worker` (of num_workers) delivers, in order."""
         bs, n, base = self.batch_size, self.rank_cells[rank], self.base[rank]
-        lo, hi = worker_range(self.n_batches(rank), worker, num_workers)
+        starts = self.worker_starts(rank) if num_workers > 1 else None
+        lo, hi = worker_range(self.n_batches(rank), worker, num_workers, starts)
         out = []
         real_hi = min(hi, base)
         if real_hi > lo:

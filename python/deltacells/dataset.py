@@ -36,6 +36,7 @@ from ._connect import connect, is_remote
 from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
+from . import _plan
 from ._plan import EpochPlan, interleave
 
 _END = object()
@@ -81,14 +82,33 @@ class _SharedEpoch:
         self._raw, self._plain = s["raw"], s["plain"]
 
 
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def worker_threads(num_workers):
     """Decoder threads of one of num_workers DataLoader workers: the cores this process may
     run on (its affinity mask, else the machine's), shared out, at least one."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, num_workers))
+    return max(1, _cores() // max(1, num_workers))
+
+
+def worker_thread_schedule(lens, worker, cores=None):
+    """[(first batch, threads)] for worker `worker`, whose DataLoader siblings deliver
+    lens[w] batches each: while k workers still have batches, each gets cores // k decoder
+    threads (at least one), so that a worker left alone at the end of an epoch (workers
+    own whole windows, their runs differ by up to a window) uses every core, and the
+    total stays at about the core count."""
+    cores = _cores() if cores is None else cores
+    out = []
+    for i in sorted({0} | {int(n) for n in lens if 0 < n < lens[worker]}):
+        busy = sum(1 for n in lens if n > i)
+        t = max(1, cores // max(1, busy))
+        if not out or out[-1][1] != t:
+            out.append((i, t))
+    return out
 
 
 def _check_int(name, v, lo):
@@ -433,7 +453,12 @@ class CellDataset(_Base, IterableDataset):
         # to its size class (at most 1/8 more) and, when mapped, to 2 MiB
         per_tile = float(self._cat.tile_nnz.max()) * 8 * 1.25 / 2**20
         window = min(self.shuffle_window, len(self._tiles))   # a window past the last tile
-        return int(per_tile * (window + 1)) + 16               # holds no more tiles
+        # holds no more tiles.  In the main process one tile more, for the batch that spans
+        # two windows while the prefetch thread reads ahead; a DataLoader worker reads its
+        # own whole windows, one batch at a time (see _plan): its window is enough, and
+        # N workers' caches together stay near N windows, not N (window + 1) tiles
+        spare = 0 if get_worker_info() is not None else 1
+        return int(per_tile * (window + spare)) + 16
 
     # --- resuming ------------------------------------------------------------
     def state_dict(self, batches_done=None):
@@ -480,11 +505,17 @@ class CellDataset(_Base, IterableDataset):
             # over workers), dealt again round robin, so this loader delivers the same.
             rest = interleave([plan.batches(rank, w, nw) for w in range(nw)])[skip_total:]
             batches = rest[worker::nw]
+            lens = [len(rest[w::nw]) for w in range(nw)]
         else:
             batches = plan.batches(rank, worker, nw)[skip_total:]
+            lens = [len(batches)]
+            if nw > 1:
+                n, starts = plan.n_batches(rank), plan.worker_starts(rank)
+                lens = [hi - lo for lo, hi in
+                        (_plan.worker_range(n, w, nw, starts) for w in range(nw))]
         threads = None
         if wi is not None:
-            threads = worker_threads(nw)
+            threads = worker_thread_schedule(lens, worker)
         progress = None
         if wi is None:
             self._resume = None
@@ -576,6 +607,12 @@ class _BatchIterator:
         self.ds = ds
         self.batches = batches
         self.progress = progress
+        # threads: None, a count, or [(first batch, count)] (a DataLoader worker's, see
+        # worker_thread_schedule), applied before the batch it names
+        self._schedule = None
+        if isinstance(threads, list):
+            self._schedule = dict(threads) if ds.threads is None else None
+            threads = threads[0][1] if threads else None
         self.threads = threads
         self._pid = os.getpid()
         # A DataLoader worker reads ahead already (the loader's prefetch_factor batches
@@ -659,6 +696,9 @@ class _BatchIterator:
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
                 self._pool = new_pool(self._shared())
+                self._set_threads(self._scheduled(self._i))
+            elif self._schedule is not None and self._i in self._schedule:
+                self._set_threads(self._schedule[self._i])
             if self._fa is not None:
                 self._fa.at(self._i - self._fa0)
             item = self.ds._make_batch(self._con, self._reader, self.batches[self._i],
@@ -670,6 +710,16 @@ class _BatchIterator:
 
     def __len__(self):
         return len(self.batches) - self._i
+
+    def _scheduled(self, i):
+        if not self._schedule:
+            return None
+        return self._schedule[max(k for k in self._schedule if k <= i)]
+
+    def _set_threads(self, t):
+        if t is not None and t != self.threads:
+            self._con.execute("SELECT dc_config('threads', ?)", (int(t),)).fetchall()
+            self.threads = t
 
     def close(self, wait=True):
         """Stop reading ahead and close the connection (idempotent).  wait=False: do not

@@ -148,9 +148,17 @@ def test_plan_partitions_cells(world, workers):
             whole = p.batches(r)                   # the rank's epoch, as one worker sees it
             assert len(whole) == p.n_batches(r)
             parts = [p.batches(r, w, workers) for w in range(workers)]
-            # the workers deliver exactly the rank's batches: contiguous runs, nearly equal
+            # the workers deliver exactly the rank's batches: contiguous runs, each starting
+            # at a window's first batch, within a window's batches of the equal share
             assert sum(len(x) for x in parts) == len(whole)
-            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+            starts = set(p.worker_starts(r).tolist())
+            lo = 0
+            for x in parts:
+                assert lo in starts
+                lo += len(x)
+            gaps = np.diff(sorted(starts))
+            widest = int(gaps.max()) if len(gaps) else 0
+            assert max(map(len, parts)) - min(map(len, parts)) <= widest + 1
             flat = [b for x in parts for b in x]
             assert all(np.array_equal(a, b) for a, b in zip(flat, whole))
             for b in flat:
@@ -199,3 +207,49 @@ def test_interleave_is_dataloader_order():
     assert interleave([[1, 2, 3], [4], [5, 6]]) == [1, 4, 5, 2, 6, 3]
     assert interleave([[], [1, 2]]) == [1, 2]
     assert interleave([]) == []
+
+
+def test_plan_workers_own_whole_windows():
+    # 10 tiles of 100 cells, window 2, batches of 50: 5 windows of 4 batches.  2 workers:
+    # the cut (ideally after batch 10, inside the third window) moves to a window's
+    # start, so no tile is read by both workers (a cut inside a window made both decode
+    # all of its tiles); every batch still comes exactly once, in the same batches
+    tiles = _tiles([100] * 10)
+    for seed in range(4):
+        p = EpochPlan(tiles, seed=seed, epoch=1, shuffle=True, window=2, batch_size=50,
+                      drop_last=False)
+        whole = p.batches(0)
+        for nw in (2, 3, 4):
+            parts = [p.batches(0, w, nw) for w in range(nw)]
+            flat = [b for x in parts for b in x]
+            assert len(flat) == len(whole) == 20
+            assert all(np.array_equal(a, b) for a, b in zip(flat, whole))
+            seen = [set((np.concatenate(x) // 100).tolist()) if x else set() for x in parts]
+            for a in range(nw):
+                for b in range(a + 1, nw):
+                    assert not seen[a] & seen[b], (nw, seen)
+                assert len(parts[a]) % 4 == 0
+            # busy workers: no worker is left without batches while another has 2 windows
+            assert min(map(len, parts)) >= 4
+
+
+def test_worker_range_snaps_to_window_starts():
+    from deltacells._plan import worker_range
+    assert [worker_range(20, w, 2) for w in range(2)] == [(0, 10), (10, 20)]
+    starts = np.array([0, 4, 8, 12, 16, 20])
+    assert [worker_range(20, w, 2, starts) for w in range(2)] == [(0, 8), (8, 20)]
+    assert [worker_range(20, w, 3, starts) for w in range(3)] == [(0, 4), (4, 12), (12, 20)]
+    # fewer windows than workers: some workers get none
+    assert [worker_range(8, w, 4, np.array([0, 4, 8])) for w in range(4)] == \
+        [(0, 0), (0, 4), (4, 4), (4, 8)]
+
+
+def test_worker_thread_schedule_keeps_the_cores_busy():
+    from deltacells.dataset import worker_thread_schedule
+    # 2 cores, 2 workers with 8 and 12 batches: 1 thread each while both run, the
+    # second gets both cores for its last 4 batches
+    assert worker_thread_schedule([8, 12], 0, cores=2) == [(0, 1)]
+    assert worker_thread_schedule([8, 12], 1, cores=2) == [(0, 1), (8, 2)]
+    assert worker_thread_schedule([4, 8, 8], 2, cores=6) == [(0, 2), (4, 3)]
+    assert worker_thread_schedule([0, 4], 1, cores=2) == [(0, 2)]
+    assert worker_thread_schedule([5, 5], 0, cores=1) == [(0, 1)]

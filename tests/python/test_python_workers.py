@@ -180,3 +180,39 @@ def test_a_worker_reads_with_its_share_of_threads_and_no_prefetch_thread(db):
     """
     out = run(code, db)
     assert out.strip().endswith("ok"), out
+
+
+def test_workers_own_whole_windows_and_the_last_one_takes_every_core(db):
+    # 6 tiles of 250 cells, window 2, batches of 100: windows start at batches 0, 5, 10 of
+    # 15; 2 workers get batches [0, 5) and [5, 15) (whole windows, no tile read by both),
+    # and the second, alone for its last 5 batches, decodes them with both cores
+    code = """
+        import sys, torch
+        from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+        import deltacells, deltacells.dataset as D
+        D._cores = lambda: 2
+        class Probe(IterableDataset):
+            def __init__(self, ds): self.ds = ds
+            def __iter__(self):
+                w = get_worker_info().id
+                with iter(self.ds) as it:
+                    for b in it:
+                        th = it._con.execute("SELECT dc_config('threads')").fetchone()[0]
+                        tiles = sorted(set((b["cell_id"] // 250).tolist()))
+                        yield {"w": w, "threads": th, "tiles": tiles, "ids": b["cell_id"]}
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, shuffle_window=2, seed=5)
+        got = list(DataLoader(Probe(ds), batch_size=None, num_workers=2,
+                              multiprocessing_context="fork", timeout=60))
+        ids = torch.cat([g["ids"] for g in got])
+        assert len(got) == 15 and len(ids) == 1500 and len(set(ids.tolist())) == 1500
+        per = {w: [g for g in got if g["w"] == w] for w in (0, 1)}
+        assert [len(per[0]), len(per[1])] == [5, 10], [len(per[0]), len(per[1])]
+        t0 = {t for g in per[0] for t in g["tiles"]}
+        t1 = {t for g in per[1] for t in g["tiles"]}
+        assert not t0 & t1, (t0, t1)
+        assert [g["threads"] for g in per[0]] == [1] * 5, per[0]
+        assert [g["threads"] for g in per[1]] == [1] * 5 + [2] * 5, [g["threads"] for g in per[1]]
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
