@@ -215,8 +215,10 @@ int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e
   sqlite3_extended_result_codes(w->db, 1);
   char pragmas[256];
   snprintf(pragmas, sizeof pragmas,
-           "PRAGMA page_size=%d; PRAGMA application_id=0x44435442; PRAGMA journal_mode=OFF;"
-           "PRAGMA synchronous=OFF; PRAGMA cache_size=-16384; BEGIN;", DC_PAGE_SIZE);
+           /* the journal off before the first write (application_id creates the file): the
+           ** temporary file is renamed into place only when complete, so no journal is needed */
+           "PRAGMA page_size=%d; PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;"
+           "PRAGMA application_id=0x44435442; PRAGMA cache_size=-16384; BEGIN;", DC_PAGE_SIZE);
   if (exec(w, pragmas, e) ||
       exec(w, SCHEMA, e) ||
       prep(w, "INSERT INTO " DC_TILES_DATA " VALUES(?,?,?,?,?,?,?)", &w->ins_tile, e) ||
