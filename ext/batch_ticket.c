@@ -126,27 +126,23 @@ int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *i
     if (t.nnz > INT32_MAX) { rc = -3; goto out; }
     for (int64_t i = 0; i <= t.n_cells; i++) indptr_out[i] = (int32_t)ip[i];
   }
+  /* a pending result: its rows, from the decoded chunks, on its connection's pool; an eagerly
+  ** gathered one: the blobs as one row, on this thread */
+  batch_row whole = { t.indices, t.data, (uint32_t)t.nnz, t.nnz };
+  int64_t zero = 0;
+  batch_take tk = { &whole, 1, &zero, indices_out, data_out, data_kind, 0, 0 };
   if (t.pend) {
-    batch_take tk = { t.pend->rows, t.pend->n, t.pend->off, indices_out, data_out, data_kind, 0, 0 };
-    if (batch_run_take(t.pend->conn->pool, &tk)) {
-      if (bad) *bad = tk.bad_val;
-      if (bad_at) *bad_at = tk.bad_pos;
-      rc = -2;
-    }
+    tk.rows = t.pend->rows;
+    tk.n = t.pend->n;
+    tk.off = t.pend->off;
+  } else if (t.nnz > UINT32_MAX) {
+    rc = -3;
     goto out;
   }
-  /* an eagerly gathered result: copied (and converted) from the blobs */
-  if (indices_out) memcpy(indices_out, t.indices, (size_t)t.nnz * 4);
-  if (data_out) {
-    if (t.nnz > UINT32_MAX) { rc = -3; goto out; }
-    batch_row whole = { t.indices, t.data, (uint32_t)t.nnz, t.nnz };
-    int64_t zero = 0;
-    batch_take tk = { &whole, 1, &zero, NULL, data_out, data_kind, 0, 0 };
-    if (batch_run_take(NULL, &tk)) {
-      if (bad) *bad = tk.bad_val;
-      if (bad_at) *bad_at = tk.bad_pos;
-      rc = -2;
-    }
+  if (batch_run_take(t.pend ? t.pend->conn->pool : NULL, &tk)) {
+    if (bad) *bad = tk.bad_val;
+    if (bad_at) *bad_at = tk.bad_pos;
+    rc = -2;
   }
 out:
   if (t.id) {
