@@ -51,13 +51,19 @@ static void mem_free(void *p, size_t map_len) {
   if (map_len) munmap(p, map_len); else free(p);
 }
 
+#define CHUNK_HEAD ((sizeof(dc_chunk_data) + 15) & ~(uint64_t)15)
+
+uint64_t dc_chunk_size(uint32_t n_cells, uint64_t nnz) {
+  return CHUNK_HEAD + ((uint64_t)n_cells + 1) * sizeof(int64_t) + 2 * nnz * sizeof(int32_t);
+}
+
 dc_chunk_data *dc_chunk_new(dc_bufpool *pool, uint32_t n_cells, uint64_t nnz) {
   /* sizes in 64 bits; nnz is capped by the caller from a validated header */
-  uint64_t head = (sizeof(dc_chunk_data) + 15) & ~(uint64_t)15;
+  uint64_t head = CHUNK_HEAD;
   uint64_t ip = ((uint64_t)n_cells + 1) * sizeof(int64_t);
   uint64_t ix = nnz * sizeof(int32_t);
   if (nnz > ((uint64_t)1 << 40)) return NULL;
-  uint64_t total = head + ip + 2 * ix;
+  uint64_t total = dc_chunk_size(n_cells, nnz);
   if (total != (size_t)total) return NULL;
   uint8_t *p = rcbuf_new(pool, total);      /* recycled memory: no page faults */
   if (!p) return NULL;
@@ -130,16 +136,17 @@ static void hash_unlink(dc_cache *c, entry *e) {
 
 /* Removes LRU entries until bytes <= budget; returns the removed entries as a
 ** list (through hnext) to free outside the lock. */
+/* Takes entry e out of the cache (under the lock) onto the list *dead (through hnext). */
+static void remove_locked(dc_cache *c, entry *e, entry **dead) {
+  lru_unlink(c, e);
+  hash_unlink(c, e);
+  c->bytes -= (int64_t)e->d->bytes;
+  c->n--;
+  e->hnext = *dead; *dead = e;
+}
 static entry *evict_locked(dc_cache *c, int64_t budget) {
   entry *dead = NULL;
-  while (c->tail && c->bytes > budget) {
-    entry *e = c->tail;
-    lru_unlink(c, e);
-    hash_unlink(c, e);
-    c->bytes -= (int64_t)e->d->bytes;
-    c->n--;
-    e->hnext = dead; dead = e;
-  }
+  while (c->tail && c->bytes > budget) remove_locked(c, c->tail, &dead);
   return dead;
 }
 static void free_dead(entry *dead) {
@@ -160,13 +167,7 @@ void dc_cache_make_room(dc_cache *c, int64_t incoming) {
   pthread_mutex_lock(&c->mu);
   for (entry *e = c->tail; e && c->bytes + incoming > c->budget;) {
     entry *prev = e->prev;
-    if (__atomic_load_n(&e->d->n_ref, __ATOMIC_ACQUIRE) == 1) {   /* only the cache holds it */
-      lru_unlink(c, e);
-      hash_unlink(c, e);
-      c->bytes -= (int64_t)e->d->bytes;
-      c->n--;
-      e->hnext = dead; dead = e;
-    }
+    if (__atomic_load_n(&e->d->n_ref, __ATOMIC_ACQUIRE) == 1) remove_locked(c, e, &dead);   /* only the cache holds it */
     e = prev;
   }
   pthread_mutex_unlock(&c->mu);

@@ -38,6 +38,8 @@ typedef struct dc_bufpool dc_bufpool;
 /* One allocation (a recycled buffer of the pool, which may be NULL) holding
 ** the struct and its arrays; one reference.  NULL on out-of-memory. */
 dc_chunk_data *dc_chunk_new(dc_bufpool *pool, uint32_t n_cells, uint64_t nnz);
+/* The bytes dc_chunk_new asks for, for a chunk of n_cells cells and nnz nonzeros. */
+uint64_t dc_chunk_size(uint32_t n_cells, uint64_t nnz);
 void dc_chunk_ref(dc_chunk_data *d);
 void dc_chunk_release(dc_chunk_data *d);
 

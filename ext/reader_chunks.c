@@ -320,7 +320,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       const dc_tilehead *h = r->heads[miss[k].tile];
       if (miss[k].chunk < h->hdr.n_chunks) {
         const dc_chunk_info *ci = &h->hdr.chunk[miss[k].chunk];
-        incoming += (int64_t)(((uint64_t)ci->n_cells + 1) * 8 + ci->nnz * 8 + 64);
+        incoming += (int64_t)dc_chunk_size(ci->n_cells, ci->nnz);
       }
     }
     dc_cache_make_room(cache, incoming);
