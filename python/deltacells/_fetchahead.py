@@ -17,6 +17,7 @@ reach the loader's connection.
 The thread does its SQLite work holding a fork Gate (see _forksafe), and a forked child never
 uses or closes the parent's thread or connection.
 """
+import bisect
 import os
 import threading
 
@@ -43,23 +44,29 @@ class FetchAhead:
     read (or the fetcher stopped or failed: the loader then reads them itself).  close():
     stop (the read in progress finishes)."""
 
-    def __init__(self, connect, order, ahead, threads=1):
+    def __init__(self, connect, order, ahead):
         self._connect = connect
         self._order = order
+        self._first_batch = [b for b, _ in order]    # sorted: the order is by first need
         self._ahead = max(1, int(ahead))
         self._batch = -1
         self._done = 0              # tiles of the order read so far (a prefix of it)
-        self._finished = set()      # read, beyond that prefix
-        self._next = 0              # the next tile of the order to hand to a thread
-        self._running = 0           # threads alive
-        self._n_threads = max(1, int(threads))
+        self._running = False
         self._cv = threading.Condition()
         self._stop = False
         self._pid = os.getpid()
         self.gate = _forksafe.Gate()
-        self.fetched = 0            # tiles read (for tests and benchmarks)
         self.error = None           # the first failure (the loader then reads by itself)
         self._thread = None
+
+    @property
+    def fetched(self):
+        """Tiles read so far (for tests and benchmarks)."""
+        return self._done
+
+    def _tiles_upto(self, i):
+        """How many tiles of the order batches <= i need."""
+        return bisect.bisect_right(self._first_batch, i)
 
     def start(self):
         """Start reading (the tiles of the first batch and `ahead` more), e.g. while the
@@ -71,12 +78,10 @@ class FetchAhead:
 
     def _start_locked(self):
         if self._thread is None and self._order:
-            self._thread = []
-            for _ in range(min(self._n_threads, len(self._order))):
-                t = threading.Thread(target=self._run, name="deltacells-fetchahead", daemon=True)
-                self._running += 1
-                self._thread.append(t)
-                t.start()
+            self._running = True
+            self._thread = threading.Thread(target=self._run, name="deltacells-fetchahead",
+                                            daemon=True)
+            self._thread.start()
 
     def at(self, i):
         if os.getpid() != self._pid:
@@ -86,52 +91,36 @@ class FetchAhead:
                 self._batch = i
                 self._cv.notify_all()
             self._start_locked()
-            need = 0
-            while need < len(self._order) and self._order[need][0] <= i:
-                need += 1
+            need = self._tiles_upto(i)
             while self._running and self._done < need:
                 self._cv.wait(0.5)
-
-    def _limit(self):
-        """How many tiles of the order may be read now: those of batches <= the current one,
-        plus `ahead`."""
-        k = 0
-        while k < len(self._order) and self._order[k][0] <= max(self._batch, 0):
-            k += 1
-        return k + self._ahead
 
     def _run(self):
         con = None
         try:
             with self.gate:
                 con = self._connect()
-            while True:
+            for k, (_, tile) in enumerate(self._order):
                 with self._cv:
-                    while not self._stop and self._next < len(self._order) \
-                            and self._next >= self._limit():
+                    # the tiles of batches <= the current one (the first batch before at()),
+                    # plus `ahead`
+                    while not self._stop and k >= self._tiles_upto(max(self._batch, 0)) + self._ahead:
                         self._cv.wait(0.5)
-                    if self._stop or self._next >= len(self._order):
+                    if self._stop:
                         return
-                    k = self._next
-                    self._next += 1
-                tile = self._order[k][1]
                 with self.gate:
                     if self._stop:
                         return
                     # the blob's pages through the VFS (its bytes are dropped at once)
                     con.execute("SELECT data FROM tiles_data WHERE tile = ?", (tile,)).fetchone()
                 with self._cv:
-                    self.fetched += 1
-                    self._finished.add(k)
-                    while self._done in self._finished:
-                        self._finished.discard(self._done)
-                        self._done += 1
+                    self._done = k + 1
                     self._cv.notify_all()
         except Exception as e:      # the loader reads what it needs itself, and reports errors
             self.error = e
         finally:
             with self._cv:
-                self._running -= 1
+                self._running = False
                 self._cv.notify_all()
             if con is not None:
                 with self.gate:
@@ -143,6 +132,6 @@ class FetchAhead:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
-        for t in self._thread or ():
-            if wait and t is not threading.current_thread():
-                t.join()
+        t = self._thread
+        if wait and t is not None and t is not threading.current_thread():
+            t.join()
