@@ -43,6 +43,21 @@ def need_build():
         pytest.fail("not built: " + ", ".join(missing) + " (run make)")
 
 
+def replace_rows(path, src):
+    """every stored row of path replaced by src's, by a plain connection (another process's
+    writer, as SQLite sees it): new data, same schema, a new data version"""
+    w = sqlite3.connect(str(path), isolation_level=None)
+    w.execute("ATTACH ? AS src", (str(src),))
+    tables = [r[0] for r in w.execute(
+        "SELECT name FROM main.sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'")]
+    w.execute("BEGIN IMMEDIATE")
+    for t in tables:
+        w.execute(f'DELETE FROM main."{t}"')
+        w.execute(f'INSERT INTO main."{t}" SELECT * FROM src."{t}"')
+    w.execute("COMMIT")
+    w.close()
+
+
 def connect(db, **kw):
     con = sqlite3.connect(str(db), **kw)
     con.enable_load_extension(True)

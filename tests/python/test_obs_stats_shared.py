@@ -8,7 +8,7 @@ import sqlite3
 
 import numpy as np
 
-from _batch_util import connect, generated
+from _batch_util import connect, generated, replace_rows
 
 QUERIES = [
     "SELECT cell_id, cell_type, age FROM cells WHERE cell_type = 'B' AND age > 40 ORDER BY cell_id",
@@ -31,20 +31,6 @@ def obs_values(con, ids, cols):
 
 def answers(con):
     return [con.execute(q).fetchall() for q in QUERIES] + [obs_values(con, [3, 700, 1199, 5], ["cell_type", "age"])]
-
-
-def replace_rows(path, src):
-    """every stored row of path replaced by src's, by a plain connection: new data, same schema"""
-    w = sqlite3.connect(str(path), isolation_level=None)
-    w.execute("ATTACH ? AS src", (str(src),))
-    tables = [r[0] for r in w.execute(
-        "SELECT name FROM main.sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'")]
-    w.execute("BEGIN IMMEDIATE")
-    for t in tables:
-        w.execute(f'DELETE FROM main."{t}"')
-        w.execute(f'INSERT INTO main."{t}" SELECT * FROM src."{t}"')
-    w.execute("COMMIT")
-    w.close()
 
 
 def test_obs_stats_loaded_once_per_data_version(tmp_path):

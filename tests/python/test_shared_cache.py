@@ -5,7 +5,7 @@ import sqlite3
 
 import numpy as np
 
-from _batch_util import batch, connect, generated, ids_blob, reference_matrix
+from _batch_util import batch, connect, generated, ids_blob, reference_matrix, replace_rows
 
 
 def stats(con):
@@ -52,16 +52,7 @@ def test_changed_tile_is_not_served_from_cache(tmp_path):
     con = connect(path)
     con.execute("SELECT dc_config('cache_mb', 256)")
     assert np.array_equal(batch(con, ids_blob([5, 600]))[1].toarray(), Xa[[5, 600]].toarray())
-    w = sqlite3.connect(str(path), isolation_level=None)
-    w.execute("ATTACH ? AS src", (str(b),))
-    tables = [r[0] for r in w.execute(
-        "SELECT name FROM main.sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'")]
-    w.execute("BEGIN IMMEDIATE")
-    for t in tables:
-        w.execute(f'DELETE FROM main."{t}"')
-        w.execute(f'INSERT INTO main."{t}" SELECT * FROM src."{t}"')
-    w.execute("COMMIT")
-    w.close()
+    replace_rows(path, b)
     assert np.array_equal(batch(con, ids_blob([5, 600]))[1].toarray(), Xb[[5, 600]].toarray())
     n = con.execute("SELECT count(*) FROM expression_long WHERE cell_id = 600").fetchone()[0]
     assert n == Xb[600].nnz
