@@ -23,6 +23,7 @@ used in a forked child opens its own connection (see _forksafe.py).
 import json
 import os
 import queue
+import re
 import time
 import threading
 import warnings
@@ -36,8 +37,7 @@ from ._connect import connect, is_remote
 from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
-from . import _plan
-from ._plan import EpochPlan, interleave
+from ._plan import EpochPlan, interleave, worker_range
 
 _END = object()
 install_csr_reduction()   # output='csr' through DataLoader workers (torch 1.13 cannot)
@@ -109,6 +109,16 @@ def worker_thread_schedule(lens, worker, cores=None):
         if not out or out[-1][1] != t:
             out.append((i, t))
     return out
+
+
+def _shared_blocks_on():
+    """The dchttp VFS's process-wide block cache is on: DC_HTTP_SHARED_MB unset or empty
+    (default 256), else its leading integer (as C's strtoll reads it) above 0."""
+    v = os.environ.get("DC_HTTP_SHARED_MB", "").strip()
+    if not v:
+        return True
+    m = re.match(r"[+-]?\d+", v)
+    return bool(m) and int(m.group()) > 0
 
 
 def _check_int(name, v, lo):
@@ -254,7 +264,7 @@ class _Base:
         (tiles fetched ahead of the loader, overlapping the store with decoding), else None."""
         if getattr(self, "prefetch_tiles", 0) <= 0 or not is_remote(self.path) or not len(batches):
             return None
-        if os.environ.get("DC_HTTP_SHARED_MB", "").strip() == "0":
+        if not _shared_blocks_on():
             return None           # nothing it reads would reach the loader's connection
         path = self.path
         return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False),
@@ -512,7 +522,7 @@ class CellDataset(_Base, IterableDataset):
             if nw > 1:
                 n, starts = plan.n_batches(rank), plan.worker_starts(rank)
                 lens = [hi - lo for lo, hi in
-                        (_plan.worker_range(n, w, nw, starts) for w in range(nw))]
+                        (worker_range(n, w, nw, starts) for w in range(nw))]
         threads = None
         if wi is not None:
             threads = worker_thread_schedule(lens, worker)
