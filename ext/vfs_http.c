@@ -114,9 +114,14 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     if (blk) atomic_fetch_add(&dh_st.mem_hits, 1);
     else if (p && (e = dh_pf_find(p, b)) && (pend = dh_pf_take(f, p, e))) {
       /* a block of a prefetch request (waited for when in flight): in memory now with the
-      ** request's other blocks; prefetch more */
+      ** request's other blocks.  Prefetch more only when the reader goes on where it left off; a
+      ** reader that skipped blocks (B-tree pages far apart, each found in the stream's window)
+      ** is not sequential: the queued requests are dropped, else every such read would deepen
+      ** the stream and it would fetch everything between them */
+      int cont = b == f->last_miss + 1;
       f->last_miss = pend - 1;
-      dh_pf_schedule(f, p, pend);
+      if (cont) dh_pf_schedule(f, p, pend);
+      else dh_pf_jump(p);
       b--;
       continue;
     } else if (!f->local) {
