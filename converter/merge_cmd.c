@@ -161,6 +161,12 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   /* a schema change (a table made and dropped): other connections then declare the virtual tables again,
   ** so that `cells` shows the new obs columns there too */
   if (cv_exec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e)) goto done;
+  {  /* a dataset written before the tile index's covering index had one (dc_format.h) */
+    char *ix = sqlite3_mprintf(DC_TILES_INDEX_SQL, "main", DC_TILES_DATA, DC_TILES_DATA);
+    int xr = ix ? cv_exec(db, ix, e) : cv_fail(e, "out of memory");
+    sqlite3_free(ix);
+    if (xr) { cv_prefix(e, "%s", o->dataset); goto done; }
+  }
   if (cv_exec(db, "COMMIT", e)) { cv_prefix(e, "%s", o->dataset); goto done; }
   in_tx = 0;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "append: commit %.3f s\n", cv_now() - tc);

@@ -76,8 +76,8 @@ static int tiles_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   if (!v->schema || !v->shadow) { rc = SQLITE_NOMEM; goto fail; }
   if (create) {
     char *sql = sqlite3_mprintf(
-        "CREATE TABLE IF NOT EXISTS \"%w\".\"%w\"(" DC_TILES_DATA_COLUMNS ")",
-        v->schema, v->shadow);
+        "CREATE TABLE IF NOT EXISTS \"%w\".\"%w\"(" DC_TILES_DATA_COLUMNS ");" DC_TILES_INDEX_SQL,
+        v->schema, v->shadow, v->schema, v->shadow, v->shadow);
     if (!sql) { rc = SQLITE_NOMEM; goto fail; }
     rc = sqlite3_exec(db, sql, NULL, NULL, pzErr);
     sqlite3_free(sql);
