@@ -120,6 +120,22 @@ class PeakMemory:
 
 
 # --- the data -------------------------------------------------------------------------
+def _stale(db):
+    """A cached dataset written by an older converter: an older format version, or no covering
+    index of the tile index (docs/format.md), which the remote benchmarks' open time depends on."""
+    import sqlite3
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            v = con.execute("SELECT value FROM dc_meta WHERE key = 'format_version'").fetchone()
+            ix = con.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'tiles_data_meta'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return True
+    return not v or int(v[0]) < 3 or not ix
+
+
 def ensure_data(cells, genes, seed=1):
     d = os.path.join(ROOT, "build", "bench-data")
     os.makedirs(d, exist_ok=True)
@@ -129,7 +145,7 @@ def ensure_data(cells, genes, seed=1):
         print(f"generating {h5} ...", file=sys.stderr)
         subprocess.run([PY, os.path.join(ROOT, "scripts", "gen_h5ad.py"), "--cells", str(cells),
                         "--genes", str(genes), "--seed", str(seed), "-o", h5], check=True)
-    if not os.path.exists(db) or os.path.getmtime(db) < os.path.getmtime(h5):
+    if not os.path.exists(db) or os.path.getmtime(db) < os.path.getmtime(h5) or _stale(db):
         print(f"converting into {db} ...", file=sys.stderr)
         t = time.perf_counter()
         subprocess.run([os.path.join(ROOT, "build", "deltacells"), "convert", h5, "-o", db, "--force"],
@@ -386,7 +402,7 @@ def main(argv):
         d = os.path.join(ROOT, "build", "bench-data")
         os.makedirs(d, exist_ok=True)
         db = os.path.join(d, os.path.basename(h5)[:-5] + ".dcdb")
-        if not os.path.exists(db) or os.path.getmtime(db) < os.path.getmtime(h5):
+        if not os.path.exists(db) or os.path.getmtime(db) < os.path.getmtime(h5) or _stale(db):
             subprocess.run([os.path.join(ROOT, "build", "deltacells"), "convert", h5, "-o", db,
                             "--force"], check=True, stdout=subprocess.DEVNULL)
     else:
