@@ -145,8 +145,14 @@ int dh_on_disk(dc_hfile *f, int64_t idx) {
   return access(p, R_OK) == 0;
 }
 
+/* this file's blocks go through the process's shared block cache: a remote file, not opened with
+** shared=0, its blocks no larger than the cache's, and the cache on (DC_HTTP_SHARED_MB > 0) */
+int dh_shared_used(const dc_hfile *f) {
+  return !f->local && !f->no_shared && g_shared && f->bsize <= g_shared_bsize;
+}
+
 int dh_shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len) {
-  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return 0;
+  if (!dh_shared_used(f)) return 0;
   pthread_mutex_lock(&g_shared_lock);
   int ok = dc_sharedcache_get(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, out, len);
   pthread_mutex_unlock(&g_shared_lock);
@@ -155,7 +161,7 @@ int dh_shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len) {
 }
 
 int dh_shared_has(dc_hfile *f, int64_t idx) {
-  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return 0;
+  if (!dh_shared_used(f)) return 0;
   pthread_mutex_lock(&g_shared_lock);
   int ok = dc_sharedcache_has(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx,
                               dc_block_len(idx, f->bsize, f->size));
@@ -164,7 +170,7 @@ int dh_shared_has(dc_hfile *f, int64_t idx) {
 }
 
 void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
-  if (f->local || f->no_shared || !g_shared || f->bsize > g_shared_bsize) return;
+  if (!dh_shared_used(f)) return;
   pthread_mutex_lock(&g_shared_lock);
   dc_sharedcache_put(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, b, len);
   pthread_mutex_unlock(&g_shared_lock);

@@ -430,6 +430,21 @@ static void error_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   sqlite3_result_text(ctx, dh_err, -1, SQLITE_TRANSIENT);
 }
 
+/* dc_vfs_shared(schema): 1 when that schema's file is a dchttp file whose blocks go through the
+** process's shared block cache (so another connection's reads of the same version reach it: the
+** Python fetch-ahead's condition), 0 when it is one that does not, NULL when it is no dchttp file */
+static void shared_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  const char *schema = (const char *)sqlite3_value_text(argv[0]);
+  sqlite3_file *pf = NULL;
+  if (!schema || sqlite3_file_control(sqlite3_context_db_handle(ctx), schema, SQLITE_FCNTL_FILE_POINTER, &pf) !=
+                     SQLITE_OK || !pf || pf->pMethods != &hf_methods) {
+    sqlite3_result_null(ctx);
+    return;
+  }
+  sqlite3_result_int(ctx, dh_shared_used((const dc_hfile *)pf));
+}
+
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* registers the VFS once per process (and keeps this library loaded: the VFS
@@ -471,5 +486,7 @@ int dc_register_vfs(sqlite3 *db) {
                                  NULL);
   if (rc == SQLITE_OK)
     rc = sqlite3_create_function(db, "dc_vfs_error", 0, SQLITE_UTF8, NULL, error_func, NULL, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_create_function(db, "dc_vfs_shared", 1, SQLITE_UTF8, NULL, shared_func, NULL, NULL);
   return rc;
 }

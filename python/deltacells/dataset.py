@@ -23,7 +23,7 @@ used in a forked child opens its own connection (see _forksafe.py).
 import json
 import os
 import queue
-import re
+import sqlite3
 import time
 import threading
 import warnings
@@ -111,14 +111,14 @@ def worker_thread_schedule(lens, worker, cores=None):
     return out
 
 
-def _shared_blocks_on():
-    """The dchttp VFS's process-wide block cache is on: DC_HTTP_SHARED_MB unset or empty
-    (default 256), else its leading integer (as C's strtoll reads it) above 0."""
-    v = os.environ.get("DC_HTTP_SHARED_MB", "").strip()
-    if not v:
-        return True
-    m = re.match(r"[+-]?\d+", v)
-    return bool(m) and int(m.group()) > 0
+def _vfs_shared(con):
+    """The connection's dataset goes through the dchttp VFS's process-wide block cache (the
+    extension's dc_vfs_shared: a remote file not opened with shared=0, blocks of at most 1 MiB,
+    DC_HTTP_SHARED_MB > 0), so what another connection of this process reads reaches it."""
+    try:
+        return con.execute("SELECT dc_vfs_shared('main')").fetchone()[0] == 1
+    except sqlite3.Error:
+        return False
 
 
 def _check_int(name, v, lo):
@@ -151,6 +151,8 @@ class _Base:
             raise TypeError(f"transform must be callable, not {type(transform).__name__}")
         con = with_connection(self.path)
         try:
+            # the fetch-ahead's condition, asked of a connection like those that read later
+            self._blocks_shared = _vfs_shared(con)
             cat = Catalogue(con, self.path)
             try:
                 self.obs = cat.resolve_obs(obs)
@@ -264,7 +266,7 @@ class _Base:
         (tiles fetched ahead of the loader, overlapping the store with decoding), else None."""
         if getattr(self, "prefetch_tiles", 0) <= 0 or not is_remote(self.path) or not len(batches):
             return None
-        if not _shared_blocks_on():
+        if not self._blocks_shared:
             return None           # nothing it reads would reach the loader's connection
         path = self.path
         return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False),

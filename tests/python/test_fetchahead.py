@@ -145,10 +145,50 @@ def test_remote_epoch_equals_local_and_fetches_each_tile_once(nginx, data, monke
     assert not any(t.name == "deltacells-fetchahead" for t in threading.enumerate())
 
 
-def test_remote_epoch_without_shared_cache_has_no_fetcher(nginx, data, monkeypatch):
-    monkeypatch.setenv("DC_HTTP_SHARED_MB", "0")
-    ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2)
+def test_remote_epoch_without_shared_cache_has_no_fetcher(nginx, data):
+    """DC_HTTP_SHARED_MB is read once, when a process first opens a remote file: a fresh process
+    with it at 0 (or below, as C's strtoll reads '-1MB') has no shared cache, so no fetcher; with
+    it at 8, one."""
+    import subprocess
+    code = f"""
+import sys
+sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
+import numpy as np
+import deltacells
+ds = deltacells.CellDataset({nginx.url('d.dcdb')!r}, batch_size=700, prefetch_tiles=2)
+print(ds._fetch_ahead([np.array([0, 1])]) is not None)
+"""
+    for mb, want in (("0", "False"), ("-1MB", "False"), ("8", "True")):
+        p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, DC_HTTP_SHARED_MB=mb))
+        assert p.returncode == 0 and p.stdout.strip() == want, (mb, p.stdout + p.stderr)
+
+
+def test_remote_epoch_with_blocks_too_big_to_share_has_no_fetcher(nginx, data, monkeypatch):
+    """Blocks over 1 MiB stay out of the shared block cache: the fetcher's reads would reach no
+    other connection, so there is none (the condition is the VFS's own, dc_vfs_shared)."""
+    url = nginx.url("d.dcdb")
+    assert deltacells.CellDataset(url, batch_size=700, prefetch_tiles=2)._fetch_ahead([np.array([0, 1])]) \
+        is not None
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "2048")
+    ds = deltacells.CellDataset(url, batch_size=700, prefetch_tiles=2)
     assert ds._fetch_ahead([np.array([0, 1])]) is None
+
+
+def test_vfs_shared_names_the_files_that_share_blocks(nginx, data):
+    url = nginx.url("d.dcdb")
+    for remote, want in ((None, 1), ({"shared": 0}, 0), ({"block_kb": 2048}, 0)):
+        con = deltacells.connect(url, remote=remote)
+        try:
+            assert con.execute("SELECT dc_vfs_shared('main')").fetchone() == (want,), remote
+        finally:
+            con.close()
+    con = deltacells.connect(data["db"])            # a local file, not through dchttp
+    try:
+        assert con.execute("SELECT dc_vfs_shared('main')").fetchone() == (None,)
+        assert con.execute("SELECT dc_vfs_shared('nosuch')").fetchone() == (None,)
+    finally:
+        con.close()
 
 
 def test_fetcher_under_fork(nginx, data):
