@@ -17,7 +17,9 @@
 /* --- prefetch: background requests for the blocks ahead of a sequential reader ------------
 ** When a miss continues the last one (an overflow chain: a tile, a long column), the blocks ahead
 ** are fetched by max_inflight threads of the file: 2 requests ahead at the start of a stream, one
-** more each time the reader takes one, up to max_inflight + 1 (about readahead_kb); one request of
+** more each time the reader takes one, up to max_inflight + 1 (about readahead_kb).  A read announced
+** with dc_vfs_expect (its length known: a tile's blob) starts its stream at its first miss, every
+** request up to its end queued at once and none past it.  One request of
 ** `pf_chunk` blocks each (readahead_kb / max_inflight), each thread on its own curl handle (its
 ** own connection, throttled as one).  A request's bytes stay in its entry (pf_ent) until the
 ** reading thread needs one of its blocks: it waits for the entry if in flight, then installs its
@@ -231,6 +233,8 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
   if (f->pf_depth < 2) f->pf_depth = 2;
   if (f->pf_depth > p->nent) f->pf_depth = p->nent;
   int64_t limit = from + (int64_t)f->pf_depth * f->pf_chunk;
+  if (f->pf_end > from && limit > f->pf_end) limit = f->pf_end;   /* an announced read's end */
+  else if (f->pf_end && f->pf_end <= from) f->pf_end = 0;          /* the reader went past it */
   if (f->pf_next < from || f->pf_next > limit) f->pf_next = from;
   int queued = 0;
   while (f->pf_next < limit && f->pf_next < nblocks) {
@@ -290,4 +294,5 @@ void dh_pf_jump(dc_prefetch *p) {
   pthread_mutex_unlock(&p->mu);
   p->f->pf_next = -1;
   p->f->pf_depth = 2;
+  p->f->pf_end = 0;
 }

@@ -140,11 +140,21 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       memcpy(dst + (bstart + from - off), blk + from, (size_t)(to - from));
       continue;
     }
-    /* a miss that continues the last one: prefetch from it on, and wait for its request */
-    if (b == f->last_miss + 1 && !p) p = dh_pf_get(f);
+    /* a miss that continues the last one, or the first of a read announced by dc_vfs_expect:
+    ** prefetch from it on (an announced read: every request to its end at once), and wait for
+    ** its request */
+    int64_t expect = f->expect_blocks;
+    f->expect_blocks = 0;                   /* an announcement is for one miss */
+    int seq = b == f->last_miss + 1 || expect > 1;
+    if (seq && !p) p = dh_pf_get(f);
     if (p) {
       e = NULL;
-      if (b == f->last_miss + 1) {
+      if (seq) {
+        if (expect > 1) {
+          dh_pf_jump(p);                    /* a new stream, whatever was queued */
+          f->pf_end = b + expect < nblocks ? b + expect : nblocks;
+          f->pf_depth = 1 << 30;            /* (dh_pf_schedule: at most its entries) */
+        }
         dh_pf_schedule(f, p, b);
         e = dh_pf_find(p, b);
       }
@@ -161,6 +171,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     int64_t need = last - b + 1;
     int64_t want = need * dc_readahead_blocks(f->run, f->ra_blocks);
     if (want > f->ra_blocks && want > need) want = f->ra_blocks > need ? f->ra_blocks : need;
+    if (expect > want) want = expect < f->ra_blocks ? expect : f->ra_blocks > want ? f->ra_blocks : want;
     int64_t x = b;
     while (x + 1 < b + want && x + 1 < nblocks) {
       int64_t l2;
@@ -445,6 +456,31 @@ static void shared_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   sqlite3_result_int(ctx, dh_shared_used((const dc_hfile *)pf));
 }
 
+/* dc_vfs_expect(schema, nbytes): the next block that schema's dchttp file misses starts a
+** sequential read of about nbytes (a blob whose length the caller knows, e.g. from length()):
+** its blocks are requested at once, max_inflight at a time, and no more than it needs, instead
+** of one block first and a stream that grows request by request.  -> the blocks announced, or
+** NULL for a file not read through dchttp.  (The Python fetch-ahead announces each tile.) */
+static void expect_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  const char *schema = (const char *)sqlite3_value_text(argv[0]);
+  sqlite3_int64 n = sqlite3_value_int64(argv[1]);
+  sqlite3_file *pf = NULL;
+  if (!schema || sqlite3_file_control(sqlite3_context_db_handle(ctx), schema, SQLITE_FCNTL_FILE_POINTER, &pf) !=
+                     SQLITE_OK || !pf || pf->pMethods != &hf_methods) {
+    sqlite3_result_null(ctx);
+    return;
+  }
+  if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || n < 0) {
+    sqlite3_result_error(ctx, "dc_vfs_expect: nbytes must be an integer >= 0", -1);
+    return;
+  }
+  dc_hfile *f = (dc_hfile *)pf;
+  /* the read may begin anywhere in its first block: one block more */
+  f->expect_blocks = n ? n / f->bsize + 2 : 0;
+  sqlite3_result_int64(ctx, f->expect_blocks);
+}
+
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* registers the VFS once per process (and keeps this library loaded: the VFS
@@ -488,5 +524,8 @@ int dc_register_vfs(sqlite3 *db) {
     rc = sqlite3_create_function(db, "dc_vfs_error", 0, SQLITE_UTF8, NULL, error_func, NULL, NULL);
   if (rc == SQLITE_OK)
     rc = sqlite3_create_function(db, "dc_vfs_shared", 1, SQLITE_UTF8, NULL, shared_func, NULL, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_create_function(db, "dc_vfs_expect", 2, SQLITE_UTF8 | SQLITE_DIRECTONLY, NULL, expect_func,
+                                 NULL, NULL);
   return rc;
 }

@@ -48,14 +48,16 @@ def nginx(data):
 
 
 class Recording:
-    """A connection that records the tiles read through it (and can be slowed down)."""
+    """A connection that records the tiles whose pages are read through it (the statement after
+    the announcement; the length lookup before it reads the row's leaf page only) and can be
+    slowed down."""
 
     def __init__(self, path, log, delay=0.0):
-        self.con = sqlite3.connect(path, check_same_thread=False)
+        self.con = deltacells.connect(path, check_same_thread=False)
         self.log, self.delay = log, delay
 
     def execute(self, sql, args=()):
-        if "tiles_data" in sql:
+        if "tiles_data WHERE tile" in sql and "length(" not in sql:
             time.sleep(self.delay)
             self.log.append(int(args[0]))
         return self.con.execute(sql, args)

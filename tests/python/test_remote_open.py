@@ -171,3 +171,79 @@ def test_tiles_table_made_by_sql_has_the_index_and_drop_removes_it(tmp_path):
         assert con.execute("SELECT count(*) FROM sqlite_schema WHERE name LIKE 'tiles%'").fetchone() == (0,)
     finally:
         con.close()
+
+
+# --- dc_vfs_expect: a read of known length announced to the VFS -------------------------------
+def _tile_read(path, tile, announce, opts=None):
+    """Reads one tile's blob through the VFS (the leaf page first, as the fetch-ahead does):
+    (blob, counters of the blob's read alone)."""
+    con = deltacells.connect(path, remote=opts or OPTS)
+    try:
+        (n,) = con.execute("SELECT length(data) FROM tiles_data WHERE tile = ?", (tile,)).fetchone()
+        con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+        if announce:
+            assert con.execute("SELECT dc_vfs_expect('main', ?)", (n,)).fetchone()[0] == n // 16384 + 2
+        (b,) = con.execute("SELECT data FROM tiles_data WHERE tile = ?", (tile,)).fetchone()
+        return b, deltacells.vfs_stats(con)
+    finally:
+        con.close()
+
+
+def test_an_announced_read_is_requested_at_once_and_not_past_its_end(data):
+    tile = 7
+    slow = dict(OPTS, latency_ms=30)         # requests last long enough to overlap
+    plain, s0 = _tile_read(data["db"], tile, False, slow)
+    got, s1 = _tile_read(data["db"], tile, True, slow)
+    assert got == plain and len(got) > 4 * 16384
+    blocks = len(got) // 16384 + 2
+    # every request of the blob in flight together (4 blocks each, at most max_inflight)
+    assert s1["prefetch_peak_inflight"] == min(4, -(-blocks // 4)), s1
+    # nothing past the announced end (a block of slack at each side) ...
+    assert s1["bytes"] <= (blocks + 1) * 16384, (s1, len(got))
+    # ... where the unannounced read's stream, growing request by request, ran past it
+    assert s0["bytes"] > s1["bytes"], (s0, s1)
+
+
+def test_an_announcement_without_prefetch_is_one_request(data):
+    opts = dict(OPTS, max_inflight=0, readahead_kb=1024)
+    plain, s0 = _tile_read(data["db"], 3, False, opts)
+    got, s1 = _tile_read(data["db"], 3, True, opts)
+    assert got == plain
+    assert s1["requests"] == 1 and s0["requests"] > 1, (s0, s1)
+
+
+def test_a_withdrawn_announcement_leaves_the_next_read_alone(data):
+    """An announcement is for one read: withdrawn (0) when no miss used it, the next read fetches
+    what it would have fetched unannounced; left standing, it would start a stream there."""
+    def leaf_read(announce):
+        con = deltacells.connect(data["db"], remote=OPTS)
+        try:
+            con.execute("SELECT count(*) FROM cells_columns").fetchone()     # schema, open reads
+            for v in announce:
+                con.execute("SELECT dc_vfs_expect('main', ?)", (v,)).fetchone()
+            con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+            con.execute("SELECT length(data) FROM tiles_data WHERE tile = 5").fetchone()   # a leaf page
+            s = deltacells.vfs_stats(con)
+            return s["bytes"], s["prefetch_requests"]
+        finally:
+            con.close()
+    plain = leaf_read([])
+    assert leaf_read([1000000, 0]) == plain
+    standing = leaf_read([1000000])
+    assert standing[0] > plain[0] + 4 * 16384, (standing, plain)
+
+
+def test_expect_arguments(data):
+    con = deltacells.connect(data["db"])                  # a plain local connection
+    try:
+        assert con.execute("SELECT dc_vfs_expect('main', 10)").fetchone() == (None,)
+    finally:
+        con.close()
+    con = deltacells.connect(data["db"], remote=OPTS)
+    try:
+        for bad in (-1, 1.5, "x"):
+            with pytest.raises(sqlite3.OperationalError, match="nbytes must be an integer >= 0"):
+                con.execute("SELECT dc_vfs_expect('main', ?)", (bad,)).fetchone()
+        assert con.execute("SELECT dc_vfs_expect('nosuch', 10)").fetchone() == (None,)
+    finally:
+        con.close()
