@@ -116,5 +116,11 @@ int dc_plan_set(sqlite3_index_info *info, const struct dc_plan_table *t, const s
 ** dc_vfs_last_error: this thread's last reason for a failed remote read ("" if none). */
 int dc_register_vfs(sqlite3 *db);
 const char *dc_vfs_last_error(void);
+/* Announces a read of nbytes to the dchttp file of db's schema: its next miss starts a stream
+** with every request to the read's end queued at once (max_inflight at a time) and none past it
+** (without prefetch: one request for it).  For one miss: withdraw an unused one with nbytes 0.
+** Returns the blocks announced, -1 when that schema's file is no dchttp file (nothing done).
+** Call on the thread that runs the connection's queries.  SQL: dc_vfs_expect(schema, nbytes). */
+int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes);
 
 #endif

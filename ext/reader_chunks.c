@@ -98,6 +98,7 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
   uint64_t len = (uint64_t)sqlite3_blob_bytes(r->blob);
   dc_tilehead *h = sqlite3_malloc64(sizeof *h);
   uint8_t *buf = NULL;
+  int announced = 0;
   if (!h) return SQLITE_NOMEM;
   memset(h, 0, sizeof *h);
   dc_error err;
@@ -105,6 +106,9 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
   uint64_t have = len < HEAD_PROBE ? len : HEAD_PROBE;
   buf = sqlite3_malloc64(have ? have : 1);
   if (!buf) { rc = SQLITE_NOMEM; goto fail; }
+  /* a sealed tile's checksum follows its blob: reading it walks every page of the tile, so over
+  ** dchttp the whole blob is announced (its blocks requested at once, not one by one) */
+  announced = r->sealed && dc_vfs_expect(r->db, r->schema, (int64_t)len) > 0;
   if ((rc = blob_read(r, tile, buf, have, 0, pzErr)) != SQLITE_OK) goto fail;
   for (;;) {
     size_t need = dc_tile_header_need(buf, (size_t)have);
@@ -137,7 +141,10 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
   }
   if (r->sealed) {
     int64_t seal = 0, want = 0;
-    if ((rc = tile_checksum(r, tile, &want, pzErr)) != SQLITE_OK) goto fail;
+    rc = tile_checksum(r, tile, &want, pzErr);
+    if (announced) dc_vfs_expect(r->db, r->schema, 0);
+    announced = 0;
+    if (rc != SQLITE_OK) goto fail;
     if (dc_seal_tile(r->dataset_id, tile, ti->first_cell, ti->n_cells, (int64_t)ti->nnz, ti->chunks, len, buf,
                      (size_t)h->hdr.hdr_len, &seal)) { rc = SQLITE_NOMEM; goto fail; }
     if (seal != want) {
@@ -178,6 +185,7 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
   *out = h;
   return SQLITE_OK;
 fail:
+  if (announced) dc_vfs_expect(r->db, r->schema, 0);
   sqlite3_free(buf);
   sqlite3_free(h);
   return rc;

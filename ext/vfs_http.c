@@ -441,44 +441,45 @@ static void error_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   sqlite3_result_text(ctx, dh_err, -1, SQLITE_TRANSIENT);
 }
 
+/* the dchttp file of db's schema, or NULL when that schema's file is no dchttp file */
+static dc_hfile *hfile_of(sqlite3 *db, const char *schema) {
+  sqlite3_file *pf = NULL;
+  if (!schema || sqlite3_file_control(db, schema, SQLITE_FCNTL_FILE_POINTER, &pf) != SQLITE_OK || !pf ||
+      pf->pMethods != &hf_methods)
+    return NULL;
+  return (dc_hfile *)pf;
+}
+
+int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes) {
+  dc_hfile *f = hfile_of(db, schema);
+  if (!f) return -1;
+  /* the read may begin anywhere in its first block: one block more */
+  f->expect_blocks = nbytes > 0 ? nbytes / f->bsize + 2 : 0;
+  return f->expect_blocks;
+}
+
+/* dc_vfs_expect(schema, nbytes) in SQL: the blocks announced, NULL for a file not read through
+** dchttp (dc_ext.h has what an announcement does) */
+static void expect_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || sqlite3_value_int64(argv[1]) < 0) {
+    sqlite3_result_error(ctx, "dc_vfs_expect: nbytes must be an integer >= 0", -1);
+    return;
+  }
+  int64_t n = dc_vfs_expect(sqlite3_context_db_handle(ctx), (const char *)sqlite3_value_text(argv[0]),
+                            sqlite3_value_int64(argv[1]));
+  if (n < 0) sqlite3_result_null(ctx);
+  else sqlite3_result_int64(ctx, n);
+}
+
 /* dc_vfs_shared(schema): 1 when that schema's file is a dchttp file whose blocks go through the
 ** process's shared block cache (so another connection's reads of the same version reach it: the
 ** Python fetch-ahead's condition), 0 when it is one that does not, NULL when it is no dchttp file */
 static void shared_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   (void)argc;
-  const char *schema = (const char *)sqlite3_value_text(argv[0]);
-  sqlite3_file *pf = NULL;
-  if (!schema || sqlite3_file_control(sqlite3_context_db_handle(ctx), schema, SQLITE_FCNTL_FILE_POINTER, &pf) !=
-                     SQLITE_OK || !pf || pf->pMethods != &hf_methods) {
-    sqlite3_result_null(ctx);
-    return;
-  }
-  sqlite3_result_int(ctx, dh_shared_used((const dc_hfile *)pf));
-}
-
-/* dc_vfs_expect(schema, nbytes): the next block that schema's dchttp file misses starts a
-** sequential read of about nbytes (a blob whose length the caller knows, e.g. from length()):
-** its blocks are requested at once, max_inflight at a time, and no more than it needs, instead
-** of one block first and a stream that grows request by request.  -> the blocks announced, or
-** NULL for a file not read through dchttp.  (The Python fetch-ahead announces each tile.) */
-static void expect_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
-  const char *schema = (const char *)sqlite3_value_text(argv[0]);
-  sqlite3_int64 n = sqlite3_value_int64(argv[1]);
-  sqlite3_file *pf = NULL;
-  if (!schema || sqlite3_file_control(sqlite3_context_db_handle(ctx), schema, SQLITE_FCNTL_FILE_POINTER, &pf) !=
-                     SQLITE_OK || !pf || pf->pMethods != &hf_methods) {
-    sqlite3_result_null(ctx);
-    return;
-  }
-  if (sqlite3_value_type(argv[1]) != SQLITE_INTEGER || n < 0) {
-    sqlite3_result_error(ctx, "dc_vfs_expect: nbytes must be an integer >= 0", -1);
-    return;
-  }
-  dc_hfile *f = (dc_hfile *)pf;
-  /* the read may begin anywhere in its first block: one block more */
-  f->expect_blocks = n ? n / f->bsize + 2 : 0;
-  sqlite3_result_int64(ctx, f->expect_blocks);
+  dc_hfile *f = hfile_of(sqlite3_context_db_handle(ctx), (const char *)sqlite3_value_text(argv[0]));
+  if (!f) sqlite3_result_null(ctx);
+  else sqlite3_result_int(ctx, dh_shared_used(f));
 }
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -247,3 +247,21 @@ def test_expect_arguments(data):
         assert con.execute("SELECT dc_vfs_expect('nosuch', 10)").fetchone() == (None,)
     finally:
         con.close()
+
+
+def test_the_reader_announces_a_sealed_tile(data):
+    """dc_batch over dchttp, no fetch-ahead: the reader announces the tile it loads (its checksum
+    walk reads every page of it), so the tile's blocks are requested together and not past it."""
+    from _batch_util import ids_blob
+    con = deltacells.connect(data["db"], remote=dict(OPTS, latency_ms=30))
+    try:
+        (n,) = con.execute("SELECT length(data) FROM tiles_data WHERE tile = 7").fetchone()
+        con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+        assert con.execute("SELECT n_cells FROM dc_batch(?)", (ids_blob([7005]),)).fetchall() == [(1,)]
+        s = deltacells.vfs_stats(con)
+    finally:
+        con.close()
+    blocks = n // 16384 + 2
+    assert s["prefetch_peak_inflight"] == min(4, -(-blocks // 4)), s
+    # the tile, and a few pages of the tile index, dc_meta and the row's leaf
+    assert s["bytes"] <= (blocks + 6) * 16384, (s, n)
