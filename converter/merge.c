@@ -576,6 +576,34 @@ done:
   return rc;
 }
 
+/* dc_meta var_categories (the categories of var columns that were categorical, for export):
+** united as convert unites them, D's categories first, then S's others in S's order.  A column
+** categorical in one dataset and plain text in the other stays text (its values need not be
+** among the categories).  Read before merge_genes rewrites main's genes_columns. */
+static int merge_var_categories(sqlite3 *db, dsw *w, cv_err *e) {
+  sqlite3_stmt *st = cv_prep(db, e,
+      "WITH dk(k, arr) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = 'var_categories'), '{}'))),"
+      " sk(k, arr) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = 'var_categories'), '{}'))),"
+      " kept(k) AS (SELECT k FROM (SELECT k FROM dk UNION SELECT k FROM sk) u"
+      "   WHERE (k IN (SELECT k FROM dk) OR k NOT IN (SELECT name FROM main.genes_columns))"
+      "     AND (k IN (SELECT k FROM sk) OR k NOT IN (SELECT name FROM src.genes_columns)))"
+      " SELECT (SELECT count(*) FROM dk) + (SELECT count(*) FROM sk), json_group_object(k, json((SELECT json_group_array(v) FROM ("
+      "   SELECT x.value AS v, 0 AS a, x.id AS i FROM dk, json_each(dk.arr) x WHERE dk.k = kept.k"
+      "   UNION ALL SELECT x.value, 1, x.id FROM sk, json_each(sk.arr) x WHERE sk.k = kept.k"
+      "     AND x.value NOT IN (SELECT y.value FROM dk, json_each(dk.arr) y WHERE dk.k = kept.k)"
+      "   ORDER BY a, i)))) FROM kept");
+  if (!st) return -1;
+  int rc = 0;
+  if (sqlite3_step(st) != SQLITE_ROW) rc = cv_fail(e, "dc_meta.var_categories: %s", sqlite3_errmsg(db));
+  else if (sqlite3_column_int64(st, 0) > 0) {
+    char *j = strdup((const char *)sqlite3_column_text(st, 1));
+    rc = !j ? cv_fail(e, "out of memory") : dsw_meta_text(w, "var_categories", j, e);
+    free(j);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 /* Adds dataset spath to main (in the caller's transaction, which then detaches `src`); D is updated. */
 int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int tiles_in, int threads, int *reencoded,
                   cv_err *e) {
@@ -601,6 +629,7 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
   ** the dataset) and 0.11 s instead of 0.17 s, a quarter of such a merge (level 1: 432 KB, 0.09 s) */
   w.genes_level = 3;
   double tg = cv_now();
+  if (merge_var_categories(db, &w, e)) goto done;
   if (merge_genes(db, &w, D, &S, keep_ok, tiles_in, &sigma, &N, &identity, e)) goto done;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "merge: genes %.3f s\n", cv_now() - tg);
   tg = cv_now();

@@ -190,3 +190,46 @@ def test_gene_order_from_a_shard_pairs_repeats_in_original_order(halves, tmp_pat
     sm = snapshot(m)
     assert_same(sm, snapshot(w), "merge of --gene-order shards vs convert of the whole", skip_obs=("source",))
     assert np.array_equal(sm["X"], X)
+
+
+def test_categorical_var_columns_united_by_merge_and_append(tmp_path):
+    """a categorical var column whose categories differ between the parts: merge and append unite
+    them (dc_meta var_categories) as convert does, so export writes it back (before: 'writing var
+    column' failed on a category it did not know)"""
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+    need_converter()
+
+    def part(name, genes, kinds, notes, seed):
+        r = np.random.default_rng(seed)
+        X = sp.random(60, len(genes), density=0.3, format="csr", random_state=seed,
+                      data_rvs=lambda k: r.integers(1, 9, k)).astype(np.int32)
+        var = pd.DataFrame({"kind": pd.Categorical(kinds), "note": notes}, index=genes)
+        a = ad.AnnData(X=X, obs=pd.DataFrame(index=[f"{name}{i}" for i in range(60)]), var=var, dtype=np.int32)
+        a.write_h5ad(tmp_path / f"{name}.h5ad")
+        return str(tmp_path / f"{name}.h5ad")
+    ga, gb = [f"g{i}" for i in range(6)], [f"g{i}" for i in range(3, 9)]
+    # 'note': categorical in a (repeated values), plain text in b (distinct values)
+    a = part("a", ga, ["p", "q", "p", "q", "p", "q"], ["n1", "n1", "n2", "n2", "n1", "n2"], 1)
+    b = part("b", gb, ["q", "r", "q", "s", "r", "s"], [f"m{i}" for i in range(6)], 2)
+    pa, pb, m, ap, ab = (tmp_path / f"{x}.dcdb" for x in ("pa", "pb", "m", "ap", "ab"))
+    run("convert", a, "-o", pa, "--quiet")
+    run("convert", b, "-o", pb, "--quiet")
+    run("merge", pa, pb, "-o", m, "--quiet")
+    run("convert", a, "-o", ap, "--quiet")
+    run("append", ap, b, "--quiet")
+    run("convert", a, b, "-o", ab, "--quiet")
+    got = {}
+    for db in (m, ap, ab):
+        run("export", db, "-o", tmp_path / (db.name + ".h5ad"), "--quiet")
+        got[db.name] = ad.read_h5ad(tmp_path / (db.name + ".h5ad"))
+    want = got["ab.dcdb"]
+    assert list(want.var_names) == [f"g{i}" for i in range(9)]
+    for k in ("m.dcdb", "ap.dcdb"):
+        x = got[k]
+        assert list(x.var_names) == list(want.var_names), k
+        assert list(x.var["kind"].astype(str)) == list(want.var["kind"].astype(str)) == list("pqpqpqsrs"), k
+        assert list(x.var["kind"].cat.categories) == ["p", "q", "r", "s"], k
+        assert list(x.var["note"].astype(str)) == list(want.var["note"].astype(str)), k
+        assert np.array_equal(x.X.toarray(), want.X.toarray()), k
