@@ -185,9 +185,17 @@ int cv_gene_repeats(const char *const *names, uint64_t n, const uint8_t *skip, c
   uint32_t *slot = calloc((size_t)cap, sizeof *slot), *cnt = calloc((size_t)cap, sizeof *cnt);
   orig_at *by = orig ? malloc(((size_t)n + 1) * sizeof *by) : NULL;
   if (!slot || !cnt || (orig && !by)) { free(slot); free(cnt); free(by); return cv_fail(e, "out of memory"); }
-  if (orig) {
-    for (uint64_t i = 0; i < n; i++) { by[i].o = orig[i]; by[i].i = i; }
-    qsort(by, (size_t)n, sizeof *by, cmp_orig_at);
+  if (orig) {   /* a permutation of 0 .. n-1 (as convert writes orig_index) is inverted; else sorted */
+    int perm = 1;
+    for (uint64_t i = 0; i < n; i++) by[i].i = UINT64_MAX;
+    for (uint64_t i = 0; i < n && perm; i++) {
+      if (orig[i] < 0 || (uint64_t)orig[i] >= n || by[orig[i]].i != UINT64_MAX) perm = 0;
+      else by[orig[i]].i = i;
+    }
+    if (!perm) {
+      for (uint64_t i = 0; i < n; i++) { by[i].o = orig[i]; by[i].i = i; }
+      qsort(by, (size_t)n, sizeof *by, cmp_orig_at);
+    }
   }
   for (uint64_t r = 0; r < n; r++) {
     uint64_t i = orig ? by[r].i : r;
