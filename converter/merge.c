@@ -520,9 +520,9 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
     if (i == 1 || i == 2)  /* total_counts, n_cells: summed */
       for (int64_t j = 0; j < S->n_genes; j++)
         if (sigma[j] < NDg) m->v.i64[sigma[j]] += sg[i].v.i64[j];
-    if (dcx && scx && m->kind == DC_OBS_INT && N > NDg && !strcmp(dcx->name, "orig_index")) {
+    if (dcx && m->kind == DC_OBS_INT && N > NDg && !strcmp(dcx->name, "orig_index")) {
       /* the original order of the union, as convert of D's and S's inputs numbers it: D's genes,
-      ** then S's new genes in S's original order */
+      ** then S's new genes in S's original order (its gene_id order if it records none) */
       int64_t base = NDg;
       for (uint32_t g = 0; g < NDg; g++) if (dcx->v.valid[g] && dcx->v.i64[g] >= base) base = dcx->v.i64[g] + 1;
       by = malloc(((size_t)(N - NDg) + 1) * sizeof *by);
@@ -531,7 +531,7 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
       for (uint32_t p = 0; p < N - NDg; p++) {
         uint32_t j = from_s[p];
         by[p] = p;
-        sorig[p] = scx->v.valid[j] ? scx->v.i64[j] : INT64_MAX;
+        sorig[p] = !scx ? (int64_t)j : scx->v.valid[j] ? scx->v.i64[j] : INT64_MAX;
       }
       orig_ctx = sorig;
       qsort(by, N - NDg, sizeof *by, cmp_by_orig);
