@@ -267,3 +267,22 @@ def test_real_file_with_names_repeated(tmp_path):
     assert sw["names"] == names and np.array_equal(sw["X"], X)
     assert_same(snapshot(m), sw, "merge of the halves vs convert of the whole", skip_obs=("source",))
     assert_same(snapshot(ap), sw, "convert + append vs convert of the whole", skip_obs=("source",))
+
+
+def test_intersect_records_an_original_order_export_reads(tmp_path):
+    """convert --genes intersect: orig_index is the kept genes' place in the union's var order,
+    0 .. n-1 (before, the union's places with gaps, which export and `genes` refused)"""
+    import anndata as ad
+    need_converter()
+    na, nb = ["A", "X", "B", "X", "C"], ["X", "C", "D", "X", "X", "A"]
+    Xa, Xb = matrix(80, na, {3: 20}, 7), matrix(70, nb, {0: 20}, 8)
+    a = write(tmp_path / "a.h5ad", Xa, na, [f"a{i}" for i in range(80)], 7, ids=[f"Ea{j}" for j in range(5)])
+    b = write(tmp_path / "b.h5ad", Xb, nb, [f"b{i}" for i in range(70)], 8, ids=[f"Eb{j}" for j in range(6)])
+    db = tmp_path / "i.dcdb"
+    run("convert", a, b, "-o", db, "--quiet", "--genes", "intersect")
+    run("export", db, "-o", tmp_path / "i.h5ad", "--quiet")
+    x = ad.read_h5ad(tmp_path / "i.h5ad")
+    # kept: A, X (twice), C, in a's order; b's X's pair with a's by (name, k)
+    assert list(x.var_names) == ["A", "X", "X", "C"]
+    assert np.array_equal(x.X.toarray()[:80], Xa[:, [0, 1, 3, 4]])
+    assert np.array_equal(x.X.toarray()[80:], Xb[:, [5, 0, 3, 1]])
