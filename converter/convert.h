@@ -28,10 +28,12 @@ typedef struct cv_opts {
   int genes_intersect;  /* store only the genes every input has (else the union) */
   double min_overlap;   /* warn when an input shares less than this fraction of its genes; 0 = 0.5 */
   int force, quiet;
-  /* append (converter/merge_cmd.c): these names get gene ids 0 .. n_fixed_genes-1 in this
-  ** order (the k-th repeat of a name is the k-th gene of an input with that name), even
-  ** where no input has them; the inputs' other genes follow by decreasing counts */
+  /* append (converter/merge_cmd.c), --gene-order: these names get gene ids 0 .. n_fixed_genes-1
+  ** in this order, even where no input has them; the inputs' other genes follow by decreasing
+  ** counts.  fixed_rep[i]: which gene of its name fixed gene i is (cv_gene_repeats: a dataset's
+  ** are counted in its original order, genes.orig_index); NULL: counted in this list's order */
   const char *const *fixed_genes;
+  const uint32_t *fixed_rep;
   uint32_t n_fixed_genes;
   struct dsw *tiles_to;  /* append: tiles go straight into this writer's dataset, numbered from
                          ** tile_base, their cells from cell_base (the output gets no tiles) */

@@ -378,9 +378,18 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
     for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->ncells[g->order[id]];
     if (dsw_genes_column(w, 2, "n_cells", &v, block, &b, e)) goto done;
     bytes += b;
-    /* the original order (dc_meta gene_order 'union'): a gene's global id is its place in the
-    ** union of the inputs' var, first input first, each in its var order */
-    for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->order[id];
+    /* the original order (dc_meta gene_order 'union'): a gene's place in the union of the inputs'
+    ** var, first input first, each in its var order (genes left out not counted); then the
+    ** genes of --gene-order or append that no input has, in their order.  A permutation of
+    ** 0 .. ng-1, which export and the k-th-repeat rule of merge (cv_gene_repeats) read. */
+    for (uint32_t id = 0; id < ng; id++) iv[id] = -1;
+    int64_t next = 0;
+    for (int f = 0; f < nf; f++)
+      for (uint64_t j = 0; j < files[f].n_vars; j++) {
+        uint32_t id = g->fmap[f][j];
+        if (id != UINT32_MAX && iv[id] < 0) iv[id] = next++;
+      }
+    for (uint32_t id = 0; id < ng; id++) if (iv[id] < 0) iv[id] = next++;
     if (dsw_genes_column(w, 3, "orig_index", &v, block, &b, e)) goto done;
     bytes += b;
   }

@@ -45,7 +45,6 @@ int cv_genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) 
   g->fmap = calloc((size_t)nf, sizeof *g->fmap);
   if (!g->fmap) return cv_fail(e, "out of memory");
   if (o->n_fixed_genes) { /* append: the dataset's genes first, in its order (file UINT32_MAX: in no input) */
-    cv_map occ = {0};
     size_t n = o->n_fixed_genes;
     g->name = calloc(n, sizeof *g->name);
     g->file = malloc(n * sizeof *g->file);
@@ -53,16 +52,20 @@ int cv_genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) 
     g->total = calloc(n, sizeof *g->total);
     g->ncells = calloc(n, sizeof *g->ncells);
     g->nfiles = calloc(n, sizeof *g->nfiles);
-    if (!g->name || !g->file || !g->local || !g->total || !g->ncells || !g->nfiles) return cv_fail(e, "out of memory");
+    uint32_t *rep = o->fixed_rep ? NULL : malloc(n * sizeof *rep);
+    if (!g->name || !g->file || !g->local || !g->total || !g->ncells || !g->nfiles || (!o->fixed_rep && !rep)) {
+      free(rep);
+      return cv_fail(e, "out of memory");
+    }
+    if (!o->fixed_rep && cv_gene_repeats(o->fixed_genes, n, NULL, NULL, rep, e)) { free(rep); return -1; }
+    const uint32_t *fr = o->fixed_rep ? o->fixed_rep : rep;
     cap = n;
     for (uint32_t i = 0; i < o->n_fixed_genes; i++) {
       const char *nm = o->fixed_genes[i];
-      uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
-      if (seen) k = ++*seen;
-      else if (cv_map_put(&occ, nm, 0, e)) { cv_map_free(&occ); return -1; }
+      uint32_t k = fr[i];
       size_t kl = strlen(nm) + 16;
       char *key = malloc(kl);
-      if (!key) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      if (!key) { free(rep); return cv_fail(e, "out of memory"); }
       if (k) snprintf(key, kl, "%s\x01%u", nm, k);
       else snprintf(key, kl, "%s", nm);
       g->name[i] = strdup(nm);
@@ -71,27 +74,29 @@ int cv_genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) 
       g->n = g->n_all = i + 1;
       int bad = !g->name[i] || cv_map_put(&g->map, key, i, e);
       free(key);
-      if (bad) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      if (bad) { free(rep); return cv_fail(e, "out of memory"); }
     }
-    cv_map_free(&occ);
+    free(rep);
   }
+  uint32_t *rep = NULL;
+  size_t rep_cap = 0;
   for (int f = 0; f < nf; f++) {
-    cv_map occ = {0};
     g->fmap[f] = malloc((files[f].n_vars + 1) * sizeof(uint32_t));
-    if (!g->fmap[f]) return cv_fail(e, "out of memory");
+    if (!g->fmap[f]) { free(rep); return cv_fail(e, "out of memory"); }
+    const uint8_t *gone = g->gone ? g->gone[f] : NULL;
+    /* the k-th gene of a name in this file's var order (features left out not counted) */
+    if (cv_grow((void **)&rep, &rep_cap, (size_t)files[f].n_vars + 1, sizeof *rep, e) ||
+        cv_gene_repeats((const char *const *)files[f].var_names, files[f].n_vars, gone, NULL, rep, e)) {
+      free(rep);
+      return -1;
+    }
     for (uint64_t j = 0; j < files[f].n_vars; j++) {
       const char *nm = files[f].var_names[j];
-      if (g->gone && g->gone[f] && g->gone[f][j]) { g->fmap[f][j] = UINT32_MAX; continue; }
-      uint32_t k = 0, *seen = cv_map_ref(&occ, nm);
-      if (seen) {
-        k = ++*seen; /* the k-th repeat of a name in this file */
-      } else if (cv_map_put(&occ, nm, 0, e)) {
-        cv_map_free(&occ);
-        return -1;
-      }
+      if (gone && gone[j]) { g->fmap[f][j] = UINT32_MAX; continue; }
+      uint32_t k = rep[j];
       size_t kl = strlen(nm) + 16;
       char kbuf[512], *key = kl <= sizeof kbuf ? kbuf : malloc(kl);
-      if (!key) { cv_map_free(&occ); return cv_fail(e, "out of memory"); }
+      if (!key) { free(rep); return cv_fail(e, "out of memory"); }
       if (k) snprintf(key, kl, "%s\x01%u", nm, k);
       else snprintf(key, kl, "%s", nm);
       uint32_t id;
@@ -99,7 +104,7 @@ int cv_genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) 
         id = g->n;
         if (g->n >= INT32_MAX) {
           if (key != kbuf) free(key);
-          cv_map_free(&occ);
+          free(rep);
           return cv_fail(e, "too many genes");
         }
         size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap, c6 = cap;
@@ -110,7 +115,7 @@ int cv_genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) 
             cv_grow((void **)&g->ncells, &c5, g->n + 1, sizeof *g->ncells, e) ||
             cv_grow((void **)&g->nfiles, &c6, g->n + 1, sizeof *g->nfiles, e)) {
           if (key != kbuf) free(key);
-          cv_map_free(&occ);
+          free(rep);
           return -1;
         }
         cap = c1;
@@ -123,16 +128,17 @@ int cv_genes_join(genes *g, h5file *files, int nf, const cv_opts *o, cv_err *e) 
         g->n_all = g->n;
         if (!g->name[id] || cv_map_put(&g->map, key, id, e)) {
           if (key != kbuf) free(key);
-          cv_map_free(&occ);
+          free(rep);
           return cv_fail(e, "out of memory");
         }
       }
       if (key != kbuf) free(key);
+      if (g->file[id] == UINT32_MAX) { g->file[id] = (uint32_t)f; g->local[id] = (uint32_t)j; } /* a fixed gene: its var row */
       g->fmap[f][j] = id;
       g->nfiles[id]++; /* once per file: a repeat in the file has a key of its own */
     }
-    cv_map_free(&occ);
   }
+  free(rep);
   for (uint32_t i = 0; i < g->n; i++) g->n_shared += g->nfiles[i] == (uint32_t)nf;
   return 0;
 }

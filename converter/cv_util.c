@@ -169,6 +169,52 @@ void cv_map_free(cv_map *m) {
   memset(m, 0, sizeof *m);
 }
 
+typedef struct orig_at { int64_t o; uint64_t i; } orig_at;
+static int cmp_orig_at(const void *a, const void *b) {
+  const orig_at *x = a, *y = b;
+  if (x->o != y->o) return x->o < y->o ? -1 : 1;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
+int cv_gene_repeats(const char *const *names, uint64_t n, const uint8_t *skip, const int64_t *orig, uint32_t *rep,
+                    cv_err *e) {
+  uint64_t cap = 64;
+  while (cap < 2 * n + 2) cap *= 2;
+  if (n >= UINT32_MAX) return cv_fail(e, "too many genes (%llu)", (unsigned long long)n);
+  /* open addressing by name: a slot holds the first gene of a name (index + 1) and its count */
+  uint32_t *slot = calloc((size_t)cap, sizeof *slot), *cnt = calloc((size_t)cap, sizeof *cnt);
+  orig_at *by = orig ? malloc(((size_t)n + 1) * sizeof *by) : NULL;
+  if (!slot || !cnt || (orig && !by)) { free(slot); free(cnt); free(by); return cv_fail(e, "out of memory"); }
+  if (orig) {   /* a permutation of 0 .. n-1 (as convert writes orig_index) is inverted; else sorted */
+    int perm = 1;
+    for (uint64_t i = 0; i < n; i++) by[i].i = UINT64_MAX;
+    for (uint64_t i = 0; i < n && perm; i++) {
+      if (orig[i] < 0 || (uint64_t)orig[i] >= n || by[orig[i]].i != UINT64_MAX) perm = 0;
+      else by[orig[i]].i = i;
+    }
+    if (!perm) {
+      for (uint64_t i = 0; i < n; i++) { by[i].o = orig[i]; by[i].i = i; }
+      qsort(by, (size_t)n, sizeof *by, cmp_orig_at);
+    }
+  }
+  for (uint64_t r = 0; r < n; r++) {
+    uint64_t i = orig ? by[r].i : r;
+    if (skip && skip[i]) { rep[i] = UINT32_MAX; continue; }
+    const char *nm = names[i] ? names[i] : "";
+    size_t j = (size_t)hash_str(nm) & (size_t)(cap - 1);
+    for (; slot[j]; j = (j + 1) & (size_t)(cap - 1)) {
+      const char *o = names[slot[j] - 1];
+      if (!strcmp(o ? o : "", nm)) break;
+    }
+    if (!slot[j]) slot[j] = (uint32_t)i + 1;
+    rep[i] = cnt[j]++;
+  }
+  free(slot);
+  free(cnt);
+  free(by);
+  return 0;
+}
+
 double cv_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -57,6 +57,16 @@ uint32_t *cv_map_ref(cv_map *m, const char *key);
 int cv_map_put(cv_map *m, const char *key, uint32_t val, cv_err *e);
 void cv_map_free(cv_map *m);
 
+/* The identity of a gene whose name repeats, the one rule of convert, append and merge
+** (docs/converter.md "Genes across inputs"): the k-th gene of a name (k = 0, 1, ...) in an
+** input's original order is gene (name, k), and joins the k-th gene of that name in another.
+** rep[i] = k for gene i of names[0 .. n-1] (NULL: ""), counted in the order of orig (NULL:
+** the list's own order; equal orig values by index), genes with skip[i] set (skip may be
+** NULL) left out and given UINT32_MAX.  An input's order is its var order; a dataset's is
+** genes.orig_index (cv_dataset_gene_reps, merge_store.h), not its stored order. */
+int cv_gene_repeats(const char *const *names, uint64_t n, const uint8_t *skip, const int64_t *orig, uint32_t *rep,
+                    cv_err *e);
+
 /* The tiles of one input: its n cells in k = ceil(n / tile_cells)
 ** consecutive tiles of tile_cells cells, the last one shorter, so that no
 ** tile spans two inputs (a single input's tiles are cells t * tile_cells ..).

@@ -361,13 +361,15 @@ static int cmd_convert(int argc, char **argv) {
   cv_err e;
   e.msg[0] = 0;
   char **fixed = NULL;
-  uint32_t n_fixed = 0;
-  if (gene_order && cv_gene_order_load(gene_order, &fixed, &n_fixed, &e)) { free(in); return finish(-1, &e); }
+  uint32_t n_fixed = 0, *fixed_rep = NULL;
+  if (gene_order && cv_gene_order_load(gene_order, &fixed, &fixed_rep, &n_fixed, &e)) { free(in); return finish(-1, &e); }
   o.fixed_genes = (const char *const *)fixed;
+  o.fixed_rep = fixed_rep;
   o.n_fixed_genes = n_fixed;
   int rc = cv_convert(&o, &e);
   for (uint32_t i = 0; i < n_fixed; i++) free(fixed[i]);
   free(fixed);
+  free(fixed_rep);
   free(in);
   return finish(rc, &e);
 }

@@ -113,16 +113,17 @@ static val1 vals_get(const vals *v, uint64_t i) {
   return x;
 }
 
-/* Genes by name, as genes_join matches them: the k-th repeat of a name (k = 0, 1, ...) in one
-** dataset is the k-th repeat of that name in the other.  An open-addressing table of gene
-** indices hashed by name alone (linear probing, no deletions: every earlier gene of the same name
-** lies on the probe path before the first empty slot), so no key string is made or copied: a
-** string map with a key per gene was a third of the genes step of merging the real files. */
+/* Genes by (name, k), as cv_genes_join matches them: gene (name, k) of one dataset, the k-th of
+** that name in its original order (cv_dataset_gene_reps), is gene (name, k) of the other.  An
+** open-addressing table of gene indices hashed by name alone (linear probing, no deletions: every
+** gene of the same name lies on the probe path before the first empty slot), so no key string is
+** made or copied: a string map with a key per gene was a third of the genes step of merging the
+** real files. */
 typedef struct gtab {
   uint32_t *slot;          /* gene index + 1; 0: empty */
   uint32_t mask;
   const vals *names;
-  uint32_t *rep;           /* each gene's repeat number k */
+  const uint32_t *rep;     /* each gene's k */
 } gtab;
 
 static const char *gname(const vals *v, uint64_t i) { return v->text[i] ? v->text[i] : ""; }
@@ -135,28 +136,24 @@ static uint32_t hash_name(const char *s) {
 
 static void gtab_free(gtab *t) {
   free(t->slot);
-  free(t->rep);
   memset(t, 0, sizeof *t);
 }
 
-/* every gene of names in t, with its repeat number */
-static int gtab_build(gtab *t, const vals *names, cv_err *e) {
+/* every gene of names in t, with its k (rep) */
+static int gtab_build(gtab *t, const vals *names, const uint32_t *rep, cv_err *e) {
   memset(t, 0, sizeof *t);
   uint64_t cap = 64;
   while (cap < 2 * names->n + 2) cap *= 2;
   if (cap > 0x80000000ull) return cv_fail(e, "too many genes (%llu)", (unsigned long long)names->n);
   t->slot = calloc((size_t)cap, sizeof *t->slot);
-  t->rep = malloc(((size_t)names->n + 1) * sizeof *t->rep);
-  if (!t->slot || !t->rep) { gtab_free(t); return cv_fail(e, "out of memory"); }
+  if (!t->slot) return cv_fail(e, "out of memory");
   t->mask = (uint32_t)(cap - 1);
   t->names = names;
+  t->rep = rep;
   for (uint64_t i = 0; i < names->n; i++) {
-    const char *nm = gname(names, i);
-    uint32_t k = 0, j = hash_name(nm) & t->mask;
-    for (; t->slot[j]; j = (j + 1) & t->mask)
-      if (!strcmp(gname(names, t->slot[j] - 1), nm)) k++;
+    uint32_t j = hash_name(gname(names, i)) & t->mask;
+    while (t->slot[j]) j = (j + 1) & t->mask;
     t->slot[j] = (uint32_t)i + 1;
-    t->rep[i] = k;
   }
   return 0;
 }
@@ -170,19 +167,26 @@ static int64_t gtab_find(const gtab *t, const char *nm, uint32_t k) {
   return -1;
 }
 
-/* sigma: S's gene j -> its id in the merged dataset (D's id of the same name and repeat, else
-** the next new id from *next, in S's order) */
-static int gene_map(const vals *dnames, const vals *snames, uint32_t *sigma, uint32_t *next, cv_err *e) {
-  gtab dt, st;
-  if (gtab_build(&dt, dnames, e)) return -1;
-  if (gtab_build(&st, snames, e)) { gtab_free(&dt); return -1; }
+/* sigma: S's gene j -> its id in the merged dataset (D's id of the same (name, k), else the next
+** new id from *next, in S's order) */
+static int gene_map(const vals *dnames, const uint32_t *drep, const vals *snames, const uint32_t *srep, uint32_t *sigma,
+                    uint32_t *next, cv_err *e) {
+  gtab dt;
+  if (gtab_build(&dt, dnames, drep, e)) return -1;
   for (uint64_t j = 0; j < snames->n; j++) {
-    int64_t g = gtab_find(&dt, gname(snames, j), st.rep[j]);
+    int64_t g = gtab_find(&dt, gname(snames, j), srep[j]);
     sigma[j] = g >= 0 ? (uint32_t)g : (*next)++;
   }
   gtab_free(&dt);
-  gtab_free(&st);
   return 0;
+}
+
+/* by (orig[i], i): the order cv_gene_repeats counts in */
+static const int64_t *orig_ctx;
+static int cmp_by_orig(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  if (orig_ctx[x] != orig_ctx[y]) return orig_ctx[x] < orig_ctx[y] ? -1 : 1;
+  return x < y ? -1 : x > y;
 }
 
 /* ------------------------------------------------------------ tiles */
@@ -447,16 +451,36 @@ done:
   return rc;
 }
 
-static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, int keep_ok, uint32_t **sigma_out,
+/* appended: S (append's scratch dataset) was converted with D's genes as its genes 0 .. nD-1
+** (cv_opts.fixed_genes, matched by (name, k) in D's original order), its new genes after */
+static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, int keep_ok, int appended, uint32_t **sigma_out,
                        uint32_t *n_out, int *identity, cv_err *e) {
   gcol *dg = NULL, *sg = NULL, *mg = NULL;
   int nd = 0, ns = 0, nm = 0, rc = -1;
   int *keep = NULL;
-  uint32_t *sigma = NULL, *from_s = NULL, next = (uint32_t)D->n_genes;
+  uint32_t *sigma = NULL, *from_s = NULL, *drep = NULL, *srep = NULL, *by = NULL, next = (uint32_t)D->n_genes;
+  int64_t *sorig = NULL;
   if (read_genes(db, "main", D->path, D->n_genes, &dg, &nd, e) || read_genes(db, "src", S->path, S->n_genes, &sg, &ns, e)) goto done;
   sigma = malloc(((size_t)S->n_genes + 1) * sizeof *sigma);
   if (!sigma) { cv_fail(e, "out of memory"); goto done; }
-  if (gene_map(&dg[0].v, &sg[0].v, sigma, &next, e)) goto done;
+  if (appended) {
+    if (S->n_genes < D->n_genes) { cv_fail(e, "internal: the appended files have fewer genes than the dataset"); goto done; }
+    for (int64_t j = 0; j < S->n_genes; j++) {
+      if (j < D->n_genes && strcmp(gname(&dg[0].v, (uint64_t)j), gname(&sg[0].v, (uint64_t)j))) {
+        cv_fail(e, "internal: appended gene %lld is not the dataset's", (long long)j);
+        goto done;
+      }
+      sigma[j] = (uint32_t)j;
+    }
+    next = (uint32_t)S->n_genes;
+  } else {
+    drep = malloc(((size_t)D->n_genes + 1) * sizeof *drep);
+    srep = malloc(((size_t)S->n_genes + 1) * sizeof *srep);
+    if (!drep || !srep) { cv_fail(e, "out of memory"); goto done; }
+    if (cv_dataset_gene_reps(db, "main", D->path, &dg[0].v, drep, e) || cv_dataset_gene_reps(db, "src", S->path, &sg[0].v, srep, e) ||
+        gene_map(&dg[0].v, drep, &sg[0].v, srep, sigma, &next, e))
+      goto done;
+  }
   *identity = 1;
   for (int64_t j = 0; j < S->n_genes; j++) if (sigma[j] != (uint32_t)j) *identity = 0;
   uint32_t N = next, NDg = (uint32_t)D->n_genes;
@@ -496,6 +520,26 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
     if (i == 1 || i == 2)  /* total_counts, n_cells: summed */
       for (int64_t j = 0; j < S->n_genes; j++)
         if (sigma[j] < NDg) m->v.i64[sigma[j]] += sg[i].v.i64[j];
+    if (dcx && m->kind == DC_OBS_INT && N > NDg && !strcmp(dcx->name, "orig_index")) {
+      /* the original order of the union, as convert of D's and S's inputs numbers it: D's genes,
+      ** then S's new genes in S's original order (its gene_id order if it records none) */
+      int64_t base = NDg;
+      for (uint32_t g = 0; g < NDg; g++) if (dcx->v.valid[g] && dcx->v.i64[g] >= base) base = dcx->v.i64[g] + 1;
+      by = malloc(((size_t)(N - NDg) + 1) * sizeof *by);
+      sorig = malloc(((size_t)(N - NDg) + 1) * sizeof *sorig);
+      if (!by || !sorig) { cv_fail(e, "out of memory"); goto done; }
+      for (uint32_t p = 0; p < N - NDg; p++) {
+        uint32_t j = from_s[p];
+        by[p] = p;
+        sorig[p] = !scx ? (int64_t)j : scx->v.valid[j] ? scx->v.i64[j] : INT64_MAX;
+      }
+      orig_ctx = sorig;
+      qsort(by, N - NDg, sizeof *by, cmp_by_orig);
+      for (uint32_t r = 0; r < N - NDg; r++) {
+        m->v.i64[NDg + by[r]] = base + r;
+        m->v.valid[NDg + by[r]] = 1;
+      }
+    }
   }
   int ordered = 1;  /* still numbered by decreasing total counts? */
   for (uint32_t g = 1; g < N; g++) if (mg[1].v.i64[g] > mg[1].v.i64[g - 1]) ordered = 0;
@@ -525,6 +569,38 @@ done:
   free(keep);
   free(sigma);
   free(from_s);
+  free(drep);
+  free(srep);
+  free(by);
+  free(sorig);
+  return rc;
+}
+
+/* dc_meta var_categories (the categories of var columns that were categorical, for export):
+** united as convert unites them, D's categories first, then S's others in S's order.  A column
+** categorical in one dataset and plain text in the other stays text (its values need not be
+** among the categories).  Read before merge_genes rewrites main's genes_columns. */
+static int merge_var_categories(sqlite3 *db, dsw *w, cv_err *e) {
+  sqlite3_stmt *st = cv_prep(db, e,
+      "WITH dk(k, arr) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = 'var_categories'), '{}'))),"
+      " sk(k, arr) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = 'var_categories'), '{}'))),"
+      " kept(k) AS (SELECT k FROM (SELECT k FROM dk UNION SELECT k FROM sk) u"
+      "   WHERE (k IN (SELECT k FROM dk) OR k NOT IN (SELECT name FROM main.genes_columns))"
+      "     AND (k IN (SELECT k FROM sk) OR k NOT IN (SELECT name FROM src.genes_columns)))"
+      " SELECT (SELECT count(*) FROM dk) + (SELECT count(*) FROM sk), json_group_object(k, json((SELECT json_group_array(v) FROM ("
+      "   SELECT x.value AS v, 0 AS a, x.id AS i FROM dk, json_each(dk.arr) x WHERE dk.k = kept.k"
+      "   UNION ALL SELECT x.value, 1, x.id FROM sk, json_each(sk.arr) x WHERE sk.k = kept.k"
+      "     AND x.value NOT IN (SELECT y.value FROM dk, json_each(dk.arr) y WHERE dk.k = kept.k)"
+      "   ORDER BY a, i)))) FROM kept");
+  if (!st) return -1;
+  int rc = 0;
+  if (sqlite3_step(st) != SQLITE_ROW) rc = cv_fail(e, "dc_meta.var_categories: %s", sqlite3_errmsg(db));
+  else if (sqlite3_column_int64(st, 0) > 0) {
+    char *j = strdup((const char *)sqlite3_column_text(st, 1));
+    rc = !j ? cv_fail(e, "out of memory") : dsw_meta_text(w, "var_categories", j, e);
+    free(j);
+  }
+  sqlite3_finalize(st);
   return rc;
 }
 
@@ -553,7 +629,8 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
   ** the dataset) and 0.11 s instead of 0.17 s, a quarter of such a merge (level 1: 432 KB, 0.09 s) */
   w.genes_level = 3;
   double tg = cv_now();
-  if (merge_genes(db, &w, D, &S, keep_ok, &sigma, &N, &identity, e)) goto done;
+  if (merge_var_categories(db, &w, e)) goto done;
+  if (merge_genes(db, &w, D, &S, keep_ok, tiles_in, &sigma, &N, &identity, e)) goto done;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "merge: genes %.3f s\n", cv_now() - tg);
   tg = cv_now();
   if (tiles_in) {   /* append: the converter wrote S's tiles into main already */

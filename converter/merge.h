@@ -31,9 +31,11 @@ typedef struct cv_merge_opts {
 
 int cv_merge(const cv_merge_opts *o, cv_err *e);
 
-/* Gene names in order for convert --gene-order: a dataset's genes (by gene_id), or a text file
-** of one name per line (surrounding whitespace and empty lines dropped).  malloc()ed. */
-int cv_gene_order_load(const char *path, char ***names, uint32_t *n, cv_err *e);
+/* Gene names in order for convert --gene-order: a dataset's genes (by gene_id; *reps: which
+** gene of its name each is, cv_dataset_gene_reps), or a text file of one name per line
+** (surrounding whitespace and empty lines dropped; *reps NULL: counted in the file's order).
+** malloc()ed. */
+int cv_gene_order_load(const char *path, char ***names, uint32_t **reps, uint32_t *n, cv_err *e);
 
 #endif
 

@@ -71,6 +71,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   dsinfo D;
   memset(&D, 0, sizeof D);
   char *tpath = NULL, **names = NULL;
+  uint32_t *reps = NULL;
   int tfd = -1, rc = -1, in_tx = 0;
   int64_t n_names = 0;
   double t0 = cv_now();
@@ -97,6 +98,11 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
     if (cv_load_names(db, "genes", o->dataset, &nv, e)) goto done;
     if ((int64_t)nv.n != D.n_genes) { cv_vals_free(&nv); cv_fail(e, "%s: genes holds %llu names for %lld genes", o->dataset, (unsigned long long)nv.n, (long long)D.n_genes); goto done; }
     for (uint64_t i = 0; i < nv.n; i++) if (!nv.text[i]) { nv.text[i] = strdup(""); }
+    /* which gene of its name each is, counted in the dataset's original order as convert counts
+    ** an input's (not in its stored order, by counts) */
+    reps = malloc((nv.n + 1) * sizeof *reps);
+    if (!reps) cv_fail(e, "out of memory");
+    if (!reps || cv_dataset_gene_reps(db, "main", o->dataset, &nv, reps, e)) { cv_vals_free(&nv); goto done; }
     names = nv.text;
     n_names = (int64_t)nv.n;
     nv.text = NULL;
@@ -135,6 +141,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   co.force = 1;
   co.quiet = 1;
   co.fixed_genes = (const char *const *)names;
+  co.fixed_rep = reps;
   co.n_fixed_genes = (uint32_t)n_names;
   co.genes_level = 1;
   co.no_sync = 1;       /* a scratch file: only the dataset's own commit needs to reach the disk */   /* read once by cv_merge_into, which writes the dataset's genes table */
@@ -184,6 +191,7 @@ done:
   free(tpath);
   if (names) for (int64_t i = 0; i < n_names; i++) free(names[i]);
   free(names);
+  free(reps);
   free(D.sources);
   return rc;
 }
@@ -382,8 +390,9 @@ done:
 }
 
 /* ------------------------------------------------------------ convert --gene-order */
-int cv_gene_order_load(const char *path, char ***names, uint32_t *n, cv_err *e) {
+int cv_gene_order_load(const char *path, char ***names, uint32_t **reps, uint32_t *n, cv_err *e) {
   *names = NULL;
+  *reps = NULL;
   *n = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return cv_fail(e, "--gene-order %s: %s", path, strerror(errno));
@@ -398,15 +407,20 @@ int cv_gene_order_load(const char *path, char ***names, uint32_t *n, cv_err *e) 
     memset(&nv, 0, sizeof nv);
     int rc = -1;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) cv_fail(e, "--gene-order %s: cannot open", path);
-    else if (!cv_read_meta(db, "main", path, &D, e)) {
-      if (!cv_load_names(db, "genes", path, &nv, e)) {
+    else if (!cv_read_meta(db, "main", path, &D, e) && !cv_load_names(db, "genes", path, &nv, e)) {
+      uint32_t *r = malloc((nv.n + 1) * sizeof *r);   /* counted in its original order, as append counts */
+      if (!r) cv_fail(e, "out of memory");
+      else if (!cv_dataset_gene_reps(db, "main", path, &nv, r, e)) {
         for (uint64_t i = 0; i < nv.n; i++) if (!nv.text[i]) nv.text[i] = strdup("");
+        *reps = r;
+        r = NULL;
         *names = nv.text;
         *n = (uint32_t)nv.n;
         nv.text = NULL;
         nv.n = 0;
         rc = 0;
       }
+      free(r);
     }
     cv_vals_free(&nv);
     free(D.sources);

@@ -284,6 +284,30 @@ int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv
   return 0;
 }
 
+int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, const vals *names, uint32_t *rep, cv_err *e) {
+  sqlite3_stmt *st = cv_prep(db, e, "SELECT col FROM \"%w\".genes_columns WHERE name = 'orig_index' AND kind = 'int'", schema);
+  if (!st) return -1;
+  int64_t col = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  sqlite3_finalize(st);
+  vals ov;
+  memset(&ov, 0, sizeof ov);
+  ov.kind = DC_OBS_INT;
+  if (col >= 0) {
+    char what[300];
+    snprintf(what, sizeof what, "%s: genes column 'orig_index'", path);
+    if (cv_load_column(db, schema, "genes", col, DC_OBS_INT, 0, 0, NULL, NULL, &ov, what, e)) { cv_vals_free(&ov); return -1; }
+    if (ov.n != names->n) {
+      cv_vals_free(&ov);
+      return cv_fail(e, "%s: genes column 'orig_index' holds %llu values for %llu genes", path, (unsigned long long)ov.n,
+                     (unsigned long long)names->n);
+    }
+    for (uint64_t i = 0; i < ov.n; i++) if (!ov.valid[i]) ov.i64[i] = INT64_MAX;   /* no place: last */
+  }
+  int rc = cv_gene_repeats((const char *const *)names->text, names->n, NULL, col >= 0 ? ov.i64 : NULL, rep, e);
+  cv_vals_free(&ov);
+  return rc;
+}
+
 /* ------------------------------------------------------------ seals */
 /* Seals every block of main's obs column col again, keyed by new_id (after
 ** its n_categories, or the dataset id, changed).  old_id: checks each first. */

@@ -140,7 +140,42 @@ static void test_list_names(void) {
   DCT_CHECK(strlen(buf) < sizeof buf && strstr(buf, "(40 in all)") != NULL);
 }
 
+/* cv_gene_repeats: the k-th gene of a name, in the list's order or in the order of orig
+** (ties by index), genes skipped left out of the count */
+static void test_gene_repeats(void) {
+  cv_err e;
+  const char *names[] = {"X", "A", "X", NULL, "X", "", "A"};
+  uint32_t rep[7];
+  DCT_CHECK(cv_gene_repeats(names, 7, NULL, NULL, rep, &e) == 0);
+  uint32_t want[] = {0, 0, 1, 0, 2, 1, 1};   /* NULL is "" */
+  for (int i = 0; i < 7; i++) DCT_CHECKF(rep[i] == want[i], "list order: gene %d: %u", i, rep[i]);
+  /* the original order: 4, 0, 2 for the X's (the stored order of a dataset differs from it) */
+  int64_t orig[] = {1, 5, 2, 6, 0, 3, 4};
+  DCT_CHECK(cv_gene_repeats(names, 7, NULL, orig, rep, &e) == 0);
+  uint32_t want_o[] = {1, 1, 2, 1, 0, 0, 0};
+  for (int i = 0; i < 7; i++) DCT_CHECKF(rep[i] == want_o[i], "orig order: gene %d: %u", i, rep[i]);
+  int64_t tie[] = {7, 7, 7, 7, 7, 7, 7};   /* equal places: by index */
+  DCT_CHECK(cv_gene_repeats(names, 7, NULL, tie, rep, &e) == 0);
+  for (int i = 0; i < 7; i++) DCT_CHECKF(rep[i] == want[i], "ties: gene %d: %u", i, rep[i]);
+  uint8_t skip[] = {1, 0, 0, 0, 0, 0, 0};
+  DCT_CHECK(cv_gene_repeats(names, 7, skip, NULL, rep, &e) == 0);
+  DCT_CHECK(rep[0] == UINT32_MAX && rep[2] == 0 && rep[4] == 1);
+  /* many names, many repeats: every (name, k) once */
+  enum { N = 50000 };
+  static char buf[N][16];
+  static const char *many[N];
+  static uint32_t r[N];
+  for (int i = 0; i < N; i++) { snprintf(buf[i], sizeof buf[i], "G%d", (i * 7919) % 1000); many[i] = buf[i]; }
+  DCT_CHECK(cv_gene_repeats(many, N, NULL, NULL, r, &e) == 0);
+  uint32_t seen[1000] = {0};
+  int ok = 1;
+  for (int i = 0; i < N; i++) ok &= r[i] == seen[(i * 7919) % 1000]++;
+  DCT_CHECK(ok);
+  DCT_CHECK(cv_gene_repeats(many, 0, NULL, NULL, r, &e) == 0);
+}
+
 int main(void) {
+  DCT_RUN(test_gene_repeats);
   DCT_RUN(test_closest);
   DCT_RUN(test_list_names);
   DCT_RUN(test_split);
