@@ -134,6 +134,32 @@ static void verify_schema(sqlite3 *db, vrep *rep, int64_t version, int *have_til
   sqlite3_finalize(s);
 }
 
+/* The covering index of the tile index (DC_TILES_INDEX, dc_format.h), where it exists: the reader
+** loads the rows and the checksums from it, so every row must equal the table's. */
+static void verify_tile_index(sqlite3 *db, vrep *rep, int sealed) {
+  if (cv_q_int(db, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = '" DC_TILES_INDEX "'", 0) <= 0)
+    return;
+  const char *cols = sealed ? "tile, first_cell, n_cells, nnz, chunks, checksum" : "tile, first_cell, n_cells, nnz, chunks";
+  /* the rows of either that the other lacks (a damaged row is one of each) */
+  char *q = sqlite3_mprintf("SELECT max((SELECT count(*) FROM (SELECT %s FROM " DC_TILES_DATA " INDEXED BY \"" DC_TILES_INDEX "\" "
+                            "EXCEPT SELECT %s FROM " DC_TILES_DATA " NOT INDEXED)), (SELECT count(*) FROM (SELECT %s FROM "
+                            DC_TILES_DATA " NOT INDEXED EXCEPT SELECT %s FROM " DC_TILES_DATA " INDEXED BY \"" DC_TILES_INDEX
+                            "\")))", cols, cols, cols, cols);
+  sqlite3_stmt *st = NULL;
+  if (!q || sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK) {
+    VFAULT("index " DC_TILES_INDEX ": cannot be read (%s): the tile index's load needs it; REINDEX or drop it",
+           q ? sqlite3_errmsg(db) : "out of memory");
+  } else if (sqlite3_step(st) != SQLITE_ROW) {
+    VFAULT("index " DC_TILES_INDEX ": %s", sqlite3_errmsg(db));
+  } else if (sqlite3_column_int64(st, 0) != 0) {
+    VFAULT("index " DC_TILES_INDEX " disagrees with " DC_TILES_DATA " in %lld row%s (the tile index and the checksums "
+           "are read from it): REINDEX " DC_TILES_INDEX, (long long)sqlite3_column_int64(st, 0),
+           sqlite3_column_int64(st, 0) == 1 ? "" : "s");
+  }
+  sqlite3_finalize(st);
+  sqlite3_free(q);
+}
+
 /* The extension, compiled into the converter with -DSQLITE_CORE. */
 int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
@@ -196,6 +222,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   rep->json = json;
   int have_tiles = 1;
   verify_schema(db, rep, version, &have_tiles);
+  if (have_tiles) verify_tile_index(db, rep, version >= DC_FORMAT_SEALED);
   /* the seals' key */
   if (version >= DC_FORMAT_SEALED) {
     char *id = cv_meta_text(db, "dataset_id");

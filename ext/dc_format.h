@@ -43,11 +43,14 @@
 /* A covering index of tiles_data's small columns, <shadow>_meta: loading the tile index (tile_rows.c,
 ** the Python catalogue) reads its few contiguous pages instead of the table's leaf pages, which lie
 ** scattered between the tiles' overflow pages (over a remote store, one request each: 0.9 s of a
-** 100,000-cell dataset's open at 50 ms per request).  Not part of the format: a dataset without it
-** reads the same.  Made by the tiles table's xCreate (so by convert and merge once the tiles are
-** in, its pages together at the end) and by append; printf arguments: schema, shadow, shadow. */
+** 100,000-cell dataset's open at 50 ms per request), and the reader takes every tile's checksum
+** from it at that load: read from the table, the checksum (after the blob) walks every page of
+** its tile.  Not part of the format: a dataset without it reads the same, slower.  Made by the
+** tiles table's xCreate (so by convert and merge once the tiles are in, its pages together at the
+** end) and by append; printf arguments: schema, shadow, shadow. */
+#define DC_TILES_INDEX DC_TILES_DATA "_meta"
 #define DC_TILES_INDEX_SQL                                                                         \
-  "CREATE INDEX IF NOT EXISTS \"%w\".\"%w_meta\" ON \"%w\"(tile, first_cell, n_cells, nnz, chunks)"
+  "CREATE INDEX IF NOT EXISTS \"%w\".\"%w_meta\" ON \"%w\"(tile, first_cell, n_cells, nnz, chunks, checksum)"
 #define DC_FORMAT_SEALED 3         /* the first version with seals (dc_seal.h) */
 #define DC_PAGE_SIZE 32768         /* PRAGMA page_size of a new dataset */
 #define DC_GENES_BLOCK 1048576     /* genes per genes_blocks row (default) */

@@ -24,7 +24,9 @@ typedef struct dc_tileinfo {
   uint32_t n_cells;
   uint32_t chunks;
   uint64_t nnz;
-  int64_t seal;            /* tiles_data.checksum (format version 3) */
+  int64_t seal;            /* tiles_data.checksum (format version 3), when seal_state is 1 */
+  int seal_state;          /* 0: not loaded (read with the tile's head), 1: loaded, 2: loaded and
+                              not an integer (the row lacks its checksum) */
 } dc_tileinfo;
 
 typedef struct dc_tilehead {

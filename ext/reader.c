@@ -303,9 +303,11 @@ static int load_index(dc_reader *r, char **pzErr) {
   if (!r->tiles || !r->heads || !r->tile_first) return SQLITE_NOMEM;
   memset(r->heads, 0, (uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
 
-  /* the rows and their rule: tile_rows.c (verify reads them the same way) */
+  /* the rows and their rule: tile_rows.c (verify reads them the same way); a sealed dataset's
+  ** checksums too where the covering index has them (else each is read with its tile's head) */
   dc_tilerows it;
-  if ((rc = dc_tilerows_open(r->db, r->schema, 0, &it)) != SQLITE_OK) {
+  int seals = r->sealed && dc_tilerows_open(r->db, r->schema, DC_ROWS_SEAL | DC_ROWS_INDEXED, &it) == SQLITE_OK;
+  if (!seals && (rc = dc_tilerows_open(r->db, r->schema, 0, &it)) != SQLITE_OK) {
     dc_err(pzErr, 0, NULL, "%s: cannot read " DC_TILES_DATA " (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
     return rc;
   }
@@ -327,7 +329,8 @@ static int load_index(dc_reader *r, char **pzErr) {
     r->tiles[i].n_cells = (uint32_t)row.n_cells;
     r->tiles[i].nnz = (uint64_t)row.nnz;
     r->tiles[i].chunks = (uint32_t)row.chunks;
-    r->tiles[i].seal = 0;
+    r->tiles[i].seal = seals ? row.seal : 0;
+    r->tiles[i].seal_state = !seals ? 0 : row.has_seal ? 1 : 2;
     r->tile_first[i] = row.first_cell;
     next_cell += row.n_cells;
     i++;

@@ -63,8 +63,15 @@ uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell) {
   return (uint32_t)k;
 }
 
-/* tiles_data.checksum of one tile (read when its head is, not by the load) */
+/* tiles_data.checksum of one tile: loaded with the index (from its covering index), else read
+** now, with the tile's head */
 static int tile_checksum(dc_reader *r, uint32_t tile, int64_t *out, char **pzErr) {
+  const dc_tileinfo *ti = &r->tiles[tile];
+  if (ti->seal_state == 1) { *out = ti->seal; return SQLITE_OK; }
+  if (ti->seal_state == 2) {
+    dc_err(pzErr, 0, NULL, "%s: " DC_TILES_DATA " row of tile %u has no checksum (an integer)", r->what, tile);
+    return SQLITE_CORRUPT_VTAB;
+  }
   sqlite3_stmt *st = NULL;
   char *sql = sqlite3_mprintf("SELECT checksum FROM \"%w\"." DC_TILES_DATA " WHERE tile = ?1", r->schema);
   if (!sql) return SQLITE_NOMEM;
@@ -106,9 +113,10 @@ int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **
   uint64_t have = len < HEAD_PROBE ? len : HEAD_PROBE;
   buf = sqlite3_malloc64(have ? have : 1);
   if (!buf) { rc = SQLITE_NOMEM; goto fail; }
-  /* a sealed tile's checksum follows its blob: reading it walks every page of the tile, so over
-  ** dchttp the whole blob is announced (its blocks requested at once, not one by one) */
-  announced = r->sealed && dc_vfs_expect(r->db, r->schema, (int64_t)len) > 0;
+  /* a sealed tile's checksum read from the table (not loaded from the index) follows its blob:
+  ** reading it walks every page of the tile, so over dchttp the whole blob is announced (its
+  ** blocks requested at once, not one by one) */
+  announced = r->sealed && r->tiles[tile].seal_state == 0 && dc_vfs_expect(r->db, r->schema, (int64_t)len) > 0;
   if ((rc = blob_read(r, tile, buf, have, 0, pzErr)) != SQLITE_OK) goto fail;
   for (;;) {
     size_t need = dc_tile_header_need(buf, (size_t)have);
@@ -204,15 +212,25 @@ static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const 
   uint8_t *buf = rcbuf_new(r->conn->bufpool, h->blob_len);   /* recycled: no page faults */
   if (!buf) return SQLITE_NOMEM;
   memcpy(buf, h->prefix, h->prefix_len);
+  /* a blob read at an offset walks the pages before it: every page up to the last chunk's end is
+  ** read, so over dchttp that much is announced (requested at once, not block by block) */
+  uint64_t last = 0;
+  for (size_t k = 0; k < n; k++) {
+    uint64_t e = h->hdr.chunk[chunks[k]].offset + h->hdr.chunk[chunks[k]].length;
+    if (e > last) last = e;
+  }
+  int announced = last > h->prefix_len && dc_vfs_expect(r->db, r->schema, (int64_t)(last - h->prefix_len)) > 0;
   size_t i = 0;
   while (i < n) {
     uint64_t off = h->hdr.chunk[chunks[i]].offset;
     uint64_t end = off + h->hdr.chunk[chunks[i]].length;
     size_t j = i + 1;
     while (j < n && h->hdr.chunk[chunks[j]].offset == end) { end += h->hdr.chunk[chunks[j]].length; j++; }
-    if (end > off && (rc = blob_read(r, tile, buf + off, end - off, off, pzErr)) != SQLITE_OK) { rcbuf_unref(buf); return rc; }
+    if (end > off && (rc = blob_read(r, tile, buf + off, end - off, off, pzErr)) != SQLITE_OK) break;
     i = j;
   }
+  if (announced) dc_vfs_expect(r->db, r->schema, 0);
+  if (rc != SQLITE_OK) { rcbuf_unref(buf); return rc; }
   *out = buf;
   return SQLITE_OK;
 }

@@ -15,8 +15,9 @@ int dc_tilerows_open(sqlite3 *db, const char *schema, int flags, dc_tilerows *it
   /* the checksum only when asked: it follows the data blob in the row, and reading it walks
   ** every page of every tile (a remote dataset would fetch them all) */
   char *sql = sqlite3_mprintf("SELECT tile, first_cell, n_cells, nnz, chunks%s%s FROM \"%w\"." DC_TILES_DATA
-                              " ORDER BY tile", flags & DC_ROWS_DATA ? ", data" : ", NULL",
-                              flags & DC_ROWS_SEAL ? ", checksum" : "", schema);
+                              "%s ORDER BY tile", flags & DC_ROWS_DATA ? ", data" : ", NULL",
+                              flags & DC_ROWS_SEAL ? ", checksum" : "", schema,
+                              flags & DC_ROWS_INDEXED ? " INDEXED BY \"" DC_TILES_INDEX "\"" : "");
   if (!sql) return SQLITE_NOMEM;
   int rc = sqlite3_prepare_v2(db, sql, -1, &it->st, NULL);
   sqlite3_free(sql);

@@ -13,6 +13,8 @@
 
 #define DC_ROWS_DATA 1          /* also read each tile's blob */
 #define DC_ROWS_SEAL 2          /* also read each row's checksum */
+#define DC_ROWS_INDEXED 4       /* through the covering index DC_TILES_INDEX (dc_format.h): an error
+                                   when it does not exist; with DC_ROWS_SEAL, no blob page is read */
 
 typedef struct dc_tilerows {
   sqlite3_stmt *st;

@@ -106,7 +106,8 @@ class FetchAhead:
         dropped."""
         if self._walk is None:
             cols = {r[1] for r in con.execute("PRAGMA table_info(tiles_data)")}
-            self._walk = ("SELECT checksum FROM tiles_data WHERE tile = ?" if "checksum" in cols
+            # NOT INDEXED: the covering index has the checksum too; the table's is after the blob
+            self._walk = ("SELECT checksum FROM tiles_data NOT INDEXED WHERE tile = ?" if "checksum" in cols
                           else "SELECT data FROM tiles_data WHERE tile = ?")
         (n,) = con.execute("SELECT length(data) FROM tiles_data WHERE tile = ?", (tile,)).fetchone()
         con.execute("SELECT dc_vfs_expect('main', ?)", (n,)).fetchone()

@@ -57,7 +57,7 @@ class Recording:
         self.log, self.delay = log, delay
 
     def execute(self, sql, args=()):
-        if "tiles_data WHERE tile" in sql and "length(" not in sql:
+        if "WHERE tile = ?" in sql and "length(" not in sql:
             time.sleep(self.delay)
             self.log.append(int(args[0]))
         return self.con.execute(sql, args)

@@ -238,8 +238,9 @@ def test_dataset_id_edited(good, tmp_path):
 
 
 def downgrade(good, tmp_path):
-    """The dataset as version 2 wrote it: no checksum columns, no dataset_id."""
-    return damaged(good, tmp_path, *[f"ALTER TABLE {t} DROP COLUMN checksum"
+    """The dataset as version 2 wrote it: no checksum columns, no dataset_id (and no covering
+    index of the tile index, which holds the checksums)."""
+    return damaged(good, tmp_path, "DROP INDEX tiles_data_meta", *[f"ALTER TABLE {t} DROP COLUMN checksum"
                                      for t in ("tiles_data", "cells_blocks", "genes_blocks", "cells_columns")],
                    "DELETE FROM dc_meta WHERE key = 'dataset_id'",
                    "UPDATE dc_meta SET value = 2 WHERE key = 'format_version'", name="v2.dcdb")

@@ -139,7 +139,7 @@ def test_case5_gene_names_swapped(good, tmp_path):
 
 
 def downgrade(good, tmp_path, name="v2.dcdb"):
-    return damaged(good, tmp_path, *[f"ALTER TABLE {t} DROP COLUMN checksum"
+    return damaged(good, tmp_path, "DROP INDEX tiles_data_meta", *[f"ALTER TABLE {t} DROP COLUMN checksum"
                                      for t in ("tiles_data", "cells_blocks", "genes_blocks", "cells_columns")],
                    "DELETE FROM dc_meta WHERE key = 'dataset_id'",
                    "UPDATE dc_meta SET value = 2 WHERE key = 'format_version'", name=name)
