@@ -128,7 +128,8 @@ def _stale(db):
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
             v = con.execute("SELECT value FROM dc_meta WHERE key = 'format_version'").fetchone()
-            ix = con.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'tiles_data_meta'").fetchone()[0]
+            ix = con.execute("SELECT count(*) FROM pragma_index_info('tiles_data_meta') "
+                             "WHERE name = 'checksum'").fetchone()[0]
         finally:
             con.close()
     except sqlite3.Error:

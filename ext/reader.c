@@ -277,6 +277,20 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
 ** equal rows do not prove equal tiles.) */
 static uint64_t index_namespace(const dc_reader *r) { return dc_conn_namespace(r->conn); }
 
+/* The covering index DC_TILES_INDEX exists and holds the checksums (an index of that name
+** without them would make the load read every tile's pages for its checksum). */
+static int index_has_seals(dc_reader *r) {
+  sqlite3_stmt *st = NULL;
+  int yes = 0;
+  if (sqlite3_prepare_v2(r->db, "SELECT 1 FROM pragma_index_info WHERE arg = '" DC_TILES_INDEX "' AND schema = ?1 "
+                         "AND name = 'checksum'", -1, &st, NULL) == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, r->schema, -1, SQLITE_STATIC);
+    yes = sqlite3_step(st) == SQLITE_ROW;
+  }
+  sqlite3_finalize(st);
+  return yes;
+}
+
 static int load_index(dc_reader *r, char **pzErr) {
   int64_t version = 0, n_cells = 0, n_genes = 0, n_tiles = 0;
   int rc;
@@ -306,7 +320,8 @@ static int load_index(dc_reader *r, char **pzErr) {
   /* the rows and their rule: tile_rows.c (verify reads them the same way); a sealed dataset's
   ** checksums too where the covering index has them (else each is read with its tile's head) */
   dc_tilerows it;
-  int seals = r->sealed && dc_tilerows_open(r->db, r->schema, DC_ROWS_SEAL | DC_ROWS_INDEXED, &it) == SQLITE_OK;
+  int seals = r->sealed && index_has_seals(r) &&
+              dc_tilerows_open(r->db, r->schema, DC_ROWS_SEAL | DC_ROWS_INDEXED, &it) == SQLITE_OK;
   if (!seals && (rc = dc_tilerows_open(r->db, r->schema, 0, &it)) != SQLITE_OK) {
     dc_err(pzErr, 0, NULL, "%s: cannot read " DC_TILES_DATA " (schema %s): %s", r->what, r->schema, sqlite3_errmsg(r->db));
     return rc;

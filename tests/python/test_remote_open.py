@@ -339,3 +339,25 @@ def test_a_damaged_index_is_an_error_never_a_wrong_answer(data, tmp_path):
     p = subprocess.run([str(CLI), "verify", str(ds)], capture_output=True, text=True, timeout=600)
     assert p.returncode != 0 and "index tiles_data_meta disagrees with tiles_data in 1 row" in p.stdout + p.stderr, p.stdout + p.stderr
     cli("verify", data["db"])                      # the undamaged dataset passes
+
+
+def test_an_index_without_checksums_is_not_used_for_them(data, tmp_path):
+    """An index of that name without the checksum column (made by hand): the reader reads each
+    checksum with its tile as without the index; it does not load them through it (which would
+    look every tile's row up in the table and walk all of their pages at the load)."""
+    from _batch_util import ids_blob
+    ds = tmp_path / "noseal.dcdb"
+    shutil.copy(data["db"], ds)
+    con = sqlite3.connect(ds)
+    con.execute("DROP INDEX tiles_data_meta")
+    con.execute("CREATE INDEX tiles_data_meta ON tiles_data(tile, first_cell, n_cells, nnz, chunks)")
+    con.commit()
+    con.close()
+    con = deltacells.connect(ds, remote=dict(OPTS, max_inflight=0))
+    try:
+        con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+        assert con.execute("SELECT n_cells FROM dc_batch(?)", (ids_blob([7005]),)).fetchall() == [(1,)]
+        s = deltacells.vfs_stats(con)
+    finally:
+        con.close()
+    assert s["bytes"] < 3 * data["tile_bytes"] / 20, (s, data["tile_bytes"])
