@@ -85,6 +85,7 @@ typedef struct {
   int *rcs;
   dc_error *errs;
   const void *shared;     /* codec model shared by all chunks (rANS) */
+  void **scratch;         /* rans: per pool thread, its chunk encoder's memory (made on first use) */
 } enc_ctx;
 
 /* Checks one chunk's CSR (indices strictly increasing and < n_genes). */
@@ -107,7 +108,6 @@ static int check_chunk(const dc_chunk_in *c, uint32_t first_cell, dc_error *err)
 }
 
 static void enc_item(void *v, size_t k, int tid) {
-  (void)tid;
   enc_ctx *x = v;
   const dc_csr *in = x->in;
   uint32_t a = x->first[k], b = x->first[k + 1];
@@ -116,7 +116,10 @@ static void enc_item(void *v, size_t k, int tid) {
   int rc = DC_OK;
   {
     if (x->codec == DC_CODEC_ZSTD) rc = dc_zstd_encode_chunk(&c, x->level, &x->bufs[k], &x->errs[k]);
-    else if (x->codec == DC_CODEC_RANS) rc = dc_ctx_encode_chunk(&c, x->level, x->shared, &x->bufs[k], &x->errs[k]);
+    else if (x->codec == DC_CODEC_RANS) {
+      if (!x->scratch[tid]) x->scratch[tid] = dc_ctx_scratch_new();   /* NULL: the encoder makes its own */
+      rc = dc_ctx_encode_chunk(&c, x->level, x->shared, x->scratch[tid], &x->bufs[k], &x->errs[k]);
+    }
     else rc = dc_rans_encode_chunk(&c, x->level, x->shared, &x->bufs[k], &x->errs[k]);
   }
   if (rc == DC_OK && x->bufs[k].oom) {
@@ -173,7 +176,8 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   dc_pool *pool = NULL;
   dc_buf shared = {0}, tile = {0};
   void *model = NULL;
-  enc_ctx x = {in, o.codec, o.level, nc, NULL, NULL, NULL, NULL, NULL};
+  int n_scratch = 0;
+  enc_ctx x = {in, o.codec, o.level, nc, NULL, NULL, NULL, NULL, NULL, NULL};
   x.first = calloc((size_t)nc + 1, sizeof *x.first);
   x.bufs = calloc(nc ? nc : 1, sizeof *x.bufs);
   x.rcs = calloc(nc ? nc : 1, sizeof *x.rcs);
@@ -216,6 +220,8 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     int nt = o.threads > 0 ? o.threads : 0;
     pool = dc_pool_new(nt);
     if (!pool) goto oom;
+    n_scratch = dc_pool_size(pool);
+    if (!(x.scratch = calloc((size_t)n_scratch, sizeof *x.scratch))) goto oom;
     dc_pool_for_tid(pool, nc, enc_item, &x);
     for (uint32_t k = 0; k < nc; k++)
       if (x.rcs[k] != DC_OK) {
@@ -232,7 +238,9 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     rc = DC_EARG;
     goto done;
   }
-  if (dc_buf_reserve(&tile, (size_t)hl)) goto oom;
+  size_t total = (size_t)hl + shared.len;   /* the tile's exact size: one allocation, no regrowth */
+  for (uint32_t k = 0; k < nc; k++) total += x.bufs[k].len;
+  if (dc_buf_reserve(&tile, total)) goto oom;
   uint8_t *hp = tile.p;
   memset(hp, 0, (size_t)hl);
   dc_wr32(hp, DC_TILE_MAGIC);
@@ -270,6 +278,8 @@ done:
   free(x.bufs);
   free(x.rcs);
   free(x.errs);
+  for (int t = 0; x.scratch && t < n_scratch; t++) dc_ctx_scratch_free(x.scratch[t]);
+  free(x.scratch);
   if (o.codec == DC_CODEC_RANS) dc_ctx_free_model(model);
   else dc_rans_free_model(model);
   dc_buf_free(&shared);
