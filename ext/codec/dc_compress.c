@@ -206,8 +206,13 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     if (rc) goto done;
   }
 
+  if (nc > 0) {
+    int nt = o.threads > 0 ? o.threads : 0;
+    pool = dc_pool_new(nt);
+    if (!pool) goto oom;
+  }
   if (o.codec == DC_CODEC_RANS && nc > 0) {
-    rc = dc_ctx_build_model(in, o.level, &model, &shared, err);
+    rc = dc_ctx_build_model(in, o.level, pool, &model, &shared, err);
     if (rc) goto done;
     x.shared = model;
   } else if (o.codec == DC_CODEC_RANS_V1 && nc > 0) {
@@ -217,9 +222,6 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   }
 
   if (nc > 0) {
-    int nt = o.threads > 0 ? o.threads : 0;
-    pool = dc_pool_new(nt);
-    if (!pool) goto oom;
     n_scratch = dc_pool_size(pool);
     if (!(x.scratch = calloc((size_t)n_scratch, sizeof *x.scratch))) goto oom;
     dc_pool_for_tid(pool, nc, enc_item, &x);
