@@ -150,7 +150,7 @@ static void drop_genes(rowbuf *rb) {
 
 /* Sorts and encodes the tile of slot s (on any thread; no SQLite, no HDF5).  s->remap (a
 ** tile kept by pass 1, in local gene ids) is applied here.  pool: NULL, or (a lone tile)
-** the pool that sorts its rows in parts, with sc[] and errs[] one per part. */
+** the pool that sorts its rows in parts, with sc[] and errs[] one per part; freed here. */
 static int encode_slot(pipe_t *pp, slot *s, sort_scratch *sc, dc_pool *pool, cv_err *errs) {
   const uint32_t *remap = s->remap;
   s->remap = NULL;
@@ -162,11 +162,11 @@ static int encode_slot(pipe_t *pp, slot *s, sort_scratch *sc, dc_pool *pool, cv_
     }
     drop_genes(&s->rb);
   }
-  int parts = pool ? dc_pool_size(pool) : 1;
+  int parts = pool ? dc_pool_size(pool) : 1, sorted = 1;
   if (parts > SORT_PARTS) parts = SORT_PARTS;
   if ((uint64_t)parts > s->rb.n_rows) parts = 1;
   if (parts <= 1) {
-    if (sort_rows(&s->rb, 0, s->rb.n_rows, remap, pp->n_genes, &sc[0].ka, &sc[0].kb, &sc[0].kcap, &s->err)) return 0;
+    sorted = !sort_rows(&s->rb, 0, s->rb.n_rows, remap, pp->n_genes, &sc[0].ka, &sc[0].kb, &sc[0].kcap, &s->err);
   } else {
     uint64_t cut[SORT_PARTS + 1];
     int rc[SORT_PARTS];
@@ -183,12 +183,22 @@ static int encode_slot(pipe_t *pp, slot *s, sort_scratch *sc, dc_pool *pool, cv_
     }
     sort_par sp = {&s->rb, remap, pp->n_genes, cut, sc, rc, errs};
     dc_pool_for(pool, (size_t)parts, sort_part, &sp);
-    for (int k = 0; k < parts; k++)
+    for (int k = 0; k < parts && sorted; k++)
       if (rc[k]) {
         memcpy(&s->err, &errs[k], sizeof s->err);
-        return 0;
+        sorted = 0;
       }
   }
+  if (pool) { /* its threads end before the codec's start: they take over their malloc arenas (and the
+              ** memory the sort freed in them) instead of new ones, which are fresh pages */
+    for (int k = 1; k < SORT_PARTS; k++) {
+      free(sc[k].ka);
+      free(sc[k].kb);
+      memset(&sc[k], 0, sizeof sc[k]);
+    }
+    dc_pool_free(pool);
+  }
+  if (!sorted) return 0;
   dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
   dc_error de;
   memset(&de, 0, sizeof de);
@@ -336,6 +346,7 @@ int cv_pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *tstar
       if (workers == 0) {
         pthread_mutex_unlock(&pp.mu);
         int ok = encode_slot(&pp, r, sc, spool, serrs);
+        spool = NULL;
         pthread_mutex_lock(&pp.mu);
         r->state = ok ? S_DONE : S_ERR;
       } else {
