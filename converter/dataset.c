@@ -306,8 +306,7 @@ int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values 
     dc_error de;
     memset(&de, 0, sizeof de);
     size_t len = 0;
-    if (!w->oenc) w->oenc = dc_obs_encoder_new();   /* NULL: dc_obs_encode_with makes its own */
-    if (dc_obs_encode_with(w->oenc, &s, w->genes_level ? w->genes_level : GENES_LEVEL, &blob, &len, &st, &de) != DC_OK) {
+    if (dc_obs_encode(&s, w->genes_level ? w->genes_level : GENES_LEVEL, &blob, &len, &st, &de) != DC_OK) {
       dc_obs_stats_clear(&st);
       return cv_fail(e, "genes column '%s', block %llu: %s", name, (unsigned long long)b, de.msg);
     }
@@ -381,8 +380,7 @@ int dsw_obs_block(dsw *w, int64_t col, const char *name, int64_t b, int64_t firs
   memset(&de, 0, sizeof de);
   uint8_t *blob = NULL;
   size_t len = 0;
-  if (!w->oenc) w->oenc = dc_obs_encoder_new();     /* NULL: dc_obs_encode_with makes its own */
-  if (dc_obs_encode_with(w->oenc, v, 0, &blob, &len, &st, &de) != DC_OK) {
+  if (dc_obs_encode(v, 0, &blob, &len, &st, &de) != DC_OK) {
     dc_obs_stats_clear(&st);
     return cv_fail(e, "obs column '%s', block %lld: %s", name, (long long)b, de.msg);
   }
@@ -424,8 +422,6 @@ static int fsync_path(const char *path, int dir) {
 
 int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   char *msg = NULL;
-  dc_obs_encoder_free(w->oenc);   /* no block is written after this */
-  w->oenc = NULL;
   if (sqlite3_deltacells_init(w->db, &msg, NULL) != SQLITE_OK) {
     int r = cv_fail(e, "%s: loading the deltacells extension: %s", w->tmp_path, msg ? msg : "failed");
     sqlite3_free(msg);
@@ -472,8 +468,6 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
 }
 
 void dsw_abort(dsw *w) {
-  dc_obs_encoder_free(w->oenc);
-  w->oenc = NULL;
   sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gblock, &w->ins_gcol, &w->ins_meta};
   for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {
     sqlite3_finalize(*sts[i]);

@@ -23,8 +23,6 @@ typedef struct dsw {
   int lock_fd;             /* the temporary file, flock()ed while this writer lives */
   int genes_level;         /* zstd level of genes_blocks; 0: the default (19) */
   int no_sync;             /* a scratch dataset (append's): no fsync at dsw_finish */
-  dc_obs_encoder *oenc;    /* obs and genes blocks' encoder, made on first use, kept to the end
-                              (dsw_finish, dsw_abort, dsw_over_end free it) */
 } dsw;
 
 /* Removes the temporary files `.NAME.tmp-XXXXXX` (and their -journal, -wal)

@@ -448,8 +448,6 @@ int dsw_over(dsw *w, sqlite3 *db, uint64_t id, cv_err *e) {
 }
 
 void dsw_over_end(dsw *w) {
-  dc_obs_encoder_free(w->oenc);
-  w->oenc = NULL;
   sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gblock, &w->ins_gcol, &w->ins_meta};
   for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {
     sqlite3_finalize(*sts[i]);

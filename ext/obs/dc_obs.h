@@ -102,16 +102,6 @@ void dc_obs_stats_clear(dc_obs_stats *st);
 int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
                   size_t *out_len, dc_obs_stats *st, dc_error *err);
 
-/* An encoder kept from block to block (one thread at a time): its zstd context
-** and scratch memory are made once, not once per block.  The blobs are the bytes
-** dc_obs_encode gives, also after an earlier block of the same encoder failed.
-** dc_obs_encode_with(NULL, ...) is dc_obs_encode. */
-typedef struct dc_obs_encoder dc_obs_encoder;
-dc_obs_encoder *dc_obs_encoder_new(void);        /* NULL: out of memory */
-void dc_obs_encoder_free(dc_obs_encoder *enc);
-int dc_obs_encode_with(dc_obs_encoder *enc, const dc_obs_values *v, int level, uint8_t **out,
-                       size_t *out_len, dc_obs_stats *st, dc_error *err);
-
 /* Computes the statistics alone (no encoding). */
 int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st,
                          dc_error *err);

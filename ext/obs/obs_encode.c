@@ -302,45 +302,8 @@ static int build(enc *e) {
   return DC_EARG;
 }
 
-struct dc_obs_encoder {
-  ZSTD_CCtx *cctx;
-  uint64_t *tmp;           /* the values as uint64 (enc.tmp) */
-  size_t tmp_cap;
-  uint8_t *scratch;        /* the candidates' trial compressions */
-  size_t scratch_cap;
-};
-
-dc_obs_encoder *dc_obs_encoder_new(void) {
-  dc_obs_encoder *x = calloc(1, sizeof *x);
-  if (x && !(x->cctx = ZSTD_createCCtx())) { free(x); x = NULL; }
-  return x;
-}
-
-void dc_obs_encoder_free(dc_obs_encoder *x) {
-  if (!x) return;
-  ZSTD_freeCCtx(x->cctx);
-  free(x->tmp);
-  free(x->scratch);
-  free(x);
-}
-
-/* Room for n bytes at *p (capacity *cap); contents not kept. */
-static void *room(void *p_, size_t *cap, size_t n) {
-  void **p = p_;
-  if (n <= *cap) return *p;
-  free(*p);
-  *p = malloc(n);
-  *cap = *p ? n : 0;
-  return *p;
-}
-
 int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
                   size_t *out_len, dc_obs_stats *st_out, dc_error *err) {
-  return dc_obs_encode_with(NULL, v, level, out, out_len, st_out, err);
-}
-
-int dc_obs_encode_with(dc_obs_encoder *x, const dc_obs_values *v, int level, uint8_t **out,
-                       size_t *out_len, dc_obs_stats *st_out, dc_error *err) {
   dc_error dummy;
   if (!err) err = &dummy;
   err->code = DC_OK;
@@ -348,7 +311,7 @@ int dc_obs_encode_with(dc_obs_encoder *x, const dc_obs_values *v, int level, uin
   dc_obs_stats st_local, *st = st_out ? st_out : &st_local;
   enc e;
   memset(&e, 0, sizeof e);
-  dc_obs_encoder *own = NULL;
+  ZSTD_CCtx *cctx = NULL;
   uint8_t *blob = NULL;
   int rc;
   if (!out || !out_len) { dc_error_set(err, DC_EARG, "no output given"); rc = DC_EARG; goto done_nost; }
@@ -362,13 +325,9 @@ int dc_obs_encode_with(dc_obs_encoder *x, const dc_obs_values *v, int level, uin
   e.st = st;
   e.err = err;
   if (st->null_count && v->kind != DC_OBS_CATEGORY) e.nullmap_len = (v->n + 7) / 8;
-  if (!x && !(x = own = dc_obs_encoder_new())) { dc_error_set(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
-  /* a context an earlier block left in any state starts afresh (ZSTD_compressCCtx
-  ** sets its parameters from the level anyway) */
-  ZSTD_CCtx_reset(x->cctx, ZSTD_reset_session_and_parameters);
-  ZSTD_CCtx *cctx = x->cctx;
-  e.tmp = room(&x->tmp, &x->tmp_cap, (v->n ? v->n : 1) * sizeof *e.tmp);
-  if (!e.tmp) { dc_error_set(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
+  e.tmp = malloc((v->n ? v->n : 1) * sizeof *e.tmp);
+  cctx = ZSTD_createCCtx();
+  if (!e.tmp || !cctx) { dc_error_set(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
   rc = build(&e);
   if (rc) goto done;
 
@@ -379,13 +338,14 @@ int dc_obs_encode_with(dc_obs_encoder *x, const dc_obs_values *v, int level, uin
     size_t cap = 0;
     for (int i = 0; i < e.nc; i++)
       if (ZSTD_compressBound(e.c[i].len) > cap) cap = ZSTD_compressBound(e.c[i].len);
-    uint8_t *scratch = room(&x->scratch, &x->scratch_cap, cap);
+    uint8_t *scratch = malloc(cap);
     if (!scratch) { dc_error_set(err, DC_ENOMEM, "out of memory"); rc = DC_ENOMEM; goto done; }
     for (int i = 0; i < e.nc; i++) {
       size_t z = ZSTD_compressCCtx(cctx, scratch, cap, e.c[i].buf, e.c[i].len, 1);
       if (ZSTD_isError(z) || z > e.c[i].len) z = e.c[i].len;
       if (z < best_sz) { best_sz = z; best = i; }
     }
+    free(scratch);
   }
   cand *c = &e.c[best];
   if (c->len > 0xffffffffu) { dc_error_set(err, DC_EARG, "obs block payload of %zu bytes is too large", c->len); rc = DC_EARG; goto done; }
@@ -421,7 +381,8 @@ done:
   if (st == &st_local) dc_obs_stats_clear(st);
 done_nost:
   for (int i = 0; i < e.nc; i++) free(e.c[i].buf);
+  free(e.tmp);
   free(blob);
-  dc_obs_encoder_free(own);
+  ZSTD_freeCCtx(cctx);
   return rc;
 }

@@ -337,79 +337,6 @@ static void test_text(void) {
   free(lens);
 }
 
-/* One dc_obs_encoder over a sequence of blocks (large then small, every kind, failing
-** blocks between them, levels changing) gives exactly the rc and bytes of a fresh
-** dc_obs_encode per block: nothing of an earlier block (its scratch values, its zstd
-** context, an error) leaks into a later one. */
-static void test_encoder_reuse(void) {
-  enum { N = 5000 };
-  int32_t *codes = malloc(N * sizeof *codes);
-  int64_t *i64 = malloc(N * sizeof *i64);
-  uint8_t *valid = malloc(N);
-  double *f64 = malloc(N * sizeof *f64);
-  int8_t *b8 = malloc(N);
-  const char **text = malloc(N * sizeof *text);
-  const char *words[] = {"B cell", "NK", "CD4 T", "\xc3\xa9t\xc3\xa9", "monocyte", "ACGTACGTACGTACGT-1"};
-  for (uint32_t i = 0; i < N; i++) {
-    codes[i] = rnd() % 9 == 0 ? -1 : (int32_t)(rnd() % 40);
-    i64[i] = (int64_t)(rnd() % 100000) - 500;
-    valid[i] = rnd() % 13 != 0;
-    f64[i] = rnd() % 17 == 0 ? NAN : (double)(rnd() % 1000) / 8.0;
-    b8[i] = (int8_t)(rnd() % 3) - 1;
-    text[i] = rnd() % 11 == 0 ? NULL : words[rnd() % 6];
-  }
-  int32_t bad_codes[] = {0, 3, 77, 1};                        /* 77 >= n_categories */
-  const char *bad_text[] = {"ok", "\xff\xfe not UTF-8", "ok"};
-  dc_obs_values seq[] = {
-      {.kind = DC_OBS_CATEGORY, .n = N, .codes = codes, .n_categories = 40},
-      {.kind = DC_OBS_INT, .n = N, .i64 = i64, .valid = valid},
-      {.kind = DC_OBS_CATEGORY, .n = 4, .codes = bad_codes, .n_categories = 40},
-      {.kind = DC_OBS_REAL, .n = 700, .f64 = f64 + 11},
-      {.kind = DC_OBS_TEXT, .n = 3, .text = bad_text},
-      {.kind = DC_OBS_TEXT, .n = N, .text = text},
-      {.kind = DC_OBS_BOOL, .n = 900, .b8 = b8},
-      {.kind = DC_OBS_INT, .n = 37, .i64 = i64 + 100},
-      {.kind = DC_OBS_CATEGORY, .n = 1000, .codes = codes + 3, .n_categories = 40},
-      {.kind = DC_OBS_REAL, .n = N, .f64 = f64},
-  };
-  const int levels[] = {0, 19, 3, 1, 9};
-  dc_obs_encoder *x = dc_obs_encoder_new();
-  DCT_CHECK(x != NULL);
-  int n_bad = 0;
-  for (int round = 0; round < 2 && x; round++)
-    for (size_t k = 0; k < sizeof seq / sizeof *seq; k++) {
-      int level = levels[(k + (size_t)round) % 5];
-      uint8_t *a = NULL, *b = NULL;
-      size_t la = 0, lb = 0;
-      dc_obs_stats sa, sb;
-      dc_error ea, eb;
-      int ra = dc_obs_encode(&seq[k], level, &a, &la, &sa, &ea);
-      int rb = dc_obs_encode_with(x, &seq[k], level, &b, &lb, &sb, &eb);
-      DCT_CHECKF(ra == rb, "block %zu: rc %d fresh, %d reused", k, ra, rb);
-      if (ra == DC_OK && rb == DC_OK) {
-        DCT_CHECKF(la == lb && memcmp(a, b, la) == 0, "block %zu (round %d, level %d): %zu bytes fresh, %zu reused%s",
-                   k, round, level, la, lb, la == lb ? ", contents differ" : "");
-        DCT_CHECK(sa.null_count == sb.null_count);
-      } else {
-        n_bad++;
-        DCT_CHECKF(strcmp(ea.msg, eb.msg) == 0, "block %zu: '%.80s' fresh, '%.80s' reused", k, ea.msg, eb.msg);
-      }
-      dc_obs_stats_clear(&sa);
-      dc_obs_stats_clear(&sb);
-      free(a);
-      free(b);
-    }
-  DCT_CHECK(n_bad == 4);   /* the two bad blocks failed, in both rounds */
-  dc_obs_encoder_free(x);
-  dc_obs_encoder_free(NULL);
-  free(codes);
-  free(i64);
-  free(valid);
-  free(f64);
-  free(b8);
-  free(text);
-}
-
 static void test_bad_args(void) {
   uint8_t *blob = NULL;
   size_t len;
@@ -540,7 +467,6 @@ int main(void) {
   DCT_RUN(test_real);
   DCT_RUN(test_bool);
   DCT_RUN(test_text);
-  DCT_RUN(test_encoder_reuse);
   DCT_RUN(test_bad_args);
   DCT_RUN(test_corrupt);
   return dct_done();
