@@ -85,7 +85,6 @@ typedef struct {
   int *rcs;
   dc_error *errs;
   const void *shared;     /* codec model shared by all chunks (rANS) */
-  void **scratch;         /* rans: per pool thread, its chunk encoder's memory (made on first use) */
 } enc_ctx;
 
 /* Checks one chunk's CSR (indices strictly increasing and < n_genes). */
@@ -108,6 +107,7 @@ static int check_chunk(const dc_chunk_in *c, uint32_t first_cell, dc_error *err)
 }
 
 static void enc_item(void *v, size_t k, int tid) {
+  (void)tid;
   enc_ctx *x = v;
   const dc_csr *in = x->in;
   uint32_t a = x->first[k], b = x->first[k + 1];
@@ -116,10 +116,7 @@ static void enc_item(void *v, size_t k, int tid) {
   int rc = DC_OK;
   {
     if (x->codec == DC_CODEC_ZSTD) rc = dc_zstd_encode_chunk(&c, x->level, &x->bufs[k], &x->errs[k]);
-    else if (x->codec == DC_CODEC_RANS) {
-      if (!x->scratch[tid]) x->scratch[tid] = dc_ctx_scratch_new();   /* NULL: the encoder makes its own */
-      rc = dc_ctx_encode_chunk(&c, x->level, x->shared, x->scratch[tid], &x->bufs[k], &x->errs[k]);
-    }
+    else if (x->codec == DC_CODEC_RANS) rc = dc_ctx_encode_chunk(&c, x->level, x->shared, &x->bufs[k], &x->errs[k]);
     else rc = dc_rans_encode_chunk(&c, x->level, x->shared, &x->bufs[k], &x->errs[k]);
   }
   if (rc == DC_OK && x->bufs[k].oom) {
@@ -176,8 +173,7 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   dc_pool *pool = NULL;
   dc_buf shared = {0}, tile = {0};
   void *model = NULL;
-  int n_scratch = 0;
-  enc_ctx x = {in, o.codec, o.level, nc, NULL, NULL, NULL, NULL, NULL, NULL};
+  enc_ctx x = {in, o.codec, o.level, nc, NULL, NULL, NULL, NULL, NULL};
   x.first = calloc((size_t)nc + 1, sizeof *x.first);
   x.bufs = calloc(nc ? nc : 1, sizeof *x.bufs);
   x.rcs = calloc(nc ? nc : 1, sizeof *x.rcs);
@@ -222,8 +218,6 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   }
 
   if (nc > 0) {
-    n_scratch = dc_pool_size(pool);
-    if (!(x.scratch = calloc((size_t)n_scratch, sizeof *x.scratch))) goto oom;
     dc_pool_for_tid(pool, nc, enc_item, &x);
     for (uint32_t k = 0; k < nc; k++)
       if (x.rcs[k] != DC_OK) {
@@ -280,8 +274,6 @@ done:
   free(x.bufs);
   free(x.rcs);
   free(x.errs);
-  for (int t = 0; x.scratch && t < n_scratch; t++) dc_ctx_scratch_free(x.scratch[t]);
-  free(x.scratch);
   if (o.codec == DC_CODEC_RANS) dc_ctx_free_model(model);
   else dc_rans_free_model(model);
   dc_buf_free(&shared);

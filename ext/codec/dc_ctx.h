@@ -131,11 +131,7 @@ int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na,
 /* The codec's entry points (dc_internal.h declares the rest of the codecs). */
 /* pool: NULL, or the pool the model's counts are counted on (in parts of the tile's cells) */
 int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model, dc_buf *shared, dc_error *err);
-/* scratch: NULL, or a dc_ctx_scratch_new() reused from chunk to chunk by one thread at a time. */
-int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, void *scratch, dc_buf *out,
-                        dc_error *err);
-void *dc_ctx_scratch_new(void);
-void dc_ctx_scratch_free(void *scratch);
+int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err);
 void dc_ctx_free_model(void *model);
 int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
                         const uint8_t *p, size_t len,

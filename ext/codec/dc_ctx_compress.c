@@ -287,89 +287,18 @@ static inline int wpush(wstack *s, uint16_t v) {
   return 0;
 }
 
-/* A chunk encoder's working memory, kept from chunk to chunk (one per encoding
-** thread): its buffers' pages are touched once per tile, not once per chunk, and
-** the zstd context of the counts is made once (ZSTD_compressCCtx gives the
-** bytes ZSTD_compress gives). */
-typedef struct ctx_scratch {
-  ZSTD_CCtx *zc;
-  uint64_t *nper, *at;
-  uint32_t *bc;
-  size_t nx_cap, nrb_cap;
-  uint8_t *syms;
-  size_t syms_cap;
-  dc_buf counts, mant, streams, dir, zout;
-  wstack ws[4];
-} ctx_scratch;
-
-void *dc_ctx_scratch_new(void) { return calloc(1, sizeof(ctx_scratch)); }
-
-void dc_ctx_scratch_free(void *scratch) {
-  ctx_scratch *sc = scratch;
-  if (!sc) return;
-  ZSTD_freeCCtx(sc->zc);
-  free(sc->nper);
-  free(sc->at);
-  free(sc->bc);
-  free(sc->syms);
-  dc_buf_free(&sc->counts);
-  dc_buf_free(&sc->mant);
-  dc_buf_free(&sc->streams);
-  dc_buf_free(&sc->dir);
-  dc_buf_free(&sc->zout);
-  for (uint32_t g = 0; g < 4; g++) free(sc->ws[g].w);
-  free(sc);
-}
-
-/* Room for n elements of size el in *p (capacity *cap); contents not kept. */
-static int scratch_room(void **p, size_t *cap, size_t n, size_t el) {
-  if (n <= *cap) return 0;
-  free(*p);
-  *p = malloc(n * el);
-  *cap = *p ? n : 0;
-  return *p ? 0 : -1;
-}
-
-static void buf_restart(dc_buf *b) {
-  b->len = 0;
-  b->oom = 0;
-}
-
-int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, void *scratch, dc_buf *out,
-                        dc_error *err) {
+int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_buf *out, dc_error *err) {
   (void)level;
   const ctx_model *cm = model;
   const dc_ctx_model *m = &cm->m;
   uint32_t nx = m->n_ctx, nrb = m->nrb;
-  ctx_scratch *own = NULL, *sc = scratch;
-  if (!sc && !(sc = own = dc_ctx_scratch_new())) {
-    dc_error_set(err, DC_ENOMEM, "out of memory encoding a chunk of %llu nonzeros", (unsigned long long)ch->nnz);
-    return DC_ENOMEM;
-  }
-  dc_buf *counts = &sc->counts, *mant = &sc->mant, *streams = &sc->streams, *dir = &sc->dir;
-  wstack *ws = sc->ws;
-  uint64_t *nper = NULL, *at = NULL;
-  uint8_t *syms = NULL;
-  uint32_t *bc = NULL;
+  uint64_t *nper = calloc(nx, sizeof *nper), *at = calloc(nx, sizeof *at);
+  uint8_t *syms = malloc(ch->nnz ? (size_t)ch->nnz : 1);
+  uint32_t *bc = calloc(nrb, sizeof *bc);
+  dc_buf counts = {0}, mant = {0}, streams = {0}, dir = {0};
+  wstack ws[4] = {{0}};
   int rc = DC_OK;
-  buf_restart(counts);
-  buf_restart(mant);
-  buf_restart(streams);
-  buf_restart(dir);
-  size_t nxc = sc->nx_cap;
-  if (scratch_room((void **)&sc->nper, &sc->nx_cap, nx ? nx : 1, sizeof *sc->nper) ||
-      scratch_room((void **)&sc->at, &nxc, nx ? nx : 1, sizeof *sc->at) ||
-      scratch_room((void **)&sc->bc, &sc->nrb_cap, nrb ? nrb : 1, sizeof *sc->bc) ||
-      scratch_room((void **)&sc->syms, &sc->syms_cap, ch->nnz ? (size_t)ch->nnz : 1, 1)) {
-    sc->nx_cap = 0;   /* nper or at may be smaller than recorded */
-    goto oom;
-  }
-  nper = sc->nper;
-  at = sc->at;
-  bc = sc->bc;
-  syms = sc->syms;
-  memset(nper, 0, (size_t)nx * sizeof *nper);
-  memset(at, 0, (size_t)nx * sizeof *at);
+  if (!nper || !at || !syms || !bc) goto oom;
 
   /* pass 1: per-cell bucket counts, symbols per context */
   for (uint32_t i = 0; i < ch->n_cells; i++) {
@@ -379,13 +308,13 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, voi
     for (uint64_t j = s; j < t; j++)
       bc[dc_ctx_rb(cm->loc ? cm->loc[ch->indices[j]] : ch->indices[j], m->shift)]++;
     for (uint32_t b = 0; b < nrb; b++) {
-      dc_buf_varint(counts, bc[b]);
+      dc_buf_varint(&counts, bc[b]);
       nper[q * nrb + b] += bc[b];
     }
   }
   for (uint32_t x = 0, o = 0; x < nx; x++) { at[x] = o; o += (uint32_t)nper[x]; }
   /* pass 2: symbol indices grouped by context; mantissa bits in nonzero order */
-  bitw bw = {mant, 0, 0};
+  bitw bw = {&mant, 0, 0};
   for (uint32_t i = 0; i < ch->n_cells; i++) {
     uint64_t s = ch->indptr[i], t = ch->indptr[i + 1];
     uint32_t q = dc_ctx_q(m, t - s);
@@ -403,7 +332,7 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, voi
     });
   }
   if (bw.n) bit_put(&bw, 0, 8 - bw.n);
-  dc_buf_put(mant, (uint8_t[8]){0}, 8);                     /* read-ahead room for the decoder */
+  dc_buf_put(&mant, (uint8_t[8]){0}, 8);                     /* read-ahead room for the decoder */
 
   /* pass 3: each context's stream, coded backwards */
   for (uint32_t x = 0, o = 0; x < nx; x++) {
@@ -425,50 +354,56 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, voi
       }
       st[l] = ((xs / fr) << DC_CTX_PREC) + xs % fr + start;
     }
-    size_t before = streams->len;
+    size_t before = streams.len;
     uint32_t k = n < DC_CTX_LANES ? n : DC_CTX_LANES;
     for (uint32_t l = 0; l < k; l++) {
       uint8_t b4[4];
       dc_wr32(b4, st[l]);
-      dc_buf_put(streams, b4, 4);
+      dc_buf_put(&streams, b4, 4);
     }
     for (uint32_t g = 0; g < 4; g++) {
-      if (dc_buf_reserve(streams, ws[g].n * 2)) goto oom;
+      if (dc_buf_reserve(&streams, ws[g].n * 2)) goto oom;
       for (size_t i = ws[g].n; i-- > 0;) {
-        dc_wr16(streams->p + streams->len, ws[g].w[i]);
-        streams->len += 2;
+        dc_wr16(streams.p + streams.len, ws[g].w[i]);
+        streams.len += 2;
       }
     }
-    dc_buf_varint(dir, streams->len - before);
-    for (uint32_t g = 0; g < 3; g++) dc_buf_varint(dir, ws[g].n);
+    dc_buf_varint(&dir, streams.len - before);
+    for (uint32_t g = 0; g < 3; g++) dc_buf_varint(&dir, ws[g].n);
   }
 
   /* payload: counts (zstd), mantissa bits, stream directory, streams */
-  if (counts->oom || mant->oom || streams->oom || dir->oom) goto oom;
-  size_t bound = ZSTD_compressBound(counts->len);
-  dc_buf *zc = &sc->zout;
-  buf_restart(zc);
-  if (dc_buf_reserve(zc, bound)) goto oom;
-  if (!sc->zc) sc->zc = ZSTD_createCCtx();   /* NULL: ZSTD_compress (the same bytes) */
-  size_t z = sc->zc ? ZSTD_compressCCtx(sc->zc, zc->p, bound, counts->p, counts->len, 19)
-                    : ZSTD_compress(zc->p, bound, counts->p, counts->len, 19);
-  if (ZSTD_isError(z)) goto oom;
-  zc->len = z;
-  if (dc_buf_reserve(out, 5 * 10 + zc->len + dir->len + mant->len + streams->len)) goto oom;
-  dc_buf_varint(out, counts->len);
-  dc_buf_varint(out, zc->len);
-  dc_buf_put(out, zc->p, zc->len);
-  dc_buf_varint(out, mant->len);
-  dc_buf_varint(out, dir->len);
-  dc_buf_put(out, dir->p, dir->len);
-  dc_buf_put(out, mant->p, mant->len);
-  dc_buf_put(out, streams->p, streams->len);
-  if (out->oom) goto oom;
+  size_t bound = ZSTD_compressBound(counts.len);
+  dc_buf zc = {0};
+  if (dc_buf_reserve(&zc, bound)) goto oom;
+  size_t z = ZSTD_compress(zc.p, bound, counts.p, counts.len, 19);
+  if (ZSTD_isError(z)) { dc_buf_free(&zc); goto oom; }
+  zc.len = z;
+  /* the payload's exact size at once: no regrowth (a copy into fresh memory) as it is put */
+  if (dc_buf_reserve(out, 5 * 10 + zc.len + dir.len + mant.len + streams.len)) { dc_buf_free(&zc); goto oom; }
+  dc_buf_varint(out, counts.len);
+  dc_buf_varint(out, zc.len);
+  dc_buf_put(out, zc.p, zc.len);
+  dc_buf_free(&zc);
+  dc_buf_varint(out, mant.len);
+  dc_buf_varint(out, dir.len);
+  dc_buf_put(out, dir.p, dir.len);
+  dc_buf_put(out, mant.p, mant.len);
+  dc_buf_put(out, streams.p, streams.len);
+  if (counts.oom || mant.oom || streams.oom || dir.oom || out->oom) goto oom;
   goto done;
 oom:
   rc = DC_ENOMEM;
   dc_error_set(err, rc, "out of memory encoding a chunk of %llu nonzeros", (unsigned long long)ch->nnz);
 done:
-  dc_ctx_scratch_free(own);
+  free(nper);
+  free(at);
+  free(syms);
+  free(bc);
+  for (uint32_t g = 0; g < 4; g++) free(ws[g].w);
+  dc_buf_free(&counts);
+  dc_buf_free(&mant);
+  dc_buf_free(&streams);
+  dc_buf_free(&dir);
   return rc;
 }
