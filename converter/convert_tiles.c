@@ -29,12 +29,14 @@
 
 /* ------------------------------------------------------------ pass 2 */
 enum { S_FREE, S_READY, S_BUSY, S_DONE, S_ERR };
+enum { SORT_PARTS = 8 };   /* at most this many threads sort a lone tile */
 
 typedef struct slot {
   int state;
   int64_t tile;
   uint64_t first_cell;
   rowbuf rb;
+  const uint32_t *remap;  /* NULL, or rb holds local gene ids: this map to dataset ids first */
   uint8_t *out;
   size_t out_len;
   cv_err err;
@@ -51,13 +53,15 @@ typedef struct pipe {
   dc_encode_opts opts;
 } pipe_t;
 
-/* Puts each cell's genes in increasing order (genes were renumbered): per
-** cell, (gene << 32 | count) keys sorted by an LSD radix sort on the gene
-** bits, 8 bits a pass (insertion sort for short cells).  Cell by cell, so the
-** work stays in cache; linear in nnz. */
-static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **ka, uint64_t **kb, size_t *kcap, cv_err *e) {
+/* Puts the genes of cells [i0, i1) in increasing order (genes were renumbered;
+** remap: NULL, or local gene -> dataset gene id applied first): per cell,
+** (gene << 32 | count) keys sorted by an LSD radix sort on the gene bits, 8 bits
+** a pass (insertion sort for short cells).  Cell by cell, so the work stays in
+** cache; linear in nnz.  *ka, *kb: the caller's scratch (capacity *kcap). */
+static int sort_rows(rowbuf *rb, uint64_t i0, uint64_t i1, const uint32_t *remap, uint32_t n_genes, uint64_t **ka,
+                     uint64_t **kb, size_t *kcap, cv_err *e) {
   uint64_t maxlen = 0;
-  for (uint64_t i = 0; i < rb->n_rows; i++)
+  for (uint64_t i = i0; i < i1; i++)
     if (rb->indptr[i + 1] - rb->indptr[i] > maxlen) maxlen = rb->indptr[i + 1] - rb->indptr[i];
   size_t c1 = *kcap, c2 = *kcap;
   if (cv_grow((void **)ka, &c1, (size_t)maxlen + 1, sizeof **ka, e) ||
@@ -66,10 +70,12 @@ static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **ka, uint64_t **kb,
   *kcap = c1 < c2 ? c1 : c2;
   int passes = 0;
   for (uint32_t g = n_genes ? n_genes - 1 : 0; g; g >>= 8) passes++;
-  for (uint64_t i = 0; i < rb->n_rows; i++) {
+  for (uint64_t i = i0; i < i1; i++) {
     uint64_t a = rb->indptr[i], n = rb->indptr[i + 1] - a;
     uint32_t *ix = rb->indices + a, *vx = rb->data + a;
     uint64_t k;
+    if (remap)
+      for (k = 0; k < n; k++) ix[k] = remap[ix[k]];
     for (k = 1; k < n && ix[k] > ix[k - 1]; k++) {}
     if (k >= n) continue; /* already in order */
     uint64_t *x = *ka, *y = *kb;
@@ -102,7 +108,30 @@ static int sort_tile(rowbuf *rb, uint32_t n_genes, uint64_t **ka, uint64_t **kb,
   return 0;
 }
 
-/* Sorts and encodes the tile of slot s (on any thread; no SQLite, no HDF5). */
+/* Sort scratch of one thread. */
+typedef struct sort_scratch {
+  uint64_t *ka, *kb;
+  size_t kcap;
+} sort_scratch;
+
+/* A tile's rows sorted in parts on a pool (a lone tile: the codec's pool
+** encodes its chunks, this one puts its genes in order first). */
+typedef struct sort_par {
+  rowbuf *rb;
+  const uint32_t *remap;
+  uint32_t n_genes;
+  uint64_t *cut;          /* n parts + 1 cell boundaries, balanced by nonzeros */
+  sort_scratch *sc;       /* per part */
+  int *rc;                /* per part */
+  cv_err *errs;           /* per part */
+} sort_par;
+
+static void sort_part(void *arg, size_t k) {
+  sort_par *sp = arg;
+  sp->rc[k] = sort_rows(sp->rb, sp->cut[k], sp->cut[k + 1], sp->remap, sp->n_genes, &sp->sc[k].ka, &sp->sc[k].kb,
+                        &sp->sc[k].kcap, &sp->errs[k]);
+}
+
 /* Removes the entries of genes not stored (index UINT32_MAX: --genes intersect). */
 static void drop_genes(rowbuf *rb) {
   uint64_t out = 0, a = 0;
@@ -119,9 +148,57 @@ static void drop_genes(rowbuf *rb) {
   }
 }
 
-static int encode_slot(pipe_t *pp, slot *s, uint64_t **ka, uint64_t **kb, size_t *kcap) {
-  if (pp->dropping) drop_genes(&s->rb);
-  if (sort_tile(&s->rb, pp->n_genes, ka, kb, kcap, &s->err)) return 0;
+/* Sorts and encodes the tile of slot s (on any thread; no SQLite, no HDF5).  s->remap (a
+** tile kept by pass 1, in local gene ids) is applied here.  pool: NULL, or (a lone tile)
+** the pool that sorts its rows in parts, with sc[] and errs[] one per part; freed here. */
+static int encode_slot(pipe_t *pp, slot *s, sort_scratch *sc, dc_pool *pool, cv_err *errs) {
+  const uint32_t *remap = s->remap;
+  s->remap = NULL;
+  if (pp->dropping) { /* dropped entries are marked by the remap: map first, then compact, then sort */
+    if (remap) {
+      uint64_t m = s->rb.indptr[s->rb.n_rows];
+      for (uint64_t k = 0; k < m; k++) s->rb.indices[k] = remap[s->rb.indices[k]];
+      remap = NULL;
+    }
+    drop_genes(&s->rb);
+  }
+  int parts = pool ? dc_pool_size(pool) : 1, sorted = 1;
+  if (parts > SORT_PARTS) parts = SORT_PARTS;
+  if ((uint64_t)parts > s->rb.n_rows) parts = 1;
+  if (parts <= 1) {
+    sorted = !sort_rows(&s->rb, 0, s->rb.n_rows, remap, pp->n_genes, &sc[0].ka, &sc[0].kb, &sc[0].kcap, &s->err);
+  } else {
+    uint64_t cut[SORT_PARTS + 1];
+    int rc[SORT_PARTS];
+    uint64_t nnz = s->rb.indptr[s->rb.n_rows];
+    cut[0] = 0;
+    cut[parts] = s->rb.n_rows;
+    for (int k = 1; k < parts; k++) { /* the first cell at or past k/parts of the nonzeros */
+      uint64_t target = nnz / (uint64_t)parts * (uint64_t)k, lo = cut[k - 1], hi = s->rb.n_rows;
+      while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (s->rb.indptr[mid] >= target) hi = mid; else lo = mid + 1;
+      }
+      cut[k] = lo;
+    }
+    sort_par sp = {&s->rb, remap, pp->n_genes, cut, sc, rc, errs};
+    dc_pool_for(pool, (size_t)parts, sort_part, &sp);
+    for (int k = 0; k < parts && sorted; k++)
+      if (rc[k]) {
+        memcpy(&s->err, &errs[k], sizeof s->err);
+        sorted = 0;
+      }
+  }
+  if (pool) { /* its threads end before the codec's start: they take over their malloc arenas (and the
+              ** memory the sort freed in them) instead of new ones, which are fresh pages */
+    for (int k = 1; k < SORT_PARTS; k++) {
+      free(sc[k].ka);
+      free(sc[k].kb);
+      memset(&sc[k], 0, sizeof sc[k]);
+    }
+    dc_pool_free(pool);
+  }
+  if (!sorted) return 0;
   dc_csr csr = {(uint32_t)s->rb.n_rows, pp->n_genes, s->rb.indptr, s->rb.indices, s->rb.data};
   dc_error de;
   memset(&de, 0, sizeof de);
@@ -135,8 +212,7 @@ static int encode_slot(pipe_t *pp, slot *s, uint64_t **ka, uint64_t **kb, size_t
 
 static void *worker(void *arg) {
   pipe_t *pp = arg;
-  uint64_t *ka = NULL, *kb = NULL;
-  size_t kcap = 0;
+  sort_scratch sc = {NULL, NULL, 0};
   pthread_mutex_lock(&pp->mu);
   for (;;) {
     slot *s = NULL;
@@ -149,14 +225,14 @@ static void *worker(void *arg) {
     }
     s->state = S_BUSY;
     pthread_mutex_unlock(&pp->mu);
-    int ok = encode_slot(pp, s, &ka, &kb, &kcap);
+    int ok = encode_slot(pp, s, &sc, NULL, NULL);
     pthread_mutex_lock(&pp->mu);
     s->state = ok ? S_DONE : S_ERR;
     pthread_cond_broadcast(&pp->done);
   }
   pthread_mutex_unlock(&pp->mu);
-  free(ka);
-  free(kb);
+  free(sc.ka);
+  free(sc.kb);
   return NULL;
 }
 
@@ -168,15 +244,16 @@ static void wait_done(pipe_t *pp) {
   pthread_cond_timedwait(&pp->done, &pp->mu, &ts);
 }
 
+/* Tile [c0, c1) into rb; *remap set when rb holds local gene ids (the tile pass 1 kept). */
 static int read_tile(h5file *files, int nf, const uint64_t *first, const genes *g, uint64_t c0, uint64_t c1,
-                     rowbuf *rb, rowbuf *cached, cv_err *e) {
+                     rowbuf *rb, rowbuf *cached, const uint32_t **remap, cv_err *e) {
+  *remap = NULL;
   if (cached && cached->n_rows == c1 - c0) { /* the single input's last tile, read by pass 1 */
     rowbuf t = *rb;
     *rb = *cached;
     *cached = t;
     rowbuf_free(cached);
-    uint64_t m = rb->indptr[rb->n_rows];
-    for (uint64_t k = 0; k < m; k++) rb->indices[k] = g->fmap[0][rb->indices[k]];
+    *remap = g->fmap[0];   /* applied by encode_slot, with the sort */
     return 0;
   }
   rowbuf_clear(rb);
@@ -211,10 +288,13 @@ int cv_pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *tstar
   pp.opts.n_chunks = o->chunks;
   pp.opts.threads = workers == 0 ? threads : threads / workers > 1 ? threads / workers : 1;
   pthread_t *tid = calloc((size_t)workers + 1, sizeof *tid);
-  uint64_t *ka = NULL, *kb = NULL;
-  size_t kcap = 0;
+  sort_scratch sc[SORT_PARTS];
+  cv_err *serrs = calloc(SORT_PARTS, sizeof *serrs);
+  memset(sc, 0, sizeof sc);
+  /* a lone tile: its rows sorted on `threads` threads (the workers sort their own tiles) */
+  dc_pool *spool = workers == 0 && threads > 1 ? dc_pool_new(threads < SORT_PARTS ? threads : SORT_PARTS) : NULL;
   int started = 0, rc = -1;
-  if (!pp.slots || !tid) { cv_fail(e, "out of memory"); goto done; }
+  if (!pp.slots || !tid || !serrs) { cv_fail(e, "out of memory"); goto done; }
   for (; started < workers; started++)
     if (pthread_create(&tid[started], NULL, worker, &pp) != 0) { cv_fail(e, "cannot start a thread"); goto done; }
   uint64_t next_read = 0, next_write = 0, nnz = 0, bytes = 0;
@@ -260,11 +340,13 @@ int cv_pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *tstar
       uint64_t c0 = tstart[next_read], c1 = tstart[next_read + 1];
       r->tile = (int64_t)next_read;
       r->first_cell = c0;
-      if (read_tile(files, nf, first, g, c0, c1, &r->rb, next_read + 1 == n_tiles ? last : NULL, e)) goto done;
+      if (read_tile(files, nf, first, g, c0, c1, &r->rb, next_read + 1 == n_tiles ? last : NULL, &r->remap, e))
+        goto done;
       pthread_mutex_lock(&pp.mu);
       if (workers == 0) {
         pthread_mutex_unlock(&pp.mu);
-        int ok = encode_slot(&pp, r, &ka, &kb, &kcap);
+        int ok = encode_slot(&pp, r, sc, spool, serrs);
+        spool = NULL;
         pthread_mutex_lock(&pp.mu);
         r->state = ok ? S_DONE : S_ERR;
       } else {
@@ -292,8 +374,12 @@ done:
   }
   free(pp.slots);
   free(tid);
-  free(ka);
-  free(kb);
+  for (int k = 0; k < SORT_PARTS; k++) {
+    free(sc[k].ka);
+    free(sc[k].kb);
+  }
+  free(serrs);
+  dc_pool_free(spool);
   pthread_mutex_destroy(&pp.mu);
   pthread_cond_destroy(&pp.work);
   pthread_cond_destroy(&pp.done);

@@ -31,6 +31,10 @@
 #include "cv_util.h"
 
 #define CV_SLAB (1u << 20)               /* values per HDF5 read of X        */
+/* values per HDF5 read of CSR rows: the slab is copied into the tile's buffer at once, so
+** it is kept small (2 x 512 KiB, cache-sized): a large one was mostly fresh memory, whose
+** first touch is slow */
+#define CV_ROW_SLAB (1u << 16)
 #define CV_SPOOL_RAM ((size_t)64 << 20)  /* CSC transpose buffers            */
 
 /* Column kinds: the values of DC_OBS_* in dc_obs.h. */

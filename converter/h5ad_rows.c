@@ -95,7 +95,7 @@ static int slab_load(h5file *f, uint64_t lo, uint64_t hi, cv_err *e) {
     f->vty = pick_type(f->data, 0);
   }
   if (n > f->scap) {
-    size_t c = n > CV_SLAB ? n : CV_SLAB;
+    size_t c = n;   /* what this read needs: the CSR windows are small (CV_ROW_SLAB), the CSC ones CV_SLAB */
     free(f->sind);
     free(f->sval);
     f->sind = malloc(c * 8);
@@ -257,7 +257,7 @@ static int csr_rows(h5file *f, uint64_t r0, uint64_t r1, const uint32_t *gmap, r
     uint64_t row = r0 + i;
     if (b > whi) { /* load [a, max(b, a + slab)) */
       wlo = a;
-      whi = a + CV_SLAB < hi ? a + CV_SLAB : hi;
+      whi = a + CV_ROW_SLAB < hi ? a + CV_ROW_SLAB : hi;
       if (whi < b) whi = b;
       if (slab_load(f, wlo, whi, e)) goto done;
     }

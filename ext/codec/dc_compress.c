@@ -202,8 +202,13 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     if (rc) goto done;
   }
 
+  if (nc > 0) {
+    int nt = o.threads > 0 ? o.threads : 0;
+    pool = dc_pool_new(nt);
+    if (!pool) goto oom;
+  }
   if (o.codec == DC_CODEC_RANS && nc > 0) {
-    rc = dc_ctx_build_model(in, o.level, &model, &shared, err);
+    rc = dc_ctx_build_model(in, o.level, pool, &model, &shared, err);
     if (rc) goto done;
     x.shared = model;
   } else if (o.codec == DC_CODEC_RANS_V1 && nc > 0) {
@@ -213,9 +218,6 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   }
 
   if (nc > 0) {
-    int nt = o.threads > 0 ? o.threads : 0;
-    pool = dc_pool_new(nt);
-    if (!pool) goto oom;
     dc_pool_for_tid(pool, nc, enc_item, &x);
     for (uint32_t k = 0; k < nc; k++)
       if (x.rcs[k] != DC_OK) {
@@ -232,7 +234,9 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     rc = DC_EARG;
     goto done;
   }
-  if (dc_buf_reserve(&tile, (size_t)hl)) goto oom;
+  size_t total = (size_t)hl + shared.len;   /* the tile's exact size: one allocation, no regrowth */
+  for (uint32_t k = 0; k < nc; k++) total += x.bufs[k].len;
+  if (dc_buf_reserve(&tile, total)) goto oom;
   uint8_t *hp = tile.p;
   memset(hp, 0, (size_t)hl);
   dc_wr32(hp, DC_TILE_MAGIC);

@@ -129,7 +129,8 @@ int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na,
 #endif
 
 /* The codec's entry points (dc_internal.h declares the rest of the codecs). */
-int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared, dc_error *err);
+/* pool: NULL, or the pool the model's counts are counted on (in parts of the tile's cells) */
+int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model, dc_buf *shared, dc_error *err);
 int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err);
 void dc_ctx_free_model(void *model);
 int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,

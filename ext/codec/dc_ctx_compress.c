@@ -77,10 +77,33 @@ typedef struct nz {
     }                                                                           \
   } while (0)
 
-int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared, dc_error *err) {
+/* The model's counts of (context, joint id), counted in parts of the tile's cells (on a pool:
+** one array per part, uint32, summed per context when the model is built). */
+typedef struct count_job {
+  const dc_csr *in;
+  const ctx_model *cm;
+  const uint32_t *cut;     /* parts + 1 cell boundaries */
+  uint32_t **part;         /* per part: n_ctx x NIDX counts */
+} count_job;
+
+static void count_part(void *v, size_t p) {
+  count_job *j = v;
+  const dc_csr *in = j->in;
+  const ctx_model *cm = j->cm;
+  const dc_ctx_model *m = &cm->m;
+  uint32_t *cnt = j->part[p];
+  for (uint32_t i = j->cut[p]; i < j->cut[p + 1]; i++) {
+    uint64_t s = in->indptr[i], t = in->indptr[i + 1];
+    uint32_t q = dc_ctx_q(m, t - s);
+    FOR_NZ(m, cm->loc, q, in->indices, in->data, s, t, cnt[(size_t)Z->ctx * NIDX + Z->id]++);
+  }
+}
+
+int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model, dc_buf *shared, dc_error *err) {
   *model = NULL;
   ctx_model *cm = calloc(1, sizeof *cm);
-  uint64_t *cnt = NULL, *key = NULL, *c = NULL;
+  uint64_t *cx = NULL, *key = NULL, *c = NULL;
+  uint32_t **part = NULL, *cut = NULL, n_parts = 0;
   uint32_t *nnzs = NULL, *f = NULL, *ids = NULL;
   dc_buf raw = {0};
   int rc = DC_ENOMEM;
@@ -128,7 +151,13 @@ int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared
   m->nrb = dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1;
   m->n_ctx = m->nq * m->nrb;
 
-  cnt = calloc((size_t)m->n_ctx * NIDX, sizeof *cnt);
+  /* parts: one per pool thread, each under 2^31 nonzeros (its counts are uint32) */
+  n_parts = (uint32_t)dc_pool_size(pool);
+  if ((uint64_t)n_parts < nnz / 0x7fffffffu + 1) n_parts = (uint32_t)(nnz / 0x7fffffffu + 1);
+  if (n_parts > C) n_parts = C ? C : 1;
+  part = calloc(n_parts, sizeof *part);
+  cut = malloc(((size_t)n_parts + 1) * sizeof *cut);
+  cx = malloc(NIDX * sizeof *cx);
   cm->six = calloc((size_t)m->n_ctx * NIDX, 1);
   cm->fs = calloc(m->n_ctx, sizeof *cm->fs);
   cm->nsym = calloc(m->n_ctx, sizeof *cm->nsym);
@@ -136,12 +165,23 @@ int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared
   c = malloc(257 * sizeof *c);
   f = malloc(257 * sizeof *f);
   ids = malloc(257 * sizeof *ids);
-  if (!cnt || !cm->six || !cm->fs || !cm->nsym || !key || !c || !f || !ids) goto done;
-  for (uint32_t i = 0; i < C; i++) {
-    uint64_t s = in->indptr[i], t = in->indptr[i + 1];
-    uint32_t q = dc_ctx_q(m, t - s);
-    FOR_NZ(m, cm->loc, q, in->indices, in->data, s, t, cnt[(size_t)Z->ctx * NIDX + Z->id]++);
+  if (!part || !cut || !cx || !cm->six || !cm->fs || !cm->nsym || !key || !c || !f || !ids) goto done;
+  for (uint32_t p = 0; p < n_parts; p++)
+    if (!(part[p] = calloc((size_t)m->n_ctx * NIDX, sizeof **part))) goto done;
+  cut[0] = 0;
+  cut[n_parts] = C;
+  for (uint32_t p = 1; p < n_parts; p++) {   /* the first cell at or past p/n_parts of the nonzeros */
+    uint64_t target = in->indptr[0] + nnz / n_parts * p;
+    uint32_t lo = cut[p - 1], hi = C;
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo) / 2;
+      if (in->indptr[mid] >= target) hi = mid; else lo = mid + 1;
+    }
+    cut[p] = lo;
   }
+  count_job cj = {in, cm, cut, part};
+  if (n_parts > 1) dc_pool_for(pool, n_parts, count_part, &cj);
+  else count_part(&cj, 0);
 
   /* per context: the 255 most frequent ids are coded, the rest escape */
   dc_buf_put(&raw, (uint8_t[]){DC_CTX_MODEL_VERSION, (uint8_t)m->nq, (uint8_t)m->nrb, (uint8_t)m->shift,
@@ -157,7 +197,9 @@ int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared
     raw.len += nb;
   }
   for (uint32_t x = 0; x < m->n_ctx; x++) {
-    const uint64_t *cx = cnt + (size_t)x * NIDX;
+    for (uint32_t id = 0; id < NIDX; id++) cx[id] = part[0][(size_t)x * NIDX + id];
+    for (uint32_t p = 1; p < n_parts; p++)
+      for (uint32_t id = 0; id < NIDX; id++) cx[id] += part[p][(size_t)x * NIDX + id];
     uint32_t n = 0;
     for (uint32_t id = 0; id < DC_CTX_NID; id++)
       if (cx[id]) key[n++] = cx[id] << 13 | id;           /* ids < 2^13 */
@@ -201,7 +243,10 @@ int dc_ctx_build_model(const dc_csr *in, int level, void **model, dc_buf *shared
 done:
   if (rc) dc_error_set(err, rc, "encode: out of memory building the rans model");
   dc_ctx_free_model(cm);
-  free(cnt);
+  for (uint32_t p = 0; part && p < n_parts; p++) free(part[p]);
+  free(part);
+  free(cut);
+  free(cx);
   free(nnzs);
   free(key);
   free(c);
@@ -328,13 +373,15 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
   }
 
   /* payload: counts (zstd), mantissa bits, stream directory, streams */
-  dc_buf_varint(out, counts.len);
   size_t bound = ZSTD_compressBound(counts.len);
   dc_buf zc = {0};
   if (dc_buf_reserve(&zc, bound)) goto oom;
   size_t z = ZSTD_compress(zc.p, bound, counts.p, counts.len, 19);
   if (ZSTD_isError(z)) { dc_buf_free(&zc); goto oom; }
   zc.len = z;
+  /* the payload's exact size at once: no regrowth (a copy into fresh memory) as it is put */
+  if (dc_buf_reserve(out, 5 * 10 + zc.len + dir.len + mant.len + streams.len)) { dc_buf_free(&zc); goto oom; }
+  dc_buf_varint(out, counts.len);
   dc_buf_varint(out, zc.len);
   dc_buf_put(out, zc.p, zc.len);
   dc_buf_free(&zc);
