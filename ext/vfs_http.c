@@ -91,6 +91,29 @@ static double param_double(const char *zName, const char *key, const char *env) 
   return v && *v ? strtod(v, NULL) : 0;
 }
 
+/* A read at block b goes on from block `from` (where a sequential reader would read next): b is
+** that block, or a few blocks later with every block between already in memory (the reader had
+** them: a leaf page between two blobs, a stream's blocks it read before).  Pages far apart, with
+** blocks between that nobody read, do not go on. */
+static int goes_on(dc_hfile *f, int64_t from, int64_t b) {
+  if (from < 0 || b < from || b - from > f->pf_chunk) return 0;
+  for (int64_t k = from; k < b; k++) {
+    int64_t l;
+    if (!dc_blockcache_get(f->mem, k, &l)) return 0;
+  }
+  return 1;
+}
+
+/* Where the reader reads in order: rd_next is the block after the last one it read in order; a
+** read of that block, or of the one after it (a page between, e.g. a leaf page between two blobs
+** that SQLite had in its own cache), moves it on.  Reads elsewhere (pages far apart) do not. */
+static int in_order(const dc_hfile *f, int64_t b) {
+  return f->rd_next >= 0 && b >= f->rd_next && b <= f->rd_next + 1;
+}
+static void read_at(dc_hfile *f, int64_t b) {
+  if (f->rd_next < 0 || in_order(f, b)) f->rd_next = b + 1;
+}
+
 /* A read: each block from memory, the disk cache, or fetched.  Missing blocks are fetched
 ** together, one request for the run of missing blocks the read covers; a read that continues
 ** where the last fetch ended is sequential (an overflow chain, a tile) and its fetch takes
@@ -111,17 +134,22 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     dc_prefetch *p = blk ? NULL : dh_pf_peek(f);
     pf_ent *e;
     int64_t pend;
+    int depth = f->pf_depth;
     if (blk) atomic_fetch_add(&dh_st.mem_hits, 1);
     else if (p && (e = dh_pf_find(p, b)) && (pend = dh_pf_take(f, p, e))) {
       /* a block of a prefetch request (waited for when in flight): in memory now with the
-      ** request's other blocks.  Prefetch more only when the reader goes on where it left off; a
-      ** reader that skipped blocks (B-tree pages far apart, each found in the stream's window)
-      ** is not sequential: the queued requests are dropped, else every such read would deepen
-      ** the stream and it would fetch everything between them */
-      int cont = b == f->last_miss + 1;
+      ** request's other blocks.  The stream moves on (more requests ahead) only when the reader
+      ** reads in order (in_order); a block
+      ** elsewhere in its window (a leaf page ahead of the blob being read, pages far apart) is
+      ** taken and the stream stays: else each of many pages far apart, found in the window,
+      ** would deepen the stream and it would fetch everything between them, while a scan that
+      ** reads a leaf page ahead and comes back to its blob goes on */
       f->last_miss = pend - 1;
-      if (cont) dh_pf_schedule(f, p, pend);
-      else dh_pf_jump(p);
+      if (in_order(f, b)) {
+        dh_pf_schedule(f, p, pend);
+      } else {
+        f->pf_depth = depth;               /* (the take counted it as the stream's) */
+      }
       b--;
       continue;
     } else if (!f->local) {
@@ -138,6 +166,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     if (blk) {
       int64_t from = (b == first ? off : bstart) - bstart, to = (end - bstart < blen ? end - bstart : blen);
       memcpy(dst + (bstart + from - off), blk + from, (size_t)(to - from));
+      read_at(f, b);
       continue;
     }
     /* a miss that continues the last one, or the first of a read announced by dc_vfs_expect:
@@ -145,7 +174,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     ** its request */
     int64_t expect = f->expect_blocks;
     f->expect_blocks = 0;                   /* an announcement is for one miss */
-    int seq = b == f->last_miss + 1 || expect > 1;
+    int seq = goes_on(f, f->last_miss + 1, b) || expect > 1;
     if (seq && !p) p = dh_pf_get(f);
     if (p) {
       e = NULL;
@@ -160,6 +189,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       }
       if (e && (pend = dh_pf_take(f, p, e))) {
         f->last_miss = pend - 1;
+        f->rd_next = b;                  /* a stream starts here: the reader reads in order */
         dh_pf_schedule(f, p, pend);
         b--;                             /* block b is in memory now */
         continue;
@@ -167,7 +197,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       if (!e) dh_pf_jump(p);                /* the reader left the stream */
     }
     /* a miss: the missing run of this read, and more ahead when reading sequentially */
-    f->run = b == f->last_miss + 1 ? f->run + 1 : 0;
+    f->run = goes_on(f, f->last_miss + 1, b) ? f->run + 1 : 0;
     int64_t need = last - b + 1;
     int64_t want = need * dc_readahead_blocks(f->run, f->ra_blocks);
     if (want > f->ra_blocks && want > need) want = f->ra_blocks > need ? f->ra_blocks : need;
@@ -185,6 +215,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     /* this read's part of it */
     int64_t from = b == first ? off : bstart, to = end < bstart + total ? end : bstart + total;
     memcpy(dst + (from - off), f->rabuf + (from - bstart), (size_t)(to - from));
+    for (int64_t k = b; k <= x && k <= last; k++) read_at(f, k);
     /* every block into the disk cache; into memory those that fit, the last ones kept */
     int64_t nb = x - b + 1, keep_from = b + (nb > f->mem_slots ? nb - f->mem_slots : 0);
     for (int64_t k = b; k <= x; k++) {
@@ -332,6 +363,7 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   f->mem_slots = slots;
   f->pf_fd = -1;
   f->pf_next = -1;
+  f->rd_next = -1;
   /* prefetch: max_inflight requests (default 4; 0 or readahead_kb=0: off) of about
   ** readahead_kb / max_inflight each */
   int64_t mi = param_int(zName, "max_inflight", "DC_HTTP_MAX_INFLIGHT", 4);

@@ -48,6 +48,8 @@ typedef struct dc_hfile {
   int64_t pf_chunk;             /* blocks per prefetch request */
   int64_t pf_next;              /* the block after the last one queued for prefetch */
   int pf_depth;                 /* requests the current stream may have ahead (grows from 2) */
+  int64_t rd_next;              /* the block after the last one the reader read in order (-1:
+                                   none yet): a take there moves the stream on (in_order) */
   int64_t pf_end;               /* the block after an announced read's end: the stream queues
                                    nothing past it until the reader is there (0: none) */
   int64_t expect_blocks;        /* dc_vfs_expect: the next miss starts a sequential read of about
