@@ -504,14 +504,22 @@ static void expect_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   else sqlite3_result_int64(ctx, n);
 }
 
-/* dc_vfs_shared(schema): 1 when that schema's file is a dchttp file whose blocks go through the
-** process's shared block cache (so another connection's reads of the same version reach it: the
-** Python fetch-ahead's condition), 0 when it is one that does not, NULL when it is no dchttp file */
-static void shared_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+/* dc_vfs_file(schema): that schema's dchttp file as it was opened, JSON: "shared" (1 when its
+** blocks go through the process's shared block cache, so that another connection's reads of the
+** same version reach it: the Python fetch-ahead's condition), "max_inflight", "block_kb",
+** "readahead_kb"; NULL when the schema's file is no dchttp file */
+static void file_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   (void)argc;
   dc_hfile *f = hfile_of(sqlite3_context_db_handle(ctx), (const char *)sqlite3_value_text(argv[0]));
-  if (!f) sqlite3_result_null(ctx);
-  else sqlite3_result_int(ctx, dh_shared_used(f));
+  if (!f) {
+    sqlite3_result_null(ctx);
+    return;
+  }
+  char *j = sqlite3_mprintf("{\"shared\": %d, \"max_inflight\": %d, \"block_kb\": %lld, \"readahead_kb\": %lld}",
+                            dh_shared_used(f), f->max_inflight, (long long)(f->bsize >> 10),
+                            (long long)((f->ra_blocks * f->bsize) >> 10));
+  if (!j) sqlite3_result_error_nomem(ctx);
+  else sqlite3_result_text(ctx, j, -1, sqlite3_free);
 }
 
 static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -556,7 +564,7 @@ int dc_register_vfs(sqlite3 *db) {
   if (rc == SQLITE_OK)
     rc = sqlite3_create_function(db, "dc_vfs_error", 0, SQLITE_UTF8, NULL, error_func, NULL, NULL);
   if (rc == SQLITE_OK)
-    rc = sqlite3_create_function(db, "dc_vfs_shared", 1, SQLITE_UTF8, NULL, shared_func, NULL, NULL);
+    rc = sqlite3_create_function(db, "dc_vfs_file", 1, SQLITE_UTF8, NULL, file_func, NULL, NULL);
   if (rc == SQLITE_OK)
     rc = sqlite3_create_function(db, "dc_vfs_expect", 2, SQLITE_UTF8 | SQLITE_DIRECTONLY, NULL, expect_func,
                                  NULL, NULL);

@@ -3,7 +3,9 @@
 Over an object store a batch's time is the store's (requests, bytes) plus the decoder's; the
 loader makes its batches one after another, so the two add up.  A FetchAhead reads the tiles of
 the coming batches, in the order the epoch needs them and at most `ahead` tiles beyond the ones
-the loader is working on, on a thread with a connection of its own.  What it reads lands in the
+the loader is working on, on reader threads with connections of their own (two, each with half
+of the store's requests in flight: one tile's first request, its row's leaf page, overlaps the
+other's transfer).  What it reads lands in the
 dchttp VFS's caches (the process's shared block cache, DC_HTTP_SHARED_MB, and the disk cache
 when there is one), where the loader's own connection then finds it: fetching overlaps decoding.
 It decodes nothing (the loader's decoded-chunk cache is for that) and holds no result.
@@ -12,10 +14,10 @@ the same blocks a second time on its own connection while the fetcher has them i
 of the epoch's store traffic then goes through the fetcher, which keeps the store busy.
 
 Local files need none of this (the OS reads ahead): it is used for remote datasets only, and
-not when the shared block cache is off (DC_HTTP_SHARED_MB=0), where nothing read here would
-reach the loader's connection.
-The thread does its SQLite work holding a fork Gate (see _forksafe), and a forked child never
-uses or closes the parent's thread or connection.
+not where the file's blocks stay out of the shared block cache (dc_vfs_file's "shared"), where
+nothing read here would reach the loader's connection.
+Each reader does its SQLite work holding a fork Gate of its own (see _forksafe), and a forked
+child never uses or closes the parent's threads or connections.
 """
 import bisect
 import os
@@ -42,22 +44,29 @@ class FetchAhead:
     """See the module doc.  at(i): the loader starts batch i: reads may run up to `ahead`
     tiles past the tiles of batches <= i, and at() returns once those of batch i have been
     read (or the fetcher stopped or failed: the loader then reads them itself).  close():
-    stop (the read in progress finishes)."""
+    stop (the reads in progress finish).
 
-    def __init__(self, connect, order, ahead):
+    readers: threads, each with its own connection (connect() is called once per thread),
+    taking the tiles of the order in turn (reader j the tiles k with k % readers == j).  Two
+    readers overlap one tile's first request (its row's leaf page, before the VFS knows where
+    the blob lies) with the other's transfer; the dataset gives each half of the store's
+    max_inflight, so the requests in flight stay as many as with one."""
+
+    def __init__(self, connect, order, ahead, readers=1):
         self._connect = connect
         self._order = order
         self._first_batch = [b for b, _ in order]    # sorted: the order is by first need
         self._ahead = max(1, int(ahead))
+        self._readers = max(1, min(int(readers), len(order) or 1))
         self._batch = -1
-        self._done = 0              # tiles of the order read so far (a prefix of it)
-        self._running = False
+        self._got = [False] * len(order)
+        self._done = 0              # tiles of the order read so far, as a prefix of it
+        self._running = 0           # reader threads still running
         self._cv = threading.Condition()
         self._stop = False
         self._pid = os.getpid()
-        self.gate = _forksafe.Gate()
         self.error = None           # the first failure (the loader then reads by itself)
-        self._thread = None
+        self._threads = []
 
     @property
     def fetched(self):
@@ -77,11 +86,13 @@ class FetchAhead:
             self._start_locked()
 
     def _start_locked(self):
-        if self._thread is None and self._order:
-            self._running = True
-            self._thread = threading.Thread(target=self._run, name="deltacells-fetchahead",
-                                            daemon=True)
-            self._thread.start()
+        if not self._threads and self._order:
+            self._running = self._readers
+            for j in range(self._readers):
+                t = threading.Thread(target=self._run, args=(j, _forksafe.Gate()),
+                                     name="deltacells-fetchahead", daemon=True)
+                self._threads.append(t)
+                t.start()
 
     def at(self, i):
         if os.getpid() != self._pid:
@@ -92,7 +103,7 @@ class FetchAhead:
                 self._cv.notify_all()
             self._start_locked()
             need = self._tiles_upto(i)
-            while self._running and self._done < need:
+            while self._running and self.error is None and self._done < need:
                 self._cv.wait(0.5)
 
     _walk = None      # the statement that reads a tile's pages (set on the first tile)
@@ -117,12 +128,14 @@ class FetchAhead:
             # an announcement no miss used (every block already here) must not reach the next read
             con.execute("SELECT dc_vfs_expect('main', 0)").fetchone()
 
-    def _run(self):
+    def _run(self, j, gate):
+        """Reader j (its own fork Gate: the readers' SQLite work runs side by side)."""
         con = None
         try:
-            with self.gate:
+            with gate:
                 con = self._connect()
-            for k, (_, tile) in enumerate(self._order):
+            for k in range(j, len(self._order), self._readers):
+                tile = self._order[k][1]
                 with self._cv:
                     # the tiles of batches <= the current one (the first batch before at()),
                     # plus `ahead`
@@ -130,21 +143,26 @@ class FetchAhead:
                         self._cv.wait(0.5)
                     if self._stop:
                         return
-                with self.gate:
+                with gate:
                     if self._stop:
                         return
                     self._fetch(con, tile)
                 with self._cv:
-                    self._done = k + 1
+                    self._got[k] = True
+                    while self._done < len(self._got) and self._got[self._done]:
+                        self._done += 1
                     self._cv.notify_all()
         except Exception as e:      # the loader reads what it needs itself, and reports errors
-            self.error = e
+            with self._cv:
+                if self.error is None:
+                    self.error = e
+                self._stop = True   # the other readers too: the loader reads the rest itself
         finally:
             with self._cv:
-                self._running = False
+                self._running -= 1
                 self._cv.notify_all()
             if con is not None:
-                with self.gate:
+                with gate:
                     con.close()
 
     def close(self, wait=True):
@@ -153,6 +171,7 @@ class FetchAhead:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
-        t = self._thread
-        if wait and t is not None and t is not threading.current_thread():
-            t.join()
+        if wait:
+            for t in self._threads:
+                if t is not threading.current_thread():
+                    t.join()

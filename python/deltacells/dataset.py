@@ -111,14 +111,16 @@ def worker_thread_schedule(lens, worker, cores=None):
     return out
 
 
-def _vfs_shared(con):
-    """The connection's dataset goes through the dchttp VFS's process-wide block cache (the
-    extension's dc_vfs_shared: a remote file not opened with shared=0, blocks of at most 1 MiB,
-    DC_HTTP_SHARED_MB > 0), so what another connection of this process reads reaches it."""
+def _vfs_file(con):
+    """The connection's dataset file as the dchttp VFS opened it (the extension's dc_vfs_file:
+    'shared' 1 when its blocks go through the process-wide block cache, so that what another
+    connection of this process reads reaches it; 'max_inflight'), or None when it is not read
+    through dchttp."""
     try:
-        return con.execute("SELECT dc_vfs_shared('main')").fetchone()[0] == 1
+        v = con.execute("SELECT dc_vfs_file('main')").fetchone()[0]
     except sqlite3.Error:
-        return False
+        return None
+    return json.loads(v) if v else None
 
 
 def _check_int(name, v, lo):
@@ -152,7 +154,7 @@ class _Base:
         con = with_connection(self.path)
         try:
             # the fetch-ahead's condition, asked of a connection like those that read later
-            self._blocks_shared = _vfs_shared(con)
+            self._vfs = _vfs_file(con)
             cat = Catalogue(con, self.path)
             try:
                 self.obs = cat.resolve_obs(obs)
@@ -266,12 +268,16 @@ class _Base:
         (tiles fetched ahead of the loader, overlapping the store with decoding), else None."""
         if getattr(self, "prefetch_tiles", 0) <= 0 or not is_remote(self.path) or not len(batches):
             return None
-        if not self._blocks_shared:
+        if not self._vfs or not self._vfs["shared"]:
             return None           # nothing it reads would reach the loader's connection
         path = self.path
-        return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False),
+        # two readers, each with half of the store's requests in flight (see FetchAhead)
+        mi = int(self._vfs["max_inflight"])
+        readers = 2 if mi >= 2 else 1
+        remote = {"max_inflight": mi // readers} if readers > 1 else None
+        return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False, remote=remote),
                                       _fetchahead.tile_order(batches, self._cat.tile_of),
-                                      self.prefetch_tiles)
+                                      self.prefetch_tiles, readers=readers)
 
     def _obs_reader(self):
         """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the

@@ -168,7 +168,7 @@ print(ds._fetch_ahead([np.array([0, 1])]) is not None)
 
 def test_remote_epoch_with_blocks_too_big_to_share_has_no_fetcher(nginx, data, monkeypatch):
     """Blocks over 1 MiB stay out of the shared block cache: the fetcher's reads would reach no
-    other connection, so there is none (the condition is the VFS's own, dc_vfs_shared)."""
+    other connection, so there is none (the condition is the VFS's own, dc_vfs_file)."""
     url = nginx.url("d.dcdb")
     assert deltacells.CellDataset(url, batch_size=700, prefetch_tiles=2)._fetch_ahead([np.array([0, 1])]) \
         is not None
@@ -177,20 +177,81 @@ def test_remote_epoch_with_blocks_too_big_to_share_has_no_fetcher(nginx, data, m
     assert ds._fetch_ahead([np.array([0, 1])]) is None
 
 
-def test_vfs_shared_names_the_files_that_share_blocks(nginx, data):
+def test_vfs_file_says_how_the_file_was_opened(nginx, data):
+    import json
     url = nginx.url("d.dcdb")
-    for remote, want in ((None, 1), ({"shared": 0}, 0), ({"block_kb": 2048}, 0)):
+    for remote, shared, mi in ((None, 1, 4), ({"shared": 0}, 0, 4), ({"block_kb": 2048}, 0, 4),
+                               ({"max_inflight": 2}, 1, 2), ({"max_inflight": 0}, 1, 0)):
         con = deltacells.connect(url, remote=remote)
         try:
-            assert con.execute("SELECT dc_vfs_shared('main')").fetchone() == (want,), remote
+            got = json.loads(con.execute("SELECT dc_vfs_file('main')").fetchone()[0])
         finally:
             con.close()
+        assert (got["shared"], got["max_inflight"]) == (shared, mi), (remote, got)
+        assert got["block_kb"] == (remote or {}).get("block_kb", 1024), got
     con = deltacells.connect(data["db"])            # a local file, not through dchttp
     try:
-        assert con.execute("SELECT dc_vfs_shared('main')").fetchone() == (None,)
-        assert con.execute("SELECT dc_vfs_shared('nosuch')").fetchone() == (None,)
+        assert con.execute("SELECT dc_vfs_file('main')").fetchone() == (None,)
+        assert con.execute("SELECT dc_vfs_file('nosuch')").fetchone() == (None,)
     finally:
         con.close()
+
+
+def test_two_readers_keep_the_order_and_the_limit(data):
+    """Two reader threads (each its own connection) take the tiles in turn: the loader's view
+    stays the prefix of the order read, the limit holds, and each connection is made once per
+    reader."""
+    log, made = [], []
+    lock = threading.Lock()
+
+    def conn():
+        with lock:
+            made.append(1)
+        return Recording(data["db"], log, 0.02)
+    order = [(i, t) for i, t in enumerate([3, 0, 5, 1, 4, 2])]     # one tile per batch
+    fa = _fetchahead.FetchAhead(conn, order, ahead=2, readers=2)
+    try:
+        fa.at(0)
+        assert 3 in log and fa.fetched >= 1
+        time.sleep(0.3)
+        assert sorted(log) == [0, 3, 5]          # batch 0's tile and 2 more, no further
+        fa.at(5)
+        assert sorted(log) == [0, 1, 2, 3, 4, 5] and fa.fetched == 6 and fa.error is None
+    finally:
+        fa.close()
+    assert len(made) == 2
+    assert not any(t.name == "deltacells-fetchahead" for t in threading.enumerate())
+
+
+def test_a_failing_reader_stops_the_others(data):
+    calls = []
+
+    def conn():
+        calls.append(1)
+        if len(calls) == 2:
+            raise sqlite3.OperationalError("no store for this one")
+        return Recording(data["db"], [], 0.05)
+    fa = _fetchahead.FetchAhead(conn, [(i, i % 4) for i in range(12)], ahead=12, readers=2)
+    t = time.perf_counter()
+    fa.at(11)                                  # returns: the fetcher failed, the loader reads
+    fa.close()
+    assert time.perf_counter() - t < 5
+    assert isinstance(fa.error, sqlite3.OperationalError) and fa.fetched < 12
+
+
+def test_a_remote_dataset_fetches_with_two_readers_of_half_the_requests(nginx, data):
+    ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2)
+    fa = ds._fetch_ahead([np.array([0, 1500])])         # two tiles
+    try:
+        assert fa._readers == 2
+        con = fa._connect()
+        try:
+            import json
+            assert json.loads(con.execute("SELECT dc_vfs_file('main')").fetchone()[0])["max_inflight"] == 2
+        finally:
+            con.close()
+    finally:
+        fa.close()
 
 
 def test_fetcher_under_fork(nginx, data):
