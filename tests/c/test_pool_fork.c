@@ -148,6 +148,14 @@ static void *busy_thread(void *v) {
 static void test_fork_while_a_job_runs(void) {
   /* Another thread of the parent is inside dc_pool_for when the fork happens: in the
   ** child the pool's mutexes are held by threads that do not exist. */
+#ifdef __SANITIZE_ADDRESS__
+  /* GCC 12's ASan does not take its allocator's locks around fork: a parent thread inside
+  ** malloc or free at the fork leaves a region lock held in the child, whose threads then wait
+  ** on it forever (seen about 1 run in 30, the child's threads all in
+  ** SizeClassAllocator64::GetFromAllocator; the plain build passed 150 of 150). */
+  DCT_SKIP("ASan's allocator is not fork-safe with other threads running (the plain build runs it)");
+  return;
+#endif
   tile_t t;
   DCT_CHECK(tile_make(&t));
   busy_arg b = {dc_pool_new(4), 0};
