@@ -48,9 +48,10 @@
 ** its tile.  Not part of the format: a dataset without it reads the same, slower.  Made by the
 ** tiles table's xCreate (so by convert and merge once the tiles are in, its pages together at the
 ** end) and by append; printf arguments: schema, shadow, shadow. */
-#define DC_TILES_INDEX DC_TILES_DATA "_meta"
+#define DC_TILES_INDEX_SUFFIX "_meta"
+#define DC_TILES_INDEX DC_TILES_DATA DC_TILES_INDEX_SUFFIX
 #define DC_TILES_INDEX_SQL                                                                         \
-  "CREATE INDEX IF NOT EXISTS \"%w\".\"%w_meta\" ON \"%w\"(tile, first_cell, n_cells, nnz, chunks, checksum)"
+  "CREATE INDEX IF NOT EXISTS \"%w\".\"%w" DC_TILES_INDEX_SUFFIX "\" ON \"%w\"(tile, first_cell, n_cells, nnz, chunks, checksum)"
 #define DC_FORMAT_SEALED 3         /* the first version with seals (dc_seal.h) */
 #define DC_PAGE_SIZE 32768         /* PRAGMA page_size of a new dataset */
 #define DC_GENES_BLOCK 1048576     /* genes per genes_blocks row (default) */

@@ -281,8 +281,13 @@ int64_t dh_pf_take(dc_hfile *f, dc_prefetch *p, pf_ent *e) {
   if (st != PF_DONE) return 0;
   int64_t end = e->first + e->n;
   pf_install(f, p, e, 1);
-  f->pf_depth++;                         /* the stream goes on: one more request ahead */
   return end;
+}
+
+/* the reader took a request's blocks in order: the stream goes on, one more request ahead */
+void dh_pf_advance(dc_hfile *f, dc_prefetch *p, int64_t from) {
+  f->pf_depth++;
+  dh_pf_schedule(f, p, from);
 }
 
 /* the reader left the stream: queued requests dropped; those in flight or fetched stay until their

@@ -134,7 +134,6 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     dc_prefetch *p = blk ? NULL : dh_pf_peek(f);
     pf_ent *e;
     int64_t pend;
-    int depth = f->pf_depth;
     if (blk) atomic_fetch_add(&dh_st.mem_hits, 1);
     else if (p && (e = dh_pf_find(p, b)) && (pend = dh_pf_take(f, p, e))) {
       /* a block of a prefetch request (waited for when in flight): in memory now with the
@@ -145,11 +144,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       ** would deepen the stream and it would fetch everything between them, while a scan that
       ** reads a leaf page ahead and comes back to its blob goes on */
       f->last_miss = pend - 1;
-      if (in_order(f, b)) {
-        dh_pf_schedule(f, p, pend);
-      } else {
-        f->pf_depth = depth;               /* (the take counted it as the stream's) */
-      }
+      if (in_order(f, b)) dh_pf_advance(f, p, pend);
       b--;
       continue;
     } else if (!f->local) {
@@ -174,7 +169,8 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     ** its request */
     int64_t expect = f->expect_blocks;
     f->expect_blocks = 0;                   /* an announcement is for one miss */
-    int seq = goes_on(f, f->last_miss + 1, b) || expect > 1;
+    int cont = goes_on(f, f->last_miss + 1, b);
+    int seq = cont || expect > 1;
     if (seq && !p) p = dh_pf_get(f);
     if (p) {
       e = NULL;
@@ -190,18 +186,21 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       if (e && (pend = dh_pf_take(f, p, e))) {
         f->last_miss = pend - 1;
         f->rd_next = b;                  /* a stream starts here: the reader reads in order */
-        dh_pf_schedule(f, p, pend);
+        dh_pf_advance(f, p, pend);
         b--;                             /* block b is in memory now */
         continue;
       }
       if (!e) dh_pf_jump(p);                /* the reader left the stream */
     }
     /* a miss: the missing run of this read, and more ahead when reading sequentially */
-    f->run = goes_on(f, f->last_miss + 1, b) ? f->run + 1 : 0;
+    f->run = cont ? f->run + 1 : 0;
     int64_t need = last - b + 1;
     int64_t want = need * dc_readahead_blocks(f->run, f->ra_blocks);
     if (want > f->ra_blocks && want > need) want = f->ra_blocks > need ? f->ra_blocks : need;
-    if (expect > want) want = expect < f->ra_blocks ? expect : f->ra_blocks > want ? f->ra_blocks : want;
+    if (expect > 0) {                       /* an announced read: as much of it as one request takes */
+      int64_t ew = expect < f->ra_blocks ? expect : f->ra_blocks;
+      if (ew > want) want = ew;
+    }
     int64_t x = b;
     while (x + 1 < b + want && x + 1 < nblocks) {
       int64_t l2;

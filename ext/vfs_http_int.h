@@ -120,6 +120,8 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from);
 /* block idx from the prefetcher: waits for its request, installs its blocks into memory and
 ** returns the entry's last block + 1; 0 when it has not got it (not asked for, or failed) */
 int64_t dh_pf_take(dc_hfile *f, dc_prefetch *p, pf_ent *e);
+/* the stream goes on from block `from` after an in-order take: one request more ahead, queued */
+void dh_pf_advance(dc_hfile *f, dc_prefetch *p, int64_t from);
 /* the reader left the stream: queued requests dropped */
 void dh_pf_jump(dc_prefetch *p);
 #endif

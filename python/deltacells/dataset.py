@@ -12,8 +12,8 @@ Reading ahead: unless prefetch_tiles=0, each iterator runs one background thread
 with its own connection to the dataset, started by the iterator's first next().
 It calls dc_batch (the extension decodes in its own threads; Python releases the GIL
 while SQLite works) and builds the next batches while the training step runs, at
-most about prefetch_tiles tiles' worth of cells ahead.  For a remote dataset (a URL) a
-second thread fetches the coming tiles' blobs ahead of it into the VFS's shared block
+most about prefetch_tiles tiles' worth of cells ahead.  For a remote dataset (a URL)
+reader threads fetch the coming tiles' blobs ahead of it into the VFS's shared block
 cache (_fetchahead.py), so that the store's latency overlaps decoding.
 
 Fork safety (DataLoader workers are forked on Linux): the dataset holds no connection;
