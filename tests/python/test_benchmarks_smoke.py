@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from _python_data import PY, ROOT  # noqa: E402
 
-SUITES = ["decode", "levels", "formats", "pipeline", "obs", "real"]
+SUITES = ["decode", "levels", "formats", "pipeline", "obs", "real", "remote", "append"]
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +55,15 @@ def test_results_carry_the_measurements_the_report_uses(smoke):
     assert all(f["bytes"] > 0 and f["read_1t_s"] > 0 for f in fm["formats"])
     pl = json.loads((out / "pipeline.json").read_text())[0]["result"]
     assert any(q["kind"] == "deltacells" and q["cells_per_s"] > 0 for q in pl["results"])
-    nm = json.loads((out / "not_measured.json").read_text())
-    assert nm[0]["skipped"] and nm[0]["result"] is None
+    rm = json.loads((out / "remote.json").read_text())[0]["result"]
+    remote = [q for q in rm["runs"] if q["source"] == "remote"]
+    assert {q["max_inflight"] for q in remote} == {0, 2}
+    assert all(q["cells_per_s"] > 0 and q["of_ceiling"] > 0 for q in remote)
+    assert all(c["MB_per_s"] > 0 for c in rm["ceiling"].values())
+    ap = json.loads((out / "append.json").read_text())[0]["result"]
+    assert ap["append"]["files"] == 3 and ap["append"]["ratio"] > 0
+    assert ap["merge_generated"]["speedup"] > 0 and "skipped" in ap["merge_real"]
+    assert not (out / "not_measured.json").exists()
 
 
 def test_report_writes_tables_and_plots(smoke, tmp_path):
@@ -68,7 +75,8 @@ def test_report_writes_tables_and_plots(smoke, tmp_path):
     text = md.read_text()
     for h in ("## Where deltacells loses", "## Decode: the reference tile", "## Compression level and chunking",
               "## Formats: size and file -> CSR in RAM", "## DataLoader throughput", "## Obs:",
-              "## Real files: decode", "## Is the loader fast enough for my model?"):
+              "## Real files: decode", "## Remote: a dataset behind an emulated object store",
+              "## Changing a dataset: append and merge", "## Is the loader fast enough for my model?"):
         assert h in text, h
     assert "| deltacells |" in text
     assert "| avx2 |" in text or "| scalar |" in text
