@@ -268,10 +268,11 @@ def child(cfg):
 
 STAGES = [("sql_call", "SQL call (execute: dc_batch, all of it)"),
           ("ext_plan", "  in it: parse ids, map cells to chunks"),
-          ("ext_fetch", "  in it: blob reads + decode (cached/gathered chunks)"),
+          ("ext_fetch", "  in it: blob reads + decode (placing: + the cells' sizes, no decode)"),
           ("ext_direct", "  in it: decode straight into the result"),
           ("ext_copy", "  in it: gather rows into the result"),
           ("copy_out", "copy into Python (result -> batch buffers, dtype on the way)"),
+          ("place", "placing: a window's chunks decoded, each cell into its batch's buffers"),
           ("tensor", "tensor construction"),
           ("obs", "obs (text columns; the others come in the SQL call)"),
           ("transform", "transform")]

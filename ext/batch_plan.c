@@ -55,6 +55,39 @@ size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t
   return m;
 }
 
+static int cmp_row_cell(const void *a, const void *b, void *ctx) {
+  const batch_cellref *ref = ctx;
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  if (ref[x].cell != ref[y].cell) return ref[x].cell < ref[y].cell ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int64_t n, size_t n_keys,
+                          uint64_t *row0, int64_t *rows) {
+  memset(row0, 0, (n_keys + 1) * sizeof *row0);
+  for (int64_t i = 0; i < n; i++) row0[rowkey[i] + 1]++;
+  for (size_t q = 0; q < n_keys; q++) row0[q + 1] += row0[q];
+  for (int64_t i = 0; i < n; i++) rows[row0[rowkey[i]]++] = i;    /* row0[q] ends at key q's end */
+  for (size_t q = n_keys; q > 0; q--) row0[q] = row0[q - 1];
+  row0[0] = 0;
+  /* repeats: within a key, by cell (then row), an equal neighbour is a repeat */
+  int64_t first = -1;
+  for (size_t q = 0; q < n_keys; q++) {
+    uint64_t a = row0[q], b = row0[q + 1];
+    int sorted = 1;
+    for (uint64_t k = a + 1; k < b && sorted; k++) sorted = ref[rows[k - 1]].cell < ref[rows[k]].cell;
+    if (sorted) continue;
+    int64_t *tmp = malloc((b - a) * sizeof *tmp);
+    if (!tmp) return -2;
+    memcpy(tmp, rows + a, (b - a) * sizeof *tmp);
+    qsort_r(tmp, b - a, sizeof *tmp, cmp_row_cell, (void *)ref);
+    for (uint64_t k = 1; k < b - a; k++)
+      if (ref[tmp[k]].cell == ref[tmp[k - 1]].cell && (first < 0 || tmp[k] < first)) first = tmp[k];
+    free(tmp);
+  }
+  return first;
+}
+
 uint32_t batch_groups(const dc_chunkkey *keys, size_t n_keys, dc_chunk_data *const *chunks, batch_info_fn info,
                       void *ictx, int64_t budget, uint32_t *group) {
   int64_t bytes = 0;

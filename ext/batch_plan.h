@@ -59,6 +59,14 @@ size_t batch_find_direct(const int64_t *ids, const batch_cellref *ref, int64_t n
 size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t n, dc_chunkkey *keys,
                         uint32_t *rowkey);
 
+/* Placing (dc_batch's place argument): the rows grouped by their key, rowkey as
+** batch_chunk_keys wrote it (no direct rows): rows[row0[q] .. row0[q + 1]) are the rows of
+** key q, in row order (row0 has n_keys + 1 entries).  Returns -1, or the first row (in
+** row order) that repeats a cell an earlier row already asked for (a cell has one place);
+** -2 when out of memory. */
+int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int64_t n, size_t n_keys,
+                          uint64_t *row0, int64_t *rows);
+
 /* Step 3b.  group[q] for each key: 0 for a chunk already held (chunks[q] != NULL), else
 ** consecutive groups of chunks whose decoded size (8 bytes a nonzero and a cell) stays
 ** within budget (a chunk larger than the budget is a group of its own).  Returns the

@@ -4,6 +4,7 @@
 ** itself is batch_run_take (batch_plan.c) on the result's connection's pool.
 */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include "batch_ticket.h"
 
@@ -16,6 +17,19 @@ void batch_pending_unref(batch_pending *p) {
   sqlite3_free(p);
 }
 
+void batch_place_unref(batch_place *p) {
+  if (!p || __atomic_sub_fetch(&p->n_ref, 1, __ATOMIC_ACQ_REL) > 0) return;
+  dc_reader_read_free(p->tb, p->n_tb);
+  if (p->heads) for (size_t k = 0; k < p->n_tb; k++) sqlite3_free(p->heads[k]);
+  sqlite3_free(p->heads);
+  sqlite3_free(p->keys);
+  sqlite3_free(p->key_tb);
+  sqlite3_free(p->row0);
+  sqlite3_free(p->rows);
+  sqlite3_free(p->row_cell);
+  sqlite3_free(p->nnz);
+  sqlite3_free(p);
+}
 
 /* The registry is process-wide (the ctypes caller names a ticket by number only).  A ticket
 ** with a pending result uses its connection's pool: takes_active counts the takes copying now
@@ -29,6 +43,7 @@ typedef struct ticket {
   int64_t n_cells, nnz;
   void *indptr, *indices, *data;   /* references held (indices, data NULL with pend) */
   batch_pending *pend;
+  batch_place *place;               /* a placing result (the rest NULL) */
 } ticket;
 static pthread_mutex_t ticket_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t takes_done = PTHREAD_COND_INITIALIZER;
@@ -47,17 +62,32 @@ static void ticket_atfork(void) { pthread_atfork(ticket_lock, ticket_unlock, tic
 static void ticket_release(ticket *t) {
   rcbuf_unref(t->indptr); rcbuf_unref(t->indices); rcbuf_unref(t->data);
   batch_pending_unref(t->pend);
+  batch_place_unref(t->place);
 }
+
+static uint64_t ticket_store(ticket t);
 
 uint64_t batch_ticket_issue(int64_t n_cells, int64_t nnz, void *indptr, void *indices, void *data,
                             batch_pending *pend) {
   if (!indptr || (!pend && (!indices || !data))) return 0;
-  ticket t = { 0, n_cells, nnz, indptr, indices, data, pend };
+  ticket t = { 0, n_cells, nnz, indptr, indices, data, pend, NULL };
   if (t.pend) { t.indices = t.data = NULL; __atomic_add_fetch(&t.pend->n_ref, 1, __ATOMIC_ACQ_REL); }
   rcbuf_ref(t.indptr);
   if (t.indices) rcbuf_ref(t.indices);
   if (t.data) rcbuf_ref(t.data);
-  ticket old = { 0, 0, 0, NULL, NULL, NULL, NULL };
+  return ticket_store(t);
+}
+
+uint64_t batch_ticket_issue_place(batch_place *place) {
+  if (!place) return 0;
+  ticket t = { 0, place->n, place->total, NULL, NULL, NULL, NULL, place };
+  __atomic_add_fetch(&place->n_ref, 1, __ATOMIC_ACQ_REL);
+  return ticket_store(t);
+}
+
+/* Stores a ticket (its references already taken) in a free slot or the oldest one's. */
+static uint64_t ticket_store(ticket t) {
+  ticket old = { 0, 0, 0, NULL, NULL, NULL, NULL, NULL };
   pthread_once(&ticket_once, ticket_atfork);
   pthread_mutex_lock(&ticket_mu);
   t.id = ticket_next++;
@@ -79,7 +109,8 @@ void dc_batch_forget_conn(dc_conn *conn) {
   pthread_mutex_lock(&ticket_mu);
   takes_wait_locked();
   for (int k = 0; k < TICKET_MAX; k++)
-    if (tickets[k].id && tickets[k].pend && tickets[k].pend->conn == conn) {
+    if (tickets[k].id && ((tickets[k].pend && tickets[k].pend->conn == conn) ||
+                          (tickets[k].place && tickets[k].place->conn == conn))) {
       gone[n++] = tickets[k];
       memset(&tickets[k], 0, sizeof tickets[k]);
     }
@@ -109,11 +140,11 @@ void dc_batch_pool_change(dc_conn *conn, int threads) {
 int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *indptr_out,
                            int32_t *indices_out, void *data_out, int data_kind, int64_t *bad,
                            int64_t *bad_at) {
-  ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL };
+  ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL, NULL };
   if (!id) return -1;
   pthread_mutex_lock(&ticket_mu);
   for (int k = 0; k < TICKET_MAX; k++)
-    if (tickets[k].id == id) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
+    if (tickets[k].id == id && !tickets[k].place) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
   if (t.id) takes_active++;
   pthread_mutex_unlock(&ticket_mu);
   int rc = 0;
@@ -154,3 +185,83 @@ out:
   return rc;
 }
 
+
+/* Exchanges a placing ticket of dc_batch for its cells, each decoded straight to the caller's
+** address for it, and releases it.  Row i (the i-th requested cell) goes to ix_addr[i]
+** (int32 gene indices) and val_addr[i] (counts, int32 for kind 0, float32 for kind 1); each
+** must have room for that row's nonzeros as dc_batch's cell_nnz gave them.  Both NULL:
+** release only.  Returns 0; -1 unknown ticket (taken, released, never issued, of a closed
+** connection, or not a placing one); -3 n_cells or nnz differ from the result's; -4 a kind
+** other than int32 or float32; -5 a chunk could not be decoded (msg, msg_len bytes: which and
+** why), the places then hold arbitrary values; -6 out of memory.  Thread rules as for
+** deltacells_ticket_take. */
+int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uint64_t *ix_addr,
+                            const uint64_t *val_addr, int kind, char *msg, int msg_len) {
+  ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL, NULL };
+  if (msg && msg_len > 0) msg[0] = 0;
+  if (!id) return -1;
+  pthread_mutex_lock(&ticket_mu);
+  for (int k = 0; k < TICKET_MAX; k++)
+    if (tickets[k].id == id && tickets[k].place) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
+  if (t.id) takes_active++;
+  pthread_mutex_unlock(&ticket_mu);
+  int rc = 0;
+  dc_job *jobs = NULL;
+  dc_place *pl = NULL;
+  void **ptrs = NULL;
+  if (!t.id) { rc = -1; goto out; }
+  if (!ix_addr && !val_addr) goto out;
+  batch_place *p = t.place;
+  if (n_cells != p->n || nnz != p->total || !ix_addr || !val_addr) { rc = -3; goto out; }
+  if (kind != BATCH_KIND_I32 && kind != BATCH_KIND_F32) { rc = -4; goto out; }
+  /* per key, one pointer per cell of its chunk (NULL: decoded into the sink) */
+  uint64_t n_ptr = 0;
+  for (size_t q = 0; q < p->n_keys; q++) n_ptr += p->heads[p->key_tb[q]]->hdr.chunk[p->keys[q].chunk].n_cells;
+  jobs = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *jobs);
+  pl = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *pl);
+  ptrs = sqlite3_malloc64((n_ptr ? 2 * n_ptr : 1) * sizeof *ptrs);
+  if (!jobs || !pl || !ptrs) { rc = -6; goto out; }
+  memset(ptrs, 0, 2 * n_ptr * sizeof *ptrs);
+  memset(jobs, 0, p->n_keys * sizeof *jobs);
+  uint64_t o = 0;
+  for (size_t q = 0; q < p->n_keys; q++) {
+    const dc_tilehead *h = p->heads[p->key_tb[q]];
+    uint32_t nc = h->hdr.chunk[p->keys[q].chunk].n_cells;
+    void **ix = ptrs + o, **val = ptrs + n_ptr + o;
+    o += nc;
+    for (uint64_t k = p->row0[q]; k < p->row0[q + 1]; k++) {
+      int64_t row = p->rows[k];
+      ix[p->row_cell[row]] = (void *)(uintptr_t)ix_addr[row];
+      val[p->row_cell[row]] = (void *)(uintptr_t)val_addr[row];
+    }
+    pl[q] = (dc_place){ (int32_t *const *)ix, val, kind == BATCH_KIND_F32 };
+    jobs[q].buf = p->tb[p->key_tb[q]].buf;
+    jobs[q].len = (size_t)h->blob_len;
+    jobs[q].hdr = &h->hdr;
+    jobs[q].chunk = p->keys[q].chunk;
+    jobs[q].rc = -1;
+    jobs[q].place = &pl[q];
+  }
+  if (dc_pool_decode(p->conn->pool, jobs, p->n_keys) != DC_OK) {
+    rc = -5;
+    for (size_t q = 0; q < p->n_keys; q++)
+      if (jobs[q].rc != DC_OK) {
+        if (jobs[q].rc == DC_ENOMEM) rc = -6;
+        if (msg && msg_len > 0)
+          snprintf(msg, (size_t)msg_len, "tile %u chunk %u: %s", p->keys[q].tile, p->keys[q].chunk,
+                   jobs[q].err.msg[0] ? jobs[q].err.msg : dc_strerror(jobs[q].rc));
+        break;
+      }
+  }
+out:
+  sqlite3_free(jobs);
+  sqlite3_free(pl);
+  sqlite3_free(ptrs);
+  if (t.id) {
+    pthread_mutex_lock(&ticket_mu);
+    if (--takes_active == 0) pthread_cond_broadcast(&takes_done);
+    pthread_mutex_unlock(&ticket_mu);
+    ticket_release(&t);
+  }
+  return rc;
+}

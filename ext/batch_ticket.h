@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "dc_ext.h"
 #include "batch_plan.h"
+#include "dc_reader.h"   /* dc_tilebytes, dc_tilehead */
 
 /* A result whose rows are not gathered yet: each row's place in its decoded chunk and in the
 ** output, and references to those chunks.  Shared (counted) by the cursor and a ticket; it
@@ -25,10 +26,33 @@ typedef struct batch_pending {
 
 void batch_pending_unref(batch_pending *p);   /* NULL: nothing */
 
+/* A placing result (dc_batch(cells, NULL, obs, 1)): the bytes of the chunks that hold the
+** requested cells, read on the querying thread, and where each requested cell is.  Its ticket
+** goes to deltacells_ticket_place, which decodes each chunk once on the connection's pool,
+** every requested cell straight to the caller's address for it: no decoded chunk is kept and
+** no row is copied.  Shared (counted) by the cursor and a ticket. */
+typedef struct batch_place {
+  int n_ref;                        /* atomic */
+  dc_conn *conn;
+  int64_t n, total;                 /* requested cells, their nonzeros */
+  dc_tilebytes *tb; size_t n_tb;    /* owned: the tiles' buffers (rcbufs), sorted by tile */
+  dc_tilehead **heads;              /* owned copies of their headers, per tb entry */
+  dc_chunkkey *keys; size_t n_keys; /* owned: the distinct chunks, sorted */
+  uint32_t *key_tb;                 /* owned: per key, its tb entry */
+  uint64_t *row0;                   /* owned: per key, its rows in rows (n_keys + 1) */
+  int64_t *rows;                    /* owned: the requested rows grouped by key */
+  uint32_t *row_cell;               /* owned: per requested row, its cell in its chunk */
+  uint32_t *nnz;                    /* owned: per requested row, its nonzeros */
+} batch_place;
+
+void batch_place_unref(batch_place *p);       /* NULL: nothing */
+
 /* Registers a result: indptr (int64, n_cells + 1) and either indices/data (int32 blobs, nnz
 ** each) or pend; the buffers are rcbufs and pend is counted (references taken here).  Returns
 ** the ticket id, 0 when there is no result.  At most a few tickets are outstanding in the
 ** process; issuing more releases the oldest. */
 uint64_t batch_ticket_issue(int64_t n_cells, int64_t nnz, void *indptr, void *indices, void *data,
                             batch_pending *pend);
+/* The same for a placing result (a reference taken here); 0 when out of memory. */
+uint64_t batch_ticket_issue_place(batch_place *place);
 #endif

@@ -21,12 +21,18 @@
 **                        --   then positions in this panel, other genes dropped
 **     obs HIDDEN         -- argument 3 (optional): JSON array of obs column names
 **                        --   (stored columns of the cells table, not text)
+**     place HIDDEN       -- argument 4 (optional): 1 asks for a placing result
+**                        --   (below); 0 or NULL, the usual one
 **     ticket HIDDEN      -- read only: an integer that deltacells_ticket_take()
 **                        --   (a C function of this library) exchanges for the
 **                        --   indptr/indices/data, copied once into the caller's
 **                        --   buffers (and converted to the caller's dtype)
 **     nnz HIDDEN         -- read only: the batch's nonzeros (length(data) / 4,
 **                        --   without making the data blob)
+**     cell_nnz HIDDEN    -- read only, with place: int32 LE, each requested
+**                        --   cell's nonzeros, in request order; NULL when the
+**                        --   cells cannot be placed (a repeated cell, a tile of
+**                        --   a codec other than rans): ask without place then
 **     obs_values HIDDEN  -- read only, with obs: the values of those columns for
 **                        --   the batch's cells, in row order, in one blob: m int64
 **                        --   formats (0 int64, 1 float64), then m columns of
@@ -53,6 +59,16 @@
 ** At most TICKET_MAX tickets are outstanding in the process; older ones are
 ** released.  An unknown (taken, released or made-up) ticket is an error, never
 ** a memory access.
+**
+** Placing (place = 1; no gene panel): the loader's shuffled batches each take cells from
+** every chunk of a window of tiles, so a window's chunks decoded into the chunk cache and
+** then copied row by row into each batch cost a decode and a copy of every value.  With
+** place, the call reads the raw bytes of the chunks holding the requested cells (on the
+** querying thread, as always) and their per-cell counts (no decoding), and returns
+** cell_nnz and a ticket; the caller lays out its batches from cell_nnz and hands the ticket
+** to deltacells_ticket_place (ctypes) with one address per cell, which decodes each chunk
+** once on the pool, every requested cell straight to its address: no cache entry, no copy.
+** The indptr, indices, data and cell_ids columns are NULL then.
 **
 ** Cells may come in any order and repeat; rows follow the request.  The
 ** table reads nothing but its own schema's tiles_data, dc_meta and genes, so
@@ -116,15 +132,22 @@ typedef struct batch_cursor {
   void *blob[5];           /* cell_ids, indptr, indices, data, obs_values (refcounted) */
   uint64_t len[5];
   batch_pending *pend;     /* indices and data not gathered yet (blob[2], blob[3] NULL) */
+  batch_place *place;      /* a placing result (place = 1) */
+  void *cell_nnz;          /* its per-cell counts (rcbuf, int32 x n_cells) */
 } batch_cursor;
 
+/* the arguments are the first four hidden columns, in argument order */
 enum { COL_NCELLS, COL_NGENES, COL_CELLIDS, COL_INDPTR, COL_INDICES, COL_DATA, COL_CELLS, COL_GENES, COL_OBS,
-       COL_TICKET, COL_OBSVAL, COL_NNZ };
+       COL_PLACE, COL_TICKET, COL_OBSVAL, COL_NNZ, COL_CELLNNZ };
 
 static void cursor_reset(batch_cursor *c) {
   for (int i = 0; i < 5; i++) { rcbuf_unref(c->blob[i]); c->blob[i] = NULL; c->len[i] = 0; }
   batch_pending_unref(c->pend);
   c->pend = NULL;
+  batch_place_unref(c->place);
+  c->place = NULL;
+  rcbuf_unref(c->cell_nnz);
+  c->cell_nnz = NULL;
   c->eof = 1;
 }
 
@@ -137,7 +160,8 @@ static int batch_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   }
   int rc = sqlite3_declare_vtab(db,
       "CREATE TABLE x(n_cells INTEGER, n_genes INTEGER, cell_ids BLOB, indptr BLOB, indices BLOB,"
-      " data BLOB, cells HIDDEN, genes HIDDEN, obs HIDDEN, ticket HIDDEN, obs_values HIDDEN, nnz HIDDEN)");
+      " data BLOB, cells HIDDEN, genes HIDDEN, obs HIDDEN, place HIDDEN, ticket HIDDEN, obs_values HIDDEN,"
+      " nnz HIDDEN, cell_nnz HIDDEN)");
   if (rc != SQLITE_OK) return rc;
   sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
   batch_vtab *v = sqlite3_malloc64(sizeof *v);
@@ -176,36 +200,41 @@ static int batch_destroy(sqlite3_vtab *p) {
 
 /* ------------------------------------------------ plans */
 static const char *const col_names[] = {"n_cells", "n_genes", "cell_ids", "indptr", "indices", "data",
-                                       "cells", "genes", "obs", "ticket", "obs_values", "nnz"};
+                                       "cells", "genes", "obs", "place", "ticket", "obs_values", "nnz",
+                                       "cell_nnz"};
 static const char *plan_col_name(void *ctx, int col) { (void)ctx; return col_names[col]; }
 static const dc_plan_table plan_table = {(int)(sizeof col_names / sizeof col_names[0]), plan_col_name, NULL, NULL, 0};
 
+/* the argument columns, in argument order */
+static const int arg_cols[4] = {COL_CELLS, COL_GENES, COL_OBS, COL_PLACE};
+
 static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
   (void)p;
-  int idx[3] = { -1, -1, -1 }, unusable = 0;
+  int idx[4] = { -1, -1, -1, -1 }, unusable = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
-    if (c->iColumn != COL_CELLS && c->iColumn != COL_GENES && c->iColumn != COL_OBS) continue;
-    int a = c->iColumn == COL_OBS ? 2 : c->iColumn - COL_CELLS;
-    if (c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
+    int a = -1;
+    for (int k = 0; k < 4; k++) if (c->iColumn == arg_cols[k]) a = k;
+    if (a < 0 || c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;
     if (!c->usable) { unusable |= 1 << a; continue; }
     if (idx[a] < 0) idx[a] = i;
   }
-  if (unusable & ~((idx[0] >= 0 ? 1 : 0) | (idx[1] >= 0 ? 2 : 0) | (idx[2] >= 0 ? 4 : 0))) return SQLITE_CONSTRAINT;
+  int have = 0;
+  for (int a = 0; a < 4; a++) have |= (idx[a] >= 0) << a;
+  if (unusable & ~have) return SQLITE_CONSTRAINT;
   if (idx[0] < 0) {
     if (dc_plan_set(info, &plan_table, NULL, 0, 0) != SQLITE_OK) return SQLITE_NOMEM;   /* "scan" */
     info->estimatedCost = 1e12;
     info->estimatedRows = 1;
     return SQLITE_OK;
   }
-  static const int cols[3] = {COL_CELLS, COL_GENES, COL_OBS};
-  dc_plan_item items[3];
+  dc_plan_item items[4];
   int argn = 0;
-  for (int a = 0; a < 3; a++) {
+  for (int a = 0; a < 4; a++) {
     if (idx[a] < 0) continue;
     info->aConstraintUsage[idx[a]].argvIndex = ++argn;
     info->aConstraintUsage[idx[a]].omit = 1;
-    items[argn - 1] = (dc_plan_item){DC_ITEM_TERM, cols[a], DC_OP_EQ, 1, argn - 1};
+    items[argn - 1] = (dc_plan_item){DC_ITEM_TERM, arg_cols[a], DC_OP_EQ, 1, argn - 1};
   }
   if (dc_plan_set(info, &plan_table, items, argn, argn) != SQLITE_OK) return SQLITE_NOMEM;
   info->estimatedCost = 1000;
@@ -364,7 +393,8 @@ static void job_free(batch_job *j) {
 
 /* The plan's arguments, by hidden column. */
 static int batch_args(batch_vtab *v, int idxNum, const char *idxStr, int argc, sqlite3_value **argv,
-                      sqlite3_value **cells_arg, sqlite3_value **genes_arg, sqlite3_value **obs_arg) {
+                      sqlite3_value **cells_arg, sqlite3_value **genes_arg, sqlite3_value **obs_arg,
+                      sqlite3_value **place_arg) {
   dc_plan_item items[DC_PLAN_MAX_ITEMS];
   int n_items;
   char why[200] = "";
@@ -374,7 +404,7 @@ static int batch_args(batch_vtab *v, int idxNum, const char *idxStr, int argc, s
   for (int i = 0; i < n_items; i++) {
     const dc_plan_item *it = &items[i];
     sqlite3_value **slot = it->col == COL_CELLS ? cells_arg : it->col == COL_GENES ? genes_arg
-                         : it->col == COL_OBS ? obs_arg : NULL;
+                         : it->col == COL_OBS ? obs_arg : it->col == COL_PLACE ? place_arg : NULL;
     if (!slot || it->op != DC_OP_EQ || *slot)
       return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: unknown plan '%s': item %d is not an argument", idxStr, i + 1);
     *slot = argv[it->arg];
@@ -555,6 +585,126 @@ static int assemble(batch_vtab *v, batch_job *j, dc_pool *pool, int64_t *t) {
   return k.bad ? SQLITE_NOMEM : SQLITE_OK;
 }
 
+/* Placing (place = 1): where each requested cell is, the raw bytes of its chunks (read here,
+** on the querying thread) and its nonzeros (from the chunks' per-cell counts, on the pool, no
+** decoding), kept in *out for deltacells_ticket_place.  *out stays NULL, and the call still
+** succeeds, when the cells cannot be placed: a cell asked for twice, or a tile of a codec
+** other than rans (the caller asks without place then). */
+static int place_cells(batch_vtab *v, batch_job *j, dc_pool *pool, batch_place **out) {
+  dc_reader *r = v->reader;
+  int64_t n = j->n;
+  uint64_t nn = (uint64_t)(n ? n : 1);
+  int rc = SQLITE_OK;
+  uint32_t *rowkey = NULL, *cnt = NULL;
+  uint64_t *cnt0 = NULL;
+  uint8_t *nodirect = NULL;
+  dc_job *jobs = NULL;
+  *out = NULL;
+  batch_place *p = sqlite3_malloc64(sizeof *p);
+  if (!p) return SQLITE_NOMEM;
+  memset(p, 0, sizeof *p);
+  p->n_ref = 1;
+  p->conn = v->conn;
+  p->n = n;
+  j->ref = sqlite3_malloc64(nn * sizeof *j->ref);
+  p->keys = sqlite3_malloc64(nn * sizeof *p->keys);
+  p->rows = sqlite3_malloc64(nn * sizeof *p->rows);
+  p->row_cell = sqlite3_malloc64(nn * sizeof *p->row_cell);
+  p->nnz = sqlite3_malloc64(nn * sizeof *p->nnz);
+  rowkey = sqlite3_malloc64(nn * sizeof *rowkey);
+  nodirect = sqlite3_malloc64(nn);
+  if (!j->ref || !p->keys || !p->rows || !p->row_cell || !p->nnz || !rowkey || !nodirect) { rc = SQLITE_NOMEM; goto fail; }
+  memset(nodirect, 0, nn);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t t = dc_reader_tile_of(r, j->ids[i]);
+    const dc_tilehead *h;
+    if (t < 0) { rc = dc_err(&j->err, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: cell %lld has no tile", (long long)j->ids[i]); goto fail; }
+    if ((rc = dc_reader_head(r, (uint32_t)t, &h, &j->err)) != SQLITE_OK) goto fail;
+    if (h->hdr.codec != DC_CODEC_RANS) goto not_placeable;
+    uint32_t rel = (uint32_t)(j->ids[i] - r->tiles[t].first_cell);
+    uint32_t ch = dc_reader_chunk_of(h, rel);
+    j->ref[i] = (batch_cellref){(uint32_t)t, ch, rel - h->hdr.chunk[ch].first_cell};
+    p->row_cell[i] = j->ref[i].cell;
+  }
+  {
+    /* the output the caller lays out, as the tile index predicts it: within batch_mb, as for a
+    ** batch read the usual way (refused before anything is read) */
+    double est = 0;
+    for (int64_t i = 0; i < n; i++) {
+      const dc_chunk_info *ci = &r->heads[j->ref[i].tile]->hdr.chunk[j->ref[i].chunk];
+      est += (double)ci->nnz / (double)ci->n_cells;
+    }
+    if ((rc = check_size(v, n, est, 1)) != SQLITE_OK) goto fail;
+  }
+  p->n_keys = batch_chunk_keys(j->ref, nodirect, n, p->keys, rowkey);
+  p->row0 = sqlite3_malloc64((p->n_keys + 1) * sizeof *p->row0);
+  if (!p->row0) { rc = SQLITE_NOMEM; goto fail; }
+  int64_t rep = batch_rows_by_key(j->ref, rowkey, n, p->n_keys, p->row0, p->rows);
+  if (rep == -2) { rc = SQLITE_NOMEM; goto fail; }
+  if (rep >= 0) goto not_placeable;
+  if ((rc = dc_reader_read(r, p->keys, p->n_keys, &p->tb, &p->n_tb, &j->err)) != SQLITE_OK) goto fail;
+  p->heads = sqlite3_malloc64((p->n_tb ? p->n_tb : 1) * sizeof *p->heads);
+  p->key_tb = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *p->key_tb);
+  cnt0 = sqlite3_malloc64((p->n_keys + 1) * sizeof *cnt0);
+  jobs = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *jobs);
+  if (!p->heads || !p->key_tb || !cnt0 || !jobs) { rc = SQLITE_NOMEM; goto fail; }
+  memset(p->heads, 0, (p->n_tb ? p->n_tb : 1) * sizeof *p->heads);
+  for (size_t k = 0; k < p->n_tb; k++) {
+    /* the header only (the tile buffer holds the prefix bytes the decoder reads) */
+    const dc_tilehead *h = r->heads[p->tb[k].tile];
+    size_t sz = DC_TILEHEAD_SIZE(h->hdr.n_chunks);
+    if (!(p->heads[k] = sqlite3_malloc64(sz))) { rc = SQLITE_NOMEM; goto fail; }
+    memcpy(p->heads[k], h, sz);
+    p->heads[k]->prefix = NULL;
+  }
+  cnt0[0] = 0;
+  for (size_t q = 0, k = 0; q < p->n_keys; q++) {
+    while (p->tb[k].tile != p->keys[q].tile) k++;     /* both sorted by tile */
+    p->key_tb[q] = (uint32_t)k;
+    cnt0[q + 1] = cnt0[q] + p->heads[k]->hdr.chunk[p->keys[q].chunk].n_cells;
+  }
+  cnt = sqlite3_malloc64((cnt0[p->n_keys] ? cnt0[p->n_keys] : 1) * sizeof *cnt);
+  if (!cnt) { rc = SQLITE_NOMEM; goto fail; }
+  memset(jobs, 0, (p->n_keys ? p->n_keys : 1) * sizeof *jobs);
+  for (size_t q = 0; q < p->n_keys; q++) {
+    const dc_tilehead *h = p->heads[p->key_tb[q]];
+    jobs[q].buf = p->tb[p->key_tb[q]].buf;
+    jobs[q].len = (size_t)h->blob_len;
+    jobs[q].hdr = &h->hdr;
+    jobs[q].chunk = p->keys[q].chunk;
+    jobs[q].rc = -1;
+    jobs[q].cell_nnz = cnt + cnt0[q];
+  }
+  if (dc_pool_decode(pool, jobs, p->n_keys) != DC_OK) {
+    for (size_t q = 0; q < p->n_keys; q++)
+      if (jobs[q].rc != DC_OK) {
+        rc = dc_err(&j->err, jobs[q].rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB, NULL,
+                    "dc_batch: tile %u chunk %u: %s", p->keys[q].tile, p->keys[q].chunk,
+                    jobs[q].err.msg[0] ? jobs[q].err.msg : dc_strerror(jobs[q].rc));
+        break;
+      }
+    goto fail;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    p->nnz[i] = cnt[cnt0[rowkey[i]] + p->row_cell[i]];
+    p->total += p->nnz[i];
+  }
+  *out = p;
+  p = NULL;
+  goto done;
+not_placeable:
+  rc = SQLITE_OK;
+fail:
+  batch_place_unref(p);
+done:
+  sqlite3_free(rowkey);
+  sqlite3_free(nodirect);
+  sqlite3_free(cnt0);
+  sqlite3_free(cnt);
+  sqlite3_free(jobs);
+  return rc;
+}
+
 static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
                         sqlite3_value **argv) {
   batch_cursor *c = (batch_cursor *)cur;
@@ -564,9 +714,16 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   memset(j, 0, sizeof *j);
   int64_t t0 = now_ns(), t1 = 0, t23[2] = {0, 0};
   cursor_reset(c);
-  sqlite3_value *cells_arg = NULL, *genes_arg = NULL, *obs_arg = NULL;
-  int rc = batch_args(v, idxNum, idxStr, argc, argv, &cells_arg, &genes_arg, &obs_arg);
+  sqlite3_value *cells_arg = NULL, *genes_arg = NULL, *obs_arg = NULL, *place_arg = NULL;
+  int rc = batch_args(v, idxNum, idxStr, argc, argv, &cells_arg, &genes_arg, &obs_arg, &place_arg);
   if (rc != SQLITE_OK) return rc;
+  int place = 0;
+  if (place_arg && sqlite3_value_type(place_arg) != SQLITE_NULL) {
+    sqlite3_int64 pv = sqlite3_value_int64(place_arg);
+    if (sqlite3_value_type(place_arg) != SQLITE_INTEGER || (pv != 0 && pv != 1))
+      return dc_err(&v->base.zErrMsg, SQLITE_ERROR, NULL, "dc_batch: place (argument 4) must be 0 or 1");
+    place = (int)pv;
+  }
 
   if ((rc = dc_reader_begin(r, &j->err)) != SQLITE_OK) goto done;
   if ((rc = dc_parse_cells(r, cells_arg, "dc_batch", &j->ids, &j->n, &j->err)) != SQLITE_OK) goto done;
@@ -579,14 +736,32 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   if (obs_arg && sqlite3_value_type(obs_arg) != SQLITE_NULL) {
     if ((rc = parse_obs(v, r->schema, obs_arg, &j->obs_cols, &j->n_obs, &j->err)) != SQLITE_OK) goto done;
   }
+  if (place && j->map) {
+    rc = dc_err(&j->err, SQLITE_ERROR, NULL, "dc_batch: place (argument 4) takes no gene panel: pass NULL genes");
+    goto done;
+  }
   dc_pool *pool = dc_conn_pool(v->conn);
   if (!pool) { rc = SQLITE_NOMEM; goto done; }
   struct dc_cache *cache = dc_conn_cache(v->conn);
 
-  if ((rc = map_cells(v, j, cache)) != SQLITE_OK) goto done;          /* 1, 2 */
-  t1 = now_ns();
-  if ((rc = fetch_groups(v, j, pool, cache)) != SQLITE_OK) goto done;  /* 3 */
-  if ((rc = assemble(v, j, pool, t23)) != SQLITE_OK) goto done;        /* 4 */
+  if (place) {
+    t1 = now_ns();
+    if ((rc = place_cells(v, j, pool, &c->place)) != SQLITE_OK) goto done;
+    t23[0] = t23[1] = now_ns();
+    if (c->place) {
+      int32_t *cn = rcbuf_new(v->conn->bufpool, (uint64_t)j->n * 4 + 4);
+      if (!cn) { rc = SQLITE_NOMEM; goto done; }
+      for (int64_t i = 0; i < j->n; i++) cn[i] = (int32_t)c->place->nnz[i];
+      c->cell_nnz = cn;
+      j->total = c->place->total;
+      j->n_fetched = c->place->n_keys;
+    }
+  } else {
+    if ((rc = map_cells(v, j, cache)) != SQLITE_OK) goto done;          /* 1, 2 */
+    t1 = now_ns();
+    if ((rc = fetch_groups(v, j, pool, cache)) != SQLITE_OK) goto done;  /* 3 */
+    if ((rc = assemble(v, j, pool, t23)) != SQLITE_OK) goto done;        /* 4 */
+  }
   int64_t n = j->n;
   if (j->n_obs) {
     uint64_t ob = (uint64_t)j->n_obs * 8 * ((uint64_t)n + 1);
@@ -665,6 +840,12 @@ static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
   batch_cursor *c = (batch_cursor *)cur;
   switch (i) {
     case COL_TICKET: {
+      if (c->place) {
+        uint64_t id = batch_ticket_issue_place(c->place);
+        if (!id) { sqlite3_result_error_nomem(ctx); break; }
+        sqlite3_result_int64(ctx, (sqlite3_int64)id);
+        break;
+      }
       if (!c->blob[1]) { sqlite3_result_null(ctx); break; }
       uint64_t id = batch_ticket_issue(c->n_cells, c->nnz, c->blob[1], c->blob[2], c->blob[3], c->pend);
       if (!id) { sqlite3_result_error_nomem(ctx); break; }
@@ -684,6 +865,11 @@ static int batch_column(sqlite3_vtab_cursor *cur, sqlite3_context *ctx, int i) {
       sqlite3_result_blob64(ctx, b, c->len[i - COL_CELLIDS], rcbuf_unref);
       break;
     }
+    case COL_CELLNNZ:
+      if (!c->cell_nnz) { sqlite3_result_null(ctx); break; }
+      rcbuf_ref(c->cell_nnz);
+      sqlite3_result_blob64(ctx, c->cell_nnz, (uint64_t)c->n_cells * 4, rcbuf_unref);
+      break;
     case COL_OBSVAL:
       if (!c->blob[4]) { sqlite3_result_null(ctx); break; }
       rcbuf_ref(c->blob[4]);

@@ -166,6 +166,28 @@ int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
 int dc_tile_decode(dc_decoder *d, const uint8_t *buf, size_t len,
                    const dc_out *out, dc_error *err);
 
+/* Placing: each cell of a chunk decoded straight to a place of the caller's
+** choosing (the rows of a shuffled batch live in different batches), with no
+** intermediate copy of the chunk.  Cell i of the chunk (chunk-relative) goes
+** to ix[i] (gene indices, sorted) and val[i] (counts, int32 or float32); its
+** size is what dc_chunk_cell_nnz said.  A NULL ix[i] or val[i]: the cell is
+** decoded but kept nowhere.  No indptr is written.  Codec rans (3) only: the
+** other codecs give DC_EUNSUPPORTED (the caller decodes and copies).  A
+** corrupt chunk is an error as for dc_chunk_decode; the places of a failed
+** chunk hold arbitrary values. */
+typedef struct dc_place {
+  int32_t *const *ix;
+  void *const *val;
+  int values_f32;        /* 1: write counts as float32                     */
+} dc_place;
+/* nnz[i] = the nonzeros of cell i of chunk c (chunk-relative), read from the
+** chunk's per-cell counts without decoding it.  Verifies the chunk checksum
+** first.  Codec rans (3) only (else DC_EUNSUPPORTED). */
+int dc_chunk_cell_nnz(dc_decoder *d, const uint8_t *buf, size_t len,
+                      const dc_tile_hdr *h, uint32_t c, uint32_t *nnz, dc_error *err);
+int dc_chunk_place(dc_decoder *d, const uint8_t *buf, size_t len,
+                   const dc_tile_hdr *h, uint32_t c, const dc_place *pl, dc_error *err);
+
 /* ---------------------------------------------------------------- threads */
 /* A pool of worker threads; the calling thread works too.  No function of
 ** the pool calls SQLite or any callback other than the one given. */
@@ -185,9 +207,11 @@ typedef struct dc_job {
   dc_out out;
   int rc;                /* out: DC_OK or error code                       */
   dc_error err;          /* out                                            */
+  const dc_place *place; /* not NULL: dc_chunk_place (out unused)          */
+  uint32_t *cell_nnz;    /* not NULL: dc_chunk_cell_nnz (out, place unused) */
 } dc_job;
-/* Decodes all jobs in parallel; returns DC_OK or the rc of the first failed
-** job (in job order); every job's rc/err is filled. */
+/* Decodes (or places, or counts) all jobs in parallel; returns DC_OK or the
+** rc of the first failed job (in job order); every job's rc/err is filled. */
 int dc_pool_decode(dc_pool *p, dc_job *jobs, size_t n_jobs);
 
 /* ---------------------------------------------------------------- gather */

@@ -133,9 +133,12 @@ int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na,
 int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model, dc_buf *shared, dc_error *err);
 int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err);
 void dc_ctx_free_model(void *model);
+/* One of: out (decode into a tile's arrays), pl (place each cell, dc_chunk_place), nnz
+** (the per-cell counts only, dc_chunk_cell_nnz). */
 int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
                         const uint8_t *p, size_t len,
-                        const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err);
+                        const dc_tile_hdr *h, uint32_t c, const dc_out *out, const dc_place *pl,
+                        uint32_t *nnz, dc_error *err);
 void dc_ctx_decoder_free(void *state);
 
 #endif /* DC_CTX_H */

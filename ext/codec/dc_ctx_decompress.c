@@ -605,7 +605,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
   ATTR static int NAME(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, \
                        const uint8_t **cur, uint16_t *fl, const uint8_t *slow, mreader *rd, \
                        int64_t *indptr, uint64_t base, int32_t *ix, void *val, uint64_t n_genes, \
-                       int f32) {                                                \
+                       int f32, const dc_place *pl, int32_t *sink) {            \
     const dc_ctx_model *m = &s->m;                                              \
     const uint32_t nrb = m->nrb;                                                \
     const uint8_t *mant = rd->p;                                                \
@@ -621,6 +621,12 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
         slowmask[q] |= (uint32_t)(slow[q * nrb + b] != 0) << b;                 \
     for (uint32_t c = 0; c < n_cells; c++) {                                    \
       const uint32_t *bc = bcnt + (size_t)c * nrb;                              \
+      if (pl) {                  /* placing: this cell's own place, or the sink */ \
+        int keep_ = pl->ix[c] && pl->val[c];                                    \
+        ix = keep_ ? pl->ix[c] : sink;                                          \
+        vi = keep_ ? (int32_t *)pl->val[c] : sink + n_genes + 8;                \
+        vf = (float *)vi;                                                       \
+      }                                                                         \
       uint64_t tot = 0;                                                         \
       uint32_t used = 0, nused = 0;                                             \
       for (uint32_t b = 0; b < nrb; b++) {                                      \
@@ -668,11 +674,13 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       }                                                                         \
     next:                                                                       \
       if (prev >= (int64_t)n_genes) return -1;                                  \
+      if (pl && s->map && ix != sink)   /* local ids (checked) -> genes */      \
+        for (uint64_t j_ = 0; j_ < tot; j_++) ix[j_] = (int32_t)s->map[ix[j_]]; \
       ix += tot;                                                                \
       vi += tot;                                                                \
       vf += tot;                                                                \
       o += tot;                                                                 \
-      if (c + 1 < n_cells) indptr[c + 1] = (int64_t)(base + o);                 \
+      if (!pl && c + 1 < n_cells) indptr[c + 1] = (int64_t)(base + o);         \
     }                                                                           \
     rd->pos = pos;                                                              \
     return 0;                                                                   \
@@ -699,7 +707,8 @@ DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, 1, dc_ctx_cell_avx2)
 /* ------------------------------------------------------------ chunk */
 int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
                         const uint8_t *p, size_t len,
-                        const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err) {
+                        const dc_tile_hdr *h, uint32_t c, const dc_out *out, const dc_place *pl,
+                        uint32_t *nnz_only, dc_error *err) {
   const dc_chunk_info *ci = &h->chunk[c];
   PROF_START;
   if (h->shared_checksum != dc_checksum(shared, shared_len))
@@ -743,7 +752,10 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   size_t max_cell = ci->nnz < h->n_genes ? (size_t)ci->nnz : h->n_genes;
   size_t off_mant = (off_fl + (max_cell + 32) * 2 + 7) & ~(size_t)7;
   if (mlen > SIZE_MAX / 2 || max_cell > SIZE_MAX / 64) CORRUPT("chunk %u: section sizes out of range", c);
-  rc = dc_decoder_scratch(d, off_mant + (size_t)mlen + 10 * max_cell + 80, err);
+  /* placing: a sink for the cells kept nowhere (indices, then counts at n_genes + 8) */
+  size_t off_sink = (off_mant + (size_t)mlen + 10 * max_cell + 80 + 63) & ~(size_t)63;
+  size_t sink_len = pl ? ((size_t)h->n_genes + 8) * 8 + 64 : 0;
+  rc = dc_decoder_scratch(d, off_sink + sink_len, err);
   if (rc) return rc;
   uint8_t *craw_p = d->scratch;
   uint32_t *bcnt = (uint32_t *)(d->scratch + off_cnt);
@@ -769,8 +781,8 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
     uint64_t nper[DC_CTX_MAXQ * DC_CTX_MAXRB];
     memset(slow, 0, sizeof slow);
     memset(nper, 0, sizeof nper);
-    int64_t *indptr = out->indptr + ci->first_cell;
-    dc_indptr_edge(&indptr[0], (int64_t)ci->nnz_before);
+    int64_t *indptr = out ? out->indptr + ci->first_cell : NULL;
+    if (indptr) dc_indptr_edge(&indptr[0], (int64_t)ci->nnz_before);
     for (uint32_t i = 0; i < ci->n_cells; i++) {
       uint32_t *bc = bcnt + (size_t)i * m->nrb;
       uint64_t tot = 0;
@@ -790,6 +802,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       if (tot > m->n_local || tot > ci->nnz - sum)
         CORRUPT("chunk %u: cell %u has %llu nonzeros (%u genes, %llu left in the chunk)", c,
                 ci->first_cell + i, (unsigned long long)tot, m->n_local, (unsigned long long)(ci->nnz - sum));
+      if (nnz_only) nnz_only[i] = (uint32_t)tot;
       uint32_t q = dc_ctx_q(m, tot);
       if (tot > max_tot) max_tot = tot;
       for (uint32_t b = 0; b < m->nrb; b++) nper[q * m->nrb + b] += bc[b];
@@ -799,7 +812,8 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       CORRUPT("chunk %u: cells hold %llu nonzeros, header says %llu", c, (unsigned long long)sum,
               (unsigned long long)ci->nnz);
     if (a != ae) CORRUPT("chunk %u: bucket counts: trailing bytes", c);
-    dc_indptr_edge(&indptr[ci->n_cells], (int64_t)(ci->nnz_before + sum));
+    if (nnz_only) return DC_OK;     /* the per-cell counts are all that was asked */
+    if (indptr) dc_indptr_edge(&indptr[ci->n_cells], (int64_t)(ci->nnz_before + sum));
 
     PROF(0);
     /* 2. streams.  A context is slow in this chunk if a coded symbol of it is
@@ -869,20 +883,24 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   memcpy(mcopy, mant, (size_t)mlen);
   memset(mcopy + mlen, 0, 10 * (size_t)max_tot + 80);
   mreader r = {mcopy, 0, mlen + 10 * max_tot + 8, 8 * mlen};
-  int64_t *indptr = out->indptr + ci->first_cell;
-  int32_t *idx = out->indices + ci->nnz_before;
-  void *val = (uint8_t *)out->values + 4 * ci->nnz_before;     /* int32 or float32 */
-  int f32 = out->values_f32 != 0, bad;
+  /* decoding: the tile's arrays; placing: each cell's own place (set per cell in place) */
+  int64_t *indptr = out ? out->indptr + ci->first_cell : NULL;
+  int32_t *idx = out ? out->indices + ci->nnz_before : NULL;
+  void *val = out ? (uint8_t *)out->values + 4 * ci->nnz_before : NULL;     /* int32 or float32 */
+  int f32 = (out ? out->values_f32 : pl->values_f32) != 0, bad;
+  int32_t *sink = pl ? (int32_t *)(d->scratch + off_sink) : NULL;
 #ifdef DC_CTX_X86
   if (vec)
-    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32);
+    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32,
+                     pl, sink);
   else
 #endif
-    bad = place(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32);
+    bad = place(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32, pl,
+                sink);
   PROF(2);
   if (bad) CORRUPT("chunk %u: corrupt symbols (gene index out of range or bad escape)", c);
   if ((r.pos + 7) / 8 != mlen - 8) CORRUPT("chunk %u: mantissa bits do not match their section", c);
-  if (s->map)                         /* local ids (checked < n_local) -> genes */
+  if (s->map && !pl)                  /* local ids (checked < n_local) -> genes */
     for (uint64_t j = 0; j < ci->nnz; j++) idx[j] = (int32_t)s->map[idx[j]];
   return DC_OK;
 }

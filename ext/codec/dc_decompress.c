@@ -171,40 +171,60 @@ trunc:
 }
 
 /* ------------------------------------------------------------ generic */
-int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
-                    const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err) {
-  if (!d || !buf || !h || !out) {
-    dc_error_set(err, DC_EARG, "chunk decode: NULL argument");
+/* The checks every chunk entry point makes: arguments, the payload inside the
+** tile, its checksum.  *p = the payload. */
+static int chunk_front(dc_decoder *d, const uint8_t *buf, size_t len, const dc_tile_hdr *h, uint32_t c,
+                       const char *what, const uint8_t **p, dc_error *err) {
+  if (!d || !buf || !h) {
+    dc_error_set(err, DC_EARG, "%s: NULL argument", what);
     return DC_EARG;
   }
   if (c >= h->n_chunks || h->n_chunks > DC_MAX_CHUNKS) {
-    dc_error_set(err, DC_EARG, "chunk decode: chunk %u of a tile of %u chunks", c, h->n_chunks);
+    dc_error_set(err, DC_EARG, "%s: chunk %u of a tile of %u chunks", what, c, h->n_chunks);
     return DC_EARG;
   }
   const dc_chunk_info *ci = &h->chunk[c];
-  if (!out->indptr || (ci->nnz && (!out->indices || !out->values))) {
-    dc_error_set(err, DC_EARG, "chunk %u: NULL output buffer", c);
-    return DC_EARG;
-  }
   if (ci->offset > len || ci->length > len - ci->offset || h->shared_offset > len ||
       h->shared_len > len - h->shared_offset) {
     dc_error_set(err, DC_ECORRUPT, "chunk %u: payload at %llu+%llu past the end of a %zu-byte tile", c,
                  (unsigned long long)ci->offset, (unsigned long long)ci->length, len);
     return DC_ECORRUPT;
   }
-  const uint8_t *p = buf + ci->offset;
-  if (dc_checksum(p, (size_t)ci->length) != ci->checksum) {
+  *p = buf + ci->offset;
+  if (dc_checksum(*p, (size_t)ci->length) != ci->checksum) {
     dc_error_set(err, DC_ECORRUPT, "chunk %u: checksum mismatch", c);
     return DC_ECORRUPT;
   }
-  int rc;
+  return DC_OK;
+}
+
+static int chunk_done(int rc, dc_error *err) {
+  if (rc == DC_OK && err) { err->code = DC_OK; err->msg[0] = 0; }
+  return rc;
+}
+
+int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
+                    const dc_tile_hdr *h, uint32_t c, const dc_out *out, dc_error *err) {
+  if (!d || !buf || !h || !out) {
+    dc_error_set(err, DC_EARG, "chunk decode: NULL argument");
+    return DC_EARG;
+  }
+  if (c < h->n_chunks && h->n_chunks <= DC_MAX_CHUNKS &&
+      (!out->indptr || (h->chunk[c].nnz && (!out->indices || !out->values)))) {
+    dc_error_set(err, DC_EARG, "chunk %u: NULL output buffer", c);
+    return DC_EARG;
+  }
+  const uint8_t *p;
+  int rc = chunk_front(d, buf, len, h, c, "chunk decode", &p, err);
+  if (rc != DC_OK) return rc;
+  const dc_chunk_info *ci = &h->chunk[c];
   switch (h->codec) {
     case DC_CODEC_ZSTD:
       rc = dc_zstd_decode_chunk(d, p, (size_t)ci->length, h, c, out, err);
       break;
     case DC_CODEC_RANS: {
       const uint8_t *sh = buf + h->shared_offset;
-      rc = dc_ctx_decode_chunk(d, sh, (size_t)h->shared_len, p, (size_t)ci->length, h, c, out, err);
+      rc = dc_ctx_decode_chunk(d, sh, (size_t)h->shared_len, p, (size_t)ci->length, h, c, out, NULL, NULL, err);
       break;
     }
     case DC_CODEC_RANS_V1: {
@@ -216,8 +236,41 @@ int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
       dc_error_set(err, DC_EUNSUPPORTED, "chunk %u: unknown codec id %u", c, h->codec);
       rc = DC_EUNSUPPORTED;
   }
-  if (rc == DC_OK && err) { err->code = DC_OK; err->msg[0] = 0; }
-  return rc;
+  return chunk_done(rc, err);
+}
+
+/* dc_chunk_cell_nnz and dc_chunk_place: codec rans (3) only */
+static int ctx_only(dc_decoder *d, const uint8_t *buf, size_t len, const dc_tile_hdr *h, uint32_t c,
+                    const dc_place *pl, uint32_t *nnz, const char *what, dc_error *err) {
+  const uint8_t *p;
+  int rc = chunk_front(d, buf, len, h, c, what, &p, err);
+  if (rc != DC_OK) return rc;
+  if (h->codec != DC_CODEC_RANS) {
+    dc_error_set(err, DC_EUNSUPPORTED, "chunk %u: %s needs codec rans (id %u), this tile has codec id %u", c, what,
+                 DC_CODEC_RANS, h->codec);
+    return DC_EUNSUPPORTED;
+  }
+  rc = dc_ctx_decode_chunk(d, buf + h->shared_offset, (size_t)h->shared_len, p, (size_t)h->chunk[c].length, h, c,
+                           NULL, pl, nnz, err);
+  return chunk_done(rc, err);
+}
+
+int dc_chunk_cell_nnz(dc_decoder *d, const uint8_t *buf, size_t len,
+                      const dc_tile_hdr *h, uint32_t c, uint32_t *nnz, dc_error *err) {
+  if (!nnz) {
+    dc_error_set(err, DC_EARG, "chunk cell counts: NULL argument");
+    return DC_EARG;
+  }
+  return ctx_only(d, buf, len, h, c, NULL, nnz, "chunk cell counts", err);
+}
+
+int dc_chunk_place(dc_decoder *d, const uint8_t *buf, size_t len,
+                   const dc_tile_hdr *h, uint32_t c, const dc_place *pl, dc_error *err) {
+  if (!pl || !pl->ix || !pl->val) {
+    dc_error_set(err, DC_EARG, "chunk place: NULL argument");
+    return DC_EARG;
+  }
+  return ctx_only(d, buf, len, h, c, pl, NULL, "chunk place", err);
 }
 
 int dc_tile_decode(dc_decoder *d, const uint8_t *buf, size_t len,

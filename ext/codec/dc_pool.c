@@ -259,7 +259,9 @@ static void decode_item(void *v, size_t i, int tid) {
     j->rc = DC_ENOMEM;
     return;
   }
-  j->rc = dc_chunk_decode(d, j->buf, j->len, j->hdr, j->chunk, &j->out, &j->err);
+  j->rc = j->cell_nnz ? dc_chunk_cell_nnz(d, j->buf, j->len, j->hdr, j->chunk, j->cell_nnz, &j->err)
+        : j->place  ? dc_chunk_place(d, j->buf, j->len, j->hdr, j->chunk, j->place, &j->err)
+                    : dc_chunk_decode(d, j->buf, j->len, j->hdr, j->chunk, &j->out, &j->err);
 }
 
 int dc_pool_decode(dc_pool *p, dc_job *jobs, size_t n_jobs) {

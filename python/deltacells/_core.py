@@ -378,23 +378,45 @@ class ObsCodes:
     bools as bool (with NULLs: int8 or int64 holding missing_code), like ObsReader."""
 
     def __init__(self, cat, columns, missing_code=-100):
+        self.cat = cat
         self.columns = [c for c in columns if c in cat.columns and cat.kind(c) != "text"]
         self.kinds = [cat.kind(c) for c in self.columns]
         self.missing_code = int(missing_code)
         self.arg = json.dumps(self.columns)
 
     def decode(self, blob, n):
+        return self.decode_parts(blob, n, [(0, n)])[0]
+
+    def decode_parts(self, blob, n, bounds):
+        """The values of one dc_batch call split into the cell ranges [a, b) of bounds, each
+        as decode would give it for a call asking for those cells alone (the extension
+        sends ints as float64 when any cell of the call is NULL; a range without NULL gets
+        int64 back).  None for a range where that cannot be exact (an int beyond 2^53 sent
+        as float64): the caller asks for those cells alone then."""
         m = len(self.columns)
         if not m:
-            return {}
+            return [{} for _ in bounds]
         if blob is None or len(blob) != 8 * m * (n + 1):
             raise RuntimeError(f"dc_batch returned {0 if blob is None else len(blob)} bytes of obs "
                                f"values for {m} columns of {n} cells")
         fmt = np.frombuffer(blob, dtype="<i8", count=m)
+        cols = [np.frombuffer(blob, dtype="<i8", count=n, offset=8 * (m + j * n)) for j in range(m)]
+        return [self._decode(fmt, [c[a:b] for c in cols]) for a, b in bounds]
+
+    def _decode(self, fmt, raws):
         out = {}
         miss = self.missing_code
         for j, (c, kind) in enumerate(zip(self.columns, self.kinds)):
-            raw = np.frombuffer(blob, dtype="<i8", count=n, offset=8 * (m + j * n))
+            raw = raws[j]
+            if kind == "int" and fmt[j] == 1:
+                f = raw.view("<f8")
+                if np.isnan(f).any():
+                    out[c] = f.astype(np.float64)
+                elif len(f) and np.abs(f).max() > 2.0 ** 53:
+                    return None
+                else:
+                    out[c] = f.astype(np.int64)
+                continue
             if kind == "real" or fmt[j] == 1:
                 out[c] = raw.view("<f8").astype(np.float64)
             elif kind == "category":
@@ -594,6 +616,83 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     if obs is not None:
         return indptr, indices, data, int(g), obs.decode(obs_blob, n)
     return indptr, indices, data, int(g)
+
+
+_place_fn = {}
+
+
+def _ticket_place_fn():
+    """deltacells_ticket_place of the loaded extension, through ctypes (None when it cannot
+    be had: an older extension; then batches are read one by one)."""
+    pid = os.getpid()
+    if pid in _place_fn:
+        return _place_fn[pid]
+    fn = None
+    try:
+        import ctypes
+        lib = ctypes.CDLL(find_extension())
+        fn = lib.deltacells_ticket_place
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    except (OSError, AttributeError, Exception):
+        fn = None
+    _place_fn.clear()
+    _place_fn[pid] = fn
+    return fn
+
+
+def place_plan(con, cell_ids, obs=None):
+    """dc_batch(cells, NULL, obs, 1): where the cells are and their sizes, nothing decoded
+    -> (cell_nnz int64 [n], ticket, nnz, n_genes, obs blob or None), or None when these cells
+    cannot be placed (a repeated cell, a tile of another codec: read them with read_batch_into).
+    The ticket goes to place_into (or release_place)."""
+    ids = np.ascontiguousarray(cell_ids, dtype="<i8")
+    # (NULL arguments bound, not written: SQLite takes a literal "= NULL" as always false)
+    if obs is not None and obs.columns:
+        cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, cell_nnz, obs_values "
+                          "FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, obs.arg))
+    else:
+        cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, cell_nnz, NULL "
+                          "FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, None))
+    row = cur.fetchone()
+    cur.close()
+    if row is None:
+        raise RuntimeError("dc_batch returned no row")
+    n, g, nnz, ticket, cnz, ob = row
+    if cnz is None:
+        return None
+    if n != len(ids) or len(cnz) != 4 * n:
+        release_place(ticket)
+        raise RuntimeError(f"dc_batch returned {n} cells ({len(cnz)} bytes of sizes) for {len(ids)} requested")
+    return np.frombuffer(cnz, dtype="<i4").astype(np.int64), ticket, int(nnz), int(g), ob
+
+
+def place_into(ticket, n, nnz, ix_addr, val_addr, value_dtype):
+    """Decodes the cells of a place_plan ticket, cell i straight to the addresses ix_addr[i]
+    (int32 gene indices) and val_addr[i] (values of value_dtype: int32 or float32), each with
+    room for cell_nnz[i] values (uint64 arrays of n addresses)."""
+    import ctypes
+    fn = _ticket_place_fn()
+    ix_addr = np.ascontiguousarray(ix_addr, dtype=np.uint64)
+    val_addr = np.ascontiguousarray(val_addr, dtype=np.uint64)
+    if len(ix_addr) != n or len(val_addr) != n:
+        raise ValueError(f"place_into: {len(ix_addr)} and {len(val_addr)} addresses for {n} cells")
+    msg = ctypes.create_string_buffer(512)
+    rc = fn(ticket or 0, n, nnz, ix_addr.ctypes.data, val_addr.ctypes.data, _KINDS[np.dtype(value_dtype).name],
+            msg, len(msg))
+    if rc == -5:
+        raise RuntimeError(f"dc_batch: {msg.value.decode('utf-8', 'replace')}")
+    if rc == -6:
+        raise MemoryError("dc_batch: out of memory while placing a batch's cells")
+    if rc != 0:
+        raise RuntimeError(f"dc_batch: the cells could not be placed (ticket {ticket}, code {rc})")
+
+
+def release_place(ticket):
+    fn = _ticket_place_fn()
+    if fn is not None and ticket:
+        fn(ticket, 0, 0, None, None, 0, None, 0)
 
 
 def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0):

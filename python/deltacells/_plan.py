@@ -152,6 +152,22 @@ class EpochPlan:
         return out
 
 
+    def window_cuts(self, rank=0, worker=0, num_workers=1, skip=0):
+        """For batches(rank, worker, num_workers)[skip:]: (the positions in the concatenation
+        of its real batches where a new window starts, how many of its batches are real:
+        the rest are 'pad' batches).  The real batches run contiguously through the rank's
+        sequence, batch_size cells each (the last may be shorter)."""
+        bs, base = self.batch_size, self.base[rank]
+        starts = self.worker_starts(rank) if num_workers > 1 else None
+        lo, hi = worker_range(self.n_batches(rank), worker, num_workers, starts)
+        real_hi = min(hi, base)
+        n_real = max(0, real_hi - lo - skip)
+        first = (lo + skip) * bs
+        end = min(real_hi * bs, self.rank_cells[rank])
+        cuts = [p - first for p, _ in self._rank_windows(rank) if first < p < end]
+        return cuts, n_real
+
+
 def interleave(lists):
     """The order a DataLoader delivers its workers' batches: round robin over the
     workers, skipping those that are exhausted."""

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _fetchahead, _forksafe
+from . import _fetchahead, _forksafe, _place
 from ._connect import connect, is_remote
 from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
@@ -313,7 +313,12 @@ class _Base:
             ext = json.loads(con.execute("SELECT dc_config('last_batch')").fetchone()[0])
             for k in ("plan_s", "fetch_s", "direct_s", "copy_s"):
                 timings["ext_" + k[:-2]] = timings.get("ext_" + k[:-2], 0.0) + ext[k]
-            t1 = time.perf_counter()
+        return self._finish_batch(con, obs_reader, ids, indptr, indices, data, g, obs, timings)
+
+    def _finish_batch(self, con, obs_reader, ids, indptr, indices, data, g, obs, timings):
+        """A batch's dict from its arrays (and the obs columns that came with the counts):
+        X in the output format, cell ids, the other obs columns, the transform."""
+        t1 = time.perf_counter()
         if g != self._n_genes_in():
             raise RuntimeError(f"dc_batch returned {g} genes, expected {self._n_genes_in()}")
         as_torch = self.output != "scipy"
@@ -333,6 +338,32 @@ class _Base:
                 timings[k] = timings.get(k, 0.0) + v
             timings["batches"] = timings.get("batches", 0) + 1
         return out
+
+
+def _next_batch(ds, con, reader, batches, i, pool, timings, placer):
+    """Batch i of a reader: from its window's placing (_place.py) when it can, else read alone."""
+    if placer is not None:
+        item = placer.get(con, reader, i, pool, timings)
+        if item is not None:
+            return item
+    return ds._make_batch(con, reader, batches[i], pool, timings)
+
+
+def _placer(ds, batches, cuts, start, pool, con):
+    """The Placer of a reader whose batches are a contiguous run of the plan (cuts not None)."""
+    if cuts is None or not _place.enabled(ds, pool):
+        return None
+    # a group's batches within the cache's budget (what the window's decoded chunks took) and
+    # well within batch_mb (the extension refuses a larger request)
+    budget = ds.cache_mb if ds.cache_mb is not None else ds._default_cache_mb()
+    batch_mb = int(con.execute("SELECT dc_config('batch_mb')").fetchone()[0])
+    budget = batch_mb // 2 if budget is None else min(budget, batch_mb // 2)
+    max_batches = None
+    cat = ds._cat
+    if len(cat.tile_n) and cat.tile_n.sum():
+        per_cell = 8.0 * float(cat.tile_nnz.sum()) / float(cat.tile_n.sum())     # bytes placed per cell
+        max_batches = max(1, int(budget * 2**20 // max(1.0, per_cell * ds.batch_size)))
+    return _place.Placer(ds, batches, cuts[0], cuts[1], start, max_batches)
 
 
 class CellDataset(_Base, IterableDataset):
@@ -518,6 +549,7 @@ class CellDataset(_Base, IterableDataset):
         skip_total = 0
         if self._resume is not None and self._resume["epoch"] == self._epoch:
             skip_total = self._resume["batches_done"]
+        cuts = None               # (window starts, real batches): the batches can be placed
         if skip_total and nw > 1:
             # The rest of the epoch in the order the DataLoader delivered it (round robin
             # over workers), dealt again round robin, so this loader delivers the same.
@@ -526,6 +558,7 @@ class CellDataset(_Base, IterableDataset):
             lens = [len(rest[w::nw]) for w in range(nw)]
         else:
             batches = plan.batches(rank, worker, nw)[skip_total:]
+            cuts = plan.window_cuts(rank, worker, nw, skip_total)
             lens = [len(batches)]
             if nw > 1:
                 n, starts = plan.n_batches(rank), plan.worker_starts(rank)
@@ -539,7 +572,7 @@ class CellDataset(_Base, IterableDataset):
             self._resume = None
             progress = {"epoch": self._epoch, "done": skip_total}
             self._progress = progress
-        return _BatchIterator(self, batches, threads, progress)
+        return _BatchIterator(self, batches, threads, progress, cuts)
 
     def __getstate__(self):
         s = self.__dict__.copy()
@@ -551,17 +584,17 @@ class _Producer:
     """The prefetch thread of one iterator and the queue it fills, from batch `start` on.
     All its SQLite work happens holding a fork gate (see _forksafe)."""
 
-    def __init__(self, ds, batches, start, threads, depth, timings=None, shared=False):
+    def __init__(self, ds, batches, start, threads, depth, timings=None, shared=False, cuts=None):
         self.q = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.gate = _forksafe.Gate()
         self.thread = threading.Thread(
             target=_Producer._run, name="deltacells-prefetch", daemon=True,
-            args=(ds, batches, start, threads, self.q, self.stop, self.gate, timings, shared))
+            args=(ds, batches, start, threads, self.q, self.stop, self.gate, timings, shared, cuts))
         self.thread.start()
 
     @staticmethod
-    def _run(ds, batches, start, threads, q, stop, gate, timings, shared):
+    def _run(ds, batches, start, threads, q, stop, gate, timings, shared, cuts):
         # No reference to the iterator: dropping the iterator stops this thread (__del__).
         def put(item):
             while not stop.is_set():
@@ -580,13 +613,14 @@ class _Producer:
                 con = ds._open(threads)
             reader = ds._obs_reader()
             pool = new_pool(shared)
+            placer = _placer(ds, batches, cuts, start, pool, con)
             for i in range(start, len(batches)):
                 if stop.is_set():
                     return
                 if fa is not None:
                     fa.at(i - start)
                 with gate:
-                    item = ds._make_batch(con, reader, batches[i], pool, timings)
+                    item = _next_batch(ds, con, reader, batches, i, pool, timings, placer)
                 if not put(item):
                     return
             put(_END)
@@ -621,10 +655,12 @@ class _BatchIterator:
     iterator inherited from the parent), it leaves the parent's thread and connection
     alone and reads with a new connection (and thread) of its own from where it was."""
 
-    def __init__(self, ds, batches, threads, progress):
+    def __init__(self, ds, batches, threads, progress, cuts=None):
         self.ds = ds
         self.batches = batches
         self.progress = progress
+        self.cuts = cuts          # (window starts, real batches) when batches run contiguously
+        self._placer = None
         # threads: None, a count, or [(first batch, count)] (a DataLoader worker's, see
         # worker_thread_schedule), applied before the batch it names
         self._schedule = None
@@ -669,6 +705,7 @@ class _BatchIterator:
             _forksafe.abandon(self._con)
             self._con = None
         self._pool = None
+        self._placer = None
         self._pid = os.getpid()
 
     def __iter__(self):
@@ -692,7 +729,7 @@ class _BatchIterator:
         if self.ds.prefetch_tiles > 0 and not self._in_worker:
             if self._prod is None:
                 self._prod = _Producer(self.ds, self.batches, self._i, self.threads,
-                                       self._depth(), self.timings, self._shared())
+                                       self._depth(), self.timings, self._shared(), self.cuts)
             if self.timings is not None:
                 t0 = time.perf_counter()
                 item = self._prod.get()
@@ -714,13 +751,14 @@ class _BatchIterator:
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
                 self._pool = new_pool(self._shared())
+                self._placer = _placer(self.ds, self.batches, self.cuts, self._i, self._pool, self._con)
                 self._set_threads(self._scheduled(self._i))
             elif self._schedule is not None and self._i in self._schedule:
                 self._set_threads(self._schedule[self._i])
             if self._fa is not None:
                 self._fa.at(self._i - self._fa0)
-            item = self.ds._make_batch(self._con, self._reader, self.batches[self._i],
-                                       self._pool, self.timings)
+            item = _next_batch(self.ds, self._con, self._reader, self.batches, self._i, self._pool,
+                               self.timings, self._placer)
         self._i += 1
         if self.progress is not None:
             self.progress["done"] += 1
@@ -756,6 +794,7 @@ class _BatchIterator:
             self._con.close()
             self._con = None
         self._pool = None
+        self._placer = None
 
     def __del__(self):
         # never blocks: the prefetch thread is told to stop and closes its own connection

@@ -251,10 +251,35 @@ static void test_take(void) {
   dc_pool_free(pool);
 }
 
+/* placing: rows grouped by chunk in row order, and the first repeated cell found */
+static void test_rows_by_key(void) {
+  /* rows: (tile, chunk, cell) */
+  batch_cellref ref[7] = {{1, 2, 3}, {0, 0, 1}, {1, 2, 0}, {0, 0, 2}, {1, 2, 1}, {0, 2, 0}, {0, 0, 0}};
+  dc_chunkkey keys[7];
+  uint32_t rowkey[7];
+  uint8_t direct[7] = {0};
+  size_t nk = batch_chunk_keys(ref, direct, 7, keys, rowkey);
+  DCT_CHECK(nk == 3);
+  uint64_t row0[4];
+  int64_t rows[7];
+  DCT_CHECK(batch_rows_by_key(ref, rowkey, 7, nk, row0, rows) == -1);
+  uint64_t want0[4] = {0, 3, 4, 7};
+  int64_t want[7] = {1, 3, 6, 5, 0, 2, 4};   /* (0,0): rows 1 3 6; (0,2): 5; (1,2): 0 2 4 */
+  DCT_CHECK(!memcmp(row0, want0, sizeof want0));
+  DCT_CHECK(!memcmp(rows, want, sizeof want));
+  /* row 5 asks again for row 1's cell, row 6 for row 0's: the first repeat is row 5 */
+  batch_cellref rep[7] = {{1, 2, 3}, {0, 0, 1}, {1, 2, 0}, {0, 0, 2}, {0, 2, 0}, {0, 0, 1}, {1, 2, 3}};
+  nk = batch_chunk_keys(rep, direct, 7, keys, rowkey);
+  DCT_CHECK(batch_rows_by_key(rep, rowkey, 7, nk, row0, rows) == 5);
+  /* no rows */
+  DCT_CHECK(batch_rows_by_key(ref, rowkey, 0, 0, row0, rows) == -1 && row0[0] == 0);
+}
+
 int main(void) {
   DCT_RUN(test_direct);
   DCT_RUN(test_groups);
   DCT_RUN(test_kernels);
   DCT_RUN(test_take);
+  DCT_RUN(test_rows_by_key);
   return dct_done();
 }

@@ -403,7 +403,7 @@ static void test_pool_subset_gather(void) {
       dc_job jobs[DC_MAX_CHUNKS];
       memset(ip, 0xff, (h.n_cells + 1) * 8);
       for (uint32_t i = 0; i < k; i++) {
-        jobs[i] = (dc_job){buf, len, &h, chunks[i], {ip, ix, vv, 0}, -1, {0, {0}}};
+        jobs[i] = (dc_job){buf, len, &h, chunks[i], {ip, ix, vv, 0}, -1, {0, {0}}, NULL, NULL};
       }
       DCT_CHECK(dc_pool_decode(p, jobs, k) == DC_OK);
       for (uint32_t i = 0; i < k; i++) DCT_CHECK(jobs[i].rc == DC_OK);
@@ -431,7 +431,7 @@ static void test_pool_subset_gather(void) {
       float *vf = malloc(nnz * 4 + 4);
       dc_job all[DC_MAX_CHUNKS];
       for (uint32_t c = 0; c < h.n_chunks; c++)
-        all[c] = (dc_job){buf, len, &h, c, {ip, ix, vf, 1}, -1, {0, {0}}};
+        all[c] = (dc_job){buf, len, &h, c, {ip, ix, vf, 1}, -1, {0, {0}}, NULL, NULL};
       DCT_CHECK(dc_pool_decode(p, all, h.n_chunks) == DC_OK);
       dct_dec dd = {ip, ix, vf, h};
       DCT_CHECK(dct_same(&m, &dd, 1));
@@ -441,7 +441,7 @@ static void test_pool_subset_gather(void) {
       memcpy(x, buf, len);
       x[h.chunk[2].offset + h.chunk[2].length / 2] ^= 0x10;
       for (uint32_t c = 0; c < h.n_chunks; c++)
-        all[c] = (dc_job){x, len, &h, c, {ip, ix, vv, 0}, -1, {0, {0}}};
+        all[c] = (dc_job){x, len, &h, c, {ip, ix, vv, 0}, -1, {0, {0}}, NULL, NULL};
       DCT_CHECK(dc_pool_decode(p, all, h.n_chunks) == DC_ECORRUPT);
       DCT_CHECK(all[2].rc == DC_ECORRUPT && strstr(all[2].err.msg, "chunk 2"));
       DCT_CHECK(all[0].rc == DC_OK && all[3].rc == DC_OK);

@@ -73,7 +73,7 @@ static int decode_and_check(dc_pool *p, const tile_t *t) {
   if (ok) {
     dc_job jobs[DC_MAX_CHUNKS];
     for (uint32_t c = 0; c < t->h.n_chunks; c++)
-      jobs[c] = (dc_job){t->buf, t->len, &t->h, c, {ip, ix, vv, 0}, -1, {0, {0}}};
+      jobs[c] = (dc_job){t->buf, t->len, &t->h, c, {ip, ix, vv, 0}, -1, {0, {0}}, NULL, NULL};
     ok = dc_pool_decode(p, jobs, t->h.n_chunks) == DC_OK;
     dct_dec d = {ip, ix, vv, t->h};
     ok = ok && dct_same(&t->m, &d, 0);

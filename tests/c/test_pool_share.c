@@ -42,7 +42,7 @@ static int decode_check(dc_pool *p, const tile_t *t, int one_by_one) {
   if (ok) {
     dc_job jobs[DC_MAX_CHUNKS];
     for (uint32_t c = 0; c < t->h.n_chunks; c++)
-      jobs[c] = (dc_job){t->buf, t->len, &t->h, c, {ip, ix, vv, 0}, -1, {0, {0}}};
+      jobs[c] = (dc_job){t->buf, t->len, &t->h, c, {ip, ix, vv, 0}, -1, {0, {0}}, NULL, NULL};
     if (one_by_one) {
       for (uint32_t c = 0; ok && c < t->h.n_chunks; c++) ok = dc_pool_decode(p, &jobs[c], 1) == DC_OK;
     } else {

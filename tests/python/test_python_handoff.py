@@ -233,17 +233,23 @@ def test_narrow_dtype_overflow_names_the_cell(small, ref):
 
 
 # --- timings ---------------------------------------------------------------------------
-def test_timings_name_every_stage(small):
+@pytest.mark.parametrize("place", ["1", "0"])
+def test_timings_name_every_stage(small, monkeypatch, place):
+    """Placing (a window's batches decoded straight into their buffers) and reading batch by
+    batch (DELTACELLS_PLACE=0) each name their stages."""
+    monkeypatch.setenv("DELTACELLS_PLACE", place)
     ds = deltacells.CellDataset(small[1], batch_size=500, prefetch_tiles=0, timings=True,
                                 obs=["cell_type"])
     with iter(ds) as it:
         n = sum(1 for _ in it)
         tm = it.timings
     assert tm["batches"] == n == len(ds)
-    for k in ("sql_call", "ext_plan", "ext_fetch", "ext_direct", "ext_copy", "copy_out",
-              "tensor", "obs"):
+    stages = ("sql_call", "ext_plan", "ext_fetch", "place", "tensor", "obs") if place == "1" else \
+        ("sql_call", "ext_plan", "ext_fetch", "ext_direct", "ext_copy", "copy_out", "tensor", "obs")
+    for k in stages:
         assert k in tm and tm[k] >= 0, k
-    assert tm["ext_plan"] + tm["ext_fetch"] + tm["ext_direct"] + tm["ext_copy"] <= tm["sql_call"]
+    assert ("copy_out" in tm) == (place == "0") and ("place" in tm) == (place == "1")
+    assert tm["ext_plan"] + tm["ext_fetch"] + tm.get("ext_direct", 0) + tm.get("ext_copy", 0) <= tm["sql_call"]
     assert ds.last_timings is tm
     assert deltacells.CellDataset(small[1]).last_timings is None
 

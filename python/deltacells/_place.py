@@ -1,0 +1,188 @@
+"""Batches of a shuffle window decoded straight into their buffers (the extension's place
+argument of dc_batch and deltacells_ticket_place).
+
+A shuffled batch takes cells from nearly every chunk of its window of tiles, and every
+batch of the window from the same chunks.  Read one batch at a time, a window's chunks are
+decoded into the extension's chunk cache and each batch's rows copied out of it: every value
+is written twice (the copy was about a third of a batch's time).  Here a window is one
+call: its cells' sizes come first (from the chunks' per-cell counts, nothing decoded), the
+batches' buffers are laid out from them, then each chunk is decoded once, every cell
+straight to its place in its batch.  Nothing is cached and nothing is copied.
+
+Groups.  The batches cut the epoch's cell sequence every batch_size cells, so a batch may
+span two windows (the plan: _plan.py).  A group is one window's cells: the batches wholly
+inside it are finished by its call; the part of a batch that reaches into the next window
+waits in a carry (its own small arrays) and is copied into the head of that batch when the
+next window's call finishes it.  So each window's chunks are decoded once, and the only
+copy left is the carried part of at most one batch per window.
+
+Memory: a group's batches exist at once, as the window's decoded chunks did in the cache
+before; a window larger than the cache budget (cache_mb) is cut at batch boundaries into
+groups that fit it, each decoding the window's chunks again, as the cache then did.
+
+Used when the batches are a contiguous run of the plan's sequence (cuts known), values are
+int32 or float32 and there is no gene panel; otherwise, and for cells that cannot be placed
+(a tile of another codec, a repeated cell), batches are read one by one as before.
+DELTACELLS_PLACE=0 turns placing off (to compare).
+"""
+import bisect
+import os
+import sqlite3
+import time
+
+import numpy as np
+
+from ._core import ObsReader, _ticket_place_fn, place_into, place_plan, release_place
+
+
+def enabled(ds, pool):
+    """Whether ds's batches can be placed with this buffer pool."""
+    if os.environ.get("DELTACELLS_PLACE", "1") == "0" or pool is None:
+        return False
+    from ._convert import take_dtype
+    if ds._panel is not None or np.dtype(take_dtype(ds.dtype)).name not in ("int32", "float32"):
+        return False
+    return _ticket_place_fn() is not None
+
+
+class Placer:
+    """Makes the batches of one reader (an iterator's, or its prefetch thread's) a window at a
+    time.  batches: the reader's list of int64 id arrays; cuts: the positions in the
+    concatenation of batches[:n_real] where a new window starts; first: the first batch this
+    reader makes.  get(i) is called for i = first, first + 1, ... in order and returns the
+    batch, or None when the caller must read it the usual way (and every later one)."""
+
+    def __init__(self, ds, batches, cuts, n_real, first, max_batches=None):
+        self.ds = ds
+        self.max_batches = max_batches   # a group ends after this many batches (memory), or None
+        self.batches = batches
+        self.n_real = min(n_real, len(batches))
+        self.starts = np.zeros(self.n_real + 1, dtype=np.int64)
+        if self.n_real:
+            np.cumsum([len(b) for b in batches[:self.n_real]], out=self.starts[1:])
+        self.cuts = sorted(int(c) for c in cuts if 0 < c < self.starts[-1])
+        self.pos = int(self.starts[min(first, self.n_real)])   # the first position not placed
+        self.ready = {}             # finished batches not asked for yet
+        self.carry = None           # (batch, [(nnz, ix, val, obs dict or None)]): a batch begun
+        self.off = False
+
+    def get(self, con, reader, i, pool, timings):
+        if i in self.ready:
+            return self.ready.pop(i)
+        if self.off or i >= self.n_real:
+            return None
+        while i not in self.ready:
+            if self.pos >= self.starts[-1] or not self._window(con, reader, pool, timings):
+                self.off = True           # the rest the usual way (the carried part is dropped)
+                self.carry = None
+                self.ready.clear()
+                return None
+        return self.ready.pop(i)
+
+    def _window(self, con, reader, pool, timings):
+        ds = self.ds
+        codes, obs_reader = reader
+        g0 = self.pos
+        k = bisect.bisect_right(self.cuts, g0)
+        g1 = self.cuts[k] if k < len(self.cuts) else int(self.starts[-1])
+        b0 = int(np.searchsorted(self.starts, g0, side="right")) - 1
+        if self.max_batches:          # within the memory budget: the window's chunks are decoded again
+            g1 = min(g1, int(self.starts[min(b0 + self.max_batches, self.n_real)]))
+        b1 = int(np.searchsorted(self.starts, g1, side="left"))      # batches b0 .. b1-1 overlap
+        segs = []                 # (batch, a, b): positions [a, b) of the batch in this window
+        for b in range(b0, b1):
+            a, e = max(int(self.starts[b]), g0), min(int(self.starts[b + 1]), g1)
+            if e > a:
+                segs.append((b, a, e))
+        cells = np.concatenate([self.batches[b][a - self.starts[b]:e - self.starts[b]] for b, a, e in segs])
+        t0 = time.perf_counter()
+        try:
+            got = place_plan(con, cells, codes)
+        except sqlite3.Error as e:      # larger than batch_mb (a skewed selection): one by one
+            if "batch_mb" in str(e):
+                return False
+            raise
+        t1 = time.perf_counter()
+        if got is None:
+            return False
+        cell_nnz, ticket, total, g, obs_blob = got
+        if timings is not None:
+            import json
+            ext = json.loads(con.execute("SELECT dc_config('last_batch')").fetchone()[0])
+            for key in ("plan_s", "fetch_s"):
+                timings["ext_" + key[:-2]] = timings.get("ext_" + key[:-2], 0.0) + ext[key]
+        try:
+            obs_parts = codes.decode_parts(obs_blob, len(cells), [(a - g0, e - g0) for _, a, e in segs]) \
+                if codes.columns else [{} for _ in segs]
+            name = np.dtype(self._dtype()).name
+            ix_addr = np.empty(len(cells), dtype=np.int64)     # addresses (below 2^63)
+            val_addr = np.empty(len(cells), dtype=np.int64)
+            done = []             # (batch, indptr, indices, data, parts) finished by this window
+            for (b, a, e), obs in zip(segs, obs_parts):
+                nz = cell_nnz[a - g0:e - g0]
+                before = self.carry[1] if self.carry is not None and self.carry[0] == b else []
+                head = int(sum(int(p[0].sum()) for p in before))
+                if e == self.starts[b + 1]:                     # the batch ends here
+                    n = int(self.starts[b + 1] - self.starts[b])
+                    tot = head + int(nz.sum())
+                    if tot >= 2 ** 31:
+                        raise ValueError("a batch with 2^31 or more nonzeros does not fit int32 indices; "
+                                         "use a smaller batch_size")
+                    indptr, indices, data = pool.take_batch(n, tot, name)
+                    o = 0
+                    for pnz, pix, pval, _ in before:           # the carried part, copied once
+                        m = len(pix)
+                        indices[o:o + m] = pix
+                        data[o:o + m] = pval
+                        o += m
+                    ix_base, val_base = indices.ctypes.data, data.ctypes.data
+                    done.append((b, indptr, indices, data, before + [(nz, None, None, obs)]))
+                    self.carry = None
+                else:                                           # it goes on in the next window
+                    ix_buf = np.empty(max(1, int(nz.sum())), dtype=np.int32)
+                    val_buf = np.empty(max(1, int(nz.sum())), dtype=name)
+                    head = 0
+                    ix_base, val_base = ix_buf.ctypes.data, val_buf.ctypes.data
+                    self.carry = (b, before + [(nz, ix_buf[:int(nz.sum())], val_buf[:int(nz.sum())], obs)])
+                off = np.zeros(len(nz), dtype=np.int64)       # each cell's first value
+                np.cumsum(nz[:-1], out=off[1:])
+                off += head
+                ix_addr[a - g0:e - g0] = ix_base + 4 * off
+                val_addr[a - g0:e - g0] = val_base + np.dtype(name).itemsize * off
+            place_into(ticket, len(cells), total, ix_addr, val_addr, name)
+            ticket = None
+        finally:
+            if ticket is not None:
+                release_place(ticket)
+        t2 = time.perf_counter()
+        if timings is not None:
+            timings["sql_call"] = timings.get("sql_call", 0.0) + (t1 - t0)
+            timings["place"] = timings.get("place", 0.0) + (t2 - t1)
+        for b, indptr, indices, data, parts in done:
+            ids = np.ascontiguousarray(self.batches[b], dtype=np.int64)
+            sizes = np.concatenate([p[0] for p in parts])
+            indptr[0] = 0
+            np.cumsum(sizes, out=indptr[1:])
+            obs = {}
+            if codes.columns:
+                dicts = [p[3] for p in parts]
+                if any(d is None for d in dicts):        # an int beyond 2^53 sent as float64
+                    obs = self._obs_alone(con, codes, ids)
+                else:
+                    obs = {c: np.concatenate([d[c] for d in dicts]) for c in codes.columns}
+            self.ready[b] = ds._finish_batch(con, obs_reader, ids, indptr, indices, data, g, obs, timings)
+        self.pos = g1
+        return True
+
+    @staticmethod
+    def _obs_alone(con, codes, ids):
+        """The obs columns of these cells as a call for them alone gives them (nothing decoded)."""
+        got = place_plan(con, ids, codes)
+        if got is None:
+            return ObsReader(codes.cat, codes.columns, missing_code=codes.missing_code).gather(con, ids)
+        release_place(got[1])
+        return codes.decode(got[4], len(ids))
+
+    def _dtype(self):
+        from ._convert import take_dtype
+        return take_dtype(self.ds.dtype)

@@ -1,0 +1,199 @@
+/*
+** test_place.c — placing (dc_chunk_cell_nnz, dc_chunk_place, and dc_pool_decode's jobs of
+** both kinds): every cell of a chunk decoded straight to its own place must equal what a
+** whole-tile decode gives, on every decoder path, for int32 and float32, with cells kept
+** and cells dropped (decoded into the sink), on tiles with a gene map; and a corrupt
+** chunk or a codec without placing is an error, never a write out of bounds.
+*/
+#include "dctest.h"
+#include "dc_testutil.h"
+
+static uint8_t *encode(const dct_mat *m, int codec, uint32_t chunks, size_t *len) {
+  dc_csr in = dct_csr(m);
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  o.codec = codec;
+  o.n_chunks = chunks;
+  uint8_t *buf = NULL;
+  dc_error err = {0};
+  int rc = dc_tile_encode(&in, &o, &buf, len, &err);
+  DCT_CHECKF(rc == DC_OK, "encode: %s", err.msg);
+  return rc == DC_OK ? buf : NULL;
+}
+
+/* One tile, one path: counts per cell equal the input's; placing with every kept cell in
+** its own malloc'd place (exactly its size: ASan sees any write past it) equals the input;
+** dropped cells leave their places untouched. */
+static void check_tile(const dct_mat *m, uint32_t chunks, const char *path, uint64_t seed) {
+  size_t len = 0;
+  uint8_t *buf = encode(m, DC_CODEC_RANS, chunks, &len);
+  if (!buf) return;
+  dc_tile_hdr h;
+  dc_error err = {0};
+  DCT_CHECK(dc_tile_parse(buf, len, &h, &err) == DC_OK);
+  dc_decoder *d = dc_decoder_new();
+  setenv("DC_SIMD", path, 1);
+  uint64_t s = seed;
+  for (uint32_t c = 0; c < h.n_chunks; c++) {
+    const dc_chunk_info *ci = &h.chunk[c];
+    uint32_t n = ci->n_cells;
+    uint32_t *nnz = calloc(n + 1, sizeof *nnz);
+    int32_t **ix = calloc(n + 1, sizeof *ix);
+    void **val = calloc(n + 1, sizeof *val);
+    DCT_CHECK(nnz && ix && val);
+    int rc = dc_chunk_cell_nnz(d, buf, len, &h, c, nnz, &err);
+    DCT_CHECKF(rc == DC_OK, "%s chunk %u cell counts: %s", path, c, err.msg);
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t cell = ci->first_cell + i;
+      DCT_CHECKF(nnz[i] == m->indptr[cell + 1] - m->indptr[cell], "%s cell %u: %u nonzeros counted", path, cell,
+                 nnz[i]);
+    }
+    for (int f32 = 0; f32 < 2; f32++) {
+      for (uint32_t i = 0; i < n; i++) {
+        int keep = dct_rng(&s) % 4 != 0;           /* a quarter of the cells dropped */
+        size_t k = nnz[i] ? nnz[i] : 1;
+        ix[i] = keep ? malloc(k * 4) : NULL;
+        val[i] = keep ? malloc(k * 4) : NULL;
+        if (keep) { memset(ix[i], 0xab, k * 4); memset(val[i], 0xab, k * 4); }
+      }
+      dc_place pl = {ix, val, f32};
+      rc = dc_chunk_place(d, buf, len, &h, c, &pl, &err);
+      DCT_CHECKF(rc == DC_OK, "%s chunk %u place: %s", path, c, err.msg);
+      for (uint32_t i = 0; i < n && rc == DC_OK; i++) {
+        if (!ix[i]) continue;
+        uint32_t cell = ci->first_cell + i;
+        uint64_t a = m->indptr[cell];
+        int same = 1;
+        for (uint32_t j = 0; j < nnz[i]; j++) {
+          same &= (uint32_t)ix[i][j] == m->indices[a + j];
+          if (f32) same &= ((float *)val[i])[j] == (float)m->data[a + j];
+          else same &= (uint32_t)((int32_t *)val[i])[j] == m->data[a + j];
+        }
+        DCT_CHECKF(same, "%s f32 %d cell %u: placed values differ from the input", path, f32, cell);
+      }
+      for (uint32_t i = 0; i < n; i++) { free(ix[i]); free(val[i]); ix[i] = NULL; val[i] = NULL; }
+    }
+    free(nnz); free(ix); free(val);
+  }
+  unsetenv("DC_SIMD");
+  dc_decoder_free(d);
+  free(buf);
+}
+
+static const char *paths[] = {"scalar", "avx2", "avx512"};
+static const int levels[] = {DC_SIMD_SCALAR, DC_SIMD_AVX2, DC_SIMD_AVX512};
+
+static void test_place_random(void) {
+  uint32_t cells[] = {1, 9, 33, 300};
+  for (size_t p = 0; p < 3; p++) {
+    if (!dc_simd_supported(levels[p])) continue;   /* scalar always runs; the vector paths where the CPU has them */
+    for (size_t t = 0; t < sizeof cells / sizeof cells[0]; t++)
+      for (int kind = 0; kind < 4; kind++) {
+        dct_mat m;
+        DCT_CHECK(dct_mat_random(&m, 900 + t * 4 + (uint64_t)kind, cells[t], 4000, 0.9, kind, 0.1, 0.02) == 0);
+        check_tile(&m, 1 + (uint32_t)(t % 3), paths[p], 7 + t);
+        dct_mat_free(&m);
+      }
+  }
+}
+
+/* A tile of every 7th gene (a gene map): placed ids are the dataset's, not the tile's. */
+static void test_place_gene_map(void) {
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 77, 200, 2000, 0.9, DCT_MIXED, 0.05, 0.0) == 0);
+  m.n_genes = 7 * 2000;
+  for (uint64_t j = 0; j < m.indptr[m.n_cells]; j++) m.indices[j] *= 7;
+  for (size_t p = 0; p < 3; p++)
+    if (dc_simd_supported(levels[p])) check_tile(&m, 3, paths[p], 3);
+  dct_mat_free(&m);
+}
+
+/* Empty cells, one gene, dense cells, counts of 2^32-1 */
+static void test_place_edges(void) {
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 5, 40, 1, 0.9, DCT_HUGE, 0.3, 0.0) == 0);
+  check_tile(&m, 2, "scalar", 1);
+  dct_mat_free(&m);
+  DCT_CHECK(dct_mat_random(&m, 6, 20, 700, 0.9, DCT_HUGE, 0.2, 0.5) == 0);
+  for (size_t p = 0; p < 3; p++)
+    if (dc_simd_supported(levels[p])) check_tile(&m, 2, paths[p], 2);
+  dct_mat_free(&m);
+}
+
+/* The pool runs both kinds of job; a zstd tile is refused by name; a flipped byte in a
+** chunk is a checksum error for both entry points. */
+static void test_place_jobs_and_errors(void) {
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 11, 120, 3000, 0.9, DCT_SMALL, 0.05, 0.0) == 0);
+  size_t len = 0;
+  uint8_t *buf = encode(&m, DC_CODEC_RANS, 4, &len);
+  dc_tile_hdr h;
+  dc_error err = {0};
+  DCT_CHECK(buf && dc_tile_parse(buf, len, &h, &err) == DC_OK);
+  dc_pool *pool = dc_pool_new(2);
+  dc_job jobs[4];
+  uint32_t *nnz[4];
+  memset(jobs, 0, sizeof jobs);
+  for (uint32_t c = 0; c < h.n_chunks; c++) {
+    nnz[c] = calloc(h.chunk[c].n_cells, sizeof(uint32_t));
+    jobs[c] = (dc_job){buf, len, &h, c, {NULL, NULL, NULL, 0}, -1, {0, {0}}, NULL, nnz[c]};
+  }
+  DCT_CHECK(dc_pool_decode(pool, jobs, h.n_chunks) == DC_OK);
+  /* every cell into one array, in tile order, through its own place */
+  uint64_t total = m.indptr[m.n_cells];
+  int32_t *all_ix = malloc((total + 1) * 4), *all_v = malloc((total + 1) * 4);
+  int32_t **ix[4];
+  void **val[4];
+  dc_place pl[4];
+  uint64_t o = 0;
+  for (uint32_t c = 0; c < h.n_chunks; c++) {
+    uint32_t n = h.chunk[c].n_cells;
+    ix[c] = malloc(n * sizeof(int32_t *));
+    val[c] = malloc(n * sizeof(void *));
+    for (uint32_t i = 0; i < n; i++) { ix[c][i] = all_ix + o; val[c][i] = all_v + o; o += nnz[c][i]; }
+    pl[c] = (dc_place){ix[c], val[c], 0};
+    jobs[c] = (dc_job){buf, len, &h, c, {NULL, NULL, NULL, 0}, -1, {0, {0}}, &pl[c], NULL};
+  }
+  DCT_CHECK(o == total);
+  DCT_CHECK(dc_pool_decode(pool, jobs, h.n_chunks) == DC_OK);
+  DCT_CHECK(!memcmp(all_ix, m.indices, total * 4) && !memcmp(all_v, m.data, total * 4));
+
+  dc_decoder *d = dc_decoder_new();
+  uint8_t *bad = malloc(len);
+  memcpy(bad, buf, len);
+  bad[h.chunk[1].offset + h.chunk[1].length / 2] ^= 0x10;
+  DCT_CHECK(dc_chunk_cell_nnz(d, bad, len, &h, 1, nnz[1], &err) == DC_ECORRUPT);
+  DCT_CHECKF(strstr(err.msg, "checksum") != NULL, "%s", err.msg);
+  DCT_CHECK(dc_chunk_place(d, bad, len, &h, 1, &pl[1], &err) == DC_ECORRUPT);
+  /* resealed, so the decoder proper meets the flipped bits: an error or the same counts,
+  ** never a crash (ASan) */
+  dct_reseal(bad, len);
+  int rc = dc_chunk_place(d, bad, len, &h, 1, &pl[1], &err);
+  DCT_CHECK(rc == DC_OK || rc == DC_ECORRUPT);
+  DCT_CHECK(dc_chunk_place(d, buf, len, &h, 9, &pl[1], &err) == DC_EARG);
+  DCT_CHECK(dc_chunk_place(d, buf, len, &h, 0, NULL, &err) == DC_EARG);
+  free(bad);
+
+  size_t zlen = 0;
+  uint8_t *z = encode(&m, DC_CODEC_ZSTD, 2, &zlen);
+  dc_tile_hdr zh;
+  DCT_CHECK(z && dc_tile_parse(z, zlen, &zh, &err) == DC_OK);
+  DCT_CHECK(dc_chunk_cell_nnz(d, z, zlen, &zh, 0, nnz[0], &err) == DC_EUNSUPPORTED);
+  DCT_CHECKF(strstr(err.msg, "codec rans") != NULL, "%s", err.msg);
+  DCT_CHECK(dc_chunk_place(d, z, zlen, &zh, 0, &pl[0], &err) == DC_EUNSUPPORTED);
+  free(z);
+  dc_decoder_free(d);
+  for (uint32_t c = 0; c < h.n_chunks; c++) { free(nnz[c]); free(ix[c]); free(val[c]); }
+  free(all_ix); free(all_v);
+  dc_pool_free(pool);
+  free(buf);
+  dct_mat_free(&m);
+}
+
+int main(void) {
+  DCT_RUN(test_place_random);
+  DCT_RUN(test_place_gene_map);
+  DCT_RUN(test_place_edges);
+  DCT_RUN(test_place_jobs_and_errors);
+  return dct_done();
+}
