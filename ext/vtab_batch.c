@@ -626,17 +626,24 @@ static int place_cells(batch_vtab *v, batch_job *j, dc_pool *pool, batch_place *
     j->ref[i] = (batch_cellref){(uint32_t)t, ch, rel - h->hdr.chunk[ch].first_cell};
     p->row_cell[i] = j->ref[i].cell;
   }
-  {
-    /* the output the caller lays out, as the tile index predicts it: within batch_mb, as for a
-    ** batch read the usual way (refused before anything is read) */
-    double est = 0;
-    for (int64_t i = 0; i < n; i++) {
-      const dc_chunk_info *ci = &r->heads[j->ref[i].tile]->hdr.chunk[j->ref[i].chunk];
-      est += (double)ci->nnz / (double)ci->n_cells;
-    }
-    if ((rc = check_size(v, n, est, 1)) != SQLITE_OK) goto fail;
-  }
   p->n_keys = batch_chunk_keys(j->ref, nodirect, n, p->keys, rowkey);
+  {
+    /* what this result holds until it is placed: the tiles' bytes (the output is the
+    ** caller's), within batch_mb; refused before anything is read */
+    double held = 0;
+    uint32_t n_tiles = 0;
+    for (size_t q = 0; q < p->n_keys; q++)
+      if (q == 0 || p->keys[q].tile != p->keys[q - 1].tile) {
+        held += (double)r->heads[p->keys[q].tile]->blob_len;
+        n_tiles++;
+      }
+    if (held > (double)v->conn->batch_bytes) {
+      rc = dc_err(&j->err, SQLITE_TOOBIG, NULL, "dc_batch: placing these %lld cells would hold %.1f MB of tile bytes (%u tiles), "
+                  "over dc_config('batch_mb') = %lld: ask for fewer cells, or raise batch_mb", (long long)n,
+                  held / 1048576.0, n_tiles, (long long)(v->conn->batch_bytes >> 20));
+      goto fail;
+    }
+  }
   p->row0 = sqlite3_malloc64((p->n_keys + 1) * sizeof *p->row0);
   if (!p->row0) { rc = SQLITE_NOMEM; goto fail; }
   int64_t rep = batch_rows_by_key(j->ref, rowkey, n, p->n_keys, p->row0, p->rows);

@@ -601,7 +601,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
 }
 #endif
 
-#define DEF_PLACE(NAME, ATTR, GATHER, USE_VEC, CELL_VEC)                        \
+#define DEF_PLACE(NAME, ATTR, GATHER, USE_VEC, CELL_VEC, PLACING)               \
   ATTR static int NAME(const ctx_state *s, const uint32_t *bcnt, uint32_t n_cells, \
                        const uint8_t **cur, uint16_t *fl, const uint8_t *slow, mreader *rd, \
                        int64_t *indptr, uint64_t base, int32_t *ix, void *val, uint64_t n_genes, \
@@ -621,7 +621,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
         slowmask[q] |= (uint32_t)(slow[q * nrb + b] != 0) << b;                 \
     for (uint32_t c = 0; c < n_cells; c++) {                                    \
       const uint32_t *bc = bcnt + (size_t)c * nrb;                              \
-      if (pl) {                  /* placing: this cell's own place, or the sink */ \
+      if (PLACING) {             /* placing: this cell's own place, or the sink */ \
         int keep_ = pl->ix[c] && pl->val[c];                                    \
         ix = keep_ ? pl->ix[c] : sink;                                          \
         vi = keep_ ? (int32_t *)pl->val[c] : sink + n_genes + 8;                \
@@ -674,13 +674,13 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       }                                                                         \
     next:                                                                       \
       if (prev >= (int64_t)n_genes) return -1;                                  \
-      if (pl && s->map && ix != sink)   /* local ids (checked) -> genes */      \
+      if (PLACING && s->map && ix != sink)   /* local ids (checked) -> genes */ \
         for (uint64_t j_ = 0; j_ < tot; j_++) ix[j_] = (int32_t)s->map[ix[j_]]; \
       ix += tot;                                                                \
       vi += tot;                                                                \
       vf += tot;                                                                \
       o += tot;                                                                 \
-      if (!pl && c + 1 < n_cells) indptr[c + 1] = (int64_t)(base + o);         \
+      if (!PLACING && c + 1 < n_cells) indptr[c + 1] = (int64_t)(base + o);    \
     }                                                                           \
     rd->pos = pos;                                                              \
     return 0;                                                                   \
@@ -698,10 +698,15 @@ static uint64_t no_cell_vec(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_
   *bad = 1;                         /* never called: the portable place has no vector loop */
   return pos;
 }
-DEF_PLACE(place, , gather_sym, 0, no_cell_vec)
+/* each twice: decoding into a tile's arrays, and placing (per-cell destinations), so that
+** the decoding loop carries nothing of placing (a per-cell test had cost the portable path
+** 1.26x on 10x10k's small cells) */
+DEF_PLACE(place, , gather_sym, 0, no_cell_vec, 0)
+DEF_PLACE(place_to, , gather_sym, 0, no_cell_vec, 1)
 #ifdef DC_CTX_X86
 #define AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
-DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, 1, dc_ctx_cell_avx2)
+DEF_PLACE(place_avx2, AVX2_BMI2, gather_sym_avx2, 1, dc_ctx_cell_avx2, 0)
+DEF_PLACE(place_to_avx2, AVX2_BMI2, gather_sym_avx2, 1, dc_ctx_cell_avx2, 1)
 #endif
 
 /* ------------------------------------------------------------ chunk */
@@ -891,12 +896,12 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   int32_t *sink = pl ? (int32_t *)(d->scratch + off_sink) : NULL;
 #ifdef DC_CTX_X86
   if (vec)
-    bad = place_avx2(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32,
-                     pl, sink);
+    bad = (pl ? place_to_avx2 : place_avx2)(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx,
+                                            val, m->n_local, f32, pl, sink);
   else
 #endif
-    bad = place(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val, m->n_local, f32, pl,
-                sink);
+    bad = (pl ? place_to : place)(s, bcnt, ci->n_cells, cur, fl, slow, &r, indptr, ci->nnz_before, idx, val,
+                                  m->n_local, f32, pl, sink);
   PROF(2);
   if (bad) CORRUPT("chunk %u: corrupt symbols (gene index out of range or bad escape)", c);
   if ((r.pos + 7) / 8 != mlen - 8) CORRUPT("chunk %u: mantissa bits do not match their section", c);

@@ -98,7 +98,7 @@ class Placer:
         t0 = time.perf_counter()
         try:
             got = place_plan(con, cells, codes)
-        except sqlite3.Error as e:      # larger than batch_mb (a skewed selection): one by one
+        except sqlite3.Error as e:      # the window's tiles hold more than batch_mb: one by one
             if "batch_mb" in str(e):
                 return False
             raise

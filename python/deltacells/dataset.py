@@ -349,18 +349,15 @@ def _next_batch(ds, con, reader, batches, i, pool, timings, placer):
     return ds._make_batch(con, reader, batches[i], pool, timings)
 
 
-def _placer(ds, batches, cuts, start, pool, con):
+def _placer(ds, batches, cuts, start, pool, con):   # con: the reader's (unused for now)
     """The Placer of a reader whose batches are a contiguous run of the plan (cuts not None)."""
     if cuts is None or not _place.enabled(ds, pool):
         return None
-    # a group's batches within the cache's budget (what the window's decoded chunks took) and
-    # well within batch_mb (the extension refuses a larger request)
+    # a group's batches within the cache's budget (what the window's decoded chunks took)
     budget = ds.cache_mb if ds.cache_mb is not None else ds._default_cache_mb()
-    batch_mb = int(con.execute("SELECT dc_config('batch_mb')").fetchone()[0])
-    budget = batch_mb // 2 if budget is None else min(budget, batch_mb // 2)
     max_batches = None
     cat = ds._cat
-    if len(cat.tile_n) and cat.tile_n.sum():
+    if budget is not None and len(cat.tile_n) and cat.tile_n.sum():
         per_cell = 8.0 * float(cat.tile_nnz.sum()) / float(cat.tile_n.sum())     # bytes placed per cell
         max_batches = max(1, int(budget * 2**20 // max(1.0, per_cell * ds.batch_size)))
     return _place.Placer(ds, batches, cuts[0], cuts[1], start, max_batches)

@@ -283,21 +283,26 @@ def test_corrupt_chunk_is_an_error_naming_it(small, tmp_path):
         list(ds)
 
 
-def test_batch_mb_bounds_a_window(small, monkeypatch):
-    """A placing request is checked against batch_mb like any batch; the loader keeps its groups
-    well within it, and falls back to reading one by one when the extension refuses one."""
-    con = deltacells.connect(small[1])
+def test_batch_mb_bounds_a_window(small, tmp_path, monkeypatch):
+    """A placing request holds its tiles' bytes until it is placed: more than batch_mb of them is
+    refused before anything is read; the loader then reads one by one."""
+    _, big = gen(tmp_path, 6000, 4000, 13, 1500)
+    con = deltacells.connect(big)
     con.execute("SELECT dc_config('batch_mb', 1)").fetchall()
-    ids = np.arange(N_CELLS, dtype="<i8").tobytes()
-    with pytest.raises(Exception, match=r"over dc_config\('batch_mb'\)"):
+    sizes = [r[0] for r in con.execute("SELECT length(data) FROM tiles_data ORDER BY tile")]
+    assert sum(sizes) > 2**20 and sizes[0] < 2**20, sizes
+    ids = np.arange(6000, dtype="<i8").tobytes()
+    with pytest.raises(Exception, match=r"tile bytes \(4 tiles\), over dc_config\('batch_mb'\) = 1"):
         con.execute("SELECT cell_nnz FROM dc_batch(?, ?, ?, 1)", (ids, None, None)).fetchall()
+    one = np.arange(3, dtype="<i8").tobytes()            # one tile's bytes: within 1 MB
+    assert con.execute("SELECT length(cell_nnz) FROM dc_batch(?, ?, ?, 1)", (one, None, None)).fetchone() == (12,)
     from deltacells import _place
     calls = []
 
     def refuse(*a, **k):
         calls.append(1)
-        raise __import__("sqlite3").DatabaseError("dc_batch: the batch would be about 9.0 MB ..., over "
-                                                  "dc_config('batch_mb') = 1: ask for fewer cells")
+        raise __import__("sqlite3").DatabaseError("dc_batch: placing these 600 cells would hold 2.0 MB of tile "
+                                                  "bytes (2 tiles), over dc_config('batch_mb') = 1: ...")
     kw = dict(batch_size=300, seed=2, prefetch_tiles=0, obs=["cell_type"])
     old, _ = batches(small[1], "0", **kw)
     monkeypatch.setattr(_place, "place_plan", refuse)
