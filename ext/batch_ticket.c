@@ -126,6 +126,26 @@ void dc_batch_pool_change(dc_conn *conn, int threads) {
   pthread_mutex_unlock(&ticket_mu);
 }
 
+/* Takes ticket id out of the registry (a placing one if place, else a plain one) and counts
+** it as running; t.id is 0 when there is no such ticket.  ticket_done ends it. */
+static ticket ticket_claim(uint64_t id, int place) {
+  ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL, NULL };
+  pthread_mutex_lock(&ticket_mu);
+  for (int k = 0; k < TICKET_MAX; k++)
+    if (tickets[k].id == id && !tickets[k].place == !place) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
+  if (t.id) takes_active++;
+  pthread_mutex_unlock(&ticket_mu);
+  return t;
+}
+
+static void ticket_done(ticket *t) {
+  if (!t->id) return;
+  pthread_mutex_lock(&ticket_mu);
+  if (--takes_active == 0) pthread_cond_broadcast(&takes_done);
+  pthread_mutex_unlock(&ticket_mu);
+  ticket_release(t);
+}
+
 /* Exchanges a ticket of dc_batch for its result, copied into the caller's
 ** buffers, and releases it.  indptr_out: n_cells+1 int32 (or NULL);
 ** indices_out: nnz int32 (or NULL); data_out: nnz values of kind data_kind
@@ -140,13 +160,8 @@ void dc_batch_pool_change(dc_conn *conn, int threads) {
 int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *indptr_out,
                            int32_t *indices_out, void *data_out, int data_kind, int64_t *bad,
                            int64_t *bad_at) {
-  ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL, NULL };
   if (!id) return -1;
-  pthread_mutex_lock(&ticket_mu);
-  for (int k = 0; k < TICKET_MAX; k++)
-    if (tickets[k].id == id && !tickets[k].place) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
-  if (t.id) takes_active++;
-  pthread_mutex_unlock(&ticket_mu);
+  ticket t = ticket_claim(id, 0);
   int rc = 0;
   if (!t.id) { rc = -1; goto out; }
   if (!indptr_out && !indices_out && !data_out) goto out;
@@ -176,12 +191,7 @@ int deltacells_ticket_take(uint64_t id, int64_t n_cells, int64_t nnz, int32_t *i
     rc = -2;
   }
 out:
-  if (t.id) {
-    pthread_mutex_lock(&ticket_mu);
-    if (--takes_active == 0) pthread_cond_broadcast(&takes_done);
-    pthread_mutex_unlock(&ticket_mu);
-    ticket_release(&t);
-  }
+  ticket_done(&t);
   return rc;
 }
 
@@ -197,14 +207,9 @@ out:
 ** deltacells_ticket_take. */
 int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uint64_t *ix_addr,
                             const uint64_t *val_addr, int kind, char *msg, int msg_len) {
-  ticket t = { 0, 0, 0, NULL, NULL, NULL, NULL, NULL };
   if (msg && msg_len > 0) msg[0] = 0;
   if (!id) return -1;
-  pthread_mutex_lock(&ticket_mu);
-  for (int k = 0; k < TICKET_MAX; k++)
-    if (tickets[k].id == id && tickets[k].place) { t = tickets[k]; memset(&tickets[k], 0, sizeof tickets[k]); break; }
-  if (t.id) takes_active++;
-  pthread_mutex_unlock(&ticket_mu);
+  ticket t = ticket_claim(id, 1);
   int rc = 0;
   dc_job *jobs = NULL;
   dc_place *pl = NULL;
@@ -257,11 +262,6 @@ out:
   sqlite3_free(jobs);
   sqlite3_free(pl);
   sqlite3_free(ptrs);
-  if (t.id) {
-    pthread_mutex_lock(&ticket_mu);
-    if (--takes_active == 0) pthread_cond_broadcast(&takes_done);
-    pthread_mutex_unlock(&ticket_mu);
-    ticket_release(&t);
-  }
+  ticket_done(&t);
   return rc;
 }
