@@ -35,31 +35,59 @@ static int cmp_key(const void *a, const void *b) {
   return x->chunk < y->chunk ? -1 : x->chunk > y->chunk;
 }
 
+/* The distinct keys of the rows go through a small open-addressing set first, so that only
+** they are sorted (a 20,000-cell window has some 16 chunks: sorting every row's key was most of
+** a placing call's planning); a row asking for the chunk of the row before it skips the set. */
+static uint64_t key64(uint32_t tile, uint32_t chunk) { return (uint64_t)tile << 32 | chunk; }
+static size_t key_hash(uint64_t k, size_t mask) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 32) & mask; }
+
 size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t n, dc_chunkkey *keys,
                         uint32_t *rowkey) {
-  size_t n_keys = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (direct[i]) continue;
-    keys[n_keys].tile = ref[i].tile;
-    keys[n_keys].chunk = ref[i].chunk;
-    n_keys++;
-  }
-  qsort(keys, n_keys, sizeof *keys, cmp_key);
+  size_t cap = 64;
+  while (cap < 2 * (size_t)n && cap < ((size_t)1 << 22)) cap <<= 1;
+  uint64_t *set = calloc(cap, sizeof *set);           /* key + 1; 0: empty */
   size_t m = 0;
-  for (size_t i = 0; i < n_keys; i++) if (m == 0 || cmp_key(&keys[m - 1], &keys[i])) keys[m++] = keys[i];
+  if (set) {
+    uint64_t last = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (direct[i]) continue;
+      uint64_t k = key64(ref[i].tile, ref[i].chunk) + 1;
+      if (k == last) continue;
+      last = k;
+      size_t h = key_hash(k, cap - 1), used = 0;
+      while (set[h] && set[h] != k && ++used < cap) h = (h + 1) & (cap - 1);
+      if (set[h] == k) continue;
+      if (used >= cap) { m = SIZE_MAX; break; }      /* full (more distinct keys than cap): sort all */
+      set[h] = k;
+      keys[m].tile = ref[i].tile;
+      keys[m].chunk = ref[i].chunk;
+      m++;
+    }
+    free(set);
+  } else {
+    m = SIZE_MAX;
+  }
+  if (m == SIZE_MAX) {                                /* out of memory for the set: every key */
+    m = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (direct[i]) continue;
+      keys[m].tile = ref[i].tile;
+      keys[m].chunk = ref[i].chunk;
+      m++;
+    }
+  }
+  qsort(keys, m, sizeof *keys, cmp_key);
+  size_t d = 0;
+  for (size_t i = 0; i < m; i++) if (d == 0 || cmp_key(&keys[d - 1], &keys[i])) keys[d++] = keys[i];
+  uint32_t lastk = 0;
   for (int64_t i = 0; i < n; i++) {
     if (direct[i]) continue;
     dc_chunkkey key = {ref[i].tile, ref[i].chunk};
-    rowkey[i] = (uint32_t)((dc_chunkkey *)bsearch(&key, keys, m, sizeof *keys, cmp_key) - keys);
+    if (!(d && !cmp_key(&keys[lastk], &key)))
+      lastk = (uint32_t)((dc_chunkkey *)bsearch(&key, keys, d, sizeof *keys, cmp_key) - keys);
+    rowkey[i] = lastk;
   }
-  return m;
-}
-
-static int cmp_row_cell(const void *a, const void *b, void *ctx) {
-  const batch_cellref *ref = ctx;
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  if (ref[x].cell != ref[y].cell) return ref[x].cell < ref[y].cell ? -1 : 1;
-  return x < y ? -1 : x > y;
+  return d;
 }
 
 int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int64_t n, size_t n_keys,
@@ -70,21 +98,31 @@ int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int6
   for (int64_t i = 0; i < n; i++) rows[row0[rowkey[i]]++] = i;    /* row0[q] ends at key q's end */
   for (size_t q = n_keys; q > 0; q--) row0[q] = row0[q - 1];
   row0[0] = 0;
-  /* repeats: within a key, by cell (then row), an equal neighbour is a repeat */
+  /* repeats: a bitmap of the cells asked for so far, per key (rows in row order) */
   int64_t first = -1;
+  uint8_t *seen = NULL;
+  size_t seen_cap = 0;
   for (size_t q = 0; q < n_keys; q++) {
     uint64_t a = row0[q], b = row0[q + 1];
-    int sorted = 1;
-    for (uint64_t k = a + 1; k < b && sorted; k++) sorted = ref[rows[k - 1]].cell < ref[rows[k]].cell;
-    if (sorted) continue;
-    int64_t *tmp = malloc((b - a) * sizeof *tmp);
-    if (!tmp) return -2;
-    memcpy(tmp, rows + a, (b - a) * sizeof *tmp);
-    qsort_r(tmp, b - a, sizeof *tmp, cmp_row_cell, (void *)ref);
-    for (uint64_t k = 1; k < b - a; k++)
-      if (ref[tmp[k]].cell == ref[tmp[k - 1]].cell && (first < 0 || tmp[k] < first)) first = tmp[k];
-    free(tmp);
+    uint32_t top = 0;
+    for (uint64_t k = a; k < b; k++) if (ref[rows[k]].cell > top) top = ref[rows[k]].cell;
+    size_t need = (size_t)top / 8 + 1;
+    if (need > seen_cap) {
+      uint8_t *ns = realloc(seen, need);
+      if (!ns) { free(seen); return -2; }
+      seen = ns;
+      seen_cap = need;
+    }
+    memset(seen, 0, need);
+    for (uint64_t k = a; k < b; k++) {
+      uint32_t c = ref[rows[k]].cell;
+      if (seen[c >> 3] & (1u << (c & 7))) {
+        if (first < 0 || rows[k] < first) first = rows[k];
+      }
+      seen[c >> 3] |= (uint8_t)(1u << (c & 7));
+    }
   }
+  free(seen);
   return first;
 }
 

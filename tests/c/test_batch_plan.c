@@ -6,6 +6,7 @@
 ** hand or computed apart.
 */
 #include "dctest.h"
+#include "dc_testutil.h"
 #include "../../ext/batch_plan.c"
 
 /* two tiles of three chunks: chunk (t, c) has n_cells[t][c] cells and nnz[t][c] nonzeros */
@@ -275,11 +276,53 @@ static void test_rows_by_key(void) {
   DCT_CHECK(batch_rows_by_key(ref, rowkey, 0, 0, row0, rows) == -1 && row0[0] == 0);
 }
 
+/* batch_chunk_keys against a plain reference (every key sorted, then made distinct), on many
+** rows in random order with some direct rows; batch_rows_by_key's repeat against a scan */
+static void test_keys_random(void) {
+  uint64_t seed = 12345;
+  for (int round = 0; round < 20; round++) {
+    int64_t n = 1 + (int64_t)(dct_rng(&seed) % 6000);
+    uint32_t tiles = 1 + (uint32_t)(dct_rng(&seed) % 6), chunks = 1 + (uint32_t)(dct_rng(&seed) % 9);
+    batch_cellref *ref = malloc((size_t)n * sizeof *ref);
+    uint8_t *direct = calloc((size_t)n, 1);
+    dc_chunkkey *keys = malloc((size_t)n * sizeof *keys), *want = malloc((size_t)n * sizeof *want);
+    uint32_t *rowkey = malloc((size_t)n * sizeof *rowkey);
+    int64_t *rows = malloc((size_t)n * sizeof *rows);
+    uint64_t *row0 = malloc(((size_t)n + 1) * sizeof *row0);
+    for (int64_t i = 0; i < n; i++) {
+      ref[i] = (batch_cellref){(uint32_t)(dct_rng(&seed) % tiles), (uint32_t)(dct_rng(&seed) % chunks),
+                               (uint32_t)(dct_rng(&seed) % 3000)};
+      direct[i] = round % 3 == 0 && dct_rng(&seed) % 4 == 0;
+    }
+    size_t m = 0;
+    for (int64_t i = 0; i < n; i++) if (!direct[i]) want[m++] = (dc_chunkkey){ref[i].tile, ref[i].chunk};
+    qsort(want, m, sizeof *want, cmp_key);
+    size_t d = 0;
+    for (size_t i = 0; i < m; i++) if (d == 0 || cmp_key(&want[d - 1], &want[i])) want[d++] = want[i];
+    size_t got = batch_chunk_keys(ref, direct, n, keys, rowkey);
+    DCT_CHECKF(got == d, "%zu keys, want %zu", got, d);
+    DCT_CHECK(!memcmp(keys, want, d * sizeof *keys));
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++)
+      if (!direct[i]) ok &= rowkey[i] < got && keys[rowkey[i]].tile == ref[i].tile && keys[rowkey[i]].chunk == ref[i].chunk;
+    DCT_CHECK(ok);
+    if (round % 3 != 0) {            /* no direct rows: the first repeated cell, by a plain scan */
+      int64_t first = -1;
+      for (int64_t i = 0; i < n && first < 0; i++)
+        for (int64_t k = 0; k < i; k++)
+          if (ref[k].tile == ref[i].tile && ref[k].chunk == ref[i].chunk && ref[k].cell == ref[i].cell) { first = i; break; }
+      DCT_CHECKF(batch_rows_by_key(ref, rowkey, n, got, row0, rows) == first, "round %d", round);
+    }
+    free(ref); free(direct); free(keys); free(want); free(rowkey); free(rows); free(row0);
+  }
+}
+
 int main(void) {
   DCT_RUN(test_direct);
   DCT_RUN(test_groups);
   DCT_RUN(test_kernels);
   DCT_RUN(test_take);
   DCT_RUN(test_rows_by_key);
+  DCT_RUN(test_keys_random);
   return dct_done();
 }
