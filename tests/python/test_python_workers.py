@@ -104,6 +104,7 @@ def test_slots_are_freed_by_the_receiver_or_when_unsent(db):
         assert _xfer.available()
         install_csr_reduction()
         r, w = os.pipe()
+        back_r, back_w = os.pipe()   # the worker's checks are done: the receiver may copy (and free)
         pid = os.fork()
         if pid == 0:                                   # the "worker"
             slots = _xfer.WorkerSlots(_core.BufferPool(), max_slots=6)
@@ -123,6 +124,7 @@ def test_slots_are_freed_by_the_receiver_or_when_unsent(db):
             e = slots.take_batch(1, 1, np.int32)
             f = slots.take_batch(1, 1, np.int32)
             assert slots.fallbacks == 1 and slots.find(f[0].ctypes.data, 4) is None
+            os.write(back_w, b"x")
             import time
             for _ in range(500):                       # the receiver frees the sent ones
                 if int((slots.ctrl != 0).sum()) == 3:
@@ -134,6 +136,7 @@ def test_slots_are_freed_by_the_receiver_or_when_unsent(db):
         data = b""
         while len(data) < n:
             data += os.read(r, n - len(data))
+        os.read(back_r, 1)      # (receiving frees the sent slots: the worker counts them busy first)
         t = pickle.loads(data)
         assert t[0].tolist() == [0, 2, 4, 5] and t[1].tolist() == [1, 2, 3, 4, 0]
         assert t[2].tolist() == [1.5, 2, 3, 4, 5] and t[2].dtype == torch.float32
