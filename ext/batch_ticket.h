@@ -47,6 +47,17 @@ typedef struct batch_place {
 
 void batch_place_unref(batch_place *p);       /* NULL: nothing */
 
+/* Glue over the reader, on the querying thread (ext/batch_place.c):
+** batch_locate: ref[i] = where cell ids[i] is (tile, chunk, cell of the chunk), the tiles'
+** headers read; an id without a tile is SQLITE_CORRUPT_VTAB.
+** batch_place_read: a placing result for cells ids[0..n) in *out (one reference), the chunk
+** bytes read and each cell's nonzeros counted on pool; *out stays NULL, and the call succeeds,
+** when the cells cannot be placed (a cell asked for twice, a tile of a codec other than
+** rans); over batch_mb of tile bytes held is SQLITE_TOOBIG. */
+int batch_locate(dc_reader *r, const int64_t *ids, int64_t n, batch_cellref *ref, char **pzErr);
+int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, batch_place **out,
+                     char **pzErr);
+
 /* Registers a result: indptr (int64, n_cells + 1) and either indices/data (int32 blobs, nnz
 ** each) or pend; the buffers are rcbufs and pend is counted (references taken here).  Returns
 ** the ticket id, 0 when there is no result.  At most a few tickets are outstanding in the

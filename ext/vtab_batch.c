@@ -99,7 +99,8 @@
 ** Output blobs are handed to SQLite without a copy (reference-counted
 ** buffers with their own destructor, so a column read twice stays valid).
 ** Steps 2-4 and the row kernels are pure C in batch_plan.c (unit-tested in
-** tests/c/test_batch_plan.c); this file is the glue around them.
+** tests/c/test_batch_plan.c); this file is the glue around them.  A placing request is read by
+** batch_place.c.
 */
 #include <pthread.h>
 #include <stdarg.h>
@@ -430,18 +431,11 @@ static int map_cells(batch_vtab *v, batch_job *j, struct dc_cache *cache) {
   memset(j->direct, 0, (size_t)(n ? n : 1));
   memset(j->rows, 0, (size_t)(n ? n : 1) * sizeof *j->rows);
   memcpy(j->o_ids, j->ids, (size_t)n * 8);
+  if ((rc = batch_locate(r, j->ids, n, j->ref, &j->err)) != SQLITE_OK) return rc;
   double est_nnz = 0;   /* the output's nonzeros as the tile index predicts them */
   for (int64_t i = 0; i < n; i++) {
-    int64_t t = dc_reader_tile_of(r, j->ids[i]);
-    const dc_tilehead *h;
-    if (t < 0) return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: cell %lld has no tile", (long long)j->ids[i]);
-    if ((rc = dc_reader_head(r, (uint32_t)t, &h, &j->err)) != SQLITE_OK) return rc;
-    uint32_t rel = (uint32_t)(j->ids[i] - r->tiles[t].first_cell);
-    uint32_t ch = dc_reader_chunk_of(h, rel);
-    j->ref[i].tile = (uint32_t)t;
-    j->ref[i].chunk = ch;
-    j->ref[i].cell = rel - h->hdr.chunk[ch].first_cell;
-    double mean = (double)h->hdr.chunk[ch].nnz / (double)h->hdr.chunk[ch].n_cells;
+    const dc_chunk_info *ci = &r->heads[j->ref[i].tile]->hdr.chunk[j->ref[i].chunk];
+    double mean = (double)ci->nnz / (double)ci->n_cells;
     est_nnz += j->map && mean > (double)j->out_genes ? (double)j->out_genes : mean;
   }
   /* refused before anything is decoded: over batch_mb, or a blob over SQLite's limit */
@@ -585,133 +579,6 @@ static int assemble(batch_vtab *v, batch_job *j, dc_pool *pool, int64_t *t) {
   return k.bad ? SQLITE_NOMEM : SQLITE_OK;
 }
 
-/* Placing (place = 1): where each requested cell is, the raw bytes of its chunks (read here,
-** on the querying thread) and its nonzeros (from the chunks' per-cell counts, on the pool, no
-** decoding), kept in *out for deltacells_ticket_place.  *out stays NULL, and the call still
-** succeeds, when the cells cannot be placed: a cell asked for twice, or a tile of a codec
-** other than rans (the caller asks without place then). */
-static int place_cells(batch_vtab *v, batch_job *j, dc_pool *pool, batch_place **out) {
-  dc_reader *r = v->reader;
-  int64_t n = j->n;
-  uint64_t nn = (uint64_t)(n ? n : 1);
-  int rc = SQLITE_OK;
-  uint32_t *rowkey = NULL, *cnt = NULL;
-  uint64_t *cnt0 = NULL;
-  uint8_t *nodirect = NULL;
-  dc_job *jobs = NULL;
-  *out = NULL;
-  batch_place *p = sqlite3_malloc64(sizeof *p);
-  if (!p) return SQLITE_NOMEM;
-  memset(p, 0, sizeof *p);
-  p->n_ref = 1;
-  p->conn = v->conn;
-  p->n = n;
-  j->ref = sqlite3_malloc64(nn * sizeof *j->ref);
-  p->keys = sqlite3_malloc64(nn * sizeof *p->keys);
-  p->rows = sqlite3_malloc64(nn * sizeof *p->rows);
-  p->row_cell = sqlite3_malloc64(nn * sizeof *p->row_cell);
-  p->nnz = sqlite3_malloc64(nn * sizeof *p->nnz);
-  rowkey = sqlite3_malloc64(nn * sizeof *rowkey);
-  nodirect = sqlite3_malloc64(nn);
-  if (!j->ref || !p->keys || !p->rows || !p->row_cell || !p->nnz || !rowkey || !nodirect) { rc = SQLITE_NOMEM; goto fail; }
-  memset(nodirect, 0, nn);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t t = dc_reader_tile_of(r, j->ids[i]);
-    const dc_tilehead *h;
-    if (t < 0) { rc = dc_err(&j->err, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: cell %lld has no tile", (long long)j->ids[i]); goto fail; }
-    if ((rc = dc_reader_head(r, (uint32_t)t, &h, &j->err)) != SQLITE_OK) goto fail;
-    if (h->hdr.codec != DC_CODEC_RANS) goto not_placeable;
-    uint32_t rel = (uint32_t)(j->ids[i] - r->tiles[t].first_cell);
-    uint32_t ch = dc_reader_chunk_of(h, rel);
-    j->ref[i] = (batch_cellref){(uint32_t)t, ch, rel - h->hdr.chunk[ch].first_cell};
-    p->row_cell[i] = j->ref[i].cell;
-  }
-  p->n_keys = batch_chunk_keys(j->ref, nodirect, n, p->keys, rowkey);
-  {
-    /* what this result holds until it is placed: the tiles' bytes (the output is the
-    ** caller's), within batch_mb; refused before anything is read */
-    double held = 0;
-    uint32_t n_tiles = 0;
-    for (size_t q = 0; q < p->n_keys; q++)
-      if (q == 0 || p->keys[q].tile != p->keys[q - 1].tile) {
-        held += (double)r->heads[p->keys[q].tile]->blob_len;
-        n_tiles++;
-      }
-    if (held > (double)v->conn->batch_bytes) {
-      rc = dc_err(&j->err, SQLITE_TOOBIG, NULL, "dc_batch: placing these %lld cells would hold %.1f MB of tile bytes (%u tiles), "
-                  "over dc_config('batch_mb') = %lld: ask for fewer cells, or raise batch_mb", (long long)n,
-                  held / 1048576.0, n_tiles, (long long)(v->conn->batch_bytes >> 20));
-      goto fail;
-    }
-  }
-  p->row0 = sqlite3_malloc64((p->n_keys + 1) * sizeof *p->row0);
-  if (!p->row0) { rc = SQLITE_NOMEM; goto fail; }
-  int64_t rep = batch_rows_by_key(j->ref, rowkey, n, p->n_keys, p->row0, p->rows);
-  if (rep == -2) { rc = SQLITE_NOMEM; goto fail; }
-  if (rep >= 0) goto not_placeable;
-  if ((rc = dc_reader_read(r, p->keys, p->n_keys, &p->tb, &p->n_tb, &j->err)) != SQLITE_OK) goto fail;
-  p->heads = sqlite3_malloc64((p->n_tb ? p->n_tb : 1) * sizeof *p->heads);
-  p->key_tb = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *p->key_tb);
-  cnt0 = sqlite3_malloc64((p->n_keys + 1) * sizeof *cnt0);
-  jobs = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *jobs);
-  if (!p->heads || !p->key_tb || !cnt0 || !jobs) { rc = SQLITE_NOMEM; goto fail; }
-  memset(p->heads, 0, (p->n_tb ? p->n_tb : 1) * sizeof *p->heads);
-  for (size_t k = 0; k < p->n_tb; k++) {
-    /* the header only (the tile buffer holds the prefix bytes the decoder reads) */
-    const dc_tilehead *h = r->heads[p->tb[k].tile];
-    size_t sz = DC_TILEHEAD_SIZE(h->hdr.n_chunks);
-    if (!(p->heads[k] = sqlite3_malloc64(sz))) { rc = SQLITE_NOMEM; goto fail; }
-    memcpy(p->heads[k], h, sz);
-    p->heads[k]->prefix = NULL;
-  }
-  cnt0[0] = 0;
-  for (size_t q = 0, k = 0; q < p->n_keys; q++) {
-    while (p->tb[k].tile != p->keys[q].tile) k++;     /* both sorted by tile */
-    p->key_tb[q] = (uint32_t)k;
-    cnt0[q + 1] = cnt0[q] + p->heads[k]->hdr.chunk[p->keys[q].chunk].n_cells;
-  }
-  cnt = sqlite3_malloc64((cnt0[p->n_keys] ? cnt0[p->n_keys] : 1) * sizeof *cnt);
-  if (!cnt) { rc = SQLITE_NOMEM; goto fail; }
-  memset(jobs, 0, (p->n_keys ? p->n_keys : 1) * sizeof *jobs);
-  for (size_t q = 0; q < p->n_keys; q++) {
-    const dc_tilehead *h = p->heads[p->key_tb[q]];
-    jobs[q].buf = p->tb[p->key_tb[q]].buf;
-    jobs[q].len = (size_t)h->blob_len;
-    jobs[q].hdr = &h->hdr;
-    jobs[q].chunk = p->keys[q].chunk;
-    jobs[q].rc = -1;
-    jobs[q].cell_nnz = cnt + cnt0[q];
-  }
-  if (dc_pool_decode(pool, jobs, p->n_keys) != DC_OK) {
-    for (size_t q = 0; q < p->n_keys; q++)
-      if (jobs[q].rc != DC_OK) {
-        rc = dc_err(&j->err, jobs[q].rc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB, NULL,
-                    "dc_batch: tile %u chunk %u: %s", p->keys[q].tile, p->keys[q].chunk,
-                    jobs[q].err.msg[0] ? jobs[q].err.msg : dc_strerror(jobs[q].rc));
-        break;
-      }
-    goto fail;
-  }
-  for (int64_t i = 0; i < n; i++) {
-    p->nnz[i] = cnt[cnt0[rowkey[i]] + p->row_cell[i]];
-    p->total += p->nnz[i];
-  }
-  *out = p;
-  p = NULL;
-  goto done;
-not_placeable:
-  rc = SQLITE_OK;
-fail:
-  batch_place_unref(p);
-done:
-  sqlite3_free(rowkey);
-  sqlite3_free(nodirect);
-  sqlite3_free(cnt0);
-  sqlite3_free(cnt);
-  sqlite3_free(jobs);
-  return rc;
-}
-
 static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, int argc,
                         sqlite3_value **argv) {
   batch_cursor *c = (batch_cursor *)cur;
@@ -753,7 +620,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
 
   if (place) {
     t1 = now_ns();
-    if ((rc = place_cells(v, j, pool, &c->place)) != SQLITE_OK) goto done;
+    if ((rc = batch_place_read(r, v->conn, pool, j->ids, j->n, &c->place, &j->err)) != SQLITE_OK) goto done;
     t23[0] = t23[1] = now_ns();
     if (c->place) {
       int32_t *cn = rcbuf_new(v->conn->bufpool, (uint64_t)j->n * 4 + 4);

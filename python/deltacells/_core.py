@@ -529,29 +529,38 @@ class BufferPool:
 # data kinds of deltacells_ticket_take
 _KINDS = {"int32": 0, "float32": 1, "int16": 2, "int8": 3, "uint8": 4, "float64": 5, "int64": 6}
 _RANGE = {"int16": (-2**15, 2**15 - 1), "int8": (-128, 127), "uint8": (0, 255)}
-_ticket_fn = {}
+_ext_fns = {}          # pid -> {name: ctypes function or None}
+
+
+def _ext_function(name, argtypes):
+    """Function `name` of the loaded extension through ctypes (restype int), or None when it
+    cannot be had (an older extension, no ctypes).  Looked up once per process (a forked
+    child looks again)."""
+    pid = os.getpid()
+    fns = _ext_fns.get(pid)
+    if fns is None:
+        _ext_fns.clear()
+        fns = _ext_fns[pid] = {}
+    if name not in fns:
+        fn = None
+        try:
+            import ctypes
+            fn = getattr(ctypes.CDLL(find_extension()), name)
+            fn.restype = ctypes.c_int
+            fn.argtypes = argtypes()
+        except (OSError, AttributeError, Exception):
+            fn = None
+        fns[name] = fn
+    return fns[name]
 
 
 def _ticket_take_fn():
     """deltacells_ticket_take of the loaded extension, through ctypes (None when it
     cannot be had: then batches come through Python's sqlite3 blobs)."""
-    pid = os.getpid()
-    if pid in _ticket_fn:
-        return _ticket_fn[pid]
-    fn = None
-    try:
-        import ctypes
-        lib = ctypes.CDLL(find_extension())
-        fn = lib.deltacells_ticket_take
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                       ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]
-    except (OSError, AttributeError, Exception):
-        fn = None
-    _ticket_fn.clear()
-    _ticket_fn[pid] = fn
-    return fn
+    import ctypes
+    return _ext_function("deltacells_ticket_take", lambda: [
+        ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)])
 
 
 class DtypeOverflow(ValueError):
@@ -618,28 +627,13 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     return indptr, indices, data, int(g)
 
 
-_place_fn = {}
-
-
 def _ticket_place_fn():
     """deltacells_ticket_place of the loaded extension, through ctypes (None when it cannot
     be had: an older extension; then batches are read one by one)."""
-    pid = os.getpid()
-    if pid in _place_fn:
-        return _place_fn[pid]
-    fn = None
-    try:
-        import ctypes
-        lib = ctypes.CDLL(find_extension())
-        fn = lib.deltacells_ticket_place
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    except (OSError, AttributeError, Exception):
-        fn = None
-    _place_fn.clear()
-    _place_fn[pid] = fn
-    return fn
+    import ctypes
+    return _ext_function("deltacells_ticket_place", lambda: [
+        ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+        ctypes.c_char_p, ctypes.c_int])
 
 
 def place_plan(con, cell_ids, obs=None):

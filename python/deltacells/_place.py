@@ -139,11 +139,12 @@ class Placer:
                     done.append((b, indptr, indices, data, before + [(nz, None, None, obs)]))
                     self.carry = None
                 else:                                           # it goes on in the next window
-                    ix_buf = np.empty(max(1, int(nz.sum())), dtype=np.int32)
-                    val_buf = np.empty(max(1, int(nz.sum())), dtype=name)
+                    m = int(nz.sum())
+                    ix_buf = np.empty(max(1, m), dtype=np.int32)
+                    val_buf = np.empty(max(1, m), dtype=name)
                     head = 0
                     ix_base, val_base = ix_buf.ctypes.data, val_buf.ctypes.data
-                    self.carry = (b, before + [(nz, ix_buf[:int(nz.sum())], val_buf[:int(nz.sum())], obs)])
+                    self.carry = (b, before + [(nz, ix_buf[:m], val_buf[:m], obs)])
                 off = np.zeros(len(nz), dtype=np.int64)       # each cell's first value
                 np.cumsum(nz[:-1], out=off[1:])
                 off += head

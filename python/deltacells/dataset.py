@@ -349,7 +349,7 @@ def _next_batch(ds, con, reader, batches, i, pool, timings, placer):
     return ds._make_batch(con, reader, batches[i], pool, timings)
 
 
-def _placer(ds, batches, cuts, start, pool, con):   # con: the reader's (unused for now)
+def _placer(ds, batches, cuts, start, pool):
     """The Placer of a reader whose batches are a contiguous run of the plan (cuts not None)."""
     if cuts is None or not _place.enabled(ds, pool):
         return None
@@ -610,7 +610,7 @@ class _Producer:
                 con = ds._open(threads)
             reader = ds._obs_reader()
             pool = new_pool(shared)
-            placer = _placer(ds, batches, cuts, start, pool, con)
+            placer = _placer(ds, batches, cuts, start, pool)
             for i in range(start, len(batches)):
                 if stop.is_set():
                     return
@@ -748,7 +748,7 @@ class _BatchIterator:
                 self._con = self.ds._open(self.threads)
                 self._reader = self.ds._obs_reader()
                 self._pool = new_pool(self._shared())
-                self._placer = _placer(self.ds, self.batches, self.cuts, self._i, self._pool, self._con)
+                self._placer = _placer(self.ds, self.batches, self.cuts, self._i, self._pool)
                 self._set_threads(self._scheduled(self._i))
             elif self._schedule is not None and self._i in self._schedule:
                 self._set_threads(self._schedule[self._i])
