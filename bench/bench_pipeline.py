@@ -301,8 +301,8 @@ def breakdown(cfg, res):
 
 def breakdown_workers(cfg, res):
     """N DataLoader workers: each worker's stages (sent back after its last batch), and
-    the main process's: waiting for the next batch, receiving it (the copy from the
-    worker, _xfer), and everything else of the loop."""
+    the main process's: waiting for the next batch, receiving it (mapped from the worker's
+    lane, or copied from it: _xfer), and everything else of the loop."""
     import deltacells
     from deltacells import _xfer
     from torch.utils.data import DataLoader, IterableDataset
@@ -344,8 +344,10 @@ def breakdown_workers(cfg, res):
     recv = _xfer.stats["seconds"]
     res.update(batches=nb, cells=n, wall_ms=1e3 * wall / max(1, nb), stages_ms=stages,
                main_ms={"wait (blocked on the loader, receive included)": 1e3 * wait / max(1, nb),
-                        "  in it: receive (copy from the worker, _xfer)": 1e3 * recv / max(1, nb)},
-               received_mb=_xfer.stats["bytes"] / 2**20)
+                        "  in it: receive (copied where not mapped, _xfer)": 1e3 * recv / max(1, nb)},
+               received_mb=_xfer.stats["bytes"] / 2**20,
+               received={"mapped": _xfer.stats.get("mapped", 0),
+                         "copied": _xfer.stats["arrays"] - _xfer.stats.get("mapped", 0)})
     return res
 
 
@@ -497,6 +499,9 @@ def show_breakdown(r):
                 print(f"  worker: {label:54s} {st[k]:8.2f} ms")
         for k, v in r["main_ms"].items():
             print(f"  main:   {k:54s} {v:8.2f} ms")
+        if "received" in r:
+            print(f"  main:   arrays received: {r['received']['mapped']} mapped from the workers' "
+                  f"lanes, {r['received']['copied']} copied (the rest came torch's way)")
         return
     print(f"per-batch breakdown, batch {r['batch_size']}, 0 workers, no prefetch "
           f"({r['batches']} batches, {r['wall_ms']:.1f} ms per batch in all):")

@@ -102,7 +102,12 @@ def _epoch(url, workers, prefetch, batch_size):
     from torch.utils.data import DataLoader
     t = time.perf_counter()
     ds = deltacells.CellDataset(url, batch_size=batch_size, shuffle=True, seed=0, prefetch_tiles=prefetch)
-    loader = DataLoader(ds, batch_size=None, num_workers=workers, timeout=1800 if workers else 0)
+    # workers started as a user's DataLoader starts them (fork, on Linux): this process was
+    # spawned, and a spawned process's default start method is spawn (a fresh interpreter
+    # that imports torch per worker: seconds before the first batch, and no shared lanes)
+    ctx = "fork" if workers and sys.platform.startswith("linux") else None
+    loader = DataLoader(ds, batch_size=None, num_workers=workers, timeout=1800 if workers else 0,
+                        multiprocessing_context=ctx)
     first = None
     cells = 0
     for b in loader:

@@ -478,11 +478,12 @@ def _alloc(nbytes):
 
 def new_pool(shared=False):
     """The buffers of one reader: in a DataLoader worker (shared=True) reused slots that
-    the main process copies from once (_xfer.py), else a BufferPool."""
+    the main process maps or copies from once (_xfer.py), else a BufferPool."""
     if shared:
         from . import _xfer
-        if _xfer.available():
-            return _xfer.WorkerSlots(BufferPool())
+        slots = _xfer.worker_slots(BufferPool())
+        if slots is not None:
+            return slots
     return BufferPool()
 
 

@@ -1,4 +1,4 @@
-"""Batches from DataLoader workers to the main process: one copy, into reused buffers.
+"""Batches from DataLoader workers to the main process: no copy where the OS allows it.
 
 torch sends a worker's tensors by moving each into a fresh shared-memory segment
 (share_memory_()) that the main process then maps: per 5,000-cell batch of the
@@ -9,20 +9,41 @@ page costs about 30 us to write and an existing one about 15 us to map, against 
 memfd 297 ms, into a reused buffer 7 ms; process_vm_readv of 40 MB into a reused buffer
 7-12 ms).  That, not decoding, made 2 workers 5x slower than none.
 
-So here: a worker writes each batch (dc_batch's result copied once, through the
-ticket) into its own reused private buffers, one slot per array.  When such an array is
-pickled to the main process it travels as (worker pid, address, length, slot, serial);
-the main process copies it with process_vm_readv straight into buffers of its own pool
-(reused once the user drops the batch's tensors) and tells the worker the slot is free
-by writing 0 over the slot's serial in the worker's memory (process_vm_writev).  A slot
-whose array was never sent is freed when the worker drops it.  When every slot is busy
-the worker uses plain buffers, which torch sends its usual way.
+Two ways here, both writing each batch into reused slots, never into fresh memory:
 
-Where process_vm_readv is not allowed (a seccomp profile without it, e.g. some
-containers), available() is False and torch's way is used.  DELTACELLS_WORKER_COPY=0
-turns this off.  Nothing crosses a fork: slots belong to the process that made them.
+* **Lanes (mapped, no copy).**  A dataset made in the main process makes (once per
+  process, shared by its datasets) an arena: one sparse memfd, mapped MAP_SHARED before
+  DataLoader forks its workers, cut into lanes of LANE_SLOTS slots.  A worker claims a free
+  lane (a POSIX record lock on the lane's byte of the memfd: released by the kernel when
+  the worker exits) and keeps it until it exits.  It places batches straight into the
+  lane's slots (pages populated once per process with MADV_POPULATE_WRITE: mapping pages
+  that exist costs a tenth of faulting them in one by one); an array in a slot is pickled
+  as (arena, lane, slot, state, offset, length), and the main process returns a tensor
+  that views the same pages in its own mapping of the arena.  The pages stay warm across
+  epochs and worker generations, since the arena outlives the workers.
+  Each slot's state word (serial << 2 | phase: taken, sent, held; 0 free) lives in the
+  lane's header and changes only by compare-and-swap (deltacells_slot_cas, in the
+  extension): the worker takes and sends, the main process marks a slot held when it
+  arrives and frees it when the user drops the last tensor viewing it; a worker that
+  claims a lane frees what its dead predecessor took or sent and nobody received (a batch
+  left in the queue of an iterator stopped early).  A batch that arrives after its slot
+  was taken back is an error, never another batch's data.
+* **Copied once (process_vm_readv)**, where there is no arena (spawned workers, no memfd,
+  an older extension): a worker's slots are private buffers; an array in one travels as
+  (worker pid, address, length, slot, state), and the main process copies it with
+  process_vm_readv into buffers of its own pool (reused once the user drops the batch's
+  tensors) and frees the slot by writing 0 over its state in the worker's memory
+  (process_vm_writev).
+
+A slot whose array was never sent is freed when the worker drops it.  When every slot is
+busy (the user keeps many batches) the worker uses plain buffers, which torch sends its
+usual way.  Where process_vm_readv is not allowed (a seccomp profile without it, e.g.
+some containers), available() is False and torch's way is used.  DELTACELLS_WORKER_COPY=0
+turns both off.  Nothing crosses a fork in use: a lane belongs to the process that
+claimed it, the arena's mapping is only ever read and written through slot states.
 """
 import ctypes
+import itertools
 import os
 import sys
 import threading
@@ -30,7 +51,19 @@ import weakref
 
 import numpy as np
 
-MAX_SLOTS = 24          # 3 arrays per batch: 8 batches in flight per worker
+MAX_SLOTS = 24          # private slots: 3 arrays per batch, 8 batches in flight per worker
+# A lane's slots: many of 64 MiB (small batches: placing fills a whole shuffle window's batches
+# at once, 39 batches of 512 cells for a 20,000-cell window), some of 1 GiB.  Address space
+# only: a slot's pages are allocated as far as it was ever filled.
+SPANS = [64 << 20] * 192 + [1 << 30] * 16
+LANE_SLOTS = len(SPANS)
+_SPANS = np.array(SPANS, dtype=np.int64)
+OFFS = np.concatenate([[0], np.cumsum(SPANS, dtype=np.int64)])
+HEADER = 1 << 12        # a lane's header: [0] its serial counter, [1 + s] slot s's state, [1 + LANE_SLOTS + s]
+                        # the bytes of slot s ever populated (by any process)
+assert 8 * (1 + 2 * LANE_SLOTS) <= HEADER
+_TAKEN, _SENT, _HELD = 1, 2, 3
+_MADV_POPULATE_WRITE = 23
 _avail = {}
 
 
@@ -67,12 +100,16 @@ def _move(name, pid, local, remote, nbytes):
     return 0
 
 
+def _wanted():
+    return os.environ.get("DELTACELLS_WORKER_COPY", "1") != "0" and sys.platform.startswith("linux")
+
+
 def available():
     """process_vm_readv works here (checked once per process, on itself)."""
     pid = os.getpid()
     if pid not in _avail:
         ok = False
-        if os.environ.get("DELTACELLS_WORKER_COPY", "1") != "0" and sys.platform.startswith("linux"):
+        if _wanted():
             try:
                 a = np.arange(4, dtype=np.int64)
                 b = np.zeros(4, dtype=np.int64)
@@ -85,19 +122,241 @@ def available():
     return _avail[pid]
 
 
-class _Lease:
-    """Base object of one slot array in the worker: frees the slot when the array goes,
-    unless it was sent (then the main process frees it once it has copied it)."""
-    __slots__ = ("ctrl", "slot", "serial", "sent", "__array_interface__", "buf", "__weakref__")
+# --- the arena and its lanes --------------------------------------------------------------
+def _cas_fn():
+    from ._core import _ext_function
+    return _ext_function("deltacells_slot_cas",
+                         lambda: [ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64])
 
-    def __init__(self, ctrl, slot, serial, buf, nbytes):
-        self.ctrl, self.slot, self.serial, self.buf = ctrl, slot, serial, buf
-        self.sent = False
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
-                                    "data": (buf.ctypes.data, False)}
+
+_cas_cached = {}
+
+
+def _cas(addr, expect, want):
+    fn = _cas_cached.get("fn")
+    if fn is None:            # resolved once, before any slot exists (arena()), never at exit
+        fn = _cas_cached["fn"] = _cas_fn()
+    return fn(addr, expect, want) == 1
+
+
+def _populate(addr, nbytes):
+    """Map (and, the first time ever, allocate) these pages of the arena in this process in
+    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
+    fn = _fns.get("madvise")
+    if fn is None:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        _fns["madvise"] = fn
+    if nbytes > 0:
+        fn(addr, nbytes, _MADV_POPULATE_WRITE)
+
+
+_tokens = itertools.count(1)
+_by_token = weakref.WeakValueDictionary()     # arenas this process maps (inherited ones too)
+_current = {"ref": None}
+
+
+class Arena:
+    """Lanes of batch slots in one sparse memfd, shared (see the module doc).  A process maps
+    a lane when it first uses it: a process whose datasets never meet a worker maps nothing.
+    Only the pages of slots that were filled are ever allocated; they are freed with the
+    arena, when no dataset and no received tensor of this process refers to it any more."""
+
+    def __init__(self, lanes):
+        import fcntl
+        import mmap
+        self._fcntl, self._mmap = fcntl, mmap
+        self.lanes = int(lanes)
+        self.lane_bytes = HEADER + int(OFFS[-1])
+        self.fd = os.memfd_create("deltacells-batches", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, self.lanes * self.lane_bytes)
+        except Exception:
+            os.close(self.fd)
+            raise
+        self._maps = {}           # lane -> (mmap, its address); a forked child inherits them
+        self._maps_lock = threading.Lock()
+        self.pid = os.getpid()
+        self.token = f"{self.pid}-{next(_tokens)}"
+        _by_token[self.token] = self
+
+    def _lane(self, k):
+        got = self._maps.get(k)
+        if got is None:
+            with self._maps_lock:
+                got = self._maps.get(k)
+                if got is None:
+                    m = self._mmap.mmap(self.fd, self.lane_bytes, self._mmap.MAP_SHARED,
+                                        self._mmap.PROT_READ | self._mmap.PROT_WRITE,
+                                        offset=k * self.lane_bytes)
+                    view = np.frombuffer(m, dtype=np.uint8, count=HEADER)
+                    got = self._maps[k] = (m, view, view.ctypes.data)
+        return got
+
+    def header(self, lane):
+        return self._lane(lane)[1].view(np.int64)
+
+    def slot_addr(self, lane, slot):
+        return self._lane(lane)[2] + HEADER + int(OFFS[slot])
+
+    def state_addr(self, lane, slot):
+        return self._lane(lane)[2] + 8 * (1 + slot)
+
+    def claim(self, taken):
+        """A lane no other process holds (locked until this process exits), its slots that
+        a dead holder took or sent and nobody received freed; None when all are held."""
+        for k in range(self.lanes):
+            if k in taken:
+                continue
+            try:
+                self._fcntl.lockf(self.fd, self._fcntl.LOCK_EX | self._fcntl.LOCK_NB, 1, k)
+            except OSError:
+                continue
+            hd = self.header(k)
+            for s in range(LANE_SLOTS):
+                st = int(hd[1 + s])
+                if st & 3 in (_TAKEN, _SENT):
+                    _cas(self.state_addr(k, s), st, 0)
+            return k
+        return None
 
     def __del__(self):
-        if not self.sent and self.ctrl[self.slot] == self.serial:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+def arena():
+    """The arena of this process's datasets (made by the first; a forked child keeps its
+    parent's), or None where lanes cannot be had.  Datasets hold it: it lives as long as
+    one of them, or a tensor viewing it, does."""
+    ref = _current["ref"]
+    a = ref() if ref is not None else None
+    if a is not None or not _wanted() or not hasattr(os, "memfd_create"):
+        return a
+    try:
+        _cas_cached["fn"] = _cas_fn()
+        if _cas_cached["fn"] is None:
+            return None
+        a = Arena(min(64, max(4, os.cpu_count() or 1)))
+    except (OSError, ValueError, OverflowError, ImportError):
+        return None
+    _current["ref"] = weakref.ref(a)
+    return a
+
+
+class _Lane:
+    """This process's lane (claimed on first use, kept until the process exits)."""
+
+    def __init__(self, ar, k):
+        self.arena, self.k = ar, k
+        self.hd = ar.header(k)
+        self.state = self.hd[1:1 + LANE_SLOTS]
+        self.ever = self.hd[1 + LANE_SLOTS:1 + 2 * LANE_SLOTS]
+        self.mapped = [0] * LANE_SLOTS         # bytes of each slot populated in this process
+        self.leases = [None] * LANE_SLOTS
+        self.first = ar.slot_addr(k, 0)
+        self.lock = threading.Lock()
+
+    def n_free(self):
+        return int((self.state == 0).sum())
+
+    def take(self, n, dtype):
+        """An array of n dtype in a free slot (caller holds self.lock), or None."""
+        dtype = np.dtype(dtype)
+        need = max(64, int(n) * dtype.itemsize)
+        ok = (self.state == 0) & (_SPANS >= need)
+        if not ok.any():
+            return None
+        fit = ok & (self.ever >= need)
+        if fit.any():         # the smallest slot that was ever filled this far
+            i = int(np.flatnonzero(fit)[np.argmin(self.ever[fit])])
+        else:                 # else the fullest that can hold it
+            i = int(np.flatnonzero(ok)[np.argmax(self.ever[ok])])
+        addr = self.first + int(OFFS[i])
+        if self.mapped[i] < need:
+            cap = min(SPANS[i], (need + need // 4 + (1 << 16) - 1) & ~((1 << 16) - 1))
+            _populate(addr, cap)
+            self.mapped[i] = cap
+            if self.ever[i] < cap:
+                self.ever[i] = cap
+        serial = int(self.hd[0]) + 1
+        self.hd[0] = serial
+        st = (serial << 2) | _TAKEN
+        self.state[i] = st          # a free slot: only this lane's holder takes it
+        lease = _Lease(self.arena.state_addr(self.k, i), i, st, addr, need, True)
+        self.leases[i] = weakref.ref(lease)
+        return np.asarray(lease)[:int(n) * dtype.itemsize].view(dtype)
+
+    def find(self, ptr, nbytes):
+        if ptr < self.first:
+            return None
+        i = int(np.searchsorted(OFFS, ptr - self.first, side="right")) - 1
+        if i >= LANE_SLOTS or ptr + nbytes > self.first + int(OFFS[i + 1]):
+            return None
+        ref = self.leases[i]
+        lease = ref() if ref is not None else None
+        if lease is None or int(self.state[i]) != lease.serial:
+            return None
+        return i, lease
+
+
+_lane = {"pid": None, "lane": None, "taken": set()}
+_lane_lock = threading.Lock()
+
+
+def _my_lane():
+    """This DataLoader worker's lane of an arena its parent made before forking it, or None
+    (no arena, every lane held, or the arena is this process's own: nobody maps it)."""
+    with _lane_lock:
+        pid = os.getpid()
+        if _lane["pid"] != pid:
+            _lane.update(pid=pid, lane=None, taken=set(), tried=False)
+        if _lane["lane"] is None and not _lane["tried"]:
+            _lane["tried"] = True
+            ref = _current["ref"]
+            ar = ref() if ref is not None else None
+            if ar is not None and ar.pid != pid:
+                try:
+                    k = ar.claim(_lane["taken"])
+                except (OSError, ValueError, OverflowError):    # a lane cannot be mapped here
+                    k = None
+                if k is not None:
+                    _lane["taken"].add(k)
+                    _lane["lane"] = _Lane(ar, k)
+        return _lane["lane"]
+
+
+def worker_slots(private):
+    """A DataLoader worker's WorkerSlots (lane slots, else private ones copied once), or
+    None where neither way works here."""
+    if _my_lane() is not None or available():
+        return WorkerSlots(private)
+    return None
+
+
+class _Lease:
+    """Base object of one slot array in the worker: frees the slot when the array goes,
+    unless it was sent (then the main process frees it once it is done with it)."""
+    __slots__ = ("ctrl", "slot", "serial", "sent", "shared", "__array_interface__", "buf",
+                 "__weakref__")
+
+    def __init__(self, ctrl, slot, serial, buf, nbytes, shared=False):
+        # ctrl: the state array (private slots) or the state word's address (a lane's)
+        self.ctrl, self.slot, self.serial, self.buf, self.shared = ctrl, slot, serial, buf, shared
+        self.sent = False
+        addr = buf if shared else buf.ctypes.data
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
+                                    "data": (addr, False)}
+
+    def __del__(self):
+        if self.sent:
+            return
+        if self.shared:
+            _cas(self.ctrl, self.serial, 0)
+        elif self.ctrl[self.slot] == self.serial:
             self.ctrl[self.slot] = 0
 
 
@@ -105,19 +364,22 @@ _mine = {"pid": None, "slots": None}
 
 
 class WorkerSlots:
-    """The worker side: BufferPool's take_batch on reused slots (see the module doc)."""
+    """The worker side: BufferPool's take_batch on reused slots (see the module doc): the
+    slots of this process's lane where it has one, else private ones."""
 
-    def __init__(self, private, max_slots=MAX_SLOTS):
+    def __init__(self, private, max_slots=MAX_SLOTS, lanes=True):
         self.private = private             # a BufferPool, when every slot is busy
         self.pid = os.getpid()
+        self.lane = _my_lane() if lanes else None
         self.max_slots = max_slots
-        self.ctrl = np.zeros(max_slots, dtype=np.int64)   # serial of the array in it, 0: free
+        self.ctrl = np.zeros(max_slots, dtype=np.int64)   # private slots: state, 0 free
         self.bufs = [None] * max_slots
         self.leases = [None] * max_slots
         self._serial = 0
         self.fallbacks = 0
-        self.lock = threading.Lock()
-        _mine["pid"], _mine["slots"] = self.pid, self
+        self.lock = self.lane.lock if self.lane is not None else threading.Lock()
+        if self.lane is None:
+            _mine["pid"], _mine["slots"] = self.pid, self
 
     def _take(self, n, dtype):
         dtype = np.dtype(dtype)
@@ -135,13 +397,22 @@ class WorkerSlots:
             cap = (need + need // 4 + (1 << 16) - 1) & ~((1 << 16) - 1)
             self.bufs[i] = np.empty(cap, dtype=np.uint8)
         self._serial += 1
-        self.ctrl[i] = self._serial
-        lease = _Lease(self.ctrl, i, self._serial, self.bufs[i], need)
+        st = (self._serial << 2) | _TAKEN
+        self.ctrl[i] = st
+        lease = _Lease(self.ctrl, i, st, self.bufs[i], need)
         self.leases[i] = weakref.ref(lease)
         return np.asarray(lease)[:int(n) * dtype.itemsize].view(dtype)
 
     def take_batch(self, n, nnz, dtype):
         with self.lock:
+            if self.lane is not None:
+                ln = self.lane
+                if ln.n_free() >= 3:
+                    got = ln.take(n + 1, np.int32), ln.take(nnz, np.int32), ln.take(nnz, dtype)
+                    if all(a is not None for a in got):
+                        return got
+                self.fallbacks += 1
+                return self.private.take_batch(n, nnz, dtype)
             free = int((self.ctrl[:] == 0).sum())
             if free < 3:
                 self.fallbacks += 1
@@ -168,10 +439,11 @@ _NUMPY = None
 
 def reduce_worker_tensor(t):
     """For the tensor reducer: a contiguous CPU tensor in a slot of this worker ->
-    (rebuild, args) that copy it into the receiving process; else None."""
+    (rebuild, args) that give it to the receiving process (mapped or copied); else None."""
     global _NUMPY
-    reg = _mine["slots"]
-    if reg is None or _mine["pid"] != os.getpid():
+    lane = _lane["lane"] if _lane["pid"] == os.getpid() else None
+    reg = _mine["slots"] if _mine["pid"] == os.getpid() else None
+    if reg is None and lane is None:
         return None
     import torch
     if _NUMPY is None:
@@ -181,18 +453,30 @@ def reduce_worker_tensor(t):
             or not t.is_contiguous() or t.numel() == 0):
         return None
     ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
+    shape, dtype = tuple(t.shape), str(t.dtype).replace("torch.", "")
+    if lane is not None:
+        hit = lane.find(ptr, nbytes)
+        if hit is not None:
+            slot, lease = hit
+            sent = (lease.serial & ~3) | _SENT
+            if _cas(lease.ctrl, lease.serial, sent):
+                lease.sent = True
+                return _rebuild_mapped, (lane.arena.token, lane.k, slot, sent,
+                                         ptr - lane.first - int(OFFS[slot]), nbytes, shape, dtype)
+    if reg is None:
+        return None
     hit = reg.find(ptr, nbytes)
     if hit is None:
         return None
     slot, lease = hit
     lease.sent = True
     return _rebuild_copied, (reg.pid, reg.ctrl.ctypes.data, slot, lease.serial, ptr, nbytes,
-                             tuple(t.shape), str(t.dtype).replace("torch.", ""))
+                             shape, dtype)
 
 
 # --- the receiving process -------------------------------------------------------------
 _pool = {"pid": None, "pool": None}
-stats = {"arrays": 0, "bytes": 0, "seconds": 0.0}     # what this process received (benchmarks)
+stats = {"arrays": 0, "bytes": 0, "seconds": 0.0, "mapped": 0}   # what this process received
 _pool_lock = threading.Lock()
 
 
@@ -201,6 +485,39 @@ def _recv_pool():
         from ._core import BufferPool
         _pool["pid"], _pool["pool"] = os.getpid(), BufferPool(keep=24)
     return _pool["pool"]
+
+
+class _Held:
+    """Base of a received array that views a lane slot: frees the slot when it goes."""
+    __slots__ = ("arena", "addr", "state", "__array_interface__")
+
+    def __init__(self, ar, addr, state, data, nbytes):
+        self.arena, self.addr, self.state = ar, addr, state
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
+                                    "data": (data, False)}
+
+    def __del__(self):
+        _cas(self.addr, self.state, 0)
+
+
+def _rebuild_mapped(token, lane, slot, state, offset, nbytes, shape, dtype):
+    import torch
+    ar = _by_token.get(token)
+    if ar is None:
+        raise RuntimeError("deltacells: a DataLoader worker sent a batch in shared memory that this "
+                           "process does not map (was the worker forked from another process?); set "
+                           "DELTACELLS_WORKER_COPY=0 to send batches through torch's shared memory")
+    held = (state & ~3) | _HELD
+    addr = ar.state_addr(lane, slot)
+    if not _cas(addr, state, held):
+        raise RuntimeError(f"deltacells: a batch from a DataLoader worker arrived after its memory "
+                           f"(lane {lane}, slot {slot}) was taken back; the worker that sent it has "
+                           "exited")
+    base = _Held(ar, addr, held, ar.slot_addr(lane, slot) + offset, nbytes)
+    stats["arrays"] += 1
+    stats["mapped"] += 1
+    stats["bytes"] += nbytes
+    return torch.from_numpy(np.asarray(base).view(np.dtype(dtype)).reshape(shape))
 
 
 def _rebuild_copied(pid, ctrl_addr, slot, serial, addr, nbytes, shape, dtype):

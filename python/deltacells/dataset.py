@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _fetchahead, _forksafe, _place
+from . import _fetchahead, _forksafe, _place, _xfer
 from ._connect import connect, is_remote
 from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
                     read_batch_into, with_connection)
@@ -444,6 +444,8 @@ class CellDataset(_Base, IterableDataset):
         self._epoch_box = _SharedEpoch(0)
         self._resume = None       # {'epoch', 'batches_done'} for the next iteration
         self._progress = None     # in-process iteration: {'epoch', 'done'}
+        # memory that DataLoader workers forked from this process hand batches over in (_xfer)
+        self._arena = _xfer.arena() if get_worker_info() is None else None
 
     # --- epochs and splitting ------------------------------------------------
     @property
@@ -574,6 +576,7 @@ class CellDataset(_Base, IterableDataset):
     def __getstate__(self):
         s = self.__dict__.copy()
         s["_progress"] = None
+        s["_arena"] = None        # a mapping of this process: spawned workers copy (_xfer)
         return s
 
 

@@ -1,7 +1,9 @@
 """DataLoader workers hand batches over through reused slots (python/deltacells/_xfer.py):
-the main process copies each array once from the worker (process_vm_readv) and frees the
-slot.  Every scenario runs in a subprocess with a timeout (workers are forked there), so
-a hang fails instead of blocking the suite."""
+slots of a lane of the arena that the main process mapped before the fork (the main process
+returns tensors that view them, and frees a slot when they go), else private slots the main
+process copies each array from once (process_vm_readv).  Every scenario runs in a
+subprocess with a timeout (workers are forked there), so a hang fails instead of blocking
+the suite."""
 import os
 import signal
 import subprocess
@@ -43,8 +45,9 @@ SAME = """
     import deltacells
     from deltacells import _xfer
     db = sys.argv[1]
+    NO_ARENA
     def batches(workers, **kw):
-        ds = deltacells.CellDataset(db, batch_size=100, seed=3, obs=["cell_type"], **kw)
+        ds = deltacells.CellDataset(db, batch_size=BATCH, seed=3, obs=["cell_type"], **kw)
         out = []
         for b in DataLoader(ds, batch_size=None, num_workers=workers,
                             multiprocessing_context="fork" if workers else None):
@@ -60,6 +63,7 @@ SAME = """
         key = lambda b: int(b["cell_id"][0])
         ref.sort(key=key); got.sort(key=key)
         assert len(ref) == len(got) and len(ref) >= 10, (len(ref), len(got))
+        assert len(ref) == -(-1500 // BATCH)
         for r, g in zip(ref, got):
             assert torch.equal(r["cell_id"], g["cell_id"])
             assert torch.equal(r["cell_type"], g["cell_type"])
@@ -70,24 +74,51 @@ SAME = """
 """
 
 
-def test_two_workers_deliver_the_same_batches_through_slots(db):
+def _same(mode, check, batch=100):
+    return (SAME.replace("COPIED_CHECK", check).replace("BATCH", str(batch))
+            .replace("NO_ARENA", "_xfer.arena = lambda: None" if mode == "copied" else "pass"))
+
+
+def _lanes_here(db):
+    code = "import deltacells._xfer as x; print(x.arena() is not None, x.available())"
+    return run(code, db).strip().splitlines()[-1].split()
+
+
+@pytest.mark.parametrize("mode", ["mapped", "copied"])
+def test_two_workers_deliver_the_same_batches_through_slots(db, mode):
     if not sys.platform.startswith("linux"):
-        pytest.skip("the slot hand-off is Linux only (process_vm_readv)")
-    code = SAME.replace("COPIED_CHECK", "_xfer._pool['pool'] is not None and "
-                        "len(_xfer._pool['pool']._bufs) > 0")
-    out = run(code, db)
-    assert "ok" in out.splitlines()[-1], out
-    avail = run("import deltacells._xfer as x; print(x.available())", db).strip().splitlines()[-1]
-    if avail == "True":
-        # the batches really came through the receiving pool (not torch's shared memory)
-        assert "copied True" in out, out
+        pytest.skip("the slot hand-off is Linux only (memfd, process_vm_readv)")
+    lanes, avail = _lanes_here(db)
+    if mode == "mapped":
+        # every array came mapped from a lane (none copied, none through torch's shared memory)
+        out = run(_same(mode, "_xfer.stats['mapped'] > 0 and _xfer.stats['mapped'] == "
+                              "_xfer.stats['arrays'] and _xfer._pool['pool'] is None"), db)
+        assert out.strip().endswith("ok"), out
+        assert ("copied True" in out) == (lanes == "True"), out
     else:
-        assert "copied False" in out, out
+        out = run(_same(mode, "_xfer._pool['pool'] is not None and "
+                              "len(_xfer._pool['pool']._bufs) > 0 and _xfer.stats['mapped'] == 0"), db)
+        assert out.strip().endswith("ok"), out
+        # the batches really came through the receiving pool (not torch's shared memory)
+        assert ("copied True" in out) == (avail == "True"), out
+
+
+def test_kept_batches_beyond_the_lane_fall_back_and_stay_intact(db):
+    # batches of 7: 215 batches, 645 arrays, all kept by the user: more than a lane's slots,
+    # so the worker falls back to plain buffers once its slots are held; nothing is overwritten
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    lanes, _ = _lanes_here(db)
+    # (4 loaders of 215 batches, 3 arrays each; the fallbacks travel torch's way, uncounted)
+    out = run(_same("mapped", "_xfer.stats['mapped'] > 0 and _xfer.stats['mapped'] < "
+                              "4 * 3 * 215", batch=7), db)
+    assert out.strip().endswith("ok"), out
+    assert ("copied True" in out) == (lanes == "True"), out
 
 
 def test_torch_path_when_turned_off(db):
     env = dict(ENV, DELTACELLS_WORKER_COPY="0")
-    code = SAME.replace("COPIED_CHECK", "_xfer._pool['pool'] is not None")
+    code = _same("mapped", "_xfer._pool['pool'] is not None or _xfer.stats['arrays'] > 0")
     out = run(code, db, env=env)
     assert "copied False" in out and out.strip().endswith("ok"), out
 
@@ -215,6 +246,123 @@ def test_workers_own_whole_windows_and_the_last_one_takes_every_core(db):
         assert not t0 & t1, (t0, t1)
         assert [g["threads"] for g in per[0]] == [1] * 5, per[0]
         assert [g["threads"] for g in per[1]] == [1] * 5 + [2] * 5, [g["threads"] for g in per[1]]
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
+
+
+def test_lane_slots_are_freed_when_dropped_and_taken_back_after_an_early_stop(db):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    code = """
+        import gc, sys, numpy as np, torch
+        from torch.utils.data import DataLoader
+        import deltacells
+        from deltacells import _xfer
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=50, seed=1)
+        ar = ds._arena
+        if ar is None:
+            print("no arena here"); print("ok"); sys.exit(0)
+        def states():
+            return np.concatenate([ar.header(k)[1:1 + _xfer.LANE_SLOTS] for k in range(ar.lanes)]) & 3
+        left = 0
+        for i in range(12):      # stopped early: batches left in the queue, workers shut down
+            it = iter(DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"))
+            b = next(it)
+            b = next(it)
+            assert (states() == 3).sum() >= 3, states()     # the batch the user holds (and any
+                                                            # the iterator keeps, out of order)
+            del it, b
+            gc.collect()
+            assert (states() == 3).sum() == 0, states()     # nothing held once it is dropped
+            left = max(left, int((states() != 0).sum()))
+        n0, m0 = _xfer.stats["arrays"], _xfer.stats["mapped"]
+        ids = []
+        for b in DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"):
+            ids.append(b["cell_id"])
+        # no slot leaked by the early stops: every array of the epoch came mapped
+        assert _xfer.stats["arrays"] - n0 == _xfer.stats["mapped"] - m0 == 3 * 30
+        assert sorted(torch.cat(ids).tolist()) == list(range(1500))
+        del b, ids
+        gc.collect()
+        assert int((states() != 0).sum()) == 0, states()
+        print("left", left)
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
+
+
+def test_a_batch_whose_slot_was_taken_back_is_an_error_and_lanes_are_exclusive(db):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    code = """
+        import gc, os, pickle, sys, numpy as np, torch
+        import deltacells
+        from deltacells import _xfer, _core
+        from deltacells._convert import install_csr_reduction
+        from multiprocessing.reduction import ForkingPickler
+        install_csr_reduction()
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=50)     # makes the arena
+        ar = ds._arena
+        if ar is None:
+            print("no arena here"); print("ok"); sys.exit(0)
+        assert _xfer._my_lane() is None          # the arena's own process holds no lane
+        def child(fn, hold=None):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    data = b"D" + fn()
+                except BaseException as e:
+                    data = b"E" + repr(e).encode()
+                os.write(w, len(data).to_bytes(8, "little") + data)
+                if hold is not None:
+                    os.read(hold, 1)
+                os._exit(0)
+            os.close(w)
+            n = int.from_bytes(os.read(r, 8), "little")
+            data = b""
+            while len(data) < n:
+                data += os.read(r, n - len(data))
+            assert data[:1] == b"D", data
+            return pid, data[1:]
+        def send():
+            slots = _xfer.worker_slots(_core.BufferPool())
+            assert slots.lane is not None and slots.lane.k == 0, slots.lane
+            a, b, c = slots.take_batch(3, 5, np.float32)
+            a[:] = [0, 2, 4, 5]; b[:] = [1, 2, 3, 4, 0]; c[:] = [1.5, 2, 3, 4, 5]
+            return bytes(ForkingPickler.dumps([torch.from_numpy(x) for x in (a, b, c)]))
+        pid, first = child(send)     # sent by a worker that then exited, not received yet
+        os.waitpid(pid, 0)
+        pid, second = child(send)    # the next worker on lane 0 takes the unreceived slots back
+        os.waitpid(pid, 0)
+        try:
+            pickle.loads(first)
+            raise SystemExit("a batch whose slot was taken back was received")
+        except RuntimeError as e:
+            assert "taken back" in str(e), e
+        t = pickle.loads(second)
+        assert t[0].tolist() == [0, 2, 4, 5] and t[1].tolist() == [1, 2, 3, 4, 0]
+        assert t[2].tolist() == [1.5, 2, 3, 4, 5] and t[2].dtype == torch.float32
+        st = ar.header(0)[1:1 + _xfer.LANE_SLOTS] & 3
+        assert (st == 3).sum() == 3 and (st != 0).sum() == 3, st    # held while the tensors live
+        del t
+        gc.collect()
+        assert (ar.header(0)[1:1 + _xfer.LANE_SLOTS] != 0).sum() == 0
+        # lanes are exclusive: a second live worker gets the next lane
+        lane = lambda: str(_xfer._my_lane().k).encode()
+        hr, hw = os.pipe()
+        pa, ka = child(lane, hold=hr)
+        pb, kb = child(lane)
+        os.waitpid(pb, 0)
+        os.write(hw, b"x")
+        os.waitpid(pa, 0)
+        assert (ka, kb) == (b"0", b"1"), (ka, kb)
+        pc, kc = child(lane)         # both gone: lane 0 again
+        os.waitpid(pc, 0)
+        assert kc == b"0", kc
         print("ok")
     """
     out = run(code, db)
