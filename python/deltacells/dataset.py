@@ -35,7 +35,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from . import _fetchahead, _forksafe, _place, _xfer
 from ._connect import connect, is_remote
 from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
-                    read_batch_into, with_connection)
+                    read_batch_into, release_pool, with_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave, worker_range
 
@@ -605,6 +605,7 @@ class _Producer:
                     continue
             return False
         con = None
+        pool = None
         fa = ds._fetch_ahead(batches[start:])
         try:
             if fa is not None:
@@ -632,6 +633,8 @@ class _Producer:
             if con is not None:
                 with gate:
                     con.close()
+            if pool is not None:
+                release_pool(pool)
 
     def get(self):
         return self.q.get()
@@ -793,6 +796,8 @@ class _BatchIterator:
         if self._con is not None:
             self._con.close()
             self._con = None
+        if self._pool is not None:
+            release_pool(self._pool)
         self._pool = None
         self._placer = None
 

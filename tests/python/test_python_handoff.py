@@ -73,6 +73,63 @@ def test_dropped_batches_reuse_buffers(small, ref):
     assert len(ptrs) <= 3, f"{len(ptrs)} distinct value buffers for {len(ds)} batches"
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_later_epochs_reuse_the_buffers_of_earlier_ones(small, ref, prefetch, monkeypatch):
+    """An epoch's iterator hands its pool on to the next one: epoch 1 allocates no buffer
+    (fresh pages cost more than decoding on some machines), and a batch the user kept from
+    epoch 2 stays intact while the rest of it runs (its buffers are not reused under it)."""
+    sizes = []
+    real = _core._alloc
+    monkeypatch.setattr(_core, "_alloc", lambda n: sizes.append(n) or real(n))
+    monkeypatch.setattr(_core, "_spare", {"pid": None, "pools": []})
+    ds = deltacells.CellDataset(small[1], batch_size=250, seed=2, prefetch_tiles=prefetch,
+                                output="csr_parts")
+    kept = None
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        n_before = len(sizes)
+        with iter(ds) as it:
+            for i, b in enumerate(it):
+                ids = b["cell_id"].numpy()
+                assert np.array_equal(b["X"].to_dense().numpy(), ref[ids].toarray())
+                if epoch == 2 and i == 3:
+                    kept = (ids.copy(), b["X"])
+                del b
+        assert len(_core._spare["pools"]) == 1
+        if epoch == 0:
+            assert len(sizes) > n_before
+            pool = _core._spare["pools"][0]
+        else:
+            assert _core._spare["pools"][0] is pool       # the same pool went round
+        if epoch == 1 and prefetch == 0:
+            # (with a prefetch thread, how far it runs ahead varies, and so may the number of
+            # buffers in use at once)
+            assert len(sizes) == n_before, f"epoch 1 allocated {len(sizes) - n_before} buffers"
+    ids, X = kept
+    assert np.array_equal(X.to_dense().numpy(), ref[ids].toarray())
+
+
+def test_a_forked_child_does_not_take_its_parents_spare_pool(small):
+    out = _run(f"""
+        import os, sys, deltacells
+        from deltacells import _core
+        ds = deltacells.CellDataset({str(small[1])!r}, batch_size=250, prefetch_tiles=0)
+        for b in ds:
+            pass
+        assert len(_core._spare["pools"]) == 1
+        parent = _core._spare["pools"][0]
+        pid = os.fork()
+        if pid == 0:
+            got = _core.new_pool()
+            os._exit(0 if got is not parent and not got._bufs else 3)
+        _, st = os.waitpid(pid, 0)
+        assert st == 0, st
+        assert _core.new_pool() is parent
+        print("ok")
+    """)
+    assert out.strip().endswith("ok"), out
+
+
 def test_pool_keeps_live_views():
     pool = _core.BufferPool(keep=2)
     a = pool.take(1000, np.float32)
