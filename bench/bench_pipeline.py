@@ -188,6 +188,7 @@ def child(cfg):
             loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"],
                                 persistent_workers=persistent)
             first = None
+            per_epoch = []
             for e in range(epochs):      # with epochs > 1: cells/s of the last epoch
                 ds.set_epoch(e)
                 t_e = time.perf_counter()
@@ -198,10 +199,11 @@ def child(cfg):
                     n += b["X"].shape[0]
                     nnz += _touch(b["X"])
                 t1 = time.perf_counter()
+                per_epoch.append(n / (t1 - t_e))
             del loader
         assert n == ds.n_cells, (n, ds.n_cells)
         res.update(cells=n, nnz=nnz, seconds=t1 - t_e, first_s=first - t0,
-                   cells_per_s=n / (t1 - t_e),
+                   cells_per_s=n / (t1 - t_e), epoch_cells_per_s=per_epoch,
                    steady_cells_per_s=(n - min(n, bs)) / max(1e-9, t1 - first),
                    rss_mb=mem.rss / 1024, pss_mb=mem.pss / 1024)
         return res

@@ -247,7 +247,9 @@ def main(argv=None):
         if fmt == "deltacells":
             names = deltacells_gene_order(p)
             pos = {n: i for i, n in enumerate(names)}
-            col_map = np.array([pos[n] for n in src.var_names], dtype=np.int64)
+            # (the converter strips surrounding whitespace from gene names by default)
+            col_map = np.array([pos[n] if n in pos else pos[n.strip()] for n in src.var_names],
+                               dtype=np.int64)
         reader(p, 1)                                   # warm the page cache and the imports
         t1, s1, got = timed(lambda: reader(p, 1), a.repeat)
         check(fmt, got, X, col_map)

@@ -13,8 +13,9 @@ Suites (each writes bench/results/<suite>.json: a JSON list, one record per meas
             (2, 8, 32, 128), zstd at levels 3 and 19: size against decode time
   formats   bench/compare_formats.py on a synthetic shard shaped like the reference tile
             (scripts/gen_h5ad.py --tile-like) and on each real h5ad: size, file -> CSR
-  pipeline  bench/bench_pipeline.py: DataLoader cells/s by workers and batch size, against
-            the in-memory ceiling, on --cells synthetic cells
+  pipeline  bench/bench_pipeline.py --epochs 3: DataLoader cells/s by workers and batch size
+            (the third epoch, persistent workers; the first epoch's too), against the in-memory
+            ceiling, on --cells synthetic cells
   obs       bench/bench_obs.py: the cells table against a native table, and column sizes
   real      build/bench_decode --csr on each real h5ad (bench/dump_csr.py first)
   remote    bench/bench_remote.py: the loader over HTTP range reads from nginx through the VFS's
@@ -257,6 +258,8 @@ def main(argv=None):
                "--genes", "2000" if a.smoke else "61497", "--json"]
         if a.smoke:
             cmd += ["--no-baselines", "--no-global"]
+        else:   # training runs many epochs: the last of 3 (persistent workers), the first kept too
+            cmd += ["--epochs", "3"]
         res, err = R.run(cmd, 3600)
         R.save("pipeline", [R.record("pipeline", f"{cells} cells", {"cells": cells, "workers": a.workers},
                                      res, err)])

@@ -63,6 +63,7 @@ HEADER = 1 << 12        # a lane's header: [0] its serial counter, [1 + s] slot 
                         # the bytes of slot s ever populated (by any process)
 assert 8 * (1 + 2 * LANE_SLOTS) <= HEADER
 _TAKEN, _SENT, _HELD = 1, 2, 3
+SMALL_COPY = 1 << 20    # a worker's tensors up to this size that are not in a slot are copied into one
 _MADV_POPULATE_WRITE = 23
 _avail = {}
 
@@ -277,7 +278,9 @@ class _Lane:
             i = int(np.flatnonzero(ok)[np.argmax(self.ever[ok])])
         addr = self.first + int(OFFS[i])
         if self.mapped[i] < need:
-            cap = min(SPANS[i], (need + need // 4 + (1 << 16) - 1) & ~((1 << 16) - 1))
+            # exactly what is needed (64 KiB steps): a slot that must hold more later grows
+            # in place, so a margin would only be more fresh pages in the first epoch
+            cap = min(SPANS[i], (need + (1 << 16) - 1) & ~((1 << 16) - 1))
             _populate(addr, cap)
             self.mapped[i] = cap
             if self.ever[i] < cap:
@@ -456,6 +459,16 @@ def reduce_worker_tensor(t):
     shape, dtype = tuple(t.shape), str(t.dtype).replace("torch.", "")
     if lane is not None:
         hit = lane.find(ptr, nbytes)
+        copy = None
+        if hit is None and nbytes <= SMALL_COPY and not t.requires_grad:
+            # a small tensor made elsewhere (cell ids, obs codes): copied into a slot, which
+            # costs less than torch's fresh shared-memory segment and descriptor per tensor
+            with lane.lock:
+                copy = lane.take(nbytes, np.uint8)
+            if copy is not None:
+                ctypes.memmove(copy.ctypes.data, ptr, nbytes)
+                ptr = copy.ctypes.data
+                hit = lane.find(ptr, nbytes)
         if hit is not None:
             slot, lease = hit
             sent = (lease.serial & ~3) | _SENT

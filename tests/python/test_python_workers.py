@@ -109,9 +109,10 @@ def test_kept_batches_beyond_the_lane_fall_back_and_stay_intact(db):
     if not sys.platform.startswith("linux"):
         pytest.skip("Linux only")
     lanes, _ = _lanes_here(db)
-    # (4 loaders of 215 batches, 3 arrays each; the fallbacks travel torch's way, uncounted)
+    # (4 loaders of 215 batches, 5 tensors each: X's 3, cell ids, cell types; the fallbacks
+    # travel torch's way, uncounted)
     out = run(_same("mapped", "_xfer.stats['mapped'] > 0 and _xfer.stats['mapped'] < "
-                              "4 * 3 * 215", batch=7), db)
+                              "4 * 5 * 215", batch=7), db)
     assert out.strip().endswith("ok"), out
     assert ("copied True" in out) == (lanes == "True"), out
 
@@ -281,8 +282,10 @@ def test_lane_slots_are_freed_when_dropped_and_taken_back_after_an_early_stop(db
         ids = []
         for b in DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"):
             ids.append(b["cell_id"])
-        # no slot leaked by the early stops: every array of the epoch came mapped
-        assert _xfer.stats["arrays"] - n0 == _xfer.stats["mapped"] - m0 == 3 * 30
+        # no slot leaked by the early stops: every array of the epoch came mapped (X's three,
+        # and the cell ids, copied into a slot by the worker)
+        assert _xfer.stats["arrays"] - n0 == _xfer.stats["mapped"] - m0 == 4 * 30, \
+            (_xfer.stats, n0, m0)
         assert sorted(torch.cat(ids).tolist()) == list(range(1500))
         del b, ids
         gc.collect()
@@ -349,6 +352,24 @@ def test_a_batch_whose_slot_was_taken_back_is_an_error_and_lanes_are_exclusive(d
         st = ar.header(0)[1:1 + _xfer.LANE_SLOTS] & 3
         assert (st == 3).sum() == 3 and (st != 0).sum() == 3, st    # held while the tensors live
         del t
+        gc.collect()
+        assert (ar.header(0)[1:1 + _xfer.LANE_SLOTS] != 0).sum() == 0
+        # a small tensor made elsewhere is copied into a slot; a large one goes torch's way
+        def others():
+            assert _xfer.worker_slots(_core.BufferPool()).lane.k == 0
+            small = torch.arange(1000, dtype=torch.int64)
+            large = torch.full((2 ** 19,), 3.0)       # 2 MiB, above SMALL_COPY
+            return bytes(ForkingPickler.dumps([small, large]))
+        m0 = _xfer.stats["mapped"]
+        hr, hw = os.pipe()
+        pid, data = child(others, hold=hr)       # alive while torch's way fetches its descriptor
+        small, large = pickle.loads(data)
+        os.write(hw, b"x")
+        os.waitpid(pid, 0)
+        assert _xfer.stats["mapped"] == m0 + 1
+        assert small.tolist() == list(range(1000)) and bool((large == 3).all()) and len(large) == 2 ** 19
+        assert ((ar.header(0)[1:1 + _xfer.LANE_SLOTS] & 3) == 3).sum() == 1
+        del small
         gc.collect()
         assert (ar.header(0)[1:1 + _xfer.LANE_SLOTS] != 0).sum() == 0
         # lanes are exclusive: a second live worker gets the next lane
