@@ -343,19 +343,20 @@ def worker_slots(private):
 class _Lease:
     """Base object of one slot array in the worker: frees the slot when the array goes,
     unless it was sent (then the main process frees it once it is done with it)."""
-    __slots__ = ("ctrl", "slot", "serial", "sent", "shared", "__array_interface__", "buf",
+    __slots__ = ("ctrl", "slot", "serial", "sent", "shared", "pid", "__array_interface__", "buf",
                  "__weakref__")
 
     def __init__(self, ctrl, slot, serial, buf, nbytes, shared=False):
         # ctrl: the state array (private slots) or the state word's address (a lane's)
         self.ctrl, self.slot, self.serial, self.buf, self.shared = ctrl, slot, serial, buf, shared
         self.sent = False
+        self.pid = os.getpid()
         addr = buf if shared else buf.ctypes.data
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
                                     "data": (addr, False)}
 
     def __del__(self):
-        if self.sent:
+        if self.sent or self.pid != os.getpid():
             return
         if self.shared:
             _cas(self.ctrl, self.serial, 0)
@@ -501,16 +502,18 @@ def _recv_pool():
 
 
 class _Held:
-    """Base of a received array that views a lane slot: frees the slot when it goes."""
-    __slots__ = ("arena", "addr", "state", "__array_interface__")
+    """Base of a received array that views a lane slot: frees the slot when it goes (in the
+    process that received it: a forked child that drops its inherited copy frees nothing)."""
+    __slots__ = ("arena", "addr", "state", "pid", "__array_interface__")
 
     def __init__(self, ar, addr, state, data, nbytes):
-        self.arena, self.addr, self.state = ar, addr, state
+        self.arena, self.addr, self.state, self.pid = ar, addr, state, os.getpid()
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "version": 3,
                                     "data": (data, False)}
 
     def __del__(self):
-        _cas(self.addr, self.state, 0)
+        if self.pid == os.getpid():
+            _cas(self.addr, self.state, 0)
 
 
 def _rebuild_mapped(token, lane, slot, state, offset, nbytes, shape, dtype):

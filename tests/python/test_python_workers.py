@@ -351,6 +351,13 @@ def test_a_batch_whose_slot_was_taken_back_is_an_error_and_lanes_are_exclusive(d
         assert t[2].tolist() == [1.5, 2, 3, 4, 5] and t[2].dtype == torch.float32
         st = ar.header(0)[1:1 + _xfer.LANE_SLOTS] & 3
         assert (st == 3).sum() == 3 and (st != 0).sum() == 3, st    # held while the tensors live
+        pid = os.fork()
+        if pid == 0:                 # a child dropping its inherited copy frees nothing
+            del t
+            gc.collect()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert ((ar.header(0)[1:1 + _xfer.LANE_SLOTS] & 3) == 3).sum() == 3
         del t
         gc.collect()
         assert (ar.header(0)[1:1 + _xfer.LANE_SLOTS] != 0).sum() == 0
