@@ -161,9 +161,14 @@ def _touch(X):
 
 
 def child(cfg):
+    if cfg.get("pythonpath"):    # --before: that package, ahead of this checkout's (sys.path[0])
+        sys.path.insert(0, os.path.abspath(cfg["pythonpath"]))
     import numpy as np
     import torch
     import deltacells
+    if cfg.get("pythonpath") and not os.path.abspath(deltacells.__file__).startswith(
+            os.path.abspath(cfg["pythonpath"]) + os.sep):
+        raise RuntimeError(f"--before: imported {deltacells.__file__}, not the package in {cfg['pythonpath']}")
     kind, bs = cfg["kind"], cfg["batch_size"]
     if kind == "ceiling_tuned":
         deltacells._malloc.tune()
