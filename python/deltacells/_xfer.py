@@ -154,8 +154,13 @@ def _populate(addr, nbytes):
 
 
 _tokens = itertools.count(1)
-_by_token = weakref.WeakValueDictionary()     # arenas this process maps (inherited ones too)
-_current = {"ref": None}
+# the arena this process maps (its own, or inherited from the parent it was forked from), by
+# token; at most one is alive: arena() makes one only when none is
+_by_token = weakref.WeakValueDictionary()
+
+
+def _live_arena():
+    return next(iter(list(_by_token.values())), None)
 
 
 class Arena:
@@ -233,8 +238,7 @@ def arena():
     """The arena of this process's datasets (made by the first; a forked child keeps its
     parent's), or None where lanes cannot be had.  Datasets hold it: it lives as long as
     one of them, or a tensor viewing it, does."""
-    ref = _current["ref"]
-    a = ref() if ref is not None else None
+    a = _live_arena()
     if a is not None or not _wanted() or not hasattr(os, "memfd_create"):
         return a
     try:
@@ -244,7 +248,6 @@ def arena():
         a = Arena(min(64, max(4, os.cpu_count() or 1)))
     except (OSError, ValueError, OverflowError, ImportError):
         return None
-    _current["ref"] = weakref.ref(a)
     return a
 
 
@@ -319,8 +322,7 @@ def _my_lane():
             _lane.update(pid=pid, lane=None, taken=set(), tried=False)
         if _lane["lane"] is None and not _lane["tried"]:
             _lane["tried"] = True
-            ref = _current["ref"]
-            ar = ref() if ref is not None else None
+            ar = _live_arena()
             if ar is not None and ar.pid != pid:
                 try:
                     k = ar.claim(_lane["taken"])
@@ -371,10 +373,10 @@ class WorkerSlots:
     """The worker side: BufferPool's take_batch on reused slots (see the module doc): the
     slots of this process's lane where it has one, else private ones."""
 
-    def __init__(self, private, max_slots=MAX_SLOTS, lanes=True):
+    def __init__(self, private, max_slots=MAX_SLOTS):
         self.private = private             # a BufferPool, when every slot is busy
         self.pid = os.getpid()
-        self.lane = _my_lane() if lanes else None
+        self.lane = _my_lane()
         self.max_slots = max_slots
         self.ctrl = np.zeros(max_slots, dtype=np.int64)   # private slots: state, 0 free
         self.bufs = [None] * max_slots

@@ -193,6 +193,13 @@ class _Base:
                 cols = np.asarray(cols, dtype=np.int64)
                 if not np.array_equal(cols, np.arange(self._n_genes_in())):
                     self._columns = cols
+        # memory that DataLoader workers forked from this process hand batches over in (_xfer)
+        self._arena = _xfer.arena() if get_worker_info() is None else None
+
+    def __getstate__(self):
+        s = self.__dict__.copy()
+        s["_arena"] = None        # a mapping of this process: spawned workers copy (_xfer)
+        return s
 
     # --- genes ---------------------------------------------------------------
     def _n_genes_in(self):
@@ -444,8 +451,6 @@ class CellDataset(_Base, IterableDataset):
         self._epoch_box = _SharedEpoch(0)
         self._resume = None       # {'epoch', 'batches_done'} for the next iteration
         self._progress = None     # in-process iteration: {'epoch', 'done'}
-        # memory that DataLoader workers forked from this process hand batches over in (_xfer)
-        self._arena = _xfer.arena() if get_worker_info() is None else None
 
     # --- epochs and splitting ------------------------------------------------
     @property
@@ -574,9 +579,8 @@ class CellDataset(_Base, IterableDataset):
         return _BatchIterator(self, batches, threads, progress, cuts)
 
     def __getstate__(self):
-        s = self.__dict__.copy()
+        s = super().__getstate__()
         s["_progress"] = None
-        s["_arena"] = None        # a mapping of this process: spawned workers copy (_xfer)
         return s
 
 

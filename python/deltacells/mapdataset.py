@@ -30,7 +30,6 @@ import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
-from . import _xfer
 from ._core import ObsReader, new_pool
 DEFAULT_CACHE_MB = 512      # the extension's default decoded-chunk cache (one process)
 from ._forksafe import ConnSlot
@@ -194,8 +193,6 @@ class CellMapDataset(_Base, Dataset):
                     transform=transform, missing_code=missing_code, missing_genes=missing_genes)
         self._ids = self.cell_ids
         self._slot = ConnSlot(self._open_slot)
-        # memory that DataLoader workers forked from this process hand batches over in (_xfer)
-        self._arena = _xfer.arena() if get_worker_info() is None else None
 
     def __len__(self):
         return len(self._ids)
@@ -271,9 +268,8 @@ class CellMapDataset(_Base, Dataset):
         return reader.gather(con, self._ids)[column]
 
     def __getstate__(self):
-        s = self.__dict__.copy()
+        s = super().__getstate__()
         del s["_slot"]
-        s["_arena"] = None        # a mapping of this process: spawned workers copy (_xfer)
         return s
 
     def __setstate__(self, s):

@@ -83,6 +83,12 @@ static void check_tile(const dct_mat *m, uint32_t chunks, const char *path, uint
 static const char *paths[] = {"scalar", "avx2", "avx512"};
 static const int levels[] = {DC_SIMD_SCALAR, DC_SIMD_AVX2, DC_SIMD_AVX512};
 
+/* check_tile on every decoder path this CPU has (scalar always) */
+static void check_every_path(const dct_mat *m, uint32_t chunks, uint64_t seed) {
+  for (size_t p = 0; p < 3; p++)
+    if (dc_simd_supported(levels[p])) check_tile(m, chunks, paths[p], seed);
+}
+
 static void test_place_random(void) {
   uint32_t cells[] = {1, 9, 33, 300};
   for (size_t p = 0; p < 3; p++) {
@@ -103,8 +109,7 @@ static void test_place_gene_map(void) {
   DCT_CHECK(dct_mat_random(&m, 77, 200, 2000, 0.9, DCT_MIXED, 0.05, 0.0) == 0);
   m.n_genes = 7 * 2000;
   for (uint64_t j = 0; j < m.indptr[m.n_cells]; j++) m.indices[j] *= 7;
-  for (size_t p = 0; p < 3; p++)
-    if (dc_simd_supported(levels[p])) check_tile(&m, 3, paths[p], 3);
+  check_every_path(&m, 3, 3);
   dct_mat_free(&m);
 }
 
@@ -115,8 +120,7 @@ static void test_place_edges(void) {
   check_tile(&m, 2, "scalar", 1);
   dct_mat_free(&m);
   DCT_CHECK(dct_mat_random(&m, 6, 20, 700, 0.9, DCT_HUGE, 0.2, 0.5) == 0);
-  for (size_t p = 0; p < 3; p++)
-    if (dc_simd_supported(levels[p])) check_tile(&m, 2, paths[p], 2);
+  check_every_path(&m, 2, 2);
   dct_mat_free(&m);
 }
 

@@ -253,18 +253,23 @@ def test_workers_own_whole_windows_and_the_last_one_takes_every_core(db):
     assert out.strip().endswith("ok"), out
 
 
-def test_lane_slots_are_freed_when_dropped_and_taken_back_after_an_early_stop(db):
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    code = """
-        import gc, sys, numpy as np, torch
-        from torch.utils.data import DataLoader
+# the lane scripts' start: a dataset (which makes the arena), or "ok" where there is none
+LANES = """
+        import gc, os, pickle, sys, numpy as np, torch
         import deltacells
         from deltacells import _xfer
         ds = deltacells.CellDataset(sys.argv[1], batch_size=50, seed=1)
         ar = ds._arena
         if ar is None:
             print("no arena here"); print("ok"); sys.exit(0)
+"""
+
+
+def test_lane_slots_are_freed_when_dropped_and_taken_back_after_an_early_stop(db):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    code = LANES + """
+        from torch.utils.data import DataLoader
         def states():
             return np.concatenate([ar.header(k)[1:1 + _xfer.LANE_SLOTS] for k in range(ar.lanes)]) & 3
         left = 0
@@ -300,17 +305,11 @@ def test_lane_slots_are_freed_when_dropped_and_taken_back_after_an_early_stop(db
 def test_a_batch_whose_slot_was_taken_back_is_an_error_and_lanes_are_exclusive(db):
     if not sys.platform.startswith("linux"):
         pytest.skip("Linux only")
-    code = """
-        import gc, os, pickle, sys, numpy as np, torch
-        import deltacells
-        from deltacells import _xfer, _core
+    code = LANES + """
+        from deltacells import _core
         from deltacells._convert import install_csr_reduction
         from multiprocessing.reduction import ForkingPickler
         install_csr_reduction()
-        ds = deltacells.CellDataset(sys.argv[1], batch_size=50)     # makes the arena
-        ar = ds._arena
-        if ar is None:
-            print("no arena here"); print("ok"); sys.exit(0)
         assert _xfer._my_lane() is None          # the arena's own process holds no lane
         def child(fn, hold=None):
             r, w = os.pipe()
