@@ -7,12 +7,12 @@ import json
 import os
 import sqlite3
 import sys
-import threading
 import time
 import warnings
 
 import numpy as np
 
+from . import _forksafe
 from ._connect import RemoteConnection, connect, find_extension
 
 OUTPUTS = ("csr", "csr_parts", "dense", "scipy")
@@ -497,7 +497,7 @@ def new_pool(shared=False):
 # its parent's (writing them would copy every page).
 SPARE_POOLS = 2
 _spare = {"pid": None, "pools": []}
-_spare_lock = threading.Lock()
+_spare_lock = _forksafe.Lock()
 
 
 def release_pool(pool):

@@ -15,6 +15,8 @@ thread that forked; everything else it inherits is a copy of memory:
   for a batch in progress to finish), so at the fork every prefetch thread is parked
   outside SQLite.  The gates are released after the fork in the parent; in the child
   they and their threads are forgotten (an inherited iterator restarts its prefetch).
+- a lock a thread of the parent held at the fork stays locked in the child forever: the
+  package's own locks (pools, registries) are `Lock`s, which the child gets unlocked.
 """
 import os
 import threading
@@ -56,6 +58,29 @@ class Gate:
         return False
 
 
+_locks = weakref.WeakSet()
+
+
+class Lock:
+    """A lock of the package's own state (a pool, a registry) that a forked child gets
+    unlocked: the thread of the parent that held it at the fork does not exist there, and a
+    copy of a held threading.Lock would stay locked in the child forever."""
+    __slots__ = ("_lock", "__weakref__")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        with _gates_lock:
+            _locks.add(self)
+
+    def __enter__(self):
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+        return False
+
+
 def _before_fork():
     _gates_lock.acquire()
     held = []
@@ -81,6 +106,8 @@ def _after_fork_child():
     global _gates
     _held.clear()
     _gates = weakref.WeakSet()        # the threads that held them do not exist here
+    for lk in list(_locks):
+        lk._lock = threading.Lock()
     if _gates_lock.locked():
         _gates_lock.release()
 

@@ -46,10 +46,11 @@ import ctypes
 import itertools
 import os
 import sys
-import threading
 import weakref
 
 import numpy as np
+
+from . import _forksafe
 
 MAX_SLOTS = 24          # private slots: 3 arrays per batch, 8 batches in flight per worker
 # A lane's slots: many of 64 MiB (small batches: placing fills a whole shuffle window's batches
@@ -182,7 +183,7 @@ class Arena:
             os.close(self.fd)
             raise
         self._maps = {}           # lane -> (mmap, its address); a forked child inherits them
-        self._maps_lock = threading.Lock()
+        self._maps_lock = _forksafe.Lock()
         self.pid = os.getpid()
         self.token = f"{self.pid}-{next(_tokens)}"
         _by_token[self.token] = self
@@ -262,7 +263,7 @@ class _Lane:
         self.mapped = [0] * LANE_SLOTS         # bytes of each slot populated in this process
         self.leases = [None] * LANE_SLOTS
         self.first = ar.slot_addr(k, 0)
-        self.lock = threading.Lock()
+        self.lock = _forksafe.Lock()
 
     def n_free(self):
         return int((self.state == 0).sum())
@@ -310,7 +311,7 @@ class _Lane:
 
 
 _lane = {"pid": None, "lane": None, "taken": set()}
-_lane_lock = threading.Lock()
+_lane_lock = _forksafe.Lock()
 
 
 def _my_lane():
@@ -383,7 +384,7 @@ class WorkerSlots:
         self.leases = [None] * max_slots
         self._serial = 0
         self.fallbacks = 0
-        self.lock = self.lane.lock if self.lane is not None else threading.Lock()
+        self.lock = self.lane.lock if self.lane is not None else _forksafe.Lock()
         if self.lane is None:
             _mine["pid"], _mine["slots"] = self.pid, self
 
@@ -493,7 +494,7 @@ def reduce_worker_tensor(t):
 # --- the receiving process -------------------------------------------------------------
 _pool = {"pid": None, "pool": None}
 stats = {"arrays": 0, "bytes": 0, "seconds": 0.0, "mapped": 0}   # what this process received
-_pool_lock = threading.Lock()
+_pool_lock = _forksafe.Lock()
 
 
 def _recv_pool():

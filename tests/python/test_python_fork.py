@@ -181,6 +181,38 @@ def test_map_dataset_used_in_threads_then_forked(db):
     """, "map dataset across threads and fork")
 
 
+def test_package_locks_held_by_a_parent_thread_at_the_fork_are_free_in_the_child(db):
+    """A thread of the parent holding one of the package's locks at the fork (a map dataset's
+    thread taking a buffer pool, the main process receiving a worker's batch) does not exist in
+    the child: the child takes the same lock, and makes a pool, without hanging."""
+    run_snippet(f"""
+        import threading, deltacells
+        from deltacells import _core, _xfer
+        m = deltacells.CellMapDataset({db!r})
+        ar = m._arena
+        locks = [_core._spare_lock, _xfer._pool_lock, _xfer._lane_lock]
+        if ar is not None:
+            locks.append(ar._maps_lock)
+        for lk in locks:
+            held, release = threading.Event(), threading.Event()
+            def hold():
+                with lk:
+                    held.set()
+                    release.wait()
+            t = threading.Thread(target=hold)
+            t.start()
+            held.wait()
+            def child():
+                with lk:
+                    pass
+                return _core.new_pool() is not None and m.batch([1, 2])["X"].shape[0] == 2
+            assert in_child(child, seconds=20) == 0, lk
+            release.set()
+            t.join()
+        print("ok")
+    """, "package locks across fork")
+
+
 def test_no_prefetch_thread_before_iteration(db):
     """Prefetch starts with the first next() of an iterator: never in the constructor, in
     iter(), in len() or in the map dataset's __getitem__."""
