@@ -73,12 +73,28 @@ void dc_blockcache_clear(dc_blockcache *c);
 typedef struct dc_sharedcache dc_sharedcache;
 dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap);
 void dc_sharedcache_free(dc_sharedcache *c);
-/* copies block (key, idx) into out (len bytes expected); 1 when held */
-int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *out, int64_t len);
+/* copies bytes [off, off + n) of block (key, idx), len bytes expected, into out; 1 when held
+** (0 too for a range outside the block) */
+int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len, int64_t off, int64_t n,
+                       uint8_t *out);
 /* 1 when block (key, idx) of len bytes is held (no copy, no change to the LRU order) */
 int dc_sharedcache_has(const dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len);
-/* stores a copy (a block over cap is not kept), evicting the least recently used */
+/* stores a copy (a block over cap is not kept), evicting the least recently used: claim, copy,
+** publish (below) in one call */
 void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len);
+/* Storing in two steps, so that a caller that locks around each call copies the block without
+** its lock (a copy into fresh pages is slow on some machines; readers would wait on it):
+** claim picks a slot for block (key, idx) of len bytes (an empty one, else the least recently
+** used; never one being filled), marks it being filled (invisible to get and has, never
+** picked) and returns its buffer, *slot its number.  NULL (*slot -1) when the block is held
+** already, len is over cap, every slot is being filled, or out of memory: nothing to store.
+** The caller copies the block in, then publish makes it visible (an older copy of the block
+** goes). */
+uint8_t *dc_sharedcache_claim(dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len, int *slot);
+void dc_sharedcache_publish(dc_sharedcache *c, int slot, uint64_t key, int64_t idx, int64_t len);
+/* a forked child: the fills in progress at the fork (threads of the parent) never finish
+** here; their slots become empty */
+void dc_sharedcache_drop_fills(dc_sharedcache *c);
 
 /* --- on-disk cache ------------------------------------------------------------ */
 /* a 64-bit key of one version of one file: URL, ETag, Last-Modified, size */

@@ -26,8 +26,12 @@ static int64_t g_shared_bsize;
 static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static void shared_prepare(void) { pthread_mutex_lock(&g_shared_lock); }
 static void shared_release(void) { pthread_mutex_unlock(&g_shared_lock); }
+static void shared_child(void) {          /* the parent's threads filling slots are not here */
+  if (g_shared) dc_sharedcache_drop_fills(g_shared);
+  pthread_mutex_unlock(&g_shared_lock);
+}
 
-void dh_shared_atfork(void) { pthread_atfork(shared_prepare, shared_release, shared_release); }
+void dh_shared_atfork(void) { pthread_atfork(shared_prepare, shared_release, shared_child); }
 
 void dh_shared_init(void) {
   pthread_mutex_lock(&g_shared_lock);
@@ -151,10 +155,10 @@ int dh_shared_used(const dc_hfile *f) {
   return !f->local && !f->no_shared && g_shared && f->bsize <= g_shared_bsize;
 }
 
-int dh_shared_get(dc_hfile *f, int64_t idx, uint8_t *out, int64_t len) {
+int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n, uint8_t *out) {
   if (!dh_shared_used(f)) return 0;
   pthread_mutex_lock(&g_shared_lock);
-  int ok = dc_sharedcache_get(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, out, len);
+  int ok = dc_sharedcache_get(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, len, off, n, out);
   pthread_mutex_unlock(&g_shared_lock);
   if (ok) atomic_fetch_add(&dh_st.shared_hits, 1);
   return ok;
@@ -171,7 +175,14 @@ int dh_shared_has(dc_hfile *f, int64_t idx) {
 
 void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
   if (!dh_shared_used(f)) return;
+  uint64_t key = f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull;
+  int slot;
   pthread_mutex_lock(&g_shared_lock);
-  dc_sharedcache_put(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, b, len);
+  uint8_t *dst = dc_sharedcache_claim(g_shared, key, idx, len, &slot);
+  pthread_mutex_unlock(&g_shared_lock);
+  if (!dst) return;
+  memcpy(dst, b, (size_t)len);              /* unlocked: readers of other blocks go on */
+  pthread_mutex_lock(&g_shared_lock);
+  dc_sharedcache_publish(g_shared, slot, key, idx, len);
   pthread_mutex_unlock(&g_shared_lock);
 }

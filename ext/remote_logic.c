@@ -173,6 +173,7 @@ struct dc_sharedcache {
   uint64_t *used, tick;
   uint8_t **buf;
   int64_t *bcap;       /* each slot's buffer size */
+  uint8_t *filling;    /* claimed, being filled by its caller: neither visible nor picked */
 };
 
 dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap) {
@@ -186,7 +187,11 @@ dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap) {
   c->used = calloc((size_t)slots, sizeof *c->used);
   c->buf = calloc((size_t)slots, sizeof *c->buf);
   c->bcap = calloc((size_t)slots, sizeof *c->bcap);
-  if (!c->key || !c->idx || !c->len || !c->used || !c->buf || !c->bcap) { dc_sharedcache_free(c); return NULL; }
+  c->filling = calloc((size_t)slots, sizeof *c->filling);
+  if (!c->key || !c->idx || !c->len || !c->used || !c->buf || !c->bcap || !c->filling) {
+    dc_sharedcache_free(c);
+    return NULL;
+  }
   for (int i = 0; i < slots; i++) c->idx[i] = -1;
   return c;
 }
@@ -194,13 +199,15 @@ dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap) {
 void dc_sharedcache_free(dc_sharedcache *c) {
   if (!c) return;
   if (c->buf) for (int i = 0; i < c->slots; i++) free(c->buf[i]);
-  free(c->buf); free(c->bcap); free(c->key); free(c->idx); free(c->len); free(c->used); free(c);
+  free(c->buf); free(c->bcap); free(c->filling); free(c->key); free(c->idx); free(c->len); free(c->used); free(c);
 }
 
-int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, uint8_t *out, int64_t len) {
+int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len, int64_t off, int64_t n,
+                       uint8_t *out) {
+  if (off < 0 || n < 0 || off > len || n > len - off) return 0;
   for (int i = 0; i < c->slots; i++)
     if (c->idx[i] == idx && c->key[i] == key && c->len[i] == len) {
-      memcpy(out, c->buf[i], (size_t)len);
+      memcpy(out, c->buf[i] + off, (size_t)n);
       c->used[i] = ++c->tick;
       return 1;
     }
@@ -213,22 +220,45 @@ int dc_sharedcache_has(const dc_sharedcache *c, uint64_t key, int64_t idx, int64
   return 0;
 }
 
-void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len) {
-  if (len > c->cap || len < 0) return;
-  int v = 0;
+uint8_t *dc_sharedcache_claim(dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len, int *slot) {
+  *slot = -1;
+  if (len > c->cap || len < 0) return NULL;
+  int v = -1;
   for (int i = 0; i < c->slots; i++) {
-    if (c->idx[i] == idx && c->key[i] == key) { v = i; break; }
-    if (c->idx[i] < 0) { v = i; break; }
-    if (c->used[i] < c->used[v]) v = i;
+    if (c->filling[i]) continue;
+    if (c->idx[i] == idx && c->key[i] == key && c->len[i] == len) { c->used[i] = ++c->tick; return NULL; }
+    if (v < 0 || (c->idx[v] >= 0 && (c->idx[i] < 0 || c->used[i] < c->used[v]))) v = i;
   }
+  if (v < 0) return NULL;                       /* every slot is being filled */
   if (c->bcap[v] < len) {
     uint8_t *nb = realloc(c->buf[v], (size_t)(len ? len : 1));
-    if (!nb) return;
+    if (!nb) return NULL;
     c->buf[v] = nb; c->bcap[v] = len;
   }
   c->idx[v] = -1;
-  memcpy(c->buf[v], b, (size_t)len);
-  c->key[v] = key; c->idx[v] = idx; c->len[v] = len; c->used[v] = ++c->tick;
+  c->filling[v] = 1;
+  *slot = v;
+  return c->buf[v];
+}
+
+void dc_sharedcache_publish(dc_sharedcache *c, int slot, uint64_t key, int64_t idx, int64_t len) {
+  if (slot < 0 || slot >= c->slots || !c->filling[slot]) return;
+  for (int i = 0; i < c->slots; i++)          /* one copy of a block: an older one goes */
+    if (!c->filling[i] && c->idx[i] == idx && c->key[i] == key) c->idx[i] = -1;
+  c->filling[slot] = 0;
+  c->key[slot] = key; c->idx[slot] = idx; c->len[slot] = len; c->used[slot] = ++c->tick;
+}
+
+void dc_sharedcache_drop_fills(dc_sharedcache *c) {
+  for (int i = 0; i < c->slots; i++) c->filling[i] = 0;   /* (their idx is -1: empty) */
+}
+
+void dc_sharedcache_put(dc_sharedcache *c, uint64_t key, int64_t idx, const uint8_t *b, int64_t len) {
+  int slot;
+  uint8_t *dst = dc_sharedcache_claim(c, key, idx, len, &slot);
+  if (!dst) return;
+  memcpy(dst, b, (size_t)len);
+  dc_sharedcache_publish(c, slot, key, idx, len);
 }
 
 static uint64_t fnv(uint64_t h, const char *s) {

@@ -14,7 +14,9 @@
 **   block_kb   read-ahead block, KiB (DC_HTTP_BLOCK_KB, default 1024)
 **   readahead_kb  the most one sequential read-ahead request takes, KiB
 **              (DC_HTTP_READAHEAD_KB, default 16384; 0: off), at most mem_blocks/2 blocks
-**   mem_blocks blocks held in memory per open file (DC_HTTP_MEM_BLOCKS, 32)
+**   mem_blocks blocks held in memory per open file (DC_HTTP_MEM_BLOCKS, 32): those the shared
+**              cache does not hold (a file read with shared=0, or a block it has evicted); a
+**              block the shared cache holds is read from there, only the part a read needs
 **   shared     0: keep this file out of the process's shared block cache (DC_HTTP_SHARED_MB
 **              MiB, default 256, of blocks up to 1 MiB, shared by the open files of one version)
 **   cache_dir  on-disk block cache directory (DC_CACHE_DIR; none by default)
@@ -95,12 +97,14 @@ static double param_double(const char *zName, const char *key, const char *env) 
 ** that block, or a few blocks later with every block between already in memory (the reader had
 ** them: a leaf page between two blobs, a stream's blocks it read before).  Pages far apart, with
 ** blocks between that nobody read, do not go on. */
+static int have_block(dc_hfile *f, int64_t k) {     /* in this file's memory or the shared cache */
+  int64_t l;
+  return dc_blockcache_get(f->mem, k, &l) != NULL || dh_shared_has(f, k);
+}
 static int goes_on(dc_hfile *f, int64_t from, int64_t b) {
   if (from < 0 || b < from || b - from > f->pf_chunk) return 0;
-  for (int64_t k = from; k < b; k++) {
-    int64_t l;
-    if (!dc_blockcache_get(f->mem, k, &l)) return 0;
-  }
+  for (int64_t k = from; k < b; k++)
+    if (!have_block(f, k)) return 0;
   return 1;
 }
 
@@ -136,10 +140,9 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     int64_t pend;
     if (blk) atomic_fetch_add(&dh_st.mem_hits, 1);
     else if (p && (e = dh_pf_find(p, b)) && (pend = dh_pf_take(f, p, e))) {
-      /* a block of a prefetch request (waited for when in flight): in memory now with the
-      ** request's other blocks.  The stream moves on (more requests ahead) only when the reader
-      ** reads in order (in_order); a block
-      ** elsewhere in its window (a leaf page ahead of the blob being read, pages far apart) is
+      /* a block of a prefetch request (waited for when in flight): in the shared cache (or in
+      ** memory) now with the request's other blocks.  The stream moves on (more requests ahead)
+      ** only when the reader reads in order (in_order); a block elsewhere in its window (a leaf page ahead of the blob being read, pages far apart) is
       ** taken and the stream stays: else each of many pages far apart, found in the window,
       ** would deepen the stream and it would fetch everything between them, while a scan that
       ** reads a leaf page ahead and comes back to its blob goes on */
@@ -149,10 +152,16 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       continue;
     } else if (!f->local) {
       blen = dc_block_len(b, f->bsize, f->size);
-      uint8_t *slot = dc_blockcache_slot(f->mem, b);
-      if (!slot) return SQLITE_IOERR_NOMEM;
-      if (dh_shared_get(f, b, slot, blen)) { dc_blockcache_commit(f->mem, b, blen); blk = slot; }
-      else if (f->cache_dir && dh_disk_get(f, b, slot, blen)) {
+      /* from the process's shared cache, the part this read needs only: no copy of the block
+      ** into this file's memory (a copy, and fresh pages, per connection and block) */
+      int64_t from = (b == first ? off : bstart) - bstart, to = (end - bstart < blen ? end - bstart : blen);
+      if (dh_shared_get(f, b, blen, from, to - from, dst + (bstart + from - off))) {
+        read_at(f, b);
+        continue;
+      }
+      uint8_t *slot = NULL;
+      if (f->cache_dir && (slot = dc_blockcache_slot(f->mem, b)) == NULL) return SQLITE_IOERR_NOMEM;
+      if (slot && dh_disk_get(f, b, slot, blen)) {
         dc_blockcache_commit(f->mem, b, blen);
         dh_shared_put(f, b, slot, blen);
         blk = slot;
@@ -203,8 +212,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     }
     int64_t x = b;
     while (x + 1 < b + want && x + 1 < nblocks) {
-      int64_t l2;
-      if (dc_blockcache_get(f->mem, x + 1, &l2) || dh_on_disk(f, x + 1) || (p && dh_pf_find(p, x + 1))) break;
+      if (have_block(f, x + 1) || dh_on_disk(f, x + 1) || (p && dh_pf_find(p, x + 1))) break;
       x++;
     }
     f->last_miss = x;
@@ -221,7 +229,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       int64_t lk = dc_block_len(k, f->bsize, f->size);
       const uint8_t *src = f->rabuf + (k - b) * f->bsize;
       if (!f->local) { dh_disk_put(f, k, src, lk); dh_shared_put(f, k, src, lk); }
-      if (k >= keep_from) {
+      if (k >= keep_from && !dh_shared_has(f, k)) {        /* (where the shared cache has it: read from there) */
         uint8_t *s2 = dc_blockcache_slot(f->mem, k);
         if (s2) { memcpy(s2, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
       }

@@ -122,19 +122,53 @@ static void test_sharedcache(void) {
   DCT_CHECK(c != NULL);
   if (!c) return;
   uint8_t b[8], o[8];
-  memset(b, 'a', 8); dc_sharedcache_put(c, 1, 0, b, 8);
-  memset(b, 'b', 8); dc_sharedcache_put(c, 2, 0, b, 8);    /* same block, another file version */
-  DCT_CHECK(dc_sharedcache_get(c, 1, 0, o, 8) && o[0] == 'a');
-  DCT_CHECK(dc_sharedcache_get(c, 2, 0, o, 8) && o[0] == 'b');
-  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 7));            /* a length that differs is a miss */
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)('a' + i);
+  dc_sharedcache_put(c, 1, 0, b, 8);                        /* "abcdefgh" */
+  memset(b, 'B', 8); dc_sharedcache_put(c, 2, 0, b, 8);    /* same block, another file version */
+  DCT_CHECK(dc_sharedcache_get(c, 1, 0, 8, 0, 8, o) && o[0] == 'a' && o[7] == 'h');
+  memset(o, 0, 8);                                          /* part of a block: bytes 3..4 only */
+  DCT_CHECK(dc_sharedcache_get(c, 1, 0, 8, 3, 2, o) && o[0] == 'd' && o[1] == 'e' && o[2] == 0);
+  DCT_CHECK(dc_sharedcache_get(c, 1, 0, 8, 8, 0, o));       /* an empty part at the end */
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, 8, 7, 2, o) && !dc_sharedcache_get(c, 1, 0, 8, -1, 1, o) &&
+            !dc_sharedcache_get(c, 1, 0, 8, 9, 0, o));      /* a part outside the block */
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, 7, 0, 7, o));      /* a length that differs is a miss */
+  DCT_CHECK(dc_sharedcache_get(c, 2, 0, 8, 0, 8, o) && o[0] == 'B');
   DCT_CHECK(dc_sharedcache_has(c, 1, 0, 8) && dc_sharedcache_has(c, 2, 0, 8));
   DCT_CHECK(!dc_sharedcache_has(c, 1, 0, 7) && !dc_sharedcache_has(c, 3, 0, 8) && !dc_sharedcache_has(c, 1, 1, 8));
   memset(b, 'c', 8); dc_sharedcache_put(c, 1, 5, b, 8);    /* evicts (1,0), the least recent */
-  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, o, 8) && !dc_sharedcache_has(c, 1, 0, 8));
-  DCT_CHECK(dc_sharedcache_get(c, 1, 5, o, 8) && o[7] == 'c');
+  DCT_CHECK(!dc_sharedcache_get(c, 1, 0, 8, 0, 8, o) && !dc_sharedcache_has(c, 1, 0, 8));
+  DCT_CHECK(dc_sharedcache_get(c, 1, 5, 8, 0, 8, o) && o[7] == 'c');
+  memset(b, 'z', 8); dc_sharedcache_put(c, 1, 5, b, 8);    /* held already: kept as it was */
+  DCT_CHECK(dc_sharedcache_get(c, 1, 5, 8, 0, 8, o) && o[0] == 'c');
   uint8_t big[9] = {0};
   dc_sharedcache_put(c, 3, 0, big, 9);                      /* over cap: not kept */
-  DCT_CHECK(!dc_sharedcache_get(c, 3, 0, big, 9));
+  DCT_CHECK(!dc_sharedcache_get(c, 3, 0, 9, 0, 9, big));
+
+  /* in two steps: a slot being filled is invisible and never picked again */
+  int s1, s2, s3;
+  uint8_t *d1 = dc_sharedcache_claim(c, 7, 0, 8, &s1);     /* evicts (2,0), the least recent */
+  DCT_CHECK(d1 != NULL && s1 >= 0 && !dc_sharedcache_has(c, 2, 0, 8) && !dc_sharedcache_has(c, 7, 0, 8));
+  uint8_t *d2 = dc_sharedcache_claim(c, 7, 1, 8, &s2);     /* the other slot: (1,5) goes */
+  DCT_CHECK(d2 != NULL && s2 >= 0 && s2 != s1 && d2 != d1 && !dc_sharedcache_has(c, 1, 5, 8));
+  DCT_CHECK(dc_sharedcache_claim(c, 7, 2, 8, &s3) == NULL && s3 == -1);   /* both being filled */
+  DCT_CHECK(dc_sharedcache_claim(c, 7, 0, 9, &s3) == NULL && s3 == -1);   /* over cap */
+  if (d1 && d2) {
+    memset(d1, '1', 8); memset(d2, '2', 8);
+    dc_sharedcache_publish(c, s1, 7, 0, 8);
+    DCT_CHECK(dc_sharedcache_get(c, 7, 0, 8, 0, 8, o) && o[0] == '1' && !dc_sharedcache_has(c, 7, 1, 8));
+    dc_sharedcache_publish(c, s2, 7, 1, 8);
+    DCT_CHECK(dc_sharedcache_get(c, 7, 1, 8, 0, 8, o) && o[0] == '2');
+    DCT_CHECK(dc_sharedcache_claim(c, 7, 1, 8, &s3) == NULL && s3 == -1);   /* held already */
+  }
+  /* a fork during a fill: the child's copy of the slot becomes empty, and a late publish of it
+  ** is ignored */
+  uint8_t *d3 = dc_sharedcache_claim(c, 8, 0, 8, &s3);
+  DCT_CHECK(d3 != NULL && s3 >= 0);
+  dc_sharedcache_drop_fills(c);
+  dc_sharedcache_publish(c, s3, 8, 0, 8);
+  DCT_CHECK(!dc_sharedcache_has(c, 8, 0, 8));
+  int s4;
+  DCT_CHECK(dc_sharedcache_claim(c, 8, 0, 8, &s4) != NULL && s4 == s3);   /* the empty slot first */
   dc_sharedcache_free(c);
 }
 
