@@ -429,6 +429,23 @@ class WorkerSlots:
     def take(self, n, dtype):              # BufferPool's interface
         return self.private.take(n, dtype)
 
+    def warm(self, shapes):
+        """Gives their pages now to the lane slots that batches of these (cells, nonzeros,
+        dtype) would take: each taken and freed again (later takes pick the same slots: the
+        smallest ever filled far enough, else the fullest, grown in place).  For a reader
+        that would otherwise wait idle, e.g. for a remote dataset's first tiles.  Nothing
+        with private slots (their buffers are made when a batch needs them)."""
+        if self.lane is None:
+            return
+        held = []
+        with self.lock:
+            for n, nnz, dtype in shapes:
+                if self.lane.n_free() < 3:
+                    break
+                held += [self.lane.take(n + 1, np.int32), self.lane.take(nnz, np.int32),
+                         self.lane.take(nnz, dtype)]
+        del held                            # never sent: the slots are free again
+
     def find(self, ptr, nbytes):
         for i, b in enumerate(self.bufs):
             if b is not None:

@@ -760,6 +760,8 @@ class _BatchIterator:
                 self._pool = new_pool(self._shared())
                 self._placer = _placer(self.ds, self.batches, self.cuts, self._i, self._pool)
                 self._set_threads(self._scheduled(self._i))
+                if self._fa is not None and self._placer is not None:
+                    self._placer.warm(self._pool)      # while the first tiles come
             elif self._schedule is not None and self._i in self._schedule:
                 self._set_threads(self._schedule[self._i])
             if self._fa is not None:

@@ -394,3 +394,75 @@ def test_a_batch_whose_slot_was_taken_back_is_an_error_and_lanes_are_exclusive(d
     """
     out = run(code, db)
     assert out.strip().endswith("ok"), out
+
+
+def test_warm_gives_pages_to_the_slots_the_next_batches_take(db):
+    """While a worker waits for a remote dataset's first tiles it warms the lane slots of its
+    first window's batches (Placer.warm -> WorkerSlots.warm): they are left free, with their
+    pages, and the batches then take those slots without populating more; the estimate of
+    each batch's nonzeros (the tiles' mean per cell) is close to what the batch holds."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    code = LANES + """
+        from deltacells import _core, _place
+        from deltacells.dataset import _placer
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            msg = "ok-child"
+            try:
+                slots = _xfer.worker_slots(_core.BufferPool())
+                lane = slots.lane
+                assert lane is not None
+                shapes = [(300, 50000, "float32"), (300, 40000, "float32")]
+                slots.warm(shapes)
+                assert lane.n_free() == _xfer.LANE_SLOTS          # every slot free again
+                warmed = [i for i in range(_xfer.LANE_SLOTS) if lane.mapped[i]]
+                assert len(warmed) == 6, warmed
+                before = list(lane.mapped)
+                got = [slots.take_batch(n, nnz, dt) for n, nnz, dt in shapes]
+                assert list(lane.mapped) == before                # nothing more populated
+                used = sorted(int(np.searchsorted(_xfer.OFFS, a.ctypes.data - lane.first, side="right")) - 1
+                              for g in got for a in g)
+                assert used == warmed, (used, warmed)
+                del got
+                # the placer's estimate for its first window, against what placing it takes
+                class Rec:
+                    def __init__(self, pool):
+                        self.pool, self.shapes, self.taken = pool, None, []
+                    def warm(self, shapes):
+                        self.shapes = shapes
+                    def take_batch(self, n, nnz, dtype):
+                        self.taken.append((n, nnz, np.dtype(dtype).name))
+                        return self.pool.take_batch(n, nnz, dtype)
+                    def take(self, n, dtype):
+                        return self.pool.take(n, dtype)
+                it = iter(ds)
+                rec = Rec(_core.BufferPool())
+                placer = _placer(ds, it.batches, it.cuts, 0, rec)
+                assert placer is not None
+                placer.warm(rec)
+                con = ds._open()
+                placer.get(con, ds._obs_reader(), 0, rec, None)
+                con.close()
+                assert rec.shapes and len(rec.shapes) == len(rec.taken), (rec.shapes, rec.taken)
+                for (n, est, dt), (n2, nnz, dt2) in zip(rec.shapes, rec.taken):
+                    assert n == n2 and dt == dt2 and abs(est - nnz) <= 0.25 * nnz + 50, (est, nnz)
+            except BaseException as e:
+                import traceback
+                msg = "FAIL " + traceback.format_exc()
+            os.write(w, msg.encode())
+            os._exit(0)
+        os.close(w)
+        out = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            out += chunk
+        os.waitpid(pid, 0)
+        assert out == b"ok-child", out.decode()
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
