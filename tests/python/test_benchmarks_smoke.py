@@ -63,6 +63,11 @@ def test_results_carry_the_measurements_the_report_uses(smoke):
     ap = json.loads((out / "append.json").read_text())[0]["result"]
     assert ap["append"]["files"] == 3 and ap["append"]["ratio"] > 0
     assert ap["merge_generated"]["speedup"] > 0 and "skipped" in ap["merge_real"]
+    ob = json.loads((out / "obs.json").read_text())[0]["result"]
+    for q in ob["queries"]:
+        for k in ("cold_cells_s", "cold_native_s", "cold_ratio", "warm_cells_s", "warm_native_s", "warm_ratio"):
+            assert q[k] > 0, (q["query"], k)
+    assert ob["cold_ratio_geomean"] > 0 and ob["warm_ratio_geomean"] > 0 and ob["bytes_ratio"] > 0
     assert not (out / "not_measured.json").exists()
 
 
@@ -79,6 +84,11 @@ def test_report_writes_tables_and_plots(smoke, tmp_path):
               "## Changing a dataset: append and merge", "## Is the loader fast enough for my model?"):
         assert h in text, h
     assert "| deltacells |" in text
+    # every obs query row carries its numbers (a report that lost them showed dashes)
+    obs = text.split("## Obs:")[1].split("\n## ")[0]
+    qrows = [l for l in obs.splitlines() if l.startswith("| ") and not l.startswith("| query")
+             and l.count("|") == 9]
+    assert qrows and all("| - |" not in l for l in qrows), obs
     assert "| avx2 |" in text or "| scalar |" in text
     for png in ("levels.png", "formats.png", "pipeline.png"):
         f = tmp_path / "img" / png
