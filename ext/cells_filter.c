@@ -391,72 +391,68 @@ static int filter_by_order(const cells_term *t, cells_dblock *d, cells_bcache *c
 
 /* --------------------------------------------------------------- kernels */
 
+/* keeps the rows r of the selection for which KEEP (an expression of r, 0 or 1) is 1: over
+** rows 0 .. n-1 for a full selection (no list to read), else over the list */
+#define KEEP_ROWS(KEEP)                                                                   \
+  do {                                                                                    \
+    if (full)                                                                             \
+      for (uint32_t j = 0; j < n; j++) { uint32_t r = j; sel[m] = r; m += (KEEP); }         \
+    else                                                                                  \
+      for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += (KEEP); }   \
+  } while (0)
+
 void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *s) {
+  const int full = s->full;
   s->full = 0;
   uint32_t *sel = s->idx, n = s->n, m = 0;
   switch (blk->kind) {
     case DC_OBS_CATEGORY: {
       const uint8_t *acc = t->acc;
       const int32_t *codes = blk->codes;
-      for (uint32_t j = 0; j < n; j++) {
-        uint32_t r = sel[j];
-        sel[m] = r;
-        m += acc[codes[r] + 1];
-      }
+      KEEP_ROWS(acc[codes[r] + 1]);
       break;
     }
     case DC_OBS_INT: case DC_OBS_BOOL: {
       const int64_t *x = blk->i64;
       const uint8_t *valid = blk->valid;
-      if (t->op == DC_OP_ISNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += !valid[sel[j]]; } break; }
-      if (t->op == DC_OP_NOTNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += valid[sel[j]]; } break; }
+      if (t->op == DC_OP_ISNULL) { KEEP_ROWS(!valid[r]); break; }
+      if (t->op == DC_OP_NOTNULL) { KEEP_ROWS(valid[r]); break; }
       if (t->op == DC_OP_EQ && t->v[0].t == CELLS_V_INTEGER) {
         int64_t want = t->v[0].i;
-        for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += valid[r] && x[r] == want; }
+        KEEP_ROWS(valid[r] && x[r] == want);
         break;
       }
-      for (uint32_t j = 0; j < n; j++) {
-        uint32_t r = sel[j];
-        sel[m] = r;
-        m += valid[r] && num_match(t, 0, x[r], 0);
-      }
+      KEEP_ROWS(valid[r] && num_match(t, 0, x[r], 0));
       break;
     }
     case DC_OBS_REAL: {
       const double *x = blk->f64;
-      if (t->op == DC_OP_ISNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += isnan(x[sel[j]]) != 0; } break; }
-      if (t->op == DC_OP_NOTNULL) { for (uint32_t j = 0; j < n; j++) { sel[m] = sel[j]; m += !isnan(x[sel[j]]); } break; }
+      if (t->op == DC_OP_ISNULL) { KEEP_ROWS(isnan(x[r]) != 0); break; }
+      if (t->op == DC_OP_NOTNULL) { KEEP_ROWS(!isnan(x[r])); break; }
       if (t->op != DC_OP_IN && t->v[0].t == CELLS_V_FLOAT) {
         double w = t->v[0].f;
         switch (t->op) {   /* NaN (NULL) fails every comparison */
-          case DC_OP_EQ: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] == w; } break;
-          case DC_OP_LT: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] < w; } break;
-          case DC_OP_LE: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] <= w; } break;
-          case DC_OP_GT: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] > w; } break;
-          case DC_OP_GE: for (uint32_t j = 0; j < n; j++) { uint32_t r = sel[j]; sel[m] = r; m += x[r] >= w; } break;
+          case DC_OP_EQ: KEEP_ROWS(x[r] == w); break;
+          case DC_OP_LT: KEEP_ROWS(x[r] < w); break;
+          case DC_OP_LE: KEEP_ROWS(x[r] <= w); break;
+          case DC_OP_GT: KEEP_ROWS(x[r] > w); break;
+          case DC_OP_GE: KEEP_ROWS(x[r] >= w); break;
         }
         break;
       }
-      for (uint32_t j = 0; j < n; j++) {
-        uint32_t r = sel[j];
-        sel[m] = r;
-        m += !isnan(x[r]) && num_match(t, 1, 0, x[r]);
-      }
+      KEEP_ROWS(!isnan(x[r]) && num_match(t, 1, 0, x[r]));
       break;
     }
     case DC_OBS_TEXT: {
       const uint8_t *valid = blk->valid;
-      for (uint32_t j = 0; j < n; j++) {
-        uint32_t r = sel[j];
-        sel[m] = r;
-        if (t->op == DC_OP_ISNULL) m += !valid[r];
-        else if (valid[r]) m += text_match(t, blk->text + blk->text_off[r], (int)(blk->text_off[r + 1] - blk->text_off[r]));
-      }
+      if (t->op == DC_OP_ISNULL) { KEEP_ROWS(!valid[r]); break; }
+      KEEP_ROWS(valid[r] && text_match(t, blk->text + blk->text_off[r], (int)(blk->text_off[r + 1] - blk->text_off[r])));
       break;
     }
   }
   s->n = m;
 }
+#undef KEEP_ROWS
 
 int cells_filter_block(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s) {
   if (d->blk.kind == DC_OBS_INT || d->blk.kind == DC_OBS_REAL) {

@@ -110,13 +110,16 @@ void cells_term_clear(cells_term *t);
 ** t->kind with n_categories categories)?  Statistics only: 1 = maybe, 0 = no. */
 int cells_block_may_match(const cells_term *t, uint32_t n_categories, const cells_bstat *s);
 
-/* A selection of rows of one block: row offsets in increasing order. */
+/* A selection of rows of one block: row offsets in increasing order.  full: every row of
+** the block, 0 .. n-1, which idx need not hold (no list is written for a whole block; the
+** kernels read none, and cells_sel_row gives row j). */
 typedef struct cells_sel {
   uint32_t *idx; uint32_t n; size_t cap;
-  int full;               /* idx is every row of the block, in order */
+  int full;               /* every row of the block, in order (idx not read) */
   uint64_t *bm; size_t bm_cap;   /* scratch bitmap over the rows of a block */
 } cells_sel;
 void cells_sel_free(cells_sel *s);
+static inline uint32_t cells_sel_row(const cells_sel *s, uint32_t j) { return s->full ? j : s->idx[j]; }
 
 /* Keeps the rows of selection s of block d (a decoded block of t's column) that meet term
 ** t.  A selective comparison on an int or real block used a second time builds the block's

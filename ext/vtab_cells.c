@@ -507,8 +507,14 @@ static int advance_block(cells_cursor *c) {
         c->sel.idx = q;
         c->sel.cap = need;
       }
-      c->sel.n = cells_ivl_rows(c->iv, c->niv, c->iv_pos, c->pos, bstart, bend, c->sel.idx);
-      c->sel.full = c->sel.n == (uint32_t)(bend - bstart);
+      /* a block wholly inside one interval is every row: no list to write (cells_sel) */
+      int64_t from = c->pos > bstart ? c->pos : bstart;
+      c->sel.full = from == bstart && c->iv[c->iv_pos].lo <= bstart && c->iv[c->iv_pos].hi >= bend;
+      if (c->sel.full) c->sel.n = (uint32_t)(bend - bstart);
+      else {
+        c->sel.n = cells_ivl_rows(c->iv, c->niv, c->iv_pos, c->pos, bstart, bend, c->sel.idx);
+        c->sel.full = c->sel.n == (uint32_t)(bend - bstart);
+      }
       for (int i = 0; i < c->nterms && c->sel.n; i++) {
         if (ocol_of(c->terms[i].col) < 0) continue;
         rc = filter_block(c, &c->terms[i], b);
@@ -524,7 +530,7 @@ static int advance_block(cells_cursor *c) {
     }
     if (c->sel.n) { c->sel_pos = 0; c->blk = b; break; }
   }
-  c->cell = p->blk_first[c->blk] + c->sel.idx[c->sel_pos];
+  c->cell = p->blk_first[c->blk] + cells_sel_row(&c->sel, c->sel_pos);
   return SQLITE_OK;
 }
 
@@ -630,7 +636,7 @@ static int cells_next(sqlite3_vtab_cursor *cur) {
   c->emitted++;
   if (c->limit >= 0 && c->emitted >= c->limit) { c->eof = 1; return SQLITE_OK; }
   if (++c->sel_pos < c->sel.n) {
-    c->cell = p->blk_first[c->blk] + c->sel.idx[c->sel_pos];
+    c->cell = p->blk_first[c->blk] + cells_sel_row(&c->sel, c->sel_pos);
     return SQLITE_OK;
   }
   return advance_block(c);

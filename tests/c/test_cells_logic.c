@@ -135,12 +135,13 @@ static void test_kernels_numeric(void) {
       memset(&s, 0, sizeof s);
       s.idx = malloc(N * sizeof *s.idx);
       s.cap = N;
-      /* all rows, or every third row */
+      /* all rows, or every third row; a full selection's list is not read (garbage here) */
       s.full = use != 1;
-      for (uint32_t r = 0; r < N; r += s.full ? 1 : 3) s.idx[s.n++] = r;
-      uint32_t before = s.n;
       uint32_t *rows = malloc(N * sizeof *rows);
-      memcpy(rows, s.idx, before * sizeof *rows);
+      for (uint32_t r = 0; r < N; r += s.full ? 1 : 3) rows[s.n++] = r;
+      uint32_t before = s.n;
+      if (s.full) memset(s.idx, 0xff, N * sizeof *s.idx);
+      else memcpy(s.idx, rows, before * sizeof *rows);
       DCT_CHECK(cells_filter_block(&t, d, &cache, &s) == 0);
       uint32_t m = 0;
       int bad = 0;
@@ -189,9 +190,13 @@ static void test_kernels_category_text(void) {
   DCT_CHECK(t.acc[0] == 0 && t.acc[1] == 1 && t.acc[2] == 0 && t.acc[4] == 0);
   uint32_t idx[8];
   cells_sel s = {idx, 8, 8, 1, NULL, 0};
-  for (uint32_t r = 0; r < 8; r++) idx[r] = r;
+  memset(idx, 0xff, sizeof idx);         /* full: every row, whatever the list holds */
+  DCT_CHECK(cells_sel_row(&s, 3) == 3);
   cells_filter_rows(&t, &blk, &s);
-  DCT_CHECK(s.n == 2 && idx[0] == 0 && idx[1] == 5 && !s.full);
+  DCT_CHECK(s.n == 2 && idx[0] == 0 && idx[1] == 5 && !s.full && cells_sel_row(&s, 1) == 5);
+  s.n = 3; idx[0] = 1; idx[1] = 4; idx[2] = 5;   /* a list: rows 1, 4, 5 */
+  cells_filter_rows(&t, &blk, &s);
+  DCT_CHECK(s.n == 1 && idx[0] == 5);
   /* statistics: a block whose present bitmap lacks code 0 cannot hold "B"; one with it can */
   uint8_t present_tn[1] = {0x06}, present_b[1] = {0x01};
   cells_bstat st;
