@@ -22,7 +22,7 @@
 /* blocks shared by the process's open files of the same version: DC_HTTP_SHARED_MB slots
 ** (default 256; 0: off) of blocks up to 1 MiB */
 static dc_sharedcache *g_shared;
-static int64_t g_shared_bsize;
+static int64_t g_shared_bsize, g_shared_slots;
 static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static void shared_prepare(void) { pthread_mutex_lock(&g_shared_lock); }
 static void shared_release(void) { pthread_mutex_unlock(&g_shared_lock); }
@@ -41,6 +41,7 @@ void dh_shared_init(void) {
     int64_t mb = v && *v ? strtoll(v, NULL, 10) : 256;
     g_shared_bsize = 1 << 20;
     if (mb > 0) g_shared = dc_sharedcache_new((int)mb, g_shared_bsize);
+    if (g_shared) g_shared_slots = mb;
   }
   pthread_mutex_unlock(&g_shared_lock);
 }
@@ -153,6 +154,10 @@ int dh_on_disk(dc_hfile *f, int64_t idx) {
 ** shared=0, its blocks no larger than the cache's, and the cache on (DC_HTTP_SHARED_MB > 0) */
 int dh_shared_used(const dc_hfile *f) {
   return !f->local && !f->no_shared && g_shared && f->bsize <= g_shared_bsize;
+}
+
+int dh_shared_roomy(const dc_hfile *f) {
+  return dh_shared_used(f) && g_shared_slots >= 4 * (int64_t)f->mem_slots;
 }
 
 int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n, uint8_t *out) {

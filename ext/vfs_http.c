@@ -15,8 +15,9 @@
 **   readahead_kb  the most one sequential read-ahead request takes, KiB
 **              (DC_HTTP_READAHEAD_KB, default 16384; 0: off), at most mem_blocks/2 blocks
 **   mem_blocks blocks held in memory per open file (DC_HTTP_MEM_BLOCKS, 32): those the shared
-**              cache does not hold (a file read with shared=0, or a block it has evicted); a
-**              block the shared cache holds is read from there, only the part a read needs
+**              cache does not hold (a file read with shared=0, or a shared cache under 4 times
+**              mem_blocks, which would evict blocks before they are read); a block the shared
+**              cache holds is read from there, only the part a read needs
 **   shared     0: keep this file out of the process's shared block cache (DC_HTTP_SHARED_MB
 **              MiB, default 256, of blocks up to 1 MiB, shared by the open files of one version)
 **   cache_dir  on-disk block cache directory (DC_CACHE_DIR; none by default)
@@ -229,7 +230,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       int64_t lk = dc_block_len(k, f->bsize, f->size);
       const uint8_t *src = f->rabuf + (k - b) * f->bsize;
       if (!f->local) { dh_disk_put(f, k, src, lk); dh_shared_put(f, k, src, lk); }
-      if (k >= keep_from && !dh_shared_has(f, k)) {        /* (where the shared cache has it: read from there) */
+      if (k >= keep_from && !(dh_shared_roomy(f) && dh_shared_has(f, k))) {   /* (else read from there) */
         uint8_t *s2 = dc_blockcache_slot(f->mem, k);
         if (s2) { memcpy(s2, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
       }

@@ -277,3 +277,30 @@ def test_close_does_not_wait_for_a_stalled_server(faults, data):
         con.close()
         dt = time.monotonic() - t
     assert dt < 5, dt
+
+
+@pytest.mark.parametrize("shared_mb", [8, 256])
+def test_prefetched_blocks_are_fetched_once_whatever_the_shared_cache(nginx, data, shared_mb):
+    """A reader reads prefetched blocks from the process's shared cache in place when that
+    cache is roomy (256 slots); with a small one (8 slots here) they are kept in the file's
+    memory too, since the prefetch threads' next blocks may evict them before the reader has
+    read them all.  Either way every tile comes over the network about once, and the answers
+    are right.  (A subprocess: the shared cache's size is read once per process.)"""
+    import json
+    import subprocess
+    from _python_data import PY, ROOT
+    url = nginx.url("big.dcdb")
+    code = (
+        "import json, deltacells\n"
+        f"con = deltacells.connect({url!r}, remote={{'block_kb': 16, 'readahead_kb': 256, 'max_inflight': 4}})\n"
+        "con.execute(\"SELECT dc_vfs_stats('reset')\").fetchall()\n"
+        f"n = sum(len(b) for _, b in con.execute({TILES!r}))\n"
+        "s = deltacells.vfs_stats(con)\n"
+        "print(json.dumps({'n': n, 'bytes': s['bytes'], 'prefetch': s['prefetch_requests']}))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"), DC_HTTP_SHARED_MB=str(shared_mb))
+    p = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=200)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["n"] == sum(len(b) for _, b in data["tiles"])
+    assert r["prefetch"] > 0, r
+    assert r["bytes"] <= 1.15 * r["n"] + (1 << 20), r     # each tile about once (plus pages around)
