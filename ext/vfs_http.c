@@ -143,7 +143,8 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     else if (p && (e = dh_pf_find(p, b)) && (pend = dh_pf_take(f, p, e))) {
       /* a block of a prefetch request (waited for when in flight): in the shared cache (or in
       ** memory) now with the request's other blocks.  The stream moves on (more requests ahead)
-      ** only when the reader reads in order (in_order); a block elsewhere in its window (a leaf page ahead of the blob being read, pages far apart) is
+      ** only when the reader reads in order (in_order); a block elsewhere in its window (a leaf
+      ** page ahead of the blob being read, pages far apart) is
       ** taken and the stream stays: else each of many pages far apart, found in the window,
       ** would deepen the stream and it would fetch everything between them, while a scan that
       ** reads a leaf page ahead and comes back to its blob goes on */
