@@ -7,8 +7,6 @@ so a hang fails the test instead of blocking the suite.  tests/python/_fork_scri
 holds the DataLoader sequences; run it by hand with more loops to count hangs.
 """
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 
@@ -16,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _python_data import PY, ROOT, gen  # noqa: E402
+from _subproc import run_python  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_fork_script.py")
 TIMEOUT = 90          # seconds for one subprocess; the slowest (spawn, 2 workers) takes ~15
@@ -29,18 +28,10 @@ def db(tmp_path_factory):
 
 
 def run_py(args, timeout=TIMEOUT, what="subprocess"):
-    """Run python with args in its own process group; a timeout kills the group and fails."""
-    p = subprocess.Popen([PY] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV,
-                         start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        pytest.fail(f"{what} HUNG (no exit within {timeout} s); output:\n"
-                    + out.decode(errors="replace")[-3000:])
-    out = out.decode(errors="replace")
-    assert p.returncode == 0, f"{what} failed (rc {p.returncode}):\n{out[-3000:]}"
+    """Run python with args in its own process group; a timeout prints every process's stacks,
+    kills the group and fails (_subproc)."""
+    rc, out = run_python([PY] + args, ENV, timeout, what)
+    assert rc == 0, f"{what} failed (rc {rc}):\n{out[-3000:]}"
     return out
 
 

@@ -5,8 +5,6 @@ process copies each array from once (process_vm_readv).  Every scenario runs in 
 subprocess with a timeout (workers are forked there), so a hang fails instead of blocking
 the suite."""
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 
@@ -14,6 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _python_data import PY, ROOT, gen  # noqa: E402
+from _subproc import run_python  # noqa: E402
 
 TIMEOUT = 120
 ENV = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
@@ -26,16 +25,8 @@ def db(tmp_path_factory):
 
 
 def run(code, db, env=None, timeout=TIMEOUT):
-    p = subprocess.Popen([PY, "-c", textwrap.dedent(code), db], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, env=env or ENV, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, _ = p.communicate()
-        pytest.fail(f"HUNG (no exit within {timeout} s):\n{out.decode(errors='replace')[-3000:]}")
-    out = out.decode(errors="replace")
-    assert p.returncode == 0, out[-3000:]
+    rc, out = run_python([PY, "-c", textwrap.dedent(code), db], env or ENV, timeout)
+    assert rc == 0, out[-3000:]
     return out
 
 
