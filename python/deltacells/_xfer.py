@@ -297,6 +297,11 @@ class _Lane:
         self.leases[i] = weakref.ref(lease)
         return np.asarray(lease)[:int(n) * dtype.itemsize].view(dtype)
 
+    def take_batch(self, n, nnz, dtype):
+        """A batch's indptr, indices and data in three free slots (caller holds self.lock);
+        an array that fits no free slot is None."""
+        return self.take(n + 1, np.int32), self.take(nnz, np.int32), self.take(nnz, dtype)
+
     def find(self, ptr, nbytes):
         if ptr < self.first:
             return None
@@ -415,7 +420,7 @@ class WorkerSlots:
             if self.lane is not None:
                 ln = self.lane
                 if ln.n_free() >= 3:
-                    got = ln.take(n + 1, np.int32), ln.take(nnz, np.int32), ln.take(nnz, dtype)
+                    got = ln.take_batch(n, nnz, dtype)
                     if all(a is not None for a in got):
                         return got
                 self.fallbacks += 1
@@ -442,8 +447,7 @@ class WorkerSlots:
             for n, nnz, dtype in shapes:
                 if self.lane.n_free() < 3:
                     break
-                held += [self.lane.take(n + 1, np.int32), self.lane.take(nnz, np.int32),
-                         self.lane.take(nnz, dtype)]
+                held += self.lane.take_batch(n, nnz, dtype)
         del held                            # never sent: the slots are free again
 
     def find(self, ptr, nbytes):
