@@ -54,10 +54,9 @@ typedef struct pipe {
 } pipe_t;
 
 /* Puts the genes of cells [i0, i1) in increasing order (genes were renumbered;
-** remap: NULL, or local gene -> dataset gene id applied first): per cell,
-** (gene << 32 | count) keys sorted by an LSD radix sort on the gene bits, 8 bits
-** a pass (insertion sort for short cells).  Cell by cell, so the work stays in
-** cache; linear in nnz.  *ka, *kb: the caller's scratch (capacity *kcap). */
+** remap: NULL, or local gene -> dataset gene id applied first), cell by cell
+** (cv_sort_row), so the work stays in cache.  *ka, *kb: the caller's scratch
+** (capacity *kcap). */
 static int sort_rows(rowbuf *rb, uint64_t i0, uint64_t i1, const uint32_t *remap, uint32_t n_genes, uint64_t **ka,
                      uint64_t **kb, size_t *kcap, cv_err *e) {
   uint64_t maxlen = 0;
@@ -68,42 +67,12 @@ static int sort_rows(rowbuf *rb, uint64_t i0, uint64_t i1, const uint32_t *remap
       cv_grow((void **)kb, &c2, (size_t)maxlen + 1, sizeof **kb, e))
     return -1;
   *kcap = c1 < c2 ? c1 : c2;
-  int passes = 0;
-  for (uint32_t g = n_genes ? n_genes - 1 : 0; g; g >>= 8) passes++;
   for (uint64_t i = i0; i < i1; i++) {
     uint64_t a = rb->indptr[i], n = rb->indptr[i + 1] - a;
-    uint32_t *ix = rb->indices + a, *vx = rb->data + a;
-    uint64_t k;
+    uint32_t *ix = rb->indices + a;
     if (remap)
-      for (k = 0; k < n; k++) ix[k] = remap[ix[k]];
-    for (k = 1; k < n && ix[k] > ix[k - 1]; k++) {}
-    if (k >= n) continue; /* already in order */
-    uint64_t *x = *ka, *y = *kb;
-    for (k = 0; k < n; k++) x[k] = (uint64_t)ix[k] << 32 | vx[k];
-    if (n <= 32) {
-      for (k = 1; k < n; k++) {
-        uint64_t t = x[k];
-        uint64_t j = k;
-        for (; j > 0 && x[j - 1] > t; j--) x[j] = x[j - 1];
-        x[j] = t;
-      }
-    } else {
-      for (int p = 0; p < passes; p++) {
-        uint32_t cnt[257];
-        memset(cnt, 0, sizeof cnt);
-        int sh = 32 + 8 * p;
-        for (k = 0; k < n; k++) cnt[((x[k] >> sh) & 255) + 1]++;
-        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
-        for (k = 0; k < n; k++) y[cnt[(x[k] >> sh) & 255]++] = x[k];
-        uint64_t *t = x;
-        x = y;
-        y = t;
-      }
-    }
-    for (k = 0; k < n; k++) {
-      ix[k] = (uint32_t)(x[k] >> 32);
-      vx[k] = (uint32_t)x[k];
-    }
+      for (uint64_t k = 0; k < n; k++) ix[k] = remap[ix[k]];
+    cv_sort_row(ix, rb->data + a, n, n_genes, *ka, *kb);
   }
   return 0;
 }

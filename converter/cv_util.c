@@ -79,6 +79,41 @@ int cv_grow(void **p, size_t *cap, size_t need, size_t elem, cv_err *e) {
   return 0;
 }
 
+void cv_sort_row(uint32_t *ix, uint32_t *vx, uint64_t n, uint32_t n_genes, uint64_t *ka, uint64_t *kb) {
+  uint64_t k;
+  for (k = 1; k < n && ix[k] > ix[k - 1]; k++) {}
+  if (k >= n) return; /* already in order */
+  uint64_t *x = ka, *y = kb;
+  for (k = 0; k < n; k++) x[k] = (uint64_t)ix[k] << 32 | vx[k];
+  if (n <= 32) {
+    for (k = 1; k < n; k++) {
+      uint64_t t = x[k], j = k;
+      for (; j > 0 && x[j - 1] > t; j--) x[j] = x[j - 1];
+      x[j] = t;
+    }
+  } else {
+    uint32_t bits = 1;
+    while (bits < 32 && (n_genes - 1) >> bits) bits++;
+    uint32_t maxd = n < 2048 && bits <= 24 ? 8 : 11, passes = (bits + maxd - 1) / maxd;
+    uint32_t width = (bits + passes - 1) / passes, mask = (1u << width) - 1;
+    uint32_t cnt[(1u << 11) + 1];
+    for (uint32_t p = 0; p < passes; p++) {
+      int sh = 32 + (int)(width * p);
+      memset(cnt, 0, (mask + 2) * sizeof *cnt);
+      for (k = 0; k < n; k++) cnt[((x[k] >> sh) & mask) + 1]++;
+      for (uint32_t d = 0; d <= mask; d++) cnt[d + 1] += cnt[d];
+      for (k = 0; k < n; k++) y[cnt[(x[k] >> sh) & mask]++] = x[k];
+      uint64_t *t = x;
+      x = y;
+      y = t;
+    }
+  }
+  for (k = 0; k < n; k++) {
+    ix[k] = (uint32_t)(x[k] >> 32);
+    vx[k] = (uint32_t)x[k];
+  }
+}
+
 char *cv_strdup(const char *s, cv_err *e) {
   size_t n = strlen(s);
   char *d = cv_malloc(n + 1, e);

@@ -88,6 +88,13 @@ static inline uint64_t cv_split_start(const cv_split *s, uint64_t t) {
 /* The tile of row r (< n). */
 static inline uint64_t cv_split_tile(const cv_split *s, uint64_t r) { return r / s->size; }
 
+/* Sorts one row's n entries (gene ix[k] < n_genes, distinct; value vx[k]) by gene, in
+** place: insertion for short rows, else an LSD radix sort of (gene << 32 | value) keys whose
+** digits split the gene bits evenly, at most 8 bits a pass for rows shorter than 2,048
+** entries (clearing and summing a histogram costs like a row that long) and 11 beyond.  ka
+** and kb: scratch of n keys each.  Linear in n; convert's and merge's one row sort. */
+void cv_sort_row(uint32_t *ix, uint32_t *vx, uint64_t n, uint32_t n_genes, uint64_t *ka, uint64_t *kb);
+
 /* Monotonic seconds. */
 double cv_now(void);
 /* Number of online cores (at least 1). */

@@ -40,40 +40,6 @@
 #define EX_CONV ((uint64_t)1 << 16)  /* X values converted per write */
 
 /* ------------------------------------------------------------ export: X */
-/* Puts the entries of one cell in increasing column order (LSD radix on the
-** column bits, `width` (<= 11) a pass; insertion sort for short cells). */
-static void sort_cell(int32_t *ix, int32_t *vx, size_t n, uint64_t *a, uint64_t *b, int passes, int width) {
-  size_t k;
-  for (k = 1; k < n && ix[k] > ix[k - 1]; k++) {}
-  if (k >= n) return;
-  for (k = 0; k < n; k++) a[k] = (uint64_t)(uint32_t)ix[k] << 32 | (uint32_t)vx[k];
-  if (n <= 48) {
-    for (k = 1; k < n; k++) {
-      uint64_t t = a[k];
-      size_t j = k;
-      for (; j > 0 && a[j - 1] > t; j--) a[j] = a[j - 1];
-      a[j] = t;
-    }
-  } else {
-    uint32_t cnt[(1u << 11) + 1];
-    uint64_t mask = ((uint64_t)1 << width) - 1;
-    for (int p = 0; p < passes; p++) {
-      memset(cnt, 0, ((1u << width) + 1) * sizeof *cnt);
-      int sh = 32 + width * p;
-      for (k = 0; k < n; k++) cnt[((a[k] >> sh) & mask) + 1]++;
-      for (uint32_t d = 0; d < (1u << width); d++) cnt[d + 1] += cnt[d];
-      for (k = 0; k < n; k++) b[cnt[(a[k] >> sh) & mask]++] = a[k];
-      uint64_t *t = a;
-      a = b;
-      b = t;
-    }
-  }
-  for (k = 0; k < n; k++) {
-    ix[k] = (int32_t)(a[k] >> 32);
-    vx[k] = (int32_t)(uint32_t)a[k];
-  }
-}
-
 typedef struct xstate {
   sqlite3 *db;
   const ex_opts *o;
@@ -132,10 +98,6 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
   /* chunk by chunk: each decoded into chunk-sized buffers (its header entry, in a copy
   ** of the header, rebased to cell 0 and nonzero 0), so memory is one chunk, not one tile */
   const int32_t *col = x->xg->col;
-  int bits = 0, passes, width; /* radix passes of at most 11 bits over the column bits */
-  for (uint64_t v = x->xg->n_out > 0 ? (uint64_t)x->xg->n_out - 1 : 0; v; v >>= 1) bits++;
-  passes = bits ? (bits + 10) / 11 : 1;
-  width = bits ? (bits + passes - 1) / passes : 1;
   int64_t i = 0, k_sel = s1 - s0; /* i: next selected cell of the tile (index from s0) */
   for (uint32_t c = 0; c < x->h->n_chunks && i < k_sel; c++) {
     dc_chunk_info ci = x->h->chunk[c];
@@ -171,7 +133,7 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
         size_t kc = x->k_cap, kd = x->k_cap;
         if (cv_grow((void **)&x->ka, &kc, n, sizeof *x->ka, e) || cv_grow((void **)&x->kb, &kd, n, sizeof *x->kb, e)) return -1;
         x->k_cap = kc < kd ? kc : kd;
-        sort_cell(x->ix + w0, x->vx + w0, n, x->ka, x->kb, passes, width);
+        cv_sort_row((uint32_t *)x->ix + w0, (uint32_t *)x->vx + w0, n, (uint32_t)x->xg->n_out, x->ka, x->kb);
       }
       x->indptr[out_row + i + 1] = (int64_t)(x->nnz_out + w);
     }

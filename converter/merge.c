@@ -190,100 +190,186 @@ static int cmp_by_orig(const void *a, const void *b) {
 }
 
 /* ------------------------------------------------------------ tiles */
-typedef struct pairsort { uint32_t g, v; } pairsort;
-static int cmp_pair(const void *a, const void *b) {
-  uint32_t x = ((const pairsort *)a)->g, y = ((const pairsort *)b)->g;
-  return x < y ? -1 : x > y;
-}
+/* One tile of S being encoded again: its blob (copied off the statement on the calling
+** thread), then its encoding, made on a pool thread. */
+typedef struct rtile {
+  int64_t t, fc, nc, nz;
+  uint8_t *blob;
+  size_t len, cap;
+  uint8_t *enc;
+  size_t elen;
+  int rc;
+  cv_err err;
+} rtile;
 
-/* Sorts one cell's n (gene, value) pairs by gene (genes < n_genes, distinct); tmp holds n.
-** qsort() of every cell was 60% of a merge that encodes tiles again: short cells by insertion,
-** the others by a radix sort of 11-bit digits (two passes for up to 4M genes). */
-#define RADIX_BITS 11
-static void sort_pairs(pairsort *p, pairsort *tmp, size_t n, uint32_t n_genes) {
-  if (n < 48) {
-    for (size_t i = 1; i < n; i++) {
-      pairsort x = p[i];
-      size_t j = i;
-      while (j > 0 && p[j - 1].g > x.g) { p[j] = p[j - 1]; j--; }
-      p[j] = x;
-    }
+/* A pool thread's scratch, reused from tile to tile: the decoded tile and the sort's keys. */
+typedef struct rscratch {
+  dc_decoder *dec;
+  int64_t *indptr;
+  int32_t *idx, *val;
+  uint64_t *ka, *kb;      /* cv_sort_row's keys */
+  size_t cap_c, cap_n, cap_k;
+} rscratch;
+
+typedef struct rjob {
+  rtile *slot;
+  const int *order;       /* the batch's slots, most nonzeros first (the pool takes them in turn) */
+  rscratch *sc;           /* per pool thread */
+  const uint32_t *sigma;
+  uint32_t n_genes;
+  int n, nt;              /* the batch's tiles; the pool's threads */
+  dc_encode_opts eo;
+  const char *path;
+} rjob;
+
+/* pool item k: a tile decoded, its genes mapped and sorted, and encoded (no SQLite here) */
+static void reencode_one(void *arg, size_t k, int tid) {
+  rjob *j = arg;
+  rtile *s = &j->slot[j->order[k]];
+  rscratch *x = &j->sc[tid];
+  cv_err *e = &s->err;
+  dc_error de;
+  memset(&de, 0, sizeof de);
+  s->rc = -1;
+  size_t c1 = x->cap_c, c2 = x->cap_n, c3 = x->cap_n;
+  if ((!x->dec && !(x->dec = dc_decoder_new())) ||
+      cv_grow((void **)&x->indptr, &c1, (size_t)s->nc + 1, sizeof *x->indptr, e) ||
+      cv_grow((void **)&x->idx, &c2, (size_t)s->nz + 1, sizeof *x->idx, e) ||
+      cv_grow((void **)&x->val, &c3, (size_t)s->nz + 1, sizeof *x->val, e)) {
+    if (!x->dec) cv_fail(e, "out of memory");
     return;
   }
-  if (n_genes > (1u << (2 * RADIX_BITS))) { qsort(p, n, sizeof *p, cmp_pair); return; }
-  int passes = n_genes > (1u << RADIX_BITS) ? 2 : 1;
-  pairsort *from = p, *to = tmp;
-  for (int pass = 0; pass < passes; pass++) {
-    uint32_t cnt[1u << RADIX_BITS], shift = (uint32_t)pass * RADIX_BITS, mask = (1u << RADIX_BITS) - 1, sum = 0;
-    memset(cnt, 0, sizeof cnt);
-    for (size_t i = 0; i < n; i++) cnt[(from[i].g >> shift) & mask]++;
-    for (uint32_t d = 0; d <= mask; d++) { uint32_t c = cnt[d]; cnt[d] = sum; sum += c; }
-    for (size_t i = 0; i < n; i++) to[cnt[(from[i].g >> shift) & mask]++] = from[i];
-    pairsort *t = from; from = to; to = t;
+  x->cap_c = c1;
+  x->cap_n = c2 < c3 ? c2 : c3;
+  dc_out out = {x->indptr, x->idx, x->val, 0};
+  if (dc_tile_decode(x->dec, s->blob, s->len, &out, &de) != DC_OK) {
+    cv_fail(e, "%s: tile %lld: %s", j->path, (long long)s->t, de.msg);
+    return;
   }
-  if (from != p) memcpy(p, from, n * sizeof *p);
+  uint32_t *ix = (uint32_t *)x->idx, *vx = (uint32_t *)x->val;
+  for (int64_t q = 0; q < s->nz; q++) ix[q] = j->sigma[ix[q]];
+  for (int64_t c = 0; c < s->nc; c++) {   /* each cell's genes in the merged order */
+    int64_t a = x->indptr[c], n = x->indptr[c + 1] - a;
+    size_t k1 = x->cap_k, k2 = x->cap_k;
+    if (cv_grow((void **)&x->ka, &k1, (size_t)n + 1, sizeof *x->ka, e) ||
+        cv_grow((void **)&x->kb, &k2, (size_t)n + 1, sizeof *x->kb, e)) return;
+    x->cap_k = k1 < k2 ? k1 : k2;
+    cv_sort_row(ix + a, vx + a, (uint64_t)n, j->n_genes, x->ka, x->kb);
+  }
+  dc_csr csr = {(uint32_t)s->nc, j->n_genes, (const uint64_t *)x->indptr, (const uint32_t *)x->idx, (const uint32_t *)x->val};
+  /* the encoder's threads: one while every thread has a tile; the last round's tiles (the
+  ** smallest) share the threads the finished ones left */
+  dc_encode_opts eo = j->eo;
+  int full = j->n - j->n % j->nt;
+  eo.threads = (int)k < full ? 1 : j->nt / (j->n - full);
+  if (dc_tile_encode(&csr, &eo, &s->enc, &s->elen, &de) != DC_OK) {
+    cv_fail(e, "%s: encoding tile %lld again: %s", j->path, (long long)s->t, de.msg);
+    return;
+  }
+  s->rc = 0;
 }
 
-/* S's tiles re-encoded with its genes mapped by sigma (n_genes: the merged count) */
+/* S's tiles re-encoded with its genes mapped by sigma (n_genes: the merged count).  The
+** calling thread reads the blobs (SQLite stays on it) and writes the results in order; a
+** batch of tiles (up to RE_PER_THREAD per thread, and RE_BATCH_NNZ nonzeros per thread
+** unless one tile has more) is decoded and encoded on a pool, a tile per thread at a time,
+** the largest first.  The last round's tiles, fewer than the threads, spread their chunks
+** over the threads left.  Memory: a decoded tile per thread, and the batch's blobs and
+** encodings (about a byte per nonzero).  DELTACELLS_MERGE_BATCH_NNZ sets the nonzeros of a
+** batch (the tests make batches of one tile). */
+enum { RE_PER_THREAD = 4 };
+#define RE_BATCH_NNZ ((int64_t)1 << 24)
 static int reencode_tiles(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, const uint32_t *sigma, uint32_t n_genes,
                           int threads, cv_err *e) {
   sqlite3_stmt *st = cv_prep(db, e, "SELECT tile, first_cell, n_cells, nnz, chunks, data, checksum FROM src.tiles_data ORDER BY tile");
   if (!st) return -1;
-  dc_decoder *dec = dc_decoder_new();
+  int nt = threads > 0 ? threads : cv_ncores();
+  if (nt < 1) nt = 1;
+  int ns = nt * RE_PER_THREAD;
+  if ((int64_t)ns > S->n_tiles) ns = S->n_tiles > 0 ? (int)S->n_tiles : 1;
   dc_tile_hdr *h = malloc(sizeof *h);
-  int64_t *indptr = NULL;
-  int32_t *idx = NULL, *val = NULL;
-  pairsort *ps = NULL;
-  size_t cap_c = 0, cap_n = 0, cap_p = 0;
-  int rc = dec && h ? 0 : cv_fail(e, "out of memory"), r = SQLITE_DONE;
-  dc_encode_opts eo;
-  dc_encode_opts_default(&eo);
-  eo.codec = dc_codec_from_name(D->codec) ? dc_codec_from_name(D->codec) : eo.codec;
-  eo.level = (int)D->level;
-  eo.n_chunks = (uint32_t)D->chunks;
-  eo.threads = threads;
-  while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW) {
-    int64_t t = sqlite3_column_int64(st, 0), fc = sqlite3_column_int64(st, 1), nc = sqlite3_column_int64(st, 2);
-    int64_t nz = sqlite3_column_int64(st, 3), ch = sqlite3_column_int64(st, 4);
-    const uint8_t *blob = sqlite3_column_blob(st, 5);
-    size_t len = (size_t)sqlite3_column_bytes(st, 5);
-    dc_error de;
-    memset(&de, 0, sizeof de);
-    if (!blob || dc_tile_parse(blob, len, h, &de) != DC_OK) { rc = cv_fail(e, "%s: tile %lld: %s", S->path, (long long)t, de.msg); break; }
-    int64_t seal = 0;
-    if (dc_seal_tile(S->id, t, fc, nc, nz, ch, len, blob, (size_t)h->hdr_len, &seal)) { rc = cv_fail(e, "out of memory"); break; }
-    if (seal != sqlite3_column_int64(st, 6) || (int64_t)h->n_cells != nc || (int64_t)h->nnz != nz) {
-      rc = cv_fail(e, "%s: tile %lld: its seal does not match (the tile and its place were not written together)", S->path, (long long)t);
-      break;
+  rtile *slot = calloc((size_t)ns, sizeof *slot);
+  int *order = calloc((size_t)ns, sizeof *order);
+  rscratch *sc = calloc((size_t)nt, sizeof *sc);
+  dc_pool *pool = nt > 1 ? dc_pool_new(nt) : NULL;
+  int rc = h && slot && order && sc && (nt == 1 || pool) ? 0 : cv_fail(e, "out of memory"), r = SQLITE_ROW;
+  rjob job = {slot, order, sc, sigma, n_genes, 0, nt, {0}, S->path};
+  dc_encode_opts_default(&job.eo);
+  job.eo.codec = dc_codec_from_name(D->codec) ? dc_codec_from_name(D->codec) : job.eo.codec;
+  job.eo.level = (int)D->level;
+  job.eo.n_chunks = (uint32_t)D->chunks;
+  int pending = 0;            /* the statement's row is the next batch's first tile */
+  int64_t budget = RE_BATCH_NNZ * nt;
+  const char *bv = getenv("DELTACELLS_MERGE_BATCH_NNZ");
+  if (bv && atoll(bv) > 0) budget = atoll(bv);
+  while (!rc && r == SQLITE_ROW) {
+    int n = 0;
+    int64_t bnz = 0;
+    while (n < ns) {   /* a batch, read here */
+      if (!pending && (r = sqlite3_step(st)) != SQLITE_ROW) break;
+      pending = 0;
+      int64_t nz = sqlite3_column_int64(st, 3);
+      if (n > 0 && bnz + nz > budget) { pending = 1; break; }
+      bnz += nz;
+      rtile *s = &slot[n];
+      s->t = sqlite3_column_int64(st, 0);
+      s->fc = sqlite3_column_int64(st, 1);
+      s->nc = sqlite3_column_int64(st, 2);
+      s->nz = nz;
+      int64_t ch = sqlite3_column_int64(st, 4);
+      const uint8_t *blob = sqlite3_column_blob(st, 5);
+      size_t len = (size_t)sqlite3_column_bytes(st, 5);
+      dc_error de;
+      memset(&de, 0, sizeof de);
+      if (!blob || dc_tile_parse(blob, len, h, &de) != DC_OK) { rc = cv_fail(e, "%s: tile %lld: %s", S->path, (long long)s->t, de.msg); break; }
+      int64_t seal = 0;
+      if (dc_seal_tile(S->id, s->t, s->fc, s->nc, s->nz, ch, len, blob, (size_t)h->hdr_len, &seal)) { rc = cv_fail(e, "out of memory"); break; }
+      if (seal != sqlite3_column_int64(st, 6) || (int64_t)h->n_cells != s->nc || (int64_t)h->nnz != s->nz) {
+        rc = cv_fail(e, "%s: tile %lld: its seal does not match (the tile and its place were not written together)", S->path, (long long)s->t);
+        break;
+      }
+      if (cv_grow((void **)&s->blob, &s->cap, len ? len : 1, 1, e)) { rc = -1; break; }
+      memcpy(s->blob, blob, len);
+      s->len = len;
+      n++;
     }
-    size_t c1 = cap_c, c2 = cap_n, c3 = cap_n, c4 = cap_p;
-    if (cv_grow((void **)&indptr, &c1, (size_t)nc + 1, sizeof *indptr, e) || cv_grow((void **)&idx, &c2, (size_t)nz + 1, sizeof *idx, e) ||
-        cv_grow((void **)&val, &c3, (size_t)nz + 1, sizeof *val, e)) { rc = -1; break; }
-    cap_c = c1;
-    cap_n = c2 < c3 ? c2 : c3;
-    dc_out out = {indptr, idx, val, 0};
-    if (dc_tile_decode(dec, blob, len, &out, &de) != DC_OK) { rc = cv_fail(e, "%s: tile %lld: %s", S->path, (long long)t, de.msg); break; }
-    for (int64_t c = 0; c < nc; c++) {
-      int64_t a = indptr[c], n = indptr[c + 1] - a;
-      if (cv_grow((void **)&ps, &c4, 2 * (size_t)n + 1, sizeof *ps, e)) { rc = -1; break; }
-      cap_p = c4;
-      for (int64_t k = 0; k < n; k++) { ps[k].g = sigma[idx[a + k]]; ps[k].v = (uint32_t)val[a + k]; }
-      sort_pairs(ps, ps + n, (size_t)n, n_genes);
-      for (int64_t k = 0; k < n; k++) { idx[a + k] = (int32_t)ps[k].g; val[a + k] = (int32_t)ps[k].v; }
+    if (rc || n == 0) break;
+    job.n = n;
+    for (int k = 0; k < n; k++) {   /* most nonzeros first */
+      int x = k;
+      while (x > 0 && slot[order[x - 1]].nz < slot[k].nz) { order[x] = order[x - 1]; x--; }
+      order[x] = k;
     }
-    if (rc) break;
-    dc_csr csr = {(uint32_t)nc, n_genes, (const uint64_t *)indptr, (const uint32_t *)idx, (const uint32_t *)val};
-    uint8_t *enc = NULL;
-    size_t elen = 0;
-    if (dc_tile_encode(&csr, &eo, &enc, &elen, &de) != DC_OK) { rc = cv_fail(e, "%s: encoding tile %lld again: %s", S->path, (long long)t, de.msg); break; }
-    if (dc_tile_parse(enc, elen, h, &de) != DC_OK) rc = cv_fail(e, "tile %lld: the encoder made a tile its own parser rejects: %s", (long long)t, de.msg);
-    else rc = dsw_tile(w, D->n_tiles + t, D->n_cells + fc, nc, nz, h->n_chunks, enc, elen, e);
-    free(enc);
+    dc_pool_for_tid(n > 1 ? pool : NULL, (size_t)n, reencode_one, &job);
+    for (int k = 0; k < n && !rc; k++) {   /* in tile order */
+      rtile *s = &slot[k];
+      dc_error de;
+      memset(&de, 0, sizeof de);
+      if (s->rc) { memcpy(e, &s->err, sizeof *e); rc = -1; }
+      else if (dc_tile_parse(s->enc, s->elen, h, &de) != DC_OK)
+        rc = cv_fail(e, "tile %lld: the encoder made a tile its own parser rejects: %s", (long long)s->t, de.msg);
+      else rc = dsw_tile(w, D->n_tiles + s->t, D->n_cells + s->fc, s->nc, s->nz, h->n_chunks, s->enc, s->elen, e);
+    }
+    for (int k = 0; k < n; k++) {
+      free(slot[k].enc);
+      slot[k].enc = NULL;
+    }
   }
   if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, S->path);
   sqlite3_finalize(st);
-  dc_decoder_free(dec);
-  free(h); free(indptr); free(idx); free(val); free(ps);
+  dc_pool_free(pool);
+  for (int k = 0; slot && k < ns; k++) {
+    free(slot[k].blob);
+    free(slot[k].enc);
+  }
+  for (int k = 0; sc && k < nt; k++) {
+    dc_decoder_free(sc[k].dec);
+    free(sc[k].indptr); free(sc[k].idx); free(sc[k].val); free(sc[k].ka); free(sc[k].kb);
+  }
+  free(sc);
+  free(slot);
+  free(order);
+  free(h);
   return rc;
 }
 

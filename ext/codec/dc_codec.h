@@ -197,6 +197,10 @@ void dc_pool_free(dc_pool *p);
 int dc_pool_size(const dc_pool *p);               /* threads incl. caller   */
 /* Runs fn(arg, i) for i in [0, n) across the pool and waits for all. */
 void dc_pool_for(dc_pool *p, size_t n, void (*fn)(void *arg, size_t i), void *arg);
+/* Like dc_pool_for, with the index (0 .. dc_pool_size-1) of the thread that
+** runs the item, for per-thread scratch.  p may be NULL: runs everything on the
+** caller as thread 0. */
+void dc_pool_for_tid(dc_pool *p, size_t n, void (*fn)(void *arg, size_t i, int tid), void *arg);
 
 /* One decoding job: chunk `chunk` of tile buf/len (already parsed into hdr). */
 typedef struct dc_job {

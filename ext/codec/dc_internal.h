@@ -96,11 +96,6 @@ static inline size_t dc_get_varint(const uint8_t *p, const uint8_t *end, uint64_
   return 0;
 }
 
-/* ------------------------------------------------------------ pool */
-/* Like dc_pool_for, with the index (0 .. dc_pool_size-1) of the thread that
-** runs the item.  p may be NULL: runs everything on the caller as thread 0. */
-void dc_pool_for_tid(dc_pool *p, size_t n, void (*fn)(void *arg, size_t i, int tid), void *arg);
-
 /* ------------------------------------------------------------ codecs */
 /* A chunk as the encoder sees it: cells [0, n_cells) of a CSR window. */
 typedef struct dc_chunk_in {

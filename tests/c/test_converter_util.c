@@ -1,7 +1,7 @@
 /*
 ** test_converter_util.c — the converter's helpers that need neither HDF5 nor SQLite:
 ** the name -> id hash map (gene joining, category dictionaries), UTF-8 validation,
-** error message prefixes, buffer growth.
+** error message prefixes, buffer growth, the row sort of convert and merge.
 */
 #include "../../converter/cv_util.c"
 #include "dctest.h"
@@ -82,6 +82,52 @@ static void test_grow(void) {
   size_t c2 = cap;
   DCT_CHECK(cv_grow((void **)&p, &cap, 5, sizeof *p, &e) == 0 && cap == c2);
   free(p);
+}
+
+/* cv_sort_row: every digit plan (one to three passes, 8- and 11-bit caps, digits split
+** evenly) sorts rows of distinct random genes, carrying each value with its gene, in place;
+** a sorted row is left as it is.  Against a reference: mark the genes, read them in order. */
+static uint64_t sr_state = 88172645463325252ull;
+static uint64_t sr_rand(void) {
+  sr_state ^= sr_state << 13;
+  sr_state ^= sr_state >> 7;
+  sr_state ^= sr_state << 17;
+  return sr_state;
+}
+static void test_sort_row(void) {
+  const uint32_t genes[] = {1, 2, 200, 256, 257, 1500, 2048, 6000, 65536, 70000, 1u << 22, (1u << 24) + 3, 4000000000u};
+  const uint64_t lens[] = {0, 1, 2, 31, 32, 33, 47, 48, 300, 2047, 2048, 5000};
+  uint32_t *ix = malloc(5000 * sizeof *ix), *vx = malloc(5000 * sizeof *vx), *want = malloc(5000 * sizeof *want);
+  uint64_t *ka = malloc(5000 * sizeof *ka), *kb = malloc(5000 * sizeof *kb);
+  DCT_CHECK(ix && vx && want && ka && kb);
+  for (size_t gi = 0; gi < sizeof genes / sizeof *genes; gi++)
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+      uint32_t ng = genes[gi];
+      uint64_t n = lens[li];
+      if (n > ng) continue;
+      /* n distinct genes: a random increasing run, then shuffled */
+      uint64_t k = 0;
+      for (uint64_t g = 0; k < n; g++) {
+        uint64_t left = (uint64_t)ng - g;
+        if (sr_rand() % left < n - k) want[k++] = (uint32_t)g;   /* selection sampling */
+      }
+      for (k = 0; k < n; k++) ix[k] = want[k];
+      for (k = n; k > 1; k--) {
+        uint64_t j = sr_rand() % k;
+        uint32_t t = ix[k - 1];
+        ix[k - 1] = ix[j];
+        ix[j] = t;
+      }
+      for (k = 0; k < n; k++) vx[k] = ix[k] ^ 0x9e3779b9u;
+      cv_sort_row(ix, vx, n, ng, ka, kb);
+      int ok = 1;
+      for (k = 0; k < n; k++) ok &= ix[k] == want[k] && vx[k] == (want[k] ^ 0x9e3779b9u);
+      DCT_CHECKF(ok, "%llu genes, a row of %llu", (unsigned long long)ng, (unsigned long long)n);
+      cv_sort_row(ix, vx, n, ng, ka, kb);   /* sorted already */
+      for (k = 0; k < n; k++) ok &= ix[k] == want[k] && vx[k] == (want[k] ^ 0x9e3779b9u);
+      DCT_CHECKF(ok, "sorted again: %llu genes, a row of %llu", (unsigned long long)ng, (unsigned long long)n);
+    }
+  free(ix); free(vx); free(want); free(ka); free(kb);
 }
 
 static void test_interrupt_flag(void) {
@@ -184,6 +230,7 @@ int main(void) {
   DCT_RUN(test_utf8);
   DCT_RUN(test_errors);
   DCT_RUN(test_grow);
+  DCT_RUN(test_sort_row);
   DCT_RUN(test_interrupt_flag);
   return dct_done();
 }

@@ -12,16 +12,17 @@ from _converter_util import GEN, PY, need_converter, run
 import subprocess
 
 
+def gen_h5ad(path, seed, cells, genes):
+    subprocess.run([PY, GEN, "--cells", str(cells), "--genes", str(genes), "--seed", str(seed), "-o", str(path)],
+                   check=True, capture_output=True)
+    return path
+
+
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     need_converter()
     d = tmp_path_factory.mktemp("mc")
-    h5 = []
-    for s in (1, 2, 3):
-        f = d / f"p{s}.h5ad"
-        subprocess.run([PY, GEN, "--cells", "700", "--genes", "300", "--seed", str(s), "-o", str(f)], check=True,
-                       capture_output=True)
-        h5.append(f)
+    h5 = [gen_h5ad(d / f"p{s}.h5ad", s, 700, 300) for s in (1, 2, 3)]
     a, b = d / "a.dcdb", d / "b.dcdb"
     run("convert", h5[0], h5[1], "-o", a, "--quiet", "--tile-cells", "256")
     run("convert", h5[2], "-o", b, "--quiet", "--tile-cells", "256", "--gene-order", a)
@@ -102,19 +103,15 @@ def test_a_tile_whose_seal_does_not_match_stops_the_merge(parts, tmp_path, which
     assert os.listdir(out.parent) == []   # no output, no temporary file left behind
 
 
-@pytest.mark.parametrize("n_genes", [1500, 6000])   # one radix pass, two
+@pytest.mark.parametrize("n_genes", [200, 1500, 6000])   # radix digits: one pass of 8 bits, two of 6, two of 7
 def test_shards_numbered_apart_merge_to_the_whole_by_gene_name(tmp_path, n_genes):
     """Shards converted apart number genes by their own counts: merge decodes the later shard's
-    tiles, maps its genes and sorts each cell again (insertion sort for short cells, a radix sort
-    of two 11-bit passes beyond 2,048 genes) before encoding.  X by gene name equals the whole's."""
+    tiles, maps its genes and sorts each cell again (cv_sort_row: insertion sort for short cells,
+    else a radix sort whose digits split the gene bits) before encoding.  X by gene name equals
+    the whole's."""
     from _converter_util import Dataset
     need_converter()
-    h5 = []
-    for s in (4, 5, 6):
-        f = tmp_path / f"q{s}.h5ad"
-        subprocess.run([PY, GEN, "--cells", "400", "--genes", str(n_genes), "--seed", str(s), "-o", str(f)], check=True,
-                       capture_output=True)
-        h5.append(f)
+    h5 = [gen_h5ad(tmp_path / f"q{s}.h5ad", s, 400, n_genes) for s in (4, 5, 6)]
     a, b, whole, m = (tmp_path / f"{x}.dcdb" for x in ("a", "b", "whole", "m"))
     run("convert", h5[0], "-o", a, "--quiet", "--tile-cells", "256")
     run("convert", h5[1], h5[2], "-o", b, "--quiet", "--tile-cells", "256")
@@ -188,3 +185,69 @@ def test_repeated_gene_names_match_by_repeat(tmp_path):
         dm.close()
         d1.close()
         d2.close()
+
+
+@pytest.fixture(scope="module")
+def apart(tmp_path_factory):
+    """a and b converted apart (b numbers genes by its own counts): b's 7 tiles of unequal
+    sizes are decoded, mapped and encoded again by a merge."""
+    need_converter()
+    d = tmp_path_factory.mktemp("ma")
+    h5 = [gen_h5ad(d / f"r{s}.h5ad", s, cells, 3000) for s, cells in ((7, 300), (8, 400), (9, 300))]
+    a, b = d / "a.dcdb", d / "b.dcdb"
+    run("convert", h5[0], "-o", a, "--quiet", "--tile-cells", "128")
+    run("convert", h5[1], h5[2], "-o", b, "--quiet", "--tile-cells", "128")
+    return d, a, b
+
+
+def tile_blobs(path):
+    con = sqlite3.connect(path)
+    rows = con.execute("SELECT tile, first_cell, n_cells, nnz, data FROM tiles_data ORDER BY tile").fetchall()
+    con.close()
+    return rows
+
+
+def test_tiles_encoded_again_on_threads_are_the_same_whatever_the_batches(apart, tmp_path):
+    """The re-encoded tiles are made on a pool, in batches written in tile order: one thread,
+    two, three (a last round of fewer tiles than threads, whose encoder gets the spare
+    threads), and batches cut by their nonzeros (down to a tile each) give the same tiles,
+    in the same places."""
+    d, a, b = apart
+    nb = len(tile_blobs(b))
+    assert nb == 7   # 128, 128, 128, 16; 128, 128, 44 cells
+    got = {}
+    for threads, batch in ((1, None), (2, None), (3, None), (2, "1"), (3, "200000")):   # 200000: batches of 2, 3, 2
+        m = tmp_path / f"m{threads}_{batch}.dcdb"
+        env = dict(os.environ)
+        env.pop("DELTACELLS_MERGE_BATCH_NNZ", None)
+        if batch:
+            env["DELTACELLS_MERGE_BATCH_NNZ"] = batch
+        p = run("merge", a, b, "-o", m, "--threads", threads, env=env)
+        assert f"({nb} tiles decoded and encoded again" in p.stdout, p.stdout
+        assert run("verify", m, check=False).returncode == 0
+        got[(threads, batch)] = tile_blobs(m)
+    first = got[(1, None)]
+    assert len(first) == len(tile_blobs(a)) + nb
+    for k, v in got.items():
+        assert v == first, k
+
+
+def test_a_corrupt_tile_encoded_again_on_a_pool_thread_stops_the_merge(apart, tmp_path):
+    """A chunk whose bytes changed (its tile's seal, over the header, still matches) fails
+    its checksum on the pool thread that decodes it: the merge stops with the dataset and
+    tile named, and leaves nothing."""
+    d, a, b = apart
+    bad = tmp_path / "bad.dcdb"
+    bad.write_bytes(b.read_bytes())
+    con = sqlite3.connect(bad)
+    blob = bytearray(con.execute("SELECT data FROM tiles_data WHERE tile = 5").fetchone()[0])
+    blob[-3] ^= 0x55
+    con.execute("UPDATE tiles_data SET data = ? WHERE tile = 5", (bytes(blob),))
+    con.commit()
+    con.close()
+    out = tmp_path / "out" / "m.dcdb"
+    out.parent.mkdir()
+    p = run("merge", a, bad, "-o", out, "--threads", "2", check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "bad.dcdb" in p.stderr and "tile 5" in p.stderr and "checksum" in p.stderr, p.stderr
+    assert os.listdir(out.parent) == []
