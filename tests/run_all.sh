@@ -166,7 +166,8 @@ fi
 
 # The extension and the converter built with ASan+UBSan (build/asan/deltacells.so and
 # build/asan/deltacells): the SQL-file tests, then a subset of pytest (the damage, verify, limits
-# and dc_batch error tests, the loader's hand-off, tickets, placing and workers' lanes; the 10x/loom readers and unsorted rows) against them.  A process that loads the library must have libasan
+# and dc_batch error tests, the loader's hand-off, tickets, placing and workers' lanes; the 10x/loom readers and unsorted rows;
+# merge's tiles encoded again on threads) against them.  A process that loads the library must have libasan
 # first (LD_PRELOAD); leak checks are off there (Python itself keeps memory at exit).
 echo "== SQL-file tests and a pytest subset with the extension and converter built with ASan+UBSan"
 asan_lib=$(${CC:-gcc} -print-file-name=libasan.so)
@@ -180,7 +181,8 @@ if [ -x build/asan/deltacells ] && [ -f build/asan/deltacells.so ] && [ -f "$asa
               tests/python/test_cells_corrupt.py tests/python/test_batch_errors.py tests/python/test_export.py
               tests/python/test_converter_tenx.py tests/python/test_converter_unsorted.py
               tests/python/test_python_obs_batch.py tests/python/test_python_handoff.py tests/python/test_remote.py
-              tests/python/test_remote_prefetch.py tests/python/test_place.py tests/python/test_python_workers.py)
+              tests/python/test_remote_prefetch.py tests/python/test_place.py tests/python/test_python_workers.py
+              tests/python/test_merge_copy.py)
   "${san_env[@]}" DC_BUILD=build/asan DELTACELLS_CONVERTER=build/asan/deltacells \
     DELTACELLS_EXTENSION="$PWD/build/asan/deltacells.so" PYTHONPATH=python \
     "$PYTHON" -m pytest -q -p no:cacheprovider -rfEs "${asan_tests[@]}" >"$log/pytest-asan.log" 2>&1
