@@ -53,30 +53,6 @@ typedef struct pipe {
   dc_encode_opts opts;
 } pipe_t;
 
-/* Puts the genes of cells [i0, i1) in increasing order (genes were renumbered;
-** remap: NULL, or local gene -> dataset gene id applied first), cell by cell
-** (cv_sort_row), so the work stays in cache.  *ka, *kb: the caller's scratch
-** (capacity *kcap). */
-static int sort_rows(rowbuf *rb, uint64_t i0, uint64_t i1, const uint32_t *remap, uint32_t n_genes, uint64_t **ka,
-                     uint64_t **kb, size_t *kcap, cv_err *e) {
-  uint64_t maxlen = 0;
-  for (uint64_t i = i0; i < i1; i++)
-    if (rb->indptr[i + 1] - rb->indptr[i] > maxlen) maxlen = rb->indptr[i + 1] - rb->indptr[i];
-  size_t c1 = *kcap, c2 = *kcap;
-  if (cv_grow((void **)ka, &c1, (size_t)maxlen + 1, sizeof **ka, e) ||
-      cv_grow((void **)kb, &c2, (size_t)maxlen + 1, sizeof **kb, e))
-    return -1;
-  *kcap = c1 < c2 ? c1 : c2;
-  for (uint64_t i = i0; i < i1; i++) {
-    uint64_t a = rb->indptr[i], n = rb->indptr[i + 1] - a;
-    uint32_t *ix = rb->indices + a;
-    if (remap)
-      for (uint64_t k = 0; k < n; k++) ix[k] = remap[ix[k]];
-    cv_sort_row(ix, rb->data + a, n, n_genes, *ka, *kb);
-  }
-  return 0;
-}
-
 /* Sort scratch of one thread. */
 typedef struct sort_scratch {
   uint64_t *ka, *kb;
@@ -97,7 +73,8 @@ typedef struct sort_par {
 
 static void sort_part(void *arg, size_t k) {
   sort_par *sp = arg;
-  sp->rc[k] = sort_rows(sp->rb, sp->cut[k], sp->cut[k + 1], sp->remap, sp->n_genes, &sp->sc[k].ka, &sp->sc[k].kb,
+  sp->rc[k] = cv_sort_rows(sp->rb->indptr, sp->rb->indices, sp->rb->data, sp->cut[k], sp->cut[k + 1], sp->remap,
+                           sp->n_genes, &sp->sc[k].ka, &sp->sc[k].kb,
                         &sp->sc[k].kcap, &sp->errs[k]);
 }
 
@@ -135,7 +112,8 @@ static int encode_slot(pipe_t *pp, slot *s, sort_scratch *sc, dc_pool *pool, cv_
   if (parts > SORT_PARTS) parts = SORT_PARTS;
   if ((uint64_t)parts > s->rb.n_rows) parts = 1;
   if (parts <= 1) {
-    sorted = !sort_rows(&s->rb, 0, s->rb.n_rows, remap, pp->n_genes, &sc[0].ka, &sc[0].kb, &sc[0].kcap, &s->err);
+    sorted = !cv_sort_rows(s->rb.indptr, s->rb.indices, s->rb.data, 0, s->rb.n_rows, remap, pp->n_genes, &sc[0].ka,
+                           &sc[0].kb, &sc[0].kcap, &s->err);
   } else {
     uint64_t cut[SORT_PARTS + 1];
     int rc[SORT_PARTS];

@@ -114,6 +114,25 @@ void cv_sort_row(uint32_t *ix, uint32_t *vx, uint64_t n, uint32_t n_genes, uint6
   }
 }
 
+int cv_sort_rows(const uint64_t *indptr, uint32_t *ix, uint32_t *vx, uint64_t i0, uint64_t i1, const uint32_t *remap,
+                 uint32_t n_genes, uint64_t **ka, uint64_t **kb, size_t *kcap, cv_err *e) {
+  uint64_t maxlen = 0;
+  for (uint64_t i = i0; i < i1; i++)
+    if (indptr[i + 1] - indptr[i] > maxlen) maxlen = indptr[i + 1] - indptr[i];
+  size_t c1 = *kcap, c2 = *kcap;
+  if (cv_grow((void **)ka, &c1, (size_t)maxlen + 1, sizeof **ka, e) ||
+      cv_grow((void **)kb, &c2, (size_t)maxlen + 1, sizeof **kb, e))
+    return -1;
+  *kcap = c1 < c2 ? c1 : c2;
+  for (uint64_t i = i0; i < i1; i++) {
+    uint64_t a = indptr[i], n = indptr[i + 1] - a;
+    if (remap)
+      for (uint64_t k = a; k < a + n; k++) ix[k] = remap[ix[k]];
+    cv_sort_row(ix + a, vx + a, n, n_genes, *ka, *kb);
+  }
+  return 0;
+}
+
 char *cv_strdup(const char *s, cv_err *e) {
   size_t n = strlen(s);
   char *d = cv_malloc(n + 1, e);

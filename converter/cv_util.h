@@ -94,6 +94,11 @@ static inline uint64_t cv_split_tile(const cv_split *s, uint64_t r) { return r /
 ** entries (clearing and summing a histogram costs like a row that long) and 11 beyond.  ka
 ** and kb: scratch of n keys each.  Linear in n; convert's and merge's one row sort. */
 void cv_sort_row(uint32_t *ix, uint32_t *vx, uint64_t n, uint32_t n_genes, uint64_t *ka, uint64_t *kb);
+/* Rows [i0, i1) of a CSR (indptr, ix, vx), each cell's genes mapped by remap (NULL: as they
+** are) and put in order by cv_sort_row, cell by cell so the work stays in cache.  *ka, *kb:
+** the caller's scratch of *kcap keys each, grown to the longest row. */
+int cv_sort_rows(const uint64_t *indptr, uint32_t *ix, uint32_t *vx, uint64_t i0, uint64_t i1, const uint32_t *remap,
+                 uint32_t n_genes, uint64_t **ka, uint64_t **kb, size_t *kcap, cv_err *e);
 
 /* Monotonic seconds. */
 double cv_now(void);

@@ -246,16 +246,10 @@ static void reencode_one(void *arg, size_t k, int tid) {
     cv_fail(e, "%s: tile %lld: %s", j->path, (long long)s->t, de.msg);
     return;
   }
-  uint32_t *ix = (uint32_t *)x->idx, *vx = (uint32_t *)x->val;
-  for (int64_t q = 0; q < s->nz; q++) ix[q] = j->sigma[ix[q]];
-  for (int64_t c = 0; c < s->nc; c++) {   /* each cell's genes in the merged order */
-    int64_t a = x->indptr[c], n = x->indptr[c + 1] - a;
-    size_t k1 = x->cap_k, k2 = x->cap_k;
-    if (cv_grow((void **)&x->ka, &k1, (size_t)n + 1, sizeof *x->ka, e) ||
-        cv_grow((void **)&x->kb, &k2, (size_t)n + 1, sizeof *x->kb, e)) return;
-    x->cap_k = k1 < k2 ? k1 : k2;
-    cv_sort_row(ix + a, vx + a, (uint64_t)n, j->n_genes, x->ka, x->kb);
-  }
+  /* each cell's genes in the merged order (the decoder's indptr: from 0, increasing) */
+  if (cv_sort_rows((const uint64_t *)x->indptr, (uint32_t *)x->idx, (uint32_t *)x->val, 0, (uint64_t)s->nc, j->sigma,
+                   j->n_genes, &x->ka, &x->kb, &x->cap_k, e))
+    return;
   dc_csr csr = {(uint32_t)s->nc, j->n_genes, (const uint64_t *)x->indptr, (const uint32_t *)x->idx, (const uint32_t *)x->val};
   /* the encoder's threads: one while every thread has a tile; the last round's tiles (the
   ** smallest) share the threads the finished ones left */

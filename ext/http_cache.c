@@ -156,8 +156,8 @@ int dh_shared_used(const dc_hfile *f) {
   return !f->local && !f->no_shared && g_shared && f->bsize <= g_shared_bsize;
 }
 
-int dh_shared_roomy(const dc_hfile *f) {
-  return dh_shared_used(f) && g_shared_slots >= 4 * (int64_t)f->mem_slots;
+int dh_shared_keeps(dc_hfile *f, int64_t idx) {
+  return dh_shared_used(f) && g_shared_slots >= 4 * (int64_t)f->mem_slots && dh_shared_has(f, idx);
 }
 
 int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n, uint8_t *out) {

@@ -215,7 +215,7 @@ static void pf_install(dc_hfile *f, dc_prefetch *p, pf_ent *e, int mem) {
     int64_t lk = dc_block_len(k, f->bsize, f->size);
     const uint8_t *src = e->buf + (k - e->first) * f->bsize;
     if (!f->local) dh_disk_put(f, k, src, lk);      /* (the thread put it in the shared cache) */
-    if (mem && !(dh_shared_roomy(f) && dh_shared_has(f, k))) {   /* (else the reader reads it there) */
+    if (mem && !dh_shared_keeps(f, k)) {
       uint8_t *s = dc_blockcache_slot(f->mem, k);
       if (s) { memcpy(s, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
     }

@@ -231,7 +231,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       int64_t lk = dc_block_len(k, f->bsize, f->size);
       const uint8_t *src = f->rabuf + (k - b) * f->bsize;
       if (!f->local) { dh_disk_put(f, k, src, lk); dh_shared_put(f, k, src, lk); }
-      if (k >= keep_from && !(dh_shared_roomy(f) && dh_shared_has(f, k))) {   /* (else read from there) */
+      if (k >= keep_from && !dh_shared_keeps(f, k)) {
         uint8_t *s2 = dc_blockcache_slot(f->mem, k);
         if (s2) { memcpy(s2, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
       }

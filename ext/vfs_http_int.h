@@ -97,9 +97,10 @@ void dh_disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len);
 int dh_on_disk(dc_hfile *f, int64_t idx);
 /* the process's shared block cache (locked here; a no-op for a local, unshared or large-block file) */
 int dh_shared_used(const dc_hfile *f);
-/* ... and it holds at least 4 times the file's memory blocks: blocks it has just taken stay
-** there while a reader reads them, so they need no copy in the file's memory */
-int dh_shared_roomy(const dc_hfile *f);
+/* block idx is in the shared cache and that cache holds at least 4 times the file's memory
+** blocks, so that a block it has just taken stays there while a reader reads it: the block
+** needs no copy in the file's memory (readers read it from the shared cache) */
+int dh_shared_keeps(dc_hfile *f, int64_t idx);
 /* bytes [off, off + n) of block idx (len bytes) into out: 1 when the cache holds it */
 int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n, uint8_t *out);
 int dh_shared_has(dc_hfile *f, int64_t idx);

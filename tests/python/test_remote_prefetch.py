@@ -287,8 +287,8 @@ def test_prefetched_blocks_are_fetched_once_whatever_the_shared_cache(nginx, dat
     read them all.  Either way every tile comes over the network about once, and the answers
     are right.  (A subprocess: the shared cache's size is read once per process.)"""
     import json
-    import subprocess
     from _python_data import PY, ROOT
+    from _subproc import run_python
     url = nginx.url("big.dcdb")
     code = (
         "import json, deltacells\n"
@@ -298,9 +298,9 @@ def test_prefetched_blocks_are_fetched_once_whatever_the_shared_cache(nginx, dat
         "s = deltacells.vfs_stats(con)\n"
         "print(json.dumps({'n': n, 'bytes': s['bytes'], 'prefetch': s['prefetch_requests']}))\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "python"), DC_HTTP_SHARED_MB=str(shared_mb))
-    p = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=200)
-    assert p.returncode == 0, p.stdout + p.stderr
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    rc, out = run_python([PY, "-c", code], env, 200, "a remote read")
+    assert rc == 0, out
+    r = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
     assert r["n"] == sum(len(b) for _, b in data["tiles"])
     assert r["prefetch"] > 0, r
     assert r["bytes"] <= 1.15 * r["n"] + (1 << 20), r     # each tile about once (plus pages around)
