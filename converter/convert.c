@@ -283,6 +283,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
     cv_fail(e, "internal: pass 2 read %llu nonzeros, pass 1 %llu", (unsigned long long)nnz, (unsigned long long)nnz1);
     goto done;
   }
+  double tg = cv_now();
   if (cv_write_genes(files, nf, &g, o, &w, &gbytes, e)) goto done;
   cv_prog_start(&pg, show, "pass 3/3 (obs)", n_cells);
   double tp3 = cv_now();
@@ -327,7 +328,11 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   sqlite3_free(sources);
   if (mr) goto done;
   if (cv_check_interrupt(e)) goto done;
+  double tf = cv_now();
   if (dsw_finish(&w, o->out, o->force, e)) goto done;
+  if (getenv("DELTACELLS_TIMING"))
+    fprintf(stderr, "convert: inputs opened %.3f s, gene totals %.3f s, tiles %.3f s, genes %.3f s, obs + meta %.3f s, "
+            "commit %.3f s\n", tp1 - t0, tp2 - tp1, tg - tp2, tp3 - tg, tf - tp3, cv_now() - tf);
   if (!o->quiet) {
     int64_t fb = cv_file_size(o->out);
     printf("%s: %llu cells x %u genes, %llu nonzeros in %llu tiles; expression %.2f MB (%.2f bits/nonzero), "

@@ -60,12 +60,14 @@ SPANS = [64 << 20] * 192 + [1 << 30] * 16
 LANE_SLOTS = len(SPANS)
 _SPANS = np.array(SPANS, dtype=np.int64)
 OFFS = np.concatenate([[0], np.cumsum(SPANS, dtype=np.int64)])
-HEADER = 1 << 12        # a lane's header: [0] its serial counter, [1 + s] slot s's state, [1 + LANE_SLOTS + s]
+HEADER = 1 << 21        # a lane's header: [0] its serial counter, [1 + s] slot s's state, [1 + LANE_SLOTS + s]
                         # the bytes of slot s ever populated (by any process)
-assert 8 * (1 + 2 * LANE_SLOTS) <= HEADER
+assert 8 * (1 + 2 * LANE_SLOTS) <= 4096      # the header's words: its first page (the rest of its
+                        # 2 MiB is never touched; it keeps the slots 2 MiB aligned, for huge pages)
 _TAKEN, _SENT, _HELD = 1, 2, 3
 SMALL_COPY = 1 << 20    # a worker's tensors up to this size that are not in a slot are copied into one
 _MADV_POPULATE_WRITE = 23
+_MADV_HUGEPAGE = 14
 _avail = {}
 
 
@@ -141,17 +143,21 @@ def _cas(addr, expect, want):
     return fn(addr, expect, want) == 1
 
 
-def _populate(addr, nbytes):
-    """Map (and, the first time ever, allocate) these pages of the arena in this process in
-    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
+def _madvise(addr, nbytes, advice):
     fn = _fns.get("madvise")
     if fn is None:
         fn = ctypes.CDLL(None, use_errno=True).madvise
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         _fns["madvise"] = fn
+    return fn(addr, nbytes, advice)
+
+
+def _populate(addr, nbytes):
+    """Map (and, the first time ever, allocate) these pages of the arena in this process in
+    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
     if nbytes > 0:
-        fn(addr, nbytes, _MADV_POPULATE_WRITE)
+        _madvise(addr, nbytes, _MADV_POPULATE_WRITE)
 
 
 _tokens = itertools.count(1)
@@ -198,6 +204,13 @@ class Arena:
                                         self._mmap.PROT_READ | self._mmap.PROT_WRITE,
                                         offset=k * self.lane_bytes)
                     view = np.frombuffer(m, dtype=np.uint8, count=HEADER)
+                    # the slots in huge pages where the system allows them for shared memory
+                    # (shmem_enabled 'advise' or 'within_size'; with 'never', the default of
+                    # many distributions, this changes nothing): placing writes each cell to
+                    # a random place in a window's batches, and with 4 KiB pages the TLB
+                    # misses cost workers ~1.2x the placing time of the main process, whose
+                    # numpy buffers get huge pages (python/README.md, "Workers")
+                    _madvise(view.ctypes.data + HEADER, self.lane_bytes - HEADER, _MADV_HUGEPAGE)
                     got = self._maps[k] = (m, view, view.ctypes.data)
         return got
 

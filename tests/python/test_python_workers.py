@@ -108,6 +108,46 @@ def test_kept_batches_beyond_the_lane_fall_back_and_stay_intact(db):
     assert ("copied True" in out) == (lanes == "True"), out
 
 
+def test_lane_slots_ask_for_huge_pages_and_the_header_does_not(db):
+    # placing writes cells to random places in a window's batches: the slots carry
+    # MADV_HUGEPAGE (smaps VmFlags 'hg', whatever shmem_enabled says), 2 MiB aligned after a
+    # 2 MiB header that does not (its one used page must not take a huge page)
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    lanes, _ = _lanes_here(db)
+    if lanes != "True":
+        pytest.skip("no arena here (memfd)")
+    code = """
+        import sys, torch
+        from torch.utils.data import DataLoader
+        import deltacells
+        from deltacells import _xfer
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, seed=1)
+        n = sum(b["X"].shape[0] for b in DataLoader(ds, batch_size=None, num_workers=1,
+                                                   multiprocessing_context="fork"))
+        assert n == ds.n_cells and _xfer.stats["mapped"] > 0, (n, _xfer.stats)
+        assert _xfer.HEADER % (2 << 20) == 0 and all(o % (2 << 20) == 0 for o in _xfer.OFFS)
+        vmas, cur = [], None
+        for line in open("/proc/self/smaps"):
+            f = line.split()
+            if "-" in f[0] and not f[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in f[0].split("-"))
+                cur = [lo, hi, "deltacells-batches" in line, None]
+                vmas.append(cur)
+            elif f[0] == "VmFlags:":
+                cur[3] = f[1:]
+        mine = [v for v in vmas if v[2]]
+        heads = [v for v in mine if v[1] - v[0] == _xfer.HEADER]
+        slots = [v for v in mine if v[1] - v[0] == int(_xfer.OFFS[-1])]
+        assert heads and slots and len(heads) == len(slots), [(v[1] - v[0], v[3]) for v in mine]
+        assert all("hg" in v[3] for v in slots) and not any("hg" in v[3] for v in heads)
+        assert all(v[0] % (2 << 20) == 0 for v in slots)
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
+
+
 def test_torch_path_when_turned_off(db):
     env = dict(ENV, DELTACELLS_WORKER_COPY="0")
     code = _same("mapped", "_xfer._pool['pool'] is not None or _xfer.stats['arrays'] > 0")
