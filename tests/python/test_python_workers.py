@@ -110,8 +110,9 @@ def test_kept_batches_beyond_the_lane_fall_back_and_stay_intact(db):
 
 def test_lane_slots_ask_for_huge_pages_and_the_header_does_not(db):
     # placing writes cells to random places in a window's batches: the slots carry
-    # MADV_HUGEPAGE (smaps VmFlags 'hg', whatever shmem_enabled says), 2 MiB aligned after a
-    # 2 MiB header that does not (its one used page must not take a huge page)
+    # MADV_HUGEPAGE (smaps VmFlags 'hg', whatever shmem_enabled says), at 2 MiB aligned file
+    # offsets after a 2 MiB header that does not (its one used page must not take a huge page);
+    # the mapping's address is the kernel's to align where shared huge pages are possible
     if not sys.platform.startswith("linux"):
         pytest.skip("Linux only")
     lanes, _ = _lanes_here(db)
@@ -141,7 +142,6 @@ def test_lane_slots_ask_for_huge_pages_and_the_header_does_not(db):
         slots = [v for v in mine if v[1] - v[0] == int(_xfer.OFFS[-1])]
         assert heads and slots and len(heads) == len(slots), [(v[1] - v[0], v[3]) for v in mine]
         assert all("hg" in v[3] for v in slots) and not any("hg" in v[3] for v in heads)
-        assert all(v[0] % (2 << 20) == 0 for v in slots)
         print("ok")
     """
     out = run(code, db)
