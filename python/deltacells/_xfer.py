@@ -67,7 +67,6 @@ assert 8 * (1 + 2 * LANE_SLOTS) <= 4096      # the header's words: its first pag
 _TAKEN, _SENT, _HELD = 1, 2, 3
 SMALL_COPY = 1 << 20    # a worker's tensors up to this size that are not in a slot are copied into one
 _MADV_POPULATE_WRITE = 23
-_MADV_HUGEPAGE = 14
 _avail = {}
 
 
@@ -143,21 +142,17 @@ def _cas(addr, expect, want):
     return fn(addr, expect, want) == 1
 
 
-def _madvise(addr, nbytes, advice):
+def _populate(addr, nbytes):
+    """Map (and, the first time ever, allocate) these pages of the arena in this process in
+    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
     fn = _fns.get("madvise")
     if fn is None:
         fn = ctypes.CDLL(None, use_errno=True).madvise
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         _fns["madvise"] = fn
-    return fn(addr, nbytes, advice)
-
-
-def _populate(addr, nbytes):
-    """Map (and, the first time ever, allocate) these pages of the arena in this process in
-    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
     if nbytes > 0:
-        _madvise(addr, nbytes, _MADV_POPULATE_WRITE)
+        fn(addr, nbytes, _MADV_POPULATE_WRITE)
 
 
 _tokens = itertools.count(1)
@@ -210,7 +205,11 @@ class Arena:
                     # a random place in a window's batches, and with 4 KiB pages the TLB
                     # misses cost workers ~1.2x the placing time of the main process, whose
                     # numpy buffers get huge pages (python/README.md, "Workers")
-                    _madvise(view.ctypes.data + HEADER, self.lane_bytes - HEADER, _MADV_HUGEPAGE)
+                    if hasattr(self._mmap, "MADV_HUGEPAGE"):
+                        try:
+                            m.madvise(self._mmap.MADV_HUGEPAGE, HEADER, self.lane_bytes - HEADER)
+                        except OSError:       # a kernel without transparent huge pages
+                            pass
                     got = self._maps[k] = (m, view, view.ctypes.data)
         return got
 
