@@ -74,8 +74,7 @@ typedef struct sort_par {
 static void sort_part(void *arg, size_t k) {
   sort_par *sp = arg;
   sp->rc[k] = cv_sort_rows(sp->rb->indptr, sp->rb->indices, sp->rb->data, sp->cut[k], sp->cut[k + 1], sp->remap,
-                           sp->n_genes, &sp->sc[k].ka, &sp->sc[k].kb,
-                        &sp->sc[k].kcap, &sp->errs[k]);
+                           sp->n_genes, &sp->sc[k].ka, &sp->sc[k].kb, &sp->sc[k].kcap, &sp->errs[k]);
 }
 
 /* Removes the entries of genes not stored (index UINT32_MAX: --genes intersect). */
