@@ -608,6 +608,7 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
                        int f32, const dc_place *pl, int32_t *sink) {            \
     const dc_ctx_model *m = &s->m;                                              \
     const uint32_t nrb = m->nrb;                                                \
+    const uint32_t *map = s->map;                                               \
     const uint8_t *mant = rd->p;                                                \
     const uint64_t end_bits = rd->end_bits;                                     \
     mreader r = *rd;                                                            \
@@ -674,8 +675,8 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       }                                                                         \
     next:                                                                       \
       if (prev >= (int64_t)n_genes) return -1;                                  \
-      if (PLACING && s->map && ix != sink)   /* local ids (checked) -> genes */ \
-        for (uint64_t j_ = 0; j_ < tot; j_++) ix[j_] = (int32_t)s->map[ix[j_]]; \
+      if (map && ix != sink)      /* local ids (checked) -> genes, from L1 */ \
+        for (uint64_t j_ = 0; j_ < tot; j_++) ix[j_] = (int32_t)map[ix[j_]];   \
       ix += tot;                                                                \
       vi += tot;                                                                \
       vf += tot;                                                                \
@@ -905,7 +906,5 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
   PROF(2);
   if (bad) CORRUPT("chunk %u: corrupt symbols (gene index out of range or bad escape)", c);
   if ((r.pos + 7) / 8 != mlen - 8) CORRUPT("chunk %u: mantissa bits do not match their section", c);
-  if (s->map && !pl)                  /* local ids (checked < n_local) -> genes */
-    for (uint64_t j = 0; j < ci->nnz; j++) idx[j] = (int32_t)s->map[idx[j]];
   return DC_OK;
 }
