@@ -13,7 +13,9 @@ Each configuration runs in its own process (so its memory is its own) and report
   cells/s    cells delivered to the training process / wall time of the epoch (from
              constructing the loader; `steady` excludes the first batch)
   rss_mb     peak RSS of the whole process tree (the process + its DataLoader workers,
-             sampled every 20 ms, summed); pss_mb the same with PSS (shared pages counted once)
+             sampled every 20 ms from statm, summed); pss_mb the summed PSS (shared pages
+             counted once) at the first batch and at each epoch's end (reading PSS walks the
+             page tables: sampled every 20 ms it slowed 2 workers 1.3x; see PeakMemory)
   first_s    time to first batch, from constructing the Dataset
 Baselines in the same run (all shuffled random batches turned into torch CSR, as many
 epochs as the loaders):
@@ -60,7 +62,38 @@ PY = sys.executable
 
 
 # --- measuring ---------------------------------------------------------------------
+# The sampler must not slow down what it measures.  smaps_rollup (PSS) walks every page
+# table entry of a process: read every 20 ms from DataLoader workers that map a GB of shared
+# lanes, it took a third of a core and made a 2-worker epoch 1.3x as long (0.39-0.41 s
+# against 0.30-0.31 s; 0 workers 1.1x; 2026-12-02).  So the sampler reads only statm (RSS,
+# a counter) and finds children through /proc/PID/task/TID/children; PSS is read at marks
+# (mark(): the end of each epoch, outside the timed part, workers alive).
+def _children(pid):
+    kids = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids.extend(int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        return None
+    return kids
+
+
 def _tree(pid):
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        kids = _children(p)
+        if kids is None:
+            if p == pid:          # no children files (CONFIG_PROC_CHILDREN): scan /proc
+                return _tree_scan(pid)
+            continue
+        todo.extend(kids)
+    return out
+
+
+def _tree_scan(pid):
     kids = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -78,6 +111,17 @@ def _tree(pid):
     return out
 
 
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _rss(pid):
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * _PAGE_KB
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _mem(pid):
     rss = pss = 0
     try:
@@ -93,7 +137,8 @@ def _mem(pid):
 
 
 class PeakMemory:
-    """Samples the summed RSS/PSS of this process and its descendants."""
+    """The peak summed RSS of this process and its descendants (sampled from statm), and
+    their summed PSS at the marks (mark(), and the end)."""
 
     def __init__(self, interval=0.02):
         self.interval = interval
@@ -102,6 +147,10 @@ class PeakMemory:
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self):
+        self.rss = max(self.rss, sum(_rss(p) for p in _tree(os.getpid())))
+
+    def mark(self):
+        """A full sample, PSS included (slow: call it outside what is timed)."""
         rss = pss = 0
         for p in _tree(os.getpid()):
             r, s = _mem(p)
@@ -122,7 +171,7 @@ class PeakMemory:
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join()
-        self._sample()
+        self.mark()
         with open("/proc/self/status") as f:   # the process's own high-water mark
             for line in f:
                 if line.startswith("VmHWM:"):
@@ -211,10 +260,12 @@ def child(cfg):
                 for b in loader:
                     if first is None:
                         first = time.perf_counter()
+                        mem.mark()           # PSS while a one-epoch run's workers live
                     n += b["X"].shape[0]
                     nnz += _touch(b["X"])
                 t1 = time.perf_counter()
                 per_epoch.append(n / (t1 - t_e))
+                mem.mark()                   # PSS with the workers alive, untimed
             del loader
         assert n == ds.n_cells, (n, ds.n_cells)
         res.update(cells=n, nnz=nnz, seconds=t1 - t_e, first_s=first - t0,
@@ -282,6 +333,7 @@ def child(cfg):
                 nnz += _touch(t)
             t1 = time.perf_counter()
             per_epoch.append(n / (t1 - t0))
+            mem.mark()
     res.update(cells=n, nnz=nnz, seconds=t1 - t0, load_s=load_s, first_s=first - t_start + load_s,
                cells_per_s=n / (t1 - t0), epoch_cells_per_s=per_epoch,
                rss_mb=mem.rss / 1024, pss_mb=mem.pss / 1024)
