@@ -3,7 +3,7 @@
 ** run time by dc_simd_level() (dc_common.c) on CPUs with AVX2 or AVX-512.
 ** (An AVX-512 version with 16-lane registers was measured slower than this
 ** one on an AVX-512 CPU and removed: docs/codec-design.md.)  It decodes
-** exactly what dc_ctx_stream_scalar (dc_ctx_decompress.c) decodes: symbol i
+** exactly what dc_ctx_stream_scalar (dc_ctx_stream.c) decodes: symbol i
 ** uses lane i mod 32 and the lanes of group g (8g .. 8g+7) that renormalise
 ** read group g's word stream in lane order.  It runs whole rounds of 32
 ** symbols while every group has 8 words left (a round reads at most 8 per
