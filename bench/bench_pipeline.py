@@ -67,8 +67,11 @@ PY = sys.executable
 # lanes, it took a third of a core and made a 2-worker epoch 1.3x as long (0.39-0.41 s
 # against 0.30-0.31 s; 0 workers 1.1x; 2026-12-02).  So the sampler reads only statm (RSS,
 # a counter) and finds children through /proc/PID/task/TID/children; PSS is read at marks
-# (mark(): the end of each epoch, outside the timed part, workers alive).
+# (mark(): the end of each epoch, outside the timed part, workers alive; and once at the
+# first batch, inside the first epoch's time, since a one-epoch run's workers are gone by
+# its end).
 def _children(pid):
+    """pid's children from /proc/PID/task/TID/children, or None without those files."""
     kids = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
@@ -79,21 +82,8 @@ def _children(pid):
     return kids
 
 
-def _tree(pid):
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        kids = _children(p)
-        if kids is None:
-            if p == pid:          # no children files (CONFIG_PROC_CHILDREN): scan /proc
-                return _tree_scan(pid)
-            continue
-        todo.extend(kids)
-    return out
-
-
-def _tree_scan(pid):
+def _scan_children():
+    """Every process's children, from a scan of /proc (without CONFIG_PROC_CHILDREN)."""
     kids = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -103,11 +93,20 @@ def _tree_scan(pid):
                 kids.setdefault(ppid, []).append(int(d))
             except (OSError, IndexError, ValueError):
                 pass
-    out, todo = [], [pid]
+    return kids
+
+
+def _tree(pid):
+    out, todo, kids_of = [], [pid], _children
     while todo:
         p = todo.pop()
         out.append(p)
-        todo.extend(kids.get(p, []))
+        kids = kids_of(p)
+        if kids is None:          # no children files: one scan of /proc serves the rest
+            scanned = _scan_children()
+            kids_of = lambda q: scanned.get(q, [])     # noqa: E731
+            kids = kids_of(p)
+        todo.extend(kids)
     return out
 
 
