@@ -265,3 +265,14 @@ def alarm(seconds, what):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+def settle(cond, what, limit=20.0, quiet=0.0):
+    """Waits until cond() holds (a loaded machine may take its time; fails with `what` after
+    `limit` seconds), then `quiet` seconds more, so that a check after it also sees anything a
+    thread did beyond what was waited for."""
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+    time.sleep(quiet)

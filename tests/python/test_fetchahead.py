@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _python_data import PY, ROOT, gen  # noqa: E402
-from _remote_util import alarm, nginx_or_skip  # noqa: E402
+from _remote_util import alarm, nginx_or_skip, settle  # noqa: E402
 
 import deltacells  # noqa: E402
 from deltacells import _fetchahead  # noqa: E402
@@ -66,16 +66,6 @@ class Recording:
         self.con.close()
 
 
-def settle(cond, what, limit=20.0, quiet=0.2):
-    """Waits until cond() holds (a loaded machine may take its time), then `quiet` seconds
-    more, so that a check after it also sees anything read beyond what was waited for."""
-    deadline = time.monotonic() + limit
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
-    time.sleep(quiet)
-
-
 def test_tile_order_first_need():
     tile_of = lambda ids: ids // 10            # noqa: E731
     batches = [np.array([31, 5, 12]), np.array([7, 33]), np.array([40, 18])]
@@ -89,10 +79,10 @@ def test_reads_ahead_within_the_limit_and_waits(data):
     try:
         fa.at(0)
         assert 3 in log                        # batch 0's tile was read before at(0) returned
-        settle(lambda: len(log) >= 3, log)
+        settle(lambda: len(log) >= 3, log, quiet=0.2)
         assert log == [3, 0, 5]                # the tile of batch 0 and 2 more, no further
         fa.at(2)
-        settle(lambda: len(log) >= 5, log)
+        settle(lambda: len(log) >= 5, log, quiet=0.2)
         assert log == [3, 0, 5, 1, 4]
         fa.at(5)
         assert log == [3, 0, 5, 1, 4, 2]
@@ -237,7 +227,7 @@ def test_two_readers_keep_the_order_and_the_limit(data):
     try:
         fa.at(0)
         assert 3 in log and fa.fetched >= 1
-        settle(lambda: len(log) >= 3, log)
+        settle(lambda: len(log) >= 3, log, quiet=0.2)
         assert sorted(log) == [0, 3, 5]          # batch 0's tile and 2 more, no further
         fa.at(5)
         assert sorted(log) == [0, 1, 2, 3, 4, 5] and fa.fetched == 6 and fa.error is None
