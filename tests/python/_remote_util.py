@@ -276,3 +276,18 @@ def settle(cond, what, limit=20.0, quiet=0.0):
         assert time.monotonic() < deadline, what
         time.sleep(0.01)
     time.sleep(quiet)
+
+
+def wait_child(pid, seconds):
+    """The exit status of forked child `pid`; kills it and fails the test if it has not
+    exited within `seconds` (a hang)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.05)

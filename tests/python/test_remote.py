@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from _batch_util import EXTENSION, ROOT, assert_csr_equal, batch, convert, ids_blob, real_file  # noqa: E402
 from _python_data import gen  # noqa: E402
-from _remote_util import alarm, fault_server, nginx_or_skip  # noqa: E402
+from _remote_util import alarm, fault_server, nginx_or_skip, wait_child  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -430,16 +430,7 @@ def test_curl_handle_not_used_across_fork(nginx, data):
             code = 0 if got == want else 2
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 120
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung")
-        time.sleep(0.05)
+    status = wait_child(pid, 120)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     child = [ln.split()[0] for ln in nginx.requests()[len(before):]]
     # (nginx may log the parent's own last request after `before` was read: at most one line)

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from _batch_util import assert_csr_equal, batch, ids_blob  # noqa: E402
 from _python_data import gen  # noqa: E402
-from _remote_util import alarm, fault_server, nginx_or_skip, settle  # noqa: E402
+from _remote_util import alarm, fault_server, nginx_or_skip, settle, wait_child  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -213,19 +213,6 @@ def test_file_replaced_on_the_server_under_prefetch(faults, data):
         con.close()
 
 
-def _wait_child(pid, seconds):
-    deadline = time.monotonic() + seconds
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung")
-        time.sleep(0.05)
-
-
 def test_prefetch_under_fork(nginx, data):
     """A connection whose prefetch threads are running is inherited by a forked child (as a
     DataLoader worker would, against the package's rule): the child starts its own threads and
@@ -246,7 +233,7 @@ def test_prefetch_under_fork(nginx, data):
                     code = 3
             finally:
                 os._exit(code)
-        status = _wait_child(pid, 120)
+        status = wait_child(pid, 120)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
         assert [data["tiles"][0]] + cur.fetchall() == data["tiles"]
         assert con.execute(TILES).fetchall() == data["tiles"]
