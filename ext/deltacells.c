@@ -284,6 +284,7 @@ __declspec(dllexport)
 #endif
 int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi) {
   SQLITE_EXTENSION_INIT2(pApi);
+  dc_sqlite_fork_guard();          /* before anything registers its own fork handler */
   int rc;
   dc_conn *conn = sqlite3_malloc64(sizeof *conn);
   if (!conn) return SQLITE_NOMEM;

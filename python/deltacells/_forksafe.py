@@ -9,9 +9,11 @@ thread that forked; everything else it inherits is a copy of memory:
   connection per process and thread: in a child it opens a new one and keeps the
   inherited object alive, unused, in `_inherited` so that it is never closed there.
 - a thread of the parent inside SQLite at the fork leaves SQLite's global mutexes
-  (memory, VFS) locked in the child forever.  The package's only background threads,
-  the prefetch threads of CellDataset iterators, therefore do all their SQLite work
-  holding a `Gate`; os.register_at_fork's `before` hook takes every live gate (waiting
+  (memory, PRNG, VFS) locked in the child forever.  The extension's fork handler
+  (ext/sqlite_fork.c) takes them around every fork, for any thread, the user's too.
+  On top of it, so that no statement of the package is mid-way at a fork, its only
+  background threads, the prefetch threads of CellDataset iterators, do all their
+  SQLite work holding a `Gate`; os.register_at_fork's `before` hook takes every live gate (waiting
   for a batch in progress to finish), so at the fork every prefetch thread is parked
   outside SQLite.  The gates are released after the fork in the parent; in the child
   they and their threads are forgotten (an inherited iterator restarts its prefetch).
