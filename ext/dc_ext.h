@@ -83,8 +83,8 @@ int dc_drop_check(dc_conn *conn, const char *schema, const char *table);
 int dc_err(char **pzErr, int rc, const char *what, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* Registers, once per process, the pthread_atfork handler that keeps SQLite's global mutexes
-** free in a forked child (ext/sqlite_fork.c).  Called first by sqlite3_deltacells_init, so
-** that its prepare step runs after every other handler of the extension. */
+** free in a forked child (ext/sqlite_fork.c); sqlite3_deltacells_init calls it first
+** (docs/threading.md, "Fork"). */
 void dc_sqlite_fork_guard(void);
 
 /* The pool, created on first use.  NULL on out-of-memory. */

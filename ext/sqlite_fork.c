@@ -1,33 +1,18 @@
 /*
-** sqlite_fork.c — SQLite's global mutexes across fork().
+** sqlite_fork.c — SQLite's global mutexes across fork() (the rule, and why this
+** handler is registered first: docs/threading.md, "Fork").
 **
-** A thread inside SQLite holds one of its static mutexes for a moment: the
-** memory-statistics mutex in every sqlite3_malloc, the PRNG mutex while it
-** makes random bytes, the unix VFS's mutex while it opens or closes a file.
-** If another thread forks at that moment, the child starts with that mutex
-** locked and no thread to unlock it: its first SQLite call that needs the
-** mutex waits forever (a DataLoader worker that hangs before its first batch).
-** The package's own threads are parked outside SQLite at a fork (the Python
-** fork gate); a user's threads are not.
+** A thread inside SQLite holds a static mutex for a moment (memory statistics
+** in every sqlite3_malloc, the PRNG, the unix VFS); a fork at that moment gives
+** a child in which it stays locked.  The handler's prepare step takes them,
+** waiting for such a thread to leave; parent and child steps release them.
 **
-** So, once per process, the extension registers a pthread_atfork handler
-** whose prepare step takes these mutexes, waiting for any thread inside them
-** to leave, and whose parent and child steps release them.  A fork then waits
-** at most for a thread's current SQLite step on a global mutex, never for a
-** query.
-**
-** Order.  The prepare step takes them in an order consistent with how SQLite
-** nests them (outermost first): OPEN (shared-cache btree open, which opens
-** files and takes MAIN) -> PRNG (seeding calls sqlite3_vfs_find, MAIN) ->
-** MAIN -> VFS1 (unix and memdb VFS, which allocate inside it) -> LRU -> PMEM
-** -> MEM (innermost: SQLite takes no other mutex while holding it).  The
-** application mutexes (APP1-3, VFS2-3) are left alone: their order is the
-** application's.  pthread_atfork runs prepare handlers in reverse order of
-** registration, so this one, registered first of the extension's (at its
-** first load, before any connection uses it), runs last: the extension's
-** own locks, under which SQLite memory may be freed (batch_ticket.c), are
-** taken before SQLite's.  On dlclose of the extension glibc drops the handler
-** with the library.
+** The order of k_ids is how SQLite nests them, outermost first: OPEN (a
+** shared-cache btree open opens files and takes MAIN) -> PRNG (seeding calls
+** sqlite3_vfs_find, which takes MAIN) -> MAIN -> VFS1 (the unix and memdb VFS
+** allocate inside it) -> LRU -> PMEM -> MEM (SQLite takes no other mutex while
+** holding it).  APP1-3 and VFS2-3 are the application's, in its own order.
+** On dlclose of the extension glibc drops the handler with the library.
 */
 #include <pthread.h>
 #include "dc_ext.h"

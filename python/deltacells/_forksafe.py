@@ -13,9 +13,9 @@ thread that forked; everything else it inherits is a copy of memory:
   (ext/sqlite_fork.c) takes them around every fork, for any thread, the user's too.
   On top of it, so that no statement of the package is mid-way at a fork, its only
   background threads, the prefetch threads of CellDataset iterators, do all their
-  SQLite work holding a `Gate`; os.register_at_fork's `before` hook takes every live gate (waiting
-  for a batch in progress to finish), so at the fork every prefetch thread is parked
-  outside SQLite.  The gates are released after the fork in the parent; in the child
+  SQLite work holding a `Gate`; os.register_at_fork's `before` hook takes every live
+  gate (waiting for a batch in progress to finish), so at the fork every prefetch thread
+  is parked outside SQLite.  The gates are released after the fork in the parent; in the child
   they and their threads are forgotten (an inherited iterator restarts its prefetch).
 - a lock a thread of the parent held at the fork stays locked in the child forever: the
   package's own locks (pools, registries) are `Lock`s, which the child gets unlocked.
