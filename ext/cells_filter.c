@@ -296,33 +296,61 @@ void cells_sel_free(cells_sel *s) {
 
 /* ------------------------------------------------------------ value order */
 
-typedef struct ord_item { union { int64_t i; double f; } v; uint32_t r; } ord_item;
-static int cmp_ord_i(const void *a, const void *b) {
-  const ord_item *x = a, *y = b;
-  if (x->v.i != y->v.i) return x->v.i < y->v.i ? -1 : 1;
-  return (x->r > y->r) - (x->r < y->r);
-}
-static int cmp_ord_f(const void *a, const void *b) {
-  const ord_item *x = a, *y = b;
-  if (x->v.f != y->v.f) return x->v.f < y->v.f ? -1 : 1;
-  return (x->r > y->r) - (x->r < y->r);
+/* Order-preserving keys: unsigned comparison of the keys is the values' order (int64 with
+** its sign bit flipped; a double's bits flipped whole when negative, else its sign bit set,
+** so -0.0 sorts just before +0.0, which are equal values). */
+static inline uint64_t key_i(int64_t v) { return (uint64_t)v ^ ((uint64_t)1 << 63); }
+static inline uint64_t key_f(double v) {
+  uint64_t u;
+  memcpy(&u, &v, sizeof u);
+  return (u >> 63) ? ~u : u | ((uint64_t)1 << 63);
 }
 
-/* builds d->order (int or real block); -1 on out-of-memory */
+/* Sorts rows r[0..m) by key k[0..m) (both permuted alike), stable, with an LSD radix sort of
+** byte digits: a byte that all keys share costs no pass.  kt, rt: scratch of m each; cnt:
+** scratch of 8 x 256 counts.  The result is in k, r. */
+static void radix_sort(uint64_t *k, uint32_t *r, uint64_t *kt, uint32_t *rt, uint32_t m, uint32_t (*cnt)[256]) {
+  enum { D = 8 };
+  memset(cnt, 0, D * sizeof *cnt);
+  for (uint32_t j = 0; j < m; j++)
+    for (int d = 0; d < D; d++) cnt[d][(k[j] >> (8 * d)) & 255]++;
+  uint64_t *ks = k, *kd = kt;
+  uint32_t *rs = r, *rd = rt;
+  for (int d = 0; d < D; d++) {
+    if (m == 0 || cnt[d][(ks[0] >> (8 * d)) & 255] == m) continue;   /* one digit for all */
+    uint32_t pos[256], sum = 0;
+    for (int v = 0; v < 256; v++) { pos[v] = sum; sum += cnt[d][v]; }
+    for (uint32_t j = 0; j < m; j++) {
+      uint32_t q = pos[(ks[j] >> (8 * d)) & 255]++;
+      kd[q] = ks[j];
+      rd[q] = rs[j];
+    }
+    uint64_t *tk = ks; ks = kd; kd = tk;
+    uint32_t *tr = rs; rs = rd; rd = tr;
+  }
+  if (ks != k) { memcpy(k, ks, (size_t)m * sizeof *k); memcpy(r, rs, (size_t)m * sizeof *r); }
+}
+
+/* builds d->order (int or real block): its non-NULL rows by value (rows of the same value in
+** row order, -0.0 before +0.0); -1 on out-of-memory */
 static int build_order(cells_bcache *c, cells_dblock *d) {
   const dc_obs_block *b = &d->blk;
   int real = b->kind == DC_OBS_REAL;
-  ord_item *it = malloc((size_t)(b->n ? b->n : 1) * sizeof *it);
-  uint32_t *ord = malloc((size_t)(b->n ? b->n : 1) * sizeof *ord);
-  if (!it || !ord) { free(it); free(ord); return -1; }
+  size_t n = b->n ? b->n : 1;
+  uint64_t *k = malloc(2 * n * sizeof *k);
+  uint32_t *rt = malloc(n * sizeof *rt);
+  uint32_t *ord = malloc(n * sizeof *ord);
+  uint32_t (*cnt)[256] = malloc(8 * sizeof *cnt);
+  if (!k || !rt || !ord || !cnt) { free(k); free(rt); free(ord); free(cnt); return -1; }
   uint32_t m = 0;
   for (uint32_t r = 0; r < b->n; r++) {
-    if (real) { if (!isnan(b->f64[r])) { it[m].v.f = b->f64[r]; it[m++].r = r; } }
-    else if (b->valid[r]) { it[m].v.i = b->i64[r]; it[m++].r = r; }
+    if (real) { if (!isnan(b->f64[r])) { k[m] = key_f(b->f64[r]); ord[m++] = r; } }
+    else if (b->valid[r]) { k[m] = key_i(b->i64[r]); ord[m++] = r; }
   }
-  qsort(it, m, sizeof *it, real ? cmp_ord_f : cmp_ord_i);
-  for (uint32_t j = 0; j < m; j++) ord[j] = it[j].r;
-  free(it);
+  radix_sort(k, ord, k + n, rt, m, cnt);
+  free(k);
+  free(rt);
+  free(cnt);
   d->order = ord;
   d->n_order = m;
   cells_bcache_grow(c, d, (size_t)b->n * sizeof *ord);
@@ -344,12 +372,16 @@ static uint32_t order_bound(const cells_dblock *d, const cells_val *v, int stric
 /* A selective comparison on an int or real block through its value order: marks the
 ** matching rows in a bitmap and keeps those.  1 if it filtered, 0 to leave it to the scan,
 ** -1 on out-of-memory. */
-static int filter_by_order(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s) {
+static int filter_by_order(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s, uint64_t visit) {
   const cells_val *v = &t->v[0];
   if (t->op == DC_OP_IN || t->op == DC_OP_ISNULL || t->op == DC_OP_NOTNULL) return 0;
   if (v->t != CELLS_V_INTEGER && v->t != CELLS_V_FLOAT) return 0;
   if (!d->order) {
-    if (++d->range_uses < 2) return 0;
+    if (d->last_visit != visit) {
+      d->last_visit = visit;
+      d->range_uses++;
+    }
+    if (d->range_uses < 2) return 0;
     if (build_order(c, d)) return -1;
   }
   uint32_t a = 0, z = d->n_order;
@@ -454,9 +486,9 @@ void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *
 }
 #undef KEEP_ROWS
 
-int cells_filter_block(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s) {
+int cells_filter_block(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s, uint64_t visit) {
   if (d->blk.kind == DC_OBS_INT || d->blk.kind == DC_OBS_REAL) {
-    int r = filter_by_order(t, d, c, s);
+    int r = filter_by_order(t, d, c, s, visit);
     if (r) return r < 0 ? -1 : 0;
   }
   cells_filter_rows(t, &d->blk, s);

@@ -122,9 +122,12 @@ void cells_sel_free(cells_sel *s);
 static inline uint32_t cells_sel_row(const cells_sel *s, uint32_t j) { return s->full ? j : s->idx[j]; }
 
 /* Keeps the rows of selection s of block d (a decoded block of t's column) that meet term
-** t.  A selective comparison on an int or real block used a second time builds the block's
-** value order (counted in cache c) and costs two binary searches.  -1 on out-of-memory. */
-int cells_filter_block(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s);
+** t.  visit: one number for every term of one pass over the block (a cursor's visit; take
+** the next of c->visits).  A selective comparison on an int or real block in a second
+** visit builds the block's value order (counted in cache c) and then costs two binary
+** searches; within one visit (x BETWEEN a AND b is two terms) the block is scanned, since a
+** query that filters a block once gains nothing from sorting it.  -1 on out-of-memory. */
+int cells_filter_block(const cells_term *t, cells_dblock *d, cells_bcache *c, cells_sel *s, uint64_t visit);
 /* The same, one row at a time over the block's values, without the value order. */
 void cells_filter_rows(const cells_term *t, const dc_obs_block *blk, cells_sel *s);
 #endif

@@ -68,10 +68,11 @@
 ** Decoded blocks are kept in a cache of the obs statistics (least recently
 ** used out, a quarter of dc_config('cache_mb'); reference counted, so a
 ** cursor's block survives eviction), so joins that re-filter a cursor and
-** repeated queries skip decoding.  A block of an int or real column used by
-** a range or = filter a second time gets its value order (offsets sorted by
-** value, cached with it): a selective comparison then costs two binary
-** searches instead of a scan.  Blocks are read with one sqlite3_blob handle
+** repeated queries skip decoding.  A block of an int or real column that a
+** range or = filter meets in a second visit (a later query, or a join that
+** filters again; not the second term of one visit, as x BETWEEN a AND b has)
+** gets its value order (offsets sorted by value, radix sort, cached with it):
+** a selective comparison then costs two binary searches instead of a scan.  Blocks are read with one sqlite3_blob handle
 ** per cursor, moved with sqlite3_blob_reopen.
 **
 ** Bad stored data gives SQLITE_CORRUPT_VTAB with a message naming the column
@@ -469,13 +470,14 @@ static int term_prepare(cells_vtab *p, cells_term *t) {
   return cells_term_prepare(t, t->kind == DC_OBS_CATEGORY ? &p->cs[k].dict : NULL) ? SQLITE_NOMEM : SQLITE_OK;
 }
 
-/* keeps the rows of the selection that meet term t (a term on a stored column) */
-static int filter_block(cells_cursor *c, const cells_term *t, int64_t b) {
+/* keeps the rows of the selection that meet term t (a term on a stored column) in this
+** visit of block b (cells_filter_block) */
+static int filter_block(cells_cursor *c, const cells_term *t, int64_t b, uint64_t visit) {
   cells_vtab *p = (cells_vtab *)c->base.pVtab;
   cells_dblock *d;
   int rc = cells_col_block(c, ocol_of(t->col), b, &d);
   if (rc) return rc;
-  return cells_filter_block(t, d, p->cache, &c->sel) ? SQLITE_NOMEM : SQLITE_OK;
+  return cells_filter_block(t, d, p->cache, &c->sel, visit) ? SQLITE_NOMEM : SQLITE_OK;
 }
 
 /* Moves to the next block with selected rows (or EOF). */
@@ -515,9 +517,10 @@ static int advance_block(cells_cursor *c) {
         c->sel.n = cells_ivl_rows(c->iv, c->niv, c->iv_pos, c->pos, bstart, bend, c->sel.idx);
         c->sel.full = c->sel.n == (uint32_t)(bend - bstart);
       }
+      const uint64_t visit = ++p->cache->visits;
       for (int i = 0; i < c->nterms && c->sel.n; i++) {
         if (ocol_of(c->terms[i].col) < 0) continue;
-        rc = filter_block(c, &c->terms[i], b);
+        rc = filter_block(c, &c->terms[i], b, visit);
         if (rc) return rc;
       }
     } else {

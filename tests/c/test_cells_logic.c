@@ -142,7 +142,7 @@ static void test_kernels_numeric(void) {
       uint32_t before = s.n;
       if (s.full) memset(s.idx, 0xff, N * sizeof *s.idx);
       else memcpy(s.idx, rows, before * sizeof *rows);
-      DCT_CHECK(cells_filter_block(&t, d, &cache, &s) == 0);
+      DCT_CHECK(cells_filter_block(&t, d, &cache, &s, (uint64_t)use + 1) == 0);
       uint32_t m = 0;
       int bad = 0;
       for (uint32_t j = 0; j < before; j++) {
@@ -168,6 +168,89 @@ static void test_kernels_numeric(void) {
     cells_dblock_release(d);
     cells_bcache_clear(&cache);
     cells_term_clear(&t);
+  }
+}
+
+/* The value order: built on a block's second visit, not by a second term of one visit (x
+** BETWEEN a AND b); and it lists exactly the non-NULL rows by value, over the whole range
+** of int64 and of doubles (infinities, -0.0 and +0.0, denormals), equal values in row order. */
+static void test_value_order(void) {
+  enum { N = 5000 };
+  static int64_t i64[N];
+  static uint8_t valid[N];
+  static double f64[N];
+  for (int rep = 0; rep < 40; rep++) {
+    int real = rep & 1;
+    for (int r = 0; r < N; r++) {
+      valid[r] = rnd() % 9 != 0;
+      uint64_t u = rnd();
+      switch (rnd() % 6) {
+        case 0: i64[r] = (int64_t)u; break;                               /* anywhere */
+        case 1: i64[r] = (int64_t)(rnd() % 7) - 3; break;                 /* many ties */
+        case 2: i64[r] = (rnd() & 1) ? INT64_MIN + (int64_t)(u % 3) : INT64_MAX - (int64_t)(u % 3); break;
+        default: i64[r] = (int64_t)(u % 2001) - 1000; break;
+      }
+      double f;
+      switch (rnd() % 8) {
+        case 0: memcpy(&f, &u, sizeof f); if (isnan(f)) f = 1.5; break;  /* any bit pattern */
+        case 1: f = (rnd() & 1) ? -0.0 : 0.0; break;
+        case 2: f = (rnd() & 1) ? -INFINITY : INFINITY; break;
+        case 3: f = (rnd() & 1) ? 4.9e-324 : -4.9e-324; break;
+        default: f = (double)((int64_t)(u % 2001) - 1000) / 8; break;
+      }
+      f64[r] = valid[r] ? f : NAN;
+    }
+    dc_obs_block blk;
+    memset(&blk, 0, sizeof blk);
+    blk.kind = real ? DC_OBS_REAL : DC_OBS_INT;
+    blk.n = N;
+    if (real) blk.f64 = f64; else { blk.i64 = i64; blk.valid = valid; }
+    cells_bcache cache;
+    DCT_CHECK(cells_bcache_init(&cache, 1, 1) == 0);
+    cells_dblock *d = cells_bcache_put(&cache, 0, 0, &blk, 1 << 30);
+    cells_sel s;
+    memset(&s, 0, sizeof s);
+    s.idx = malloc(N * sizeof *s.idx);
+    s.cap = N;
+    /* one visit, two selective terms (x >= a AND x <= a): scanned, no order */
+    cells_term lo = term1(blk.kind, DC_OP_GE, real ? vreal(0.0) : vint(0), 1);
+    cells_term hi = term1(blk.kind, DC_OP_LE, real ? vreal(0.0) : vint(0), 1);
+    DCT_CHECK(cells_term_prepare(&lo, NULL) == 0 && cells_term_prepare(&hi, NULL) == 0);
+    for (int visit = 1; visit <= 2; visit++) {
+      s.full = 1;
+      s.n = N;
+      DCT_CHECK(cells_filter_block(&lo, d, &cache, &s, (uint64_t)visit) == 0);
+      DCT_CHECK(cells_filter_block(&hi, d, &cache, &s, (uint64_t)visit) == 0);
+      uint32_t want = 0;
+      for (int r = 0; r < N; r++) want += real ? f64[r] == 0.0 : valid[r] && i64[r] == 0;
+      DCT_CHECKF(s.n == want, "rep %d visit %d: %u rows, %u wanted", rep, visit, s.n, want);
+      DCT_CHECKF((d->order != NULL) == (visit == 2), "rep %d visit %d: order %s", rep, visit, d->order ? "built" : "not built");
+    }
+    /* the order: every non-NULL row once, by value, ties in row order */
+    uint32_t nn = 0;
+    for (int r = 0; r < N; r++) nn += real ? !isnan(f64[r]) : valid[r];
+    DCT_CHECK(d->order && d->n_order == nn);
+    uint8_t *seen = calloc(N, 1);
+    int bad = 0;
+    for (uint32_t j = 0; d->order && j < d->n_order; j++) {
+      uint32_t r = d->order[j];
+      if (r >= N || seen[r] || (real ? isnan(f64[r]) : !valid[r])) { bad = 1; break; }
+      seen[r] = 1;
+      if (j == 0) continue;
+      uint32_t q = d->order[j - 1];
+      if (real) {
+        int same = memcmp(&f64[q], &f64[r], sizeof(double)) == 0;
+        if (f64[q] > f64[r] || (same && q > r) || (f64[q] == 0.0 && f64[r] == 0.0 && signbit(f64[r]) && !signbit(f64[q])))
+          bad = 1;
+      } else if (i64[q] > i64[r] || (i64[q] == i64[r] && q > r)) bad = 1;
+    }
+    DCT_CHECKF(!bad, "rep %d: the value order is wrong", rep);
+    free(seen);
+    free(s.idx);
+    cells_term_clear(&lo);
+    cells_term_clear(&hi);
+    cells_dblock_release(d);
+    cells_bcache_clear(&cache);
   }
 }
 
@@ -441,6 +524,7 @@ int main(void) {
   DCT_RUN(test_compare);
   DCT_RUN(test_text_match);
   DCT_RUN(test_kernels_numeric);
+  DCT_RUN(test_value_order);
   DCT_RUN(test_kernels_category_text);
   DCT_RUN(test_prune_numeric);
   DCT_RUN(test_intervals);
