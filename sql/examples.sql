@@ -37,8 +37,10 @@ SELECT c.cell_type, round(sum(e.count) * 1.0 / (SELECT count(*) FROM cells c2 WH
 -- top 5 genes of NK by mean (with zeros), and a selection of cells (as for dc_batch)
 SELECT gene, round(mean, 3) AS mean, round(frac_expressing, 3) AS frac FROM dc_aggregate('cell_type')
  WHERE label = 'NK' ORDER BY mean DESC LIMIT 5;
+-- (the gene with the largest total: genes are numbered by decreasing counts, so gene_id 0)
 SELECT label AS donor, gene, round(mean_log1p_cpm, 4) AS mean_log1p_cpm
-  FROM dc_aggregate('donor', (SELECT json_group_array(cell_id) FROM cells WHERE cell_type = 'NK'), '["GENE1"]')
+  FROM dc_aggregate('donor', (SELECT json_group_array(cell_id) FROM cells WHERE cell_type = 'NK'),
+                    (SELECT json_array(name) FROM genes WHERE gene_id = 0))
  LIMIT 3;
 
 -- settings
