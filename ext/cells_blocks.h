@@ -26,8 +26,7 @@ typedef struct cells_dblock {
   dc_obs_block blk;       /* points into this allocation */
   uint32_t *order;        /* int and real: offsets of non-NULL values in value order */
   uint32_t n_order;
-  int range_uses;         /* visits (cursor passes) whose range filters used the block */
-  uint64_t last_visit;    /* the visit that counted last (cells_filter_block) */
+  uint64_t range_visit;   /* the first visit (cursor pass) whose range filter used the block; 0: none */
 } cells_dblock;
 
 typedef struct cells_bcache {
@@ -36,7 +35,7 @@ typedef struct cells_bcache {
   cells_dblock **ent;     /* [n_cols * n_blocks], column major */
   cells_dblock *head, *tail;
   int64_t bytes;          /* of the entries in the cache */
-  uint64_t visits;        /* block visits so far: each cursor pass over a block takes the next */
+  uint64_t visits;        /* block visits so far: each cursor pass over a block takes the next (from 1) */
 } cells_bcache;
 
 /* Makes an empty cache for n_cols columns of n_blocks blocks; -1 on out-of-memory. */

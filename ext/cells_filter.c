@@ -377,11 +377,8 @@ static int filter_by_order(const cells_term *t, cells_dblock *d, cells_bcache *c
   if (t->op == DC_OP_IN || t->op == DC_OP_ISNULL || t->op == DC_OP_NOTNULL) return 0;
   if (v->t != CELLS_V_INTEGER && v->t != CELLS_V_FLOAT) return 0;
   if (!d->order) {
-    if (d->last_visit != visit) {
-      d->last_visit = visit;
-      d->range_uses++;
-    }
-    if (d->range_uses < 2) return 0;
+    if (!d->range_visit) d->range_visit = visit;
+    if (d->range_visit == visit) return 0;      /* the first visit scans */
     if (build_order(c, d)) return -1;
   }
   uint32_t a = 0, z = d->n_order;

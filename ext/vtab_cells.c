@@ -72,8 +72,9 @@
 ** range or = filter meets in a second visit (a later query, or a join that
 ** filters again; not the second term of one visit, as x BETWEEN a AND b has)
 ** gets its value order (offsets sorted by value, radix sort, cached with it):
-** a selective comparison then costs two binary searches instead of a scan.  Blocks are read with one sqlite3_blob handle
-** per cursor, moved with sqlite3_blob_reopen.
+** a selective comparison then costs two binary searches instead of a scan.
+** Blocks are read with one sqlite3_blob handle per cursor, moved with
+** sqlite3_blob_reopen.
 **
 ** Bad stored data gives SQLITE_CORRUPT_VTAB with a message naming the column
 ** and the block ("cells: column 'age' block 3: obs block: checksum mismatch").
