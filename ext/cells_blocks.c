@@ -44,7 +44,17 @@ void cells_bcache_fit(cells_bcache *c, int64_t budget) {
 void cells_bcache_clear(cells_bcache *c) {
   if (c->ent) cells_bcache_fit(c, -1);
   free(c->ent);
+  free(c->scratch);
   memset(c, 0, sizeof *c);
+}
+
+void *cells_bcache_scratch(cells_bcache *c, size_t bytes) {
+  if (bytes > c->scratch_cap) {
+    free(c->scratch);   /* nothing in it to keep */
+    c->scratch = malloc(bytes);
+    c->scratch_cap = c->scratch ? bytes : 0;
+  }
+  return c->scratch;
 }
 
 cells_dblock *cells_bcache_get(cells_bcache *c, int k, int64_t b) {
@@ -63,27 +73,44 @@ cells_dblock *cells_bcache_get(cells_bcache *c, int k, int64_t b) {
   return d;
 }
 
-/* A copy of a decoded block in one allocation, with one reference. */
-static cells_dblock *dblock_new(int k, int64_t b, const dc_obs_block *src) {
-  size_t n = src->n;
-  size_t a = 0;
-  switch (src->kind) {
-    case DC_OBS_CATEGORY: a = n * 4; break;
-    case DC_OBS_INT: case DC_OBS_BOOL: a = n * 8 + n; break;
-    case DC_OBS_REAL: a = n * 8; break;
-    case DC_OBS_TEXT: a = (n + 1) * 8 + n + (size_t)src->text_off[n]; break;
-  }
-  size_t len = HEAD + a;
-  cells_dblock *d = malloc(len);
+cells_dblock *cells_dblock_new(int k, int64_t b, size_t bytes) {
+  cells_dblock *d = malloc(HEAD + bytes);
   if (!d) return NULL;
   memset(d, 0, sizeof *d);
   d->k = k;
   d->b = b;
   d->n_ref = 1;
-  d->bytes = len;
+  d->dropped = 1;   /* until cached */
+  d->bytes = HEAD + bytes;
+  return d;
+}
+
+void *cells_dblock_arrays(cells_dblock *d) { return (uint8_t *)d + HEAD; }
+
+cells_dblock *cells_bcache_add(cells_bcache *c, cells_dblock *d, int64_t budget) {
+  int k = d->k;
+  int64_t b = d->b;
+  int in_range = c->ent && k >= 0 && k < c->n_cols && b >= 0 && b < c->n_blocks;
+  cells_dblock **slot = in_range ? &c->ent[(int64_t)k * c->n_blocks + b] : NULL;
+  if (slot && !*slot && (int64_t)d->bytes <= budget) {
+    cells_bcache_fit(c, budget - (int64_t)d->bytes);
+    d->dropped = 0;
+    d->next = c->head;
+    if (c->head) c->head->prev = d; else c->tail = d;
+    c->head = d;
+    *slot = d;
+    c->bytes += (int64_t)d->bytes;
+  }
+  return d;
+}
+
+cells_dblock *cells_bcache_put(cells_bcache *c, int k, int64_t b, const dc_obs_block *src, int64_t budget) {
+  size_t n = src->n;
+  cells_dblock *d = cells_dblock_new(k, b, dc_obs_block_bytes(src->kind, src->n, src->kind == DC_OBS_TEXT ? src->text_off[n] : 0));
+  if (!d) return NULL;
   d->blk = *src;
-  uint8_t *q = (uint8_t *)d + HEAD;
-  switch (src->kind) {
+  uint8_t *q = cells_dblock_arrays(d);
+  switch (src->kind) {   /* the layout of dc_obs_decode_to */
     case DC_OBS_CATEGORY:
       memcpy(q, src->codes, n * 4); d->blk.codes = (const int32_t *)q; break;
     case DC_OBS_INT: case DC_OBS_BOOL:
@@ -98,25 +125,7 @@ static cells_dblock *dblock_new(int k, int64_t b, const dc_obs_block *src) {
       d->blk.text = (const char *)q + (n + 1) * 8 + n;
       break;
   }
-  return d;
-}
-
-cells_dblock *cells_bcache_put(cells_bcache *c, int k, int64_t b, const dc_obs_block *src, int64_t budget) {
-  cells_dblock *d = dblock_new(k, b, src);
-  if (!d) return NULL;
-  int in_range = c->ent && k >= 0 && k < c->n_cols && b >= 0 && b < c->n_blocks;
-  cells_dblock **slot = in_range ? &c->ent[(int64_t)k * c->n_blocks + b] : NULL;
-  if (slot && !*slot && (int64_t)d->bytes <= budget) {
-    cells_bcache_fit(c, budget - (int64_t)d->bytes);
-    d->next = c->head;
-    if (c->head) c->head->prev = d; else c->tail = d;
-    c->head = d;
-    *slot = d;
-    c->bytes += (int64_t)d->bytes;
-  } else {
-    d->dropped = 1;   /* used by its caller only */
-  }
-  return d;
+  return cells_bcache_add(c, d, budget);
 }
 
 void cells_bcache_grow(cells_bcache *c, cells_dblock *d, size_t extra) {

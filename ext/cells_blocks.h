@@ -36,6 +36,8 @@ typedef struct cells_bcache {
   cells_dblock *head, *tail;
   int64_t bytes;          /* of the entries in the cache */
   uint64_t visits;        /* block visits so far: each cursor pass over a block takes the next (from 1) */
+  void *scratch;          /* cells_bcache_scratch: kept, so that its pages are touched once */
+  size_t scratch_cap;
 } cells_bcache;
 
 /* Makes an empty cache for n_cols columns of n_blocks blocks; -1 on out-of-memory. */
@@ -45,14 +47,25 @@ int cells_bcache_init(cells_bcache *c, int n_cols, int64_t n_blocks);
 void cells_bcache_clear(cells_bcache *c);
 /* The cached block (k, b) with one more reference, moved to the front; NULL if not cached. */
 cells_dblock *cells_bcache_get(cells_bcache *c, int k, int64_t b);
-/* A copy of src as block (k, b) with one reference, cached when it fits in budget bytes
-** (older entries are dropped to make room), else held by the caller alone.  NULL on
-** out-of-memory. */
+/* A new entry for block (k, b) with room for `bytes` of arrays at cells_dblock_arrays(d)
+** (8-byte aligned; the caller decodes into it, dc_obs_decode_to, and sets d->blk), one
+** reference, not cached (released, it is freed).  NULL on out-of-memory. */
+cells_dblock *cells_dblock_new(int k, int64_t b, size_t bytes);
+void *cells_dblock_arrays(cells_dblock *d);
+/* Caches d (from cells_dblock_new, its blk set) when it fits in budget bytes (older entries
+** are dropped to make room) and no entry holds its block, else leaves it to the caller
+** alone.  Returns d. */
+cells_dblock *cells_bcache_add(cells_bcache *c, cells_dblock *d, int64_t budget);
+/* A copy of src as block (k, b), added as above.  NULL on out-of-memory. */
 cells_dblock *cells_bcache_put(cells_bcache *c, int k, int64_t b, const dc_obs_block *src, int64_t budget);
 /* Drops least recently used entries until the cache holds at most budget bytes. */
 void cells_bcache_fit(cells_bcache *c, int64_t budget);
 /* Counts extra bytes that entry d now holds (its order). */
 void cells_bcache_grow(cells_bcache *c, cells_dblock *d, size_t extra);
+/* Scratch memory of at least bytes bytes (16-byte aligned), the cache's own: valid until the
+** next call or cells_bcache_clear.  It is kept between uses (a value order's build), so that
+** building a second block's order touches no fresh pages.  NULL on out-of-memory. */
+void *cells_bcache_scratch(cells_bcache *c, size_t bytes);
 /* Lets go of one reference (d may be NULL). */
 void cells_dblock_release(cells_dblock *d);
 #endif

@@ -337,20 +337,18 @@ static int build_order(cells_bcache *c, cells_dblock *d) {
   const dc_obs_block *b = &d->blk;
   int real = b->kind == DC_OBS_REAL;
   size_t n = b->n ? b->n : 1;
-  uint64_t *k = malloc(2 * n * sizeof *k);
-  uint32_t *rt = malloc(n * sizeof *rt);
+  /* keys (2n), rows (n) and counts in the cache's scratch, whose pages stay touched */
+  uint64_t *k = cells_bcache_scratch(c, 2 * n * sizeof *k + n * sizeof(uint32_t) + 8 * 256 * sizeof(uint32_t));
   uint32_t *ord = malloc(n * sizeof *ord);
-  uint32_t (*cnt)[256] = malloc(8 * sizeof *cnt);
-  if (!k || !rt || !ord || !cnt) { free(k); free(rt); free(ord); free(cnt); return -1; }
+  if (!k || !ord) { free(ord); return -1; }
+  uint32_t *rt = (uint32_t *)(k + 2 * n);
+  uint32_t (*cnt)[256] = (uint32_t (*)[256])(rt + n);
   uint32_t m = 0;
   for (uint32_t r = 0; r < b->n; r++) {
     if (real) { if (!isnan(b->f64[r])) { k[m] = key_f(b->f64[r]); ord[m++] = r; } }
     else if (b->valid[r]) { k[m] = key_i(b->i64[r]); ord[m++] = r; }
   }
   radix_sort(k, ord, k + n, rt, m, cnt);
-  free(k);
-  free(rt);
-  free(cnt);
   d->order = ord;
   d->n_order = m;
   cells_bcache_grow(c, d, (size_t)b->n * sizeof *ord);

@@ -192,8 +192,21 @@ int cells_block_seal_verify(cells_cursor *c, int k, int64_t b) {
   return block_seal_check(p, k, b, head, (uint64_t)len);
 }
 
+/* dc_obs_decode_to's allocator: a new cache entry for the block (cells_dblock_new). */
+typedef struct entry_sink {
+  int k;
+  int64_t b;
+  cells_dblock *d;
+} entry_sink;
+static void *entry_alloc(void *arg, size_t bytes) {
+  entry_sink *s = arg;
+  s->d = cells_dblock_new(s->k, s->b, bytes);
+  return s->d ? cells_dblock_arrays(s->d) : NULL;
+}
+
 /* Block b of stored column k, decoded: from the table's cache, or read
-** through the cursor's blob handle, decoded, checked, and cached. */
+** through the cursor's blob handle, decoded into a new cache entry, checked,
+** and cached. */
 int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out) {
   cells_vtab *p = (cells_vtab *)c->base.pVtab;
   colcache *cc = &c->cc[k];
@@ -233,17 +246,23 @@ int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out) {
   ex.n_categories = oc->n_categories;
   dc_error err;
   dc_obs_block blk;
-  int drc = dc_obs_decode(cc->dec, c->buf, (size_t)len, &ex, &blk, &err);
-  if (drc == DC_ENOMEM) return SQLITE_NOMEM;
-  if (drc) return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: %s", oc->name, (long long)b, err.msg);
+  entry_sink es = {k, b, NULL};   /* decoded straight into a new cache entry */
+  int drc = dc_obs_decode_to(cc->dec, c->buf, (size_t)len, &ex, entry_alloc, &es, &blk, &err);
   const cells_bstat *bs = &p->bs[(int64_t)k * p->n_blocks + b];
-  if ((int64_t)blk.null_count != bs->null_count)
-    return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: %u NULLs where the block row says %lld",
-                   oc->name, (long long)b, blk.null_count, (long long)bs->null_count);
-  if (oc->kind == DC_OBS_CATEGORY && ex.n_categories == 0 && ex.n != blk.null_count)
-    return dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: codes without categories", oc->name, (long long)b);
-  d = cells_bcache_put(p->cache, k, b, &blk, cache_budget(p));
-  if (!d) return SQLITE_NOMEM;
+  if (drc == DC_ENOMEM) rc = SQLITE_NOMEM;
+  else if (drc)
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: %s", oc->name, (long long)b, err.msg);
+  else if ((int64_t)blk.null_count != bs->null_count)
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: %u NULLs where the block row says %lld",
+                oc->name, (long long)b, blk.null_count, (long long)bs->null_count);
+  else if (oc->kind == DC_OBS_CATEGORY && ex.n_categories == 0 && ex.n != blk.null_count)
+    rc = dc_err(&p->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "cells: column '%s' block %lld: codes without categories", oc->name, (long long)b);
+  if (rc) {
+    cells_dblock_release(es.d);
+    return rc;
+  }
+  es.d->blk = blk;
+  d = cells_bcache_add(p->cache, es.d, cache_budget(p));
   cells_dblock_release(cc->d);
   cc->d = d;
   *out = d;

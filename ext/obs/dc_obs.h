@@ -107,8 +107,9 @@ int dc_obs_stats_compute(const dc_obs_values *v, dc_obs_stats *st,
                          dc_error *err);
 
 /* A decoded block.  Arrays are owned by the decoder that filled it and stay
-** valid until its next decode or its free.  Only the arrays of the block's
-** kind are set. */
+** valid until its next decode or its free (dc_obs_decode), or lie in the
+** caller's memory (dc_obs_decode_to).  Only the arrays of the block's kind
+** are set. */
 typedef struct dc_obs_block {
   int kind;
   uint32_t n;
@@ -139,6 +140,24 @@ void dc_obs_decoder_free(dc_obs_decoder *d);
 int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
                   const dc_obs_expect *expect, dc_obs_block *out,
                   dc_error *err);
+
+/* The same, with the block's arrays in memory the caller gives (a cache entry, say, so that
+** nothing is copied after the decode): alloc(arg, bytes) is called at most once per decode,
+** after the payload's lengths are checked, with bytes = dc_obs_block_bytes(kind, n, text
+** bytes), and returns memory aligned to 8 bytes, or NULL (the decode then fails with
+** DC_ENOMEM).  The arrays are laid out in it in this order:
+**   category: codes (n x 4 bytes);
+**   int, bool: i64 (n x 8), valid (n);
+**   real: f64 (n x 8);
+**   text: text_off ((n + 1) x 8), valid (n), the text's bytes.
+** The memory is the caller's, also when the decode fails after the call.  The decoder keeps
+** its own scratch (the decompressed payload) for the next decode. */
+typedef void *(*dc_obs_alloc)(void *arg, size_t bytes);
+int dc_obs_decode_to(dc_obs_decoder *d, const uint8_t *buf, size_t len,
+                     const dc_obs_expect *expect, dc_obs_alloc alloc, void *arg,
+                     dc_obs_block *out, dc_error *err);
+/* The bytes of a decoded block's arrays, laid out as above (text_len: text only). */
+size_t dc_obs_block_bytes(int kind, uint32_t n, uint64_t text_len);
 
 /* Reads the header fields without decoding: kind, n, null_count. */
 int dc_obs_peek(const uint8_t *buf, size_t len, int *kind, uint32_t *n,

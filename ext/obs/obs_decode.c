@@ -15,14 +15,9 @@
 struct dc_obs_decoder {
   ZSTD_DCtx *dctx;
   uint8_t *raw;     size_t raw_cap;      /* decompressed payload */
-  int32_t *codes;   size_t codes_cap;
-  int64_t *i64;     size_t i64_cap;
-  double *f64;      size_t f64_cap;
-  uint8_t *valid;   size_t valid_cap;
-  uint64_t *off;    size_t off_cap;
+  uint64_t *out;    size_t out_cap;      /* the block's arrays (dc_obs_decode), 8-byte words */
   uint64_t *tmp;    size_t tmp_cap;
   uint64_t *tmp2;   size_t tmp2_cap;
-  uint8_t *txt;     size_t txt_cap;      /* rebuilt text (TEXT_DNA) */
 };
 
 dc_obs_decoder *dc_obs_decoder_new(void) {
@@ -36,8 +31,7 @@ dc_obs_decoder *dc_obs_decoder_new(void) {
 void dc_obs_decoder_free(dc_obs_decoder *d) {
   if (!d) return;
   ZSTD_freeDCtx(d->dctx);
-  free(d->raw); free(d->codes); free(d->i64); free(d->f64);
-  free(d->valid); free(d->off); free(d->tmp); free(d->tmp2); free(d->txt);
+  free(d->raw); free(d->out); free(d->tmp); free(d->tmp2);
   free(d);
 }
 
@@ -88,39 +82,80 @@ static size_t popcount_bytes(const uint8_t *p, size_t n) {
   return c;
 }
 
-/* reads the FOR/DELTA parameters and values into d->tmp as int64 (m values) */
-static int int_payload(dc_obs_decoder *d, int method, const uint8_t *p, size_t avail, size_t m,
-                       dc_error *err) {
+/* The bytes of a block's arrays in one region (dc_obs.h, dc_obs_decode_to): text_len is the
+** text's bytes (text only). */
+size_t dc_obs_block_bytes(int kind, uint32_t n, uint64_t text_len) {
+  switch (kind) {
+    case DC_OBS_CATEGORY: return (size_t)n * 4;
+    case DC_OBS_INT: case DC_OBS_BOOL: return (size_t)n * 9;
+    case DC_OBS_REAL: return (size_t)n * 8;
+    default: return ((size_t)n + 1) * 8 + n + (size_t)text_len;
+  }
+}
+
+/* Where the arrays of the block being decoded go: the caller's memory, or the decoder's. */
+typedef struct sink {
+  dc_obs_alloc alloc;
+  void *arg;
+} sink;
+
+static uint8_t *region(dc_obs_decoder *d, const sink *s, size_t bytes) {
+  if (s->alloc) return s->alloc(s->arg, bytes);
+  if (grow((void **)&d->out, &d->out_cap, (bytes + 7) / 8, 8)) return NULL;
+  return (uint8_t *)d->out;
+}
+
+static void fill_valid(uint8_t *valid, const uint8_t *nullmap, uint32_t n) {
+  if (!nullmap) { memset(valid, 1, n); return; }
+  for (uint32_t i = 0; i < n; i++) valid[i] = (nullmap[i >> 3] >> (i & 7)) & 1;
+}
+
+/* Reads the m FOR/DELTA values (checked by int_check) into v as int64 */
+static void int_payload(int method, const uint8_t *p, size_t m, uint64_t *v) {
+  unsigned w = p[0];
+  uint64_t base = obs_get64(p + 1);
+  size_t cnt = method == OBS_M_FOR ? m : (m ? m - 1 : 0);
+  dc_obs_planes_get(p + OBS_INT_PARAMS, cnt, w, v);
+  if (method == OBS_M_FOR) {
+    for (size_t i = 0; i < m; i++) v[i] += base;
+  } else if (m) {
+    /* in place, from the front: v[i] holds delta i+1 */
+    uint64_t acc = base;
+    for (size_t i = 0; i + 1 < m; i++) {
+      uint64_t z = v[i];
+      v[i] = acc;
+      acc += (uint64_t)obs_unzigzag(z);
+    }
+    v[m - 1] = acc;
+  }
+}
+
+/* The checks of int_payload, before any output is made */
+static int int_check(int method, size_t avail, const uint8_t *p, size_t m, dc_error *err) {
   int rc;
   if (avail < OBS_INT_PARAMS) CORRUPT("obs block: integer parameters truncated");
   unsigned w = p[0];
   if (w != 0 && w != 1 && w != 2 && w != 4 && w != 8) CORRUPT("obs block: bad value width %u", w);
-  uint64_t base = obs_get64(p + 1);
   size_t cnt = method == OBS_M_FOR ? m : (m ? m - 1 : 0);
   if ((uint64_t)(avail - OBS_INT_PARAMS) != (uint64_t)cnt * w)
     CORRUPT("obs block: %zu bytes of values where %zu x %u are expected", avail - OBS_INT_PARAMS, cnt, w);
-  if (GROW(d, tmp, m)) NOMEM();
-  if (method == OBS_M_DELTA && m == 0 && base != 0) CORRUPT("obs block: delta base without values");
-  dc_obs_planes_get(p + OBS_INT_PARAMS, cnt, w, d->tmp);
-  if (method == OBS_M_FOR) {
-    for (size_t i = 0; i < m; i++) d->tmp[i] += base;
-  } else if (m) {
-    /* in place, from the back: tmp[i] holds delta i+1 */
-    uint64_t acc = base;
-    for (size_t i = 0; i + 1 < m; i++) {
-      uint64_t z = d->tmp[i];
-      d->tmp[i] = acc;
-      acc += (uint64_t)obs_unzigzag(z);
-    }
-    d->tmp[m - 1] = acc;
-  }
+  if (method == OBS_M_DELTA && m == 0 && obs_get64(p + 1) != 0) CORRUPT("obs block: delta base without values");
   return DC_OK;
 fail:
   return rc;
 }
 
-/* TEXT_DNA payload (after the NULL-map) into d->txt and d->off; d->valid set */
-static int text_dna(dc_obs_decoder *d, const uint8_t *p, size_t avail, uint32_t n, size_t m, dc_error *err) {
+/* The m non-NULL 8-byte values at v[0 .. m) spread to their rows v[0 .. n), from the back (in
+** place: value j goes to row i >= j), NULL rows set to null */
+static void spread(uint64_t *v, const uint8_t *nullmap, uint32_t n, size_t m, uint64_t null) {
+  if (!nullmap) return;
+  size_t j = m;
+  for (uint32_t i = n; i-- > 0;) v[i] = ((nullmap[i >> 3] >> (i & 7)) & 1) ? v[--j] : null;
+}
+
+/* TEXT_DNA payload (after the NULL-map) */
+static int text_dna(dc_obs_decoder *d, const sink *sk, const uint8_t *p, size_t avail, uint32_t n, size_t m,
+                    const uint8_t *nullmap, dc_obs_block *out, dc_error *err) {
   int rc;
   if (avail < 2) CORRUPT("obs block: text parameters truncated");
   unsigned wr = p[0], ws = p[1];
@@ -129,7 +164,7 @@ static int text_dna(dc_obs_decoder *d, const uint8_t *p, size_t avail, uint32_t 
   p += 2;
   avail -= 2;
   if ((uint64_t)avail < (uint64_t)m * (wr + ws)) CORRUPT("obs block: text lengths truncated");
-  if (GROW(d, tmp, m) || GROW(d, tmp2, m) || GROW(d, off, (size_t)n + 1)) NOMEM();
+  if (GROW(d, tmp, m) || GROW(d, tmp2, m)) NOMEM();
   dc_obs_planes_get(p, m, wr, d->tmp);
   p += m * wr;
   dc_obs_planes_get(p, m, ws, d->tmp2);
@@ -142,32 +177,38 @@ static int text_dna(dc_obs_decoder *d, const uint8_t *p, size_t avail, uint32_t 
     CORRUPT("obs block: text lengths (%llu bases, %llu other bytes) disagree with the %zu bytes stored",
             (unsigned long long)runs, (unsigned long long)sufs, avail);
   if ((runs & 3) && (p[packed - 1] >> (2 * (runs & 3)))) CORRUPT("obs block: bits set past the last base");
-  if (GROW(d, txt, (size_t)(runs + sufs))) NOMEM();
+  uint8_t *r = region(d, sk, dc_obs_block_bytes(DC_OBS_TEXT, n, runs + sufs));
+  if (!r) NOMEM();
+  uint64_t *off = (uint64_t *)r;
+  uint8_t *valid = r + ((size_t)n + 1) * 8, *o = valid + n;
+  out->text_off = off;
+  out->valid = valid;
+  out->text = (const char *)o;
+  fill_valid(valid, nullmap, n);
   static const char acgt[4] = {'A', 'C', 'G', 'T'};
   const uint8_t *suf = p + packed;
-  uint8_t *o = d->txt;
   uint64_t bi = 0, total = 0;
   size_t j = 0;
-  d->off[0] = 0;
+  off[0] = 0;
   for (uint32_t i = 0; i < n; i++) {
-    if (d->valid[i]) {
-      uint64_t r = d->tmp[j], s = d->tmp2[j];
+    if (valid[i]) {
+      uint64_t rn = d->tmp[j], s = d->tmp2[j];
       j++;
-      for (uint64_t q = 0; q < r; q++, bi++) *o++ = (uint8_t)acgt[(p[bi >> 2] >> (2 * (bi & 3))) & 3];
+      for (uint64_t q = 0; q < rn; q++, bi++) *o++ = (uint8_t)acgt[(p[bi >> 2] >> (2 * (bi & 3))) & 3];
       if (s) memcpy(o, suf, (size_t)s);
       o += s;
       suf += s;
-      total += r + s;
+      total += rn + s;
     }
-    d->off[i + 1] = total;
+    off[i + 1] = total;
   }
   return DC_OK;
 fail:
   return rc;
 }
 
-int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
-                  const dc_obs_expect *ex, dc_obs_block *out, dc_error *err) {
+static int decode(dc_obs_decoder *d, const uint8_t *buf, size_t len, const dc_obs_expect *ex, const sink *sk,
+                  dc_obs_block *out, dc_error *err) {
   int rc, kind = 0;
   uint32_t n = 0, nulls = 0;
   dc_error dummy;
@@ -211,11 +252,6 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
   } else {
     if (stored_len != raw_len) CORRUPT("obs block: %zu stored bytes where %u are declared", stored_len, raw_len);
     raw = stored;
-    if (kind == DC_OBS_TEXT) {  /* text points into the payload: keep a copy */
-      if (GROW(d, raw, raw_len)) NOMEM();
-      if (raw_len) memcpy(d->raw, stored, raw_len);
-      raw = d->raw;
-    }
   }
   if (dc_checksum(raw, raw_len) != sum) CORRUPT("obs block: checksum mismatch");
 
@@ -235,18 +271,15 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
   } else if (nulls && kind != DC_OBS_CATEGORY) {
     CORRUPT("obs block: %u NULLs but no NULL-map", nulls);
   }
-  if (kind != DC_OBS_CATEGORY && kind != DC_OBS_REAL) {
-    if (GROW(d, valid, n)) NOMEM();
-    for (uint32_t i = 0; i < n; i++) d->valid[i] = nullmap ? (nullmap[i >> 3] >> (i & 7)) & 1 : 1;
-    out->valid = d->valid;
-  }
 
+  uint8_t *r;
   switch (kind) {
     case DC_OBS_CATEGORY: {
       unsigned w = method == OBS_M_CAT1 ? 1 : method == OBS_M_CAT2 ? 2 : method == OBS_M_CAT4 ? 4 : 0;
       if (!w) CORRUPT("obs block: unknown category method %d", method);
       if ((uint64_t)avail != (uint64_t)n * w) CORRUPT("obs block: %zu bytes of codes where %u x %u are expected", avail, n, w);
-      if (GROW(d, tmp, n) || GROW(d, codes, n)) NOMEM();
+      if (GROW(d, tmp, n) || !(r = region(d, sk, dc_obs_block_bytes(kind, n, 0)))) NOMEM();
+      int32_t *codes = (int32_t *)r;
       dc_obs_planes_get(p, n, w, d->tmp);
       uint32_t seen_null = 0;
       uint64_t lim = ex->n_categories ? (uint64_t)ex->n_categories : (uint64_t)DC_OBS_MAX_CATEGORIES;
@@ -255,72 +288,79 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
         if (c == 0) seen_null++;
         else if (c > lim) CORRUPT("obs block: value %u has category code %llu, beyond the %llu categories", i,
                                   (unsigned long long)(c - 1), (unsigned long long)lim);
-        d->codes[i] = (int32_t)c - 1;
+        codes[i] = (int32_t)c - 1;
       }
       if (seen_null != nulls) CORRUPT("obs block: %u NULL codes where the null count is %u", seen_null, nulls);
-      out->codes = d->codes;
+      out->codes = codes;
       break;
     }
     case DC_OBS_BOOL: {
       if (method != OBS_M_BITS) CORRUPT("obs block: unknown bool method %d", method);
       if (avail != (m + 7) / 8) CORRUPT("obs block: %zu bytes of bool bits where %zu are expected", avail, (m + 7) / 8);
-      if (GROW(d, i64, n)) NOMEM();
+      if (!(r = region(d, sk, dc_obs_block_bytes(kind, n, 0)))) NOMEM();
+      int64_t *i64 = (int64_t *)r;
+      uint8_t *valid = r + (size_t)n * 8;
+      fill_valid(valid, nullmap, n);
       size_t j = 0;
       for (uint32_t i = 0; i < n; i++) {
-        if (d->valid[i]) { d->i64[i] = (p[j >> 3] >> (j & 7)) & 1; j++; }
-        else d->i64[i] = 0;
+        if (valid[i]) { i64[i] = (p[j >> 3] >> (j & 7)) & 1; j++; }
+        else i64[i] = 0;
       }
-      out->i64 = d->i64;
+      out->i64 = i64;
+      out->valid = valid;
       break;
     }
     case DC_OBS_INT: {
       if (method != OBS_M_FOR && method != OBS_M_DELTA) CORRUPT("obs block: unknown int method %d", method);
-      rc = int_payload(d, method, p, avail, m, err);
-      if (rc) goto fail;
-      if (GROW(d, i64, n)) NOMEM();
-      size_t j = 0;
-      for (uint32_t i = 0; i < n; i++) d->i64[i] = d->valid[i] ? (int64_t)d->tmp[j++] : 0;
-      out->i64 = d->i64;
+      if ((rc = int_check(method, avail, p, m, err)) != DC_OK) goto fail;
+      if (!(r = region(d, sk, dc_obs_block_bytes(kind, n, 0)))) NOMEM();
+      uint64_t *v = (uint64_t *)r;
+      uint8_t *valid = r + (size_t)n * 8;
+      fill_valid(valid, nullmap, n);
+      int_payload(method, p, m, v);
+      spread(v, nullmap, n, m, 0);
+      out->i64 = (const int64_t *)v;
+      out->valid = valid;
       break;
     }
     case DC_OBS_REAL: {
-      if (GROW(d, f64, n)) NOMEM();
+      uint64_t *v;
       if (method == OBS_M_F64 || method == OBS_M_F32) {
         unsigned w = method == OBS_M_F64 ? 8 : 4;
         if ((uint64_t)avail != (uint64_t)m * w) CORRUPT("obs block: %zu bytes of reals where %zu x %u are expected", avail, m, w);
-        if (GROW(d, tmp, m)) NOMEM();
-        dc_obs_planes_get(p, m, w, d->tmp);
+        if (!(r = region(d, sk, dc_obs_block_bytes(kind, n, 0)))) NOMEM();
+        v = (uint64_t *)r;
+        dc_obs_planes_get(p, m, w, v);
         for (size_t i = 0; i < m; i++) {
           double x;
-          if (w == 8) memcpy(&x, &d->tmp[i], 8);
-          else { uint32_t b = (uint32_t)d->tmp[i]; float f; memcpy(&f, &b, 4); x = f; }
+          if (w == 8) memcpy(&x, &v[i], 8);
+          else { uint32_t b = (uint32_t)v[i]; float f; memcpy(&f, &b, 4); x = f; }
           if (isnan(x)) CORRUPT("obs block: a non-NULL real is NaN");
-          memcpy(&d->tmp[i], &x, 8);
+          memcpy(&v[i], &x, 8);
         }
       } else if (method == OBS_M_FOR || method == OBS_M_DELTA) {
-        rc = int_payload(d, method, p, avail, m, err);
-        if (rc) goto fail;
+        if ((rc = int_check(method, avail, p, m, err)) != DC_OK) goto fail;
+        if (!(r = region(d, sk, dc_obs_block_bytes(kind, n, 0)))) NOMEM();
+        v = (uint64_t *)r;
+        int_payload(method, p, m, v);
         for (size_t i = 0; i < m; i++) {
-          double x = (double)(int64_t)d->tmp[i];
-          memcpy(&d->tmp[i], &x, 8);
+          double x = (double)(int64_t)v[i];
+          memcpy(&v[i], &x, 8);
         }
       } else {
         CORRUPT("obs block: unknown real method %d", method);
       }
-      size_t j = 0;
-      for (uint32_t i = 0; i < n; i++) {
-        if (!nullmap || ((nullmap[i >> 3] >> (i & 7)) & 1)) memcpy(&d->f64[i], &d->tmp[j++], 8);
-        else d->f64[i] = NAN;
-      }
-      out->f64 = d->f64;
+      double nan = NAN;
+      uint64_t nanbits;
+      memcpy(&nanbits, &nan, 8);
+      spread(v, nullmap, n, m, nanbits);
+      out->f64 = (const double *)v;
       break;
     }
     case DC_OBS_TEXT: {
       if (method == OBS_M_TEXT_DNA) {
-        rc = text_dna(d, p, avail, n, m, err);
+        rc = text_dna(d, sk, p, avail, n, m, nullmap, out, err);
         if (rc) goto fail;
-        out->text = (const char *)d->txt;
-        out->text_off = d->off;
         break;
       }
       if (method != OBS_M_TEXT) CORRUPT("obs block: unknown text method %d", method);
@@ -330,21 +370,30 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
       p++;
       avail--;
       if ((uint64_t)avail < (uint64_t)m * w) CORRUPT("obs block: text lengths truncated");
-      if (GROW(d, tmp, m) || GROW(d, off, (size_t)n + 1)) NOMEM();
+      if (GROW(d, tmp, m)) NOMEM();
       dc_obs_planes_get(p, m, w, d->tmp);
       p += m * w;
       avail -= m * w;
       uint64_t total = 0;
-      size_t j = 0;
-      d->off[0] = 0;
-      for (uint32_t i = 0; i < n; i++) {
-        if (d->valid[i]) total += d->tmp[j++];
-        d->off[i + 1] = total;
-      }
+      for (size_t j = 0; j < m; j++) total += d->tmp[j];
       if (total != avail) CORRUPT("obs block: text lengths add up to %llu bytes where %zu are stored",
                                   (unsigned long long)total, avail);
-      out->text = (const char *)p;
-      out->text_off = d->off;
+      if (!(r = region(d, sk, dc_obs_block_bytes(kind, n, total)))) NOMEM();
+      uint64_t *off = (uint64_t *)r;
+      uint8_t *valid = r + ((size_t)n + 1) * 8;
+      char *text = (char *)valid + n;
+      fill_valid(valid, nullmap, n);
+      total = 0;
+      size_t j = 0;
+      off[0] = 0;
+      for (uint32_t i = 0; i < n; i++) {
+        if (valid[i]) total += d->tmp[j++];
+        off[i + 1] = total;
+      }
+      if (avail) memcpy(text, p, avail);
+      out->text = text;
+      out->text_off = off;
+      out->valid = valid;
       break;
     }
   }
@@ -355,4 +404,21 @@ int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
 fail:
   memset(out, 0, sizeof *out);
   return rc;
+}
+
+int dc_obs_decode(dc_obs_decoder *d, const uint8_t *buf, size_t len,
+                  const dc_obs_expect *ex, dc_obs_block *out, dc_error *err) {
+  sink s = {NULL, NULL};
+  return decode(d, buf, len, ex, &s, out, err);
+}
+
+int dc_obs_decode_to(dc_obs_decoder *d, const uint8_t *buf, size_t len, const dc_obs_expect *ex,
+                     dc_obs_alloc alloc, void *arg, dc_obs_block *out, dc_error *err) {
+  sink s = {alloc, arg};
+  if (!alloc) {
+    if (!err) return DC_EARG;
+    dc_error_set(err, DC_EARG, "dc_obs_decode_to: no allocator given");
+    return DC_EARG;
+  }
+  return decode(d, buf, len, ex, &s, out, err);
 }

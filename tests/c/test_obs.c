@@ -1,6 +1,7 @@
 /*
-** test_obs.c — the obs block library: round trips of every kind, statistics,
-** argument errors, and corrupt blobs (every truncation, every byte flipped).
+** test_obs.c — the obs block library: round trips of every kind (dc_obs_decode and
+** dc_obs_decode_to), statistics, argument errors, and corrupt blobs (every truncation,
+** every byte flipped).
 */
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +16,52 @@ static uint64_t rng_s = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {
   rng_s ^= rng_s << 13; rng_s ^= rng_s >> 7; rng_s ^= rng_s << 17;
   return rng_s;
+}
+
+/* dc_obs_decode_to's allocator for the tests: malloc, remembering the region and its size
+** (fail: return NULL, as out-of-memory) */
+typedef struct talloc { uint8_t *p; size_t bytes; int calls, fail; } talloc;
+static void *test_alloc(void *arg, size_t bytes) {
+  talloc *t = arg;
+  t->calls++;
+  t->bytes = bytes;
+  if (t->fail) return NULL;
+  t->p = malloc(bytes ? bytes : 1);
+  return t->p;
+}
+
+static int block_equals(const dc_obs_values *v, const dc_obs_block *b, uint32_t *at);
+
+/* dc_obs_decode_to of a blob that decodes: the same values as dc_obs_decode, in one region
+** of dc_obs_block_bytes laid out as dc_obs.h says; an allocator that fails gives DC_ENOMEM */
+static void check_decode_to(const dc_obs_values *v, dc_obs_decoder *d, const uint8_t *blob, size_t len) {
+  dc_obs_expect ex = {v->kind, v->n, v->n_categories};
+  dc_obs_block b;
+  dc_error err;
+  talloc t = {0};
+  int rc = dc_obs_decode_to(d, blob, len, &ex, test_alloc, &t, &b, &err);
+  DCT_CHECKF(rc == DC_OK, "decode_to: %s", err.msg);
+  DCT_CHECK(t.calls == 1);
+  if (rc == DC_OK) {
+    uint32_t at, n = v->n;
+    DCT_CHECKF(block_equals(v, &b, &at), "decode_to: value %u differs", at);
+    uint64_t tl = v->kind == DC_OBS_TEXT ? b.text_off[n] : 0;
+    DCT_CHECK(t.bytes == dc_obs_block_bytes(v->kind, n, tl));
+    const uint8_t *r = t.p;
+    switch (v->kind) {
+      case DC_OBS_CATEGORY: DCT_CHECK((const uint8_t *)b.codes == r); break;
+      case DC_OBS_INT: case DC_OBS_BOOL: DCT_CHECK((const uint8_t *)b.i64 == r && b.valid == r + (size_t)n * 8); break;
+      case DC_OBS_REAL: DCT_CHECK((const uint8_t *)b.f64 == r); break;
+      case DC_OBS_TEXT:
+        DCT_CHECK((const uint8_t *)b.text_off == r && b.valid == r + ((size_t)n + 1) * 8 &&
+                  (const uint8_t *)b.text == r + ((size_t)n + 1) * 8 + n);
+        break;
+    }
+  }
+  free(t.p);
+  talloc f = {.fail = 1};
+  DCT_CHECK(dc_obs_decode_to(d, blob, len, &ex, test_alloc, &f, &b, &err) == DC_ENOMEM && f.calls == 1);
+  DCT_CHECK(dc_obs_decode_to(d, blob, len, &ex, NULL, NULL, &b, &err) == DC_EARG);
 }
 
 /* encodes v, decodes it back, checks every value and the statistics;
@@ -92,6 +139,7 @@ static uint8_t *roundtrip(const dc_obs_values *v, int level, size_t *len_out) {
     DCT_CHECK(st.has_minmax == !first);
     if (!first && v->kind != DC_OBS_REAL && v->kind != DC_OBS_TEXT) DCT_CHECK(st.min_i == mn && st.max_i == mx);
     if (!first && v->kind == DC_OBS_REAL) DCT_CHECK(st.min_f == fmn && st.max_f == fmx);
+    check_decode_to(v, d, blob, len);
   }
   dc_obs_decoder_free(d);
   dc_obs_stats_clear(&st);
@@ -389,6 +437,12 @@ static void corrupt_all(const dc_obs_values *v, int level) {
       memcpy(c, blob, len);
       c[i] ^= (uint8_t)(1u << bit);
       int rc = dc_obs_decode(d, c, len, &ex, &b, &err);
+      /* decode_to: the same verdict; the region (when asked for) is the caller's to free */
+      talloc t = {0};
+      dc_obs_block b2;
+      dc_error err2;
+      DCT_CHECKF(dc_obs_decode_to(d, c, len, &ex, test_alloc, &t, &b2, &err2) == rc, "byte %zu bit %d: decode_to differs", i, bit);
+      free(t.p);
       if (i < 24 && i != 4) DCT_CHECKF(rc == DC_ECORRUPT, "byte %zu bit %d: rc %d", i, bit, rc);
       else if (i == 4) DCT_CHECK(rc == DC_EUNSUPPORTED);
       else {
