@@ -45,16 +45,23 @@ void cells_bcache_clear(cells_bcache *c) {
   if (c->ent) cells_bcache_fit(c, -1);
   free(c->ent);
   free(c->scratch);
+  dc_obs_decoder_free(c->dec);
   memset(c, 0, sizeof *c);
 }
 
 void *cells_bcache_scratch(cells_bcache *c, size_t bytes) {
-  if (bytes > c->scratch_cap) {
+  if (bytes > c->scratch_cap || !c->scratch) {
+    if (!bytes) bytes = 16;
     free(c->scratch);   /* nothing in it to keep */
     c->scratch = malloc(bytes);
     c->scratch_cap = c->scratch ? bytes : 0;
   }
   return c->scratch;
+}
+
+dc_obs_decoder *cells_bcache_decoder(cells_bcache *c) {
+  if (!c->dec) c->dec = dc_obs_decoder_new();
+  return c->dec;
 }
 
 cells_dblock *cells_bcache_get(cells_bcache *c, int k, int64_t b) {

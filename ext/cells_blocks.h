@@ -38,6 +38,7 @@ typedef struct cells_bcache {
   uint64_t visits;        /* block visits so far: each cursor pass over a block takes the next (from 1) */
   void *scratch;          /* cells_bcache_scratch: kept, so that its pages are touched once */
   size_t scratch_cap;
+  dc_obs_decoder *dec;    /* cells_bcache_decoder: one for every cursor and column */
 } cells_bcache;
 
 /* Makes an empty cache for n_cols columns of n_blocks blocks; -1 on out-of-memory. */
@@ -63,9 +64,14 @@ void cells_bcache_fit(cells_bcache *c, int64_t budget);
 /* Counts extra bytes that entry d now holds (its order). */
 void cells_bcache_grow(cells_bcache *c, cells_dblock *d, size_t extra);
 /* Scratch memory of at least bytes bytes (16-byte aligned), the cache's own: valid until the
-** next call or cells_bcache_clear.  It is kept between uses (a value order's build), so that
-** building a second block's order touches no fresh pages.  NULL on out-of-memory. */
+** next call or cells_bcache_clear.  It is kept between uses (a block's stored bytes while it is
+** decoded, a value order's build), so that the next use touches no fresh pages.  NULL on
+** out-of-memory. */
 void *cells_bcache_scratch(cells_bcache *c, size_t bytes);
+/* The decoder that fills the cache (made on first use, kept, so that its buffers are warm for
+** every cursor and column of the connection; one thread at a time, as the cache).  NULL on
+** out-of-memory. */
+dc_obs_decoder *cells_bcache_decoder(cells_bcache *c);
 /* Lets go of one reference (d may be NULL). */
 void cells_dblock_release(cells_dblock *d);
 #endif

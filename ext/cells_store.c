@@ -205,8 +205,8 @@ static void *entry_alloc(void *arg, size_t bytes) {
 }
 
 /* Block b of stored column k, decoded: from the table's cache, or read
-** through the cursor's blob handle, decoded into a new cache entry, checked,
-** and cached. */
+** through the cursor's blob handle (into the cache's scratch), decoded by the
+** cache's decoder into a new cache entry, checked, and cached. */
 int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out) {
   cells_vtab *p = (cells_vtab *)c->base.pVtab;
   colcache *cc = &c->cc[k];
@@ -224,22 +224,16 @@ int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out) {
     *out = d;
     return SQLITE_OK;
   }
-  if (!cc->dec) {
-    cc->dec = dc_obs_decoder_new();
-    if (!cc->dec) return SQLITE_NOMEM;
-  }
+  /* the stored bytes in the cache's scratch, decoded by its decoder: both kept per connection */
+  dc_obs_decoder *dec = cells_bcache_decoder(p->cache);
+  if (!dec) return SQLITE_NOMEM;
   if ((rc = blob_to(c, k, b)) != SQLITE_OK) return rc;
   int len = sqlite3_blob_bytes(c->blob);
-  if ((size_t)len > c->buf_cap) {
-    size_t cap = (size_t)len + (size_t)len / 4 + 64;
-    uint8_t *q = sqlite3_realloc64(c->buf, cap);
-    if (!q) return SQLITE_NOMEM;
-    c->buf = q;
-    c->buf_cap = cap;
-  }
-  rc = len ? sqlite3_blob_read(c->blob, c->buf, len, 0) : SQLITE_OK;
+  uint8_t *buf = cells_bcache_scratch(p->cache, (size_t)len);
+  if (!buf) return SQLITE_NOMEM;
+  rc = len ? sqlite3_blob_read(c->blob, buf, len, 0) : SQLITE_OK;
   if (rc) return dc_err(&p->base.zErrMsg, rc, NULL, "cells: column '%s' block %lld: %s", oc->name, (long long)b, sqlite3_errmsg(p->db));
-  if ((rc = block_seal_check(p, k, b, c->buf, (uint64_t)len)) != SQLITE_OK) return rc;
+  if ((rc = block_seal_check(p, k, b, buf, (uint64_t)len)) != SQLITE_OK) return rc;
   dc_obs_expect ex;
   ex.kind = oc->kind;
   ex.n = (uint32_t)(p->blk_first[b + 1] - p->blk_first[b]);
@@ -247,7 +241,7 @@ int cells_col_block(cells_cursor *c, int k, int64_t b, cells_dblock **out) {
   dc_error err;
   dc_obs_block blk;
   entry_sink es = {k, b, NULL};   /* decoded straight into a new cache entry */
-  int drc = dc_obs_decode_to(cc->dec, c->buf, (size_t)len, &ex, entry_alloc, &es, &blk, &err);
+  int drc = dc_obs_decode_to(dec, buf, (size_t)len, &ex, entry_alloc, &es, &blk, &err);
   const cells_bstat *bs = &p->bs[(int64_t)k * p->n_blocks + b];
   if (drc == DC_ENOMEM) rc = SQLITE_NOMEM;
   else if (drc)

@@ -74,7 +74,6 @@ typedef struct cells_vtab {
 } cells_vtab;
 
 typedef struct colcache {
-  dc_obs_decoder *dec;    /* scratch of this cursor's decodes */
   cells_dblock *d;        /* the block in use (a reference), or NULL */
 } colcache;
 
@@ -94,7 +93,6 @@ typedef struct cells_cursor {
   colcache *cc;           /* [n_ocol] */
   uint64_t gen;           /* the obs statistics' gen its blocks in use (cc[k].d) are of */
   sqlite3_blob *blob;
-  uint8_t *buf; size_t buf_cap;
 } cells_cursor;
 
 

@@ -445,13 +445,9 @@ int cells_close(sqlite3_vtab_cursor *cur) {
   cells_cursor *c = (cells_cursor *)cur;
   cells_vtab *p = (cells_vtab *)cur->pVtab;
   terms_free(c);
-  for (int k = 0; k < p->n_ocol; k++) {
-    dc_obs_decoder_free(c->cc[k].dec);
-    cells_dblock_release(c->cc[k].d);
-  }
+  for (int k = 0; k < p->n_ocol; k++) cells_dblock_release(c->cc[k].d);
   sqlite3_free(c->cc);
   if (c->blob) sqlite3_blob_close(c->blob);
-  sqlite3_free(c->buf);
   cells_sel_free(&c->sel);
   sqlite3_free(c);
   return SQLITE_OK;

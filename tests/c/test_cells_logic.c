@@ -495,7 +495,10 @@ static void test_block_cache(void) {
   e = cells_dblock_new(0, 0, 16);   /* its place is taken: not cached */
   DCT_CHECK(cells_bcache_add(&c, e, 1 << 20) == e && e->dropped && c.bytes == (int64_t)d->bytes);
   cells_dblock_release(e);
-  /* the scratch: kept while big enough, grown when asked for more, freed by clear */
+  /* the scratch: kept while big enough, grown when asked for more, freed by clear; a request
+  ** of 0 bytes (an empty stored block) gets memory too, not NULL */
+  void *s0 = cells_bcache_scratch(&c, 0);
+  DCT_CHECK(s0 != NULL);
   void *s1 = cells_bcache_scratch(&c, 1000);
   DCT_CHECK(s1 && ((uintptr_t)s1 & 15) == 0);
   memset(s1, 1, 1000);
@@ -503,8 +506,11 @@ static void test_block_cache(void) {
   void *s2 = cells_bcache_scratch(&c, 5000);
   DCT_CHECK(s2 && c.scratch_cap == 5000);
   memset(s2, 2, 5000);
+  /* one decoder, made on first use, the same for every caller, freed by clear */
+  dc_obs_decoder *dec = cells_bcache_decoder(&c);
+  DCT_CHECK(dec && cells_bcache_decoder(&c) == dec);
   cells_bcache_clear(&c);
-  DCT_CHECK(c.scratch == NULL && c.scratch_cap == 0);
+  DCT_CHECK(c.scratch == NULL && c.scratch_cap == 0 && c.dec == NULL);
 }
 
 static void test_cost(void) {
