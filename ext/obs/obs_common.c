@@ -32,16 +32,43 @@ void dc_obs_planes_put(uint8_t *dst, const uint64_t *v, size_t m, unsigned w) {
   }
 }
 
+/* One pass over the values, each made from its w plane bytes (the widths the format uses
+** have their own loop, which compilers vectorise); not w passes over v. */
 void dc_obs_planes_get(const uint8_t *src, size_t m, unsigned w, uint64_t *v) {
-  if (w == 0) {
-    memset(v, 0, m * sizeof *v);
-    return;
+  const uint8_t *p0 = src, *p1 = src + m, *p2 = src + 2 * m, *p3 = src + 3 * m;
+  switch (w) {
+    case 0: memset(v, 0, m * sizeof *v); return;
+    case 1: for (size_t i = 0; i < m; i++) v[i] = p0[i]; return;
+    case 2: for (size_t i = 0; i < m; i++) v[i] = p0[i] | (uint64_t)p1[i] << 8; return;
+    case 4:
+      for (size_t i = 0; i < m; i++) v[i] = p0[i] | (uint64_t)p1[i] << 8 | (uint64_t)p2[i] << 16 | (uint64_t)p3[i] << 24;
+      return;
+    case 8: {
+      const uint8_t *p4 = src + 4 * m, *p5 = src + 5 * m, *p6 = src + 6 * m, *p7 = src + 7 * m;
+      for (size_t i = 0; i < m; i++) {
+        uint64_t lo = p0[i] | (uint64_t)p1[i] << 8 | (uint64_t)p2[i] << 16 | (uint64_t)p3[i] << 24;
+        uint64_t hi = p4[i] | (uint64_t)p5[i] << 8 | (uint64_t)p6[i] << 16 | (uint64_t)p7[i] << 24;
+        v[i] = lo | hi << 32;
+      }
+      return;
+    }
+    default:
+      for (size_t i = 0; i < m; i++) {
+        uint64_t x = 0;
+        for (unsigned k = 0; k < w; k++) x |= (uint64_t)src[(size_t)k * m + i] << (8 * k);
+        v[i] = x;
+      }
   }
-  for (size_t i = 0; i < m; i++) v[i] = src[i];
-  for (unsigned k = 1; k < w; k++) {
-    const uint8_t *p = src + (size_t)k * m;
-    unsigned sh = 8 * k;
-    for (size_t i = 0; i < m; i++) v[i] |= (uint64_t)p[i] << sh;
+}
+
+void dc_obs_planes_get32(const uint8_t *src, size_t m, unsigned w, uint32_t *v) {
+  const uint8_t *p0 = src, *p1 = src + m, *p2 = src + 2 * m, *p3 = src + 3 * m;
+  switch (w) {
+    case 0: memset(v, 0, m * sizeof *v); return;
+    case 1: for (size_t i = 0; i < m; i++) v[i] = p0[i]; return;
+    case 2: for (size_t i = 0; i < m; i++) v[i] = p0[i] | (uint32_t)p1[i] << 8; return;
+    default:
+      for (size_t i = 0; i < m; i++) v[i] = p0[i] | (uint32_t)p1[i] << 8 | (uint32_t)p2[i] << 16 | (uint32_t)p3[i] << 24;
   }
 }
 

@@ -278,18 +278,23 @@ static int decode(dc_obs_decoder *d, const uint8_t *buf, size_t len, const dc_ob
       unsigned w = method == OBS_M_CAT1 ? 1 : method == OBS_M_CAT2 ? 2 : method == OBS_M_CAT4 ? 4 : 0;
       if (!w) CORRUPT("obs block: unknown category method %d", method);
       if ((uint64_t)avail != (uint64_t)n * w) CORRUPT("obs block: %zu bytes of codes where %u x %u are expected", avail, n, w);
-      if (GROW(d, tmp, n) || !(r = region(d, sk, dc_obs_block_bytes(kind, n, 0)))) NOMEM();
-      int32_t *codes = (int32_t *)r;
-      dc_obs_planes_get(p, n, w, d->tmp);
-      uint32_t seen_null = 0;
+      if (!(r = region(d, sk, dc_obs_block_bytes(kind, n, 0)))) NOMEM();
+      uint32_t *u = (uint32_t *)r;   /* stored codes (0: NULL), then in place code - 1 */
+      dc_obs_planes_get32(p, n, w, u);
+      uint32_t seen_null = 0, over = 0;
       uint64_t lim = ex->n_categories ? (uint64_t)ex->n_categories : (uint64_t)DC_OBS_MAX_CATEGORIES;
       for (uint32_t i = 0; i < n; i++) {
-        uint64_t c = d->tmp[i];
-        if (c == 0) seen_null++;
-        else if (c > lim) CORRUPT("obs block: value %u has category code %llu, beyond the %llu categories", i,
-                                  (unsigned long long)(c - 1), (unsigned long long)lim);
-        codes[i] = (int32_t)c - 1;
+        seen_null += u[i] == 0;
+        over |= (uint64_t)u[i] > lim;
       }
+      if (over) {
+        uint32_t i = 0;
+        while ((uint64_t)u[i] <= lim) i++;
+        CORRUPT("obs block: value %u has category code %llu, beyond the %llu categories", i,
+                (unsigned long long)(u[i] - 1), (unsigned long long)lim);
+      }
+      int32_t *codes = (int32_t *)r;
+      for (uint32_t i = 0; i < n; i++) codes[i] = (int32_t)u[i] - 1;
       if (seen_null != nulls) CORRUPT("obs block: %u NULL codes where the null count is %u", seen_null, nulls);
       out->codes = codes;
       break;

@@ -59,5 +59,7 @@ static inline unsigned obs_width(uint64_t v) {
 /* Byte planes: m values of w bytes; plane k (m bytes) holds byte k of each. */
 void dc_obs_planes_put(uint8_t *dst, const uint64_t *v, size_t m, unsigned w);
 void dc_obs_planes_get(const uint8_t *src, size_t m, unsigned w, uint64_t *v);
+/* the same into 32-bit values: w at most 4 */
+void dc_obs_planes_get32(const uint8_t *src, size_t m, unsigned w, uint32_t *v);
 
 #endif
