@@ -37,7 +37,10 @@ prints each worker's stages and the main process's (waiting, receiving the copy)
 deltacells_malloc: the loader with deltacells.tune_malloc() (opt-in, process-wide), to
 show what the package's own buffer reuse leaves to it.
 Epochs (--epochs N): every loader and baseline makes N passes in its process, each
-reshuffled (anndata_backed: one), and reports the last; epoch_cells_per_s keeps them all,
+reshuffled (anndata_backed: one), and reports the last (DataLoader workers persistent; with
+--fresh-workers also deltacells_fresh, whose workers are new processes every epoch as with
+DataLoader's default, and deltacells_fresh_lanes, the same forced to hand batches over
+through lanes: python/deltacells/_xfer.py); epoch_cells_per_s keeps them all,
 and the summary sets first epochs against the ceiling's first.  Compare warm epochs: on a
 virtual machine a first epoch also pays for the host backing memory the guest has not used
 lately, which depends on what ran just before, not on the loader.  Measured on the
@@ -247,7 +250,7 @@ def child(cfg):
             ds = deltacells.CellDataset(cfg["db"], batch_size=bs, shuffle=True, seed=0,
                                         prefetch_tiles=cfg["prefetch_tiles"], output="csr", **kw)
             epochs = cfg.get("epochs", 1)
-            persistent = epochs > 1 and cfg["workers"] > 0
+            persistent = epochs > 1 and cfg["workers"] > 0 and cfg.get("persistent", True)
             loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"],
                                 persistent_workers=persistent)
             first = None
@@ -426,7 +429,7 @@ def breakdown_workers(cfg, res):
 
 def run_child(cfg, timeout=1800):
     pypath = cfg.get("pythonpath") or os.path.join(ROOT, "python")
-    env = dict(os.environ, PYTHONPATH=pypath)
+    env = dict(os.environ, PYTHONPATH=pypath, **cfg.get("env", {}))
     env.setdefault("DELTACELLS_EXTENSION", os.path.join(ROOT, "build", "deltacells.so"))
     r = subprocess.run([PY, os.path.abspath(__file__), "--_child", json.dumps(cfg)],
                        capture_output=True, text=True, timeout=timeout, env=env)
@@ -461,6 +464,11 @@ def main(argv):
                          "build/bench-data/)")
     ap.add_argument("--no-malloc", action="store_true",
                     help="skip the loader with deltacells.tune_malloc() (deltacells_malloc)")
+    ap.add_argument("--fresh-workers", action="store_true",
+                    help="with workers and --epochs > 1, also the loader with workers that are not "
+                         "persistent (DataLoader's default: new processes every epoch; "
+                         "deltacells_fresh), and the same handing batches over through lanes "
+                         "(DELTACELLS_WORKER_HANDOFF=lanes: deltacells_fresh_lanes)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run every loader configuration and the ceiling this many times, "
                          "interleaved, and report the median (the machine is shared and noisy)")
@@ -506,9 +514,15 @@ def main(argv):
             kinds.append(("deltacells_malloc", {"malloc_tune": True}))
         if a.before:
             kinds.append(("deltacells_before", {"pythonpath": os.path.abspath(a.before)}))
+        if a.fresh_workers and a.epochs > 1:
+            kinds.append(("deltacells_fresh", {"persistent": False}))
+            kinds.append(("deltacells_fresh_lanes", {"persistent": False,
+                                                     "env": {"DELTACELLS_WORKER_HANDOFF": "lanes"}}))
         for w in workers:
             for kind, extra in kinds:
                 if kind in ("deltacells_global", "deltacells_malloc") and w != 0:
+                    continue
+                if kind.startswith("deltacells_fresh") and w == 0:
                     continue
                 cfgs.append(dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
                                   "prefetch_tiles": a.prefetch_tiles, "epochs": a.epochs}, **extra))
@@ -610,6 +624,13 @@ def summarize(results):
             ratios = {k: r["cells_per_s"] / b["cells_per_s"] for k, b in base.items()}
             if r["workers"] and r["kind"] in w0:
                 ratios["same loader, 0 workers"] = r["cells_per_s"] / w0[r["kind"]]["cells_per_s"]
+            if r["kind"].startswith("deltacells_fresh") and "deltacells" in w0:
+                ratios["0 workers"] = r["cells_per_s"] / w0["deltacells"]["cells_per_s"]
+            if r["kind"] == "deltacells_fresh":
+                lanes = [b for b in ok if b["kind"] == "deltacells_fresh_lanes"
+                         and b["workers"] == r["workers"]]
+                if lanes:
+                    ratios["handed over through lanes"] = r["cells_per_s"] / lanes[0]["cells_per_s"]
             if r["kind"] == "deltacells_malloc" and "deltacells" in w0:
                 ratios["deltacells, malloc untouched"] = r["cells_per_s"] / w0["deltacells"]["cells_per_s"]
             bef = [b for b in ok if b["kind"] == "deltacells_before" and b["workers"] == r["workers"]]

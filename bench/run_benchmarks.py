@@ -13,7 +13,8 @@ Suites (each writes bench/results/<suite>.json: a JSON list, one record per meas
             (2, 8, 32, 128), zstd at levels 3 and 19: size against decode time
   formats   bench/compare_formats.py on a synthetic shard shaped like the reference tile
             (scripts/gen_h5ad.py --tile-like) and on each real h5ad: size, file -> CSR
-  pipeline  bench/bench_pipeline.py --epochs 3: DataLoader cells/s by workers and batch size
+  pipeline  bench/bench_pipeline.py --epochs 3 --fresh-workers: DataLoader cells/s by workers and
+            batch size (workers persistent, and new every epoch)
             (the third epoch, persistent workers; the first epoch's too), against the in-memory
             ceiling, on --cells synthetic cells
   obs       bench/bench_obs.py: the cells table against a native table, and column sizes
@@ -259,7 +260,7 @@ def main(argv=None):
         if a.smoke:
             cmd += ["--no-baselines", "--no-global"]
         else:   # training runs many epochs: the last of 3 (persistent workers), the first kept too
-            cmd += ["--epochs", "3"]
+            cmd += ["--epochs", "3", "--fresh-workers"]
         res, err = R.run(cmd, 3600)
         R.save("pipeline", [R.record("pipeline", f"{cells} cells", {"cells": cells, "workers": a.workers},
                                      res, err)])

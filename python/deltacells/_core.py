@@ -520,8 +520,9 @@ class BufferPool:
     batches touch no fresh pages (on some machines first-touching a page costs more than
     decoding it).  At most `keep` idle buffers are kept.  Nothing process-wide changes."""
 
-    def __init__(self, keep=8):
+    def __init__(self, keep=8, alloc=None):
         self.keep = keep
+        self._alloc = alloc or _alloc       # nbytes -> a uint8 numpy buffer
         self._bufs = []
 
     def take(self, n, dtype):
@@ -540,7 +541,7 @@ class BufferPool:
                 small = min(idle, key=lambda i: bufs[i].nbytes)
                 bufs.pop(small)
             cap = (nbytes + nbytes // 4 + (1 << 16) - 1) & ~((1 << 16) - 1)
-            bufs.append(_alloc(cap))
+            bufs.append(self._alloc(cap))
             best = len(bufs) - 1
         return bufs[best][:nbytes].view(dtype)[:n]
 

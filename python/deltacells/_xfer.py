@@ -28,12 +28,29 @@ Two ways here, both writing each batch into reused slots, never into fresh memor
   claims a lane frees what its dead predecessor took or sent and nobody received (a batch
   left in the queue of an iterator stopped early).  A batch that arrives after its slot
   was taken back is an error, never another batch's data.
-* **Copied once (process_vm_readv)**, where there is no arena (spawned workers, no memfd,
-  an older extension): a worker's slots are private buffers; an array in one travels as
-  (worker pid, address, length, slot, state), and the main process copies it with
+* **Copied once (process_vm_readv)**: a worker's slots are private buffers; an array in one
+  travels as (worker pid, address, length, slot, state), and the main process copies it with
   process_vm_readv into buffers of its own pool (reused once the user drops the batch's
   tensors) and frees the slot by writing 0 over its state in the worker's memory
-  (process_vm_writev).
+  (process_vm_writev).  The pool's buffers are shared anonymous memory, so that the next
+  fork does not make them copy-on-write: private ones were, while the workers lived, and the
+  main process then took a copy-on-write fault for every page it received into (81,000 per
+  epoch of the reference data; 2.2 s epochs against 0.75 s, 2026-12-03).
+
+Which way (handoff()): lanes save a copy, but only once a process has mapped a slot's pages;
+mapping them costs every new process again, per 4 KiB page (shared memory gets huge pages only
+where the machine allows them, see python/README.md).  A worker that lives one epoch
+(persistent_workers=False, DataLoader's default) pays that for every slot it fills, every
+epoch; private buffers get huge pages (numpy's), and the main process's copy into its warm
+pool costs less (2 workers, 100,000 cells of the reference data, the main process reading
+each batch: 1.27-1.57 s steady epochs through lanes, 0.71-0.88 s copied; 2026-12-03).  A
+persistent worker's lane stays mapped, and from its second epoch on it hands batches over
+for nothing (0.29-0.35 s epochs against 0.42-0.53 s copied).  So a persistent worker uses
+its lane and any other one copies; the worker learns which it is from torch's worker loop
+(its persistent_workers argument), and where it cannot see it, copies in its first reader
+and uses its lane from the second on (only a persistent worker has a second).  Spawned
+workers, machines without memfd and older extensions have no arena and always copy.
+DELTACELLS_WORKER_HANDOFF=lanes|copy forces one way (tests, measurements).
 
 A slot whose array was never sent is freed when the worker drops it.  When every slot is
 busy (the user keeps many batches) the worker uses plain buffers, which torch sends its
@@ -352,9 +369,51 @@ def _my_lane():
         return _lane["lane"]
 
 
+_readers = {"pid": None, "n": 0, "persistent": None}
+
+
+def _persistent_worker():
+    """Whether the DataLoader worker running this thread outlives its epoch: the
+    persistent_workers argument of torch's worker loop (torch.utils.data._utils.worker,
+    since torch 1.7), found among the callers; None where it is not there (another thread,
+    another loader)."""
+    f = sys._getframe(1)
+    for _ in range(100):
+        if f is None:
+            return None
+        if f.f_code.co_name == "_worker_loop" and "persistent_workers" in f.f_code.co_varnames:
+            v = f.f_locals.get("persistent_workers")
+            return None if v is None else bool(v)
+        f = f.f_back
+    return None
+
+
+def handoff():
+    """'lanes' or 'copy': how the reader being made in this worker process hands its batches
+    over (see the module doc); counts the readers of the process."""
+    with _lane_lock:
+        pid = os.getpid()
+        if _readers["pid"] != pid:
+            _readers.update(pid=pid, n=0, persistent=None)
+        _readers["n"] += 1
+        n = _readers["n"]
+    forced = os.environ.get("DELTACELLS_WORKER_HANDOFF", "auto")
+    if forced in ("lanes", "copy"):
+        return forced
+    if _readers["persistent"] is None:
+        _readers["persistent"] = _persistent_worker()
+    persistent = _readers["persistent"]
+    if persistent is None:
+        persistent = n > 1
+    return "lanes" if persistent else "copy"
+
+
 def worker_slots(private):
-    """A DataLoader worker's WorkerSlots (lane slots, else private ones copied once), or
-    None where neither way works here."""
+    """A DataLoader worker's WorkerSlots (lane slots or private ones copied once, as
+    handoff() says; the other where that one cannot be had here), or None where neither
+    works."""
+    if handoff() == "copy" and available():
+        return WorkerSlots(private, lane=False)
     if _my_lane() is not None or available():
         return WorkerSlots(private)
     return None
@@ -391,10 +450,10 @@ class WorkerSlots:
     """The worker side: BufferPool's take_batch on reused slots (see the module doc): the
     slots of this process's lane where it has one, else private ones."""
 
-    def __init__(self, private, max_slots=MAX_SLOTS):
+    def __init__(self, private, max_slots=MAX_SLOTS, lane=True):
         self.private = private             # a BufferPool, when every slot is busy
         self.pid = os.getpid()
-        self.lane = _my_lane()
+        self.lane = _my_lane() if lane else None
         self.max_slots = max_slots
         self.ctrl = np.zeros(max_slots, dtype=np.int64)   # private slots: state, 0 free
         self.bufs = [None] * max_slots
@@ -530,10 +589,24 @@ stats = {"arrays": 0, "bytes": 0, "seconds": 0.0, "mapped": 0}   # what this pro
 _pool_lock = _forksafe.Lock()
 
 
+def _shared_alloc(nbytes):
+    """A receive buffer: shared anonymous memory, which a fork leaves shared (not
+    copy-on-write: see the module doc); huge pages where the machine gives them to shared
+    memory."""
+    import mmap
+    m = mmap.mmap(-1, max(1, int(nbytes)), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:
+            pass
+    return np.frombuffer(m, dtype=np.uint8)
+
+
 def _recv_pool():
     if _pool["pid"] != os.getpid():
         from ._core import BufferPool
-        _pool["pid"], _pool["pool"] = os.getpid(), BufferPool(keep=24)
+        _pool["pid"], _pool["pool"] = os.getpid(), BufferPool(keep=24, alloc=_shared_alloc)
     return _pool["pool"]
 
 

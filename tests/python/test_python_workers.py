@@ -1,9 +1,10 @@
 """DataLoader workers hand batches over through reused slots (python/deltacells/_xfer.py):
 slots of a lane of the arena that the main process mapped before the fork (the main process
-returns tensors that view them, and frees a slot when they go), else private slots the main
-process copies each array from once (process_vm_readv).  Every scenario runs in a
-subprocess with a timeout (workers are forked there), so a hang fails instead of blocking
-the suite."""
+returns tensors that view them, and frees a slot when they go), or private slots the main
+process copies each array from once (process_vm_readv).  Persistent workers use their lane,
+workers that live one epoch copy (_xfer.handoff); the tests of the lanes' mechanics force
+lanes (LANES_ENV).  Every scenario runs in a subprocess with a timeout (workers are forked
+there), so a hang fails instead of blocking the suite."""
 import os
 import sys
 import textwrap
@@ -16,6 +17,8 @@ from _subproc import run_python  # noqa: E402
 
 TIMEOUT = 120
 ENV = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+ENV.pop("DELTACELLS_WORKER_HANDOFF", None)
+LANES_ENV = dict(ENV, DELTACELLS_WORKER_HANDOFF="lanes")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +86,8 @@ def test_two_workers_deliver_the_same_batches_through_slots(db, mode):
     if mode == "mapped":
         # every array came mapped from a lane (none copied, none through torch's shared memory)
         out = run(_same(mode, "_xfer.stats['mapped'] > 0 and _xfer.stats['mapped'] == "
-                              "_xfer.stats['arrays'] and _xfer._pool['pool'] is None"), db)
+                              "_xfer.stats['arrays'] and _xfer._pool['pool'] is None"), db,
+                  env=LANES_ENV)
         assert out.strip().endswith("ok"), out
         assert ("copied True" in out) == (lanes == "True"), out
     else:
@@ -103,7 +107,7 @@ def test_kept_batches_beyond_the_lane_fall_back_and_stay_intact(db):
     # (4 loaders of 215 batches, 5 tensors each: X's 3, cell ids, cell types; the fallbacks
     # travel torch's way, uncounted)
     out = run(_same("mapped", "_xfer.stats['mapped'] > 0 and _xfer.stats['mapped'] < "
-                              "4 * 5 * 215", batch=7), db)
+                              "4 * 5 * 215", batch=7), db, env=LANES_ENV)
     assert out.strip().endswith("ok"), out
     assert ("copied True" in out) == (lanes == "True"), out
 
@@ -144,7 +148,7 @@ def test_lane_slots_ask_for_huge_pages_and_the_header_does_not(db):
         assert all("hg" in v[3] for v in slots) and not any("hg" in v[3] for v in heads)
         print("ok")
     """
-    out = run(code, db)
+    out = run(code, db, env=LANES_ENV)
     assert out.strip().endswith("ok"), out
 
 
@@ -329,7 +333,7 @@ def test_lane_slots_are_freed_when_dropped_and_taken_back_after_an_early_stop(db
         print("left", left)
         print("ok")
     """
-    out = run(code, db)
+    out = run(code, db, env=LANES_ENV)
     assert out.strip().endswith("ok"), out
 
 
@@ -423,7 +427,7 @@ def test_a_batch_whose_slot_was_taken_back_is_an_error_and_lanes_are_exclusive(d
         assert kc == b"0", kc
         print("ok")
     """
-    out = run(code, db)
+    out = run(code, db, env=LANES_ENV)
     assert out.strip().endswith("ok"), out
 
 
@@ -493,6 +497,98 @@ def test_warm_gives_pages_to_the_slots_the_next_batches_take(db):
             out += chunk
         os.waitpid(pid, 0)
         assert out == b"ok-child", out.decode()
+        print("ok")
+    """
+    out = run(code, db, env=LANES_ENV)
+    assert out.strip().endswith("ok"), out
+
+
+def test_workers_of_one_epoch_copy_and_persistent_ones_use_their_lane(db):
+    """The default way (_xfer.handoff): DataLoader's default workers, new processes every
+    epoch, hand batches over copied (mapping a lane's pages would cost each new process
+    again); persistent workers use their lane from the first epoch on.  Same cells either way."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    lanes, avail = _lanes_here(db)
+    if avail != "True":
+        pytest.skip("process_vm_readv is not allowed here")
+    code = """
+        import sys, torch
+        from torch.utils.data import DataLoader
+        import deltacells
+        from deltacells import _xfer
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, seed=2)
+        def epochs(persistent):
+            dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork",
+                            persistent_workers=persistent, timeout=60)
+            got = []
+            for e in range(2):
+                ds.set_epoch(e)
+                n0, m0 = _xfer.stats["arrays"], _xfer.stats["mapped"]
+                ids = []
+                for b in dl:
+                    ids.append(b["cell_id"])
+                    x = b["X"]
+                    assert x.shape[0] == len(b["cell_id"]) and x.values().numel() == x.col_indices().numel()
+                assert sorted(torch.cat(ids).tolist()) == list(range(1500))
+                got.append((_xfer.stats["arrays"] - n0, _xfer.stats["mapped"] - m0))
+            return got
+        print("fresh", epochs(False))
+        print("persistent", epochs(True))
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
+    got = {ln.split(" ", 1)[0]: eval(ln.split(" ", 1)[1]) for ln in out.splitlines()
+           if ln.startswith(("fresh ", "persistent "))}
+    # 15 batches an epoch, X's three arrays each at least
+    assert all(n >= 45 and m == 0 for n, m in got["fresh"]), got
+    if lanes == "True":
+        assert all(n >= 45 and m == n for n, m in got["persistent"]), got
+    else:
+        assert all(n >= 45 and m == 0 for n, m in got["persistent"]), got
+
+
+def test_handoff_is_lanes_from_the_second_reader_where_persistence_is_unseen():
+    code = """
+        import os
+        from deltacells import _xfer
+        assert _xfer._persistent_worker() is None      # not in torch's worker loop
+        os.environ.pop("DELTACELLS_WORKER_HANDOFF", None)
+        ways = [_xfer.handoff() for _ in range(3)]
+        assert ways == ["copy", "lanes", "lanes"], ways
+        pid = os.fork()
+        if pid == 0:                                  # a new process counts its own readers
+            os._exit(0 if [_xfer.handoff(), _xfer.handoff()] == ["copy", "lanes"] else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+        for forced in ("lanes", "copy"):
+            os.environ["DELTACELLS_WORKER_HANDOFF"] = forced
+            assert _xfer.handoff() == forced
+        print("ok")
+    """
+    out = run(code, "-")
+    assert out.strip().endswith("ok"), out
+
+
+def test_receive_buffers_stay_shared_across_a_fork(db):
+    """The main process copies workers' arrays into buffers of shared anonymous memory: a
+    fork (the next epoch's workers) leaves them shared, so writing into them while the
+    workers live takes no copy-on-write fault per page.  A forked child reads the same data."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    code = """
+        import os, numpy as np
+        from deltacells import _xfer
+        a = _xfer._recv_pool().take(1 << 20, np.int32)
+        a[:] = 7
+        addr = a.ctypes.data
+        perms = [ln.split()[1] for ln in open("/proc/self/maps")
+                 if int(ln.split("-")[0], 16) <= addr < int(ln.split()[0].split("-")[1], 16)]
+        assert perms and perms[0] == "rw-s", perms
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if int(a.sum()) == 7 * (1 << 20) else 1)
+        assert os.waitpid(pid, 0)[1] == 0
         print("ok")
     """
     out = run(code, db)
