@@ -45,8 +45,8 @@ epoch; private buffers get huge pages (numpy's), and the main process's copy int
 pool costs less (2 workers, 100,000 cells of the reference data, the main process reading
 each batch: 1.27-1.58 s steady epochs through lanes, 0.73-1.13 s copied; 2026-12-03).  A
 persistent worker's lane stays mapped, and from its second epoch on it hands batches over
-without a copy (0.28-0.44 s epochs against 0.46-0.56 s copied, more variable through lanes).  So a persistent worker uses
-its lane and any other one copies; the worker learns which it is from torch's worker loop
+without a copy (0.28-0.44 s epochs against 0.46-0.56 s copied, more variable through lanes).
+So a persistent worker uses its lane and any other one copies; the worker learns which it is from torch's worker loop
 (its persistent_workers argument), and where it cannot see it, copies in its first reader
 and uses its lane from the second on (only a persistent worker has a second).  Spawned
 workers, machines without memfd and older extensions have no arena and always copy.
