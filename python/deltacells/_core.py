@@ -524,6 +524,7 @@ class BufferPool:
         self.keep = keep
         self._alloc = alloc or _alloc       # nbytes -> a uint8 numpy buffer
         self._bufs = []
+        self._forked = set()                # ids of buffers a forked child may share (at_fork)
 
     def take(self, n, dtype):
         dtype = np.dtype(dtype)
@@ -534,16 +535,36 @@ class BufferPool:
         for i in range(len(bufs)):
             if sys.getrefcount(bufs[i]) == 2:       # the list's reference + the argument
                 idle.append(i)
-                if bufs[i].nbytes >= nbytes and (best < 0 or bufs[i].nbytes < bufs[best].nbytes):
+                if bufs[i].nbytes >= nbytes and (best < 0 or bufs[i].nbytes < bufs[best].nbytes) \
+                        and id(bufs[i]) not in self._forked:
                     best = i
         if best < 0:
             if len(idle) >= self.keep:              # drop the smallest idle buffer
                 small = min(idle, key=lambda i: bufs[i].nbytes)
-                bufs.pop(small)
+                self._forked.discard(id(bufs.pop(small)))
             cap = (nbytes + nbytes // 4 + (1 << 16) - 1) & ~((1 << 16) - 1)
             bufs.append(self._alloc(cap))
             best = len(bufs) - 1
         return bufs[best][:nbytes].view(dtype)[:n]
+
+    def at_fork(self):
+        """Called just before a fork; returns the idle buffers.  The others (viewed by the
+        user's arrays) go to the child with the rest of memory, so their pages are the child's
+        too until it exits: take() passes them over until the next fork finds them idle (a
+        write would copy every page).  The caller keeps the idle ones out of the child."""
+        bufs, idle = self._bufs, []
+        self._forked = set()
+        for i in range(len(bufs)):
+            if sys.getrefcount(bufs[i]) == 2:
+                idle.append(bufs[i])
+            else:
+                self._forked.add(id(bufs[i]))
+        return idle
+
+    def drop(self, buf):
+        """Forget one buffer (it is freed once nothing views it)."""
+        self._bufs = [b for b in self._bufs if b is not buf]
+        self._forked.discard(id(buf))
 
     def take_batch(self, n, nnz, dtype):
         """A batch's (indptr int32 [n+1], indices int32 [nnz], data dtype [nnz])."""
@@ -551,6 +572,7 @@ class BufferPool:
 
     def clear(self):
         self._bufs = []
+        self._forked = set()
 
 
 # data kinds of deltacells_ticket_take

@@ -82,6 +82,12 @@ class Lock:
         self._lock.release()
         return False
 
+    def acquire(self, timeout=-1):
+        return self._lock.acquire(timeout=timeout)
+
+    def release(self):
+        self._lock.release()
+
 
 def _before_fork():
     _gates_lock.acquire()

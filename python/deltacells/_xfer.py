@@ -32,10 +32,17 @@ Two ways here, both writing each batch into reused slots, never into fresh memor
   travels as (worker pid, address, length, slot, state), and the main process copies it with
   process_vm_readv into buffers of its own pool (reused once the user drops the batch's
   tensors) and frees the slot by writing 0 over its state in the worker's memory
-  (process_vm_writev).  The pool's buffers are shared anonymous memory, so that the next
-  fork does not make them copy-on-write: private ones were, while the workers lived, and the
-  main process then took a copy-on-write fault for every page it received into (81,000 per
-  epoch of the reference data; 2.2 s epochs against 0.75 s, 2026-12-03).
+  (process_vm_writev).  The pool's buffers are private memory (huge pages where the machine
+  gives them), kept out of copy-on-write at every fork (_recv_before_fork): an idle buffer is
+  wiped for the child (MADV_WIPEONFORK), and one the user still views, which the child
+  inherits, is not written again until a later fork finds it idle.  Plainly private buffers
+  became copy-on-write at each fork of the next epoch's workers, and receiving into them took
+  a fault per page while the workers lived (81,000 per epoch of the reference data: 2.2 s
+  epochs against 0.75 s).  Shared anonymous memory avoided that, but gets no huge pages on
+  many machines (shmem_enabled=never), and faulting in its 4 KiB pages made the first epoch
+  1.4-1.5x as long as with private ones (2 workers new every epoch, 100,000 cells of the
+  reference data, the main process reading each batch: 2.18-2.52 s against 1.51-1.73 s;
+  later epochs the same; 2026-12-03).
 
 Which way (handoff()): lanes save a copy, but only once a process has mapped a slot's pages;
 mapping them costs every new process again, per 4 KiB page (shared memory gets huge pages only
@@ -159,17 +166,23 @@ def _cas(addr, expect, want):
     return fn(addr, expect, want) == 1
 
 
-def _populate(addr, nbytes):
-    """Map (and, the first time ever, allocate) these pages of the arena in this process in
-    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
+def _madvise(addr, nbytes, advice):
+    """madvise(2) on any address range (Python's mmap.madvise takes only its own map's);
+    True when the kernel took the advice."""
     fn = _fns.get("madvise")
     if fn is None:
         fn = ctypes.CDLL(None, use_errno=True).madvise
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         _fns["madvise"] = fn
+    return fn(addr, nbytes, advice) == 0
+
+
+def _populate(addr, nbytes):
+    """Map (and, the first time ever, allocate) these pages of the arena in this process in
+    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
     if nbytes > 0:
-        fn(addr, nbytes, _MADV_POPULATE_WRITE)
+        _madvise(addr, nbytes, _MADV_POPULATE_WRITE)
 
 
 _tokens = itertools.count(1)
@@ -589,12 +602,16 @@ stats = {"arrays": 0, "bytes": 0, "seconds": 0.0, "mapped": 0}   # what this pro
 _pool_lock = _forksafe.Lock()
 
 
-def _shared_alloc(nbytes):
-    """A receive buffer: shared anonymous memory, which a fork leaves shared (not
-    copy-on-write: see the module doc); huge pages where the machine gives them to shared
-    memory."""
+# madvise(2) advice (Linux 4.14+) that Python's mmap module does not name
+_MADV_WIPEONFORK, _MADV_KEEPONFORK = 18, 19
+_fork = {"wiped": [], "locked": False}     # the fork under way: buffers advised, _pool_lock held
+
+
+def _private_alloc(nbytes):
+    """A receive buffer: private anonymous memory (huge pages where the machine gives them
+    to private memory), a mapping of its own, so that a fork can leave it out (_recv_before_fork)."""
     import mmap
-    m = mmap.mmap(-1, max(1, int(nbytes)), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    m = mmap.mmap(-1, max(1, int(nbytes)), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             m.madvise(mmap.MADV_HUGEPAGE)
@@ -603,10 +620,50 @@ def _shared_alloc(nbytes):
     return np.frombuffer(m, dtype=np.uint8)
 
 
+def _recv_before_fork():
+    """Before any fork: keep the receive pool's buffers out of copy-on-write (see the module
+    doc).  A buffer the user still views goes to the child as any memory does, and the pool
+    passes it over until a later fork finds it idle (BufferPool.at_fork).  An idle one is wiped
+    for the child (MADV_WIPEONFORK: the child finds zero pages there, the parent's pages stay its
+    own); where the kernel cannot do that, the pool drops it."""
+    if _pool["pid"] != os.getpid() or _pool["pool"] is None:
+        return
+    if not _pool_lock.acquire(timeout=_forksafe.FORK_WAIT_S):
+        return                # a receive that does not end: the child inherits all (copy-on-write)
+    _fork["locked"] = True
+    pool = _pool["pool"]
+    for b in pool.at_fork():
+        addr, n = b.ctypes.data, b.nbytes
+        if _madvise(addr, n, _MADV_WIPEONFORK):
+            _fork["wiped"].append((addr, n))
+        else:
+            pool.drop(b)
+
+
+def _recv_after_fork_parent():
+    """The buffers are inherited again by forks that run no hooks (a C library's fork)."""
+    for addr, n in _fork["wiped"]:
+        _madvise(addr, n, _MADV_KEEPONFORK)
+    _fork["wiped"].clear()
+    if _fork["locked"]:
+        _fork["locked"] = False
+        _pool_lock.release()
+
+
+def _recv_after_fork_child():
+    _fork["wiped"].clear()    # the child's _pool_lock is a new one (_forksafe.Lock)
+    _fork["locked"] = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_recv_before_fork, after_in_parent=_recv_after_fork_parent,
+                        after_in_child=_recv_after_fork_child)
+
+
 def _recv_pool():
     if _pool["pid"] != os.getpid():
         from ._core import BufferPool
-        _pool["pid"], _pool["pool"] = os.getpid(), BufferPool(keep=24, alloc=_shared_alloc)
+        _pool["pid"], _pool["pool"] = os.getpid(), BufferPool(keep=24, alloc=_private_alloc)
     return _pool["pool"]
 
 

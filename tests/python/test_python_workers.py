@@ -570,25 +570,66 @@ def test_handoff_is_lanes_from_the_second_reader_where_persistence_is_unseen():
     assert out.strip().endswith("ok"), out
 
 
-def test_receive_buffers_stay_shared_across_a_fork(db):
-    """The main process copies workers' arrays into buffers of shared anonymous memory: a
-    fork (the next epoch's workers) leaves them shared, so writing into them while the
-    workers live takes no copy-on-write fault per page.  A forked child reads the same data."""
+def test_receive_buffers_stay_private_across_a_fork(db):
+    """The main process copies workers' arrays into private buffers of its own pool.  At a
+    fork (the next epoch's workers) a buffer the user still views goes to the child with its
+    data, and the pool does not write into it again until a later fork finds it idle; an idle
+    buffer stays in the pool and the child finds zeros there, not the parent's pages (so the
+    parent's next write into it takes no copy-on-write fault).  After the fork the idle buffer
+    is no longer marked wipe-on-fork."""
     if not sys.platform.startswith("linux"):
         pytest.skip("Linux only")
     code = """
         import os, numpy as np
         from deltacells import _xfer
-        a = _xfer._recv_pool().take(1 << 20, np.int32)
-        a[:] = 7
-        addr = a.ctypes.data
-        perms = [ln.split()[1] for ln in open("/proc/self/maps")
-                 if int(ln.split("-")[0], 16) <= addr < int(ln.split()[0].split("-")[1], 16)]
-        assert perms and perms[0] == "rw-s", perms
+        pool = _xfer._recv_pool()
+        held = pool.take(1 << 20, np.int32)
+        held[:] = 7
+        idle = pool.take(1 << 20, np.int32)
+        idle[:] = 5
+        a_held, a_idle = held.ctypes.data, idle.ctypes.data
+        del idle
+
+        def vma(addr):
+            out, cur = None, None
+            for ln in open("/proc/self/smaps"):
+                f = ln.split()
+                if "-" in f[0] and len(f) >= 5:
+                    lo, hi = (int(x, 16) for x in f[0].split("-"))
+                    cur = {"perms": f[1]} if lo <= addr < hi else None
+                    if cur is not None:
+                        out = cur
+                elif cur is not None and f[0] == "VmFlags:":
+                    cur["flags"] = f[1:]
+            return out
+
+        assert vma(a_held)["perms"] == "rw-p" and vma(a_idle)["perms"] == "rw-p"
+        r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os._exit(0 if int(a.sum()) == 7 * (1 << 20) else 1)
+            os.close(r)
+            ok = int(held.sum()) == 7 * (1 << 20)
+            mine = [b for b in pool._bufs if b.ctypes.data == a_idle]
+            ok = ok and len(mine) == 1 and not mine[0].any()
+            os.write(w, b"1" if ok else b"0")
+            os._exit(0)
+        os.close(w)
+        assert os.read(r, 1) == b"1", "the child read the wrong data"
         assert os.waitpid(pid, 0)[1] == 0
+        assert "wf" not in vma(a_idle)["flags"], vma(a_idle)
+        assert int(held.sum()) == 7 * (1 << 20)
+        del held                           # idle now, but its pages may still be the child's
+        again = pool.take(1 << 20, np.int32)
+        assert again.ctypes.data == a_idle and int(again.sum()) == 5 * (1 << 20)
+        other = pool.take(1 << 20, np.int32)
+        assert other.ctypes.data not in (a_idle, a_held), "wrote into a buffer a child shares"
+        del again, other
+        pid = os.fork()                    # finds it idle: wiped for this child, reused after
+        if pid == 0:
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        taken = [pool.take(1 << 20, np.int32) for _ in range(3)]
+        assert a_held in {t.ctypes.data for t in taken}, "a buffer idle at a fork is used again"
         print("ok")
     """
     out = run(code, db)
