@@ -357,32 +357,37 @@ class _Lane:
         return i, lease
 
 
-_lane = {"pid": None, "lane": None, "taken": set()}
+# This worker process's lane and its readers (handoff()); reset in a forked child.  Read and
+# written holding _lane_lock.
+_proc = {"pid": None}
 _lane_lock = _forksafe.Lock()
+
+
+def _this_process():
+    if _proc["pid"] != os.getpid():
+        _proc.clear()
+        _proc.update(pid=os.getpid(), lane=None, taken=set(), tried=False, readers=0,
+                     persistent=None)
+    return _proc
 
 
 def _my_lane():
     """This DataLoader worker's lane of an arena its parent made before forking it, or None
     (no arena, every lane held, or the arena is this process's own: nobody maps it)."""
     with _lane_lock:
-        pid = os.getpid()
-        if _lane["pid"] != pid:
-            _lane.update(pid=pid, lane=None, taken=set(), tried=False)
-        if _lane["lane"] is None and not _lane["tried"]:
-            _lane["tried"] = True
+        p = _this_process()
+        if p["lane"] is None and not p["tried"]:
+            p["tried"] = True
             ar = _live_arena()
-            if ar is not None and ar.pid != pid:
+            if ar is not None and ar.pid != p["pid"]:
                 try:
-                    k = ar.claim(_lane["taken"])
+                    k = ar.claim(p["taken"])
                 except (OSError, ValueError, OverflowError):    # a lane cannot be mapped here
                     k = None
                 if k is not None:
-                    _lane["taken"].add(k)
-                    _lane["lane"] = _Lane(ar, k)
-        return _lane["lane"]
-
-
-_readers = {"pid": None, "n": 0, "persistent": None}
+                    p["taken"].add(k)
+                    p["lane"] = _Lane(ar, k)
+        return p["lane"]
 
 
 def _persistent_worker():
@@ -405,17 +410,16 @@ def handoff():
     """'lanes' or 'copy': how the reader being made in this worker process hands its batches
     over (see the module doc); counts the readers of the process."""
     with _lane_lock:
-        pid = os.getpid()
-        if _readers["pid"] != pid:
-            _readers.update(pid=pid, n=0, persistent=None)
-        _readers["n"] += 1
-        n = _readers["n"]
+        p = _this_process()
+        p["readers"] += 1
+        n = p["readers"]
     forced = os.environ.get("DELTACELLS_WORKER_HANDOFF", "auto")
     if forced in ("lanes", "copy"):
         return forced
-    if _readers["persistent"] is None:
-        _readers["persistent"] = _persistent_worker()
-    persistent = _readers["persistent"]
+    with _lane_lock:
+        if p["persistent"] is None:
+            p["persistent"] = _persistent_worker()
+        persistent = p["persistent"]
     if persistent is None:
         persistent = n > 1
     return "lanes" if persistent else "copy"
@@ -553,7 +557,7 @@ def reduce_worker_tensor(t):
     """For the tensor reducer: a contiguous CPU tensor in a slot of this worker ->
     (rebuild, args) that give it to the receiving process (mapped or copied); else None."""
     global _NUMPY
-    lane = _lane["lane"] if _lane["pid"] == os.getpid() else None
+    lane = _proc.get("lane") if _proc["pid"] == os.getpid() else None
     reg = _mine["slots"] if _mine["pid"] == os.getpid() else None
     if reg is None and lane is None:
         return None
