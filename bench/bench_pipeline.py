@@ -5,6 +5,7 @@
         [--batch-size 512,5000] [--cells 100000] [--genes 61497] [--prefetch-tiles 2] [--json]
         [--before DIR]   # also run the loader of another checkout's python/ (same run)
         [--no-global]    # skip the loader with a global shuffle
+        [--read]         # the training process reads every batch (by default it counts them)
 
 Data: scripts/gen_h5ad.py --cells N --genes 61497 (counts shaped like the reference tile),
 converted by build/deltacells; both cached in build/bench-data/.
@@ -48,6 +49,14 @@ development VM (2026-12-02): faulting in 480 MB of fresh numpy buffers took 0.9-
 the first process after a pause and 0.07-0.10 s in a process started right after another
 freed as much; the same one-epoch loader run took 0.9 s or 0.3 s by its place in the
 sequence, with or without tune_malloc (which reverses with the order: it is not malloc).
+Reading (--read): by default the training process only counts each batch's nonzeros; with
+--read it also sums every value and column index (loaders and baselines alike), so that a loader
+whose batches are costly to reach from the training process (pages mapped there afresh: lanes
+in a worker's first epoch) pays for it in the figure.  One run (2026-12-03, --workers 0,2
+--epochs 3 --fresh-workers --read): 0 workers 2.16x the ceiling; persistent workers 0.88x of
+0 workers in the third epoch but 0.30x the ceiling's first epoch in their first (0.53x in a
+run without --read minutes later); new workers every epoch 0.39x of 0 workers, 1.76x the same
+through lanes.
 Targets (2 cores, batch 5,000, shuffled): deltacells >= 3x the ceiling's cells/s;
 peak RSS <= 1.5 GB with prefetch_tiles=2; time to first batch <= 0.3 s.
 """
@@ -217,8 +226,20 @@ def ensure_data(cells, genes, seed=1):
 
 
 # --- one configuration (child process) ---------------------------------------------------
+_READ = {"on": False, "sink": 0}
+
+
 def _touch(X):
-    return X.values().numel()
+    """The batch's nonzeros.  With --read, the training process also reads every value and
+    column index (a sum of each), as a model's first layer would: a loader whose batches view
+    memory that is costly to reach from this process (pages mapped afresh) pays for it here."""
+    v = X.values()
+    if _READ["on"]:
+        import torch
+        idx = X.col_indices() if X.layout == torch.sparse_csr else X.indices()
+        # in their own dtype: torch 1.13 sums int32 into int64 about 200x slower
+        _READ["sink"] += float(v.sum(dtype=v.dtype)) + int(idx.sum(dtype=idx.dtype))
+    return v.numel()
 
 
 def child(cfg):
@@ -231,6 +252,7 @@ def child(cfg):
             os.path.abspath(cfg["pythonpath"]) + os.sep):
         raise RuntimeError(f"--before: imported {deltacells.__file__}, not the package in {cfg['pythonpath']}")
     kind, bs = cfg["kind"], cfg["batch_size"]
+    _READ["on"] = bool(cfg.get("read"))
     if kind == "ceiling_tuned":
         deltacells._malloc.tune()
     res_malloc = deltacells._malloc.applied
@@ -474,6 +496,9 @@ def main(argv):
                          "interleaved, and report the median (the machine is shared and noisy)")
     ap.add_argument("--obs", default="",
                     help="obs columns for the breakdown pass (comma-separated)")
+    ap.add_argument("--read", action="store_true",
+                    help="the training process reads every batch's values and column indices "
+                         "(loaders and baselines alike; by default it only counts them)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -526,6 +551,9 @@ def main(argv):
                     continue
                 cfgs.append(dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
                                   "prefetch_tiles": a.prefetch_tiles, "epochs": a.epochs}, **extra))
+        if a.read:
+            for cfg in cfgs:
+                cfg["read"] = True
         runs = {i: [] for i in range(len(cfgs))}
         for rep in range(max(1, a.repeat)):
             for i, cfg in enumerate(cfgs):

@@ -13,8 +13,8 @@ Suites (each writes bench/results/<suite>.json: a JSON list, one record per meas
             (2, 8, 32, 128), zstd at levels 3 and 19: size against decode time
   formats   bench/compare_formats.py on a synthetic shard shaped like the reference tile
             (scripts/gen_h5ad.py --tile-like) and on each real h5ad: size, file -> CSR
-  pipeline  bench/bench_pipeline.py --epochs 3 --fresh-workers: DataLoader cells/s by workers and
-            batch size (workers persistent, and new every epoch)
+  pipeline  bench/bench_pipeline.py --epochs 3 --fresh-workers --read: DataLoader cells/s by
+            workers and batch size (workers persistent, and new every epoch; every batch read)
             (the third epoch, persistent workers; the first epoch's too), against the in-memory
             ceiling, on --cells synthetic cells
   obs       bench/bench_obs.py: the cells table against a native table, and column sizes
@@ -256,7 +256,7 @@ def main(argv=None):
         cells = 1200 if a.smoke else a.cells
         cmd = [PY, "bench/bench_pipeline.py", "--workers", "0" if a.smoke else a.workers,
                "--batch-size", "300" if a.smoke else "512,5000", "--cells", str(cells),
-               "--genes", "2000" if a.smoke else "61497", "--json"]
+               "--genes", "2000" if a.smoke else "61497", "--read", "--json"]
         if a.smoke:
             cmd += ["--no-baselines", "--no-global"]
         else:   # training runs many epochs: the last of 3 (persistent workers), the first kept too
