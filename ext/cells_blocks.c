@@ -112,26 +112,9 @@ cells_dblock *cells_bcache_add(cells_bcache *c, cells_dblock *d, int64_t budget)
 }
 
 cells_dblock *cells_bcache_put(cells_bcache *c, int k, int64_t b, const dc_obs_block *src, int64_t budget) {
-  size_t n = src->n;
-  cells_dblock *d = cells_dblock_new(k, b, dc_obs_block_bytes(src->kind, src->n, src->kind == DC_OBS_TEXT ? src->text_off[n] : 0));
+  cells_dblock *d = cells_dblock_new(k, b, dc_obs_block_size(src));
   if (!d) return NULL;
-  d->blk = *src;
-  uint8_t *q = cells_dblock_arrays(d);
-  switch (src->kind) {   /* the layout of dc_obs_decode_to */
-    case DC_OBS_CATEGORY:
-      memcpy(q, src->codes, n * 4); d->blk.codes = (const int32_t *)q; break;
-    case DC_OBS_INT: case DC_OBS_BOOL:
-      memcpy(q, src->i64, n * 8); d->blk.i64 = (const int64_t *)q;
-      memcpy(q + n * 8, src->valid, n); d->blk.valid = q + n * 8; break;
-    case DC_OBS_REAL:
-      memcpy(q, src->f64, n * 8); d->blk.f64 = (const double *)q; break;
-    case DC_OBS_TEXT:
-      memcpy(q, src->text_off, (n + 1) * 8); d->blk.text_off = (const uint64_t *)q;
-      memcpy(q + (n + 1) * 8, src->valid, n); d->blk.valid = q + (n + 1) * 8;
-      if (src->text_off[n]) memcpy(q + (n + 1) * 8 + n, src->text, (size_t)src->text_off[n]);
-      d->blk.text = (const char *)q + (n + 1) * 8 + n;
-      break;
-  }
+  dc_obs_block_copy(src, cells_dblock_arrays(d), &d->blk);
   return cells_bcache_add(c, d, budget);
 }
 

@@ -158,6 +158,11 @@ int dc_obs_decode_to(dc_obs_decoder *d, const uint8_t *buf, size_t len,
                      dc_obs_block *out, dc_error *err);
 /* The bytes of a decoded block's arrays, laid out as above (text_len: text only). */
 size_t dc_obs_block_bytes(int kind, uint32_t n, uint64_t text_len);
+/* The bytes of block src's arrays (for text, text_off[n] is its text's length). */
+size_t dc_obs_block_size(const dc_obs_block *src);
+/* Copies block src's arrays into dst (dc_obs_block_size(src) bytes, aligned to 8), laid out
+** as dc_obs_decode_to lays them out, and sets *out to a block that views them. */
+void dc_obs_block_copy(const dc_obs_block *src, void *dst, dc_obs_block *out);
 
 /* Reads the header fields without decoding: kind, n, null_count. */
 int dc_obs_peek(const uint8_t *buf, size_t len, int *kind, uint32_t *n,

@@ -93,6 +93,39 @@ size_t dc_obs_block_bytes(int kind, uint32_t n, uint64_t text_len) {
   }
 }
 
+size_t dc_obs_block_size(const dc_obs_block *src) {
+  return dc_obs_block_bytes(src->kind, src->n, src->kind == DC_OBS_TEXT ? src->text_off[src->n] : 0);
+}
+
+void dc_obs_block_copy(const dc_obs_block *src, void *dst, dc_obs_block *out) {
+  size_t n = src->n;
+  uint8_t *q = dst;
+  *out = *src;
+  switch (src->kind) {   /* the layout of dc_obs_decode_to (dc_obs.h) */
+    case DC_OBS_CATEGORY:
+      if (n) memcpy(q, src->codes, n * 4);
+      out->codes = (const int32_t *)(void *)q;
+      break;
+    case DC_OBS_INT: case DC_OBS_BOOL:
+      if (n) { memcpy(q, src->i64, n * 8); memcpy(q + n * 8, src->valid, n); }
+      out->i64 = (const int64_t *)(void *)q;
+      out->valid = q + n * 8;
+      break;
+    case DC_OBS_REAL:
+      if (n) memcpy(q, src->f64, n * 8);
+      out->f64 = (const double *)(void *)q;
+      break;
+    default:             /* text */
+      memcpy(q, src->text_off, (n + 1) * 8);
+      if (n) memcpy(q + (n + 1) * 8, src->valid, n);
+      if (src->text_off[n]) memcpy(q + (n + 1) * 8 + n, src->text, (size_t)src->text_off[n]);
+      out->text_off = (const uint64_t *)(void *)q;
+      out->valid = q + (n + 1) * 8;
+      out->text = (const char *)q + (n + 1) * 8 + n;
+      break;
+  }
+}
+
 /* Where the arrays of the block being decoded go: the caller's memory, or the decoder's. */
 typedef struct sink {
   dc_obs_alloc alloc;

@@ -57,6 +57,16 @@ static void check_decode_to(const dc_obs_values *v, dc_obs_decoder *d, const uin
                   (const uint8_t *)b.text == r + ((size_t)n + 1) * 8 + n);
         break;
     }
+    /* dc_obs_block_copy of dc_obs_decode's block: the same bytes as decode_to's region */
+    dc_obs_block b1, c1;
+    DCT_CHECK(dc_obs_decode(d, blob, len, &ex, &b1, &err) == DC_OK);
+    DCT_CHECK(dc_obs_block_size(&b1) == t.bytes);
+    uint8_t *cp = malloc(t.bytes ? t.bytes : 1);
+    dc_obs_block_copy(&b1, cp, &c1);
+    DCT_CHECK(!memcmp(cp, t.p, t.bytes));
+    DCT_CHECKF(block_equals(v, &c1, &at), "block_copy: value %u differs", at);
+    DCT_CHECK(c1.kind == b1.kind && c1.n == b1.n && c1.null_count == b1.null_count);
+    free(cp);
   }
   free(t.p);
   talloc f = {.fail = 1};

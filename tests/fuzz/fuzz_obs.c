@@ -2,7 +2,8 @@
 ** fuzz_obs.c — libFuzzer target: dc_obs_decode on arbitrary bytes never
 ** crashes, never reads out of bounds, and a block it accepts is consistent
 ** (NULL count, offsets within the text); dc_obs_decode_to gives the same
-** verdict and values and writes only inside the region it asks for.  The first input byte chooses the
+** verdict and values and writes only inside the region it asks for, and
+** dc_obs_block_copy of the block gives the same bytes as that region.  The first input byte chooses the
 ** kind and dictionary size the reader expects; the rest is the blob.  Seeds
 ** of every kind and method are made by the encoder: LLVMFuzzerInitialize
 ** writes them into the first corpus directory on the command line (files
@@ -192,6 +193,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   dc_error err2;
   int rc2 = dc_obs_decode_to(dec, data + 1, size - 1, &ex, exact_alloc, &r, &b2, &err2);
   if (rc2 != rc || (rc2 == DC_OK && !same_block(&b, &b2))) abort();
+  if (rc == DC_OK) {   /* dc_obs_block_copy of b: decode_to's bytes, in a region of exactly its size */
+    size_t sz = dc_obs_block_size(&b);
+    uint8_t *cp = malloc(sz ? sz : 1);
+    dc_obs_block b3;
+    if (!cp || sz != r.bytes) abort();
+    dc_obs_block_copy(&b, cp, &b3);
+    if ((sz && memcmp(cp, r.p, sz)) || !same_block(&b, &b3)) abort();
+    free(cp);
+  }
   free(r.p);
   if (rc != DC_OK) {
     if (!err.msg[0]) abort();
