@@ -76,12 +76,18 @@ import numpy as np
 
 from . import _forksafe
 
-MAX_SLOTS = 24          # private slots: 3 arrays per batch, 8 batches in flight per worker
 # A lane's slots: many of 64 MiB (small batches: placing fills a whole shuffle window's batches
 # at once, 39 batches of 512 cells for a 20,000-cell window), some of 1 GiB.  Address space
 # only: a slot's pages are allocated as far as it was ever filled.
 SPANS = [64 << 20] * 192 + [1 << 30] * 16
 LANE_SLOTS = len(SPANS)
+# Private slots (copied once).  Placing fills a whole window's batches at once, 3 arrays each; a
+# slot costs 8 bytes of state until it is first used, and its buffer is reused, so the slots in use
+# hold about one window whatever their number.  With 24 (8 batches), a window of 39 batches of 512
+# cells sent 31 of them torch's way (a fresh shared-memory segment per tensor): 0.06x the cells/s
+# of 0 workers.  1024 slots hold a window of 341 batches (a 2-tile window of 10,000-cell tiles
+# at batch 59).
+MAX_SLOTS = 1024
 _SPANS = np.array(SPANS, dtype=np.int64)
 OFFS = np.concatenate([[0], np.cumsum(SPANS, dtype=np.int64)])
 HEADER = 1 << 21        # a lane's header: [0] its serial counter, [1 + s] slot s's state, [1 + LANE_SLOTS + s]
@@ -484,7 +490,7 @@ class WorkerSlots:
     def _take(self, n, dtype):
         dtype = np.dtype(dtype)
         need = max(64, int(n) * dtype.itemsize)
-        free = [i for i in range(self.max_slots) if self.ctrl[i] == 0]
+        free = np.flatnonzero(self.ctrl == 0).tolist()
         if not free:
             return None
         fit = [i for i in free if self.bufs[i] is not None and self.bufs[i].nbytes >= need]
@@ -539,7 +545,8 @@ class WorkerSlots:
         del held                            # never sent: the slots are free again
 
     def find(self, ptr, nbytes):
-        for i, b in enumerate(self.bufs):
+        for i in np.flatnonzero(self.ctrl != 0).tolist():     # the slots taken
+            b = self.bufs[i]
             if b is not None:
                 base = b.ctypes.data
                 if base <= ptr and ptr + nbytes <= base + b.nbytes:

@@ -549,6 +549,38 @@ def test_workers_of_one_epoch_copy_and_persistent_ones_use_their_lane(db):
         assert all(n >= 45 and m == 0 for n, m in got["persistent"]), got
 
 
+def test_workers_of_one_epoch_copy_every_batch_of_a_large_window(db):
+    """Small batches: placing fills a whole window's batches at once (here a worker's window
+    holds dozens), and a worker that copies has a private slot for each of their arrays, as a
+    lane has; none goes torch's way (a fresh shared-memory segment per tensor).  With 24 slots
+    (8 batches) most of a window of 39 batches of 512 cells did: 0.06x the cells/s of 0 workers."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    lanes, avail = _lanes_here(db)
+    if avail != "True":
+        pytest.skip("process_vm_readv is not allowed here")
+    code = """
+        import sys, torch
+        from torch.utils.data import DataLoader
+        import deltacells
+        from deltacells import _xfer
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=10, seed=3, shuffle_window=100)
+        dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork",
+                        persistent_workers=False, timeout=60)
+        ids, nb = [], 0
+        for b in dl:
+            ids.append(b["cell_id"])
+            nb += 1
+        assert sorted(torch.cat(ids).tolist()) == list(range(1500))
+        print("got", (nb, _xfer.stats["arrays"], _xfer.stats["mapped"]))
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok"), out
+    nb, n, m = eval(next(ln for ln in out.splitlines() if ln.startswith("got "))[4:])
+    assert nb == 150 and n >= 3 * nb and m == 0, (nb, n, m)
+
+
 def test_handoff_is_lanes_from_the_second_reader_where_persistence_is_unseen():
     code = """
         import os
