@@ -550,9 +550,9 @@ def test_workers_of_one_epoch_copy_and_persistent_ones_use_their_lane(db):
 
 
 def test_workers_of_one_epoch_copy_every_batch_of_a_large_window(db):
-    """Small batches: placing fills a whole window's batches at once (here a worker's window
-    holds dozens), and a worker that copies has a private slot for each of their arrays, as a
-    lane has; none goes torch's way (a fresh shared-memory segment per tensor).  With 24 slots
+    """Small batches: placing fills a whole window's batches at once (here each worker's window
+    is its whole run, 75 batches), and a worker that copies has a private slot for each of their
+    arrays; none goes torch's way (a fresh shared-memory segment per tensor).  With 24 slots
     (8 batches) most of a window of 39 batches of 512 cells did: 0.06x the cells/s of 0 workers."""
     if not sys.platform.startswith("linux"):
         pytest.skip("Linux only")
