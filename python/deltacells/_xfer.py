@@ -59,9 +59,10 @@ and uses its lane from the second on (only a persistent worker has a second).  S
 workers, machines without memfd and older extensions have no arena and always copy.
 DELTACELLS_WORKER_HANDOFF=lanes|copy forces one way (tests, measurements).
 
-A slot whose array was never sent is freed when the worker drops it.  When every slot is
-busy (the user keeps many batches) the worker uses plain buffers, which torch sends its
-usual way.  Where process_vm_readv is not allowed (a seccomp profile without it, e.g.
+A slot whose array was never sent is freed when the worker drops it.  A worker whose lane
+slots are all busy (small batches: a window of more batches than a lane has slots; or the user
+keeps many batches) copies the rest from private slots; when those are busy too, it uses plain
+buffers, which torch sends its usual way.  Where process_vm_readv is not allowed (a seccomp profile without it, e.g.
 some containers), available() is False and torch's way is used.  DELTACELLS_WORKER_COPY=0
 turns both off.  Nothing crosses a fork in use: a lane belongs to the process that
 claimed it, the arena's mapping is only ever read and written through slot states.
@@ -484,7 +485,10 @@ class WorkerSlots:
         self._serial = 0
         self.fallbacks = 0
         self.lock = self.lane.lock if self.lane is not None else _forksafe.Lock()
-        if self.lane is None:
+        # private slots: the way without a lane, and with one when all its slots are busy
+        # (small batches: a window of more batches than a lane has slots)
+        self.copies = self.lane is None or available()
+        if self.copies:
             _mine["pid"], _mine["slots"] = self.pid, self
 
     def _take(self, n, dtype):
@@ -517,8 +521,9 @@ class WorkerSlots:
                     got = ln.take_batch(n, nnz, dtype)
                     if all(a is not None for a in got):
                         return got
-                self.fallbacks += 1
-                return self.private.take_batch(n, nnz, dtype)
+                if not self.copies:
+                    self.fallbacks += 1
+                    return self.private.take_batch(n, nnz, dtype)
             free = int((self.ctrl[:] == 0).sum())
             if free < 3:
                 self.fallbacks += 1
