@@ -53,19 +53,21 @@ pool costs less (2 workers, 100,000 cells of the reference data, the main proces
 each batch: 1.27-1.58 s steady epochs through lanes, 0.73-1.13 s copied; 2026-12-03).  A
 persistent worker's lane stays mapped, and from its second epoch on it hands batches over
 without a copy (0.28-0.44 s epochs against 0.46-0.56 s copied, more variable through lanes).
-So a persistent worker uses its lane and any other one copies; the worker learns which it is from torch's worker loop
-(its persistent_workers argument), and where it cannot see it, copies in its first reader
-and uses its lane from the second on (only a persistent worker has a second).  Spawned
-workers, machines without memfd and older extensions have no arena and always copy.
+So a persistent worker uses its lane and any other one copies; the worker learns which it
+is from torch's worker loop (its persistent_workers argument), and where it cannot see it,
+copies in its first reader and uses its lane from the second on (only a persistent worker
+has a second).  Spawned workers, machines without memfd and older extensions have no arena
+and always copy.
 DELTACELLS_WORKER_HANDOFF=lanes|copy forces one way (tests, measurements).
 
 A slot whose array was never sent is freed when the worker drops it.  A worker whose lane
 slots are all busy (small batches: a window of more batches than a lane has slots; or the user
 keeps many batches) copies the rest from private slots; when those are busy too, it uses plain
-buffers, which torch sends its usual way.  Where process_vm_readv is not allowed (a seccomp profile without it, e.g.
-some containers), available() is False and torch's way is used.  DELTACELLS_WORKER_COPY=0
-turns both off.  Nothing crosses a fork in use: a lane belongs to the process that
-claimed it, the arena's mapping is only ever read and written through slot states.
+buffers, which torch sends its usual way.  Where process_vm_readv is not allowed (a seccomp
+profile without it, e.g. some containers), available() is False and torch's way is used.
+DELTACELLS_WORKER_COPY=0 turns both off.  Nothing crosses a fork in use: a lane belongs to
+the process that claimed it, the arena's mapping is only ever read and written through slot
+states.
 """
 import ctypes
 import itertools
@@ -625,7 +627,8 @@ _fork = {"wiped": [], "locked": False}     # the fork under way: buffers advised
 
 def _private_alloc(nbytes):
     """A receive buffer: private anonymous memory (huge pages where the machine gives them
-    to private memory), a mapping of its own, so that a fork can leave it out (_recv_before_fork)."""
+    to private memory), a mapping of its own, so that a fork can leave it out
+    (_recv_before_fork)."""
     import mmap
     m = mmap.mmap(-1, max(1, int(nbytes)), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):
