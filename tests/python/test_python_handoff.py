@@ -144,6 +144,54 @@ def test_pool_keeps_live_views():
     assert c.ctypes.data == addr and c.dtype == np.int32 and len(c) == 900
 
 
+@pytest.mark.parametrize("nbytes", [5000, (1 << 20) + 7, (5 << 20) - 3])
+def test_private_buffers_come_in_whole_aligned_huge_pages_and_stay_busy_while_viewed(nbytes):
+    """_xfer's private buffers (the main process's receive pool, a worker's slots): from
+    HUGE_MIN up whole 2 MiB pages starting on a 2 MiB boundary, advised for huge pages, so that
+    the kernel can put huge pages everywhere in them; a pool over them reuses one only once no
+    view of it is left (numpy hands a view of a view the first one's base: an aligned slice of a
+    larger array would have looked idle while viewed)."""
+    from deltacells import _xfer
+    huge = _xfer.HUGE
+    b = _xfer._private_alloc(nbytes)
+    if nbytes >= _xfer.HUGE_MIN:
+        assert b.nbytes % huge == 0 and nbytes <= b.nbytes < nbytes + huge
+        assert b.ctypes.data % huge == 0
+    else:
+        assert b.nbytes == nbytes
+    b[:] = 9                                # all of it is writable
+    if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):     # a kernel with THP
+        flags = None
+        for ln in open("/proc/self/smaps"):
+            f = ln.split()
+            if "-" in f[0] and len(f) >= 5:
+                lo, hi = (int(x, 16) for x in f[0].split("-"))
+                inside = lo <= b.ctypes.data < hi
+            elif inside and f[0] == "VmFlags:":
+                flags = f[1:]
+        assert flags is not None and "hg" in flags, flags
+    pool = _core.BufferPool(keep=4, alloc=_xfer._private_alloc)
+    n = nbytes // 4
+    x = pool.take(n, np.int32)
+    x[:] = 1
+    y = pool.take(n, np.int32)              # x is viewed: another buffer
+    assert x.ctypes.data != y.ctypes.data
+    y[:] = 2
+    assert (x == 1).all()
+    addr = x.ctypes.data
+    del x
+    z = pool.take(n, np.int32)              # x's buffer is idle again
+    assert z.ctypes.data == addr
+
+
+def test_a_workers_large_private_slots_are_huge_page_aligned():
+    from deltacells import _xfer
+    slots = _xfer.WorkerSlots(_core.BufferPool(), max_slots=6, lane=False)
+    ip, ix, dv = slots.take_batch(128, 300_000, np.float32)
+    assert ix.ctypes.data % _xfer.HUGE == 0 and dv.ctypes.data % _xfer.HUGE == 0
+    assert len(ix) == len(dv) == 300_000 and len(ip) == 129
+
+
 # --- the ticket ------------------------------------------------------------------------
 def test_ticket_once_and_unknown(small):
     fn = _core._ticket_take_fn()
