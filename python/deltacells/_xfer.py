@@ -538,19 +538,26 @@ class WorkerSlots:
         return self.private.take(n, dtype)
 
     def warm(self, shapes):
-        """Gives their pages now to the lane slots that batches of these (cells, nonzeros,
-        dtype) would take: each taken and freed again (later takes pick the same slots: the
-        smallest ever filled far enough, else the fullest, grown in place).  For a reader
-        that would otherwise wait idle, e.g. for a remote dataset's first tiles.  Nothing
-        with private slots (their buffers are made when a batch needs them)."""
-        if self.lane is None:
-            return
+        """Gives their pages now to the slots that batches of these (cells, nonzeros, dtype)
+        would take: each taken and freed again (later takes pick the same slots: the smallest
+        that fits, else the fullest, grown in place; a private slot's buffer is made here).
+        For a reader that would otherwise wait idle, e.g. for a remote dataset's first tiles:
+        a worker new every epoch (private slots) spent that wait idle and then faulted its
+        first window's buffers in, after the tiles had come."""
         held = []
         with self.lock:
             for n, nnz, dtype in shapes:
-                if self.lane.n_free() < 3:
-                    break
-                held += self.lane.take_batch(n, nnz, dtype)
+                if self.lane is not None:
+                    if self.lane.n_free() < 3:
+                        break
+                    held += self.lane.take_batch(n, nnz, dtype)
+                elif self.copies:
+                    if int((self.ctrl == 0).sum()) < 3:
+                        break
+                    got = [self._take(n + 1, np.int32), self._take(nnz, np.int32), self._take(nnz, dtype)]
+                    for a in got:
+                        _fault_in(a)
+                    held += got
         del held                            # never sent: the slots are free again
 
     def find(self, ptr, nbytes):
@@ -564,6 +571,16 @@ class WorkerSlots:
                     if lease is not None and self.ctrl[i] == lease.serial:
                         return i, lease
         return None
+
+
+def _fault_in(a):
+    """Gives the pages under array a their memory now (one call where the kernel can, Linux
+    5.14+; else a write per page)."""
+    if a.nbytes == 0:
+        return
+    lo = a.ctypes.data & ~4095
+    if not _madvise(lo, a.ctypes.data + a.nbytes - lo, _MADV_POPULATE_WRITE):
+        a.view(np.uint8)[::4096] = 0
 
 
 def _slot_alloc(nbytes):

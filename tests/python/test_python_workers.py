@@ -504,6 +504,46 @@ def test_warm_gives_pages_to_the_slots_the_next_batches_take(db):
     assert out.strip().endswith("ok"), out
 
 
+def test_warm_gives_private_slots_their_buffers_and_pages_first(db):
+    """A worker that copies (private slots: a worker new every epoch) warms too: warm() makes
+    the slots' buffers and gives them their pages, leaves every slot free, and the batches
+    then take those very buffers (nothing new made)."""
+    code = """
+        import sys, numpy as np
+        from deltacells import _core, _xfer
+        if not _xfer.available():
+            print("ok (no process_vm_readv here)")
+            raise SystemExit
+        def resident(a):
+            lo = a.ctypes.data & ~4095
+            n = (a.ctypes.data + a.nbytes - lo + 4095) // 4096
+            import ctypes, mmap
+            vec = (ctypes.c_ubyte * n)()
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+            assert libc.mincore(lo, n * 4096, vec) == 0, ctypes.get_errno()
+            return sum(v & 1 for v in vec) / n
+        slots = _xfer.WorkerSlots(_core.BufferPool(), max_slots=12, lane=False)
+        shapes = [(300, 400_000, "float32"), (300, 350_000, "float32")]
+        slots.warm(shapes)
+        assert (slots.ctrl == 0).all()                      # every slot free again
+        made = [i for i, b in enumerate(slots.bufs) if b is not None]
+        assert len(made) == 6, made
+        assert all(resident(slots.bufs[i]) == 1.0 for i in made if slots.bufs[i].nbytes >= 4096)
+        bufs = {i: slots.bufs[i] for i in made}
+        got = [slots.take_batch(n, nnz, dt) for n, nnz, dt in shapes]
+        assert [b is not None for b in slots.bufs].count(True) == 6   # nothing new made
+        for i in made:
+            assert slots.bufs[i] is bufs[i]
+        used = sorted(i for g in got for a in g for i in made
+                      if bufs[i].ctypes.data <= a.ctypes.data < bufs[i].ctypes.data + bufs[i].nbytes)
+        assert used == made, (used, made)
+        print("ok")
+    """
+    out = run(code, db)
+    assert out.strip().endswith("ok") or "no process_vm_readv" in out, out
+
+
 def test_workers_of_one_epoch_copy_and_persistent_ones_use_their_lane(db):
     """The default way (_xfer.handoff): DataLoader's default workers, new processes every
     epoch, hand batches over copied (mapping a lane's pages would cost each new process
