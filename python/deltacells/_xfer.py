@@ -665,6 +665,8 @@ def _private_alloc(nbytes):
     1.5 MB buffer faulted in 384 pages of 4 KiB)."""
     import mmap
     nbytes = max(1, int(nbytes))
+    if not hasattr(mmap, "MAP_PRIVATE"):          # Windows
+        return np.empty(nbytes, dtype=np.uint8)
     big = nbytes >= HUGE_MIN
     cap = (nbytes + HUGE - 1) & ~(HUGE - 1) if big else nbytes
     m = mmap.mmap(-1, cap + HUGE if big else cap, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
