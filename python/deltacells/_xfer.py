@@ -99,7 +99,7 @@ assert 8 * (1 + 2 * LANE_SLOTS) <= 4096      # the header's words: its first pag
                         # 2 MiB is never touched; it keeps the slots 2 MiB aligned, for huge pages)
 _TAKEN, _SENT, _HELD = 1, 2, 3
 HUGE = 2 << 20          # a transparent huge page (x86-64, and ARM64 with 4 KiB pages)
-HUGE_MIN = 1 << 20      # private slot buffers from this size up are whole huge pages (_slot_alloc)
+HUGE_MIN = 1 << 20      # private buffers from this size up are whole, aligned huge pages (_private_alloc)
 SMALL_COPY = 1 << 20    # a worker's tensors up to this size that are not in a slot are copied into one
 _MADV_POPULATE_WRITE = 23
 _avail = {}
