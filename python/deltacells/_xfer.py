@@ -190,10 +190,10 @@ def _madvise(addr, nbytes, advice):
 
 
 def _populate(addr, nbytes):
-    """Map (and, the first time ever, allocate) these pages of the arena in this process in
-    one call; where the kernel cannot (before Linux 5.14), they fault in when written."""
-    if nbytes > 0:
-        _madvise(addr, nbytes, _MADV_POPULATE_WRITE)
+    """Map (and, the first time ever, allocate) these pages (of the arena, or private ones) in
+    this process in one call; where the kernel cannot (before Linux 5.14), they fault in when
+    written.  True when the kernel did it."""
+    return nbytes > 0 and _madvise(addr, nbytes, _MADV_POPULATE_WRITE)
 
 
 _tokens = itertools.count(1)
@@ -579,7 +579,7 @@ def _fault_in(a):
     if a.nbytes == 0:
         return
     lo = a.ctypes.data & ~4095
-    if not _madvise(lo, a.ctypes.data + a.nbytes - lo, _MADV_POPULATE_WRITE):
+    if not _populate(lo, a.ctypes.data + a.nbytes - lo):
         a.view(np.uint8)[::4096] = 0
 
 

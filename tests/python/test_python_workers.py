@@ -78,6 +78,19 @@ def _lanes_here(db):
     return run(code, db).strip().splitlines()[-1].split()
 
 
+def _need(db, arena=False, copy=False):
+    """Skips the test where it cannot run: off Linux, and where it needs them, without an arena
+    (memfd) or without process_vm_readv; else (lanes, avail) as _lanes_here gives them."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    lanes, avail = _lanes_here(db)
+    if arena and lanes != "True":
+        pytest.skip("no arena here (memfd)")
+    if copy and avail != "True":
+        pytest.skip("process_vm_readv is not allowed here")
+    return lanes, avail
+
+
 @pytest.mark.parametrize("mode", ["mapped", "copied"])
 def test_two_workers_deliver_the_same_batches_through_slots(db, mode):
     if not sys.platform.startswith("linux"):
@@ -118,11 +131,7 @@ def test_lane_slots_ask_for_huge_pages_and_the_header_does_not(db):
     # MADV_HUGEPAGE (smaps VmFlags 'hg', whatever shmem_enabled says), at 2 MiB aligned file
     # offsets after a 2 MiB header that does not (its one used page must not take a huge page);
     # the mapping's address is the kernel's to align where shared huge pages are possible
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    lanes, _ = _lanes_here(db)
-    if lanes != "True":
-        pytest.skip("no arena here (memfd)")
+    _need(db, arena=True)
     code = """
         import sys, torch
         from torch.utils.data import DataLoader
@@ -548,11 +557,7 @@ def test_workers_of_one_epoch_copy_and_persistent_ones_use_their_lane(db):
     """The default way (_xfer.handoff): DataLoader's default workers, new processes every
     epoch, hand batches over copied (mapping a lane's pages would cost each new process
     again); persistent workers use their lane from the first epoch on.  Same cells either way."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    lanes, avail = _lanes_here(db)
-    if avail != "True":
-        pytest.skip("process_vm_readv is not allowed here")
+    lanes, avail = _need(db, copy=True)
     code = """
         import sys, torch
         from torch.utils.data import DataLoader
@@ -595,11 +600,7 @@ def test_workers_of_one_epoch_copy_every_batch_of_a_large_window(db):
     whole dataset, 150 batches), and a worker that copies has a private slot for each of their
     arrays; none goes torch's way (a fresh shared-memory segment per tensor).  With 24 slots
     (8 batches) most of a window of 39 batches of 512 cells did: 0.06x the cells/s of 0 workers."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    lanes, avail = _lanes_here(db)
-    if avail != "True":
-        pytest.skip("process_vm_readv is not allowed here")
+    _need(db, copy=True)
     code = """
         import sys, torch
         from torch.utils.data import DataLoader
