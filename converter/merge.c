@@ -101,6 +101,12 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t
   return rc;
 }
 
+/* The loaded orig_index column of a genes table (read_genes), or NULL where it has none. */
+static const vals *orig_col(const gcol *g, int n) {
+  for (int i = 0; i < n; i++) if (g[i].kind == DC_OBS_INT && !strcmp(g[i].name, "orig_index")) return &g[i].v;
+  return NULL;
+}
+
 static val1 vals_get(const vals *v, uint64_t i) {
   val1 x;
   memset(&x, 0, sizeof x);
@@ -557,7 +563,8 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
     drep = malloc(((size_t)D->n_genes + 1) * sizeof *drep);
     srep = malloc(((size_t)S->n_genes + 1) * sizeof *srep);
     if (!drep || !srep) { cv_fail(e, "out of memory"); goto done; }
-    if (cv_dataset_gene_reps(db, "main", D->path, &dg[0].v, drep, e) || cv_dataset_gene_reps(db, "src", S->path, &sg[0].v, srep, e) ||
+    if (cv_dataset_gene_reps(db, "main", D->path, &dg[0].v, orig_col(dg, nd), drep, e) ||
+        cv_dataset_gene_reps(db, "src", S->path, &sg[0].v, orig_col(sg, ns), srep, e) ||
         gene_map(&dg[0].v, drep, &sg[0].v, srep, sigma, &next, e))
       goto done;
   }
@@ -572,7 +579,7 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
   keep = calloc((size_t)(nd + ns) + 1, sizeof *keep);   /* merged col -> D's stored blocks still right */
   if (!mg || !keep) { free(keep); keep = NULL; cv_fail(e, "out of memory"); goto done; }
   for (int i = 0; i < nd + ns; i++) {
-    const gcol *dcx = i < nd ? &dg[i] : NULL, *scx = NULL;
+    gcol *dcx = i < nd ? &dg[i] : NULL, *scx = NULL;
     if (i >= nd) {
       if (i - nd < 3) continue;
       int dup = 0;
@@ -589,6 +596,19 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
     if (dcx && scx && dcx->kind == DC_OBS_INT && scx->kind == DC_OBS_REAL) m->kind = DC_OBS_REAL;
     m->v.kind = m->kind;
     if (cv_vals_reserve(&m->v, N + 1, e)) goto done;
+    if (m->kind == DC_OBS_TEXT && (!dcx || dcx->kind == DC_OBS_TEXT) && (!scx || scx->kind == DC_OBS_TEXT)) {
+      /* text moves: each source value goes to one merged gene (from_s is one to one), and the
+      ** sources are freed unread after this (a copy per value was a sixth of this step) */
+      for (uint32_t g = 0; g < N; g++) {
+        vals *src = g < NDg ? (dcx ? &dcx->v : NULL) : (scx ? &scx->v : NULL);
+        uint64_t j = g < NDg ? g : from_s[g - NDg];
+        m->v.text[g] = src ? src->text[j] : NULL;
+        m->v.tlen[g] = src ? src->tlen[j] : 0;
+        if (src) src->text[j] = NULL;
+      }
+      m->v.n = N;
+      continue;
+    }
     for (uint32_t g = 0; g < N; g++) {
       val1 x;
       memset(&x, 0, sizeof x);

@@ -102,7 +102,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
     ** an input's (not in its stored order, by counts) */
     reps = malloc((nv.n + 1) * sizeof *reps);
     if (!reps) cv_fail(e, "out of memory");
-    if (!reps || cv_dataset_gene_reps(db, "main", o->dataset, &nv, reps, e)) { cv_vals_free(&nv); goto done; }
+    if (!reps || cv_dataset_gene_reps(db, "main", o->dataset, &nv, NULL, reps, e)) { cv_vals_free(&nv); goto done; }
     names = nv.text;
     n_names = (int64_t)nv.n;
     nv.text = NULL;
@@ -410,7 +410,7 @@ int cv_gene_order_load(const char *path, char ***names, uint32_t **reps, uint32_
     else if (!cv_read_meta(db, "main", path, &D, e) && !cv_load_names(db, "genes", path, &nv, e)) {
       uint32_t *r = malloc((nv.n + 1) * sizeof *r);   /* counted in its original order, as append counts */
       if (!r) cv_fail(e, "out of memory");
-      else if (!cv_dataset_gene_reps(db, "main", path, &nv, r, e)) {
+      else if (!cv_dataset_gene_reps(db, "main", path, &nv, NULL, r, e)) {
         for (uint64_t i = 0; i < nv.n; i++) if (!nv.text[i]) nv.text[i] = strdup("");
         *reps = r;
         r = NULL;

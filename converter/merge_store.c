@@ -223,6 +223,42 @@ static val1 block_val(const dc_obs_block *b, uint32_t i, char *const *labels) {
   return x;
 }
 
+/* Appends a decoded block of dst's own kind, as cv_vals_push would value by value (without
+** a val1 and a call per value: loading the genes of the real files for a merge went a value at
+** a time).  dst has room for b->n more. */
+static int block_append(vals *dst, const dc_obs_block *b, const int32_t *remap, cv_err *e) {
+  uint64_t o = dst->n;
+  switch (b->kind) {
+    case DC_OBS_CATEGORY:
+      for (uint32_t i = 0; i < b->n; i++) dst->codes[o + i] = b->codes[i] < 0 ? -1 : remap ? remap[b->codes[i]] : b->codes[i];
+      break;
+    case DC_OBS_INT:        /* i64 is 0 where NULL, as cv_vals_null writes */
+      memcpy(dst->i64 + o, b->i64, (size_t)b->n * sizeof *b->i64);
+      memcpy(dst->valid + o, b->valid, b->n);
+      break;
+    case DC_OBS_REAL: memcpy(dst->f64 + o, b->f64, (size_t)b->n * sizeof *b->f64); break;
+    case DC_OBS_BOOL: for (uint32_t i = 0; i < b->n; i++) dst->b8[o + i] = b->valid[i] ? (b->i64[i] ? 1 : 0) : -1; break;
+    default:
+      for (uint32_t i = 0; i < b->n; i++) {
+        dst->text[o + i] = NULL;
+        dst->tlen[o + i] = 0;
+      }
+      for (uint32_t i = 0; i < b->n; i++) {
+        if (!b->valid[i]) continue;
+        size_t len = (size_t)(b->text_off[i + 1] - b->text_off[i]);
+        char *t = malloc(len + 1);
+        if (!t) { dst->n = o + i; return cv_fail(e, "out of memory"); }
+        memcpy(t, b->text + b->text_off[i], len);
+        t[len] = 0;
+        dst->text[o + i] = t;
+        dst->tlen[o + i] = (uint32_t)len;
+      }
+      break;
+  }
+  dst->n = o + b->n;
+  return 0;
+}
+
 /* values [off, off+k) of v as the encoder takes them */
 dc_obs_values cv_vals_slice(const vals *v, uint64_t off, uint32_t k, uint32_t n_categories) {
   dc_obs_values o;
@@ -262,6 +298,7 @@ int cv_load_column(sqlite3 *db, const char *schema, const char *table, int64_t c
       break;
     }
     if (cv_vals_reserve(dst, dst->n + b.n, e)) { rc = -1; break; }
+    if (b.kind == dst->kind) { rc = block_append(dst, &b, remap, e); continue; }
     for (uint32_t i = 0; i < b.n && !rc; i++) {
       val1 x = block_val(&b, i, labels);
       if (kind == DC_OBS_CATEGORY && !x.is_null && remap) x.i = remap[x.i];
@@ -284,18 +321,30 @@ int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv
   return 0;
 }
 
-int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, const vals *names, uint32_t *rep, cv_err *e) {
-  sqlite3_stmt *st = cv_prep(db, e, "SELECT col FROM \"%w\".genes_columns WHERE name = 'orig_index' AND kind = 'int'", schema);
-  if (!st) return -1;
-  int64_t col = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-  sqlite3_finalize(st);
+int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, const vals *names, const vals *orig, uint32_t *rep,
+                         cv_err *e) {
+  int64_t col = orig ? 0 : -1;
+  if (!orig) {
+    sqlite3_stmt *st = cv_prep(db, e, "SELECT col FROM \"%w\".genes_columns WHERE name = 'orig_index' AND kind = 'int'", schema);
+    if (!st) return -1;
+    col = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+  }
   vals ov;
   memset(&ov, 0, sizeof ov);
   ov.kind = DC_OBS_INT;
   if (col >= 0) {
     char what[300];
     snprintf(what, sizeof what, "%s: genes column 'orig_index'", path);
-    if (cv_load_column(db, schema, "genes", col, DC_OBS_INT, 0, 0, NULL, NULL, &ov, what, e)) { cv_vals_free(&ov); return -1; }
+    if (orig) {           /* a copy: unplaced genes are marked below */
+      if (cv_vals_reserve(&ov, orig->n, e)) return -1;
+      memcpy(ov.i64, orig->i64, orig->n * sizeof *ov.i64);
+      memcpy(ov.valid, orig->valid, orig->n);
+      ov.n = orig->n;
+    } else if (cv_load_column(db, schema, "genes", col, DC_OBS_INT, 0, 0, NULL, NULL, &ov, what, e)) {
+      cv_vals_free(&ov);
+      return -1;
+    }
     if (ov.n != names->n) {
       cv_vals_free(&ov);
       return cv_fail(e, "%s: genes column 'orig_index' holds %llu values for %llu genes", path, (unsigned long long)ov.n,

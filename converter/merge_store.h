@@ -68,8 +68,10 @@ int cv_load_column(sqlite3 *db, const char *schema, const char *table, int64_t c
 int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv_err *e);
 /* rep[i]: which gene of its name schema's gene i is (cv_gene_repeats), counted in the dataset's
 ** original order: genes.orig_index (each gene's place in the union of the inputs' var), or
-** gene_id where the dataset records none.  names: its genes' names (cv_load_names). */
-int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, const vals *names, uint32_t *rep, cv_err *e);
+** gene_id where the dataset records none.  names: its genes' names (cv_load_names); orig: its
+** orig_index column where the caller has it loaded (NULL: read here, if the dataset has one). */
+int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, const vals *names, const vals *orig, uint32_t *rep,
+                         cv_err *e);
 
 /* Seals every block of main's obs column col again, keyed by new_id (after
 ** its n_categories, or the dataset id, changed).  old_id: checks each first. */
