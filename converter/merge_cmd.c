@@ -291,6 +291,39 @@ static int copy_first(sqlite3 *db, const char *path, uint64_t old_id, uint64_t n
   return rc;
 }
 
+/* A warning for each input that is an earlier one, or a copy of it (the same dataset id): its
+** cells would be stored twice, as convert warns of a file given twice.  Inputs it cannot read
+** are left to the merge, which names what is wrong with them. */
+static void warn_repeated(const cv_merge_opts *o) {
+  uint64_t *ids = calloc((size_t)o->n_inputs + 1, sizeof *ids);
+  int *ok = calloc((size_t)o->n_inputs + 1, sizeof *ok);
+  for (int i = 0; ids && ok && i < o->n_inputs; i++) {
+    sqlite3 *db = NULL;
+    dsinfo m;
+    cv_err ignored;
+    memset(&m, 0, sizeof m);
+    memset(&ignored, 0, sizeof ignored);
+    if (sqlite3_open_v2(o->inputs[i], &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        cv_read_meta(db, "main", o->inputs[i], &m, &ignored) == 0) {
+      ids[i] = m.id;
+      ok[i] = 1;
+    }
+    free(m.sources);
+    sqlite3_close(db);
+    for (int k = 0; ok[i] && k < i; k++)
+      if (ok[k] && ids[k] == ids[i]) {
+        if (!strcmp(o->inputs[i], o->inputs[k]))
+          fprintf(stderr, "deltacells: warning: %s is given twice; its cells are stored twice\n", o->inputs[i]);
+        else
+          fprintf(stderr, "deltacells: warning: %s is the same dataset as %s (or a copy of it); its cells are stored twice\n",
+                  o->inputs[i], o->inputs[k]);
+        break;
+      }
+  }
+  free(ids);
+  free(ok);
+}
+
 int cv_merge(const cv_merge_opts *o, cv_err *e) {
   struct stat st;
   if (stat(o->out, &st) == 0) {
@@ -304,6 +337,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
   }
   for (int i = 0; i < o->n_inputs; i++)
     if (stat(o->inputs[i], &st) != 0) return cv_fail(e, "%s: %s", o->inputs[i], strerror(errno));
+  warn_repeated(o);
   double t0 = cv_now();
   dsw_remove_stale(o->out);
   int fd = -1, rc = -1, reenc = 0;

@@ -259,6 +259,7 @@ def test_merge_halves_equals_whole(files, tmp_path):
     m = tmp_path / "m.dcdb"
     p = run("merge", pa, pb, pc, "-o", m)
     assert "tiles decoded and encoded again" in p.stdout
+    assert "warning" not in p.stderr, p.stderr
     verify_ok(m)
     whole = tmp_path / "whole.dcdb"
     run("convert", a, b, c, "-o", whole, "--quiet", "--tile-cells", "256")
@@ -286,11 +287,20 @@ def test_merge_copies_tiles_when_gene_ids_agree(files, tmp_path):
     m = tmp_path / "m.dcdb"
     p = run("merge", pa, pa, "-o", m)
     assert "(0 tiles decoded" in p.stdout, p.stdout
+    # the same dataset twice is allowed, and said (as convert says of a file given twice)
+    assert f"warning: {pa} is given twice; its cells are stored twice" in p.stderr, p.stderr
     verify_ok(m)
     s = snapshot(m)
     s1 = snapshot(pa)
     assert s["X"].shape[0] == 2 * s1["X"].shape[0]
     assert (s["X"][:700] - s1["X"]).count_nonzero() == 0 and (s["X"][700:] - s1["X"]).count_nonzero() == 0
+    # a copy is the same dataset (its id); a merged dataset has an id of its own
+    import shutil
+    cp = tmp_path / "copy.dcdb"
+    shutil.copy(pa, cp)
+    p = run("merge", pa, m, cp, "-o", tmp_path / "m3.dcdb")
+    assert f"warning: {cp} is the same dataset as {pa} (or a copy of it)" in p.stderr, p.stderr
+    assert str(m) + " is" not in p.stderr, p.stderr
 
 
 def test_merge_errors(files, tmp_path):
