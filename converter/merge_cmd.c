@@ -66,6 +66,27 @@ static void unlink_db(const char *p) {
   free(j);
 }
 
+/* A warning for each input that one of the dataset's sources (dc_meta sources, "file") already
+** is: appended again, its cells are stored twice (as convert warns of a file given twice). */
+static void warn_appended_before(sqlite3 *db, const dsinfo *D, const cv_append_opts *o) {
+  sqlite3_stmt *st = NULL;
+  if (!D->sources || sqlite3_prepare_v2(db, "SELECT json_extract(value, '$.file') FROM json_each(?1)", -1, &st, NULL) != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return;
+  }
+  sqlite3_bind_text(st, 1, D->sources, -1, SQLITE_STATIC);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const char *f = (const char *)sqlite3_column_text(st, 0);
+    struct stat a, b;
+    if (!f || stat(f, &a) != 0) continue;
+    for (int i = 0; i < o->n_inputs; i++)
+      if (stat(o->inputs[i], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        fprintf(stderr, "deltacells: warning: %s is already in %s%s%s%s; its cells are stored twice\n", o->inputs[i], o->dataset,
+                strcmp(o->inputs[i], f) ? " (as " : "", strcmp(o->inputs[i], f) ? f : "", strcmp(o->inputs[i], f) ? ")" : "");
+  }
+  sqlite3_finalize(st);
+}
+
 int cv_append(const cv_append_opts *o, cv_err *e) {
   sqlite3 *db = NULL;
   dsinfo D;
@@ -93,6 +114,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   if (cv_exec(db, "BEGIN IMMEDIATE", e)) { cv_prefix(e, "%s", o->dataset); goto done; }
   in_tx = 1;
   if (cv_read_meta(db, "main", o->dataset, &D, e)) goto done;
+  warn_appended_before(db, &D, o);
   {
     vals nv;
     if (cv_load_names(db, "genes", o->dataset, &nv, e)) goto done;

@@ -105,9 +105,17 @@ def test_append_equals_convert_together(files, tmp_path):
     run("convert", a, "-o", ds, "--quiet", "--tile-cells", "256")
     p = run("append", ds, b)
     assert "appended 400 cells (30 new genes)" in p.stdout, p.stdout
+    assert "warning" not in p.stderr, p.stderr
     verify_ok(ds)
     run("append", ds, c, "--quiet")
     verify_ok(ds)
+    # a file the dataset already holds is appended all the same, and said
+    again = tmp_path / "again.dcdb"
+    import shutil
+    shutil.copy(ds, again)
+    p = run("append", again, a, "--quiet")
+    assert f"warning: {a} is already in {again}; its cells are stored twice" in p.stderr, p.stderr
+    verify_ok(again)
     whole = tmp_path / "whole.dcdb"
     run("convert", a, b, c, "-o", whole, "--quiet", "--tile-cells", "256")
     s1, s2 = snapshot(ds), snapshot(whole)
