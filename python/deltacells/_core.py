@@ -534,6 +534,10 @@ class BufferPool:
         self._bufs = []
         self._forked = set()                # ids of buffers a forked child may share (at_fork)
 
+    def cold(self):
+        """No buffer yet: whatever is taken first is fresh memory."""
+        return not self._bufs
+
     def take(self, n, dtype):
         dtype = np.dtype(dtype)
         nbytes = max(dtype.itemsize, int(n) * dtype.itemsize)

@@ -367,7 +367,7 @@ def _placer(ds, batches, cuts, start, pool):
     if budget is not None and len(cat.tile_n) and cat.tile_n.sum():
         per_cell = 8.0 * float(cat.tile_nnz.sum()) / float(cat.tile_n.sum())     # bytes placed per cell
         max_batches = max(1, int(budget * 2**20 // max(1.0, per_cell * ds.batch_size)))
-    return _place.Placer(ds, batches, cuts[0], cuts[1], start, max_batches)
+    return _place.Placer(ds, batches, cuts[0], cuts[1], start, max_batches, _place.first_alone(pool))
 
 
 class CellDataset(_Base, IterableDataset):

@@ -91,6 +91,37 @@ def test_placed_equals_read_one_by_one(small, batch_size, prefetch):
     assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
 
 
+def test_a_cold_pool_makes_its_first_batch_alone(small, monkeypatch):
+    """A reader whose buffer pool has no buffers yet places its first batch alone (the rest of
+    its window next, the window's chunks decoded again), so that it need not wait for the fresh
+    pages of the whole window's batches; a reader with a warm pool places whole windows.  The
+    batches are those read one by one either way."""
+    from deltacells import _place
+    made = []
+    orig = _place.Placer._window
+
+    def spy(self, *a):
+        before = set(self.ready)
+        ok = orig(self, *a)
+        made.append(sorted(set(self.ready) - before))
+        return ok
+    monkeypatch.setattr(_place.Placer, "_window", spy)
+    kw = dict(batch_size=100, seed=3, prefetch_tiles=0, obs=OBS)    # windows of 6 batches
+    old, _ = batches(small[1], "0", **kw)
+    with _core._spare_lock:
+        _core._spare["pools"].clear()           # no pool left by an earlier reader: a cold one
+    new, placed = batches(small[1], "1", **kw)
+    assert placed
+    same(new, old)
+    cold = list(made)
+    assert cold[0] == [0] and len(cold[1]) >= 3 and cold[1][0] == 1, cold[:3]
+    made.clear()
+    again, placed = batches(small[1], "1", **kw)   # the pool the last reader left: warm
+    assert placed
+    same(again, old)
+    assert made[0] == [0] + cold[1] and made[1:] == cold[2:], (made[:3], cold[:3])
+
+
 def test_placed_batches_equal_the_input(small):
     ref = reindexed_X(read_h5ad(small[0]), stored_gene_names(small[1]))
     new, placed = batches(small[1], "1", batch_size=333, seed=9, prefetch_tiles=0, output="scipy",
