@@ -79,10 +79,13 @@ static void warn_appended_before(sqlite3 *db, const dsinfo *D, const cv_append_o
     const char *f = (const char *)sqlite3_column_text(st, 0);
     struct stat a, b;
     if (!f || stat(f, &a) != 0) continue;
-    for (int i = 0; i < o->n_inputs; i++)
-      if (stat(o->inputs[i], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        fprintf(stderr, "deltacells: warning: %s is already in %s%s%s%s; its cells are stored twice\n", o->inputs[i], o->dataset,
-                strcmp(o->inputs[i], f) ? " (as " : "", strcmp(o->inputs[i], f) ? f : "", strcmp(o->inputs[i], f) ? ")" : "");
+    for (int i = 0; i < o->n_inputs; i++) {
+      if (stat(o->inputs[i], &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) continue;
+      if (!strcmp(o->inputs[i], f))
+        fprintf(stderr, "deltacells: warning: %s is already in %s; its cells are stored twice\n", o->inputs[i], o->dataset);
+      else
+        fprintf(stderr, "deltacells: warning: %s is already in %s (as %s); its cells are stored twice\n", o->inputs[i], o->dataset, f);
+    }
   }
   sqlite3_finalize(st);
 }

@@ -242,8 +242,6 @@ static int block_append(vals *dst, const dc_obs_block *b, const int32_t *remap, 
       for (uint32_t i = 0; i < b->n; i++) {
         dst->text[o + i] = NULL;
         dst->tlen[o + i] = 0;
-      }
-      for (uint32_t i = 0; i < b->n; i++) {
         if (!b->valid[i]) continue;
         size_t len = (size_t)(b->text_off[i + 1] - b->text_off[i]);
         char *t = malloc(len + 1);
@@ -323,36 +321,36 @@ int cv_load_names(sqlite3 *db, const char *table, const char *path, vals *nv, cv
 
 int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, const vals *names, const vals *orig, uint32_t *rep,
                          cv_err *e) {
-  int64_t col = orig ? 0 : -1;
-  if (!orig) {
-    sqlite3_stmt *st = cv_prep(db, e, "SELECT col FROM \"%w\".genes_columns WHERE name = 'orig_index' AND kind = 'int'", schema);
-    if (!st) return -1;
-    col = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_finalize(st);
-  }
+  char what[300];
+  snprintf(what, sizeof what, "%s: genes column 'orig_index'", path);
   vals ov;
   memset(&ov, 0, sizeof ov);
   ov.kind = DC_OBS_INT;
-  if (col >= 0) {
-    char what[300];
-    snprintf(what, sizeof what, "%s: genes column 'orig_index'", path);
-    if (orig) {           /* a copy: unplaced genes are marked below */
-      if (cv_vals_reserve(&ov, orig->n, e)) return -1;
-      memcpy(ov.i64, orig->i64, orig->n * sizeof *ov.i64);
-      memcpy(ov.valid, orig->valid, orig->n);
-      ov.n = orig->n;
-    } else if (cv_load_column(db, schema, "genes", col, DC_OBS_INT, 0, 0, NULL, NULL, &ov, what, e)) {
-      cv_vals_free(&ov);
-      return -1;
+  int have = 0;           /* ov holds the dataset's orig_index */
+  if (orig) {             /* a copy: unplaced genes are marked below */
+    if (cv_vals_reserve(&ov, orig->n, e)) return -1;
+    memcpy(ov.i64, orig->i64, orig->n * sizeof *ov.i64);
+    memcpy(ov.valid, orig->valid, orig->n);
+    ov.n = orig->n;
+    have = 1;
+  } else {
+    sqlite3_stmt *st = cv_prep(db, e, "SELECT col FROM \"%w\".genes_columns WHERE name = 'orig_index' AND kind = 'int'", schema);
+    if (!st) return -1;
+    int64_t col = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    if (col >= 0) {
+      if (cv_load_column(db, schema, "genes", col, DC_OBS_INT, 0, 0, NULL, NULL, &ov, what, e)) { cv_vals_free(&ov); return -1; }
+      have = 1;
     }
+  }
+  if (have) {
     if (ov.n != names->n) {
       cv_vals_free(&ov);
-      return cv_fail(e, "%s: genes column 'orig_index' holds %llu values for %llu genes", path, (unsigned long long)ov.n,
-                     (unsigned long long)names->n);
+      return cv_fail(e, "%s holds %llu values for %llu genes", what, (unsigned long long)ov.n, (unsigned long long)names->n);
     }
     for (uint64_t i = 0; i < ov.n; i++) if (!ov.valid[i]) ov.i64[i] = INT64_MAX;   /* no place: last */
   }
-  int rc = cv_gene_repeats((const char *const *)names->text, names->n, NULL, col >= 0 ? ov.i64 : NULL, rep, e);
+  int rc = cv_gene_repeats((const char *const *)names->text, names->n, NULL, have ? ov.i64 : NULL, rep, e);
   cv_vals_free(&ov);
   return rc;
 }

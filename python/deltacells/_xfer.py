@@ -528,11 +528,18 @@ class WorkerSlots:
                 if not self.copies:
                     self.fallbacks += 1
                     return self.private.take_batch(n, nnz, dtype)
-            free = int((self.ctrl[:] == 0).sum())
-            if free < 3:
+            if self._n_free() < 3:
                 self.fallbacks += 1
                 return self.private.take_batch(n, nnz, dtype)
-            return self._take(n + 1, np.int32), self._take(nnz, np.int32), self._take(nnz, dtype)
+            return self._take_batch(n, nnz, dtype)
+
+    def _n_free(self):
+        return int((self.ctrl == 0).sum())
+
+    def _take_batch(self, n, nnz, dtype):
+        """A batch's indptr, indices and data in three free private slots (caller holds
+        self.lock and has seen three free)."""
+        return self._take(n + 1, np.int32), self._take(nnz, np.int32), self._take(nnz, dtype)
 
     def take(self, n, dtype):              # BufferPool's interface
         return self.private.take(n, dtype)
@@ -552,9 +559,9 @@ class WorkerSlots:
                         break
                     held += self.lane.take_batch(n, nnz, dtype)
                 elif self.copies:
-                    if int((self.ctrl == 0).sum()) < 3:
+                    if self._n_free() < 3:
                         break
-                    got = [self._take(n + 1, np.int32), self._take(nnz, np.int32), self._take(nnz, dtype)]
+                    got = self._take_batch(n, nnz, dtype)
                     for a in got:
                         _fault_in(a)
                     held += got
