@@ -161,6 +161,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   int64_t nl = 0;
   dsw w;
   memset(&w, 0, sizeof w);
+  sqlite3_str *said = sqlite3_str_new(NULL);   /* a line per column, printed once committed */
   int by_id = !strcmp(o->key, "cell_id");
   if (!by_id && strcmp(o->key, "name") != 0) return cv_fail(e, "--key: '%s' is neither name nor cell_id", o->key);
   if (csv_read(o->table, &t, e)) goto done;
@@ -236,8 +237,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   int64_t next_col = 0;
   for (int i = 0; i < ncols; i++) if (cols[i].col >= next_col) next_col = cols[i].col + 1;
   int n_new = 0, n_repl = 0;
-  dsw_over(&w, db, D.id, e);
-  if (!w.ins_block) { sqlite3_free(ums); goto done; }
+  if (dsw_over(&w, db, o->dataset, D.id, e)) { sqlite3_free(ums); goto done; }
   for (uint32_t c = 0; c < nf; c++) {
     if (c == kc) continue;
     int kind = kinds[c];
@@ -319,11 +319,12 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     if (cv_write_blocks(&w, col, hdr[c], kind == DC_OBS_CATEGORY ? nl : -1, 0, &v, B, e)) { sqlite3_free(ums); goto done; }
     if (cv_write_dict_rows(db, col, labels, 0, kind == DC_OBS_CATEGORY ? nl : 0, e)) { sqlite3_free(ums); goto done; }
     if (cv_write_column_row(db, D.id, col, hdr[c], kind, labels, kind == DC_OBS_CATEGORY ? nl : -1, e)) { sqlite3_free(ums); goto done; }
-    if (!o->quiet) printf("%s: column '%s' (%s) %s\n", o->dataset, hdr[c], cv_obs_kind_label(kind), replaced ? "replaced" : "added");
+    sqlite3_str_appendf(said, "%s: column '%s' (%s) %s\n", o->dataset, hdr[c], cv_obs_kind_label(kind), replaced ? "replaced" : "added");
   }
   if (cv_exec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e) || cv_check_interrupt(e) ||
-      cv_exec(db, "COMMIT", e)) { sqlite3_free(ums); goto done; }
+      cv_commit(db, o->dataset, e)) { sqlite3_free(ums); goto done; }
   in_tx = 0;
+  if (!o->quiet && sqlite3_str_length(said)) fputs(sqlite3_str_value(said), stdout);
   int64_t matched = 0;
   for (int64_t i = 0; i < N; i++) matched += row_of[i] >= 0;
   if (!o->quiet)
@@ -335,8 +336,10 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   sqlite3_free(ums);
   rc = 0;
 done:
+  if (rc && db) cv_name_full(db, o->dataset, e);
   dsw_over_end(&w);
-  if (in_tx) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  if (in_tx) cv_rollback(db);
+  sqlite3_free(sqlite3_str_finish(said));
   if (db) sqlite3_close(db);
   csv_free(&t);
   cv_dcols_free(cols, ncols);

@@ -41,6 +41,14 @@ int cv_prefix(cv_err *e, const char *fmt, ...) {
   return -1;
 }
 
+void cv_rename_subject(cv_err *e, const char *from, const char *to) {
+  size_t k = strlen(from);
+  if (strncmp(e->msg, from, k) != 0 || e->msg[k] != ':') return;
+  char rest[sizeof e->msg];
+  snprintf(rest, sizeof rest, "%s", e->msg + k);
+  snprintf(e->msg, sizeof e->msg, "%s%s", to, rest);
+}
+
 void *cv_malloc(size_t n, cv_err *e) {
   void *p = malloc(n ? n : 1);
   if (!p) cv_fail(e, "out of memory (allocating %zu bytes)", n);

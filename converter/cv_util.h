@@ -30,6 +30,9 @@ int cv_prefix(cv_err *e, const char *fmt, ...)
 #endif
     ;
 
+/* A message "FROM: ..." becomes "TO: ..." (a scratch file named as the dataset it serves). */
+void cv_rename_subject(cv_err *e, const char *from, const char *to);
+
 /* malloc/realloc that fail into a cv_err (NULL + message). */
 void *cv_malloc(size_t n, cv_err *e);
 void *cv_calloc(size_t n, size_t sz, cv_err *e);

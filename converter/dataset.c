@@ -51,14 +51,17 @@ static const char *VTABS[] = {
     "CREATE VIRTUAL TABLE dc_aggregate_wide USING deltacells_aggregate_wide",
 };
 
-/* Names the output (the temporary file is an implementation detail) and the reason. */
-static int db_fail_rc(dsw *w, cv_err *e, const char *what, int rc, const char *m) {
-  const char *out = w->out_path ? w->out_path : w->tmp_path;
+int dsw_db_fail(const char *out, cv_err *e, const char *what, int rc, const char *m) {
   if ((rc & 0xff) == SQLITE_FULL)
     return cv_fail(e, "%s: %s: disk full (%s); nothing was written", out, what, m);
   if ((rc & 0xff) == SQLITE_IOERR)
     return cv_fail(e, "%s: %s: I/O error (%s: %s); nothing was written", out, what, m, strerror(errno));
   return cv_fail(e, "%s: %s: %s", out, what, m);
+}
+
+/* Names the output (the temporary file is an implementation detail) and the reason. */
+static int db_fail_rc(dsw *w, cv_err *e, const char *what, int rc, const char *m) {
+  return dsw_db_fail(w->out_path ? w->out_path : w->tmp_path, e, what, rc, m);
 }
 
 static int db_fail(dsw *w, cv_err *e, const char *what) {

@@ -25,6 +25,10 @@ typedef struct dsw {
   int no_sync;             /* a scratch dataset (append's): no fsync at dsw_finish */
 } dsw;
 
+/* cv_fail for SQLite's error rc (message m) while doing `what` to the dataset out: a full disk
+** and an I/O error say so, and that nothing was written (every writer works in one transaction). */
+int dsw_db_fail(const char *out, cv_err *e, const char *what, int rc, const char *m);
+
 /* Removes the temporary files `.NAME.tmp-XXXXXX` (and their -journal, -wal)
 ** that earlier writers of out_path left behind when they were killed: only
 ** those no live writer holds the lock of.  Returns how many were removed. */

@@ -552,6 +552,10 @@ static int cmd_genes(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* No HDF5 clean-up at exit: after an output file's close failed (a full disk), HDF5 1.10's
+  ** exit handler closed it again and crashed.  Every file this program writes is closed (and
+  ** checked) before it exits.  Before any other HDF5 call, or it has no effect. */
+  H5dont_atexit();
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors become our messages */
   cv_install_signals();
   if (argc < 2) return usage("which command?", HELP_MAIN);

@@ -71,8 +71,8 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t
   if (!st) return -1;
   gcol *g = NULL;
   size_t cap = 0;
-  int n = 0, rc = 0;
-  while (!rc && sqlite3_step(st) == SQLITE_ROW) {
+  int n = 0, rc = 0, r = SQLITE_DONE;
+  while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW) {
     if (cv_grow((void **)&g, &cap, (size_t)n + 1, sizeof *g, e)) { rc = -1; break; }
     gcol *x = &g[n++];
     memset(x, 0, sizeof *x);
@@ -93,6 +93,7 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t
       rc = cv_fail(e, "%s: genes column '%s' holds %llu values for %lld genes", path, x->name, (unsigned long long)x->v.n,
                    (long long)n_genes);
   }
+  if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);   /* not the end: an error */
   sqlite3_finalize(st);
   *out = g;
   *n_out = n;
@@ -403,8 +404,8 @@ static int sources_codes(sqlite3 *db, const dsinfo *m, char ***labels, int64_t *
                                   "json_extract(value, '$.n_cells') FROM json_each(%Q) ORDER BY key", m->sources);
   if (!st) return -1;
   uint64_t start = dst->n;
-  int rc = 0;
-  while (!rc && sqlite3_step(st) == SQLITE_ROW) {
+  int rc = 0, r = SQLITE_DONE;
+  while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW) {
     const char *f = (const char *)sqlite3_column_text(st, 0);
     int64_t fc = sqlite3_column_int64(st, 1), nc = sqlite3_column_int64(st, 2);
     int32_t code;
@@ -415,6 +416,7 @@ static int sources_codes(sqlite3 *db, const dsinfo *m, char ***labels, int64_t *
       rc = cv_vals_push(dst, &x, e);
     }
   }
+  if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, m->path);
   sqlite3_finalize(st);
   if (!rc && (int64_t)(dst->n - start) != m->n_cells)
     rc = cv_fail(e, "%s: dc_meta.sources covers %llu cells of %lld", m->path, (unsigned long long)(dst->n - start), (long long)m->n_cells);
@@ -723,7 +725,7 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
     cv_fail(e, "%s: codec %s, %s: codec %s", spath, S.codec, D->path, D->codec);
     goto done;
   }
-  if (dsw_over(&w, db, D->id, e)) goto done;
+  if (dsw_over(&w, db, D->out ? D->out : D->path, D->id, e)) goto done;
   /* the genes table is written again at zstd level 3, not convert's 19: merging the real files
   ** (2 + 3, 62,025 genes; perf) its blocks take 401 KB instead of 384 KB at level 9 (+0.15% of
   ** the dataset) and 0.11 s instead of 0.17 s, a quarter of such a merge (level 1: 432 KB, 0.09 s) */

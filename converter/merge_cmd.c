@@ -173,14 +173,14 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   if (!co.codec) { cv_fail(e, "%s: unknown codec '%s'", o->dataset, D.codec); goto done; }
   /* the new tiles go straight into the dataset (inside its transaction), numbered on */
   dsw tw;
-  if (dsw_over(&tw, db, D.id, e)) { dsw_over_end(&tw); goto done; }
+  if (dsw_over(&tw, db, o->dataset, D.id, e)) { dsw_over_end(&tw); goto done; }
   co.tiles_to = &tw;
   co.tile_base = D.n_tiles;
   co.cell_base = D.n_cells;
   double tc = cv_now();
   int cr = cv_convert(&co, e);
   dsw_over_end(&tw);
-  if (cr) goto done;
+  if (cr) { cv_rename_subject(e, tpath, o->dataset); goto done; }
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "append: convert %.3f s\n", cv_now() - tc);
   tc = cv_now();
   int64_t c0 = D.n_cells, g0 = D.n_genes;
@@ -199,7 +199,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
     sqlite3_free(ix);
     if (xr) { cv_prefix(e, "%s", o->dataset); goto done; }
   }
-  if (cv_exec(db, "COMMIT", e)) { cv_prefix(e, "%s", o->dataset); goto done; }
+  if (cv_commit(db, o->dataset, e)) goto done;
   in_tx = 0;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "append: commit %.3f s\n", cv_now() - tc);
   if (!o->quiet)
@@ -209,7 +209,8 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
            (long long)D.n_tiles, cv_now() - t0);
   rc = 0;
 done:
-  if (in_tx) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  if (rc && db) cv_name_full(db, o->dataset, e);
+  if (in_tx) cv_rollback(db);
   if (db) sqlite3_close(db);
   unlink_db(tpath);
   if (tfd >= 0) close(tfd);
@@ -385,6 +386,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
     if (ar != SQLITE_DONE) { if (at) cv_sql_fail(db, e, o->inputs[0]); goto done; }
   }
   if (open_first(db, o->inputs[0], e) || cv_read_meta(db, "first", o->inputs[0], &D, e)) goto done;
+  D.out = o->out;
   /* a fresh dataset id: every seal of the first again (each checked under the old id first) */
   uint64_t old = D.id;
   if (dc_seal_new_id(&D.id) != 0) { cv_fail(e, "no random dataset id: %s", strerror(errno)); goto done; }
@@ -438,6 +440,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
            (long long)D.nnz, (long long)D.n_tiles, o->n_inputs, reenc, cv_now() - t0);
   rc = 0;
 done:
+  if (rc && db) cv_name_full(db, o->out, e);
   cv_dcols_free(cols, nc);
   sqllist_free(&late);
   if (db) sqlite3_close(db);

@@ -336,7 +336,9 @@ int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, cons
   } else {
     sqlite3_stmt *st = cv_prep(db, e, "SELECT col FROM \"%w\".genes_columns WHERE name = 'orig_index' AND kind = 'int'", schema);
     if (!st) return -1;
-    int64_t col = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    int sr = sqlite3_step(st);
+    int64_t col = sr == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    if (sr != SQLITE_ROW && sr != SQLITE_DONE) { cv_sql_fail(db, e, path); sqlite3_finalize(st); return -1; }
     sqlite3_finalize(st);
     if (col >= 0) {
       if (cv_load_column(db, schema, "genes", col, DC_OBS_INT, 0, 0, NULL, NULL, &ov, what, e)) { cv_vals_free(&ov); return -1; }
@@ -485,9 +487,17 @@ int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, 
                               (long long)x->col);
       if (!x->labels || !d) { sqlite3_finalize(d); rc = -1; break; }
       int64_t k = 0;
-      while (sqlite3_step(d) == SQLITE_ROW && k < x->ncat) {
+      int dr;
+      while ((dr = sqlite3_step(d)) == SQLITE_ROW && k < x->ncat) {
         if (sqlite3_column_int64(d, 0) != k) break;
-        x->labels[k++] = strdup((const char *)sqlite3_column_text(d, 1));
+        const char *s = (const char *)sqlite3_column_text(d, 1);
+        if (!(x->labels[k++] = strdup(s ? s : ""))) { dr = SQLITE_NOMEM; break; }
+      }
+      if (dr != SQLITE_ROW && dr != SQLITE_DONE) {   /* an error, not the dictionary's end */
+        x->ncat = k;
+        rc = dr == SQLITE_NOMEM ? cv_fail(e, "out of memory") : cv_sql_fail(db, e, path);
+        sqlite3_finalize(d);
+        break;
       }
       sqlite3_finalize(d);
       if (k != x->ncat) { x->ncat = k; rc = cv_fail(e, "%s: obs column '%s': its dictionary is incomplete", path, x->name); break; }
@@ -504,11 +514,12 @@ const char *cv_obs_kind_label(int k) { return dc_obs_kind_name(k) ? dc_obs_kind_
 
 /* ------------------------------------------------------------ writing to main */
 /* A writer (dataset.h) over main of an open connection, for its insert helpers. */
-int dsw_over(dsw *w, sqlite3 *db, uint64_t id, cv_err *e) {
+int dsw_over(dsw *w, sqlite3 *db, const char *path, uint64_t id, cv_err *e) {
   memset(w, 0, sizeof *w);
   w->db = db;
   w->lock_fd = -1;
   w->dataset_id = id;
+  if (!(w->out_path = strdup(path))) return cv_fail(e, "out of memory");
   if (!(w->ins_tile = cv_prep(db, e, "INSERT INTO main.tiles_data VALUES(?,?,?,?,?,?,?)")) ||
       !(w->ins_block = cv_prep(db, e, "INSERT OR REPLACE INTO main.cells_blocks VALUES(?,?,?,?,?,?,?,?,?,?,?)")) ||
       !(w->ins_gblock = cv_prep(db, e, "INSERT INTO main.genes_blocks VALUES(?,?,?,?,?,?,?)")) ||
@@ -524,6 +535,30 @@ void dsw_over_end(dsw *w) {
     sqlite3_finalize(*sts[i]);
     *sts[i] = NULL;
   }
+  free(w->out_path);
+  w->out_path = NULL;
+}
+
+int cv_commit(sqlite3 *db, const char *path, cv_err *e) {
+  if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK) return 0;
+  return dsw_db_fail(path, e, "commit", sqlite3_extended_errcode(db), sqlite3_errmsg(db));
+}
+
+void cv_name_full(sqlite3 *db, const char *path, cv_err *e) {
+  int rc = sqlite3_extended_errcode(db) & 0xff;
+  if ((rc == SQLITE_FULL || rc == SQLITE_IOERR) && strncmp(e->msg, path, strlen(path)) != 0)
+    cv_prefix(e, "%s: %s, nothing was written", path, rc == SQLITE_FULL ? "disk full" : "I/O error");
+}
+
+void cv_rollback(sqlite3 *db) {
+  if (sqlite3_get_autocommit(db)) {
+    /* SQLite gave the transaction up itself (a full disk or an I/O error in the middle of it):
+    ** its journal is left hot, for the next reader of the file to play back.  Read now, so
+    ** that this connection plays it back, and the file is its old size again when we exit. */
+    sqlite3_exec(db, "SELECT count(*) FROM main.sqlite_schema", NULL, NULL, NULL);
+    return;
+  }
+  sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
 }
 
 int cv_add_label(char ***labels, int64_t *n, cv_map *m, const char *s, int32_t *code, cv_err *e) {

@@ -21,6 +21,7 @@ sqlite3_stmt *cv_prep(sqlite3 *db, cv_err *e, const char *fmt, ...);
 /* A dataset's dc_meta (defaults where older datasets lack a key). */
 typedef struct dsinfo {
   const char *path;
+  const char *out;         /* where main is written when not at path (merge: its output), for errors */
   int64_t version, n_cells, n_genes, nnz, n_tiles, level, chunks, tile_cells, obs_block, genes_block;
   char codec[32];
   uint64_t id;
@@ -78,10 +79,19 @@ int cv_dataset_gene_reps(sqlite3 *db, const char *schema, const char *path, cons
 int cv_reseal_blocks(sqlite3 *db, uint64_t old_id, int64_t old_ncat, uint64_t new_id, int64_t col, const char *name,
                      int kind, int64_t ncat, cv_err *e);
 
-/* A writer (dataset.h) over main of an open connection, for its insert helpers;
-** dsw_over_end finalizes its statements. */
-int dsw_over(dsw *w, sqlite3 *db, uint64_t id, cv_err *e);
+/* A writer (dataset.h) over main of an open connection (the dataset at path, named in its
+** errors), for its insert helpers; dsw_over_end finalizes its statements. */
+int dsw_over(dsw *w, sqlite3 *db, const char *path, uint64_t id, cv_err *e);
 void dsw_over_end(dsw *w);
+/* COMMIT of the dataset at path; a failure names it and the reason (a full disk: disk full). */
+int cv_commit(sqlite3 *db, const char *path, cv_err *e);
+/* After a failed write to the dataset at path through db: a full disk or an I/O error that
+** the message e does not name path for is prefixed with path and the reason. */
+void cv_name_full(sqlite3 *db, const char *path, cv_err *e);
+/* Ends the open transaction of db without its changes, also when SQLite has already abandoned
+** it after a full disk or an I/O error (the file is then restored before this returns, not by
+** whoever opens it next). */
+void cv_rollback(sqlite3 *db);
 /* Writes vals v (the cells first .. first + v.n - 1, first a block boundary) as blocks of col
 ** (B cells each). */
 int cv_write_blocks(dsw *w, int64_t col, const char *name, int64_t ncat, int64_t first, const vals *v, int64_t B,
