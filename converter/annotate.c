@@ -336,7 +336,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   sqlite3_free(ums);
   rc = 0;
 done:
-  if (rc && db) cv_name_full(db, o->dataset, e);
+  if (rc && db) cv_name_dataset(db, o->dataset, e);
   dsw_over_end(&w);
   if (in_tx) cv_rollback(db);
   sqlite3_free(sqlite3_str_finish(said));

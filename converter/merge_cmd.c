@@ -209,7 +209,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
            (long long)D.n_tiles, cv_now() - t0);
   rc = 0;
 done:
-  if (rc && db) cv_name_full(db, o->dataset, e);
+  if (rc && db) cv_name_dataset(db, o->dataset, e);
   if (in_tx) cv_rollback(db);
   if (db) sqlite3_close(db);
   unlink_db(tpath);
@@ -440,7 +440,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
            (long long)D.nnz, (long long)D.n_tiles, o->n_inputs, reenc, cv_now() - t0);
   rc = 0;
 done:
-  if (rc && db) cv_name_full(db, o->out, e);
+  if (rc && db) cv_name_dataset(db, o->out, e);
   cv_dcols_free(cols, nc);
   sqllist_free(&late);
   if (db) sqlite3_close(db);

@@ -544,10 +544,13 @@ int cv_commit(sqlite3 *db, const char *path, cv_err *e) {
   return dsw_db_fail(path, e, "commit", sqlite3_extended_errcode(db), sqlite3_errmsg(db));
 }
 
-void cv_name_full(sqlite3 *db, const char *path, cv_err *e) {
+void cv_name_dataset(sqlite3 *db, const char *path, cv_err *e) {
   int rc = sqlite3_extended_errcode(db) & 0xff;
-  if ((rc == SQLITE_FULL || rc == SQLITE_IOERR) && strncmp(e->msg, path, strlen(path)) != 0)
+  if (rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE || !strncmp(e->msg, path, strlen(path))) return;
+  if (rc == SQLITE_FULL || rc == SQLITE_IOERR)
     cv_prefix(e, "%s: %s, nothing was written", path, rc == SQLITE_FULL ? "disk full" : "I/O error");
+  else
+    cv_prefix(e, "%s", path);
 }
 
 void cv_rollback(sqlite3 *db) {

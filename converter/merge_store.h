@@ -85,9 +85,10 @@ int dsw_over(dsw *w, sqlite3 *db, const char *path, uint64_t id, cv_err *e);
 void dsw_over_end(dsw *w);
 /* COMMIT of the dataset at path; a failure names it and the reason (a full disk: disk full). */
 int cv_commit(sqlite3 *db, const char *path, cv_err *e);
-/* After a failed write to the dataset at path through db: a full disk or an I/O error that
-** the message e does not name path for is prefixed with path and the reason. */
-void cv_name_full(sqlite3 *db, const char *path, cv_err *e);
+/* After a command writing the dataset at path through db failed on an SQLite error (its last
+** call): a message e that does not begin with path gets it in front, and for a full disk or an
+** I/O error the reason and that nothing was written. */
+void cv_name_dataset(sqlite3 *db, const char *path, cv_err *e);
 /* Ends the open transaction of db without its changes, also when SQLite has already abandoned
 ** it after a full disk or an I/O error (the file is then restored before this returns, not by
 ** whoever opens it next). */

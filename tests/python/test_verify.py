@@ -294,3 +294,30 @@ def test_meta_sizes_by_the_extension_rule(good, tmp_path):
     bad = damaged(good, tmp_path, "UPDATE dc_meta SET value = 200000001 WHERE key = 'n_tiles'")
     query_fails(bad, "SELECT count(*) FROM expression_long WHERE cell_id = 1", "impossible sizes")
     assert "dc_meta has impossible sizes (n_cells 3000, n_genes 200, n_tiles 200000001)" in faults(bad)
+
+
+def test_damage_in_an_index_no_query_reads_is_a_fault(good, tmp_path):
+    """A page of cells_columns' name index (read only by a lookup or insert by name, e.g. annotate)
+    and the free list: SQLite's own integrity check, which verify runs, sees what its reads do not."""
+    con = sqlite3.connect(good)
+    ps = con.execute("PRAGMA page_size").fetchone()[0]
+    try:
+        (page,) = con.execute("SELECT pageno FROM dbstat WHERE name = 'sqlite_autoindex_cells_columns_1'").fetchone()
+    except sqlite3.OperationalError:
+        con.close()
+        pytest.skip("this sqlite3 module has no dbstat")
+    con.close()
+    p = tmp_path / "index.dcdb"
+    shutil.copy(good, p)
+    with open(p, "r+b") as f:
+        f.seek((page - 1) * ps + (100 if page == 1 else 0))
+        f.write(b"\x0d\xff\xff\xff\xff\xff\xff\xff")     # a leaf page whose header points nowhere
+    assert "integrity_check" in faults(p)
+    # the annotate that would have needed the index: a clear error, the file as it was
+    before = p.read_bytes()
+    csv = tmp_path / "a.csv"
+    csv.write_text("name,x\n" + "".join(f"{n},1\n" for n in ["c0", "c1"]))
+    r = subprocess.run([str(CONVERTER), "annotate", str(p), str(csv), "--key", "name"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0 and str(p) in r.stderr, r.stderr
+    assert p.read_bytes() == before
