@@ -267,11 +267,22 @@ def _uri_quote(s):
     return quote(s, safe="/")
 
 
+def _convert_hint(p):
+    """For an input the converter reads (h5ad, 10x h5, loom: HDF5) given where a dataset belongs."""
+    try:
+        with open(p, "rb") as f:
+            hdf5 = f.read(8) == b"\x89HDF\r\n\x1a\n"
+    except (OSError, TypeError, ValueError):
+        return ""
+    return (f"; it is an HDF5 file (h5ad, 10x h5 or loom): convert it first, "
+            f"`deltacells convert {p} -o DATASET.dcdb`") if hdf5 else ""
+
+
 def _check_dataset(con, p):
     try:
         rows = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
     except sqlite3.DatabaseError as e:
-        raise ValueError(f"{str(p)!r} is not a deltacells dataset ({e})") from None
+        raise ValueError(f"{str(p)!r} is not a deltacells dataset ({e}){_convert_hint(p)}") from None
     v = rows.get("format_version")
     if v is None:
         raise ValueError(f"{str(p)!r} is not a deltacells dataset (dc_meta has no format_version)")

@@ -535,6 +535,12 @@ class CellDataset(_Base, IterableDataset):
         """Resume: the next iteration continues epoch state['epoch'] after its first
         state['batches_done'] batches (same dataset, selection, seed and batch settings,
         and the same number of DataLoader workers and ranks)."""
+        keys = ("format", "epoch", "batches_done", "seed", "batch_size", "shuffle", "shuffle_window", "n_cells")
+        missing = [k for k in keys if not isinstance(state, dict) or k not in state]
+        if missing:
+            raise ValueError(f"not a CellDataset state_dict (it lacks {', '.join(missing)})")
+        if state["format"] != 1:
+            raise ValueError(f"state_dict format {state['format']!r}: this deltacells reads format 1")
         for k in ("seed", "batch_size", "shuffle", "shuffle_window", "n_cells"):
             mine = getattr(self, k)
             if state.get(k) != mine:

@@ -51,8 +51,18 @@ def test_connect_errors(db, tmp_path):
         deltacells.connect(other)
     junk = tmp_path / "junk.dcdb"
     junk.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ValueError, match="not a deltacells dataset"):
+    with pytest.raises(ValueError, match="not a deltacells dataset") as ei:
         deltacells.connect(junk)
+    assert "convert it first" not in str(ei.value)
+    # an h5ad (HDF5) where a dataset belongs: says so, and how to convert it
+    h5 = tmp_path / "cells.h5ad"
+    import h5py
+    with h5py.File(h5, "w") as f:
+        f["X"] = np.zeros(3)
+    with pytest.raises(ValueError, match=r"HDF5 file .*convert it first, `deltacells convert .*cells\.h5ad -o"):
+        deltacells.connect(h5)
+    with pytest.raises(ValueError, match="HDF5 file"):
+        deltacells.CellDataset(h5)
 
 
 def test_extension_from_environment(db, tmp_path, monkeypatch):

@@ -253,6 +253,13 @@ def test_resume_rejects_other_settings(small):
     other = deltacells.CellDataset(small[1], batch_size=100, seed=9)
     with pytest.raises(ValueError, match="batch_size"):
         other.load_state_dict(state)
+    # not a state_dict of CellDataset at all (a model's, say): named as such, not as a setting
+    with pytest.raises(ValueError, match="not a CellDataset state_dict .*lacks format, epoch"):
+        other.load_state_dict({"weight": 1})
+    with pytest.raises(ValueError, match="not a CellDataset state_dict"):
+        other.load_state_dict([1, 2])
+    with pytest.raises(ValueError, match="state_dict format 2"):
+        other.load_state_dict(dict(state, format=2))
 
 
 # --- errors -------------------------------------------------------------------
