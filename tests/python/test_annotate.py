@@ -154,3 +154,60 @@ def test_python_annotate_dataframe_and_dict(ds):
     assert got == [0.5, None, 1.5, None]
     with pytest.raises(RuntimeError, match=r"line 2: key .x. is not a cell_id"):
         deltacells.annotate(ds, {"cell_id": ["x"], "v": [1]}, key="cell_id")
+
+
+def test_sigkill_during_annotate_leaves_the_old_dataset(tmp_path):
+    """annotate is one transaction: killed inside it, the next reader rolls the journal back
+    and sees the dataset as it was (verify passes, no column half added)."""
+    import signal
+    import subprocess
+    import time
+    from _converter_util import CONVERTER
+    need_converter()
+    a = write_h5ad(tmp_path / "a.h5ad", 20000, [f"G{i}" for i in range(40)], 5, density=0.05)
+    ds = tmp_path / "a.dcdb"
+    run("convert", a, "-o", ds, "--quiet")
+    names = [r[0] for r in cells(ds, ["age"])]
+    rng = np.random.default_rng(1)
+    csv = tmp_path / "wide.csv"
+    with open(csv, "w") as f:
+        f.write("name," + ",".join(f"t{k}" for k in range(24)) + "\n")
+        for n in names:
+            f.write(n + "," + ",".join(f"v{rng.integers(0, 10**9)}" for _ in range(24)) + "\n")
+    old_sha, old_cols = sha(ds), [r[0] for r in sqlite3.connect(ds).execute("SELECT name FROM cells_columns")]
+    journal = str(ds) + "-journal"
+
+    def hot():      # a journal SQLite would play back (a zeroed header: killed before it was complete)
+        if not os.path.exists(journal):
+            return False
+        with open(journal, "rb") as f:
+            return f.read(8).strip(b"\0") != b""
+    mid = hot_kills = 0
+    for attempt in range(6):
+        proc = subprocess.Popen([str(CONVERTER), "annotate", str(ds), str(csv), "--quiet"])
+        deadline = time.time() + 120
+        killed = False
+        while proc.poll() is None and time.time() < deadline:
+            # even attempts: as soon as the journal has content (the database not yet written);
+            # odd: once it is hot (synced, the database being written: the rollback restores it)
+            if hot() if attempt % 2 else (os.path.exists(journal) and os.path.getsize(journal) > 0):
+                proc.send_signal(signal.SIGKILL)
+                killed = True
+                hot_kills += hot()
+                break
+        proc.wait(timeout=60)
+        verify_ok(ds)                              # plays a hot journal back, sees the old dataset
+        assert not hot()
+        cols = [r[0] for r in sqlite3.connect(ds).execute("SELECT name FROM cells_columns")]
+        if killed and proc.returncode == -signal.SIGKILL and cols == old_cols:
+            mid += 1
+            assert sha(ds) == old_sha
+            continue
+        # the kill came after the commit: every column is there; start again from the old dataset
+        assert cols == old_cols + [f"t{k}" for k in range(24)], cols
+        run("convert", a, "-o", ds, "--quiet", "--force")
+        old_sha = sha(ds)
+    assert mid >= 2 and hot_kills >= 1, f"only {mid} kills landed inside the transaction ({hot_kills} with a hot journal)"
+    run("annotate", ds, csv, "--quiet")
+    verify_ok(ds)
+    assert [r[0] for r in cells(ds, ["t23"])[:2]] == names[:2]
