@@ -116,7 +116,8 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
   if (sqlite3_prepare_v2(db, "SELECT col, name, kind, null_count FROM cells_columns WHERE col > 0 ORDER BY col", -1, &s,
                          NULL) != SQLITE_OK)
     return cv_fail(e, "%s: cells_columns: %s", path, sqlite3_errmsg(db));
-  while (sqlite3_step(s) == SQLITE_ROW) {
+  int sr;
+  while ((sr = sqlite3_step(s)) == SQLITE_ROW) {
     if (n == cap) {
       cap = cap ? 2 * cap : 16;
       xcol *t = realloc(all, (size_t)cap * sizeof *t);
@@ -133,6 +134,7 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
     n++;
     if (!c->name) { cv_fail(e, "out of memory"); goto done; }
   }
+  if (sr != SQLITE_DONE) { cv_fail(e, "%s: cells_columns: %s", path, sqlite3_errmsg(db)); goto done; }
   sqlite3_finalize(s);
   s = NULL;
   if (list) { /* --obs: the columns named, in that order */
@@ -180,7 +182,7 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
     size_t cc = 0;
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, c->col);
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    while ((sr = sqlite3_step(s)) == SQLITE_ROW) {
       if (sqlite3_column_int64(s, 0) != (int64_t)c->n_cats) {
         cv_fail(e, "%s: cells_dict of column '%s' is not numbered 0, 1, ...", path, c->name);
         goto done;
@@ -194,6 +196,7 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
       }
       c->n_cats++;
     }
+    if (sr != SQLITE_DONE) { cv_fail(e, "%s: cells_dict of column '%s': %s", path, c->name, sqlite3_errmsg(db)); goto done; }
   }
   rc = 0;
 done:

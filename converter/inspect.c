@@ -182,8 +182,8 @@ int cv_obs_info(const char *path, cv_err *e) {
   }
   printf("%-4s %-24s %-9s %10s %10s %12s %16s\n", "col", "column", "type", "categories", "nulls", "stored", "per 100M cells");
   int64_t tot = 0;
-  int n = 0;
-  while (sqlite3_step(s) == SQLITE_ROW) {
+  int n = 0, sr;
+  while ((sr = sqlite3_step(s)) == SQLITE_ROW) {
     char b1[32], b2[32], cats[24];
     int64_t by = sqlite3_column_int64(s, 5);
     tot += by;
@@ -195,6 +195,12 @@ int cv_obs_info(const char *path, cv_err *e) {
     printf("%-4lld %-24s %-9s %10s %10lld %12s %16s\n", (long long)sqlite3_column_int64(s, 0),
            (const char *)sqlite3_column_text(s, 1), (const char *)sqlite3_column_text(s, 2), cats,
            (long long)sqlite3_column_int64(s, 4), b1, b2);
+  }
+  if (sr != SQLITE_DONE) {
+    int r = cv_fail(e, "%s: cells_columns: %s", path, sqlite3_errmsg(db));
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return r;
   }
   sqlite3_finalize(s);
   char b1[32], b2[32];

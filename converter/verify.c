@@ -35,6 +35,13 @@ void cv_vfault(vrep *r, const char *fmt, ...) {
   }
   r->n++;
 }
+int cv_vstep(sqlite3 *db, vrep *rep, sqlite3_stmt *s, const char *what) {
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) return 1;
+  if (rc != SQLITE_DONE) VFAULT("reading %s: %s", what, sqlite3_errmsg(db));
+  return 0;
+}
+
 static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
   if (version < DC_FORMAT_GENES_MIN) {
     sqlite3_stmt *s = NULL;
@@ -200,7 +207,7 @@ static void verify_queries(sqlite3 *db, vrep *rep, int64_t n_tiles) {
   sqlite3_stmt *t = NULL;
   sqlite3_str_appendchar(ids, 1, '[');
   if (sqlite3_prepare_v2(db, "SELECT first_cell, n_cells FROM " DC_TILES_DATA " WHERE n_cells > 0 ORDER BY tile", -1, &t, NULL) == SQLITE_OK) {
-    while (sqlite3_step(t) == SQLITE_ROW) {
+    while (cv_vstep(db, rep, t, DC_TILES_DATA)) {
       int64_t f = sqlite3_column_int64(t, 0), n = sqlite3_column_int64(t, 1);
       sqlite3_str_appendf(ids, "%s%lld", n_ids ? "," : "", (long long)f);
       n_ids++;

@@ -25,6 +25,9 @@ typedef struct vrep {
 ** than VERIFY_SHOW, counted. */
 void cv_vfault(vrep *r, const char *fmt, ...);
 #define VFAULT(...) cv_vfault(rep, __VA_ARGS__)
+/* sqlite3_step for verify's loops: 1 for a row; 0 at the end, and also on an error, which is
+** then a fault naming `what` (a read that fails is never the end of the rows). */
+int cv_vstep(sqlite3 *db, vrep *rep, sqlite3_stmt *s, const char *what);
 
 /* Version 1: the plain genes table.  Returns the rows read, or -1. */
 int64_t cv_verify_genes_v1(sqlite3 *db, vrep *rep, int64_t n_genes, int64_t *tc, int64_t *cc);

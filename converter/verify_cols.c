@@ -30,7 +30,7 @@ int64_t cv_verify_genes_v1(sqlite3 *db, vrep *rep, int64_t n_genes, int64_t *tc,
     VFAULT("genes: %s", sqlite3_errmsg(db));
     return -1;
   }
-  while (sqlite3_step(s) == SQLITE_ROW) {
+  while (cv_vstep(db, rep, s, "genes")) {
     int64_t id = sqlite3_column_int64(s, 0);
     if (id != ng || id >= n_genes) { VFAULT("genes: gene_id %lld out of sequence", (long long)id); break; }
     tc[id] = sqlite3_column_int64(s, 1);
@@ -78,7 +78,7 @@ int64_t cv_verify_genes_v2(sqlite3 *db, vrep *rep, int64_t n_genes, dc_obs_decod
   int64_t expect_col = 0, all_blocks = 0;
   char **names = calloc((size_t)(n_genes > 0 ? n_genes : 1), sizeof *names);
   if (!names) { VFAULT("out of memory"); sqlite3_finalize(cs); sqlite3_finalize(bs); return -1; }
-  while (sqlite3_step(cs) == SQLITE_ROW) {
+  while (cv_vstep(db, rep, cs, "genes_columns")) {
     int64_t col = sqlite3_column_int64(cs, 0), nulls = sqlite3_column_int64(cs, 3), bytes = sqlite3_column_int64(cs, 4);
     const char *name = (const char *)sqlite3_column_text(cs, 1), *kd = (const char *)sqlite3_column_text(cs, 2);
     int kind = kd ? dc_obs_kind_from_name(kd) : 0;
@@ -93,7 +93,7 @@ int64_t cv_verify_genes_v2(sqlite3 *db, vrep *rep, int64_t n_genes, dc_obs_decod
     sqlite3_bind_int64(bs, 1, col << 32);
     sqlite3_bind_int64(bs, 2, (col + 1) << 32);
     int64_t next = 0, b = 0, got_nulls = 0, got_bytes = 0, bad = 0;
-    while (sqlite3_step(bs) == SQLITE_ROW) {
+    while (cv_vstep(db, rep, bs, "genes_blocks")) {
       int64_t bl = sqlite3_column_int64(bs, 1), first = sqlite3_column_int64(bs, 2), cnt = sqlite3_column_int64(bs, 3);
       int64_t want = n_genes - next < block ? n_genes - next : block;
       all_blocks++;
@@ -269,7 +269,7 @@ int64_t cv_verify_obs(sqlite3 *db, vrep *rep, int64_t n_cells, dc_obs_decoder *o
     VFAULT("cells_columns: %s", sqlite3_errmsg(db));
     return 0;
   }
-  while (sqlite3_step(s) == SQLITE_ROW) {
+  while (cv_vstep(db, rep, s, "cells_columns")) {
     if (nc == cap) {
       cap = cap ? cap * 2 : 16;
       vcol *q = realloc(cols, (size_t)cap * sizeof *q);
@@ -310,7 +310,7 @@ int64_t cv_verify_obs(sqlite3 *db, vrep *rep, int64_t n_cells, dc_obs_decoder *o
     dc_blockplace pl = {"cells", c->col, c->name, c->kind, c->n_categories, 0, 0, 0, 0};
     if (rep->sealed) dc_seal_dict_begin(&ds, rep->dataset_id, &pl);
     int64_t code = 0;
-    while (sqlite3_step(d) == SQLITE_ROW) {
+    while (cv_vstep(db, rep, d, "cells_dict")) {
       if (sqlite3_column_int64(d, 0) != code || sqlite3_column_type(d, 1) != SQLITE_TEXT) {
         VFAULT("obs column '%s': dictionary code %lld where %lld is expected, or its value is not text", c->name,
                (long long)sqlite3_column_int64(d, 0), (long long)code);
@@ -367,7 +367,7 @@ int64_t cv_verify_obs(sqlite3 *db, vrep *rep, int64_t n_cells, dc_obs_decoder *o
     goto done;
   }
   int64_t stray_col = -1;
-  while (sqlite3_step(s) == SQLITE_ROW) {
+  while (cv_vstep(db, rep, s, "cells_blocks")) {
     int64_t id = sqlite3_column_int64(s, 0), col = sqlite3_column_int64(s, 1), bl = sqlite3_column_int64(s, 2);
     int64_t first = sqlite3_column_int64(s, 3), n = sqlite3_column_int64(s, 4), nulls = sqlite3_column_int64(s, 5);
     n_blocks++;

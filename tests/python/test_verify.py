@@ -321,3 +321,25 @@ def test_damage_in_an_index_no_query_reads_is_a_fault(good, tmp_path):
                        timeout=300)
     assert r.returncode != 0 and str(p) in r.stderr, r.stderr
     assert p.read_bytes() == before
+
+
+@pytest.mark.parametrize("table", ["cells_dict", "cells_blocks", "genes_columns"])
+def test_a_read_that_fails_is_a_fault_naming_the_table(good, tmp_path, table):
+    """A damaged page under a table verify reads row by row: the failing read is reported as
+    such (it used to end the loop as if the rows had ended)."""
+    con = sqlite3.connect(good)
+    ps = con.execute("PRAGMA page_size").fetchone()[0]
+    try:
+        pages = [r[0] for r in con.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf'", (table,))]
+    except sqlite3.OperationalError:
+        con.close()
+        pytest.skip("this sqlite3 module has no dbstat")
+    con.close()
+    p = tmp_path / f"{table}.dcdb"
+    shutil.copy(good, p)
+    with open(p, "r+b") as f:
+        f.seek((pages[0] - 1) * ps)
+        f.write(b"\x0d\xff\xff\xff\xff\xff\xff\xff")
+    out = faults(p)
+    assert f"reading {table}: database disk image is malformed" in out, out
+    assert "integrity_check" in out
