@@ -222,6 +222,19 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     row_of[cell] = (int64_t)r;
   }
   char *ums = sqlite3_str_finish(um);
+  if (unmatched == (int64_t)t.n_rec - 1) {
+    /* nothing to annotate: every column would be replaced by NULLs (a table keyed by something
+    ** else, e.g. a DataFrame's default 0, 1, 2, ... index, or a header alone) */
+    int ints = !by_id;
+    for (size_t r = 1; r < t.n_rec && ints; r++) { int64_t x; ints = parse_i64(t.rec[r][kc], &x); }
+    if (t.n_rec <= 1) cv_fail(e, "%s: no rows under its header: nothing to annotate; nothing was changed", o->table);
+    else cv_fail(e, "%s: no key of its %zu row%s matches a cell of %s by %s (%s%s); nothing was changed%s", o->table,
+                 t.n_rec - 1, t.n_rec == 2 ? "" : "s", o->dataset, by_id ? "cell_id" : "name", ums ? ums : "",
+                 unmatched > 5 ? ", ..." : "",
+                 ints ? " (the keys are integers: cell ids? --key cell_id, or key='cell_id' in Python)" : "");
+    sqlite3_free(ums);
+    goto done;
+  }
   /* each column's kind: given (--type), else inferred from its values */
   kinds = calloc(nf, sizeof *kinds);
   if (!kinds) { sqlite3_free(ums); cv_fail(e, "out of memory"); goto done; }

@@ -88,7 +88,8 @@ def annotate(path, data, key="name", quiet=True):
           categorical, or strings in a dict), text (object/string dtype), int, real or bool,
           as its dtype says; NaN / None / pd.NA are NULL.  Cells the table lacks get NULL.
     Returns the command's report: {"stdout", "unmatched_note"} (keys that match no cell are
-    reported there, how many and the first few).  Raises RuntimeError with the command's message
+    reported there, how many and the first few; when none matches, an error: the columns would
+    only have been replaced by NULLs).  Raises RuntimeError with the command's message
     on any error (the dataset is then unchanged).
     """
     if key not in ("name", "cell_id"):

@@ -98,14 +98,19 @@ def test_annotate_replaces_a_column_and_keys_by_cell_id(ds, tmp_path):
 @pytest.mark.parametrize("text,opts,message", [
     ('name,a\nx,"unclosed\n', [], "line 2: a quoted field is not closed"),
     ("name,a,b\nx,1,2\ny,1\n", [], "line 3: 2 fields, the header has 3"),
-    ("name,a\nx,1\ny,two\n", ["--type", "a=int"], "line 3: column 'a': 'two' is not an integer"),
+    ("name,a\nCELL,1\ny,two\n", ["--type", "a=int"], "line 3: column 'a': 'two' is not an integer"),
     ("name,a\nCELL,1\nCELL,2\n", [], "line 3: key 'CELL' again (first on line 2)"),
     ("name,tile\nCELL,1\n", [], "column 'tile' is one of the cells table's own columns"),
     ("name,a,A\nCELL,1,2\n", [], "columns 'a' and 'A' have the same name"),
-    ("name,a\nx,1\n", ["--type", "b=int"], "--type b=int: the table has no such column"),
+    ("name,a\nCELL,1\n", ["--type", "b=int"], "--type b=int: the table has no such column"),
     ("name\nx\n", [], "one column only"),
     ("", [], "empty"),
     ('name,a\nx,ab"c\n', [], "line 2: a quote inside an unquoted field"),
+    # no key matches a cell: the columns would only be replaced by NULLs
+    ("name,age\n", [], "no rows under its header: nothing to annotate; nothing was changed"),
+    ("name,age\nnobody,1\n", [], "no key of its 1 row matches a cell of"),
+    ("name,age\n0,1\n1,2\n", [], "nothing was changed (the keys are integers: cell ids? --key cell_id"),
+    ("cell_id,age\n300,1\n-1,2\n", ["--key", "cell_id"], "no key of its 2 rows matches a cell of"),
 ])
 def test_bad_csv_names_line_and_reason_and_changes_nothing(ds, tmp_path, text, opts, message):
     names = [r[0] for r in cells(ds, ["age"])]
@@ -117,6 +122,21 @@ def test_bad_csv_names_line_and_reason_and_changes_nothing(ds, tmp_path, text, o
     assert message.replace("CELL", names[0]) in p.stderr, p.stderr
     assert sha(ds) == before
     verify_ok(ds)
+
+
+def test_python_annotate_a_frame_keyed_by_its_default_index_changes_nothing(ds):
+    """A DataFrame whose index is 0, 1, 2, ... (not the cell names) matches no cell by name: an
+    error that suggests key='cell_id', and the column it would have emptied is kept."""
+    import pandas as pd
+
+    import deltacells
+    before = sha(ds)
+    with pytest.raises(RuntimeError, match="no key of its 2 rows matches .*key='cell_id'"):
+        deltacells.annotate(str(ds), pd.DataFrame({"age": [1, 2]}))
+    assert sha(ds) == before
+    r = deltacells.annotate(str(ds), pd.DataFrame({"age": [1, 2]}), key="cell_id")
+    assert r["unmatched_note"] == ""
+    assert [a for _, a in cells(ds, ["age"])[:3]] == [1, 2, None]
 
 
 def test_python_annotate_dataframe_and_dict(ds):

@@ -316,10 +316,10 @@ def test_damage_in_an_index_no_query_reads_is_a_fault(good, tmp_path):
     # the annotate that would have needed the index: a clear error, the file as it was
     before = p.read_bytes()
     csv = tmp_path / "a.csv"
-    csv.write_text("name,x\n" + "".join(f"{n},1\n" for n in ["c0", "c1"]))
+    csv.write_text("name,x\n" + "".join(f"{n},1\n" for n in ["cell_0", "cell_1"]))
     r = subprocess.run([str(CONVERTER), "annotate", str(p), str(csv), "--key", "name"], capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode != 0 and str(p) in r.stderr, r.stderr
+    assert r.returncode != 0 and str(p) in r.stderr and "malformed" in r.stderr, r.stderr
     assert p.read_bytes() == before
 
 
