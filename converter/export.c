@@ -21,6 +21,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <libgen.h>
 #include <math.h>
@@ -28,6 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,6 +255,36 @@ static int empty_groups(hid_t root) {
   return 0;
 }
 
+/* `.NAME.tmp-PID` files beside out that a killed export left: removed when their process is
+** gone and nobody holds HDF5's lock on them (HDF5 flock()s a file it writes, unless
+** HDF5_USE_FILE_LOCKING=FALSE; the process check covers that case). */
+static void remove_stale_exports(const char *out) {
+  char *d1 = strdup(out), *d2 = strdup(out);
+  if (!d1 || !d2) { free(d1); free(d2); return; }
+  const char *dir = dirname(d1), *base = basename(d2);
+  size_t pl = strlen(base) + 6;
+  char *prefix = malloc(pl + 1);
+  DIR *d = prefix ? opendir(dir) : NULL;
+  if (prefix) snprintf(prefix, pl + 1, ".%s.tmp-", base);
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    const char *nm = de->d_name, *p = nm + pl;
+    if (strncmp(nm, prefix, pl) != 0 || !*p || strspn(p, "0123456789") != strlen(p) || strlen(p) > 9) continue;
+    pid_t pid = (pid_t)atol(p);
+    if (pid <= 0 || pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    char *path = sqlite3_mprintf("%s/%s", dir, nm);
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(path) == 0)
+      fprintf(stderr, "deltacells: note: removed %s, left by an export that was killed\n", path);
+    if (fd >= 0) close(fd);
+    sqlite3_free(path);
+  }
+  if (d) closedir(d);
+  free(prefix);
+  free(d1);
+  free(d2);
+}
+
 int cv_export(const ex_opts *o, cv_err *e) {
   sqlite3 *db = NULL;
   int64_t version = 0;
@@ -327,7 +361,8 @@ int cv_export(const ex_opts *o, cv_err *e) {
     dtype = strdup(mx > INT32_MAX ? "int64" : "int32");
     if (!dtype) { cv_fail(e, "out of memory"); goto done; }
   }
-  /* the output: a temporary file beside it, renamed into place */
+  /* the output: a temporary file beside it, renamed into place (one a killed export left is removed first) */
+  remove_stale_exports(o->out);
   {
     char *d1 = strdup(o->out), *d2 = strdup(o->out);
     if (!d1 || !d2) { free(d1); free(d2); cv_fail(e, "out of memory"); goto done; }

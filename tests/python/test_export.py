@@ -235,6 +235,42 @@ def test_unknown_gene_and_existing_output(synth):
     assert p.returncode == 1 and "not a deltacells dataset" in p.stderr
 
 
+def test_a_killed_exports_temporary_file_is_removed(synth, tmp_path):
+    """`.OUT.tmp-PID` left by an export that was killed (SIGKILL: no cleanup) is removed by the
+    next export to OUT, once PID is gone; one whose process lives (a concurrent export) stays."""
+    import signal
+    import time
+    d, a, db = synth
+    out = tmp_path / "o.h5ad"
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    stale = tmp_path / f".o.h5ad.tmp-{dead.pid}"
+    live = tmp_path / f".o.h5ad.tmp-{os.getpid()}"
+    other = tmp_path / f".p.h5ad.tmp-{dead.pid}"        # another output's: not ours to remove
+    for f in (stale, live, other):
+        f.write_bytes(b"\x89HDF half written")
+    p = dc("export", db, "-o", out, "--force")
+    assert "removed" in p.stderr and str(stale.name) in p.stderr, p.stderr
+    assert not stale.exists() and live.exists() and other.exists()
+    assert anndata.read_h5ad(out).shape == a.shape
+    # a real kill: the next export cleans up after it
+    big = tmp_path / "big.h5ad"
+    write(make_adata(n_cells=20000, n_genes=400, seed=3), big)
+    bdb = tmp_path / "big.dcdb"
+    dc("convert", big, "-o", bdb, "--quiet")
+    for delay in (0.05, 0.1, 0.2, 0.4):
+        q = subprocess.Popen([str(CONVERTER), "export", str(bdb), "-o", str(out), "--force", "--quiet"])
+        time.sleep(delay)
+        q.send_signal(signal.SIGKILL)
+        q.wait()
+        if q.returncode == -signal.SIGKILL and (tmp_path / f".o.h5ad.tmp-{q.pid}").exists():
+            break
+    else:
+        pytest.skip("the export finished before every kill")
+    export(db, out)
+    assert not (tmp_path / f".o.h5ad.tmp-{q.pid}").exists()
+
+
 def test_two_inputs_union_order(tmp_path):
     a = make_adata(n_cells=90, n_genes=20, seed=5, cell_prefix="a")
     b = make_adata(n_cells=70, n_genes=25, seed=6, cell_prefix="b")
