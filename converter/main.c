@@ -243,6 +243,13 @@ static int usage(const char *msg, const char *help) {
   return 2;
 }
 
+/* usage(): OPTION needs a value */
+static int usage_value(const char *opt, const char *help) {
+  char m[160];
+  snprintf(m, sizeof m, "%.100s needs a value", opt);
+  return usage(m, help);
+}
+
 static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
 
 /* Parses an integer option value in [lo, hi]. */
@@ -288,12 +295,7 @@ static int cmd_convert(int argc, char **argv) {
                   strcmp(opt, "--genes-block") == 0 || strcmp(opt, "--dataset-id") == 0 || strcmp(opt, "--genes") == 0 ||
                   strcmp(opt, "--gene-order") == 0;
       if (takes && !v) {
-        if (i + 1 >= argc) {
-          char m[128];
-          snprintf(m, sizeof m, "%s needs a value", opt);
-          free(in);
-          return usage(m, HELP_CONVERT);
-        }
+        if (i + 1 >= argc) { free(in); return usage_value(opt, HELP_CONVERT); }
         v = argv[++i];
       } else if (!takes && v) {
         char m[128];
@@ -359,6 +361,17 @@ static int cmd_convert(int argc, char **argv) {
   if (!o.n_inputs) { free(in); return usage("convert needs at least one input h5ad file", HELP_CONVERT); }
   if (!o.out) { free(in); return usage("convert needs -o OUT.dcdb", HELP_CONVERT); }
   if (o.layer && o.raw) { free(in); return usage("--layer and --raw exclude each other", HELP_CONVERT); }
+  if (o.level_set && o.level != 0) {   /* the codec would quietly use its default (or clamp) */
+    dc_encode_opts dflt;
+    dc_encode_opts_default(&dflt);
+    int codec = o.codec ? o.codec : dflt.codec, lo = 0, hi = 0;
+    if (dc_codec_levels(codec, &lo, &hi) == 0 && (o.level < lo || o.level > hi)) {
+      char m[160];
+      snprintf(m, sizeof m, "--level %d: codec %s takes %d..%d (0: its default)", o.level, dc_codec_name(codec), lo, hi);
+      free(in);
+      return usage(m, HELP_CONVERT);
+    }
+  }
   cv_err e;
   e.msg[0] = 0;
   char **fixed = NULL;
@@ -389,7 +402,7 @@ static int cmd_append_merge(int argc, char **argv, int merge) {
                   !strcmp(a, "--gene-key");
       const char *v = NULL;
       if (takes) {
-        if (i + 1 >= argc) { free(in); return usage("an option needs a value", help); }
+        if (i + 1 >= argc) { free(in); return usage_value(a, help); }
         v = argv[++i];
       }
       long x;
@@ -439,7 +452,7 @@ static int cmd_annotate(int argc, char **argv) {
     const char *a = argv[i];
     if (is_help(a)) { fputs(HELP_ANNOTATE, stdout); free(pos); free(types); return 0; }
     if (!strcmp(a, "--key") || !strcmp(a, "--type")) {
-      if (i + 1 >= argc) { free(pos); free(types); return usage("an option needs a value", HELP_ANNOTATE); }
+      if (i + 1 >= argc) { free(pos); free(types); return usage_value(a, HELP_ANNOTATE); }
       if (!strcmp(a, "--key")) key = argv[++i];
       else types[nt++] = argv[++i];
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
@@ -499,7 +512,7 @@ static int cmd_export(int argc, char **argv) {
       int takes = !strcmp(opt, "-o") || !strcmp(opt, "--output") || !strcmp(opt, "--where") ||
                   !strcmp(opt, "--genes") || !strcmp(opt, "--obs") || !strcmp(opt, "--order");
       if (takes && !v) {
-        if (i + 1 >= argc) return usage("an option needs a value", HELP_EXPORT);
+        if (i + 1 >= argc) return usage_value(opt, HELP_EXPORT);
         v = argv[++i];
       } else if (!takes && v) {
         return usage("an option that takes no value was given one", HELP_EXPORT);

@@ -59,13 +59,17 @@ enum {
 };
 const char *dc_codec_name(int codec_id);          /* "rans", "zstd", "rans-v1", or NULL */
 int dc_codec_from_name(const char *name);         /* id, or 0 if unknown     */
+/* The levels codec_id takes besides 0 (its default): *lo .. *hi; -1 for an unknown codec. */
+int dc_codec_levels(int codec_id, int *lo, int *hi);
 
 typedef struct dc_encode_opts {
   int codec;           /* DC_CODEC_*; default DC_CODEC_RANS (see the enum)   */
   int level;           /* 0 = codec default.  zstd: the zstd level (default
                           19).  rans: number of cell-size buckets of the
-                          model, 1..8 (default by tile size: 1 below 1 M
-                          nonzeros, 2, 3, 4 from 12 M)                      */
+                          model, 1..4 (default by tile size: 1 below 1 M
+                          nonzeros, 2, 3, 4 from 12 M); rans-v1: 1..8.
+                          Out of range: the default (dc_codec_levels says
+                          what a codec takes)                               */
   uint32_t n_chunks;   /* chunks per tile; default 8; clamped to n_cells     */
   int threads;         /* encoder threads across chunks; 0 = one per core    */
 } dc_encode_opts;

@@ -4,11 +4,14 @@
 ** docs/format.md section 2.
 */
 #include "dc_internal.h"
+#include "dc_ctx.h"
+#include "dc_rans.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 /* ------------------------------------------------------------ errors */
 void dc_error_set(dc_error *err, int code, const char *fmt, ...) {
@@ -47,6 +50,15 @@ int dc_codec_from_name(const char *name) {
   if (strcmp(name, "zstd") == 0) return DC_CODEC_ZSTD;
   if (strcmp(name, "rans-v1") == 0) return DC_CODEC_RANS_V1;
   return 0;
+}
+
+int dc_codec_levels(int codec_id, int *lo, int *hi) {
+  switch (codec_id) {
+    case DC_CODEC_RANS: *lo = 1; *hi = (int)DC_CTX_MAXQ; return 0;
+    case DC_CODEC_RANS_V1: *lo = 1; *hi = (int)DC_RANS_MAXNB; return 0;
+    case DC_CODEC_ZSTD: *lo = ZSTD_minCLevel(); *hi = ZSTD_maxCLevel(); return 0;
+    default: return -1;
+  }
 }
 
 /* ------------------------------------------------------------ SIMD dispatch */

@@ -176,6 +176,13 @@ static void test_bad_input(void) {
   }
   DCT_CHECK(dc_codec_from_name("zstd") == DC_CODEC_ZSTD && dc_codec_from_name("rans") == DC_CODEC_RANS);
   DCT_CHECK(dc_codec_from_name("lz4") == 0 && dc_codec_name(0) == NULL);
+  {
+    int lo = 0, hi = 0;
+    DCT_CHECK(dc_codec_levels(DC_CODEC_RANS, &lo, &hi) == 0 && lo == 1 && hi == 4);
+    DCT_CHECK(dc_codec_levels(DC_CODEC_RANS_V1, &lo, &hi) == 0 && lo == 1 && hi == 8);
+    DCT_CHECK(dc_codec_levels(DC_CODEC_ZSTD, &lo, &hi) == 0 && lo < 0 && hi == 22);
+    DCT_CHECK(dc_codec_levels(0, &lo, &hi) == -1 && dc_codec_levels(99, &lo, &hi) == -1);
+  }
   DCT_CHECK(strcmp(dc_codec_name(DC_CODEC_ZSTD), "zstd") == 0);
   DCT_CHECK(strcmp(dc_strerror(DC_ECORRUPT), "corrupt tile") == 0);
 }

@@ -290,6 +290,12 @@ def test_usage_errors():
                        (["convert", "x.h5ad", "-o", "y", "--chunks", "0"], "--chunks"),
                        (["convert", "x.h5ad", "-o", "y", "--tile-cells", "abc"], "--tile-cells"),
                        (["convert", "x.h5ad", "-o", "y", "--codec", "lzma"], "unknown codec"),
+                       (["convert", "x.h5ad", "-o", "y", "--level", "5"], "--level 5: codec rans takes 1..4"),
+                       (["convert", "x.h5ad", "-o", "y", "--codec", "zstd", "--level", "23"], "codec zstd takes"),
+                       (["convert", "x.h5ad", "-o"], "-o needs a value"),
+                       (["export", "x.dcdb", "-o", "y.h5ad", "--where"], "--where needs a value"),
+                       (["merge", "a.dcdb", "b.dcdb", "-o"], "-o needs a value"),
+                       (["annotate", "a.dcdb", "t.csv", "--key"], "--key needs a value"),
                        (["convert", "x.h5ad", "-o", "y", "--raw", "--layer", "counts"], "exclude"),
                        (["convert", "x.h5ad", "-o", "y", "--bogus"], "unknown option --bogus"),
                        (["frobnicate"], "unknown command"), ([], "which command")]:
