@@ -1,6 +1,7 @@
 """What the datasets share: the dataset's catalogue (tiles, genes, obs columns),
 selecting cells with SQL, reading a batch through dc_batch, and turning the
 blobs into numpy / torch / scipy objects with as few copies as possible."""
+import atexit
 import collections
 import collections.abc
 import json
@@ -819,6 +820,92 @@ def with_connection(path, threads=None, cache_mb=None, check_same_thread=True):
         if int(cache_mb) > int(dec):
             con.execute("SELECT dc_config('decode_mb', ?)", (int(cache_mb),)).fetchall()
     return con
+
+
+# Connections of finished readers, kept for the next reader of the same file (the next epoch's):
+# a new connection starts the extension's decoder threads and buffers afresh, and faulting in
+# their pages (the tiles' blobs, 14 MB each for the reference data; the threads' malloc arenas)
+# took ~4,500 page faults per epoch of 100,000 cells, most of what glibc's malloc tuning saved.
+# Kept per process: a forked child never uses (nor closes) its parent's.
+SPARE_CONNECTIONS = 2
+_spare_cons = {"pid": None, "cons": []}        # [((path, cache_mb, threads), (st_dev, st_ino), con)]
+_spare_cons_lock = _forksafe.Lock()
+
+
+def _file_id(path):
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _spare_list():
+    """This process's spare connections (the lock held); a parent's are abandoned untouched."""
+    if _spare_cons["pid"] != os.getpid():
+        for _, _, c in _spare_cons["cons"]:
+            _forksafe.abandon(c)
+        _spare_cons["pid"], _spare_cons["cons"] = os.getpid(), []
+    return _spare_cons["cons"]
+
+
+def take_connection(path, threads=None, cache_mb=None):
+    """A connection for one reader (usable from any thread, one at a time): a spare one of an
+    earlier reader of the same file and cache size (its decoder threads set to `threads`:
+    None, one per core), else a new one.  A spare whose path now names another file
+    (converted again and renamed over it) is closed, not used."""
+    fid, stale = _file_id(path), []
+    con = had = None
+    with _spare_cons_lock:
+        cons = _spare_list()
+        for i in range(len(cons) - 1, -1, -1):
+            k, f, c = cons[i]
+            if k[0] == str(path) and f != fid:
+                stale.append(c)
+                del cons[i]
+            elif con is None and k[:2] == (str(path), cache_mb) and fid is not None:
+                con, had = c, k[2]
+                del cons[i]
+    for c in stale:
+        c.close()
+    if con is None:
+        return with_connection(path, threads, cache_mb, check_same_thread=False)
+    if had != threads:
+        con.execute("SELECT dc_config('threads', ?)", (int(threads or 0),)).fetchall()
+    return con
+
+
+def give_connection(con, path, threads=None, cache_mb=None):
+    """A reader is done with a connection from take_connection (no statement left running):
+    keep it for the next reader, or close it when SPARE_CONNECTIONS are kept already."""
+    old = []
+    with _spare_cons_lock:
+        cons = _spare_list()
+        fid = _file_id(path)
+        if fid is None:
+            old.append(con)
+        else:
+            cons.append(((str(path), cache_mb, threads), fid, con))
+        while len(cons) > SPARE_CONNECTIONS:
+            old.append(cons.pop(0)[2])
+    for c in old:
+        c.close()
+
+
+def _close_spares():
+    """At exit: this process's spare connections closed while the interpreter still runs (a
+    forked child's copies of its parent's are left alone)."""
+    with _spare_cons_lock:
+        cons = _spare_cons["cons"] if _spare_cons["pid"] == os.getpid() else []
+        _spare_cons["cons"] = []
+    for _, _, c in cons:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+atexit.register(_close_spares)
 
 
 def genes_json(names):

@@ -35,7 +35,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from . import _fetchahead, _forksafe, _place, _xfer
 from ._connect import connect, is_remote
 from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
-                    read_batch_into, release_pool, with_connection)
+                    read_batch_into, release_pool, with_connection, take_connection, give_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave, worker_range
 
@@ -262,10 +262,23 @@ class _Base:
         return self._cat.n_cells if self._selected is None else len(self._selected)
 
     # --- reading -------------------------------------------------------------
-    def _open(self, threads=None):
+    def _settings(self, threads=None):
         t = self.threads if self.threads is not None else threads
         cache = self.cache_mb if self.cache_mb is not None else self._default_cache_mb()
+        return t, cache
+
+    def _open(self, threads=None):
+        t, cache = self._settings(threads)
         return with_connection(self.path, threads=t, cache_mb=cache)
+
+    def _take_connection(self, threads=None):
+        """A reader's connection: the last reader's, where it left one (_core.take_connection)."""
+        t, cache = self._settings(threads)
+        return take_connection(self.path, t, cache)
+
+    def _give_connection(self, con, threads=None):
+        t, cache = self._settings(threads)
+        give_connection(con, self.path, t, cache)
 
     def _default_cache_mb(self):
         return None
@@ -615,13 +628,14 @@ class _Producer:
                     continue
             return False
         con = None
+        clean = True              # no error inside SQLite: the connection can serve the next reader
         pool = None
         fa = ds._fetch_ahead(batches[start:])
         try:
             if fa is not None:
                 fa.start()        # the first tiles come while this thread opens its connection
             with gate:
-                con = ds._open(threads)
+                con = ds._take_connection(threads)
             reader = ds._obs_reader()
             pool = new_pool(shared)
             placer = _placer(ds, batches, cuts, start, pool)
@@ -636,13 +650,17 @@ class _Producer:
                     return
             put(_END)
         except BaseException as e:  # handed to the consumer
+            clean = False
             put(_Failure(e))
         finally:
             if fa is not None:
                 fa.close()
             if con is not None:
                 with gate:
-                    con.close()
+                    if clean:
+                        ds._give_connection(con, threads)
+                    else:
+                        con.close()
             if pool is not None:
                 release_pool(pool)
 

@@ -1,0 +1,126 @@
+"""A finished reader's connection serves the next reader of the same file (the next epoch):
+the extension's decoder threads and tile buffers stay warm instead of being faulted in again.
+
+Checked here: two epochs share one connection; a file converted again and renamed over the
+path is read afresh (the old connection is closed, not used); an append in place between
+epochs is seen; a forked child never takes (nor closes) its parent's; a reader that failed
+inside SQLite does not leave its connection for the next."""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _python_data import CONVERTER, gen  # noqa: E402
+
+import deltacells  # noqa: E402
+from deltacells import _core  # noqa: E402
+
+
+def spares(path):
+    with _core._spare_cons_lock:
+        return [c for k, _, c in _core._spare_list() if k[0] == str(path)]
+
+
+def epoch(ds):
+    cells, total = [], 0
+    for b in ds:
+        cells.append(b["cell_id"].numpy())
+        total += int(b["X"].values().sum())
+    return np.sort(np.concatenate(cells)), total
+
+
+@pytest.fixture()
+def files(tmp_path):
+    a_h5, a = gen(tmp_path, 1500, 200, 21, 400)
+    b_h5, b = gen(tmp_path, 900, 200, 22, 400)
+    return tmp_path, a_h5, a, b_h5, b
+
+
+def test_the_next_epoch_takes_the_last_epochs_connection(files):
+    d, _, a, _, _ = files
+    ds = deltacells.CellDataset(str(a), batch_size=256)
+    first = epoch(ds)
+    kept = spares(a)
+    assert len(kept) == 1
+    ds.set_epoch(1)
+    it = iter(ds)
+    next(it)                                  # the prefetch thread has taken it
+    assert spares(a) == []
+    rest = [b["cell_id"].numpy() for b in it]
+    assert spares(a) == kept                  # and given it back
+    assert len(np.concatenate(rest)) + 256 == 1500
+    cells, tot = epoch(ds)                    # the same cells and counts through it
+    np.testing.assert_array_equal(cells, first[0])
+    assert tot == first[1]
+
+
+def test_a_file_converted_again_over_the_path_is_read_afresh(files):
+    d, _, a, b_h5, _ = files
+    path = d / "moving.dcdb"
+    shutil.copy(a, path)
+    n_a, tot_a = epoch(deltacells.CellDataset(str(path), batch_size=300))
+    old = spares(path)
+    assert len(old) == 1
+    subprocess.run([str(CONVERTER), "convert", str(b_h5), "-o", str(path), "--force", "--quiet",
+                    "--tile-cells", "400"], check=True)
+    cells, tot = epoch(deltacells.CellDataset(str(path), batch_size=300))
+    assert len(cells) == 900 and tot != tot_a
+    assert old[0] not in spares(path)         # the old file's connection was closed, not used
+
+
+def test_an_append_between_epochs_is_seen(files):
+    d, a_h5, a, b_h5, b = files
+    path = d / "growing.dcdb"
+    shutil.copy(a, path)
+    _, tot_a = epoch(deltacells.CellDataset(str(path), batch_size=300))
+    assert len(spares(path)) == 1
+    subprocess.run([str(CONVERTER), "append", str(path), str(b_h5), "--quiet"], check=True)
+    cells, tot = epoch(deltacells.CellDataset(str(path), batch_size=300))
+    _, tot_b = epoch(deltacells.CellDataset(str(b), batch_size=300))
+    assert len(cells) == 2400 and tot == tot_a + tot_b
+    assert subprocess.run([str(CONVERTER), "verify", str(path), "--quiet"]).returncode == 0
+
+
+def test_a_forked_child_neither_takes_nor_closes_the_parents(files):
+    d, _, a, _, _ = files
+    ds = deltacells.CellDataset(str(a), batch_size=500)
+    first = epoch(ds)
+    kept = spares(a)
+    assert len(kept) == 1
+    pid = os.fork()
+    if pid == 0:                               # the child: its own connection, the parent's left alone
+        code = 1
+        try:
+            cells, tot = epoch(ds)
+            code = 0 if (len(cells) == 1500 and tot == first[1] and kept[0] not in spares(a)) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert spares(a) == kept
+    cells, tot = epoch(ds)                     # the parent's still works
+    assert tot == first[1]
+
+
+def test_a_reader_that_failed_does_not_leave_its_connection(files, tmp_path):
+    d, _, a, _, _ = files
+    bad = tmp_path / "bad.dcdb"
+    shutil.copy(a, bad)
+    import sqlite3
+    con = sqlite3.connect(bad)
+    blob = con.blobopen("tiles_data", "data", 1)
+    blob.seek(len(blob) // 2)
+    x = blob.read(16)
+    blob.seek(len(blob) // 2)
+    blob.write(bytes(v ^ 0x5A for v in x))
+    blob.close()
+    con.commit()
+    con.close()
+    ds = deltacells.CellDataset(str(bad), batch_size=300, shuffle=False)
+    with pytest.raises(Exception, match="checksum"):
+        epoch(ds)
+    assert spares(bad) == []
