@@ -93,8 +93,7 @@ static int step(dsw *w, sqlite3_stmt *st, const char *what, cv_err *e) {
   return 0;
 }
 
-/* The parts of out_path: its directory and the prefix `.NAME.tmp-` of its temporary files. */
-static int temp_prefix(const char *out_path, char **dir, char **prefix) {
+int dsw_temp_prefix(const char *out_path, char **dir, char **prefix) {
   char *a = strdup(out_path), *b = strdup(out_path);
   *dir = NULL;
   *prefix = NULL;
@@ -120,7 +119,7 @@ static int is_temp_suffix(const char *s) {
 
 int dsw_remove_stale(const char *out_path) {
   char *dir = NULL, *prefix = NULL;
-  if (temp_prefix(out_path, &dir, &prefix)) return 0;
+  if (dsw_temp_prefix(out_path, &dir, &prefix)) return 0;
   DIR *d = opendir(dir);
   int removed = 0;
   size_t pl = strlen(prefix);

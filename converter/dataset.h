@@ -29,6 +29,10 @@ typedef struct dsw {
 ** and an I/O error say so, and that nothing was written (every writer works in one transaction). */
 int dsw_db_fail(const char *out, cv_err *e, const char *what, int rc, const char *m);
 
+/* The parts of out_path: its directory and the prefix `.NAME.tmp-` of its temporary files
+** (malloc()ed; -1 and both NULL when out of memory). */
+int dsw_temp_prefix(const char *out_path, char **dir, char **prefix);
+
 /* Removes the temporary files `.NAME.tmp-XXXXXX` (and their -journal, -wal)
 ** that earlier writers of out_path left behind when they were killed: only
 ** those no live writer holds the lock of.  Returns how many were removed. */

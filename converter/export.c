@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,17 +254,12 @@ static int empty_groups(hid_t root) {
   return 0;
 }
 
-/* `.NAME.tmp-PID` files beside out that a killed export left: removed when their process is
-** gone and nobody holds HDF5's lock on them (HDF5 flock()s a file it writes, unless
-** HDF5_USE_FILE_LOCKING=FALSE; the process check covers that case). */
-static void remove_stale_exports(const char *out) {
-  char *d1 = strdup(out), *d2 = strdup(out);
-  if (!d1 || !d2) { free(d1); free(d2); return; }
-  const char *dir = dirname(d1), *base = basename(d2);
-  size_t pl = strlen(base) + 6;
-  char *prefix = malloc(pl + 1);
-  DIR *d = prefix ? opendir(dir) : NULL;
-  if (prefix) snprintf(prefix, pl + 1, ".%s.tmp-", base);
+/* `PREFIX<pid>` files in dir (dsw_temp_prefix of the output) that a killed export left: removed
+** when their process is gone and nobody holds HDF5's lock on them (HDF5 flock()s a file it
+** writes, unless HDF5_USE_FILE_LOCKING=FALSE; the process check covers that case). */
+static void remove_stale_exports(const char *dir, const char *prefix) {
+  size_t pl = strlen(prefix);
+  DIR *d = opendir(dir);
   struct dirent *de;
   while (d && (de = readdir(d)) != NULL) {
     const char *nm = de->d_name, *p = nm + pl;
@@ -280,9 +274,6 @@ static void remove_stale_exports(const char *out) {
     sqlite3_free(path);
   }
   if (d) closedir(d);
-  free(prefix);
-  free(d1);
-  free(d2);
 }
 
 int cv_export(const ex_opts *o, cv_err *e) {
@@ -362,13 +353,13 @@ int cv_export(const ex_opts *o, cv_err *e) {
     if (!dtype) { cv_fail(e, "out of memory"); goto done; }
   }
   /* the output: a temporary file beside it, renamed into place (one a killed export left is removed first) */
-  remove_stale_exports(o->out);
   {
-    char *d1 = strdup(o->out), *d2 = strdup(o->out);
-    if (!d1 || !d2) { free(d1); free(d2); cv_fail(e, "out of memory"); goto done; }
-    tmp = sqlite3_mprintf("%s/.%s.tmp-%d", dirname(d1), basename(d2), (int)getpid());
-    free(d1);
-    free(d2);
+    char *dir = NULL, *prefix = NULL;
+    if (dsw_temp_prefix(o->out, &dir, &prefix)) { cv_fail(e, "out of memory"); goto done; }
+    remove_stale_exports(dir, prefix);
+    tmp = sqlite3_mprintf("%s/%s%d", dir, prefix, (int)getpid());
+    free(dir);
+    free(prefix);
     if (!tmp) { cv_fail(e, "out of memory"); goto done; }
   }
   f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);

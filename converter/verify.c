@@ -35,6 +35,7 @@ void cv_vfault(vrep *r, const char *fmt, ...) {
   }
   r->n++;
 }
+
 int cv_vstep(sqlite3 *db, vrep *rep, sqlite3_stmt *s, const char *what) {
   int rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) return 1;

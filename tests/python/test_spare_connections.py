@@ -33,6 +33,15 @@ def epoch(ds):
     return np.sort(np.concatenate(cells)), total
 
 
+def first_epoch(path, batch_size):
+    """A dataset, its first epoch (cells, total count), and the one connection it left kept."""
+    ds = deltacells.CellDataset(str(path), batch_size=batch_size)
+    first = epoch(ds)
+    kept = spares(path)
+    assert len(kept) == 1
+    return ds, first, kept
+
+
 @pytest.fixture()
 def files(tmp_path):
     a_h5, a = gen(tmp_path, 1500, 200, 21, 400)
@@ -42,10 +51,7 @@ def files(tmp_path):
 
 def test_the_next_epoch_takes_the_last_epochs_connection(files):
     d, _, a, _, _ = files
-    ds = deltacells.CellDataset(str(a), batch_size=256)
-    first = epoch(ds)
-    kept = spares(a)
-    assert len(kept) == 1
+    ds, first, kept = first_epoch(a, 256)
     ds.set_epoch(1)
     it = iter(ds)
     next(it)                                  # the prefetch thread has taken it
@@ -62,9 +68,7 @@ def test_a_file_converted_again_over_the_path_is_read_afresh(files):
     d, _, a, b_h5, _ = files
     path = d / "moving.dcdb"
     shutil.copy(a, path)
-    n_a, tot_a = epoch(deltacells.CellDataset(str(path), batch_size=300))
-    old = spares(path)
-    assert len(old) == 1
+    _, (_, tot_a), old = first_epoch(path, 300)
     subprocess.run([str(CONVERTER), "convert", str(b_h5), "-o", str(path), "--force", "--quiet",
                     "--tile-cells", "400"], check=True)
     cells, tot = epoch(deltacells.CellDataset(str(path), batch_size=300))
@@ -76,8 +80,7 @@ def test_an_append_between_epochs_is_seen(files):
     d, a_h5, a, b_h5, b = files
     path = d / "growing.dcdb"
     shutil.copy(a, path)
-    _, tot_a = epoch(deltacells.CellDataset(str(path), batch_size=300))
-    assert len(spares(path)) == 1
+    _, (_, tot_a), _ = first_epoch(path, 300)
     subprocess.run([str(CONVERTER), "append", str(path), str(b_h5), "--quiet"], check=True)
     cells, tot = epoch(deltacells.CellDataset(str(path), batch_size=300))
     _, tot_b = epoch(deltacells.CellDataset(str(b), batch_size=300))
@@ -87,10 +90,7 @@ def test_an_append_between_epochs_is_seen(files):
 
 def test_a_forked_child_neither_takes_nor_closes_the_parents(files):
     d, _, a, _, _ = files
-    ds = deltacells.CellDataset(str(a), batch_size=500)
-    first = epoch(ds)
-    kept = spares(a)
-    assert len(kept) == 1
+    ds, first, kept = first_epoch(a, 500)
     pid = os.fork()
     if pid == 0:                               # the child: its own connection, the parent's left alone
         code = 1
