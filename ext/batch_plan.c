@@ -247,36 +247,48 @@ static void take_low(batch_take *t, int64_t pos, int64_t val) {
     }
 }
 
-/* one row's values, converted; narrow kinds checked first (-> the first bad index, else -1) */
-#define TAKE_CONV(T, o, v, m) do { T *q_ = (T *)(o); for (uint32_t e_ = 0; e_ < (m); e_++) q_[e_] = (T)(v)[e_]; } while (0)
-static int64_t take_row(int kind, void *dst, const int32_t *v, uint32_t m) {
-  int32_t lo = 0, hi = 0;
+/* one row's values (the stored counts: uint32), converted (-> the first index of a value the
+** kind cannot hold, else -1).  int32 and float32, the loader's kinds, take one pass that also
+** ORs the values: a row with a value from 2^31 on is then an error (int32) or converted again
+** as unsigned (float32: AVX2 has no unsigned conversion).  Narrower kinds are checked first. */
+#define TAKE_CONV(T, S, o, v, m) do { T *q_ = (T *)(o); for (uint32_t e_ = 0; e_ < (m); e_++) q_[e_] = (T)(S)(v)[e_]; } while (0)
+static int64_t first_above(const uint32_t *v, uint32_t m, uint32_t hi) {
+  for (uint32_t e = 0; e < m; e++) if (v[e] > hi) return e;
+  return -1;
+}
+static int64_t take_row(int kind, void *dst, const uint32_t *v, uint32_t m) {
+  uint32_t hi = UINT32_MAX, top = 0;
   switch (kind) {
-    case BATCH_KIND_I16: lo = INT16_MIN; hi = INT16_MAX; break;
-    case BATCH_KIND_I8: lo = INT8_MIN; hi = INT8_MAX; break;
-    case BATCH_KIND_U8: lo = 0; hi = UINT8_MAX; break;
-    default: break;
+    case BATCH_KIND_I32: {
+      int32_t *q = dst;
+      for (uint32_t e = 0; e < m; e++) { q[e] = (int32_t)v[e]; top |= v[e]; }
+      return top > INT32_MAX ? first_above(v, m, INT32_MAX) : -1;
+    }
+    case BATCH_KIND_F32: {
+      float *q = dst;
+      for (uint32_t e = 0; e < m; e++) { q[e] = (float)(int32_t)v[e]; top |= v[e]; }
+      if (top > INT32_MAX) TAKE_CONV(float, uint32_t, dst, v, m);
+      return -1;
+    }
+    case BATCH_KIND_U32: memcpy(dst, v, (size_t)m * 4); return -1;
+    case BATCH_KIND_F64: TAKE_CONV(double, uint32_t, dst, v, m); return -1;
+    case BATCH_KIND_I64: TAKE_CONV(int64_t, uint32_t, dst, v, m); return -1;
+    case BATCH_KIND_I16: hi = INT16_MAX; break;
+    case BATCH_KIND_I8: hi = INT8_MAX; break;
+    case BATCH_KIND_U8: hi = UINT8_MAX; break;
+    default: return -1;
   }
-  if (lo || hi) {
-    int out = 0;
-    for (uint32_t e = 0; e < m; e++) out |= (v[e] < lo) | (v[e] > hi);
-    if (out)
-      for (uint32_t e = 0; e < m; e++) if (v[e] < lo || v[e] > hi) return e;
-  }
+  for (uint32_t e = 0; e < m; e++) top |= v[e];
+  if (top > hi) return first_above(v, m, hi);
   switch (kind) {
-    case BATCH_KIND_I32: memcpy(dst, v, (size_t)m * 4); break;
-    case BATCH_KIND_F32: TAKE_CONV(float, dst, v, m); break;
-    case BATCH_KIND_I16: TAKE_CONV(int16_t, dst, v, m); break;
-    case BATCH_KIND_I8: TAKE_CONV(int8_t, dst, v, m); break;
-    case BATCH_KIND_U8: TAKE_CONV(uint8_t, dst, v, m); break;
-    case BATCH_KIND_F64: TAKE_CONV(double, dst, v, m); break;
-    case BATCH_KIND_I64: TAKE_CONV(int64_t, dst, v, m); break;
-    default: break;
+    case BATCH_KIND_I16: TAKE_CONV(int16_t, uint32_t, dst, v, m); break;
+    case BATCH_KIND_I8: TAKE_CONV(int8_t, uint32_t, dst, v, m); break;
+    default: TAKE_CONV(uint8_t, uint32_t, dst, v, m); break;
   }
   return -1;
 }
 
-static const size_t kind_size[BATCH_KIND_N] = {4, 4, 2, 1, 1, 8, 8};
+static const size_t kind_size[BATCH_KIND_N] = {4, 4, 2, 1, 1, 8, 8, 4};
 
 static void take_block(void *arg, size_t b) {
   batch_take *t = arg;
@@ -287,8 +299,9 @@ static void take_block(void *arg, size_t b) {
     int64_t o = t->off[i];
     if (t->dst_idx) memcpy(t->dst_idx + o, rw->idx, (size_t)rw->n_in * 4);
     if (t->dst_val) {
-      int64_t e = take_row(t->kind, (char *)t->dst_val + (size_t)o * w, rw->val, rw->n_in);
-      if (e >= 0) take_low(t, o + e, rw->val[e]);
+      const uint32_t *v = (const uint32_t *)rw->val;
+      int64_t e = take_row(t->kind, (char *)t->dst_val + (size_t)o * w, v, rw->n_in);
+      if (e >= 0) take_low(t, o + e, (int64_t)v[e]);
     }
   }
 }

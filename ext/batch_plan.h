@@ -99,10 +99,11 @@ void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which);
 
 /* The take: rows (no panel map) copied straight from their decoded chunks into a caller's
 ** arrays, values converted to the caller's kind on the way (one copy in all).  Row i goes
-** to off[i]; a value outside [lo, hi] of a narrow kind is an error: bad_pos is then the
+** to off[i].  Values are the stored counts, uint32 (0 .. 2^32-1); one that the kind cannot hold
+** (int32 from 2^31 on, int16, int8, uint8 above their maximum) is an error: bad_pos is then the
 ** smallest output position of such a value and bad_val the value (bad_pos INT64_MAX: none). */
 enum { BATCH_KIND_I32, BATCH_KIND_F32, BATCH_KIND_I16, BATCH_KIND_I8, BATCH_KIND_U8, BATCH_KIND_F64,
-       BATCH_KIND_I64, BATCH_KIND_N };
+       BATCH_KIND_I64, BATCH_KIND_U32, BATCH_KIND_N };
 typedef struct batch_take {
   const batch_row *rows;
   int64_t n;

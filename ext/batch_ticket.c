@@ -150,7 +150,8 @@ static void ticket_done(ticket *t) {
 ** buffers, and releases it.  indptr_out: n_cells+1 int32 (or NULL);
 ** indices_out: nnz int32 (or NULL); data_out: nnz values of kind data_kind
 ** (or NULL): 0 int32, 1 float32, 2 int16, 3 int8, 4 uint8, 5 float64,
-** 6 int64 (BATCH_KIND_*).  All NULL: release only.  Returns 0; -1 unknown
+** 6 int64, 7 uint32 (BATCH_KIND_*; the stored counts are uint32, so int32 takes counts
+** below 2^31 only).  All NULL: release only.  Returns 0; -1 unknown
 ** ticket (taken, released, never issued, or of a closed connection); -2 a
 ** count does not fit data_kind (*bad = the count, *bad_at = its position);
 ** -3 nnz does not fit int32 indptr; -4 unknown data_kind.  The sizes are
@@ -198,8 +199,9 @@ out:
 
 /* Exchanges a placing ticket of dc_batch for its cells, each decoded straight to the caller's
 ** address for it, and releases it.  Row i (the i-th requested cell) goes to ix_addr[i]
-** (int32 gene indices) and val_addr[i] (counts, int32 for kind 0, float32 for kind 1); each
-** must have room for that row's nonzeros as dc_batch's cell_nnz gave them.  Both NULL:
+** (int32 gene indices) and val_addr[i] (counts: kind 0 the stored uint32 bits as int32,
+** unchecked, so the caller makes sure that no count reaches 2^31, as the Python loader does
+** from the genes' totals; kind 1 float32); each must have room for that row's nonzeros as dc_batch's cell_nnz gave them.  Both NULL:
 ** release only.  Returns 0; -1 unknown ticket (taken, released, never issued, of a closed
 ** connection, or not a placing one); -3 n_cells or nnz differ from the result's; -4 a kind
 ** other than int32 or float32; -5 a chunk could not be decoded (msg, msg_len bytes: which and

@@ -703,7 +703,7 @@ static int pending_gather(batch_cursor *c, batch_vtab *v) {
   int32_t *idx = rcbuf_new(v->conn->bufpool, (uint64_t)p->total * 4);
   int32_t *val = rcbuf_new(v->conn->bufpool, (uint64_t)p->total * 4);
   if (!idx || !val) { rcbuf_unref(idx); rcbuf_unref(val); return SQLITE_NOMEM; }
-  batch_take t = { p->rows, p->n, p->off, idx, val, BATCH_KIND_I32, 0, 0 };
+  batch_take t = { p->rows, p->n, p->off, idx, val, BATCH_KIND_U32, 0, 0 };
   batch_run_take(dc_conn_pool(v->conn), &t);
   c->blob[2] = idx; c->len[2] = (uint64_t)p->total * 4;
   c->blob[3] = val; c->len[3] = (uint64_t)p->total * 4;

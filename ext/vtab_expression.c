@@ -9,7 +9,7 @@
 **   expression(                  -- one row per cell (cells without counts too)
 **     cell_id INTEGER PRIMARY KEY,   -- also the rowid
 **     genes BLOB,                    -- int32 LE gene ids of the nonzero counts, ascending
-**     counts BLOB                    -- int32 LE counts, parallel to genes
+**     counts BLOB                    -- uint32 LE counts (1 .. 2^32-1), parallel to genes
 **   )
 **   expression_long(             -- one row per nonzero count (sparse long form)
 **     cell_id INTEGER,

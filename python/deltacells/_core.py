@@ -128,8 +128,21 @@ class Catalogue:
         self._categories = {}
         self._con = con
         self._gene_names = None
+        self._count_bound = None
 
     # --- genes -------------------------------------------------------------
+    def counts_fit_int32(self, con=None):
+        """Whether every stored count is below 2^31 for sure: no gene's total is larger.
+        Counts are stored as uint32 (up to 2^32-1); where one may not fit, int32 values are
+        read with a check (no placing) and to_anndata returns int64."""
+        if self._count_bound is None:
+            con = con or self._con
+            if con is None:
+                return False          # not asked at setup: read int32 with the check
+            self._count_bound = int(con.execute(
+                "SELECT coalesce(max(total_counts), 0) FROM genes").fetchone()[0])
+        return self._count_bound <= INT32_MAX
+
     def gene_names(self, con=None):
         if self._gene_names is None:
             con = con or self._con
@@ -439,8 +452,8 @@ class ObsCodes:
 
 def read_batch(con, cell_ids, genes_blob=None, panel=None):
     """dc_batch for int64 cell ids -> (cell_ids, indptr, indices, data, n_genes),
-    numpy arrays viewing the returned blobs (read-only); cell_ids is the request
-    itself (the extension is not asked to echo it).  With a Panel that has
+    numpy arrays viewing the returned blobs (read-only; data: the stored counts, uint32);
+    cell_ids is the request itself (the extension is not asked to echo it).  With a Panel that has
     zero-filled genes, the column indices are mapped to panel positions (a copy)."""
     if panel is not None:
         out = read_batch(con, cell_ids, panel.blob)
@@ -463,7 +476,7 @@ def read_batch(con, cell_ids, genes_blob=None, panel=None):
     empty = b""
     indptr = np.frombuffer(b_ptr or empty, dtype="<i8")
     indices = np.frombuffer(b_idx or empty, dtype="<i4")
-    data = np.frombuffer(b_dat or empty, dtype="<i4")
+    data = np.frombuffer(b_dat or empty, dtype="<u4")
     if len(indptr) != n + 1 or len(indices) != len(data) or int(indptr[-1]) != len(data):
         raise RuntimeError(
             f"dc_batch returned inconsistent blobs: n_cells={n}, indptr {len(indptr)}, "
@@ -589,8 +602,32 @@ class BufferPool:
 
 
 # data kinds of deltacells_ticket_take
-_KINDS = {"int32": 0, "float32": 1, "int16": 2, "int8": 3, "uint8": 4, "float64": 5, "int64": 6}
-_RANGE = {"int16": (-2**15, 2**15 - 1), "int8": (-128, 127), "uint8": (0, 255)}
+_KINDS = {"int32": 0, "float32": 1, "int16": 2, "int8": 3, "uint8": 4, "float64": 5, "int64": 6,
+          "uint32": 7}
+_RANGE = {"int32": (-2**31, 2**31 - 1), "int16": (-2**15, 2**15 - 1), "int8": (-128, 127),
+          "uint8": (0, 255)}
+INT32_MAX = 2**31 - 1
+
+
+def overflow(cell_id, count, name):
+    """The error for a stored count (uint32: 0 .. 2^32-1) that numpy dtype `name` cannot hold."""
+    lo, hi = _RANGE[name]
+    wider = ("torch.int64 or torch.float64, which hold every count exactly" if name == "int32"
+             else "torch.int32 or torch.float32")
+    return DtypeOverflow(f"cell {cell_id} has a count of {count}, which does not fit {name} "
+                         f"({lo}..{hi}); use a wider dtype ({wider})")
+
+
+def counts_as(data, name, ids, indptr):
+    """The stored counts as read_batch returns them (uint32) -> numpy dtype `name`; a count
+    that does not fit an integer dtype is a DtypeOverflow naming its cell."""
+    if name in _RANGE and len(data):
+        hi = _RANGE[name][1]
+        big = np.flatnonzero(data > hi)
+        if len(big):
+            row = int(np.searchsorted(indptr, big[0], side="right")) - 1
+            raise overflow(int(ids[row]), int(data[big[0]]), name)
+    return data.astype(name)
 _ext_fns = {}          # pid -> {name: ctypes function or None}
 
 
@@ -630,12 +667,14 @@ class DtypeOverflow(ValueError):
 
 
 def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=None,
-                    timings=None, obs=None):
+                    timings=None, obs=None, int32_fits=False):
     """dc_batch -> (indptr int32, indices int32, data, n_genes) in buffers of `pool`,
     each copied once from the extension's result (values converted to value_dtype,
     a numpy dtype among _KINDS, on the way).  None when the ticket path is not
     available (the caller then uses read_batch).  obs: an ObsCodes; its columns come
-    from the same dc_batch call and are returned as a 5th item, {column: array}."""
+    from the same dc_batch call and are returned as a 5th item, {column: array}.
+    int32_fits: every stored count is known to fit int32 (Catalogue.counts_fit_int32), so
+    int32 values are copied as they are (else each row is checked in the same pass)."""
     import ctypes
     fn = _ticket_take_fn()
     if fn is None:
@@ -664,15 +703,13 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     name = np.dtype(value_dtype).name
     indptr, indices, data = pool.take_batch(n, nnz, name)
     bad, bad_at = ctypes.c_int64(0), ctypes.c_int64(0)
+    kind = _KINDS["uint32" if name == "int32" and int32_fits else name]   # the same bits
     rc = fn(ticket or 0, n, nnz, indptr.ctypes.data, indices.ctypes.data, data.ctypes.data,
-            _KINDS[name], ctypes.byref(bad), ctypes.byref(bad_at))
+            kind, ctypes.byref(bad), ctypes.byref(bad_at))
     t2 = time.perf_counter()
     if rc == -2:
         row_i = int(np.searchsorted(indptr, bad_at.value, side="right")) - 1
-        lo, hi = _RANGE[name]
-        raise DtypeOverflow(
-            f"cell {int(ids[row_i])} has a count of {bad.value}, which does not fit {name} "
-            f"({lo}..{hi}); use a wider dtype (torch.int32 or torch.float32)")
+        raise overflow(int(ids[row_i]), bad.value, name)
     if rc == -3:
         raise ValueError("a batch with 2^31 or more nonzeros does not fit int32 indices; "
                          "use a smaller batch_size")
@@ -751,11 +788,14 @@ def release_place(ticket):
         fn(ticket, 0, 0, None, None, 0, None, 0)
 
 
-def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0):
+def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0, dtype="int32",
+             int32_fits=False):
     """dc_batch over `cell_ids` in chunks of `chunk_cells` -> (indptr int64, indices int32,
-    data int32, n_genes): one CSR for the whole selection, each chunk's result copied once,
-    straight into the final arrays (the ticket path; through read_batch when the ticket
-    path is not available).  `nnz_hint`: the expected total, to allocate once."""
+    data of numpy dtype `dtype`, n_genes): one CSR for the whole selection, each chunk's
+    result copied once, straight into the final arrays (the ticket path; through read_batch
+    when the ticket path is not available).  `nnz_hint`: the expected total, to allocate
+    once.  A count that `dtype` cannot hold is a DtypeOverflow naming its cell (int32_fits:
+    as for read_batch_into)."""
     import ctypes
     ids = np.ascontiguousarray(cell_ids, dtype="<i8")
     n = len(ids)
@@ -763,7 +803,9 @@ def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0):
     indptr = np.zeros(n + 1, dtype=np.int64)
     cap = max(0, int(nnz_hint))
     indices = np.empty(cap, dtype=np.int32)
-    data = np.empty(cap, dtype=np.int32)
+    data = np.empty(cap, dtype=dtype)
+    name = np.dtype(dtype).name
+    kind = _KINDS["uint32" if name == "int32" and int32_fits else name]
     o, g = 0, None
     ptr32 = np.empty(min(n, chunk_cells) + 1, dtype=np.int32)
     bad, bad_at = ctypes.c_int64(0), ctypes.c_int64(0)
@@ -789,13 +831,16 @@ def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0):
         if o + nz > cap:
             cap = max(o + nz, 2 * cap)
             indices = np.concatenate([indices[:o], np.empty(cap - o, dtype=np.int32)])
-            data = np.concatenate([data[:o], np.empty(cap - o, dtype=np.int32)])
+            data = np.concatenate([data[:o], np.empty(cap - o, dtype=dtype)])
         if fn is None:
             indices[o:o + nz] = ix
-            data[o:o + nz] = dt
+            data[o:o + nz] = counts_as(dt, name, part, ip)
         else:
             rc = fn(ticket or 0, k, nz, ptr32.ctypes.data, indices[o:].ctypes.data,
-                    data[o:].ctypes.data, _KINDS["int32"], ctypes.byref(bad), ctypes.byref(bad_at))
+                    data[o:].ctypes.data, kind, ctypes.byref(bad), ctypes.byref(bad_at))
+            if rc == -2:
+                row_i = int(np.searchsorted(ptr32[:k + 1], bad_at.value, side="right")) - 1
+                raise overflow(int(part[row_i]), bad.value, name)
             if rc != 0:
                 raise RuntimeError(f"dc_batch: the result could not be taken (ticket {ticket}, code {rc})")
             rel = ptr32[:k + 1]

@@ -42,8 +42,11 @@ def enabled(ds, pool):
     if os.environ.get("DELTACELLS_PLACE", "1") == "0" or pool is None:
         return False
     from ._convert import take_dtype
-    if ds._panel is not None or np.dtype(take_dtype(ds.dtype)).name not in ("int32", "float32"):
+    kind = np.dtype(take_dtype(ds.dtype)).name
+    if ds._panel is not None or kind not in ("int32", "float32"):
         return False
+    if kind == "int32" and not ds._cat.counts_fit_int32():
+        return False          # placing writes the stored uint32 counts unchecked
     return _ticket_place_fn() is not None
 
 

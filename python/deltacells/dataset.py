@@ -34,8 +34,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _fetchahead, _forksafe, _place, _xfer
 from ._connect import connect, is_remote
-from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, new_pool, read_batch,
-                    read_batch_into, release_pool, with_connection, take_connection, give_connection)
+from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, counts_as, new_pool,
+                    read_batch, read_batch_into, release_pool, with_connection, take_connection, give_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave, worker_range
 
@@ -172,6 +172,8 @@ class _Base:
                 self.where = where
                 self._selected = cat.select(con, where, cells)
                 self._gene_stats = {}
+                if take_dtype(self.dtype) == "int32":
+                    cat.counts_fit_int32(con)      # placing int32 only where every count fits
             finally:
                 cat._con = None
         finally:
@@ -317,12 +319,14 @@ class _Base:
         obs = {}
         if pool is not None:
             got = read_batch_into(con, cells, pool, take_dtype(self.dtype), panel=self._panel,
-                                  timings=timings, obs=codes)
+                                  timings=timings, obs=codes,
+                                  int32_fits=self._cat.counts_fit_int32())
         if got is not None:
             indptr, indices, data, g, obs = got
             ids = np.ascontiguousarray(cells, dtype=np.int64)
         else:
             ids, indptr, indices, data, g = read_batch(con, cells, panel=self._panel)
+            data = counts_as(data, take_dtype(self.dtype), ids, indptr)
             if codes.columns:
                 obs = ObsReader(self._cat, codes.columns, missing_code=self.missing_code) \
                     .gather(con, ids)

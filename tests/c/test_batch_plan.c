@@ -195,24 +195,34 @@ static void test_kernels(void) {
 }
 
 /* The take: rows (in reverse order, to scattered offsets) copied and converted to every kind,
-** on the calling thread and on a pool; a value that does not fit a narrow kind is reported at
-** its smallest output position, whichever thread finds it. */
+** on the calling thread and on a pool.  The values are the stored counts, uint32: a few reach
+** past int8, uint8, int16 and int32 (up to 2^32-1); a value that does not fit a kind is
+** reported at its smallest output position, whichever thread finds it, and the wide kinds
+** (float32 rounded, float64, int64, uint32) take every value. */
 static void test_take(void) {
   enum { ROWS = 500, W = 37 };
-  static int32_t idx[ROWS][W], val[ROWS][W];
+  static uint32_t idx[ROWS][W], val[ROWS][W];
   static batch_row rows[ROWS];
   static int64_t off[ROWS];
   int64_t total = 0;
   for (int r = ROWS - 1; r >= 0; r--) {
     int n = (r * 7) % W;
-    for (int e = 0; e < n; e++) { idx[r][e] = r + e; val[r][e] = (r * 31 + e * 17) % 120 - (r % 5 == 0 ? 60 : 0); }
-    rows[r] = (batch_row){idx[r], val[r], (uint32_t)n, n};
+    for (int e = 0; e < n; e++) {
+      idx[r][e] = (uint32_t)(r + e);
+      val[r][e] = (uint32_t)((r * 31 + e * 17) % 120);
+      if (e == 1 && r % 41 == 3) val[r][e] = r % 2 ? 3000000000u : UINT32_MAX - (uint32_t)r;
+      if (e == 2 && r % 23 == 7) val[r][e] = r % 2 ? 40000u : 0x80000000u;
+      if (e == 3 && r % 13 == 9) val[r][e] = 200u;
+    }
+    rows[r] = (batch_row){(const int32_t *)idx[r], (const int32_t *)val[r], (uint32_t)n, n};
     off[r] = total;
     total += n;
   }
   dc_pool *pool = dc_pool_new(2);
   DCT_CHECK(pool != NULL);
-  static const size_t size[BATCH_KIND_N] = {4, 4, 2, 1, 1, 8, 8};
+  static const size_t size[BATCH_KIND_N] = {4, 4, 2, 1, 1, 8, 8, 4};
+  static const uint64_t hi[BATCH_KIND_N] = {INT32_MAX, UINT32_MAX, INT16_MAX, INT8_MAX, UINT8_MAX,
+                                            UINT32_MAX, UINT32_MAX, UINT32_MAX};
   int32_t *di = malloc((size_t)total * 4);
   void *dv = malloc((size_t)total * 8);
   for (int kind = 0; kind < BATCH_KIND_N; kind++)
@@ -220,13 +230,13 @@ static void test_take(void) {
       memset(di, 0xab, (size_t)total * 4);
       batch_take t = {rows, ROWS, off, di, dv, kind, 0, 0};
       int rc = batch_run_take(use ? pool : NULL, &t);
-      if (kind == BATCH_KIND_U8) {   /* negative counts: the first (by position) is reported */
-        int64_t first = -1, fv = 0;
-        for (int r = ROWS - 1; r >= 0 && first < 0; r--)
-          for (uint32_t e = 0; e < rows[r].n_in; e++)
-            if (val[r][e] < 0) { first = off[r] + e; fv = val[r][e]; break; }
-        DCT_CHECKF(rc == -1 && t.bad_pos == first && t.bad_val == fv, "use %d: rc %d pos %lld (want %lld)", use, rc,
-                   (long long)t.bad_pos, (long long)first);
+      int64_t first = INT64_MAX, fv = 0;
+      for (int r = 0; r < ROWS; r++)
+        for (uint32_t e = 0; e < rows[r].n_in; e++)
+          if (val[r][e] > hi[kind] && off[r] + e < first) { first = off[r] + e; fv = val[r][e]; }
+      if (first != INT64_MAX) {
+        DCT_CHECKF(rc == -1 && t.bad_pos == first && t.bad_val == fv, "kind %d use %d: rc %d pos %lld (want %lld)",
+                   kind, use, rc, (long long)t.bad_pos, (long long)first);
         continue;
       }
       DCT_CHECKF(rc == 0, "kind %d use %d", kind, use);
@@ -235,16 +245,39 @@ static void test_take(void) {
           int64_t o = off[r] + e, v = val[r][e], got = 0;
           const char *q = (const char *)dv + (size_t)o * size[kind];
           switch (kind) {
-            case BATCH_KIND_I32: got = *(const int32_t *)q; break;
-            case BATCH_KIND_F32: got = (int64_t)*(const float *)q; break;
-            case BATCH_KIND_I16: got = *(const int16_t *)q; break;
-            case BATCH_KIND_I8: got = *(const int8_t *)q; break;
+            case BATCH_KIND_F32: got = (int64_t)*(const float *)q; v = (int64_t)(float)val[r][e]; break;
             case BATCH_KIND_F64: got = (int64_t)*(const double *)q; break;
             case BATCH_KIND_I64: got = *(const int64_t *)q; break;
+            case BATCH_KIND_U32: got = *(const uint32_t *)q; break;
+            default: got = -1; break;   /* the narrow kinds all meet a value they cannot hold */
           }
-          DCT_CHECKF(got == v && di[o] == idx[r][e], "kind %d use %d row %d", kind, use, r);
+          DCT_CHECKF(got == v && di[o] == (int32_t)idx[r][e], "kind %d use %d row %d", kind, use, r);
         }
     }
+  /* the same rows without the values past 255: every kind takes them, int8 only up to 127 */
+  for (int r = 0; r < ROWS; r++)
+    for (uint32_t e = 0; e < rows[r].n_in; e++)
+      if (val[r][e] > 255) val[r][e] = 255;
+  for (int kind = 0; kind < BATCH_KIND_N; kind++) {
+    batch_take t = {rows, ROWS, off, di, dv, kind, 0, 0};
+    int rc = batch_run_take(pool, &t);
+    DCT_CHECKF(kind == BATCH_KIND_I8 ? rc == -1 : rc == 0, "kind %d: rc %d", kind, rc);
+    for (int r = 0; rc == 0 && r < ROWS; r++)
+      for (uint32_t e = 0; e < rows[r].n_in; e++) {
+        const char *q = (const char *)dv + (size_t)(off[r] + e) * size[kind];
+        int64_t got = 0;
+        switch (kind) {
+          case BATCH_KIND_I32: got = *(const int32_t *)q; break;
+          case BATCH_KIND_F32: got = (int64_t)*(const float *)q; break;
+          case BATCH_KIND_I16: got = *(const int16_t *)q; break;
+          case BATCH_KIND_U8: got = *(const uint8_t *)q; break;
+          case BATCH_KIND_F64: got = (int64_t)*(const double *)q; break;
+          case BATCH_KIND_I64: got = *(const int64_t *)q; break;
+          case BATCH_KIND_U32: got = *(const uint32_t *)q; break;
+        }
+        DCT_CHECKF(got == (int64_t)val[r][e], "kind %d row %d", kind, r);
+      }
+  }
   batch_take bad = {rows, ROWS, off, di, dv, BATCH_KIND_N, 0, 0};
   DCT_CHECK(batch_run_take(pool, &bad) == -2);
   free(di);
