@@ -33,6 +33,7 @@ typedef struct ocol {
   char *name;
   int kind;
   int is_source;
+  const char *orig;     /* the name in the files where it is stored under another, else NULL */
   const h5col **src;    /* per file, or NULL where the file lacks it */
   char **labels;        /* category: the united dictionary */
   uint32_t n_labels;
@@ -139,8 +140,11 @@ static int ocols_build(h5file *files, int nf, int var, int with_index, int with_
   for (int i = with_index; i < n; i++) {
     c[i].name = unique_name(raw[i], c, i, reserved);
     if (!c[i].name) goto oom;
-    if (strcmp(c[i].name, raw[i]) != 0)
-      fprintf(stderr, "deltacells: note: column '%s' is stored as '%s' (the name is taken)\n", raw[i], c[i].name);
+    if (strcmp(c[i].name, raw[i]) != 0) {
+      fprintf(stderr, "deltacells: note: column '%s' is stored as '%s' (the name is taken; export and "
+              "to_anndata give it its name back)\n", raw[i], c[i].name);
+      if (!c[i].is_source) c[i].orig = raw[i];
+    }
   }
   /* dictionaries of categorical columns, in order of first appearance */
   for (int i = 0; i < n; i++) {
@@ -268,6 +272,26 @@ static int fill_block(h5file *files, int nf, const uint64_t *first, const ocol *
 _Static_assert((int)CVK_CATEGORY == (int)DC_OBS_CATEGORY && (int)CVK_INT == (int)DC_OBS_INT &&
                    (int)CVK_REAL == (int)DC_OBS_REAL && (int)CVK_TEXT == (int)DC_OBS_TEXT,
                "converter kinds = obs kinds");
+/* dc_meta `key` (obs_names, var_names): {"stored name": "name in the files"} of the columns
+** stored under another name (none: no key). */
+static int write_renamed(dsw *w, const char *key, const ocol *c, int n, cv_err *e) {
+  sqlite3_str *js = sqlite3_str_new(NULL);
+  int any = 0;
+  sqlite3_str_appendchar(js, 1, '{');
+  for (int i = 0; i < n; i++) {
+    if (!c[i].orig) continue;
+    if (any++) sqlite3_str_appendchar(js, 1, ',');
+    cv_json_str(js, c[i].name);
+    sqlite3_str_appendchar(js, 1, ':');
+    cv_json_str(js, c[i].orig);
+  }
+  sqlite3_str_appendchar(js, 1, '}');
+  char *jt = sqlite3_str_finish(js);
+  int rc = !jt ? cv_fail(e, "out of memory") : any ? dsw_meta_text(w, key, jt, e) : 0;
+  sqlite3_free(jt);
+  return rc;
+}
+
 int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, dsw *w,
                  uint64_t *obs_bytes, progress *pg, cv_err *e) {
   static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
@@ -275,6 +299,7 @@ int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   int n = 0, rc = -1;
   colbuf tmp = {0}, out = {0};
   if (ocols_build(files, nf, 0, 1, nf > 1, reserved, &cols, &n, e)) return -1;
+  if (write_renamed(w, "obs_names", cols, n, e)) goto done;
   uint64_t total = 0;
   for (int i = 0; i < n; i++) {
     ocol *c = &cols[i];
@@ -393,7 +418,9 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
     if (dsw_genes_column(w, 3, "orig_index", &v, block, &b, e)) goto done;
     bytes += b;
   }
-  if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e)) goto done;
+  if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e) ||
+      write_renamed(w, "var_names", cols, n, e))
+    goto done;
   if (with_index) {
     free(cols[0].name);
     cols[0].name = unique_name("var_index", cols + 1, n - 1, reserved);

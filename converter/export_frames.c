@@ -93,6 +93,32 @@ done:
 
 /* ------------------------------------------------------------ export: obs */
 
+/* The names n columns (stored names) get in the h5ad: a column the converter stored under
+** another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its name in
+** the input files back, unless another column written has that name.  out[i]: malloc'ed. */
+int ex_file_names(sqlite3 *db, const char *key, const char *const *stored, int n, char **out, cv_err *e) {
+  sqlite3_stmt *s = NULL;
+  for (int i = 0; i < n; i++) out[i] = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = ?1), '{}')) "
+                         "WHERE key = ?2", -1, &s, NULL) != SQLITE_OK)
+    return cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
+  sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    sqlite3_reset(s);
+    sqlite3_bind_text(s, 2, stored[i], -1, SQLITE_STATIC);
+    int r = sqlite3_step(s);
+    const char *o = r == SQLITE_ROW ? (const char *)sqlite3_column_text(s, 0) : NULL;
+    if (r != SQLITE_ROW && r != SQLITE_DONE) { rc = cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db)); break; }
+    for (int j = 0; o && j < n; j++)
+      if ((j != i && !strcmp(stored[j], o)) || (j < i && !strcmp(out[j], o))) o = NULL;
+    if (!(out[i] = strdup(o ? o : stored[i]))) rc = cv_fail(e, "out of memory");
+  }
+  sqlite3_finalize(s);
+  if (rc) for (int i = 0; i < n; i++) { free(out[i]); out[i] = NULL; }
+  return rc;
+}
+
 void ex_xcol_free(xcol *c) {
   for (uint32_t k = 0; k < c->n_cats; k++) free(c->cats[k]);
   free(c->cats);
@@ -101,7 +127,7 @@ void ex_xcol_free(xcol *c) {
   if (c->d >= 0) H5Dclose(c->d);
   if (c->m >= 0) H5Dclose(c->m);
   if (c->txt) for (uint32_t k = 0; k < EX_OBS_ROWS; k++) free(c->txt[k]);
-  free(c->name); free(c->i64); free(c->f64); free(c->c32); free(c->b8); free(c->mask); free(c->txt);
+  free(c->name); free(c->out); free(c->i64); free(c->f64); free(c->c32); free(c->b8); free(c->mask); free(c->txt);
 }
 
 static int kind_of(const char *k) {
@@ -137,6 +163,18 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
   if (sr != SQLITE_DONE) { cv_fail(e, "%s: cells_columns: %s", path, sqlite3_errmsg(db)); goto done; }
   sqlite3_finalize(s);
   s = NULL;
+  { /* the names in the h5ad */
+    const char **st = calloc((size_t)n + 1, sizeof *st);
+    char **on = calloc((size_t)n + 1, sizeof *on);
+    int bad = !st || !on;
+    for (int i = 0; !bad && i < n; i++) st[i] = all[i].name;
+    if (bad) cv_fail(e, "out of memory");
+    else if (ex_file_names(db, "obs_names", st, n, on, e)) bad = 1;
+    else for (int i = 0; i < n; i++) all[i].out = on[i];
+    free(st);
+    free(on);
+    if (bad) goto done;
+  }
   if (list) { /* --obs: the columns named, in that order */
     xcol *sel = calloc((size_t)n + 1, sizeof *sel);
     uint8_t *used = calloc((size_t)n + 1, 1);
@@ -151,6 +189,7 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
       int j = -1;
       for (int i = 0; i < n && j < 0; i++) if (!strcmp(all[i].name, t)) j = i;
       for (int i = 0; i < n && j < 0; i++) if (!strcasecmp(all[i].name, t)) j = i; /* SQLite's names ignore case */
+      for (int i = 0; i < n && j < 0; i++) if (!strcmp(all[i].out, t)) j = i;   /* the inputs' name */
       if (j < 0) {
         sqlite3_str *m = sqlite3_str_new(NULL);
         for (int i = 0; i < n; i++) sqlite3_str_appendf(m, "%s%s", i ? ", " : "", all[i].name);
@@ -222,7 +261,7 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
   int r = -1;
   switch (c->kind) {
     case OK_CAT: {
-      sub = ex_group(g, c->name, "categorical", "0.2.0");
+      sub = ex_group(g, c->out, "categorical", "0.2.0");
       if (sub < 0 || ex_attr_bool(sub, "ordered", 0)) goto done;
       c->ft = code_type(c->n_cats);
       c->d = ex_dset(sub, "codes", c->ft, n, 0, "array", "0.2.0");
@@ -232,25 +271,25 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
     case OK_INT: case OK_BOOL: {
       c->ft = c->kind == OK_INT ? H5T_STD_I64LE : bt;
       if (nullable) {
-        sub = ex_group(g, c->name, c->kind == OK_INT ? "nullable-integer" : "nullable-boolean", "0.1.0");
+        sub = ex_group(g, c->out, c->kind == OK_INT ? "nullable-integer" : "nullable-boolean", "0.1.0");
         if (sub < 0) goto done;
         c->d = ex_dset(sub, "values", c->ft, n, 0, "array", "0.2.0");
         c->m = ex_dset(sub, "mask", bt, n, 0, "array", "0.2.0");
         if (c->d < 0 || c->m < 0) goto done;
       } else {
-        c->d = ex_dset(g, c->name, c->ft, n, 0, "array", "0.2.0");
+        c->d = ex_dset(g, c->out, c->ft, n, 0, "array", "0.2.0");
         if (c->d < 0) goto done;
       }
       break;
     }
     case OK_REAL:
       c->ft = H5T_IEEE_F64LE;
-      c->d = ex_dset(g, c->name, c->ft, n, 0, "array", "0.2.0");
+      c->d = ex_dset(g, c->out, c->ft, n, 0, "array", "0.2.0");
       if (c->d < 0) goto done;
       break;
     default: {
       if (nullable) { /* no nullable strings in anndata 0.8: a categorical with missing values */
-        c->tg = ex_group(g, c->name, "categorical", "0.2.0");
+        c->tg = ex_group(g, c->out, "categorical", "0.2.0");
         if (c->tg < 0 || ex_attr_bool(c->tg, "ordered", 0)) goto done;
         c->d = ex_dset(c->tg, "codes", H5T_STD_I32LE, n, 0, "array", "0.2.0");
         if (c->d < 0) goto done;
@@ -258,7 +297,7 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
       }
       hid_t t = ex_vlstr();
       c->ft = -1;
-      c->d = ex_dset(g, c->name, t, n, 0, "string-array", "0.2.0");
+      c->d = ex_dset(g, c->out, t, n, 0, "string-array", "0.2.0");
       H5Tclose(t);
       if (c->d < 0) goto done;
     }
@@ -309,7 +348,7 @@ int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, 
   sqlite3_stmt *s = NULL;
   int rc = -1;
   if (g < 0 || !names || !idx) { cv_fail(e, "%s: writing obs", o->out); goto done; }
-  for (int i = 0; i < nc; i++) names[i] = cols[i].name;
+  for (int i = 0; i < nc; i++) names[i] = cols[i].out;
   if (ex_attr_str(g, "_index", "_index") || ex_attr_strs(g, "column-order", names, (size_t)nc)) {
     cv_fail(e, "%s: writing obs attributes", o->out);
     goto done;
@@ -441,6 +480,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
     for (int c = 0; c < g->n_cols; c++) if (!strcmp(g->cols[c].name, vic)) c_index = c;
   free(vic);
   const char **names = calloc((size_t)g->n_cols + 1, sizeof *names);
+  char **fnames = calloc((size_t)g->n_cols + 1, sizeof *fnames);   /* their names in the h5ad */
   const char **tv = malloc(((size_t)x->n_out + 1) * sizeof *tv);
   int64_t *iv = malloc(((size_t)x->n_out + 1) * sizeof *iv);
   double *fv = malloc(((size_t)x->n_out + 1) * sizeof *fv);
@@ -448,7 +488,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
   int *which = calloc((size_t)g->n_cols + 1, sizeof *which);
   int n = 0, rc = -1;
   hid_t vg = -1, vt = ex_vlstr();
-  if (!names || !tv || !iv || !fv || !mk || !which) { cv_fail(e, "out of memory"); goto done; }
+  if (!names || !fnames || !tv || !iv || !fv || !mk || !which) { cv_fail(e, "out of memory"); goto done; }
   for (int c = 0; c < g->n_cols; c++) {
     const char *nm = g->cols[c].name;
     if (c == c_index || c == g->c_name || c == g->c_total || c == g->c_ncells || c == g->c_orig || !strcmp(nm, "gene_id"))
@@ -457,7 +497,8 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
     names[n++] = nm;
   }
   vg = ex_group(root, "var", "dataframe", "0.2.0");
-  if (vg < 0 || ex_attr_str(vg, "_index", "_index") || ex_attr_strs(vg, "column-order", names, (size_t)n)) {
+  if (ex_file_names(db, "var_names", names, n, fnames, e)) goto done;
+  if (vg < 0 || ex_attr_str(vg, "_index", "_index") || ex_attr_strs(vg, "column-order", (const char *const *)fnames, (size_t)n)) {
     cv_fail(e, "%s: writing var", o->out);
     goto done;
   }
@@ -490,22 +531,22 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
         else if (cv_map_get(&cm, k->t[id], &cd)) codes[j] = (int32_t)cd;
         else bad = 1;
       }
-      sub = bad ? -1 : ex_group(vg, names[i], "categorical", "0.2.0");
+      sub = bad ? -1 : ex_group(vg, fnames[i], "categorical", "0.2.0");
       d = sub < 0 ? -1 : ex_dset(sub, "codes", code_type(n_cats), (hsize_t)x->n_out, 0, "array", "0.2.0");
       bad = bad || d < 0 || ex_attr_bool(sub, "ordered", 0) || ex_dset_put(d, H5T_NATIVE_INT32, codes, 0, (hsize_t)x->n_out, 0) ||
             ex_put_strings(sub, "categories", (const char *const *)cats, n_cats);
-    } else if (k->kind == GK_TEXT) bad = ex_put_strings(vg, names[i], tv, (hsize_t)x->n_out);
+    } else if (k->kind == GK_TEXT) bad = ex_put_strings(vg, fnames[i], tv, (hsize_t)x->n_out);
     else if (k->kind == GK_REAL) {
-      d = ex_dset(vg, names[i], H5T_IEEE_F64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
+      d = ex_dset(vg, fnames[i], H5T_IEEE_F64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
       bad = d < 0 || ex_dset_put(d, H5T_NATIVE_DOUBLE, fv, 0, (hsize_t)x->n_out, 0);
     } else if (k->n_null) {
-      sub = ex_group(vg, names[i], "nullable-integer", "0.1.0");
+      sub = ex_group(vg, fnames[i], "nullable-integer", "0.1.0");
       d = sub < 0 ? -1 : ex_dset(sub, "values", H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
       m = sub < 0 ? -1 : ex_dset(sub, "mask", bt, (hsize_t)x->n_out, 0, "array", "0.2.0");
       bad = d < 0 || m < 0 || ex_dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0) ||
             ex_dset_put(m, bt, mk, 0, (hsize_t)x->n_out, 0);
     } else {
-      d = ex_dset(vg, names[i], H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
+      d = ex_dset(vg, fnames[i], H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
       bad = d < 0 || ex_dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0);
     }
     if (d >= 0) H5Dclose(d);
@@ -520,6 +561,8 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
 done:
   if (vg >= 0) H5Gclose(vg);
   H5Tclose(vt);
+  for (int i = 0; fnames && i < n; i++) free(fnames[i]);
+  free(fnames);
   free(names); free(tv); free(iv); free(fv); free(mk); free(which);
   return rc;
 }

@@ -80,6 +80,7 @@ int ex_genes_from_file(const gtable *g, const int64_t *orig_order, const char *f
 enum { OK_CAT = 1, OK_INT, OK_REAL, OK_BOOL, OK_TEXT };
 typedef struct xcol {
   char *name;
+  char *out;           /* its name in the h5ad: the inputs' name (dc_meta obs_names) or name */
   int kind;
   int64_t col;         /* cells_columns.col */
   int64_t nulls;       /* over the whole dataset: decides nullable encodings */
@@ -100,6 +101,7 @@ typedef struct xcol {
 /* The obs columns to write (list: NULL for all, or a comma list; "" for none). */
 int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, int *n_out, cv_err *e);
 void ex_xcol_free(xcol *c);
+int ex_file_names(sqlite3 *db, const char *key, const char *const *stored, int n, char **out, cv_err *e);
 /* The obs frame of the selected cells, in cell_id order, through the cells table. */
 int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, int64_t n_sel, hid_t bt, cv_err *e);
 /* The var frame of the exported genes (x), from the genes table. */

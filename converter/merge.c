@@ -706,6 +706,27 @@ static int merge_var_categories(sqlite3 *db, dsw *w, cv_err *e) {
   return rc;
 }
 
+/* dc_meta `key` (obs_names: columns of `table` cells_columns, var_names: genes_columns), the
+** names in the input files of columns stored under another name: main's entries, then src's
+** for the columns main does not have yet (called before the columns are united). */
+static int merge_renamed(sqlite3 *db, dsw *w, const char *key, const char *table, cv_err *e) {
+  sqlite3_stmt *st = cv_prep(db, e,
+      "SELECT count(*), json_group_object(k, v) FROM ("
+      " SELECT key AS k, value AS v FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = %Q), '{}'))"
+      " UNION ALL SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = %Q), '{}'))"
+      "  WHERE key NOT IN (SELECT name FROM main.\"%w\"))", key, key, table);
+  if (!st) return -1;
+  int rc = 0;
+  if (sqlite3_step(st) != SQLITE_ROW) rc = cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
+  else if (sqlite3_column_int64(st, 0) > 0) {
+    char *j = strdup((const char *)sqlite3_column_text(st, 1));
+    rc = !j ? cv_fail(e, "out of memory") : dsw_meta_text(w, key, j, e);
+    free(j);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 /* Adds dataset spath to main (in the caller's transaction, which then detaches `src`); D is updated. */
 int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int tiles_in, int threads, int *reencoded,
                   cv_err *e) {
@@ -731,7 +752,9 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
   ** the dataset) and 0.11 s instead of 0.17 s, a quarter of such a merge (level 1: 432 KB, 0.09 s) */
   w.genes_level = 3;
   double tg = cv_now();
-  if (merge_var_categories(db, &w, e)) goto done;
+  if (merge_var_categories(db, &w, e) || merge_renamed(db, &w, "obs_names", "cells_columns", e) ||
+      merge_renamed(db, &w, "var_names", "genes_columns", e))
+    goto done;
   if (merge_genes(db, &w, D, &S, keep_ok, tiles_in, &sigma, &N, &identity, e)) goto done;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "merge: genes %.3f s\n", cv_now() - tg);
   tg = cv_now();

@@ -1,4 +1,6 @@
 """deltacells.to_anndata: a selection of a dataset as an AnnData, for analysis and checks."""
+import json
+
 import numpy as np
 
 from ._core import Catalogue, read_csr
@@ -14,6 +16,21 @@ def original_gene_order(con):
         return None
     orig = np.array([r[0] for r in con.execute("SELECT orig_index FROM genes ORDER BY gene_id")], dtype=np.int64)
     return np.argsort(orig, kind="stable").astype(np.int64)
+
+
+def file_names(con, key, columns):
+    """The names `columns` (stored names) get in an AnnData: a column the converter stored
+    under another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its
+    name in the input files back, unless another of the columns has that name (as export)."""
+    row = con.execute("SELECT value FROM dc_meta WHERE key = ?", (key,)).fetchone()
+    renamed = json.loads(row[0]) if row and row[0] else {}
+    out = []
+    for i, c in enumerate(columns):
+        o = renamed.get(c)
+        if o is None or any(o == d for j, d in enumerate(columns) if j != i) or o in out:
+            o = c
+        out.append(o)
+    return out
 
 
 def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_id=False,
@@ -84,8 +101,10 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         obs_df = pd.DataFrame(data, index=index, columns=cols)
         if cell_id:
             obs_df["cell_id"] = ids
+        obs_df.columns = file_names(con, "obs_names", list(obs_df.columns))
         var = pd.read_sql_query("SELECT * FROM genes ORDER BY gene_id", con)
         var.index = pd.Index(var.pop("name").astype(str).tolist())
+        var.columns = file_names(con, "var_names", list(var.columns))
         if gids is not None:
             var = var.iloc[gids]
     finally:

@@ -426,3 +426,47 @@ def test_export_after_append_equals_convert_together(tmp_path):
     x, y = anndata.read_h5ad(tmp_path / "ap.h5ad"), anndata.read_h5ad(tmp_path / "ab.h5ad")
     assert list(x.var_names) == list(y.var_names) == [f"g{i}" for i in range(200)]
     assert_same(y, x)
+
+
+def test_columns_stored_under_another_name_get_it_back(tmp_path):
+    """obs columns named like the cells table's own (cell_id, name, tile) or like another column
+    but for case (cellType / celltype), and var columns named like the genes table's own, are
+    stored as NAME_1; export and to_anndata give them their names back (the dataset keeps them in
+    dc_meta obs_names / var_names), also after append and merge, unless a column written has
+    that name already (to_anndata's own var columns, cell_id=True)."""
+    import deltacells
+    a = make_adata(n_cells=40, n_genes=12)
+    a.obs = pd.DataFrame({"cell_id": np.arange(40) + 100, "name": [f"n{i}" for i in range(40)],
+                          "tile": np.arange(40) % 3, "cellType": pd.Categorical(["T", "B"] * 20),
+                          "celltype": np.linspace(0, 1, 40)}, index=a.obs_names)
+    a.var = pd.DataFrame({"gene_id": [f"E{i}" for i in range(12)], "n_cells": np.arange(12),
+                          "total_counts": np.arange(12) * 0.5}, index=a.var_names)
+    db = tmp_path / "r.dcdb"
+    p = dc("convert", write(a, tmp_path / "r.h5ad"), "-o", db)
+    assert "column 'cell_id' is stored as 'cell_id_1'" in p.stderr and "'celltype' is stored as 'celltype_1'" in p.stderr
+    con = connect(str(db))
+    cols = [r[0] for r in con.execute("SELECT name FROM cells_columns WHERE col > 0 ORDER BY col")]
+    assert cols == ["cell_id_1", "name_1", "tile_1", "cellType", "celltype_1"]
+    con.close()
+    export(db, tmp_path / "out.h5ad")
+    b = anndata.read_h5ad(tmp_path / "out.h5ad")
+    assert_same(a, b)
+    assert list(b.var.columns) == ["gene_id", "n_cells", "total_counts"]
+    assert np.array_equal(b.var["n_cells"].values, a.var["n_cells"].values)
+    export(db, tmp_path / "sub.h5ad", "--obs", "tile,cell_id_1")   # a stored name or the input's
+    assert list(anndata.read_h5ad(tmp_path / "sub.h5ad").obs.columns) == ["tile", "cell_id"]
+    t = deltacells.to_anndata(str(db), gene_order="original")
+    assert list(t.obs.columns) == list(a.obs.columns)
+    assert np.array_equal(t.obs["cell_id"].values, a.obs["cell_id"].values)
+    assert list(t.var.columns) == ["gene_id", "total_counts", "n_cells", "orig_index", "gene_id_1",
+                                   "n_cells_1", "total_counts_1"]   # the dataset's own come first
+    t = deltacells.to_anndata(str(db), cell_id=True)
+    assert list(t.obs.columns) == ["cell_id_1", "name", "tile", "cellType", "celltype", "cell_id"]
+    # append and merge keep the names; the appended file's cells have the same columns
+    dc("append", db, tmp_path / "r.h5ad")
+    dc("merge", db, db, "-o", tmp_path / "m.dcdb")
+    for d in (db, tmp_path / "m.dcdb"):
+        export(d, tmp_path / "o2.h5ad")
+        b = anndata.read_h5ad(tmp_path / "o2.h5ad")
+        assert [c for c in b.obs.columns if c != "source"] == list(a.obs.columns)
+        assert list(b.var.columns) == ["gene_id", "n_cells", "total_counts"]
