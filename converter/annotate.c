@@ -314,8 +314,9 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     /* replace a column of the same name (ignoring case), or add one */
     int64_t col = -1;
     int replaced = 0;
+    const char *old_name = NULL;
     for (int i = 0; i < ncols; i++)
-      if (!strcasecmp(cols[i].name, hdr[c])) col = cols[i].col;
+      if (!strcasecmp(cols[i].name, hdr[c])) { col = cols[i].col; old_name = cols[i].name; }
     if (col == 0) { sqlite3_free(ums); cv_fail(e, "%s: column '%s' would replace the obs index", o->table, hdr[c]); goto done; }
     if (col >= 0) {
       n_repl++;
@@ -324,7 +325,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
                                   "DELETE FROM main.cells_columns WHERE col = %lld;", (long long)col, (long long)col, (long long)col);
       int r = sql ? cv_exec(db, sql, e) : cv_fail(e, "out of memory");
       sqlite3_free(sql);
-      if (r) { sqlite3_free(ums); goto done; }
+      if (r || dsw_meta_forget_obs(db, old_name, e)) { sqlite3_free(ums); goto done; }
     } else {
       col = next_col++;
       n_new++;

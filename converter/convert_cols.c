@@ -292,6 +292,38 @@ static int write_renamed(dsw *w, const char *key, const ocol *c, int n, cv_err *
   return rc;
 }
 
+/* An ordered categorical: every input that has the column has it ordered, with the united
+** categories in the same order. */
+static int col_ordered(const ocol *c, int nf) {
+  if (c->kind != CVK_CATEGORY || c->is_source) return 0;
+  int any = 0;
+  for (int f = 0; f < nf; f++) {
+    const h5col *s = c->src[f];
+    if (!s) continue;
+    if (s->kind != CVK_CATEGORY || !s->ordered || s->n_cats != c->n_labels || !c->remap[f]) return 0;
+    for (uint32_t k = 0; k < s->n_cats; k++) if (c->remap[f][k] != (int32_t)k) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+/* dc_meta obs_ordered: the stored names of the ordered categorical columns (none: no key). */
+static int write_ordered(dsw *w, const ocol *c, int n, int nf, cv_err *e) {
+  sqlite3_str *js = sqlite3_str_new(NULL);
+  int any = 0;
+  sqlite3_str_appendchar(js, 1, '[');
+  for (int i = 0; i < n; i++) {
+    if (!col_ordered(&c[i], nf)) continue;
+    if (any++) sqlite3_str_appendchar(js, 1, ',');
+    cv_json_str(js, c[i].name);
+  }
+  sqlite3_str_appendchar(js, 1, ']');
+  char *jt = sqlite3_str_finish(js);
+  int rc = !jt ? cv_fail(e, "out of memory") : any ? dsw_meta_text(w, "obs_ordered", jt, e) : 0;
+  sqlite3_free(jt);
+  return rc;
+}
+
 int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, dsw *w,
                  uint64_t *obs_bytes, progress *pg, cv_err *e) {
   static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
@@ -299,7 +331,7 @@ int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   int n = 0, rc = -1;
   colbuf tmp = {0}, out = {0};
   if (ocols_build(files, nf, 0, 1, nf > 1, reserved, &cols, &n, e)) return -1;
-  if (write_renamed(w, "obs_names", cols, n, e)) goto done;
+  if (write_renamed(w, "obs_names", cols, n, e) || write_ordered(w, cols, n, nf, e)) goto done;
   uint64_t total = 0;
   for (int i = 0; i < n; i++) {
     ocol *c = &cols[i];

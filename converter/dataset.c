@@ -261,6 +261,25 @@ int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e) {
   return step(w, w->ins_meta, "dc_meta", e);
 }
 
+int dsw_meta_forget_obs(sqlite3 *db, const char *name, cv_err *e) {
+  static const char *const sql[2] = {
+      "UPDATE main.dc_meta SET value = (SELECT json_group_object(key, value) FROM json_each(dc_meta.value) WHERE key <> ?1) "
+      "WHERE key = 'obs_names'",
+      "UPDATE main.dc_meta SET value = (SELECT json_group_array(value) FROM json_each(dc_meta.value) WHERE value <> ?1) "
+      "WHERE key = 'obs_ordered'"};
+  for (int k = 0; k < 2; k++) {
+    sqlite3_stmt *s = NULL;
+    int r = sqlite3_prepare_v2(db, sql[k], -1, &s, NULL);
+    if (r == SQLITE_OK) {
+      sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+      r = sqlite3_step(s);
+    }
+    sqlite3_finalize(s);
+    if (r != SQLITE_DONE) return cv_fail(e, "dc_meta: %s", sqlite3_errmsg(db));
+  }
+  return 0;
+}
+
 int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t nnz, int64_t chunks,
              const void *blob, size_t len, cv_err *e) {
   sqlite3_stmt *s = w->ins_tile;

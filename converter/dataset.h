@@ -47,6 +47,9 @@ int dsw_remove_stale(const char *out_path);
 int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e);
 int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e);
 int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
+/* Obs column `name` (its stored name) goes from dc_meta obs_names and obs_ordered: it is replaced
+** by a column that is neither renamed nor ordered. */
+int dsw_meta_forget_obs(sqlite3 *db, const char *name, cv_err *e);
 int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t nnz, int64_t chunks,
              const void *blob, size_t len, cv_err *e);
 /* One column of the genes table (genes_columns row col, genes_blocks rows):

@@ -175,6 +175,17 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
     free(on);
     if (bad) goto done;
   }
+  if (sqlite3_prepare_v2(db, "SELECT value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'obs_ordered'), '[]'))",
+                         -1, &s, NULL) != SQLITE_OK) {
+    cv_fail(e, "%s: dc_meta.obs_ordered: %s", path, sqlite3_errmsg(db));
+    goto done;
+  }
+  while ((sr = sqlite3_step(s)) == SQLITE_ROW)
+    for (int i = 0; i < n; i++)
+      if (all[i].kind == OK_CAT && !strcmp(all[i].name, (const char *)sqlite3_column_text(s, 0))) all[i].ordered = 1;
+  if (sr != SQLITE_DONE) { cv_fail(e, "%s: dc_meta.obs_ordered: %s", path, sqlite3_errmsg(db)); goto done; }
+  sqlite3_finalize(s);
+  s = NULL;
   if (list) { /* --obs: the columns named, in that order */
     xcol *sel = calloc((size_t)n + 1, sizeof *sel);
     uint8_t *used = calloc((size_t)n + 1, 1);
@@ -262,7 +273,7 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
   switch (c->kind) {
     case OK_CAT: {
       sub = ex_group(g, c->out, "categorical", "0.2.0");
-      if (sub < 0 || ex_attr_bool(sub, "ordered", 0)) goto done;
+      if (sub < 0 || ex_attr_bool(sub, "ordered", c->ordered)) goto done;
       c->ft = code_type(c->n_cats);
       c->d = ex_dset(sub, "codes", c->ft, n, 0, "array", "0.2.0");
       if (c->d < 0 || ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats)) goto done;

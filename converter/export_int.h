@@ -81,6 +81,7 @@ enum { OK_CAT = 1, OK_INT, OK_REAL, OK_BOOL, OK_TEXT };
 typedef struct xcol {
   char *name;
   char *out;           /* its name in the h5ad: the inputs' name (dc_meta obs_names) or name */
+  int ordered;         /* an ordered categorical (dc_meta obs_ordered) */
   int kind;
   int64_t col;         /* cells_columns.col */
   int64_t nulls;       /* over the whole dataset: decides nullable encodings */

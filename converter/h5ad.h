@@ -73,6 +73,7 @@ typedef struct h5col {
   hid_t mask;         /* nullable: mask dataset (1 = missing), or -1 */
   char **cats;        /* category: labels */
   uint32_t n_cats;
+  int ordered;        /* category: its `ordered` attribute is true */
 } h5col;
 
 typedef struct h5frame {

@@ -202,6 +202,7 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
       }
       char w2[700];
       snprintf(w2, sizeof w2, "%s/categories", what);
+      c->ordered = h5ad_attr_true(o, "ordered");
       int rc = read_labels(f, cats, w2, &c->cats, &c->n_cats, e);
       h5ad_close_id(&cats);
       free(enc);
@@ -251,6 +252,7 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
       }
       char w2[700];
       snprintf(w2, sizeof w2, "%s (categories)", what);
+      c->ordered = h5ad_attr_true(cats, "ordered") || h5ad_attr_true(o, "ordered");
       int rc = read_labels(f, cats, w2, &c->cats, &c->n_cats, e);
       h5ad_close_id(&cats);
       if (rc) return -1;

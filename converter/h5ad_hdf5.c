@@ -188,6 +188,24 @@ done:
   return res;
 }
 
+int h5ad_attr_true(hid_t obj, const char *name) {
+  if (H5Aexists(obj, name) <= 0) { H5Eclear2(H5E_DEFAULT); return 0; }
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), sp = -1, t = -1;
+  unsigned char v[16] = {0};
+  int res = 0;
+  if (a < 0) goto done;
+  sp = H5Aget_space(a);
+  t = H5Aget_type(a);
+  H5T_class_t c = H5Tget_class(t);
+  if (H5Sget_simple_extent_npoints(sp) != 1 || (c != H5T_INTEGER && c != H5T_ENUM) || H5Tget_size(t) > sizeof v) goto done;
+  if (H5Aread(a, t, v) < 0) goto done;   /* in the file's own type: an enum needs no conversion */
+  for (size_t k = 0; k < sizeof v; k++) res |= v[k] != 0;
+done:
+  h5ad_close_id(&t); h5ad_close_id(&sp); h5ad_close_id(&a);
+  H5Eclear2(H5E_DEFAULT);
+  return res;
+}
+
 /* Length of a 1-D dataset, or -1 if not 1-D. */
 int64_t h5ad_ds_len(hid_t ds) {
   hid_t sp = H5Dget_space(ds);

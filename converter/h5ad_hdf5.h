@@ -32,6 +32,8 @@ long h5ad_attr_strs(hid_t obj, const char *name, char ***out);
 void h5ad_free_strs(char **v, long n);
 /* An integer-array attribute (shape) of at most max values: the count or -1. */
 int h5ad_attr_ints(hid_t obj, const char *name, int64_t *out, int max);
+/* 1 if obj has a scalar integer or enum (numpy bool) attribute `name` that is not 0, else 0. */
+int h5ad_attr_true(hid_t obj, const char *name);
 
 /* Length of a 1-D dataset, or -1 if not 1-D. */
 int64_t h5ad_ds_len(hid_t ds);

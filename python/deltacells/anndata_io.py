@@ -82,11 +82,13 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         if len(rows) != len(ids) or any(r[0] != i for r, i in zip(rows, ids.tolist())):
             raise RuntimeError("the cells table and the selection disagree")
         data = {}
+        row = con.execute("SELECT value FROM dc_meta WHERE key = 'obs_ordered'").fetchone()
+        ordered = set(json.loads(row[0])) if row and row[0] else set()
         for j, c in enumerate(cols, start=2):
             vals = [r[j] for r in rows]
             kind = cat.kind(c)
             if kind == "category":
-                data[c] = pd.Categorical(vals, categories=cat.categories(c, con))
+                data[c] = pd.Categorical(vals, categories=cat.categories(c, con), ordered=c in ordered)
             elif kind == "bool":
                 data[c] = (pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
                            if any(v is None for v in vals) else np.array(vals, dtype=bool))

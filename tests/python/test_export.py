@@ -470,3 +470,54 @@ def test_columns_stored_under_another_name_get_it_back(tmp_path):
         b = anndata.read_h5ad(tmp_path / "o2.h5ad")
         assert [c for c in b.obs.columns if c != "source"] == list(a.obs.columns)
         assert list(b.var.columns) == ["gene_id", "n_cells", "total_counts"]
+
+
+def test_ordered_categoricals_stay_ordered(tmp_path):
+    """An ordered categorical obs column is exported and read by to_anndata as ordered (dc_meta
+    obs_ordered), after converting several inputs, append and merge too, as long as every input
+    that has it has it ordered with the same categories in the same order; a column whose
+    categories another input extends, or that annotate replaces, is not ordered."""
+    import deltacells
+    stages = ["early", "mid", "late"]
+
+    def adata(seed, cats=stages, ordered=True):
+        a = make_adata(n_cells=30, n_genes=8, seed=seed, cell_prefix=f"s{seed}c")
+        rng = np.random.default_rng(seed)
+        a.obs["stage"] = pd.Categorical(rng.choice(stages, 30), categories=cats, ordered=ordered)
+        a.obs["kind"] = pd.Categorical(rng.choice(["x", "y"], 30))
+        return write(a, tmp_path / f"s{seed}.h5ad"), a
+
+    def ordered_in(db):
+        out = tmp_path / "o.h5ad"
+        export(db, out)
+        b = anndata.read_h5ad(out)
+        t = deltacells.to_anndata(str(db))
+        assert t.obs["stage"].cat.ordered == b.obs["stage"].cat.ordered
+        assert not b.obs["kind"].cat.ordered
+        return bool(b.obs["stage"].cat.ordered), list(b.obs["stage"].cat.categories)
+
+    (p1, a1), (p2, _), (p3, _) = adata(1), adata(2), adata(3, cats=stages + ["adult"])
+    p4, _ = adata(4, ordered=False)
+    one = tmp_path / "one.dcdb"
+    dc("convert", p1, "-o", one, "--quiet")
+    assert ordered_in(one) == (True, stages)
+    assert_same(a1, anndata.read_h5ad(tmp_path / "o.h5ad"))
+    dc("convert", p1, p2, "-o", tmp_path / "two.dcdb", "--quiet")
+    assert ordered_in(tmp_path / "two.dcdb") == (True, stages)
+    dc("convert", p1, p3, "-o", tmp_path / "ext.dcdb", "--quiet")
+    assert ordered_in(tmp_path / "ext.dcdb") == (False, stages + ["adult"])
+    dc("convert", p1, p4, "-o", tmp_path / "mix.dcdb", "--quiet")
+    assert ordered_in(tmp_path / "mix.dcdb")[0] is False
+    dc("append", one, p2)
+    assert ordered_in(one) == (True, stages)
+    dc("merge", one, tmp_path / "two.dcdb", "-o", tmp_path / "m.dcdb")
+    assert ordered_in(tmp_path / "m.dcdb") == (True, stages)
+    dc("merge", one, tmp_path / "ext.dcdb", "-o", tmp_path / "m2.dcdb")
+    assert ordered_in(tmp_path / "m2.dcdb")[0] is False
+    dc("append", one, p3)
+    assert ordered_in(one)[0] is False
+    # annotate replaces the column: the new one is neither ordered nor renamed
+    dc("convert", p1, "-o", tmp_path / "ann.dcdb", "--quiet")
+    (tmp_path / "t.csv").write_text("name,stage\n" + "".join(f"s1c{i:05d},late\n" for i in range(30)))
+    dc("annotate", tmp_path / "ann.dcdb", tmp_path / "t.csv", "--key", "name")
+    assert ordered_in(tmp_path / "ann.dcdb")[0] is False
