@@ -1,6 +1,8 @@
 /*
 ** http_cache.c — the dchttp VFS's block caches outside the open file: the on-disk cache
-** (cache_dir: one file per block, named by file version and block; least recently used evicted
+** (cache_dir: one file per block, named by file version and block, the block's bytes followed by
+** their XXH3-64 (seeded with the name's key and index), so that a file damaged on disk, cut
+** short or renamed is a miss, deleted and fetched again, never data; least recently used evicted
 ** over cache_mb) and the process's shared in-memory cache of blocks (the open files of one
 ** version share them: connections of a DataLoader worker, its prefetch thread, each epoch's
 ** new connection), behind one mutex.  The data structures and the eviction plan are pure logic
@@ -17,6 +19,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include "vfs_http_int.h"
 
 /* blocks shared by the process's open files of the same version: DC_HTTP_SHARED_MB slots
@@ -53,6 +56,20 @@ static void cache_path(dc_hfile *f, int64_t idx, char *out, size_t n) {
   snprintf(out, n, "%s/%s", f->cache_dir, name);
 }
 
+/* the check of a cached block: its bytes' XXH3-64, seeded with what names it */
+static uint64_t block_sum(const dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len) {
+  return XXH3_64bits_withSeed(buf, (size_t)len, f->key ^ ((uint64_t)idx * 0x9e3779b97f4a7c15ull));
+}
+
+static int read_full(int fd, uint8_t *buf, int64_t len, int64_t off) {
+  for (int64_t have = 0; have < len;) {
+    ssize_t k = pread(fd, buf + have, (size_t)(len - have), off + have);
+    if (k <= 0) return 0;
+    have += k;
+  }
+  return 1;
+}
+
 int dh_disk_get(dc_hfile *f, int64_t idx, uint8_t *buf, int64_t len) {
   if (!f->cache_dir) return 0;
   char p[4096];
@@ -60,17 +77,21 @@ int dh_disk_get(dc_hfile *f, int64_t idx, uint8_t *buf, int64_t len) {
   int fd = open(p, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   struct stat st;
-  int ok = fstat(fd, &st) == 0 && st.st_size == len;
-  int64_t have = 0;
-  while (ok && have < len) {
-    ssize_t k = pread(fd, buf + have, (size_t)(len - have), have);
-    if (k <= 0) { ok = 0; break; }
-    have += k;
-  }
-  if (ok) futimens(fd, NULL);            /* most recently used */
+  uint8_t t[8];
+  int ok = fstat(fd, &st) == 0 && st.st_size == len + 8 && read_full(fd, buf, len, 0) && read_full(fd, t, 8, len);
+  uint64_t want = 0;
+  for (int k = 0; ok && k < 8; k++) want |= (uint64_t)t[k] << (8 * k);
+  int bad = !ok || want != block_sum(f, idx, buf, len);
+  if (!bad) futimens(fd, NULL);            /* most recently used */
   close(fd);
-  if (ok) { atomic_fetch_add(&dh_st.disk_hits, 1); atomic_fetch_add(&dh_st.disk_bytes, len); }
-  return ok;
+  if (bad) {                               /* damaged, cut short, of another block or an older
+                                           ** release's file: gone, and the block fetched again */
+    if (unlink(p) == 0) { atomic_fetch_add(&dh_st.disk_bad, 1); f->cache_used = -1; }
+    return 0;
+  }
+  atomic_fetch_add(&dh_st.disk_hits, 1);
+  atomic_fetch_add(&dh_st.disk_bytes, len);
+  return 1;
 }
 
 /* scan the cache directory: its usage, and when over budget (with incoming bytes
@@ -121,8 +142,8 @@ static void disk_scan(dc_hfile *f, int64_t incoming) {
 }
 
 void dh_disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len) {
-  if (!f->cache_dir || len > f->cache_budget) return;
-  if (f->cache_used < 0 || f->cache_used + len > f->cache_budget) disk_scan(f, len);
+  if (!f->cache_dir || len + 8 > f->cache_budget) return;
+  if (f->cache_used < 0 || f->cache_used + len + 8 > f->cache_budget) disk_scan(f, len + 8);
   char p[4096], tmp[4200];
   cache_path(f, idx, p, sizeof p);
   /* a name of this write alone: two threads of one process (connections of one version with one
@@ -131,14 +152,18 @@ void dh_disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len) {
   snprintf(tmp, sizeof tmp, "%s.tmp%ld.%ld", p, (long)getpid(), atomic_fetch_add(&seq, 1));
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
+  uint64_t sum = block_sum(f, idx, buf, len);
+  uint8_t t[8];
+  for (int k = 0; k < 8; k++) t[k] = (uint8_t)(sum >> (8 * k));
   int64_t done = 0;
   while (done < len) {
     ssize_t k = write(fd, buf + done, (size_t)(len - done));
     if (k <= 0) break;
     done += k;
   }
-  if (close(fd) != 0 || done != len || rename(tmp, p) != 0) { unlink(tmp); return; }
-  f->cache_used += len;
+  int tail = done == len && write(fd, t, 8) == 8;
+  if (close(fd) != 0 || !tail || rename(tmp, p) != 0) { unlink(tmp); return; }
+  f->cache_used += len + 8;
   atomic_fetch_add(&dh_st.disk_writes, 1);
 }
 

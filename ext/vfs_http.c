@@ -459,7 +459,7 @@ static void stats_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       return;
     }
     dh_st.requests = dh_st.bytes = dh_st.retries = dh_st.mem_hits = dh_st.disk_hits = dh_st.disk_bytes = dh_st.disk_writes = 0;
-    dh_st.evictions = dh_st.errors = dh_st.opens = dh_st.throttle_ns = dh_st.shared_hits = 0;
+    dh_st.evictions = dh_st.errors = dh_st.opens = dh_st.throttle_ns = dh_st.shared_hits = dh_st.disk_bad = 0;
     dh_st.pf_requests = dh_st.pf_failed = dh_st.pf_blocks = dh_st.pf_unused = dh_st.pf_waits = dh_st.pf_peak = 0;
   }
   char *m = sqlite3_mprintf(
@@ -467,12 +467,12 @@ static void stats_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       "\"disk_bytes\": %lld, \"disk_writes\": %lld, \"evictions\": %lld, \"errors\": %lld, \"opens\": %lld, "
       "\"throttle_s\": %.6f, \"shared_hits\": %lld, \"prefetch_requests\": %lld, \"prefetch_failed\": %lld, "
       "\"prefetch_blocks_used\": %lld, \"prefetch_blocks_unused\": %lld, \"prefetch_waits\": %lld, "
-      "\"prefetch_peak_inflight\": %lld}",
+      "\"prefetch_peak_inflight\": %lld, \"disk_bad\": %lld}",
       (long long)dh_st.requests, (long long)dh_st.bytes, (long long)dh_st.retries, (long long)dh_st.mem_hits,
       (long long)dh_st.disk_hits, (long long)dh_st.disk_bytes, (long long)dh_st.disk_writes, (long long)dh_st.evictions,
       (long long)dh_st.errors, (long long)dh_st.opens, (double)dh_st.throttle_ns * 1e-9,
       (long long)dh_st.shared_hits, (long long)dh_st.pf_requests, (long long)dh_st.pf_failed, (long long)dh_st.pf_blocks,
-      (long long)dh_st.pf_unused, (long long)dh_st.pf_waits, (long long)dh_st.pf_peak);
+      (long long)dh_st.pf_unused, (long long)dh_st.pf_waits, (long long)dh_st.pf_peak, (long long)dh_st.disk_bad);
   if (!m) { sqlite3_result_error_nomem(ctx); return; }
   sqlite3_result_text(ctx, m, -1, sqlite3_free);
 }

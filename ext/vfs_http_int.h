@@ -63,7 +63,7 @@ typedef struct dc_hfile {
 ** most requests in flight at once on one file */
 typedef struct {
   _Atomic int64_t shared_hits, requests, bytes, retries, mem_hits, disk_hits, disk_bytes, disk_writes, evictions,
-      errors, opens, throttle_ns;
+      errors, opens, throttle_ns, disk_bad;
   _Atomic int64_t pf_requests, pf_failed, pf_blocks, pf_unused, pf_waits, pf_peak;
 } dh_stats;
 extern dh_stats dh_st;

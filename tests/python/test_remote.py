@@ -448,3 +448,46 @@ def test_aggregate_remote_equal_local(nginx, data):
     rem = deltacells.aggregate(nginx.url("small.dcdb"), by="cell_type")
     assert list(loc.columns) == list(rem.columns) and len(loc) == len(rem) > 0
     assert loc.reset_index(drop=True).equals(rem.reset_index(drop=True))
+
+
+def test_a_damaged_cache_block_is_fetched_again(nginx, data, tmp_path):
+    """A block file of the on-disk cache that was damaged (a flipped byte), cut short, or swapped
+    with another block's file is a miss: deleted, fetched again, never read as data."""
+    cache = tmp_path / "cache"
+    opts = {"cache_dir": str(cache), "block_kb": 16}
+    q = "SELECT * FROM cells ORDER BY cell_id"
+    con = deltacells.connect(nginx.url("small.dcdb"), remote=opts)
+    first = con.execute(q).fetchall()
+    tiles = con.execute("SELECT tile, nnz FROM tiles ORDER BY tile").fetchall()
+    con.close()
+    blocks = sorted(cache.glob("*.blk"))
+    assert len(blocks) >= 6
+    raw = [b.read_bytes() for b in blocks]
+    for b in blocks[0::3]:                      # a flipped byte in the block's data
+        d = bytearray(b.read_bytes())
+        d[len(d) // 3] ^= 0x40
+        b.write_bytes(bytes(d))
+    for b in blocks[1::3]:                      # cut short by 8 bytes: the data without its check
+        b.write_bytes(b.read_bytes()[:-8])
+    blocks[2].write_bytes(raw[5])               # another block's file under this one's name
+    code = ("import deltacells, json\n"
+            f"con = deltacells.connect({nginx.url('small.dcdb')!r}, remote={opts!r})\n"
+            "con.execute(\"SELECT dc_vfs_stats('reset')\").fetchall()\n"
+            f"rows = con.execute({q!r}).fetchall()\n"
+            "tiles = con.execute('SELECT tile, nnz FROM tiles ORDER BY tile').fetchall()\n"
+            "print(json.dumps([deltacells.vfs_stats(con), [list(r) for r in rows], tiles]))\n")
+    import json
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+        assert r.returncode == 0, r.stderr
+        st, rows, tl = json.loads(r.stdout)
+        assert [tuple(x) for x in rows] == first and [tuple(x) for x in tl] == tiles
+        return st
+
+    s = run()
+    assert 3 <= s["disk_bad"] <= len(blocks[0::3]) + len(blocks[1::3]) + 1
+    assert s["requests"] >= s["disk_bad"] > 0
+    s = run()                                   # fetched again, and whole in the cache again
+    assert s["disk_bad"] == 0 and s["requests"] <= 1
