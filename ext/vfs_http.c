@@ -54,6 +54,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,17 +82,48 @@ void dh_set_error(const char *fmt, ...) {
   sqlite3_log(SQLITE_IOERR, "dchttp: %s", dh_err);
 }
 
-static int64_t param_int(const char *zName, const char *key, const char *env, int64_t dflt) {
-  const char *v = zName ? sqlite3_uri_parameter(zName, key) : NULL;
-  if (!v && env) v = getenv(env);
+/* A parameter: the URI's `key`, else environment variable `env`, else dflt.  A value that is
+** not a number in [lo, hi] (an integer where int) sets *bad and the open's error, naming it. */
+static double param_num(const char *zName, const char *key, const char *env, double dflt, double lo, double hi,
+                        int integer, int *bad) {
+  const char *v = zName ? sqlite3_uri_parameter(zName, key) : NULL, *from = key;
+  if (!v && env && (v = getenv(env)) != NULL) from = env;
   if (!v || !*v) return dflt;
-  return strtoll(v, NULL, 10);
+  char *end = NULL;
+  errno = 0;
+  double x = integer ? (double)strtoll(v, &end, 10) : strtod(v, &end);
+  while (end && isspace((unsigned char)*end)) end++;
+  if (errno || end == v || !end || *end || !(x >= lo && x <= hi)) {
+    if (!*bad)
+      dh_set_error("%s: %s%s='%s': %s from %g to %g", zName, from == env ? "environment variable " : "", from, v,
+                   integer ? "an integer" : "a number", lo, hi);
+    *bad = 1;
+    return dflt;
+  }
+  return x;
+}
+static int64_t param_int(const char *zName, const char *key, const char *env, int64_t dflt, int64_t lo, int64_t hi,
+                         int *bad) {
+  return (int64_t)param_num(zName, key, env, (double)dflt, (double)lo, (double)hi, 1, bad);
 }
 
-static double param_double(const char *zName, const char *key, const char *env) {
-  const char *v = zName ? sqlite3_uri_parameter(zName, key) : NULL;
-  if (!v && env) v = getenv(env);
-  return v && *v ? strtod(v, NULL) : 0;
+/* mkdir -p: 0 when dir is a directory now */
+static int make_dirs(const char *dir) {
+  char p[4096];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof p) { errno = ENAMETOOLONG; return -1; }
+  memcpy(p, dir, n + 1);
+  for (size_t i = 1; i <= n; i++)
+    if (p[i] == '/' || p[i] == 0) {
+      char c = p[i];
+      p[i] = 0;
+      if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+      p[i] = c;
+    }
+  struct stat st;
+  if (stat(dir, &st) != 0) return -1;
+  if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+  return 0;
 }
 
 /* A read at block b goes on from block `from` (where a sequential reader would read next): b is
@@ -311,20 +343,21 @@ static int remote_setup(dc_hfile *f, const char *zName) {
     f->url = sqlite3_mprintf("%s", zName);
   }
   if (!f->url) return SQLITE_NOMEM;
-  f->retries = (int)param_int(zName, "retries", "DC_HTTP_RETRIES", 4);
-  if (f->retries < 0) f->retries = 0;
-  f->timeout_ms = (long)param_int(zName, "timeout_ms", "DC_HTTP_TIMEOUT_MS", 30000);
-  if (f->timeout_ms < 1) f->timeout_ms = 1;
+  int bad = 0;
+  f->retries = (int)param_int(zName, "retries", "DC_HTTP_RETRIES", 4, 0, 100, &bad);
+  f->timeout_ms = (long)param_int(zName, "timeout_ms", "DC_HTTP_TIMEOUT_MS", 30000, 1, 86400000, &bad);
+  double mb = param_num(zName, "cache_mb", "DC_CACHE_MB", 1024, 0.001, 1e9, 0, &bad);
+  if (bad) return SQLITE_CANTOPEN;
   const char *cd = sqlite3_uri_parameter(zName, "cache_dir");
   if (!cd) cd = getenv("DC_CACHE_DIR");
   if (cd && *cd) {
-    if (mkdir(cd, 0755) != 0 && errno != EEXIST) {
-      dh_set_error("%s: cannot create the cache directory %s: %s", zName, cd, strerror(errno));
+    if (make_dirs(cd) != 0) {
+      dh_set_error("%s: cache directory %s: %s", zName, cd,
+                   errno == ENOTDIR ? "not a directory" : strerror(errno));
       return SQLITE_CANTOPEN;
     }
     f->cache_dir = sqlite3_mprintf("%s", cd);
-    double mb = param_double(zName, "cache_mb", "DC_CACHE_MB");
-    f->cache_budget = (int64_t)((mb > 0 ? mb : 1024) * 1048576.0);
+    f->cache_budget = (int64_t)(mb * 1048576.0);
     f->cache_used = -1;
   }
   /* the first block: the size and the validators of this version */
@@ -357,15 +390,18 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   memset(f, 0, sizeof *f);
   dh_err[0] = 0;
   f->name = sqlite3_mprintf("%s", zName);
-  int64_t bkb = param_int(zName, "block_kb", "DC_HTTP_BLOCK_KB", 1024);
-  if (bkb < 4) bkb = 4;
-  if (bkb > 65536) bkb = 65536;
+  int bad = 0;
+  int64_t bkb = param_int(zName, "block_kb", "DC_HTTP_BLOCK_KB", 1024, 4, 65536, &bad);
   f->bsize = bkb << 10;
-  int slots = (int)param_int(zName, "mem_blocks", "DC_HTTP_MEM_BLOCKS", 32);
-  if (slots < 1) slots = 1;
-  f->mem = dc_blockcache_new(slots, f->bsize);
+  int slots = (int)param_int(zName, "mem_blocks", "DC_HTTP_MEM_BLOCKS", 32, 1, 65536, &bad);
+  int64_t ra_kb = param_int(zName, "readahead_kb", "DC_HTTP_READAHEAD_KB", 16384, 0, (int64_t)1 << 30, &bad);
+  int64_t mi = param_int(zName, "max_inflight", "DC_HTTP_MAX_INFLIGHT", 4, 0, 64, &bad);
+  int shared = (int)param_int(zName, "shared", NULL, 1, 0, 1, &bad);
+  double lat_ms = param_num(zName, "latency_ms", "DC_THROTTLE_LATENCY_MS", 0, 0, 3600e3, 0, &bad);
+  double mbps = param_num(zName, "mbps", "DC_THROTTLE_MBPS", 0, 0, 1e9, 0, &bad);
+  f->mem = bad ? NULL : dc_blockcache_new(slots, f->bsize);
   /* read-ahead: at most readahead_kb (default 16 MiB) and half the memory blocks */
-  f->ra_blocks = (param_int(zName, "readahead_kb", "DC_HTTP_READAHEAD_KB", 16384) << 10) / f->bsize;
+  f->ra_blocks = (ra_kb << 10) / f->bsize;
   if (f->ra_blocks > slots / 2) f->ra_blocks = slots / 2;
   if (f->ra_blocks < 1) f->ra_blocks = 1;
   f->last_miss = -2;
@@ -375,19 +411,17 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   f->rd_next = -1;
   /* prefetch: max_inflight requests (default 4; 0 or readahead_kb=0: off) of about
   ** readahead_kb / max_inflight each */
-  int64_t mi = param_int(zName, "max_inflight", "DC_HTTP_MAX_INFLIGHT", 4);
-  if (mi < 0) mi = 0;
-  if (mi > 64) mi = 64;
-  if (param_int(zName, "readahead_kb", "DC_HTTP_READAHEAD_KB", 16384) <= 0) mi = 0;
+  if (ra_kb <= 0) mi = 0;
   f->max_inflight = (int)mi;
   f->pf_chunk = mi ? f->ra_blocks / mi : 1;
   if (f->pf_chunk < 1) f->pf_chunk = 1;
-  f->no_shared = param_int(zName, "shared", NULL, 1) == 0;
-  f->thr.latency_s = param_double(zName, "latency_ms", "DC_THROTTLE_LATENCY_MS") / 1000;
-  f->thr.bytes_per_s = param_double(zName, "mbps", "DC_THROTTLE_MBPS") * 1e6;
+  f->no_shared = shared == 0;
+  f->thr.latency_s = lat_ms / 1000;
+  f->thr.bytes_per_s = mbps * 1e6;
   f->throttled = f->thr.latency_s > 0 || f->thr.bytes_per_s > 0;
   int rc;
-  if (!f->name || !f->mem) rc = SQLITE_NOMEM;
+  if (bad) rc = SQLITE_CANTOPEN;
+  else if (!f->name || !f->mem) rc = SQLITE_NOMEM;
   else if (dc_is_remote_name(zName)) rc = remote_setup(f, zName);
   else {
     f->local = (sqlite3_file *)(f + 1);

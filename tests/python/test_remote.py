@@ -491,3 +491,39 @@ def test_a_damaged_cache_block_is_fetched_again(nginx, data, tmp_path):
     assert s["requests"] >= s["disk_bad"] > 0
     s = run()                                   # fetched again, and whole in the cache again
     assert s["disk_bad"] == 0 and s["requests"] <= 1
+
+
+@pytest.mark.parametrize("opts,words", [
+    ({"block_kb": 3}, "block_kb='3': an integer from 4 to 65536"),
+    ({"block_kb": "1k"}, "block_kb='1k': an integer"),
+    ({"max_inflight": -1}, "max_inflight='-1': an integer from 0 to 64"),
+    ({"mem_blocks": 0}, "mem_blocks='0'"),
+    ({"latency_ms": "x"}, "latency_ms='x': a number"),
+    ({"mbps": -5}, "mbps='-5': a number from 0"),
+    ({"cache_mb": 0, "cache_dir": "CACHE"}, "cache_mb='0'"),
+    ({"shared": 2}, "shared='2': an integer from 0 to 1"),
+    ({"retries": -1}, "retries='-1'"),
+])
+def test_remote_parameters_out_of_range_are_errors(nginx, data, tmp_path, opts, words):
+    """A parameter out of its range or not a number fails the open, naming it (it used to be
+    clamped or read as 0 without a word)."""
+    opts = {k: (str(tmp_path / "c") if v == "CACHE" else v) for k, v in opts.items()}
+    with pytest.raises(sqlite3.OperationalError, match=words.replace("(", r"\(")):
+        deltacells.connect(nginx.url("small.dcdb"), remote=opts).execute("SELECT 1 FROM cells").fetchall()
+    with pytest.raises(sqlite3.OperationalError, match="latency_ms='x'"):   # a throttled local file
+        deltacells.connect(str(data["small"]), remote={"latency_ms": "x"}).execute("SELECT 1").fetchall()
+
+
+def test_cache_dir_is_made_or_must_be_a_directory(nginx, data, tmp_path, monkeypatch):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    with pytest.raises(sqlite3.OperationalError, match="cache directory .*a_file: not a directory"):
+        deltacells.connect(nginx.url("small.dcdb"), remote={"cache_dir": str(f)}).execute("SELECT 1").fetchall()
+    nested = tmp_path / "new" / "nested"
+    con = deltacells.connect(nginx.url("small.dcdb"), remote={"cache_dir": str(nested)})
+    assert con.execute("SELECT count(*) FROM cells").fetchone()[0] > 0
+    con.close()
+    assert nested.is_dir() and any(nested.glob("*.blk"))
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "abc")
+    with pytest.raises(sqlite3.OperationalError, match="environment variable DC_HTTP_BLOCK_KB='abc'"):
+        deltacells.connect(nginx.url("small.dcdb")).execute("SELECT 1").fetchall()
