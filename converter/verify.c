@@ -57,6 +57,30 @@ static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
   return sqlite3_mprintf("gene_id %lld", (long long)id);
 }
 
+/* What export and to_anndata read from dc_meta about the columns: obs_names / var_names objects
+** of text naming obs (genes) columns, obs_ordered an array naming categorical obs columns,
+** var_categories an object of arrays of text naming genes columns. */
+static void verify_meta_columns(sqlite3 *db, vrep *rep) {
+  static const char *const q =
+      "WITH m(k, v) AS (SELECT key, value FROM dc_meta WHERE key IN ('obs_names', 'var_names', 'obs_ordered', 'var_categories'))"
+      " SELECT m.k, CASE WHEN NOT json_valid(m.v) THEN 'is not JSON'"
+      "  WHEN json_type(m.v) <> CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
+      "   THEN 'is not a JSON ' || CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
+      "  WHEN m.k = 'obs_ordered' THEN (SELECT 'names ' || quote(j.value) || ', not a categorical obs column'"
+      "   FROM json_each(m.v) j WHERE j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
+      "  WHEN m.k = 'obs_names' THEN (SELECT 'names ' || quote(j.key) || ', not an obs column' FROM json_each(m.v) j"
+      "   WHERE j.key NOT IN (SELECT name FROM cells_columns) OR j.type <> 'text' LIMIT 1)"
+      "  ELSE (SELECT 'names ' || quote(j.key) || ', not a var column' FROM json_each(m.v) j"
+      "   WHERE j.key NOT IN (SELECT name FROM genes_columns) OR j.type <> CASE m.k WHEN 'var_names' THEN 'text' ELSE 'array' END"
+      "   LIMIT 1) END FROM m";
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(db, q, -1, &s, NULL) != SQLITE_OK) { VFAULT("dc_meta: %s", sqlite3_errmsg(db)); return; }
+  while (cv_vstep(db, rep, s, "dc_meta"))
+    if (sqlite3_column_type(s, 1) != SQLITE_NULL)
+      VFAULT("dc_meta.%s %s", (const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1));
+  sqlite3_finalize(s);
+}
+
 /* Version 2: every input's tiles (dc_meta.sources first_tile, n_tiles) hold
 ** exactly its cells, so no tile spans two inputs. */
 static void verify_sources(sqlite3 *db, vrep *rep, int64_t n_tiles) {
@@ -443,6 +467,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     free(gcc);
   }
   if (version >= DC_FORMAT_GENES_MIN && have_tiles) verify_sources(db, rep, n_tiles);
+  if (version >= DC_FORMAT_GENES_MIN) verify_meta_columns(db, rep);
   n_blocks = cv_verify_obs(db, rep, n_cells, odec);
   /* what the checks above cannot see, the extension's own tables will */
   if (rep->n == 0) verify_queries(db, rep, n_tiles);

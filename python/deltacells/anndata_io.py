@@ -18,16 +18,31 @@ def original_gene_order(con):
     return np.argsort(orig, kind="stable").astype(np.int64)
 
 
+def _meta_json(con, key, kind):
+    """dc_meta `key` as JSON of type `kind` (dict or list; absent: empty); anything else is an
+    error naming the key."""
+    row = con.execute("SELECT value FROM dc_meta WHERE key = ?", (key,)).fetchone()
+    if not row or row[0] is None:
+        return kind()
+    try:
+        v = json.loads(row[0])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"dc_meta.{key} is not JSON ({e}); `deltacells verify` checks a dataset") from None
+    if not isinstance(v, kind):
+        raise ValueError(f"dc_meta.{key} is not a JSON {'object' if kind is dict else 'array'}; "
+                         "`deltacells verify` checks a dataset")
+    return v
+
+
 def file_names(con, key, columns):
     """The names `columns` (stored names) get in an AnnData: a column the converter stored
     under another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its
     name in the input files back, unless another of the columns has that name (as export)."""
-    row = con.execute("SELECT value FROM dc_meta WHERE key = ?", (key,)).fetchone()
-    renamed = json.loads(row[0]) if row and row[0] else {}
+    renamed = _meta_json(con, key, dict)
     out = []
     for i, c in enumerate(columns):
         o = renamed.get(c)
-        if o is None or any(o == d for j, d in enumerate(columns) if j != i) or o in out:
+        if not isinstance(o, str) or any(o == d for j, d in enumerate(columns) if j != i) or o in out:
             o = c
         out.append(o)
     return out
@@ -82,8 +97,7 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         if len(rows) != len(ids) or any(r[0] != i for r, i in zip(rows, ids.tolist())):
             raise RuntimeError("the cells table and the selection disagree")
         data = {}
-        row = con.execute("SELECT value FROM dc_meta WHERE key = 'obs_ordered'").fetchone()
-        ordered = set(json.loads(row[0])) if row and row[0] else set()
+        ordered = set(map(str, _meta_json(con, "obs_ordered", list)))
         for j, c in enumerate(cols, start=2):
             vals = [r[j] for r in rows]
             kind = cat.kind(c)

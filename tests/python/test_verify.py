@@ -124,6 +124,29 @@ def test_meta_not_an_integer(good, tmp_path):
     assert "dc_meta.n_tiles is missing, not an integer or impossible" in faults(bad)
 
 
+@pytest.mark.parametrize("key,value,words", [
+    ("obs_names", '{"nope": "cell_id"}', "dc_meta.obs_names names 'nope', not an obs column"),
+    ("obs_names", '{"cell_type": 3}', "dc_meta.obs_names names 'cell_type', not an obs column"),
+    ("obs_names", '["cell_type"]', "dc_meta.obs_names is not a JSON object"),
+    ("var_names", '{"cell_type": "x"}', "dc_meta.var_names names 'cell_type', not a var column"),
+    ("obs_ordered", '["n_counts"]', "dc_meta.obs_ordered names 'n_counts', not a categorical obs column"),
+    ("obs_ordered", '["cell_type"', "dc_meta.obs_ordered is not JSON"),
+    ("var_categories", '{"feature_types": "Gene Expression"}', "dc_meta.var_categories names 'feature_types', not a var column"),
+])
+def test_meta_of_export_checked(good, tmp_path, key, value, words):
+    """dc_meta's keys that export and to_anndata read about the columns (names in the inputs,
+    ordered categoricals, var categories) are JSON of their shape naming existing columns."""
+    con = sqlite3.connect(good)
+    assert {"cell_type", "n_counts"} <= {r[0] for r in con.execute("SELECT name FROM cells_columns")}
+    assert "feature_types" in {r[0] for r in con.execute("SELECT name FROM genes_columns")}
+    con.close()
+    bad = damaged(good, tmp_path, f"INSERT OR REPLACE INTO dc_meta VALUES ('{key}', '{value}')")
+    assert words in faults(bad)
+    ok = damaged(good, tmp_path, "INSERT OR REPLACE INTO dc_meta VALUES ('obs_ordered', '[\"cell_type\"]')",
+                 "INSERT OR REPLACE INTO dc_meta VALUES ('obs_names', '{\"n_counts\": \"total\"}')", name="ok.dcdb")
+    assert verify(ok).returncode == 0
+
+
 def test_case5_gene_names_swapped(good, tmp_path):
     # the block of gene names swapped with the block of another text column of the genes table
     con = sqlite3.connect(good)
