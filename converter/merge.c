@@ -678,6 +678,25 @@ done:
   return rc;
 }
 
+/* dc_meta `key` from a query of one row (the number of entries, their JSON), finalized here:
+** written when there are entries, else the key removed. */
+static int meta_from(sqlite3 *db, dsw *w, const char *key, sqlite3_stmt *st, cv_err *e) {
+  if (!st) return -1;
+  int rc = 0;
+  if (sqlite3_step(st) != SQLITE_ROW) rc = cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
+  else if (sqlite3_column_int64(st, 0) > 0) {
+    char *j = strdup((const char *)sqlite3_column_text(st, 1));
+    rc = !j ? cv_fail(e, "out of memory") : dsw_meta_text(w, key, j, e);
+    free(j);
+  } else {
+    sqlite3_stmt *d = cv_prep(db, e, "DELETE FROM main.dc_meta WHERE key = %Q", key);
+    rc = !d ? -1 : sqlite3_step(d) == SQLITE_DONE ? 0 : cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
+    sqlite3_finalize(d);
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 /* dc_meta var_categories (the categories of var columns that were categorical, for export):
 ** united as convert unites them, D's categories first, then S's others in S's order.  A column
 ** categorical in one dataset and plain text in the other stays text (its values need not be
@@ -694,16 +713,7 @@ static int merge_var_categories(sqlite3 *db, dsw *w, cv_err *e) {
       "   UNION ALL SELECT x.value, 1, x.id FROM sk, json_each(sk.arr) x WHERE sk.k = kept.k"
       "     AND x.value NOT IN (SELECT y.value FROM dk, json_each(dk.arr) y WHERE dk.k = kept.k)"
       "   ORDER BY a, i)))) FROM kept");
-  if (!st) return -1;
-  int rc = 0;
-  if (sqlite3_step(st) != SQLITE_ROW) rc = cv_fail(e, "dc_meta.var_categories: %s", sqlite3_errmsg(db));
-  else if (sqlite3_column_int64(st, 0) > 0) {
-    char *j = strdup((const char *)sqlite3_column_text(st, 1));
-    rc = !j ? cv_fail(e, "out of memory") : dsw_meta_text(w, "var_categories", j, e);
-    free(j);
-  }
-  sqlite3_finalize(st);
-  return rc;
+  return meta_from(db, w, "var_categories", st, e);
 }
 
 /* dc_meta `key` (obs_names: columns of `table` cells_columns, var_names: genes_columns), the
@@ -715,16 +725,7 @@ static int merge_renamed(sqlite3 *db, dsw *w, const char *key, const char *table
       " SELECT key AS k, value AS v FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = %Q), '{}'))"
       " UNION ALL SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = %Q), '{}'))"
       "  WHERE key NOT IN (SELECT name FROM main.\"%w\"))", key, key, table);
-  if (!st) return -1;
-  int rc = 0;
-  if (sqlite3_step(st) != SQLITE_ROW) rc = cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
-  else if (sqlite3_column_int64(st, 0) > 0) {
-    char *j = strdup((const char *)sqlite3_column_text(st, 1));
-    rc = !j ? cv_fail(e, "out of memory") : dsw_meta_text(w, key, j, e);
-    free(j);
-  }
-  sqlite3_finalize(st);
-  return rc;
+  return meta_from(db, w, key, st, e);
 }
 
 /* dc_meta obs_ordered, the ordered categorical columns: main's that src lacks or has ordered
@@ -741,19 +742,7 @@ static int merge_ordered(sqlite3 *db, dsw *w, cv_err *e) {
       "   AND NOT EXISTS (SELECT 1 FROM main.cells_dict x JOIN src.cells_dict y ON x.code = y.code"
       "                   WHERE x.col = a AND y.col = b AND x.value IS NOT y.value))"
       "  UNION ALL SELECT k FROM s WHERE k NOT IN (SELECT name FROM main.cells_columns))");
-  if (!st) return -1;
-  int rc = 0;
-  if (sqlite3_step(st) != SQLITE_ROW) rc = cv_fail(e, "dc_meta.obs_ordered: %s", sqlite3_errmsg(db));
-  else {
-    char *j = strdup((const char *)sqlite3_column_text(st, 1));
-    int64_t n = sqlite3_column_int64(st, 0);
-    rc = !j ? cv_fail(e, "out of memory")
-       : n > 0 ? dsw_meta_text(w, "obs_ordered", j, e)
-       : cv_exec(db, "DELETE FROM main.dc_meta WHERE key = 'obs_ordered'", e);
-    free(j);
-  }
-  sqlite3_finalize(st);
-  return rc;
+  return meta_from(db, w, "obs_ordered", st, e);
 }
 
 /* Adds dataset spath to main (in the caller's transaction, which then detaches `src`); D is updated. */
