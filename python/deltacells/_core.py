@@ -628,6 +628,8 @@ def counts_as(data, name, ids, indptr):
             row = int(np.searchsorted(indptr, big[0], side="right")) - 1
             raise overflow(int(ids[row]), int(data[big[0]]), name)
     return data.astype(name)
+
+
 _ext_fns = {}          # pid -> {name: ctypes function or None}
 
 
