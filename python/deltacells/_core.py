@@ -9,7 +9,6 @@ import os
 import sqlite3
 import sys
 import time
-import warnings
 
 import numpy as np
 
