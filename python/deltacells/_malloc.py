@@ -19,7 +19,6 @@ That was the old default.  Now it happens only when asked: call
 deltacells.tune_malloc(), or set DELTACELLS_MALLOC_TUNE=1 before importing deltacells.
 """
 import ctypes
-import os
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3

@@ -135,7 +135,7 @@ class EpochPlan:
 
     def batches(self, rank=0, worker=0, num_workers=1):
         """List of int64 arrays: the batches worker `worker` (of num_workers) delivers, in order."""
-        bs, n, base = self.batch_size, self.rank_cells[rank], self.base[rank]
+        bs, base = self.batch_size, self.base[rank]
         starts = self.worker_starts(rank) if num_workers > 1 else None
         lo, hi = worker_range(self.n_batches(rank), worker, num_workers, starts)
         out = []
