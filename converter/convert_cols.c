@@ -324,6 +324,19 @@ static int write_ordered(dsw *w, const ocol *c, int n, int nf, cv_err *e) {
   return rc;
 }
 
+/* dc_meta `key` (obs_index_name, var_index_name): the name of the frames' index (pandas'
+** index.name, the h5ad `_index` attribute) when every input names it alike and it is not
+** anndata's default (`_index`, or `index` of older files). */
+static int write_index_name(dsw *w, const char *key, h5file *files, int nf, int var, cv_err *e) {
+  const char *nm = NULL;
+  for (int f = 0; f < nf; f++) {
+    const char *x = var ? files[f].var.index.name : files[f].obs.index.name;
+    if (!x || !strcmp(x, "_index") || !strcmp(x, "index") || (nm && strcmp(nm, x))) return 0;
+    nm = x;
+  }
+  return nm ? dsw_meta_text(w, key, nm, e) : 0;
+}
+
 int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells, dsw *w,
                  uint64_t *obs_bytes, progress *pg, cv_err *e) {
   static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
@@ -331,7 +344,9 @@ int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   int n = 0, rc = -1;
   colbuf tmp = {0}, out = {0};
   if (ocols_build(files, nf, 0, 1, nf > 1, reserved, &cols, &n, e)) return -1;
-  if (write_renamed(w, "obs_names", cols, n, e) || write_ordered(w, cols, n, nf, e)) goto done;
+  if (write_renamed(w, "obs_names", cols, n, e) || write_ordered(w, cols, n, nf, e) ||
+      write_index_name(w, "obs_index_name", files, nf, 0, e))
+    goto done;
   uint64_t total = 0;
   for (int i = 0; i < n; i++) {
     ocol *c = &cols[i];
@@ -451,7 +466,7 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
     bytes += b;
   }
   if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e) ||
-      write_renamed(w, "var_names", cols, n, e))
+      write_renamed(w, "var_names", cols, n, e) || write_index_name(w, "var_index_name", files, nf, 1, e))
     goto done;
   if (with_index) {
     free(cols[0].name);

@@ -93,6 +93,15 @@ done:
 
 /* ------------------------------------------------------------ export: obs */
 
+/* The h5ad name of a frame's index: dc_meta `key` (obs_index_name, var_index_name) unless it is
+** absent or one of the n column names written, else `_index`.  Malloc'ed. */
+static char *index_name(sqlite3 *db, const char *key, const char *const *cols, int n) {
+  char *v = ex_meta(db, key);
+  for (int i = 0; v && i < n; i++)
+    if (!strcmp(cols[i], v)) { free(v); v = NULL; }
+  return v && *v ? v : (free(v), strdup("_index"));
+}
+
 /* The names n columns (stored names) get in the h5ad: a column the converter stored under
 ** another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its name in
 ** the input files back, unless another column written has that name.  out[i]: malloc'ed. */
@@ -357,15 +366,17 @@ int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, 
   char **idx = calloc(EX_OBS_ROWS, sizeof *idx);
   hid_t di = -1, vt = ex_vlstr();
   sqlite3_stmt *s = NULL;
+  char *iname = NULL;
   int rc = -1;
   if (g < 0 || !names || !idx) { cv_fail(e, "%s: writing obs", o->out); goto done; }
   for (int i = 0; i < nc; i++) names[i] = cols[i].out;
-  if (ex_attr_str(g, "_index", "_index") || ex_attr_strs(g, "column-order", names, (size_t)nc)) {
+  if (!(iname = index_name(db, "obs_index_name", names, nc))) { cv_fail(e, "out of memory"); goto done; }
+  if (ex_attr_str(g, "_index", iname) || ex_attr_strs(g, "column-order", names, (size_t)nc)) {
     cv_fail(e, "%s: writing obs attributes", o->out);
     goto done;
   }
-  di = ex_dset(g, "_index", vt, (hsize_t)n_sel, 0, "string-array", "0.2.0");
-  if (di < 0) { cv_fail(e, "%s: writing obs/_index", o->out); goto done; }
+  di = ex_dset(g, iname, vt, (hsize_t)n_sel, 0, "string-array", "0.2.0");
+  if (di < 0) { cv_fail(e, "%s: writing obs/%s", o->out, iname); goto done; }
   for (int i = 0; i < nc; i++)
     if (obs_create(g, &cols[i], (hsize_t)n_sel, bt)) { cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name); goto done; }
   sqlite3_str *q = sqlite3_str_new(NULL);
@@ -451,6 +462,7 @@ int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, 
     }
   rc = 0;
 done:
+  free(iname);
   sqlite3_finalize(s);
   if (idx) for (uint32_t i = 0; i < EX_OBS_ROWS; i++) free(idx[i]);
   free(idx);
@@ -499,6 +511,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
   int *which = calloc((size_t)g->n_cols + 1, sizeof *which);
   int n = 0, rc = -1;
   hid_t vg = -1, vt = ex_vlstr();
+  char *iname = NULL;
   if (!names || !fnames || !tv || !iv || !fv || !mk || !which) { cv_fail(e, "out of memory"); goto done; }
   for (int c = 0; c < g->n_cols; c++) {
     const char *nm = g->cols[c].name;
@@ -509,7 +522,8 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
   }
   vg = ex_group(root, "var", "dataframe", "0.2.0");
   if (ex_file_names(db, "var_names", names, n, fnames, e)) goto done;
-  if (vg < 0 || ex_attr_str(vg, "_index", "_index") || ex_attr_strs(vg, "column-order", (const char *const *)fnames, (size_t)n)) {
+  if (!(iname = index_name(db, "var_index_name", (const char *const *)fnames, n))) { cv_fail(e, "out of memory"); goto done; }
+  if (vg < 0 || ex_attr_str(vg, "_index", iname) || ex_attr_strs(vg, "column-order", (const char *const *)fnames, (size_t)n)) {
     cv_fail(e, "%s: writing var", o->out);
     goto done;
   }
@@ -517,7 +531,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
     const char *t = g->cols[c_index].t[x->ids[j]];
     tv[j] = t ? t : "";
   }
-  if (ex_put_strings(vg, "_index", tv, (hsize_t)x->n_out)) { cv_fail(e, "%s: writing var/_index", o->out); goto done; }
+  if (ex_put_strings(vg, iname, tv, (hsize_t)x->n_out)) { cv_fail(e, "%s: writing var/%s", o->out, iname); goto done; }
   for (int i = 0; i < n; i++) {
     const gcolumn *k = &g->cols[which[i]];
     hid_t d = -1, m = -1, sub = -1;
@@ -570,6 +584,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
   }
   rc = 0;
 done:
+  free(iname);
   if (vg >= 0) H5Gclose(vg);
   H5Tclose(vt);
   for (int i = 0; fnames && i < n; i++) free(fnames[i]);

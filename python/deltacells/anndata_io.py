@@ -121,6 +121,10 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         var = pd.read_sql_query("SELECT * FROM genes ORDER BY gene_id", con)
         var.index = pd.Index(var.pop("name").astype(str).tolist())
         var.columns = file_names(con, "var_names", list(var.columns))
+        for df, key in ((obs_df, "obs_index_name"), (var, "var_index_name")):   # pandas' index.name
+            row = con.execute("SELECT value FROM dc_meta WHERE key = ?", (key,)).fetchone()
+            if row and isinstance(row[0], str) and row[0] not in df.columns:
+                df.index.name = row[0]
         if gids is not None:
             var = var.iloc[gids]
     finally:

@@ -521,3 +521,30 @@ def test_ordered_categoricals_stay_ordered(tmp_path):
     (tmp_path / "t.csv").write_text("name,stage\n" + "".join(f"s1c{i:05d},late\n" for i in range(30)))
     dc("annotate", tmp_path / "ann.dcdb", tmp_path / "t.csv", "--key", "name")
     assert ordered_in(tmp_path / "ann.dcdb")[0] is False
+
+
+def test_index_names_round_trip(tmp_path):
+    """The obs and var index names (pandas' index.name: the h5ad `_index` attribute) come back
+    from export and to_anndata (dc_meta obs_index_name / var_index_name), when every input names
+    the index alike; an unnamed index stays unnamed."""
+    import deltacells
+    a = make_adata(n_cells=20, n_genes=6)
+    a.obs.index.name, a.var.index.name = "barcode", "symbol"
+    p1 = write(a, tmp_path / "a.h5ad")
+    b = make_adata(n_cells=20, n_genes=6, cell_prefix="d")
+    b.obs.index.name = "cell"
+    p2 = write(b, tmp_path / "b.h5ad")
+    for inputs, obs_name, var_name in (([p1], "barcode", "symbol"), ([p2], "cell", None), ([p1, p2], None, None)):
+        db = tmp_path / "x.dcdb"
+        dc("convert", *inputs, "-o", db, "--quiet", "--force")
+        export(db, tmp_path / "x.h5ad")
+        got = anndata.read_h5ad(tmp_path / "x.h5ad")
+        t = deltacells.to_anndata(str(db))
+        assert (got.obs.index.name, got.var.index.name) == (obs_name, var_name)
+        assert (t.obs.index.name, t.var.index.name) == (obs_name, var_name)
+    db = tmp_path / "one.dcdb"
+    dc("convert", p1, "-o", db, "--quiet")
+    export(db, tmp_path / "o.h5ad")
+    assert_same(a, anndata.read_h5ad(tmp_path / "o.h5ad"))
+    export(db, tmp_path / "s.h5ad", "--obs", "cell_type")
+    assert anndata.read_h5ad(tmp_path / "s.h5ad").obs.index.name == "barcode"
