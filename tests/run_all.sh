@@ -182,7 +182,7 @@ if [ -x build/asan/deltacells ] && [ -f build/asan/deltacells.so ] && [ -f "$asa
               tests/python/test_converter_tenx.py tests/python/test_converter_unsorted.py
               tests/python/test_python_obs_batch.py tests/python/test_python_handoff.py tests/python/test_remote.py
               tests/python/test_remote_prefetch.py tests/python/test_place.py tests/python/test_python_workers.py
-              tests/python/test_merge_copy.py tests/python/test_full_disk.py)
+              tests/python/test_merge_copy.py tests/python/test_full_disk.py tests/python/test_large_counts.py)
   "${san_env[@]}" DC_BUILD=build/asan DELTACELLS_CONVERTER=build/asan/deltacells \
     DELTACELLS_EXTENSION="$PWD/build/asan/deltacells.so" PYTHONPATH=python \
     "$PYTHON" -m pytest -q -p no:cacheprovider -rfEs "${asan_tests[@]}" >"$log/pytest-asan.log" 2>&1
