@@ -102,7 +102,7 @@ class Catalogue:
 
     def __init__(self, con, path):
         self.path = str(path)
-        meta = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
+        self.meta = meta = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
         self.n_cells = int(meta["n_cells"])
         self.n_genes = int(meta["n_genes"])
         # The tile boundaries come from the extension, not a load of our own: the `tiles` table
@@ -608,6 +608,12 @@ _RANGE = {"int32": (-2**31, 2**31 - 1), "int16": (-2**15, 2**15 - 1), "int8": (-
 INT32_MAX = 2**31 - 1
 
 
+def _take_kind(name, int32_fits):
+    """The take's data kind for numpy dtype `name`: int32 counts known to fit are copied as
+    uint32 (the same bits, no check)."""
+    return _KINDS["uint32" if name == "int32" and int32_fits else name]
+
+
 def overflow(cell_id, count, name):
     """The error for a stored count (uint32: 0 .. 2^32-1) that numpy dtype `name` cannot hold."""
     lo, hi = _RANGE[name]
@@ -704,7 +710,7 @@ def read_batch_into(con, cell_ids, pool, value_dtype, genes_blob=None, panel=Non
     name = np.dtype(value_dtype).name
     indptr, indices, data = pool.take_batch(n, nnz, name)
     bad, bad_at = ctypes.c_int64(0), ctypes.c_int64(0)
-    kind = _KINDS["uint32" if name == "int32" and int32_fits else name]   # the same bits
+    kind = _take_kind(name, int32_fits)
     rc = fn(ticket or 0, n, nnz, indptr.ctypes.data, indices.ctypes.data, data.ctypes.data,
             kind, ctypes.byref(bad), ctypes.byref(bad_at))
     t2 = time.perf_counter()
@@ -806,7 +812,7 @@ def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0, dtyp
     indices = np.empty(cap, dtype=np.int32)
     data = np.empty(cap, dtype=dtype)
     name = np.dtype(dtype).name
-    kind = _KINDS["uint32" if name == "int32" and int32_fits else name]
+    kind = _take_kind(name, int32_fits)
     o, g = 0, None
     ptr32 = np.empty(min(n, chunk_cells) + 1, dtype=np.int32)
     bad, bad_at = ctypes.c_int64(0), ctypes.c_int64(0)

@@ -18,14 +18,13 @@ def original_gene_order(con):
     return np.argsort(orig, kind="stable").astype(np.int64)
 
 
-def _meta_json(con, key, kind):
-    """dc_meta `key` as JSON of type `kind` (dict or list; absent: empty); anything else is an
-    error naming the key."""
-    row = con.execute("SELECT value FROM dc_meta WHERE key = ?", (key,)).fetchone()
-    if not row or row[0] is None:
+def _meta_json(meta, key, kind):
+    """dc_meta `key` (from Catalogue.meta) as JSON of type `kind` (dict or list; absent:
+    empty); anything else is an error naming the key."""
+    if meta.get(key) is None:
         return kind()
     try:
-        v = json.loads(row[0])
+        v = json.loads(meta[key])
     except (TypeError, ValueError) as e:
         raise ValueError(f"dc_meta.{key} is not JSON ({e}); `deltacells verify` checks a dataset") from None
     if not isinstance(v, kind):
@@ -34,11 +33,11 @@ def _meta_json(con, key, kind):
     return v
 
 
-def file_names(con, key, columns):
+def file_names(meta, key, columns):
     """The names `columns` (stored names) get in an AnnData: a column the converter stored
     under another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its
     name in the input files back, unless another of the columns has that name (as export)."""
-    renamed = _meta_json(con, key, dict)
+    renamed = _meta_json(meta, key, dict)
     out = []
     for i, c in enumerate(columns):
         o = renamed.get(c)
@@ -97,7 +96,7 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         if len(rows) != len(ids) or any(r[0] != i for r, i in zip(rows, ids.tolist())):
             raise RuntimeError("the cells table and the selection disagree")
         data = {}
-        ordered = set(map(str, _meta_json(con, "obs_ordered", list)))
+        ordered = set(map(str, _meta_json(cat.meta, "obs_ordered", list)))
         for j, c in enumerate(cols, start=2):
             vals = [r[j] for r in rows]
             kind = cat.kind(c)
@@ -117,14 +116,14 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         obs_df = pd.DataFrame(data, index=index, columns=cols)
         if cell_id:
             obs_df["cell_id"] = ids
-        obs_df.columns = file_names(con, "obs_names", list(obs_df.columns))
+        obs_df.columns = file_names(cat.meta, "obs_names", list(obs_df.columns))
         var = pd.read_sql_query("SELECT * FROM genes ORDER BY gene_id", con)
         var.index = pd.Index(var.pop("name").astype(str).tolist())
-        var.columns = file_names(con, "var_names", list(var.columns))
+        var.columns = file_names(cat.meta, "var_names", list(var.columns))
         for df, key in ((obs_df, "obs_index_name"), (var, "var_index_name")):   # pandas' index.name
-            row = con.execute("SELECT value FROM dc_meta WHERE key = ?", (key,)).fetchone()
-            if row and isinstance(row[0], str) and row[0] not in df.columns:
-                df.index.name = row[0]
+            name = cat.meta.get(key)
+            if isinstance(name, str) and name not in df.columns:
+                df.index.name = name
         if gids is not None:
             var = var.iloc[gids]
     finally:
