@@ -121,7 +121,8 @@ void dc_batch_forget_conn(dc_conn *conn) {
 void dc_batch_pool_change(dc_conn *conn, int threads) {
   pthread_mutex_lock(&ticket_mu);
   takes_wait_locked();
-  if (conn->pool) { dc_pool_free(conn->pool); conn->pool = NULL; }
+  /* a pool with threads enough keeps them (the rest rest, their decoders' scratch warm) */
+  if (conn->pool && !dc_pool_set_threads(conn->pool, threads)) { dc_pool_free(conn->pool); conn->pool = NULL; }
   conn->threads = threads;
   pthread_mutex_unlock(&ticket_mu);
 }

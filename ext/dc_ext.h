@@ -99,8 +99,9 @@ struct dc_cache *dc_conn_cache(dc_conn *conn);
 uint64_t dc_conn_namespace(dc_conn *conn);
 
 /* dc_batch's tickets (vtab_batch.c): the connection's outstanding tickets are dropped
-** (called as it ends), and its pool replaced with one of `threads` threads (created on
-** next use), neither while a ticket of it is being taken on another thread. */
+** (called as it ends), and its pool set to run `threads` threads (kept where it has that
+** many, else replaced by one created on next use), neither while a ticket of it is being
+** taken on another thread. */
 void dc_batch_forget_conn(dc_conn *conn);
 void dc_batch_pool_change(dc_conn *conn, int threads);
 

@@ -198,7 +198,11 @@ int dc_chunk_place(dc_decoder *d, const uint8_t *buf, size_t len,
 typedef struct dc_pool dc_pool;
 dc_pool *dc_pool_new(int n_threads);              /* 0: one per online core */
 void dc_pool_free(dc_pool *p);
-int dc_pool_size(const dc_pool *p);               /* threads incl. caller   */
+int dc_pool_size(const dc_pool *p);               /* threads incl. caller that run items */
+/* Later calls run on n of the pool's threads (0: one per online core, as dc_pool_new; at
+** most the threads it started with: the rest sleep and keep their scratch); returns 0
+** (nothing changed) when the pool has fewer than n.  Not during a call on the pool. */
+int dc_pool_set_threads(dc_pool *p, int n);
 /* Runs fn(arg, i) for i in [0, n) across the pool and waits for all. */
 void dc_pool_for(dc_pool *p, size_t n, void (*fn)(void *arg, size_t i), void *arg);
 /* Like dc_pool_for, with the index (0 .. dc_pool_size-1) of the thread that

@@ -5,6 +5,10 @@
 ** Threading rules (docs/threading.md, "Codec pool"):
 **   - dc_pool_new starts n-1 workers; the calling thread is worker 0 of every
 **     dc_pool_for, so a pool of 1 starts no thread at all.
+**   - dc_pool_set_threads(p, k), k <= n, runs later calls on threads 0..k-1 only (the
+**     others sleep, keeping their decoders' scratch): a DataLoader worker whose sibling
+**     finished takes both cores and gives one back next epoch without starting threads
+**     or faulting in fresh scratch each time.
 **   - dc_pool_for calls on one pool are serialised by a mutex; a call made from
 **     inside a running item of the same pool runs serially on that thread
 **     (no deadlock on nesting).
@@ -30,6 +34,8 @@
 struct dc_pool {
   int n;                       /* threads including the caller */
   int n_req;                   /* threads asked for (the heir's size) */
+  atomic_int active;           /* threads that run items (dc_pool_set_threads; <= n) */
+  int job_active;              /* `active` of the job running (under mu) */
   unsigned fork_gen;           /* g_fork_gen when made */
   pid_t pid;                   /* the process that made it */
   struct dc_pool *heir;        /* in a forked child: the pool that does this one's work */
@@ -93,6 +99,7 @@ static dc_pool *pool_live(dc_pool *p) {
   if (!h || !pool_owned(h)) {
     if (h) pool_forget(h);          /* the heir of a process between the maker and us */
     h = dc_pool_new(p->n_req);
+    if (h) dc_pool_set_threads(h, atomic_load(&p->active));
     p->heir = h;
   }
   pthread_mutex_unlock(&g_heir_mu);
@@ -122,6 +129,7 @@ static void *worker_main(void *v) {
     while (!p->stop && p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
     if (p->stop) break;
     seen = p->gen;
+    if (wa.tid >= p->job_active) continue;     /* resting (dc_pool_set_threads) */
     pthread_mutex_unlock(&p->mu);
     run_items(p, wa.tid);
     pthread_mutex_lock(&p->mu);
@@ -131,12 +139,17 @@ static void *worker_main(void *v) {
   return NULL;
 }
 
-dc_pool *dc_pool_new(int n_threads) {
+/* threads asked for -> threads to run: 0, one per online core; at most 1024 */
+static int pool_threads(int n_threads) {
   if (n_threads <= 0) {
     long k = sysconf(_SC_NPROCESSORS_ONLN);
     n_threads = k > 0 ? (int)k : 1;
   }
-  if (n_threads > 1024) n_threads = 1024;
+  return n_threads > 1024 ? 1024 : n_threads;
+}
+
+dc_pool *dc_pool_new(int n_threads) {
+  n_threads = pool_threads(n_threads);
   pthread_once(&g_atfork_once, atfork_register);
   dc_pool *p = calloc(1, sizeof *p);
   if (!p) return NULL;
@@ -161,6 +174,7 @@ dc_pool *dc_pool_new(int n_threads) {
     p->n_started++;
   }
   p->n = p->n_started + 1;   /* if some thread failed to start, run with fewer */
+  atomic_init(&p->active, p->n);
   return p;
 }
 
@@ -190,7 +204,23 @@ void dc_pool_free(dc_pool *p) {
 
 int dc_pool_size(const dc_pool *p) {
   p = pool_live((dc_pool *)p);
-  return p ? p->n : 1;
+  return p ? atomic_load(&p->active) : 1;
+}
+
+int dc_pool_set_threads(dc_pool *p, int n) {
+  if (!p) return 0;
+  n = pool_threads(n);
+  dc_pool *live = pool_live(p);
+  if (live && live != p) {            /* inherited: its heir does the work here */
+    if (n > live->n) return 0;
+    atomic_store(&p->active, n);
+    p = live;
+  }
+  if (n > p->n) return 0;
+  pthread_mutex_lock(&p->call_mu);    /* between two calls, never under one */
+  atomic_store(&p->active, n);
+  pthread_mutex_unlock(&p->call_mu);
+  return 1;
 }
 
 void dc_pool_for_tid(dc_pool *p, size_t n, void (*fn)(void *, size_t, int), void *arg) {
@@ -203,7 +233,7 @@ void dc_pool_for_tid(dc_pool *p, size_t n, void (*fn)(void *, size_t, int), void
     return;
   }
   pthread_mutex_lock(&p->call_mu);
-  if (p->n_started == 0 || n == 1) {
+  if (p->n_started == 0 || n == 1 || atomic_load(&p->active) <= 1) {
     /* serial on the caller's thread, still as the pool's tid 0: per-tid
     ** state (p->dec[0]) belongs to whoever holds call_mu, so two threads
     ** sharing the pool never use it at once. */
@@ -219,7 +249,8 @@ void dc_pool_for_tid(dc_pool *p, size_t n, void (*fn)(void *, size_t, int), void
   p->arg = arg;
   p->n_items = n;
   atomic_store(&p->next, 0);
-  p->n_busy = p->n_started;
+  p->job_active = atomic_load(&p->active);
+  p->n_busy = p->job_active - 1;
   p->gen++;
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->mu);

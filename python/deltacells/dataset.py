@@ -715,6 +715,7 @@ class _BatchIterator:
         self._reader = None
         self._pool = None
         self._fa = None           # fetch-ahead of the direct path (remote datasets)
+        self._dirty = False
         self.timings = {} if ds.timings else None
         if ds.timings:
             ds.last_timings = self.timings
@@ -783,7 +784,10 @@ class _BatchIterator:
                 self._fa0 = self._i
                 if self._fa is not None:
                     self._fa.start()
-                self._con = self.ds._open(self.threads)
+                # the last reader's connection where it left one (its cache's and decoder
+                # threads' memory warm: a DataLoader worker that outlives its epoch, the next
+                # epoch of a loop without prefetch)
+                self._con = self.ds._take_connection(self.threads)
                 self._reader = self.ds._obs_reader()
                 self._pool = new_pool(self._shared())
                 self._placer = _placer(self.ds, self.batches, self.cuts, self._i, self._pool)
@@ -794,8 +798,12 @@ class _BatchIterator:
                 self._set_threads(self._schedule[self._i])
             if self._fa is not None:
                 self._fa.at(self._i - self._fa0)
-            item = _next_batch(self.ds, self._con, self._reader, self.batches, self._i, self._pool,
-                               self.timings, self._placer)
+            try:
+                item = _next_batch(self.ds, self._con, self._reader, self.batches, self._i,
+                                   self._pool, self.timings, self._placer)
+            except BaseException:
+                self._dirty = True    # an error inside SQLite: the connection serves no other reader
+                raise
         self._i += 1
         if self.progress is not None:
             self.progress["done"] += 1
@@ -828,7 +836,10 @@ class _BatchIterator:
             self._fa.close(wait)
             self._fa = None
         if self._con is not None:
-            self._con.close()
+            if self._dirty:
+                self._con.close()
+            else:
+                self.ds._give_connection(self._con, self.threads)
             self._con = None
         if self._pool is not None:
             release_pool(self._pool)

@@ -233,8 +233,47 @@ static void test_child_free_and_gather(void) {
   dc_pool_free(p);
 }
 
+/* dc_pool_set_threads: later calls run on that many threads (items never on a resting one),
+** the rest kept; more than the pool started is refused and changes nothing; a forked child's
+** heir runs as many as the parent's pool was set to, and can be set again. */
+static int child_sets_threads(void *v) {
+  child_arg *a = v;
+  if (dc_pool_size(a->p) != 2 || !run_and_check(a->p, 3000, 0) || !decode_and_check(a->p, a->t)) return 0;
+  if (!dc_pool_set_threads(a->p, 3) || dc_pool_size(a->p) != 3) return 0;
+  if (!run_and_check(a->p, 3000, 0) || !decode_and_check(a->p, a->t)) return 0;
+  if (dc_pool_set_threads(a->p, 5) || dc_pool_size(a->p) != 3) return 0;
+  dc_pool_free(a->p);
+  return 1;
+}
+
+static void test_set_threads(void) {
+  tile_t t;
+  DCT_CHECK(tile_make(&t));
+  dc_pool *p = dc_pool_new(4);
+  DCT_CHECK(p && dc_pool_size(p) == 4);
+  DCT_CHECK(run_and_check(p, 2000, 0));
+  for (int n = 1; n <= 4; n++) {
+    DCT_CHECKF(dc_pool_set_threads(p, n) && dc_pool_size(p) == n, "set %d: size %d", n, dc_pool_size(p));
+    DCT_CHECKF(run_and_check(p, 3000, n == 2 ? 20 : 0), "%d threads: an item ran twice, never, or on a resting thread", n);
+    DCT_CHECKF(decode_and_check(p, &t), "%d threads: decode", n);
+  }
+  DCT_CHECK(dc_pool_set_threads(p, 1) && dc_pool_size(p) == 1);
+  DCT_CHECK(dc_pool_set_threads(p, 5) == 0 && dc_pool_size(p) == 1);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  DCT_CHECK(dc_pool_set_threads(p, 0) == (cores >= 1 && cores <= 4));
+  DCT_CHECK(dc_pool_set_threads(p, 2) && dc_pool_size(p) == 2);
+  child_arg a = {p, &t, 2};
+  int r = in_child(child_sets_threads, &a);
+  DCT_CHECKF(r == 0, "child: %s", r == 2 ? "hung" : "failed");
+  DCT_CHECK(dc_pool_size(p) == 2 && run_and_check(p, 2000, 0) && decode_and_check(p, &t));
+  DCT_CHECK(dc_pool_set_threads(NULL, 1) == 0);
+  dc_pool_free(p);
+  tile_free(&t);
+}
+
 int main(void) {
   DCT_RUN(test_child_uses_inherited_pool);
+  DCT_RUN(test_set_threads);
   DCT_RUN(test_fork_while_a_job_runs);
   DCT_RUN(test_grandchild);
   DCT_RUN(test_child_free_and_gather);

@@ -185,6 +185,78 @@ def test_threads_and_cache_mb_reach_the_extension(small, adata, stored_genes, th
         deltacells.CellDataset(small[1], cache_mb=-1)
 
 
+def test_readers_reuse_the_last_readers_connection(small, adata, stored_genes, tmp_path, monkeypatch):
+    """A reader without a prefetch thread (prefetch_tiles=0, and every DataLoader worker) takes
+    the connection its process's last reader left (its decoded-chunk cache and decoder threads
+    warm; a persistent worker's next epoch opened a new one, whose fresh memory cost about a
+    window's decode time), and leaves it for the next one, unless an error came from inside it.
+    Opens are counted per process in a file (workers are forked: the patch reaches them)."""
+    import sqlite3
+    from deltacells import _core, dataset as dsmod
+    log = tmp_path / "opens"
+    real = _core.with_connection
+
+    def counted(*a, **k):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(*a, **k)
+    monkeypatch.setattr(_core, "with_connection", counted)
+    if hasattr(dsmod, "with_connection"):
+        monkeypatch.setattr(dsmod, "with_connection", counted)
+    ref = reindexed_X(adata, stored_genes)
+
+    def check(batches):
+        ids = np.concatenate([np.asarray(b["cell_id"]) for b in batches])
+        assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
+        for b in batches:
+            assert np.array_equal(b["X"].to_dense().numpy(), ref[np.asarray(b["cell_id"])].toarray())
+
+    ds = deltacells.CellDataset(small[1], batch_size=500, seed=3, prefetch_tiles=0, threads=1)
+    cons = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        with iter(ds) as it:
+            batches = [next(it)]
+            cons.append(it._con)
+            batches += list(it)
+        check(batches)
+    assert cons[1] is cons[0] and cons[2] is cons[0]
+    assert cons[0].execute("SELECT dc_config('threads')").fetchone()[0] == 1
+
+    # an error inside a batch: that connection is closed, never handed to the next reader
+    calls = {"n": 0}
+    real_next = dsmod._next_batch
+
+    def failing(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise sqlite3.OperationalError("injected")
+        return real_next(*a, **k)
+    monkeypatch.setattr(dsmod, "_next_batch", failing)
+    it = iter(ds)
+    next(it)
+    bad = it._con
+    with pytest.raises(sqlite3.OperationalError, match="injected"):
+        next(it)
+    it.close()
+    monkeypatch.setattr(dsmod, "_next_batch", real_next)
+    with iter(ds) as it:
+        batches = [next(it)]
+        assert it._con is not bad
+        batches += list(it)
+    check(batches)
+
+    # persistent DataLoader workers: one connection each for all their epochs
+    log.write_text("")
+    dl = DataLoader(deltacells.CellDataset(small[1], batch_size=250, seed=5, threads=1),
+                    batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in range(3):
+        dl.dataset.set_epoch(epoch)
+        check(list(dl))
+    opens = [p for p in log.read_text().split() if p != str(os.getpid())]   # the workers'
+    assert len(set(opens)) == 2 and len(opens) == 2, opens
+
+
 def test_dtype_int32_returns_counts(small, adata, stored_genes):
     ref = reindexed_X(adata, stored_genes)
     ds = deltacells.CellDataset(small[1], batch_size=1000, dtype=torch.int32, output="csr_parts")
