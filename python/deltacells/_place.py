@@ -51,17 +51,21 @@ def enabled(ds, pool):
 
 
 def first_alone(pool):
-    """Whether a reader's first batch should be made alone: its BufferPool (the process's own
-    batches, not a DataLoader worker's slots) has no buffers yet, so every batch of its first
+    """Whether a reader's first batch should be made alone: its buffers (a BufferPool, or a
+    DataLoader worker's lane) were never filled, so every batch of its first
     window would be fresh memory, whose pages the kernel zeroes before the first batch can go
     (batch 512 of the reference data: a window of 39 batches; about half of the samples before
     the first batch were the kernel zeroing pages).  Measured on 100,000 cells of the reference
     data, 0 workers, alternating with the package before (2026-12-03): the first batch 0.084-0.091 s
     against 0.11-0.41 s at batch 512, 0.08-0.10 s against 0.10-0.22 s at 5,000; the first epoch
     230-251k against 142-284k cells/s (one window of five decoded twice; a larger dataset pays
-    less), later epochs the same (the pool is warm: whole windows).  Not in workers: one that lives an
-    epoch starts cold every epoch, and there the window decoded twice cost more than the wait it
-    saved (2 workers: epochs 2-3 128k against 145k cells/s)."""
+    less), later epochs the same (the pool is warm: whole windows).  In a DataLoader worker only
+    while its lane (_xfer) was never filled, i.e. in a persistent worker's first epoch: a worker
+    that lives an epoch starts cold every epoch, and there the window decoded twice cost more
+    than the wait it saved (2 workers: epochs 2-3 128k against 145k cells/s).  2 persistent
+    workers, batch 5,000, the same data, alternating with the package before (2026-12-03): the
+    first batch 0.39-0.49 s against 0.71-0.93 s, the first epoch 1.42-1.55 s against
+    1.21-1.57 s."""
     cold = getattr(pool, "cold", None)
     return bool(cold()) if callable(cold) else False
 

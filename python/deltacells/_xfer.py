@@ -495,6 +495,10 @@ class WorkerSlots:
         if self.copies:
             _mine["pid"], _mine["slots"] = self.pid, self
 
+    def cold(self):
+        """This worker's lane was never filled, by it or an earlier worker (_place.first_alone)."""
+        return self.lane is not None and not self.lane.ever.any()
+
     def _take(self, n, dtype):
         dtype = np.dtype(dtype)
         need = max(64, int(n) * dtype.itemsize)

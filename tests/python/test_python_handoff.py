@@ -192,6 +192,28 @@ def test_a_workers_large_private_slots_are_huge_page_aligned():
     assert len(ix) == len(dv) == 300_000 and len(ip) == 129
 
 
+def test_a_worker_makes_its_first_batch_alone_only_while_its_lane_was_never_filled():
+    """_place.first_alone: a worker whose lane no worker ever filled (a persistent worker's
+    first epoch) makes its first batch alone, so that it does not wait for a whole window of
+    fresh shared pages; once the lane was filled (its next epochs, a later worker on the same
+    lane) windows are whole; a worker that copies (private slots) never makes it alone."""
+    from deltacells import _place, _xfer
+    ar = _xfer.Arena(2)
+    slots = _xfer.WorkerSlots(_core.BufferPool(), max_slots=6, lane=False)
+    assert not _place.first_alone(slots)
+    slots.lane = _xfer._Lane(ar, 1)
+    assert _place.first_alone(slots)
+    got = slots.lane.take_batch(10, 1000, np.float32)
+    assert all(a is not None for a in got)
+    del got                                  # never sent: free again, the pages stay
+    assert not _place.first_alone(slots)
+    later = _xfer.WorkerSlots(_core.BufferPool(), max_slots=6, lane=False)
+    later.lane = _xfer._Lane(ar, 1)
+    assert not _place.first_alone(later)
+    later.lane = _xfer._Lane(ar, 0)
+    assert _place.first_alone(later)
+
+
 # --- the ticket ------------------------------------------------------------------------
 def test_ticket_once_and_unknown(small):
     fn = _core._ticket_take_fn()
