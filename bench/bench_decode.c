@@ -351,6 +351,11 @@ static void verify(const csr_t *m, const encoded_t *e, const outbufs_t *o, const
 
 /* ------------------------------------------------------------ main */
 int main(int argc, char **argv) {
+  char simd_msg[192];
+  if (dc_simd_env_check(simd_msg, sizeof simd_msg)) {
+    fprintf(stderr, "bench_decode: %s\n", simd_msg);
+    return 2;
+  }
   const char *csr_dir = NULL;
   int gen_only = 0, threads[16], n_threads = 0, codec = DC_CODEC_RANS, level = 0, runs = 7, json = 0, cmp_zstd = 1;
   uint32_t chunks = 8;

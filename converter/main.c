@@ -572,6 +572,11 @@ int main(int argc, char **argv) {
   H5dont_atexit();
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors become our messages */
   cv_install_signals();
+  char simd_msg[192];
+  if (dc_simd_env_check(simd_msg, sizeof simd_msg)) {
+    fprintf(stderr, "deltacells: %s\n", simd_msg);
+    return 2;
+  }
   if (argc < 2) return usage("which command?", HELP_MAIN);
   const char *c = argv[1];
   if (is_help(c) || !strcmp(c, "help")) { fputs(HELP_MAIN, stdout); return 0; }

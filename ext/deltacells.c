@@ -37,7 +37,9 @@
 ** Read-only statistics: cache_used_mb (REAL), cache_entries, cache_hits,
 ** cache_misses; index_loads (tile indexes this connection loaded: one per schema and data
 ** version, shared by every table); obs_loads (obs statistics loaded: one per schema, obs table
-** and data version, shared by cells and dc_batch's obs values); last_refusal (the reason of the last refused DROP TABLE).
+** and data version, shared by cells and dc_batch's obs values); last_refusal (the reason of the last refused DROP TABLE);
+** simd (the decoder path decodes take now: avx512, avx2 or scalar; DC_SIMD forces one, and a
+** value that names none makes loading the extension fail).
 ** Unknown names and bad values are SQL errors naming the setting.
 **
 ** dc_config changes connection state, so it is SQLITE_DIRECTONLY: a view or
@@ -250,6 +252,12 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
       return;
     }
     sqlite3_result_int64(ctx, conn->obs_loads);
+  } else if (strcmp(name, "simd") == 0) {
+    if (set) {
+      sqlite3_result_error(ctx, "dc_config: simd is read-only (DC_SIMD in the environment forces a path)", -1);
+      return;
+    }
+    sqlite3_result_text(ctx, dc_simd_name(dc_simd_level()), -1, SQLITE_STATIC);
   } else if (strcmp(name, "last_refusal") == 0) {
     if (set) {
       sqlite3_result_error(ctx, "dc_config: last_refusal is read-only", -1);
@@ -273,7 +281,7 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
   } else {
     char *m = sqlite3_mprintf("dc_config: unknown setting '%s' (known: threads, cache_mb, "
                               "decode_mb, batch_mb, allow_drop, defensive, cache_used_mb, cache_entries, cache_hits, "
-                              "cache_misses, index_loads, obs_loads, last_batch, last_refusal)", name);
+                              "cache_misses, index_loads, obs_loads, last_batch, last_refusal, simd)", name);
     sqlite3_result_error(ctx, m ? m : "dc_config: unknown setting", -1);
     sqlite3_free(m);
   }
@@ -286,6 +294,11 @@ int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_rout
   SQLITE_EXTENSION_INIT2(pApi);
   dc_sqlite_fork_guard();          /* before anything registers its own fork handler */
   int rc;
+  char simd_msg[192];
+  if (dc_simd_env_check(simd_msg, sizeof simd_msg)) {   /* a mistyped path is not the best one */
+    if (pzErrMsg) *pzErrMsg = sqlite3_mprintf("deltacells: %s", simd_msg);
+    return SQLITE_ERROR;
+  }
   dc_conn *conn = sqlite3_malloc64(sizeof *conn);
   if (!conn) return SQLITE_NOMEM;
   memset(conn, 0, sizeof *conn);

@@ -253,6 +253,9 @@ enum { DC_SIMD_SCALAR = 0, DC_SIMD_AVX2 = 1, DC_SIMD_AVX512 = 2 };
 int dc_simd_supported(int level);                 /* 1 if this CPU (and build) has it */
 int dc_simd_level(void);                          /* the path decodes use now         */
 const char *dc_simd_name(int level);              /* "scalar", "avx2", "avx512"       */
+/* 0 when DC_SIMD is unset or names a path (avx512, best, avx2, scalar, portable, none); else
+** -1 and, in msg, why: a program refuses to start rather than silently run another path. */
+int dc_simd_env_check(char *msg, size_t n);
 
 /* ---------------------------------------------------------------- misc */
 /* The per-chunk checksum: low 32 bits of XXH3-64 (Debian's libxxhash). */

@@ -82,16 +82,28 @@ int dc_simd_supported(int level) {
 #endif
 }
 
+/* DC_SIMD's value -> the highest path it allows; -1 for a value that names no path */
+static int simd_wanted(const char *want) {
+  if (!want || !*want || !strcmp(want, "avx512") || !strcmp(want, "best")) return DC_SIMD_AVX512;
+  if (!strcmp(want, "scalar") || !strcmp(want, "none") || !strcmp(want, "portable")) return DC_SIMD_SCALAR;
+  if (!strcmp(want, "avx2")) return DC_SIMD_AVX2;
+  return -1;
+}
+
 int dc_simd_level(void) {
-  int cap = DC_SIMD_AVX512;
-  const char *no = getenv("DC_NO_SIMD"), *want = getenv("DC_SIMD");
+  int cap = simd_wanted(getenv("DC_SIMD"));
+  const char *no = getenv("DC_NO_SIMD");
   if (no && *no && *no != '0') cap = DC_SIMD_SCALAR;
-  else if (want && *want) {
-    if (!strcmp(want, "scalar") || !strcmp(want, "none") || !strcmp(want, "portable")) cap = DC_SIMD_SCALAR;
-    else if (!strcmp(want, "avx2")) cap = DC_SIMD_AVX2;
-  }
+  if (cap < 0) cap = DC_SIMD_AVX512;      /* refused where it is read first (dc_simd_env_check) */
   while (cap > DC_SIMD_SCALAR && !dc_simd_supported(cap)) cap--;
   return cap;
+}
+
+int dc_simd_env_check(char *msg, size_t n) {
+  const char *want = getenv("DC_SIMD");
+  if (simd_wanted(want) >= 0) return 0;
+  if (msg && n) snprintf(msg, n, "DC_SIMD=%.64s names no decoder path (avx512, avx2, scalar; unset: the best this CPU has)", want);
+  return -1;
 }
 
 const char *dc_simd_name(int level) {

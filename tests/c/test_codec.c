@@ -573,6 +573,19 @@ static void test_simd_dispatch(void) {
   unsetenv("DC_NO_SIMD");
   DCT_CHECK(dc_simd_supported(DC_SIMD_SCALAR));
   DCT_CHECK(!strcmp(dc_simd_name(DC_SIMD_AVX2), "avx2") && !strcmp(dc_simd_name(DC_SIMD_SCALAR), "scalar"));
+  /* a value that names no path is refused where a program starts (dc_simd_env_check), with
+  ** the value and the names in the message; every name the dispatch knows passes */
+  char msg[192];
+  const char *good[] = {"avx512", "best", "avx2", "scalar", "portable", "none", ""};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    setenv("DC_SIMD", good[i], 1);
+    DCT_CHECKF(dc_simd_env_check(msg, sizeof msg) == 0, "DC_SIMD=%s refused", good[i]);
+  }
+  setenv("DC_SIMD", "avx-2", 1);
+  DCT_CHECK(dc_simd_env_check(msg, sizeof msg) == -1 && strstr(msg, "DC_SIMD=avx-2") && strstr(msg, "avx2"));
+  DCT_CHECK(dc_simd_env_check(NULL, 0) == -1);
+  unsetenv("DC_SIMD");
+  DCT_CHECK(dc_simd_env_check(msg, sizeof msg) == 0);
 }
 
 static void escape_tile(int small) {

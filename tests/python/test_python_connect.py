@@ -39,6 +39,28 @@ def test_connect_loads_the_extension(db):
     con.close()
 
 
+def test_a_mistyped_dc_simd_is_refused(db, tmp_path):
+    """DC_SIMD that names no decoder path: the extension does not load, the converter and
+    bench_decode do not start (each says which value and the names); it used to run the best
+    path without a word, so a benchmark of 'avx-2' reported AVX-512.  dc_config('simd') says
+    which path decodes take."""
+    code = ("import sys; sys.path.insert(0, %r); import deltacells; "
+            "c = deltacells.connect(%r); print(c.execute(\"SELECT dc_config('simd')\").fetchone()[0])"
+            % (os.path.join(ROOT, "python"), str(db)))
+    env = dict(os.environ, DC_SIMD="avx-2")
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode != 0 and "DC_SIMD=avx-2 names no decoder path" in p.stderr, p.stderr
+    for tool in (os.path.join(ROOT, "build", "deltacells"), os.path.join(ROOT, "build", "bench_decode")):
+        if os.path.exists(tool):
+            q = subprocess.run([tool, "version"], capture_output=True, text=True, timeout=60, env=env)
+            assert q.returncode == 2 and "DC_SIMD=avx-2 names no decoder path" in q.stderr, q.stderr
+    env["DC_SIMD"] = "scalar"
+    p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and p.stdout.split() == ["scalar"], p.stderr
+    with pytest.raises(sqlite3.OperationalError, match="simd is read-only"):
+        deltacells.connect(db).execute("SELECT dc_config('simd', 1)").fetchall()
+
+
 def test_connect_errors(db, tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         deltacells.connect(tmp_path / "nope.dcdb")
