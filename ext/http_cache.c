@@ -36,12 +36,11 @@ static void shared_child(void) {          /* the parent's threads filling slots 
 
 void dh_shared_atfork(void) { pthread_atfork(shared_prepare, shared_release, shared_child); }
 
-void dh_shared_init(void) {
+void dh_shared_init(int64_t mb) {
   pthread_mutex_lock(&g_shared_lock);
   if (!g_shared && !g_shared_bsize) {
-    /* slots of up to 1 MiB (larger blocks are not shared), as many as the budget holds */
-    const char *v = getenv("DC_HTTP_SHARED_MB");
-    int64_t mb = v && *v ? strtoll(v, NULL, 10) : 256;
+    /* slots of up to 1 MiB (larger blocks are not shared), as many as the budget holds
+    ** (DC_HTTP_SHARED_MB, checked by the open: vfs_http.c) */
     g_shared_bsize = 1 << 20;
     if (mb > 0) g_shared = dc_sharedcache_new((int)mb, g_shared_bsize);
     if (g_shared) g_shared_slots = mb;

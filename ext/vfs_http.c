@@ -86,7 +86,7 @@ void dh_set_error(const char *fmt, ...) {
 ** not a number in [lo, hi] (an integer where int) sets *bad and the open's error, naming it. */
 static double param_num(const char *zName, const char *key, const char *env, double dflt, double lo, double hi,
                         int integer, int *bad) {
-  const char *v = zName ? sqlite3_uri_parameter(zName, key) : NULL, *from = key;
+  const char *v = zName && key ? sqlite3_uri_parameter(zName, key) : NULL, *from = key;
   if (!v && env && (v = getenv(env)) != NULL) from = env;
   if (!v || !*v) return dflt;
   char *end = NULL;
@@ -371,7 +371,7 @@ static int remote_setup(dc_hfile *f, const char *zName) {
     sqlite3_log(SQLITE_WARNING, "dchttp: %s has neither ETag nor Last-Modified: only its size guards against "
                 "a change on the server", zName);
   f->key = dc_cache_key(f->url, &f->val);
-  dh_shared_init();
+  dh_shared_init(f->shared_mb);
   dc_blockcache_commit(f->mem, 0, got);
   if (got == dc_block_len(0, f->bsize, f->size)) dh_disk_put(f, 0, slot, got);
   return SQLITE_OK;
@@ -397,6 +397,8 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   int64_t ra_kb = param_int(zName, "readahead_kb", "DC_HTTP_READAHEAD_KB", 16384, 0, (int64_t)1 << 30, &bad);
   int64_t mi = param_int(zName, "max_inflight", "DC_HTTP_MAX_INFLIGHT", 4, 0, 64, &bad);
   int shared = (int)param_int(zName, "shared", NULL, 1, 0, 1, &bad);
+  /* the process's shared block cache (made by its first remote open; 0: none) */
+  f->shared_mb = param_int(zName, NULL, "DC_HTTP_SHARED_MB", 256, 0, 1 << 20, &bad);
   double lat_ms = param_num(zName, "latency_ms", "DC_THROTTLE_LATENCY_MS", 0, 0, 3600e3, 0, &bad);
   double mbps = param_num(zName, "mbps", "DC_THROTTLE_MBPS", 0, 0, 1e9, 0, &bad);
   f->mem = bad ? NULL : dc_blockcache_new(slots, f->bsize);

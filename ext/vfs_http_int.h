@@ -42,6 +42,7 @@ typedef struct dc_hfile {
   int64_t ra_blocks;            /* the most blocks one read-ahead request takes */
   int64_t mem_slots;
   int no_shared;                /* URI shared=0: not in the process's shared block cache */
+  int64_t shared_mb;            /* DC_HTTP_SHARED_MB (default 256): the shared cache's size, if this open makes it */
   uint8_t *rabuf;               /* a read-ahead request's bytes */
   int64_t rabuf_cap;
   int max_inflight;             /* prefetch requests in flight at most (0: no prefetch) */
@@ -106,7 +107,7 @@ int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n,
 int dh_shared_has(dc_hfile *f, int64_t idx);
 void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len);
 /* creates the shared cache on the first remote open (DC_HTTP_SHARED_MB) */
-void dh_shared_init(void);
+void dh_shared_init(int64_t mb);   /* the first call makes it, with mb slots of 1 MiB (0: none) */
 /* once, at the VFS's registration: no fork inside a shared-cache copy */
 void dh_shared_atfork(void);
 

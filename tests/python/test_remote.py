@@ -527,3 +527,10 @@ def test_cache_dir_is_made_or_must_be_a_directory(nginx, data, tmp_path, monkeyp
     monkeypatch.setenv("DC_HTTP_BLOCK_KB", "abc")
     with pytest.raises(sqlite3.OperationalError, match="environment variable DC_HTTP_BLOCK_KB='abc'"):
         deltacells.connect(nginx.url("small.dcdb")).execute("SELECT 1").fetchall()
+    monkeypatch.delenv("DC_HTTP_BLOCK_KB")
+    # the shared block cache's size: it was read with strtoll, so '256MB' or 'lots' silently
+    # turned the cache off (or made it 256 MiB)
+    for bad in ("lots", "256MB", "-1"):
+        monkeypatch.setenv("DC_HTTP_SHARED_MB", bad)
+        with pytest.raises(sqlite3.OperationalError, match=f"environment variable DC_HTTP_SHARED_MB='{bad}'"):
+            deltacells.connect(nginx.url("small.dcdb")).execute("SELECT 1").fetchall()
