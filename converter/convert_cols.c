@@ -272,56 +272,68 @@ static int fill_block(h5file *files, int nf, const uint64_t *first, const ocol *
 _Static_assert((int)CVK_CATEGORY == (int)DC_OBS_CATEGORY && (int)CVK_INT == (int)DC_OBS_INT &&
                    (int)CVK_REAL == (int)DC_OBS_REAL && (int)CVK_TEXT == (int)DC_OBS_TEXT,
                "converter kinds = obs kinds");
-/* dc_meta `key` (obs_names, var_names): {"stored name": "name in the files"} of the columns
-** stored under another name (none: no key). */
-static int write_renamed(dsw *w, const char *key, const ocol *c, int n, cv_err *e) {
+/* dc_meta `key`: {"stored name": value} (obj), or ["stored name", ...], of the columns for
+** which val gives a value (none: no key).  obs_names, var_names: the name in the files of a
+** column stored under another; obs_ordered: the ordered categoricals; obs_dtypes: the values'
+** type in the files where it is narrower than what the column stores (int64, float64). */
+static int write_col_meta(dsw *w, const char *key, int obj, const char *(*val)(const ocol *, int nf),
+                          const ocol *c, int n, int nf, cv_err *e) {
   sqlite3_str *js = sqlite3_str_new(NULL);
   int any = 0;
-  sqlite3_str_appendchar(js, 1, '{');
+  sqlite3_str_appendchar(js, 1, obj ? '{' : '[');
   for (int i = 0; i < n; i++) {
-    if (!c[i].orig) continue;
+    const char *v = val(&c[i], nf);
+    if (!v) continue;
     if (any++) sqlite3_str_appendchar(js, 1, ',');
     cv_json_str(js, c[i].name);
-    sqlite3_str_appendchar(js, 1, ':');
-    cv_json_str(js, c[i].orig);
+    if (obj) {
+      sqlite3_str_appendchar(js, 1, ':');
+      cv_json_str(js, v);
+    }
   }
-  sqlite3_str_appendchar(js, 1, '}');
+  sqlite3_str_appendchar(js, 1, obj ? '}' : ']');
   char *jt = sqlite3_str_finish(js);
   int rc = !jt ? cv_fail(e, "out of memory") : any ? dsw_meta_text(w, key, jt, e) : 0;
   sqlite3_free(jt);
   return rc;
 }
 
+static const char *col_orig(const ocol *c, int nf) {
+  (void)nf;
+  return c->orig;
+}
+
 /* An ordered categorical: every input that has the column has it ordered, with the united
 ** categories in the same order. */
-static int col_ordered(const ocol *c, int nf) {
-  if (c->kind != CVK_CATEGORY || c->is_source) return 0;
+static const char *col_ordered(const ocol *c, int nf) {
+  if (c->kind != CVK_CATEGORY || c->is_source) return NULL;
   int any = 0;
   for (int f = 0; f < nf; f++) {
     const h5col *s = c->src[f];
     if (!s) continue;
-    if (s->kind != CVK_CATEGORY || !s->ordered || s->n_cats != c->n_labels || !c->remap[f]) return 0;
-    for (uint32_t k = 0; k < s->n_cats; k++) if (c->remap[f][k] != (int32_t)k) return 0;
+    if (s->kind != CVK_CATEGORY || !s->ordered || s->n_cats != c->n_labels || !c->remap[f]) return NULL;
+    for (uint32_t k = 0; k < s->n_cats; k++) if (c->remap[f][k] != (int32_t)k) return NULL;
     any = 1;
   }
-  return any;
+  return any ? "" : NULL;
 }
 
-/* dc_meta obs_ordered: the stored names of the ordered categorical columns (none: no key). */
-static int write_ordered(dsw *w, const ocol *c, int n, int nf, cv_err *e) {
-  sqlite3_str *js = sqlite3_str_new(NULL);
-  int any = 0;
-  sqlite3_str_appendchar(js, 1, '[');
-  for (int i = 0; i < n; i++) {
-    if (!col_ordered(&c[i], nf)) continue;
-    if (any++) sqlite3_str_appendchar(js, 1, ',');
-    cv_json_str(js, c[i].name);
+/* A number column's type in the files: every input that has it has values of this type, of
+** the column's kind, one of int8..int32, uint8..uint32 or float32 (int64, uint64, float16 and
+** float64 are exported as int64 / float64). */
+static const char *col_dtype(const ocol *c, int nf) {
+  static const char *const kept[] = {"int8", "int16", "int32", "uint8", "uint16", "uint32", "float32"};
+  if ((c->kind != CVK_INT && c->kind != CVK_REAL) || c->is_source) return NULL;
+  const char *d = NULL;
+  for (int f = 0; f < nf; f++) {
+    const h5col *s = c->src[f];
+    if (!s) continue;
+    if (s->kind != c->kind || !s->dtype[0] || (d && strcmp(d, s->dtype))) return NULL;
+    d = s->dtype;
   }
-  sqlite3_str_appendchar(js, 1, ']');
-  char *jt = sqlite3_str_finish(js);
-  int rc = !jt ? cv_fail(e, "out of memory") : any ? dsw_meta_text(w, "obs_ordered", jt, e) : 0;
-  sqlite3_free(jt);
-  return rc;
+  for (size_t i = 0; d && i < sizeof kept / sizeof *kept; i++)
+    if (!strcmp(d, kept[i])) return d;
+  return NULL;
 }
 
 /* dc_meta `key` (obs_index_name, var_index_name): the name of the frames' index (pandas'
@@ -344,7 +356,9 @@ int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   int n = 0, rc = -1;
   colbuf tmp = {0}, out = {0};
   if (ocols_build(files, nf, 0, 1, nf > 1, reserved, &cols, &n, e)) return -1;
-  if (write_renamed(w, "obs_names", cols, n, e) || write_ordered(w, cols, n, nf, e) ||
+  if (write_col_meta(w, "obs_names", 1, col_orig, cols, n, nf, e) ||
+      write_col_meta(w, "obs_ordered", 0, col_ordered, cols, n, nf, e) ||
+      write_col_meta(w, "obs_dtypes", 1, col_dtype, cols, n, nf, e) ||
       write_index_name(w, "obs_index_name", files, nf, 0, e))
     goto done;
   uint64_t total = 0;
@@ -466,7 +480,7 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
     bytes += b;
   }
   if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e) ||
-      write_renamed(w, "var_names", cols, n, e) || write_index_name(w, "var_index_name", files, nf, 1, e))
+      write_col_meta(w, "var_names", 1, col_orig, cols, n, nf, e) || write_index_name(w, "var_index_name", files, nf, 1, e))
     goto done;
   if (with_index) {
     free(cols[0].name);

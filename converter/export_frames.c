@@ -139,6 +139,27 @@ void ex_xcol_free(xcol *c) {
   free(c->name); free(c->out); free(c->i64); free(c->f64); free(c->c32); free(c->b8); free(c->mask); free(c->txt);
 }
 
+/* The HDF5 file type of a number column written with numpy type name d (dc_meta obs_dtypes),
+** -1 for a name that is not one of kind's (the column is then written as int64 / float64). */
+hid_t ex_num_type(const char *d, int kind) {
+  static const struct { const char *name; int kind; } known[] = {
+      {"int8", OK_INT}, {"int16", OK_INT}, {"int32", OK_INT}, {"uint8", OK_INT}, {"uint16", OK_INT},
+      {"uint32", OK_INT}, {"float32", OK_REAL}};
+  for (size_t i = 0; d && i < sizeof known / sizeof *known; i++) {
+    if (strcmp(d, known[i].name) || known[i].kind != kind) continue;
+    switch (i) {
+      case 0: return H5T_STD_I8LE;
+      case 1: return H5T_STD_I16LE;
+      case 2: return H5T_STD_I32LE;
+      case 3: return H5T_STD_U8LE;
+      case 4: return H5T_STD_U16LE;
+      case 5: return H5T_STD_U32LE;
+      default: return H5T_IEEE_F32LE;
+    }
+  }
+  return -1;
+}
+
 static int kind_of(const char *k) {
   return !strcmp(k, "category") ? OK_CAT : !strcmp(k, "int") ? OK_INT : !strcmp(k, "real") ? OK_REAL
          : !strcmp(k, "bool") ? OK_BOOL : OK_TEXT;
@@ -193,6 +214,20 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
     for (int i = 0; i < n; i++)
       if (all[i].kind == OK_CAT && !strcmp(all[i].name, (const char *)sqlite3_column_text(s, 0))) all[i].ordered = 1;
   if (sr != SQLITE_DONE) { cv_fail(e, "%s: dc_meta.obs_ordered: %s", path, sqlite3_errmsg(db)); goto done; }
+  sqlite3_finalize(s);
+  s = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT key, value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'obs_dtypes'), '{}'))",
+                         -1, &s, NULL) != SQLITE_OK) {
+    cv_fail(e, "%s: dc_meta.obs_dtypes: %s", path, sqlite3_errmsg(db));
+    goto done;
+  }
+  while ((sr = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *k = (const char *)sqlite3_column_text(s, 0), *v = (const char *)sqlite3_column_text(s, 1);
+    for (int i = 0; k && v && i < n; i++)
+      if ((all[i].kind == OK_INT || all[i].kind == OK_REAL) && !strcmp(all[i].name, k) && ex_num_type(v, all[i].kind) >= 0)
+        snprintf(all[i].dtype, sizeof all[i].dtype, "%s", v);
+  }
+  if (sr != SQLITE_DONE) { cv_fail(e, "%s: dc_meta.obs_dtypes: %s", path, sqlite3_errmsg(db)); goto done; }
   sqlite3_finalize(s);
   s = NULL;
   if (list) { /* --obs: the columns named, in that order */
@@ -289,7 +324,7 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
       break;
     }
     case OK_INT: case OK_BOOL: {
-      c->ft = c->kind == OK_INT ? H5T_STD_I64LE : bt;
+      c->ft = c->kind == OK_INT ? (c->dtype[0] ? ex_num_type(c->dtype, OK_INT) : H5T_STD_I64LE) : bt;
       if (nullable) {
         sub = ex_group(g, c->out, c->kind == OK_INT ? "nullable-integer" : "nullable-boolean", "0.1.0");
         if (sub < 0) goto done;
@@ -303,7 +338,7 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
       break;
     }
     case OK_REAL:
-      c->ft = H5T_IEEE_F64LE;
+      c->ft = c->dtype[0] ? ex_num_type(c->dtype, OK_REAL) : H5T_IEEE_F64LE;
       c->d = ex_dset(g, c->out, c->ft, n, 0, "array", "0.2.0");
       if (c->d < 0) goto done;
       break;

@@ -50,6 +50,7 @@ int ex_attr_str(hid_t o, const char *name, const char *v);
 int ex_attr_strs(hid_t o, const char *name, const char *const *v, size_t n);
 int ex_attr_i64s(hid_t o, const char *name, const int64_t *v, size_t n);
 int ex_attr_bool(hid_t o, const char *name, int v);
+hid_t ex_num_type(const char *d, int kind);   /* dc_meta obs_dtypes' name -> HDF5 file type, or -1 */
 /* encoding-type and encoding-version attributes */
 int ex_enc(hid_t o, const char *type, const char *version);
 /* A group, encoded as type/version when type is not NULL. */
@@ -82,6 +83,7 @@ typedef struct xcol {
   char *name;
   char *out;           /* its name in the h5ad: the inputs' name (dc_meta obs_names) or name */
   int ordered;         /* an ordered categorical (dc_meta obs_ordered) */
+  char dtype[8];           /* int, real: the type in the files where narrower (dc_meta obs_dtypes), else "" */
   int kind;
   int64_t col;         /* cells_columns.col */
   int64_t nulls;       /* over the whole dataset: decides nullable encodings */

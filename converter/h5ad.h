@@ -74,6 +74,7 @@ typedef struct h5col {
   char **cats;        /* category: labels */
   uint32_t n_cats;
   int ordered;        /* category: its `ordered` attribute is true */
+  char dtype[8];      /* int, real: the values' type as numpy names it ("int32", "float32"; "" if none) */
 } h5col;
 
 typedef struct h5frame {

@@ -175,6 +175,21 @@ static int dset_kind(hid_t ds) {
   return k;
 }
 
+/* The numpy name of an integer or float dataset's type ("int8" .. "uint64", "float16" ..
+** "float64"), else "". */
+static void dset_dtype(hid_t ds, char out[8]) {
+  out[0] = 0;
+  hid_t t = H5Dget_type(ds);
+  if (t < 0) return;
+  H5T_class_t k = H5Tget_class(t);
+  size_t sz = H5Tget_size(t);
+  if (k == H5T_INTEGER && (sz == 1 || sz == 2 || sz == 4 || sz == 8))
+    snprintf(out, 8, "%sint%d", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", (int)(8 * sz));
+  else if (k == H5T_FLOAT && (sz == 2 || sz == 4 || sz == 8))
+    snprintf(out, 8, "float%d", (int)(8 * sz));
+  H5Tclose(t);
+}
+
 /* Opens column `name` of frame group g. Returns 0, -1 (error), or 1 (an
 ** unsupported column, skipped with a warning). */
 int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint64_t n_rows, h5col *c,
@@ -217,6 +232,7 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
       }
       if (h5ad_exists(o, "mask") && h5ad_open_obj(o, "mask", &c->mask) != H5I_DATASET) h5ad_close_id(&c->mask);
       c->kind = dset_kind(c->dset);
+      dset_dtype(c->dset, c->dtype);
       free(enc);
       h5ad_close_id(&o);
       if (c->kind != CVK_INT && c->kind != CVK_BOOL && c->kind != CVK_REAL)
@@ -262,6 +278,7 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
       H5Eclear2(H5E_DEFAULT);
       c->kind = dset_kind(o);
       c->enc = c->kind == CVK_TEXT ? ENC_STR : ENC_NUM;
+      if (c->kind == CVK_INT || c->kind == CVK_REAL) dset_dtype(o, c->dtype);
       if (!c->kind) {
         fprintf(stderr, "deltacells: warning: %s: %s: unsupported data type; column skipped\n",
                 f->path, what);

@@ -47,6 +47,11 @@ def file_names(meta, key, columns):
     return out
 
 
+# obs_dtypes' names (dc_meta; docs/format.md) and the column kind each is for
+_NARROW = {"int8": "int", "int16": "int", "int32": "int", "uint8": "int", "uint16": "int",
+           "uint32": "int", "float32": "real"}
+
+
 def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_id=False,
                gene_order="stored"):
     """Return an AnnData of the cells matching `where` (SQL over `cells`), in cell_id order.
@@ -97,6 +102,9 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
             raise RuntimeError("the cells table and the selection disagree")
         data = {}
         ordered = set(map(str, _meta_json(cat.meta, "obs_ordered", list)))
+        # the files' narrower number types (float32, int32, uint8, ...): as the input had them
+        dtypes = {str(k): str(v) for k, v in _meta_json(cat.meta, "obs_dtypes", dict).items()
+                  if str(v) in _NARROW}
         for j, c in enumerate(cols, start=2):
             vals = [r[j] for r in rows]
             kind = cat.kind(c)
@@ -106,10 +114,12 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
                 data[c] = (pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
                            if any(v is None for v in vals) else np.array(vals, dtype=bool))
             elif kind == "int":
-                data[c] = (pd.array(vals, dtype="Int64") if any(v is None for v in vals)
-                           else np.array(vals, dtype=np.int64))
+                d = dtypes[c] if _NARROW.get(dtypes.get(c)) == "int" else "int64"
+                data[c] = (pd.array(vals, dtype=d.capitalize().replace("Uint", "UInt")) if any(v is None for v in vals)
+                           else np.array(vals, dtype=d))
             elif kind == "real":
-                data[c] = np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
+                d = "float32" if dtypes.get(c) == "float32" else "float64"
+                data[c] = np.array([np.nan if v is None else v for v in vals], dtype=d)
             else:
                 data[c] = pd.array(vals, dtype=object)
         index = pd.Index([str(r[1]) for r in rows])

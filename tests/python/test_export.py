@@ -548,3 +548,79 @@ def test_index_names_round_trip(tmp_path):
     assert_same(a, anndata.read_h5ad(tmp_path / "o.h5ad"))
     export(db, tmp_path / "s.h5ad", "--obs", "cell_type")
     assert anndata.read_h5ad(tmp_path / "s.h5ad").obs.index.name == "barcode"
+
+
+def test_narrow_obs_number_types_round_trip(tmp_path):
+    """Number obs columns keep the type the input had (dc_meta obs_dtypes): float32, int32,
+    int16, int8, uint8, uint16, uint32 and a nullable Int32 come back from export and to_anndata
+    as they went in (they came back as float64 / int64, twice the memory for a float32 QC metric);
+    int64 and float64 stay so.  With several inputs, append and merge, a column keeps its type
+    only where every input that has it has that type; annotate's replacement is int64/float64.
+    `verify` checks the key."""
+    import deltacells
+    narrow = {"f32": np.float32, "i32": np.int32, "i16": np.int16, "i8": np.int8, "u8": np.uint8,
+              "u16": np.uint16, "u32": np.uint32}
+
+    def adata(seed, f32=np.float32):
+        a = make_adata(n_cells=40, n_genes=8, seed=seed, cell_prefix=f"s{seed}c")
+        rng = np.random.default_rng(seed)
+        for k, t in narrow.items():
+            if k == "f32":
+                a.obs[k] = rng.uniform(0, 100, 40).astype(f32)
+            else:
+                info = np.iinfo(t)
+                a.obs[k] = np.array([info.min, info.max] + list(rng.integers(0, 100, 38)), dtype=t)
+        a.obs["ni32"] = pd.array([None if i % 5 == 0 else i - 20 for i in range(40)], dtype="Int32")
+        return write(a, tmp_path / f"n{seed}.h5ad"), a
+
+    def check(db, a=None, f32="float32"):
+        out = tmp_path / "o.h5ad"
+        export(db, out)
+        b = anndata.read_h5ad(out)
+        t = deltacells.to_anndata(str(db))
+        want = {k: np.dtype(v).name for k, v in narrow.items()}
+        want["f32"] = f32
+        for got in (b, t):
+            assert {k: got.obs[k].dtype.name for k in narrow} == want
+            assert got.obs["ni32"].dtype.name == "Int32"
+            assert got.obs["n_counts"].dtype.name == "int64" and got.obs["frac"].dtype.name == "float64"
+        if a is not None:
+            for k in list(narrow) + ["ni32"]:
+                assert b.obs[k].equals(a.obs[k]) and t.obs[k].equals(a.obs[k]), k
+        v = dc("verify", db, check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+
+    (p1, a1), (p2, _), (p3, _) = adata(1), adata(2), adata(3, f32=np.float64)
+    one = tmp_path / "one.dcdb"
+    dc("convert", p1, "-o", one, "--quiet")
+    check(one, a1)
+    dc("convert", p1, p2, "-o", tmp_path / "two.dcdb", "--quiet")
+    check(tmp_path / "two.dcdb")
+    dc("convert", p1, p3, "-o", tmp_path / "mix.dcdb", "--quiet")
+    check(tmp_path / "mix.dcdb", f32="float64")
+    dc("append", one, p2)
+    check(one)
+    dc("merge", one, tmp_path / "mix.dcdb", "-o", tmp_path / "m.dcdb")
+    check(tmp_path / "m.dcdb", f32="float64")
+    # a column only one side has keeps its type; the other side's cells are missing values
+    b = make_adata(n_cells=10, n_genes=8, seed=9, cell_prefix="z")
+    dc("convert", write(b, tmp_path / "plain.h5ad"), "-o", tmp_path / "plain.dcdb", "--quiet")
+    dc("merge", tmp_path / "plain.dcdb", tmp_path / "two.dcdb", "-o", tmp_path / "m3.dcdb")
+    got = anndata.read_h5ad(export(tmp_path / "m3.dcdb", tmp_path / "m3.h5ad") and tmp_path / "m3.h5ad")
+    assert got.obs["f32"].dtype.name == "float32" and np.isnan(got.obs["f32"].iloc[:10]).all()
+    assert got.obs["i32"].dtype.name == "Int32" and got.obs["i32"].iloc[:10].isna().all()
+    # annotate replaces a column: plain int64 again
+    (tmp_path / "t.csv").write_text("name,i32\n" + "".join(f"s1c{i:05d},{i}\n" for i in range(40)))
+    dc("annotate", tmp_path / "two.dcdb", tmp_path / "t.csv", "--key", "name")
+    out = tmp_path / "ann.h5ad"
+    export(tmp_path / "two.dcdb", out)
+    assert anndata.read_h5ad(out).obs["i32"].dtype.name in ("int64", "Int64")
+    # verify names a key that says a text column has a number type
+    bad = tmp_path / "bad.dcdb"
+    dc("convert", p1, "-o", bad, "--quiet")
+    con = sqlite3.connect(bad)
+    con.execute("UPDATE dc_meta SET value = json_set(value, '$.note', 'int32') WHERE key = 'obs_dtypes'")
+    con.commit()
+    con.close()
+    v = dc("verify", bad, check=False)
+    assert v.returncode != 0 and "obs_dtypes" in v.stdout + v.stderr and "note" in v.stdout + v.stderr
