@@ -45,6 +45,14 @@ def epoch_ids(ds, num_workers=0, **kw):
     return out
 
 
+def check_epoch(batches, ref):
+    """The batches hold every cell once, each row equal to the reference's."""
+    ids = np.concatenate([np.asarray(b["cell_id"]) for b in batches])
+    assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
+    for b in batches:
+        assert np.array_equal(b["X"].to_dense().numpy(), ref[np.asarray(b["cell_id"])].toarray())
+
+
 # --- coverage and order -------------------------------------------------------
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("prefetch", [0, 2])
@@ -154,10 +162,7 @@ def test_threads_and_cache_mb_reach_the_extension(small, adata, stored_genes, th
     ref = reindexed_X(adata, stored_genes)
 
     def check(batches):
-        ids = np.concatenate([np.asarray(b["cell_id"]) for b in batches])
-        assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
-        for b in batches:
-            assert np.array_equal(b["X"].to_dense().numpy(), ref[np.asarray(b["cell_id"])].toarray())
+        check_epoch(batches, ref)
 
     kw = dict(batch_size=500, seed=8, threads=threads, cache_mb=cache_mb)
     ds = deltacells.CellDataset(small[1], prefetch_tiles=0, **kw)
@@ -206,10 +211,7 @@ def test_readers_reuse_the_last_readers_connection(small, adata, stored_genes, t
     ref = reindexed_X(adata, stored_genes)
 
     def check(batches):
-        ids = np.concatenate([np.asarray(b["cell_id"]) for b in batches])
-        assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
-        for b in batches:
-            assert np.array_equal(b["X"].to_dense().numpy(), ref[np.asarray(b["cell_id"])].toarray())
+        check_epoch(batches, ref)
 
     ds = deltacells.CellDataset(small[1], batch_size=500, seed=3, prefetch_tiles=0, threads=1)
     cons = []
