@@ -275,7 +275,9 @@ _Static_assert((int)CVK_CATEGORY == (int)DC_OBS_CATEGORY && (int)CVK_INT == (int
 /* dc_meta `key`: {"stored name": value} (obj), or ["stored name", ...], of the columns for
 ** which val gives a value (none: no key).  obs_names, var_names: the name in the files of a
 ** column stored under another; obs_ordered: the ordered categoricals; obs_dtypes: the values'
-** type in the files where it is narrower than what the column stores (int64, float64). */
+** type in the files where it is narrower than what the column stores (int64, float64), and
+** var_dtypes the same of var columns (and "bool" for booleans, which the genes table stores as
+** ints). */
 static int write_col_meta(dsw *w, const char *key, int obj, const char *(*val)(const ocol *, int nf),
                           const ocol *c, int n, int nf, cv_err *e) {
   sqlite3_str *js = sqlite3_str_new(NULL);
@@ -334,6 +336,15 @@ static const char *col_dtype(const ocol *c, int nf) {
   for (size_t i = 0; d && i < sizeof kept / sizeof *kept; i++)
     if (!strcmp(d, kept[i])) return d;
   return NULL;
+}
+
+/* A var column's type in the files (dc_meta var_dtypes): col_dtype's, and "bool" for a column
+** every input that has it has as booleans (the genes table stores them as 0/1 ints). */
+static const char *col_var_dtype(const ocol *c, int nf) {
+  if (c->kind != CVK_BOOL) return col_dtype(c, nf);
+  for (int f = 0; f < nf; f++)
+    if (c->src[f] && c->src[f]->kind != CVK_BOOL) return NULL;
+  return c->is_source ? NULL : "bool";
 }
 
 /* dc_meta `key` (obs_index_name, var_index_name): the name of the frames' index (pandas'
@@ -480,7 +491,8 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
     bytes += b;
   }
   if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e) ||
-      write_col_meta(w, "var_names", 1, col_orig, cols, n, nf, e) || write_index_name(w, "var_index_name", files, nf, 1, e))
+      write_col_meta(w, "var_names", 1, col_orig, cols, n, nf, e) ||
+      write_col_meta(w, "var_dtypes", 1, col_var_dtype, cols, n, nf, e) || write_index_name(w, "var_index_name", files, nf, 1, e))
     goto done;
   if (with_index) {
     free(cols[0].name);

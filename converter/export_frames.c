@@ -531,6 +531,27 @@ static int var_categories(sqlite3 *db, const char *col, char ***cats, uint32_t *
   return 0;
 }
 
+/* dc_meta var_dtypes into out[c] (the type name of genes column c, or NULL); a name export does
+** not know for the column's kind leaves the column at its stored kind (verify reports it). */
+static int var_dtypes(sqlite3 *db, const gtable *g, char **out, cv_err *e) {
+  sqlite3_stmt *s = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT key, value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'var_dtypes'), '{}'))",
+                         -1, &s, NULL) != SQLITE_OK)
+    return cv_fail(e, "dc_meta.var_dtypes: %s", sqlite3_errmsg(db));
+  int r;
+  while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    const char *k = (const char *)sqlite3_column_text(s, 0), *v = (const char *)sqlite3_column_text(s, 1);
+    for (int c = 0; k && v && c < g->n_cols; c++) {
+      if (strcmp(g->cols[c].name, k) || out[c]) continue;
+      int ok = g->cols[c].kind == GK_REAL ? ex_num_type(v, OK_REAL) >= 0
+               : g->cols[c].kind == GK_INT ? (!strcmp(v, "bool") || ex_num_type(v, OK_INT) >= 0) : 0;
+      if (ok && !(out[c] = strdup(v))) { sqlite3_finalize(s); return cv_fail(e, "out of memory"); }
+    }
+  }
+  sqlite3_finalize(s);
+  return r == SQLITE_DONE ? 0 : cv_fail(e, "dc_meta.var_dtypes: %s", sqlite3_errmsg(db));
+}
+
 int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, const xgenes *x, hid_t bt, cv_err *e) {
   char *vic = ex_meta(db, "var_index_column");
   int c_index = g->c_name;
@@ -544,6 +565,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
   double *fv = malloc(((size_t)x->n_out + 1) * sizeof *fv);
   int8_t *mk = malloc((size_t)x->n_out + 1);
   int *which = calloc((size_t)g->n_cols + 1, sizeof *which);
+  char **vdt = NULL;     /* per genes column: its dc_meta var_dtypes type, or NULL */
   int n = 0, rc = -1;
   hid_t vg = -1, vt = ex_vlstr();
   char *iname = NULL;
@@ -555,6 +577,9 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
     which[n] = c;
     names[n++] = nm;
   }
+  vdt = calloc((size_t)g->n_cols + 1, sizeof *vdt);
+  if (!vdt) { cv_fail(e, "out of memory"); goto done; }
+  if (var_dtypes(db, g, vdt, e)) goto done;
   vg = ex_group(root, "var", "dataframe", "0.2.0");
   if (ex_file_names(db, "var_names", names, n, fnames, e)) goto done;
   if (!(iname = index_name(db, "var_index_name", (const char *const *)fnames, n))) { cv_fail(e, "out of memory"); goto done; }
@@ -597,17 +622,28 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
             ex_put_strings(sub, "categories", (const char *const *)cats, n_cats);
     } else if (k->kind == GK_TEXT) bad = ex_put_strings(vg, fnames[i], tv, (hsize_t)x->n_out);
     else if (k->kind == GK_REAL) {
-      d = ex_dset(vg, fnames[i], H5T_IEEE_F64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
+      hid_t ft = ex_num_type(vdt[which[i]], OK_REAL);
+      d = ex_dset(vg, fnames[i], ft >= 0 ? ft : H5T_IEEE_F64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
       bad = d < 0 || ex_dset_put(d, H5T_NATIVE_DOUBLE, fv, 0, (hsize_t)x->n_out, 0);
-    } else if (k->n_null) {
-      sub = ex_group(vg, fnames[i], "nullable-integer", "0.1.0");
-      d = sub < 0 ? -1 : ex_dset(sub, "values", H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
-      m = sub < 0 ? -1 : ex_dset(sub, "mask", bt, (hsize_t)x->n_out, 0, "array", "0.2.0");
-      bad = d < 0 || m < 0 || ex_dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0) ||
-            ex_dset_put(m, bt, mk, 0, (hsize_t)x->n_out, 0);
     } else {
-      d = ex_dset(vg, fnames[i], H5T_STD_I64LE, (hsize_t)x->n_out, 0, "array", "0.2.0");
-      bad = d < 0 || ex_dset_put(d, H5T_NATIVE_INT64, iv, 0, (hsize_t)x->n_out, 0);
+      /* ints, and booleans (dc_meta var_dtypes 'bool': stored as 0/1), in the input's type */
+      int boolean = vdt[which[i]] && !strcmp(vdt[which[i]], "bool");
+      hid_t ft = boolean ? bt : ex_num_type(vdt[which[i]], OK_INT);
+      if (ft < 0) ft = H5T_STD_I64LE;
+      int8_t *b8 = (int8_t *)fv;     /* n_out doubles hold n_out booleans */
+      if (boolean) for (int64_t j = 0; j < x->n_out; j++) b8[j] = iv[j] != 0;
+      hid_t mt = boolean ? bt : H5T_NATIVE_INT64;
+      const void *vals = boolean ? (const void *)b8 : (const void *)iv;
+      if (k->n_null) {
+        sub = ex_group(vg, fnames[i], boolean ? "nullable-boolean" : "nullable-integer", "0.1.0");
+        d = sub < 0 ? -1 : ex_dset(sub, "values", ft, (hsize_t)x->n_out, 0, "array", "0.2.0");
+        m = sub < 0 ? -1 : ex_dset(sub, "mask", bt, (hsize_t)x->n_out, 0, "array", "0.2.0");
+        bad = d < 0 || m < 0 || ex_dset_put(d, mt, vals, 0, (hsize_t)x->n_out, 0) ||
+              ex_dset_put(m, bt, mk, 0, (hsize_t)x->n_out, 0);
+      } else {
+        d = ex_dset(vg, fnames[i], ft, (hsize_t)x->n_out, 0, "array", "0.2.0");
+        bad = d < 0 || ex_dset_put(d, mt, vals, 0, (hsize_t)x->n_out, 0);
+      }
     }
     if (d >= 0) H5Dclose(d);
     if (m >= 0) H5Dclose(m);
@@ -625,5 +661,7 @@ done:
   for (int i = 0; fnames && i < n; i++) free(fnames[i]);
   free(fnames);
   free(names); free(tv); free(iv); free(fv); free(mk); free(which);
+  for (int c = 0; vdt && c < g->n_cols; c++) free(vdt[c]);
+  free(vdt);
   return rc;
 }

@@ -745,19 +745,19 @@ static int merge_ordered(sqlite3 *db, dsw *w, cv_err *e) {
   return meta_from(db, w, "obs_ordered", st, e);
 }
 
-/* dc_meta obs_dtypes, the number columns' narrower type in the files: main's entries that src
-** has alike or where src lacks the column, and src's for the columns main does not have yet
-** (called before the columns are united; a column the two store with different types is
-** exported as int64 / float64). */
-static int merge_dtypes(sqlite3 *db, dsw *w, cv_err *e) {
+/* dc_meta `key` (obs_dtypes: columns of `table` cells_columns, var_dtypes: genes_columns), the
+** columns' type in the files: main's entries that src has alike or where src lacks the column,
+** and src's for the columns main does not have yet (called before the columns are united; a
+** column the two have with different types is exported as int64 / float64). */
+static int merge_dtypes(sqlite3 *db, dsw *w, const char *key, const char *table, cv_err *e) {
   sqlite3_stmt *st = cv_prep(db, e,
-      "WITH d(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = 'obs_dtypes'), '{}'))),"
-      " s(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = 'obs_dtypes'), '{}')))"
+      "WITH d(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = %Q), '{}'))),"
+      " s(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = %Q), '{}')))"
       " SELECT count(*), json_group_object(k, v) FROM ("
-      "  SELECT k, v FROM d WHERE k NOT IN (SELECT name FROM src.cells_columns)"
+      "  SELECT k, v FROM d WHERE k NOT IN (SELECT name FROM src.\"%w\")"
       "   OR EXISTS (SELECT 1 FROM s WHERE s.k = d.k AND s.v = d.v)"
-      "  UNION ALL SELECT k, v FROM s WHERE k NOT IN (SELECT name FROM main.cells_columns))");
-  return meta_from(db, w, "obs_dtypes", st, e);
+      "  UNION ALL SELECT k, v FROM s WHERE k NOT IN (SELECT name FROM main.\"%w\"))", key, key, table, table);
+  return meta_from(db, w, key, st, e);
 }
 
 /* Adds dataset spath to main (in the caller's transaction, which then detaches `src`); D is updated. */
@@ -785,7 +785,8 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
   ** the dataset) and 0.11 s instead of 0.17 s, a quarter of such a merge (level 1: 432 KB, 0.09 s) */
   w.genes_level = 3;
   double tg = cv_now();
-  if (merge_var_categories(db, &w, e) || merge_ordered(db, &w, e) || merge_dtypes(db, &w, e) ||
+  if (merge_var_categories(db, &w, e) || merge_ordered(db, &w, e) ||
+      merge_dtypes(db, &w, "obs_dtypes", "cells_columns", e) || merge_dtypes(db, &w, "var_dtypes", "genes_columns", e) ||
       merge_renamed(db, &w, "obs_names", "cells_columns", e) ||
       merge_renamed(db, &w, "var_names", "genes_columns", e))
     goto done;

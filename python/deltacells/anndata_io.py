@@ -52,6 +52,25 @@ _NARROW = {"int8": "int", "int16": "int", "int32": "int", "uint8": "int", "uint1
            "uint32": "int", "float32": "real"}
 
 
+def _var_types(var, meta):
+    """The var columns in the input's types, as export writes them: dc_meta var_dtypes (bool,
+    float32, int32, uint8, ...: the genes table stores booleans as 0/1 and numbers as int64 /
+    float64) and var_categories (categoricals, stored as text)."""
+    import pandas as pd
+    for c, d in _meta_json(meta, "var_dtypes", dict).items():
+        d = str(d)
+        if c not in var.columns or not (d == "bool" or d in _NARROW):
+            continue
+        col = var[c]
+        if col.isna().any():            # pandas' nullable types keep the missing values
+            var[c] = col.astype("boolean" if d == "bool" else d.capitalize().replace("Uint", "UInt"))
+        else:
+            var[c] = col.astype(bool if d == "bool" else d)
+    for c, cats in _meta_json(meta, "var_categories", dict).items():
+        if c in var.columns and isinstance(cats, list):
+            var[c] = pd.Categorical(var[c], categories=[str(x) for x in cats])
+
+
 def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_id=False,
                gene_order="stored"):
     """Return an AnnData of the cells matching `where` (SQL over `cells`), in cell_id order.
@@ -129,6 +148,7 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         obs_df.columns = file_names(cat.meta, "obs_names", list(obs_df.columns))
         var = pd.read_sql_query("SELECT * FROM genes ORDER BY gene_id", con)
         var.index = pd.Index(var.pop("name").astype(str).tolist())
+        _var_types(var, cat.meta)
         var.columns = file_names(cat.meta, "var_names", list(var.columns))
         for df, key in ((obs_df, "obs_index_name"), (var, "var_index_name")):   # pandas' index.name
             name = cat.meta.get(key)

@@ -624,3 +624,64 @@ def test_narrow_obs_number_types_round_trip(tmp_path):
     con.close()
     v = dc("verify", bad, check=False)
     assert v.returncode != 0 and "obs_dtypes" in v.stdout + v.stderr and "note" in v.stdout + v.stderr
+
+
+def test_var_types_round_trip(tmp_path):
+    """var columns keep the input's type (dc_meta var_dtypes): a boolean such as scanpy's
+    highly_variable came back from export and to_anndata as int64 0/1, with which
+    `a[:, a.var.highly_variable]` picks genes 0 and 1 over and over instead of masking; float32
+    and int32 came back 64-bit, and to_anndata gave categoricals as text.  Two inputs where one
+    lacks a column give nullable types; a type the inputs disagree on is int64 / float64;
+    merge keeps the rule; verify checks the key."""
+    import deltacells
+
+    def adata(seed, hv=True, m32=np.float32, n_genes=8):
+        a = make_adata(n_cells=20, n_genes=n_genes, seed=seed, cell_prefix=f"v{seed}c")
+        if hv:
+            a.var["highly_variable"] = np.arange(n_genes) % 3 == 0
+        a.var["means"] = np.linspace(0, 1, n_genes).astype(m32)
+        a.var["n_cells_by"] = np.arange(n_genes, dtype=np.int32)
+        return write(a, tmp_path / f"v{seed}_{hv}_{np.dtype(m32).name}.h5ad"), a
+
+    def types(db):
+        out = tmp_path / "o.h5ad"
+        export(db, out)
+        b = anndata.read_h5ad(out)
+        t = deltacells.to_anndata(str(db))
+        cols = ["highly_variable", "means", "n_cells_by", "feature_types"]
+        got = [b.var[cols].dtypes.astype(str).tolist(), t.var[cols].dtypes.astype(str).tolist()]
+        assert got[0] == got[1], got
+        v = dc("verify", db, check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+        return got[0], b, t
+
+    p1, a1 = adata(1)
+    db = tmp_path / "one.dcdb"
+    dc("convert", p1, "-o", db, "--quiet")
+    got, b, t = types(db)
+    assert got == ["bool", "float32", "int32", "category"]
+    for x in (b, t):
+        v = x.var.loc[a1.var_names]
+        for c in ("highly_variable", "means", "n_cells_by", "feature_types"):
+            assert v[c].equals(a1.var[c]), c
+        assert x[:, x.var.highly_variable].n_vars == int(a1.var.highly_variable.sum())
+    p2, _ = adata(2, hv=False, n_genes=10)     # lacks highly_variable: missing for its 2 new genes
+    p3, _ = adata(3, m32=np.float64)
+    dc("convert", p1, p2, "-o", tmp_path / "two.dcdb", "--quiet")
+    got, b, _ = types(tmp_path / "two.dcdb")
+    assert got == ["boolean", "float32", "int32", "category"]
+    assert b.var.highly_variable.isna().sum() == 2
+    dc("convert", p1, p3, "-o", tmp_path / "mix.dcdb", "--quiet")
+    assert types(tmp_path / "mix.dcdb")[0] == ["bool", "float64", "int32", "category"]
+    dc("merge", db, tmp_path / "mix.dcdb", "-o", tmp_path / "m.dcdb")
+    assert types(tmp_path / "m.dcdb")[0] == ["bool", "float64", "int32", "category"]
+    dc("append", db, p2)
+    assert types(db)[0] == ["boolean", "float32", "int32", "category"]
+    bad = tmp_path / "bad.dcdb"
+    dc("convert", p1, "-o", bad, "--quiet")
+    con = sqlite3.connect(bad)
+    con.execute("UPDATE dc_meta SET value = json_set(value, '$.gene_ids', 'bool') WHERE key = 'var_dtypes'")
+    con.commit()
+    con.close()
+    v = dc("verify", bad, check=False)
+    assert v.returncode != 0 and "var_dtypes" in v.stdout + v.stderr and "gene_ids" in v.stdout + v.stderr
