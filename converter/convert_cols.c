@@ -275,7 +275,8 @@ _Static_assert((int)CVK_CATEGORY == (int)DC_OBS_CATEGORY && (int)CVK_INT == (int
 /* dc_meta `key`: {"stored name": value} (obj), or ["stored name", ...], of the columns for
 ** which val gives a value (none: no key).  obs_names, var_names: the name in the files of a
 ** column stored under another; obs_ordered: the ordered categoricals; obs_dtypes: the values'
-** type in the files where it is narrower than what the column stores (int64, float64), and
+** type in the files where it is narrower than what the column stores (int64, float64),
+** obs_cat_dtypes the type of a categorical's categories where they are numbers, and
 ** var_dtypes the same of var columns (and "bool" for booleans, which the genes table stores as
 ** ints). */
 static int write_col_meta(dsw *w, const char *key, int obj, const char *(*val)(const ocol *, int nf),
@@ -338,6 +339,21 @@ static const char *col_dtype(const ocol *c, int nf) {
   return NULL;
 }
 
+/* A categorical whose categories are numbers (or booleans) in every input that has it: their
+** type ("int64", "float64", "bool"), for export to write the categories so (dc_meta
+** obs_cat_dtypes; the labels are stored as the numbers' text). */
+static const char *col_cat_dtype(const ocol *c, int nf) {
+  if (c->kind != CVK_CATEGORY || c->is_source) return NULL;
+  const char *d = NULL;
+  for (int f = 0; f < nf; f++) {
+    const h5col *s = c->src[f];
+    if (!s) continue;
+    if (s->kind != CVK_CATEGORY || !s->dtype[0] || (d && strcmp(d, s->dtype))) return NULL;
+    d = s->dtype;
+  }
+  return d;
+}
+
 /* A var column's type in the files (dc_meta var_dtypes): col_dtype's, and "bool" for a column
 ** every input that has it has as booleans (the genes table stores them as 0/1 ints). */
 static const char *col_var_dtype(const ocol *c, int nf) {
@@ -370,6 +386,7 @@ int cv_write_obs(h5file *files, int nf, const uint64_t *first, uint64_t n_cells,
   if (write_col_meta(w, "obs_names", 1, col_orig, cols, n, nf, e) ||
       write_col_meta(w, "obs_ordered", 0, col_ordered, cols, n, nf, e) ||
       write_col_meta(w, "obs_dtypes", 1, col_dtype, cols, n, nf, e) ||
+      write_col_meta(w, "obs_cat_dtypes", 1, col_cat_dtype, cols, n, nf, e) ||
       write_index_name(w, "obs_index_name", files, nf, 0, e))
     goto done;
   uint64_t total = 0;

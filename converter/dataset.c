@@ -262,14 +262,12 @@ int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e) {
 }
 
 int dsw_meta_forget_obs(sqlite3 *db, const char *name, cv_err *e) {
-  static const char *const sql[3] = {
+  static const char *const sql[2] = {
       "UPDATE main.dc_meta SET value = (SELECT json_group_object(key, value) FROM json_each(dc_meta.value) WHERE key <> ?1) "
-      "WHERE key = 'obs_names'",
-      "UPDATE main.dc_meta SET value = (SELECT json_group_object(key, value) FROM json_each(dc_meta.value) WHERE key <> ?1) "
-      "WHERE key = 'obs_dtypes'",
+      "WHERE key IN ('obs_names', 'obs_dtypes', 'obs_cat_dtypes')",
       "UPDATE main.dc_meta SET value = (SELECT json_group_array(value) FROM json_each(dc_meta.value) WHERE value <> ?1) "
       "WHERE key = 'obs_ordered'"};
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 2; k++) {
     sqlite3_stmt *s = NULL;
     int r = sqlite3_prepare_v2(db, sql[k], -1, &s, NULL);
     if (r == SQLITE_OK) {

@@ -216,15 +216,18 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
   if (sr != SQLITE_DONE) { cv_fail(e, "%s: dc_meta.obs_ordered: %s", path, sqlite3_errmsg(db)); goto done; }
   sqlite3_finalize(s);
   s = NULL;
-  if (sqlite3_prepare_v2(db, "SELECT key, value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'obs_dtypes'), '{}'))",
+  if (sqlite3_prepare_v2(db, "SELECT key, value, 0 FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'obs_dtypes'), '{}'))"
+                         " UNION ALL SELECT key, value, 1 FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'obs_cat_dtypes'), '{}'))",
                          -1, &s, NULL) != SQLITE_OK) {
     cv_fail(e, "%s: dc_meta.obs_dtypes: %s", path, sqlite3_errmsg(db));
     goto done;
   }
   while ((sr = sqlite3_step(s)) == SQLITE_ROW) {
     const char *k = (const char *)sqlite3_column_text(s, 0), *v = (const char *)sqlite3_column_text(s, 1);
+    int cat = sqlite3_column_int(s, 2);
     for (int i = 0; k && v && i < n; i++)
-      if ((all[i].kind == OK_INT || all[i].kind == OK_REAL) && !strcmp(all[i].name, k) && ex_num_type(v, all[i].kind) >= 0)
+      if (!strcmp(all[i].name, k) &&
+          (cat ? all[i].kind == OK_CAT : (all[i].kind == OK_INT || all[i].kind == OK_REAL) && ex_num_type(v, all[i].kind) >= 0))
         snprintf(all[i].dtype, sizeof all[i].dtype, "%s", v);
   }
   if (sr != SQLITE_DONE) { cv_fail(e, "%s: dc_meta.obs_dtypes: %s", path, sqlite3_errmsg(db)); goto done; }
@@ -309,6 +312,36 @@ static hid_t code_type(uint32_t n_cats) {
   return n_cats <= 127 ? H5T_STD_I8LE : n_cats <= 32767 ? H5T_STD_I16LE : H5T_STD_I32LE;
 }
 
+/* A categorical's categories: numbers (or booleans) where dc_meta obs_cat_dtypes says the input
+** had them so and every label reads back as one, else strings. */
+static int put_categories(hid_t sub, const xcol *c, hid_t bt) {
+  int kind = !strcmp(c->dtype, "int64") ? 1 : !strcmp(c->dtype, "float64") ? 2 : !strcmp(c->dtype, "bool") ? 3 : 0;
+  void *vals = kind ? malloc(((size_t)c->n_cats + 1) * 8) : NULL;
+  int64_t *iv = vals;
+  double *fv = vals;
+  int8_t *bv = vals;
+  for (uint32_t k = 0; vals && k < c->n_cats; k++) {
+    const char *t = c->cats[k];
+    char *end = NULL;
+    errno = 0;
+    if (kind == 1) iv[k] = strtoll(t, &end, 10);
+    else if (kind == 2) fv[k] = strtod(t, &end);
+    else {
+      bv[k] = !strcmp(t, "True");
+      end = (char *)t + (bv[k] || !strcmp(t, "False") ? strlen(t) : 0);
+    }
+    if (!*t || errno || !end || *end) { free(vals); vals = NULL; }   /* not a number: strings */
+  }
+  if (!vals) return ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats);
+  hid_t ft = kind == 1 ? H5T_STD_I64LE : kind == 2 ? H5T_IEEE_F64LE : bt;
+  hid_t mt = kind == 1 ? H5T_NATIVE_INT64 : kind == 2 ? H5T_NATIVE_DOUBLE : bt;
+  hid_t d = ex_dset(sub, "categories", ft, (hsize_t)c->n_cats, 0, "array", "0.2.0");
+  int r = d < 0 || ex_dset_put(d, mt, vals, 0, (hsize_t)c->n_cats, 0);
+  if (d >= 0) H5Dclose(d);
+  free(vals);
+  return r ? -1 : 0;
+}
+
 /* Creates the datasets of an obs column of n rows under g. */
 static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
   int nullable = c->nulls > 0;
@@ -320,7 +353,7 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
       if (sub < 0 || ex_attr_bool(sub, "ordered", c->ordered)) goto done;
       c->ft = code_type(c->n_cats);
       c->d = ex_dset(sub, "codes", c->ft, n, 0, "array", "0.2.0");
-      if (c->d < 0 || ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats)) goto done;
+      if (c->d < 0 || put_categories(sub, c, bt)) goto done;
       break;
     }
     case OK_INT: case OK_BOOL: {

@@ -83,7 +83,8 @@ typedef struct xcol {
   char *name;
   char *out;           /* its name in the h5ad: the inputs' name (dc_meta obs_names) or name */
   int ordered;         /* an ordered categorical (dc_meta obs_ordered) */
-  char dtype[8];           /* int, real: the type in the files where narrower (dc_meta obs_dtypes), else "" */
+  char dtype[8];           /* int, real: the type in the files where narrower (dc_meta obs_dtypes);
+                           ** category: its categories' type where numbers (obs_cat_dtypes); else "" */
   int kind;
   int64_t col;         /* cells_columns.col */
   int64_t nulls;       /* over the whole dataset: decides nullable encodings */

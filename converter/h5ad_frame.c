@@ -90,7 +90,7 @@ static void fmt_real(double v, char *buf, size_t n) {
 
 /* Reads all of a 1-D dataset as text labels (strings, numbers or bools). */
 static int read_labels(h5file *f, hid_t ds, const char *what, char ***out, uint32_t *n_out,
-                       cv_err *e) {
+                       char dtype[8], cv_err *e) {
   int64_t n = h5ad_ds_len(ds);
   *out = NULL;
   *n_out = 0;
@@ -102,6 +102,7 @@ static int read_labels(h5file *f, hid_t ds, const char *what, char ***out, uint3
   H5T_class_t cls = H5Tget_class(t);
   int rc = -1;
   if (!v) { cv_fail(e, "out of memory"); goto done; }
+  snprintf(dtype, 8, "%s", cls == H5T_INTEGER ? "int64" : cls == H5T_FLOAT ? "float64" : cls == H5T_ENUM ? "bool" : "");
   if (cls == H5T_STRING) {
     for (int64_t s = 0; s < n; s += 65536) {
       size_t k = (size_t)(n - s < 65536 ? n - s : 65536);
@@ -218,7 +219,7 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
       char w2[700];
       snprintf(w2, sizeof w2, "%s/categories", what);
       c->ordered = h5ad_attr_true(o, "ordered");
-      int rc = read_labels(f, cats, w2, &c->cats, &c->n_cats, e);
+      int rc = read_labels(f, cats, w2, &c->cats, &c->n_cats, c->dtype, e);
       h5ad_close_id(&cats);
       free(enc);
       h5ad_close_id(&o);
@@ -269,7 +270,7 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
       char w2[700];
       snprintf(w2, sizeof w2, "%s (categories)", what);
       c->ordered = h5ad_attr_true(cats, "ordered") || h5ad_attr_true(o, "ordered");
-      int rc = read_labels(f, cats, w2, &c->cats, &c->n_cats, e);
+      int rc = read_labels(f, cats, w2, &c->cats, &c->n_cats, c->dtype, e);
       h5ad_close_id(&cats);
       if (rc) return -1;
       c->enc = ENC_CAT_OLD;

@@ -745,7 +745,7 @@ static int merge_ordered(sqlite3 *db, dsw *w, cv_err *e) {
   return meta_from(db, w, "obs_ordered", st, e);
 }
 
-/* dc_meta `key` (obs_dtypes: columns of `table` cells_columns, var_dtypes: genes_columns), the
+/* dc_meta `key` (obs_dtypes, obs_cat_dtypes: columns of `table` cells_columns, var_dtypes: genes_columns), the
 ** columns' type in the files: main's entries that src has alike or where src lacks the column,
 ** and src's for the columns main does not have yet (called before the columns are united; a
 ** column the two have with different types is exported as int64 / float64). */
@@ -787,6 +787,7 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
   double tg = cv_now();
   if (merge_var_categories(db, &w, e) || merge_ordered(db, &w, e) ||
       merge_dtypes(db, &w, "obs_dtypes", "cells_columns", e) || merge_dtypes(db, &w, "var_dtypes", "genes_columns", e) ||
+      merge_dtypes(db, &w, "obs_cat_dtypes", "cells_columns", e) ||
       merge_renamed(db, &w, "obs_names", "cells_columns", e) ||
       merge_renamed(db, &w, "var_names", "genes_columns", e))
     goto done;

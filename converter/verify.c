@@ -61,15 +61,20 @@ static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
 ** of text naming obs (genes) columns, obs_ordered an array naming categorical obs columns,
 ** var_categories an object of arrays of text naming genes columns, obs_dtypes (var_dtypes) an
 ** object naming int (real) obs (genes) columns with an integer (float) type narrower than 64
-** bits (var: or bool for an int column). */
+** bits (var: or bool for an int column), obs_cat_dtypes an object naming categorical obs
+** columns whose labels are numbers ('int64', 'float64') or 'True'/'False' ('bool'). */
 static void verify_meta_columns(sqlite3 *db, vrep *rep) {
   static const char *const q =
-      "WITH m(k, v) AS (SELECT key, value FROM dc_meta WHERE key IN ('obs_names', 'var_names', 'obs_ordered', 'var_categories', 'obs_dtypes', 'var_dtypes'))"
+      "WITH m(k, v) AS (SELECT key, value FROM dc_meta WHERE key IN ('obs_names', 'var_names', 'obs_ordered', 'var_categories', 'obs_dtypes', 'var_dtypes', 'obs_cat_dtypes'))"
       " SELECT m.k, CASE WHEN NOT json_valid(m.v) THEN 'is not JSON'"
       "  WHEN json_type(m.v) <> CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
       "   THEN 'is not a JSON ' || CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
       "  WHEN m.k = 'obs_ordered' THEN (SELECT 'names ' || quote(j.value) || ', not a categorical obs column'"
       "   FROM json_each(m.v) j WHERE j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
+      "  WHEN m.k = 'obs_cat_dtypes' THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
+      "   || ', not a categorical obs column with categories of that type' FROM json_each(m.v) j"
+      "   WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') OR j.value NOT IN ('int64', 'float64', 'bool')"
+      "   LIMIT 1)"
       "  WHEN m.k IN ('obs_dtypes', 'var_dtypes') THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not ' || CASE m.k WHEN 'obs_dtypes' THEN 'an obs' ELSE 'a var' END || ' column of that kind'"
       "   FROM json_each(m.v) j WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE m.k = 'obs_dtypes' AND kind = CASE"

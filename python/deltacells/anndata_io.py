@@ -52,6 +52,18 @@ _NARROW = {"int8": "int", "int16": "int", "int32": "int", "uint8": "int", "uint1
            "uint32": "int", "float32": "real"}
 
 
+def _typed_labels(labels, dtype):
+    """A categorical's labels (text) as the numbers or booleans dc_meta obs_cat_dtypes says the
+    input had, or None (strings, or a label that is not one: as export does)."""
+    conv = {"int64": int, "float64": float, "bool": {"True": True, "False": False}.__getitem__}.get(dtype)
+    if conv is None:
+        return None
+    try:
+        return [conv(str(x)) for x in labels]
+    except (ValueError, KeyError):
+        return None
+
+
 def _var_types(var, meta):
     """The var columns in the input's types, as export writes them: dc_meta var_dtypes (bool,
     float32, int32, uint8, ...: the genes table stores booleans as 0/1 and numbers as int64 /
@@ -124,11 +136,17 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         # the files' narrower number types (float32, int32, uint8, ...): as the input had them
         dtypes = {str(k): str(v) for k, v in _meta_json(cat.meta, "obs_dtypes", dict).items()
                   if str(v) in _NARROW}
+        cat_dtypes = {str(k): str(v) for k, v in _meta_json(cat.meta, "obs_cat_dtypes", dict).items()}
         for j, c in enumerate(cols, start=2):
             vals = [r[j] for r in rows]
             kind = cat.kind(c)
             if kind == "category":
-                data[c] = pd.Categorical(vals, categories=cat.categories(c, con), ordered=c in ordered)
+                cats = cat.categories(c, con)
+                typed = _typed_labels(cats, cat_dtypes.get(c))
+                if typed is not None:             # numbers (or booleans) as the input had them
+                    to = dict(zip(cats, typed))
+                    cats, vals = typed, [None if v is None else to[v] for v in vals]
+                data[c] = pd.Categorical(vals, categories=cats, ordered=c in ordered)
             elif kind == "bool":
                 data[c] = (pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
                            if any(v is None for v in vals) else np.array(vals, dtype=bool))

@@ -685,3 +685,51 @@ def test_var_types_round_trip(tmp_path):
     con.close()
     v = dc("verify", bad, check=False)
     assert v.returncode != 0 and "var_dtypes" in v.stdout + v.stderr and "gene_ids" in v.stdout + v.stderr
+
+
+def test_categories_that_are_numbers_round_trip(tmp_path):
+    """A categorical whose categories are numbers or booleans (clusters as ints, a dose as float)
+    comes back from export and to_anndata with those categories (dc_meta obs_cat_dtypes): they
+    came back as text, so `obs.cluster == 0` was False for every cell.  Several inputs, append and
+    merge keep the type where every input that has the column has it; otherwise text."""
+    import deltacells
+
+    def adata(seed, clusters, as_text=False):
+        a = make_adata(n_cells=24, n_genes=6, seed=seed, cell_prefix=f"k{seed}c")
+        vals = np.array(clusters)[np.arange(24) % len(clusters)]
+        a.obs["cluster"] = pd.Categorical(vals.astype(str) if as_text else vals)
+        a.obs["dose"] = pd.Categorical(np.array([0.5, 1.25, 1e-7])[np.arange(24) % 3])
+        a.obs["treated"] = pd.Categorical(np.arange(24) % 2 == 0)
+        return write(a, tmp_path / f"k{seed}{as_text}.h5ad"), a
+
+    def got(db):
+        out = tmp_path / "o.h5ad"
+        export(db, out)
+        b = anndata.read_h5ad(out)
+        t = deltacells.to_anndata(str(db))
+        for x in (b, t):
+            assert list(x.obs["dose"].cat.categories) == [1e-7, 0.5, 1.25]
+            assert list(x.obs["treated"].cat.categories) == [False, True]
+        assert list(b.obs["cluster"].cat.categories) == list(t.obs["cluster"].cat.categories)
+        v = dc("verify", db, check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+        return b, list(b.obs["cluster"].cat.categories)
+
+    (p1, a1), (p2, _), (p3, _) = adata(1, [0, 1, 2]), adata(2, [2, 3]), adata(3, [0, 1], as_text=True)
+    one = tmp_path / "one.dcdb"
+    dc("convert", p1, "-o", one, "--quiet")
+    b, cats = got(one)
+    assert cats == [0, 1, 2] and (b.obs["cluster"] == 0).sum() == 8
+    for c in ("cluster", "dose", "treated"):
+        assert b.obs[c].equals(a1.obs[c])
+    dc("convert", p1, p2, "-o", tmp_path / "two.dcdb", "--quiet")
+    assert got(tmp_path / "two.dcdb")[1] == [0, 1, 2, 3]
+    dc("convert", p1, p3, "-o", tmp_path / "mix.dcdb", "--quiet")
+    assert got(tmp_path / "mix.dcdb")[1] == ["0", "1", "2"]
+    dc("append", one, p2)
+    assert got(one)[1] == [0, 1, 2, 3]
+    dc("merge", one, tmp_path / "mix.dcdb", "-o", tmp_path / "m.dcdb")
+    assert got(tmp_path / "m.dcdb")[1] == ["0", "1", "2", "3"]
+    (tmp_path / "t.csv").write_text("name,cluster\n" + "".join(f"k1c{i:05d},{i % 2}\n" for i in range(24)))
+    dc("annotate", tmp_path / "two.dcdb", tmp_path / "t.csv", "--key", "name", "--type", "cluster=category")
+    assert got(tmp_path / "two.dcdb")[1] == ["0", "1"]
