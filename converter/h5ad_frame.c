@@ -396,7 +396,18 @@ int h5ad_col_read(h5file *f, const h5col *c, uint64_t start, size_t n, colbuf *o
       return 0;
     }
     case CVK_INT:
-      if (h5ad_ds_read(c->dset, H5T_NATIVE_INT64, start, n, 0, out->i64) < 0) return h5ad_fail(e, f, what);
+      if (!strcmp(c->dtype, "uint64")) {
+        /* HDF5's conversion to int64 clamps 2^63 and up to 2^63-1 without a word */
+        uint64_t *u = (uint64_t *)out->i64;
+        if (h5ad_ds_read(c->dset, H5T_NATIVE_UINT64, start, n, 0, u) < 0) return h5ad_fail(e, f, what);
+        for (size_t i = 0; i < n; i++)
+          if (u[i] > (uint64_t)INT64_MAX)
+            return cv_fail(e, "%s: column %s: value %llu of row %llu does not fit a signed 64-bit integer, "
+                           "which is how the dataset stores integers; make the column float64 or text first",
+                           f->path, c->name, (unsigned long long)u[i], (unsigned long long)(start + i));
+      } else if (h5ad_ds_read(c->dset, H5T_NATIVE_INT64, start, n, 0, out->i64) < 0) {
+        return h5ad_fail(e, f, what);
+      }
       memset(out->valid, 1, n);
       break;
     case CVK_REAL:

@@ -175,6 +175,25 @@ def test_category_code_out_of_range(tmp_path):
     fails(tmp_path, p, "column ct", "code 7 of row 5")
 
 
+def test_uint64_past_int64_is_an_error_not_a_clamped_value(tmp_path):
+    """An unsigned 64-bit obs or var column holding 2^63 or more: the dataset stores integers as
+    int64, and HDF5's conversion had clamped 2^64-1 to 2^63-1 without a word (a wrong value).
+    Now an error names the column, the value and the row; values that fit still convert."""
+    p = small(tmp_path)
+    edit(p, lambda f: f["obs"].create_dataset("hash", data=np.array([5] * 39 + [2**64 - 1], dtype=np.uint64)))
+    edit(p, lambda f: f["obs"].attrs.__setitem__("column-order", np.array(["ct", "hash"], dtype=object)))
+    fails(tmp_path, p, "hash", "18446744073709551615", "row 39", "float64 or text")
+    q = small(tmp_path, name="fits.h5ad")
+    edit(q, lambda f: f["var"].create_dataset("big", data=np.array([2**63 - 1] + [1] * 11, dtype=np.uint64)))
+    edit(q, lambda f: f["var"].attrs.__setitem__("column-order", np.array(["big"], dtype=object)))
+    out = tmp_path / "fits.dcdb"
+    convert(q, out)
+    import deltacells
+    con = deltacells.connect(str(out))
+    assert con.execute("SELECT max(big), min(big) FROM genes").fetchone() == (2**63 - 1, 1)
+    con.close()
+
+
 def test_obs_column_wrong_length(tmp_path):
     p = small(tmp_path)
 
