@@ -120,12 +120,17 @@ static int read_labels(h5file *f, hid_t ds, const char *what, char ***out, uint3
       ok = H5Tget_size(nt) == 1 && h5ad_ds_read(ds, nt, 0, (uint64_t)n, 0, b) == 0;
       H5Tclose(nt);
     } else if (ok) {
-      ok = h5ad_ds_read(ds, H5T_NATIVE_DOUBLE, 0, (uint64_t)n, 0, d) == 0;
+      /* integers read as such (through a double, ids past 2^53 changed), unsigned ones apart */
+      int uns = cls == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
+      hid_t mt = cls == H5T_FLOAT ? H5T_NATIVE_DOUBLE : uns ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
+      ok = h5ad_ds_read(ds, mt, 0, (uint64_t)n, 0, d) == 0;
     }
+    int uns = cls == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
     for (int64_t i = 0; ok && i < n; i++) {
       char buf[64];
       if (cls == H5T_ENUM) snprintf(buf, sizeof buf, "%s", b[i] ? "True" : "False");
-      else if (cls == H5T_INTEGER) snprintf(buf, sizeof buf, "%.0f", d[i]);
+      else if (uns) snprintf(buf, sizeof buf, "%llu", (unsigned long long)((uint64_t *)d)[i]);
+      else if (cls == H5T_INTEGER) snprintf(buf, sizeof buf, "%lld", (long long)((int64_t *)d)[i]);
       else fmt_real(d[i], buf, sizeof buf);
       if (!(v[i] = strdup(buf))) ok = 0;
     }

@@ -700,6 +700,8 @@ def test_categories_that_are_numbers_round_trip(tmp_path):
         a.obs["cluster"] = pd.Categorical(vals.astype(str) if as_text else vals)
         a.obs["dose"] = pd.Categorical(np.array([0.5, 1.25, 1e-7])[np.arange(24) % 3])
         a.obs["treated"] = pd.Categorical(np.arange(24) % 2 == 0)
+        # ids past 2^53: the labels were read through a double (2^60 + 1 became 2^60)
+        a.obs["big"] = pd.Categorical(np.array([2**60 + 1, 2**60 + 3])[np.arange(24) % 2])
         return write(a, tmp_path / f"k{seed}{as_text}.h5ad"), a
 
     def got(db):
@@ -710,6 +712,7 @@ def test_categories_that_are_numbers_round_trip(tmp_path):
         for x in (b, t):
             assert list(x.obs["dose"].cat.categories) == [1e-7, 0.5, 1.25]
             assert list(x.obs["treated"].cat.categories) == [False, True]
+            assert list(x.obs["big"].cat.categories) == [2**60 + 1, 2**60 + 3]
         assert list(b.obs["cluster"].cat.categories) == list(t.obs["cluster"].cat.categories)
         v = dc("verify", db, check=False)
         assert v.returncode == 0, v.stdout + v.stderr
@@ -720,7 +723,7 @@ def test_categories_that_are_numbers_round_trip(tmp_path):
     dc("convert", p1, "-o", one, "--quiet")
     b, cats = got(one)
     assert cats == [0, 1, 2] and (b.obs["cluster"] == 0).sum() == 8
-    for c in ("cluster", "dose", "treated"):
+    for c in ("cluster", "dose", "treated", "big"):
         assert b.obs[c].equals(a1.obs[c])
     dc("convert", p1, p2, "-o", tmp_path / "two.dcdb", "--quiet")
     assert got(tmp_path / "two.dcdb")[1] == [0, 1, 2, 3]
