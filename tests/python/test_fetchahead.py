@@ -163,8 +163,8 @@ def test_remote_epoch_equals_local_and_fetches_each_tile_once(nginx, data, monke
 
 def test_remote_epoch_without_shared_cache_has_no_fetcher(nginx, data):
     """DC_HTTP_SHARED_MB is read once, when a process first opens a remote file: a fresh process
-    with it at 0 (or below, as C's strtoll reads '-1MB') has no shared cache, so no fetcher; with
-    it at 8, one."""
+    with it at 0 has no shared cache, so no fetcher; with it at 8, one; a value that is not an
+    integer from 0 ('-1MB': C's strtoll had read it as -1, the cache off) fails the open, naming it."""
     import subprocess
     code = f"""
 import sys
@@ -174,10 +174,13 @@ import deltacells
 ds = deltacells.CellDataset({nginx.url('d.dcdb')!r}, batch_size=700, prefetch_tiles=2)
 print(ds._fetch_ahead([np.array([0, 1])]) is not None)
 """
-    for mb, want in (("0", "False"), ("-1MB", "False"), ("8", "True")):
+    for mb, want in (("0", "False"), ("8", "True"), ("-1MB", None)):
         p = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, DC_HTTP_SHARED_MB=mb))
-        assert p.returncode == 0 and p.stdout.strip() == want, (mb, p.stdout + p.stderr)
+        if want is None:
+            assert p.returncode != 0 and "DC_HTTP_SHARED_MB='-1MB'" in p.stderr, p.stdout + p.stderr
+        else:
+            assert p.returncode == 0 and p.stdout.strip() == want, (mb, p.stdout + p.stderr)
 
 
 def test_remote_epoch_with_blocks_too_big_to_share_has_no_fetcher(nginx, data, monkeypatch):
