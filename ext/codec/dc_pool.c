@@ -211,9 +211,10 @@ int dc_pool_set_threads(dc_pool *p, int n) {
   if (!p) return 0;
   n = pool_threads(n);
   dc_pool *live = pool_live(p);
-  if (live && live != p) {            /* inherited: its heir does the work here */
-    if (n > live->n) return 0;
+  if (live != p) {   /* inherited: its heir works here (none: serially); p's mutexes are the parent's */
+    if (n > (live ? live->n : p->n)) return 0;
     atomic_store(&p->active, n);
+    if (!live) return 1;
     p = live;
   }
   if (n > p->n) return 0;
