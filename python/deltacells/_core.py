@@ -927,11 +927,16 @@ def take_connection(path, threads=None, cache_mb=None):
     return con
 
 
-def give_connection(con, path, threads=None, cache_mb=None):
+def give_connection(con, path, threads=None, cache_mb=None, wait=True):
     """A reader is done with a connection from take_connection (no statement left running):
-    keep it for the next reader, or close it when SPARE_CONNECTIONS are kept already."""
+    keep it for the next reader, or close it when SPARE_CONNECTIONS are kept already.
+    wait=False (an iterator's __del__, which may run wherever the collector does): close it
+    instead of waiting for the spares' lock."""
     old = []
-    with _spare_cons_lock:
+    if not _spare_cons_lock.acquire(timeout=-1 if wait else 0):
+        con.close()
+        return
+    try:
         cons = _spare_list()
         fid = _file_id(path)
         if fid is None:
@@ -940,6 +945,8 @@ def give_connection(con, path, threads=None, cache_mb=None):
             cons.append(((str(path), cache_mb, threads), fid, con))
         while len(cons) > SPARE_CONNECTIONS:
             old.append(cons.pop(0)[2])
+    finally:
+        _spare_cons_lock.release()
     for c in old:
         c.close()
 

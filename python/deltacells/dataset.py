@@ -278,9 +278,9 @@ class _Base:
         t, cache = self._settings(threads)
         return take_connection(self.path, t, cache)
 
-    def _give_connection(self, con, threads=None):
+    def _give_connection(self, con, threads=None, wait=True):
         t, cache = self._settings(threads)
-        give_connection(con, self.path, t, cache)
+        give_connection(con, self.path, t, cache, wait)
 
     def _default_cache_mb(self):
         return None
@@ -839,7 +839,7 @@ class _BatchIterator:
             if self._dirty:
                 self._con.close()
             else:
-                self.ds._give_connection(self._con, self.threads)
+                self.ds._give_connection(self._con, self.threads, wait)
             self._con = None
         if self._pool is not None:
             release_pool(self._pool)

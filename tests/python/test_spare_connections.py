@@ -124,3 +124,20 @@ def test_a_reader_that_failed_does_not_leave_its_connection(files, tmp_path):
     with pytest.raises(Exception, match="checksum"):
         epoch(ds)
     assert spares(bad) == []
+
+
+def test_giving_back_from_a_destructor_never_waits_for_the_lock(files):
+    """An iterator's __del__ (close(wait=False)) may run wherever the collector does, even on a
+    thread that holds the spares' lock: it closes its connection instead of waiting (a wait there
+    would never end); a plain give keeps it."""
+    import sqlite3
+    path = str(files[2])
+    con = _core.take_connection(path)
+    with _core._spare_cons_lock:
+        _core.give_connection(con, path, wait=False)        # returns at once
+    with pytest.raises(sqlite3.ProgrammingError):
+        con.execute("SELECT 1")
+    assert all(c is not con for c in spares(path))
+    con = _core.take_connection(path)
+    _core.give_connection(con, path)
+    assert any(c is con for c in spares(path))
