@@ -381,18 +381,50 @@ static int find_col(const dcol *c, int n, const char *name) {
   return -1;
 }
 
-/* a name no column of c has (ignoring case, as SQLite does): NAME, NAME_1, ... */
-static char *unique_col(const dcol *c, int n, const char *name) {
+/* a name no column of an array has (ignoring case, as SQLite does): NAME, NAME_1, ...; name_of
+** gives the name of element i */
+static char *unique_name(const void *arr, int n, const char *(*name_of)(const void *, int), const char *name) {
   size_t l = strlen(name) + 24;
   char *r = malloc(l);
   if (!r) return NULL;
   snprintf(r, l, "%s", name);
   for (int k = 1;; k++) {
     int clash = 0;
-    for (int i = 0; i < n && !clash; i++) clash = !strcasecmp(c[i].name, r);
+    for (int i = 0; i < n && !clash; i++) clash = !strcasecmp(name_of(arr, i), r);
     if (!clash) return r;
     snprintf(r, l, "%s_%d", name, k);
   }
+}
+static const char *dcol_name(const void *a, int i) { return ((const dcol *)a)[i].name; }
+static const char *gcol_name(const void *a, int i) { return ((const gcol *)a)[i].name; }
+static char *unique_col(const dcol *c, int n, const char *name) { return unique_name(c, n, dcol_name, name); }
+
+/* S's column `old` is stored as `nw` (its name differs from one of D's but for case, and SQLite
+** does not tell them apart): the dc_meta entries merged from S under `old` (read before the
+** columns were united) follow it, and obs_names / var_names give it its name in the files back. */
+static int meta_rename_col(sqlite3 *db, int var, const char *old, const char *nw, cv_err *e) {
+  fprintf(stderr, "deltacells: note: %s column '%s' is stored as '%s' (the name is taken but for case; "
+          "export and to_anndata give it its name back)\n", var ? "var" : "obs", old, nw);
+  const char *names = var ? "var_names" : "obs_names";
+  char *sql[4] = {
+      sqlite3_mprintf("UPDATE main.dc_meta SET value = (SELECT json_group_object(CASE WHEN key = %Q THEN %Q ELSE key END,"
+                      " CASE WHEN type IN ('object', 'array') THEN json(value) ELSE value END) FROM json_each(dc_meta.value))"
+                      " WHERE key IN %s", old, nw,
+                      var ? "('var_names', 'var_dtypes', 'var_categories')" : "('obs_names', 'obs_dtypes', 'obs_cat_dtypes')"),
+      var ? sqlite3_mprintf("SELECT 1 WHERE 0")
+          : sqlite3_mprintf("UPDATE main.dc_meta SET value = (SELECT json_group_array(CASE WHEN value = %Q THEN %Q ELSE value END)"
+                            " FROM json_each(dc_meta.value)) WHERE key = 'obs_ordered'", old, nw),
+      sqlite3_mprintf("INSERT OR IGNORE INTO main.dc_meta(key, value) VALUES(%Q, '{}')", names),
+      sqlite3_mprintf("UPDATE main.dc_meta SET value = (SELECT json_group_object(k, v) FROM (SELECT key AS k, value AS v"
+                      " FROM json_each(dc_meta.value) UNION ALL SELECT %Q, %Q WHERE NOT EXISTS"
+                      " (SELECT 1 FROM json_each(dc_meta.value) WHERE key = %Q))) WHERE key = %Q", nw, old, nw, names)};
+  int rc = 0;
+  for (int k = 0; k < 4; k++) {
+    if (!rc && !sql[k]) rc = cv_fail(e, "out of memory");
+    if (!rc && sqlite3_exec(db, sql[k], NULL, NULL, NULL) != SQLITE_OK) rc = cv_fail(e, "dc_meta.%s: %s", names, sqlite3_errmsg(db));
+    sqlite3_free(sql[k]);
+  }
+  return rc;
 }
 
 /* each cell's source (codes into labels, added as needed) from a dataset's dc_meta sources */
@@ -497,6 +529,7 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
     nc.col = next_col++;
     nc.name = unique_col(dc, n_all, is_src ? "source" : sc[j].name);
     if (!nc.name) { cv_fail(e, "out of memory"); goto done; }
+    if (!is_src && strcmp(nc.name, sc[j].name) && meta_rename_col(db, 0, sc[j].name, nc.name, e)) { free(nc.name); goto done; }
     dcol *grown = realloc(dc, (size_t)(n_all + 1) * sizeof *dc);
     if (!grown) { free(nc.name); cv_fail(e, "out of memory"); goto done; }
     dc = grown;
@@ -591,9 +624,12 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
     } else if (i < 3) scx = &sg[i];
     else for (int k = 3; k < ns; k++) if (!strcmp(sg[k].name, dcx->name)) scx = &sg[k];
     keep[nm] = keep_ok && dcx && N == NDg && i >= 3 && (!scx || scx->kind == dcx->kind);
-    gcol *m = &mg[nm++];
-    m->name = strdup(dcx ? dcx->name : scx->name);
+    gcol *m = &mg[nm];
+    /* a column of S alone is named apart from D's (and the earlier ones) but for case */
+    m->name = dcx ? strdup(dcx->name) : unique_name(mg, nm, gcol_name, scx->name);
+    nm++;
     if (!m->name) { cv_fail(e, "out of memory"); goto done; }
+    if (!dcx && strcmp(m->name, scx->name) && meta_rename_col(db, 1, scx->name, m->name, e)) goto done;
     m->kind = dcx ? dcx->kind : scx->kind;
     if (dcx && scx && dcx->kind == DC_OBS_INT && scx->kind == DC_OBS_REAL) m->kind = DC_OBS_REAL;
     m->v.kind = m->kind;

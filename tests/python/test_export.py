@@ -736,3 +736,38 @@ def test_categories_that_are_numbers_round_trip(tmp_path):
     (tmp_path / "t.csv").write_text("name,cluster\n" + "".join(f"k1c{i:05d},{i % 2}\n" for i in range(24)))
     dc("annotate", tmp_path / "two.dcdb", tmp_path / "t.csv", "--key", "name", "--type", "cluster=category")
     assert got(tmp_path / "two.dcdb")[1] == ["0", "1"]
+
+
+def test_merge_and_append_of_columns_that_differ_only_in_case(tmp_path):
+    """Datasets whose obs or var columns differ only in case ('Score' and 'score': SQLite does not
+    tell them apart): merge and append refused a var pair ('cannot declare the columns (duplicate
+    column name: Length)') and left dc_meta naming an obs column that did not exist (verify
+    failed). The second is stored as NAME_1, its dc_meta entries (type, ordered) follow it, and
+    export and to_anndata give it its name back."""
+    import deltacells
+
+    def adata(prefix, score, stage, length):
+        a = make_adata(n_cells=20, n_genes=6, cell_prefix=prefix)
+        a.obs[score] = np.arange(20, dtype=np.float32)
+        a.obs[stage] = pd.Categorical(np.array(["x", "y"])[np.arange(20) % 2], categories=["x", "y"], ordered=True)
+        a.var = a.var.rename(columns={"length": length})
+        return write(a, tmp_path / f"{prefix}.h5ad")
+
+    p1, p2 = adata("a", "Score", "Stage", "length"), adata("b", "score", "stage", "Length")
+    for x in (p1, p2):
+        dc("convert", x, "-o", x.with_suffix(".dcdb"), "--quiet")
+    merged = tmp_path / "m.dcdb"
+    r = dc("merge", p1.with_suffix(".dcdb"), p2.with_suffix(".dcdb"), "-o", merged)
+    assert "'score' is stored as 'score_1'" in r.stderr and "'Length' is stored as 'Length_1'" in r.stderr
+    dc("append", p1.with_suffix(".dcdb"), p2)
+    for db in (merged, p1.with_suffix(".dcdb")):
+        v = dc("verify", db, check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+        out = tmp_path / "o.h5ad"
+        export(db, out)
+        for x in (anndata.read_h5ad(out), deltacells.to_anndata(str(db))):
+            for c in ("Score", "score"):
+                assert x.obs[c].dtype.name == "float32" and x.obs[c].isna().sum() == 20
+            for c in ("Stage", "stage"):
+                assert x.obs[c].cat.ordered and x.obs[c].isna().sum() == 20
+            assert {"length", "Length"} <= set(x.var.columns)
