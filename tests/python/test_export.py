@@ -550,6 +550,18 @@ def test_index_names_round_trip(tmp_path):
     assert anndata.read_h5ad(tmp_path / "s.h5ad").obs.index.name == "barcode"
 
 
+def verify_finds_bad_meta(h5ad, db, key, column, value):
+    """`verify` of a dataset of h5ad whose dc_meta `key` says `column` has type `value` (a column
+    of another kind) fails, naming the key and the column."""
+    dc("convert", h5ad, "-o", db, "--quiet")
+    con = sqlite3.connect(db)
+    con.execute(f"UPDATE dc_meta SET value = json_set(value, '$.{column}', ?) WHERE key = ?", (value, key))
+    con.commit()
+    con.close()
+    v = dc("verify", db, check=False)
+    assert v.returncode != 0 and key in v.stdout + v.stderr and column in v.stdout + v.stderr
+
+
 def test_narrow_obs_number_types_round_trip(tmp_path):
     """Number obs columns keep the type the input had (dc_meta obs_dtypes): float32, int32,
     int16, int8, uint8, uint16, uint32 and a nullable Int32 come back from export and to_anndata
@@ -616,14 +628,7 @@ def test_narrow_obs_number_types_round_trip(tmp_path):
     export(tmp_path / "two.dcdb", out)
     assert anndata.read_h5ad(out).obs["i32"].dtype.name in ("int64", "Int64")
     # verify names a key that says a text column has a number type
-    bad = tmp_path / "bad.dcdb"
-    dc("convert", p1, "-o", bad, "--quiet")
-    con = sqlite3.connect(bad)
-    con.execute("UPDATE dc_meta SET value = json_set(value, '$.note', 'int32') WHERE key = 'obs_dtypes'")
-    con.commit()
-    con.close()
-    v = dc("verify", bad, check=False)
-    assert v.returncode != 0 and "obs_dtypes" in v.stdout + v.stderr and "note" in v.stdout + v.stderr
+    verify_finds_bad_meta(p1, tmp_path / "bad.dcdb", "obs_dtypes", "note", "int32")
 
 
 def test_var_types_round_trip(tmp_path):
@@ -677,14 +682,7 @@ def test_var_types_round_trip(tmp_path):
     assert types(tmp_path / "m.dcdb")[0] == ["bool", "float64", "int32", "category"]
     dc("append", db, p2)
     assert types(db)[0] == ["boolean", "float32", "int32", "category"]
-    bad = tmp_path / "bad.dcdb"
-    dc("convert", p1, "-o", bad, "--quiet")
-    con = sqlite3.connect(bad)
-    con.execute("UPDATE dc_meta SET value = json_set(value, '$.gene_ids', 'bool') WHERE key = 'var_dtypes'")
-    con.commit()
-    con.close()
-    v = dc("verify", bad, check=False)
-    assert v.returncode != 0 and "var_dtypes" in v.stdout + v.stderr and "gene_ids" in v.stdout + v.stderr
+    verify_finds_bad_meta(p1, tmp_path / "bad.dcdb", "var_dtypes", "gene_ids", "bool")
 
 
 def test_categories_that_are_numbers_round_trip(tmp_path):
