@@ -321,12 +321,10 @@ static const char *col_ordered(const ocol *c, int nf) {
   return any ? "" : NULL;
 }
 
-/* A number column's type in the files: every input that has it has values of this type, of
-** the column's kind, one of int8..int32, uint8..uint32 or float32 (int64, uint64, float16 and
-** float64 are exported as int64 / float64). */
-static const char *col_dtype(const ocol *c, int nf) {
-  static const char *const kept[] = {"int8", "int16", "int32", "uint8", "uint16", "uint32", "float32"};
-  if ((c->kind != CVK_INT && c->kind != CVK_REAL) || c->is_source) return NULL;
+/* The h5col dtype every input that has column c gives it, each of the column's kind (NULL where
+** one differs, has none, or c is the `source` column). */
+static const char *agreed_dtype(const ocol *c, int nf) {
+  if (c->is_source) return NULL;
   const char *d = NULL;
   for (int f = 0; f < nf; f++) {
     const h5col *s = c->src[f];
@@ -334,6 +332,16 @@ static const char *col_dtype(const ocol *c, int nf) {
     if (s->kind != c->kind || !s->dtype[0] || (d && strcmp(d, s->dtype))) return NULL;
     d = s->dtype;
   }
+  return d;
+}
+
+/* A number column's type in the files: every input that has it has values of this type, of
+** the column's kind, one of int8..int32, uint8..uint32 or float32 (int64, uint64, float16 and
+** float64 are exported as int64 / float64). */
+static const char *col_dtype(const ocol *c, int nf) {
+  static const char *const kept[] = {"int8", "int16", "int32", "uint8", "uint16", "uint32", "float32"};
+  if (c->kind != CVK_INT && c->kind != CVK_REAL) return NULL;
+  const char *d = agreed_dtype(c, nf);
   for (size_t i = 0; d && i < sizeof kept / sizeof *kept; i++)
     if (!strcmp(d, kept[i])) return d;
   return NULL;
@@ -343,15 +351,7 @@ static const char *col_dtype(const ocol *c, int nf) {
 ** type ("int64", "float64", "bool"), for export to write the categories so (dc_meta
 ** obs_cat_dtypes; the labels are stored as the numbers' text). */
 static const char *col_cat_dtype(const ocol *c, int nf) {
-  if (c->kind != CVK_CATEGORY || c->is_source) return NULL;
-  const char *d = NULL;
-  for (int f = 0; f < nf; f++) {
-    const h5col *s = c->src[f];
-    if (!s) continue;
-    if (s->kind != CVK_CATEGORY || !s->dtype[0] || (d && strcmp(d, s->dtype))) return NULL;
-    d = s->dtype;
-  }
-  return d;
+  return c->kind == CVK_CATEGORY ? agreed_dtype(c, nf) : NULL;
 }
 
 /* A var column's type in the files (dc_meta var_dtypes): col_dtype's, and "bool" for a column

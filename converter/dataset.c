@@ -264,7 +264,7 @@ int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e) {
 int dsw_meta_forget_obs(sqlite3 *db, const char *name, cv_err *e) {
   static const char *const sql[2] = {
       "UPDATE main.dc_meta SET value = (SELECT json_group_object(key, value) FROM json_each(dc_meta.value) WHERE key <> ?1) "
-      "WHERE key IN ('obs_names', 'obs_dtypes', 'obs_cat_dtypes')",
+      "WHERE key IN " DSW_META_OBS_OBJECTS,
       "UPDATE main.dc_meta SET value = (SELECT json_group_array(value) FROM json_each(dc_meta.value) WHERE value <> ?1) "
       "WHERE key = 'obs_ordered'"};
   for (int k = 0; k < 2; k++) {

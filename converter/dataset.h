@@ -47,8 +47,12 @@ int dsw_remove_stale(const char *out_path);
 int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e);
 int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e);
 int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
-/* Obs column `name` (its stored name) goes from dc_meta obs_names and obs_ordered: it is replaced
-** by a column that is neither renamed nor ordered. */
+/* The dc_meta objects keyed by the stored name of an obs (var) column (docs/format.md), as an
+** SQL list; obs_ordered is the array that names obs columns. */
+#define DSW_META_OBS_OBJECTS "('obs_names', 'obs_dtypes', 'obs_cat_dtypes')"
+#define DSW_META_VAR_OBJECTS "('var_names', 'var_dtypes', 'var_categories')"
+/* Obs column `name` (its stored name) goes from dc_meta's obs objects and obs_ordered: it is
+** replaced by a column that is neither renamed, nor ordered, nor of a type the inputs had. */
 int dsw_meta_forget_obs(sqlite3 *db, const char *name, cv_err *e);
 int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t nnz, int64_t chunks,
              const void *blob, size_t len, cv_err *e);

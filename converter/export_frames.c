@@ -142,22 +142,12 @@ void ex_xcol_free(xcol *c) {
 /* The HDF5 file type of a number column written with numpy type name d (dc_meta obs_dtypes),
 ** -1 for a name that is not one of kind's (the column is then written as int64 / float64). */
 hid_t ex_num_type(const char *d, int kind) {
-  static const struct { const char *name; int kind; } known[] = {
-      {"int8", OK_INT}, {"int16", OK_INT}, {"int32", OK_INT}, {"uint8", OK_INT}, {"uint16", OK_INT},
-      {"uint32", OK_INT}, {"float32", OK_REAL}};
-  for (size_t i = 0; d && i < sizeof known / sizeof *known; i++) {
-    if (strcmp(d, known[i].name) || known[i].kind != kind) continue;
-    switch (i) {
-      case 0: return H5T_STD_I8LE;
-      case 1: return H5T_STD_I16LE;
-      case 2: return H5T_STD_I32LE;
-      case 3: return H5T_STD_U8LE;
-      case 4: return H5T_STD_U16LE;
-      case 5: return H5T_STD_U32LE;
-      default: return H5T_IEEE_F32LE;
-    }
-  }
-  return -1;
+  if (!d) return -1;
+  if (kind == OK_REAL) return !strcmp(d, "float32") ? H5T_IEEE_F32LE : -1;
+  if (kind != OK_INT) return -1;
+  return !strcmp(d, "int8") ? H5T_STD_I8LE : !strcmp(d, "int16") ? H5T_STD_I16LE : !strcmp(d, "int32") ? H5T_STD_I32LE
+         : !strcmp(d, "uint8") ? H5T_STD_U8LE : !strcmp(d, "uint16") ? H5T_STD_U16LE : !strcmp(d, "uint32") ? H5T_STD_U32LE
+         : -1;
 }
 
 static int kind_of(const char *k) {

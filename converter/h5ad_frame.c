@@ -114,18 +114,16 @@ static int read_labels(h5file *f, hid_t ds, const char *what, char ***out, uint3
   } else if (cls == H5T_INTEGER || cls == H5T_FLOAT || cls == H5T_ENUM) {
     double *d = malloc(((size_t)n + 1) * sizeof *d);
     int8_t *b = malloc((size_t)n + 1);
-    int ok = d && b;
+    int ok = d && b, uns = cls == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
     if (ok && cls == H5T_ENUM) {
       hid_t nt = H5Tget_native_type(t, H5T_DIR_ASCEND);
       ok = H5Tget_size(nt) == 1 && h5ad_ds_read(ds, nt, 0, (uint64_t)n, 0, b) == 0;
       H5Tclose(nt);
     } else if (ok) {
       /* integers read as such (through a double, ids past 2^53 changed), unsigned ones apart */
-      int uns = cls == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
       hid_t mt = cls == H5T_FLOAT ? H5T_NATIVE_DOUBLE : uns ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
       ok = h5ad_ds_read(ds, mt, 0, (uint64_t)n, 0, d) == 0;
     }
-    int uns = cls == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
     for (int64_t i = 0; ok && i < n; i++) {
       char buf[64];
       if (cls == H5T_ENUM) snprintf(buf, sizeof buf, "%s", b[i] ? "True" : "False");

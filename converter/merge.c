@@ -409,17 +409,16 @@ static int meta_rename_col(sqlite3 *db, int var, const char *old, const char *nw
   char *sql[4] = {
       sqlite3_mprintf("UPDATE main.dc_meta SET value = (SELECT json_group_object(CASE WHEN key = %Q THEN %Q ELSE key END,"
                       " CASE WHEN type IN ('object', 'array') THEN json(value) ELSE value END) FROM json_each(dc_meta.value))"
-                      " WHERE key IN %s", old, nw,
-                      var ? "('var_names', 'var_dtypes', 'var_categories')" : "('obs_names', 'obs_dtypes', 'obs_cat_dtypes')"),
-      var ? sqlite3_mprintf("SELECT 1 WHERE 0")
-          : sqlite3_mprintf("UPDATE main.dc_meta SET value = (SELECT json_group_array(CASE WHEN value = %Q THEN %Q ELSE value END)"
-                            " FROM json_each(dc_meta.value)) WHERE key = 'obs_ordered'", old, nw),
+                      " WHERE key IN %s", old, nw, var ? DSW_META_VAR_OBJECTS : DSW_META_OBS_OBJECTS),
       sqlite3_mprintf("INSERT OR IGNORE INTO main.dc_meta(key, value) VALUES(%Q, '{}')", names),
       sqlite3_mprintf("UPDATE main.dc_meta SET value = (SELECT json_group_object(k, v) FROM (SELECT key AS k, value AS v"
                       " FROM json_each(dc_meta.value) UNION ALL SELECT %Q, %Q WHERE NOT EXISTS"
-                      " (SELECT 1 FROM json_each(dc_meta.value) WHERE key = %Q))) WHERE key = %Q", nw, old, nw, names)};
-  int rc = 0;
-  for (int k = 0; k < 4; k++) {
+                      " (SELECT 1 FROM json_each(dc_meta.value) WHERE key = %Q))) WHERE key = %Q", nw, old, nw, names),
+      var ? NULL   /* var has no array naming columns */
+          : sqlite3_mprintf("UPDATE main.dc_meta SET value = (SELECT json_group_array(CASE WHEN value = %Q THEN %Q ELSE value END)"
+                            " FROM json_each(dc_meta.value)) WHERE key = 'obs_ordered'", old, nw)};
+  int rc = 0, n_sql = var ? 3 : 4;
+  for (int k = 0; k < n_sql; k++) {
     if (!rc && !sql[k]) rc = cv_fail(e, "out of memory");
     if (!rc && sqlite3_exec(db, sql[k], NULL, NULL, NULL) != SQLITE_OK) rc = cv_fail(e, "dc_meta.%s: %s", names, sqlite3_errmsg(db));
     sqlite3_free(sql[k]);
