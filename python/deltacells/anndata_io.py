@@ -52,6 +52,11 @@ _NARROW = {"int8": "int", "int16": "int", "int32": "int", "uint8": "int", "uint1
            "uint32": "int", "float32": "real"}
 
 
+def _nullable(d):
+    """pandas' nullable dtype of numpy integer (or bool) type name d: Int32, UInt8, boolean."""
+    return "boolean" if d == "bool" else d.capitalize().replace("Uint", "UInt")
+
+
 def _typed_labels(labels, dtype):
     """A categorical's labels (text) as the numbers or booleans dc_meta obs_cat_dtypes says the
     input had, or None (strings, or a label that is not one: as export does)."""
@@ -75,7 +80,7 @@ def _var_types(var, meta):
             continue
         col = var[c]
         if col.isna().any():            # pandas' nullable types keep the missing values
-            var[c] = col.astype("boolean" if d == "bool" else d.capitalize().replace("Uint", "UInt"))
+            var[c] = col.astype(_nullable(d))
         else:
             var[c] = col.astype(bool if d == "bool" else d)
     for c, cats in _meta_json(meta, "var_categories", dict).items():
@@ -152,7 +157,7 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
                            if any(v is None for v in vals) else np.array(vals, dtype=bool))
             elif kind == "int":
                 d = dtypes[c] if _NARROW.get(dtypes.get(c)) == "int" else "int64"
-                data[c] = (pd.array(vals, dtype=d.capitalize().replace("Uint", "UInt")) if any(v is None for v in vals)
+                data[c] = (pd.array(vals, dtype=_nullable(d)) if any(v is None for v in vals)
                            else np.array(vals, dtype=d))
             elif kind == "real":
                 d = "float32" if dtypes.get(c) == "float32" else "float64"

@@ -477,7 +477,6 @@ def test_ordered_categoricals_stay_ordered(tmp_path):
     obs_ordered), after converting several inputs, append and merge too, as long as every input
     that has it has it ordered with the same categories in the same order; a column whose
     categories another input extends, or that annotate replaces, is not ordered."""
-    import deltacells
     stages = ["early", "mid", "late"]
 
     def adata(seed, cats=stages, ordered=True):
@@ -488,10 +487,7 @@ def test_ordered_categoricals_stay_ordered(tmp_path):
         return write(a, tmp_path / f"s{seed}.h5ad"), a
 
     def ordered_in(db):
-        out = tmp_path / "o.h5ad"
-        export(db, out)
-        b = anndata.read_h5ad(out)
-        t = deltacells.to_anndata(str(db))
+        b, t = exported_and_loaded(db, tmp_path)
         assert t.obs["stage"].cat.ordered == b.obs["stage"].cat.ordered
         assert not b.obs["kind"].cat.ordered
         return bool(b.obs["stage"].cat.ordered), list(b.obs["stage"].cat.categories)
@@ -550,6 +546,14 @@ def test_index_names_round_trip(tmp_path):
     assert anndata.read_h5ad(tmp_path / "s.h5ad").obs.index.name == "barcode"
 
 
+def exported_and_loaded(db, tmp_path):
+    """The dataset as `export` writes it (read back by anndata) and as to_anndata gives it."""
+    import deltacells
+    out = tmp_path / "o.h5ad"
+    export(db, out)
+    return anndata.read_h5ad(out), deltacells.to_anndata(str(db))
+
+
 def verify_finds_bad_meta(h5ad, db, key, column, value):
     """`verify` of a dataset of h5ad whose dc_meta `key` says `column` has type `value` (a column
     of another kind) fails, naming the key and the column."""
@@ -569,7 +573,6 @@ def test_narrow_obs_number_types_round_trip(tmp_path):
     int64 and float64 stay so.  With several inputs, append and merge, a column keeps its type
     only where every input that has it has that type; annotate's replacement is int64/float64.
     `verify` checks the key."""
-    import deltacells
     narrow = {"f32": np.float32, "i32": np.int32, "i16": np.int16, "i8": np.int8, "u8": np.uint8,
               "u16": np.uint16, "u32": np.uint32}
 
@@ -586,10 +589,7 @@ def test_narrow_obs_number_types_round_trip(tmp_path):
         return write(a, tmp_path / f"n{seed}.h5ad"), a
 
     def check(db, a=None, f32="float32"):
-        out = tmp_path / "o.h5ad"
-        export(db, out)
-        b = anndata.read_h5ad(out)
-        t = deltacells.to_anndata(str(db))
+        b, t = exported_and_loaded(db, tmp_path)
         want = {k: np.dtype(v).name for k, v in narrow.items()}
         want["f32"] = f32
         for got in (b, t):
@@ -638,7 +638,6 @@ def test_var_types_round_trip(tmp_path):
     and int32 came back 64-bit, and to_anndata gave categoricals as text.  Two inputs where one
     lacks a column give nullable types; a type the inputs disagree on is int64 / float64;
     merge keeps the rule; verify checks the key."""
-    import deltacells
 
     def adata(seed, hv=True, m32=np.float32, n_genes=8):
         a = make_adata(n_cells=20, n_genes=n_genes, seed=seed, cell_prefix=f"v{seed}c")
@@ -649,10 +648,7 @@ def test_var_types_round_trip(tmp_path):
         return write(a, tmp_path / f"v{seed}_{hv}_{np.dtype(m32).name}.h5ad"), a
 
     def types(db):
-        out = tmp_path / "o.h5ad"
-        export(db, out)
-        b = anndata.read_h5ad(out)
-        t = deltacells.to_anndata(str(db))
+        b, t = exported_and_loaded(db, tmp_path)
         cols = ["highly_variable", "means", "n_cells_by", "feature_types"]
         got = [b.var[cols].dtypes.astype(str).tolist(), t.var[cols].dtypes.astype(str).tolist()]
         assert got[0] == got[1], got
@@ -690,7 +686,6 @@ def test_categories_that_are_numbers_round_trip(tmp_path):
     comes back from export and to_anndata with those categories (dc_meta obs_cat_dtypes): they
     came back as text, so `obs.cluster == 0` was False for every cell.  Several inputs, append and
     merge keep the type where every input that has the column has it; otherwise text."""
-    import deltacells
 
     def adata(seed, clusters, as_text=False):
         a = make_adata(n_cells=24, n_genes=6, seed=seed, cell_prefix=f"k{seed}c")
@@ -703,10 +698,7 @@ def test_categories_that_are_numbers_round_trip(tmp_path):
         return write(a, tmp_path / f"k{seed}{as_text}.h5ad"), a
 
     def got(db):
-        out = tmp_path / "o.h5ad"
-        export(db, out)
-        b = anndata.read_h5ad(out)
-        t = deltacells.to_anndata(str(db))
+        b, t = exported_and_loaded(db, tmp_path)
         for x in (b, t):
             assert list(x.obs["dose"].cat.categories) == [1e-7, 0.5, 1.25]
             assert list(x.obs["treated"].cat.categories) == [False, True]
@@ -742,7 +734,6 @@ def test_merge_and_append_of_columns_that_differ_only_in_case(tmp_path):
     column name: Length)') and left dc_meta naming an obs column that did not exist (verify
     failed). The second is stored as NAME_1, its dc_meta entries (type, ordered) follow it, and
     export and to_anndata give it its name back."""
-    import deltacells
 
     def adata(prefix, score, stage, length):
         a = make_adata(n_cells=20, n_genes=6, cell_prefix=prefix)
@@ -761,9 +752,7 @@ def test_merge_and_append_of_columns_that_differ_only_in_case(tmp_path):
     for db in (merged, p1.with_suffix(".dcdb")):
         v = dc("verify", db, check=False)
         assert v.returncode == 0, v.stdout + v.stderr
-        out = tmp_path / "o.h5ad"
-        export(db, out)
-        for x in (anndata.read_h5ad(out), deltacells.to_anndata(str(db))):
+        for x in exported_and_loaded(db, tmp_path):
             for c in ("Score", "score"):
                 assert x.obs[c].dtype.name == "float32" and x.obs[c].isna().sum() == 20
             for c in ("Stage", "stage"):
