@@ -79,8 +79,8 @@ def _var_types(var, meta):
         if c not in var.columns or not (d == "bool" or d in _NARROW):
             continue
         col = var[c]
-        if col.isna().any():            # pandas' nullable types keep the missing values
-            var[c] = col.astype(_nullable(d))
+        if col.isna().any() and _NARROW.get(d) != "real":  # nullable types keep the missing values
+            var[c] = col.astype(_nullable(d))            # (a float keeps them as NaN, as export does)
         else:
             var[c] = col.astype(bool if d == "bool" else d)
     for c, cats in _meta_json(meta, "var_categories", dict).items():

@@ -643,9 +643,10 @@ def test_var_types_round_trip(tmp_path):
         a = make_adata(n_cells=20, n_genes=n_genes, seed=seed, cell_prefix=f"v{seed}c")
         if hv:
             a.var["highly_variable"] = np.arange(n_genes) % 3 == 0
-        a.var["means"] = np.linspace(0, 1, n_genes).astype(m32)
+        if m32 is not None:
+            a.var["means"] = np.linspace(0, 1, n_genes).astype(m32)
         a.var["n_cells_by"] = np.arange(n_genes, dtype=np.int32)
-        return write(a, tmp_path / f"v{seed}_{hv}_{np.dtype(m32).name}.h5ad"), a
+        return write(a, tmp_path / f"v{seed}_{hv}_{m32 and np.dtype(m32).name}.h5ad"), a
 
     def types(db):
         b, t = exported_and_loaded(db, tmp_path)
@@ -672,6 +673,12 @@ def test_var_types_round_trip(tmp_path):
     got, b, _ = types(tmp_path / "two.dcdb")
     assert got == ["boolean", "float32", "int32", "category"]
     assert b.var.highly_variable.isna().sum() == 2
+    # an input without a float32 column: NaN for its new genes, float32 from both (to_anndata gave
+    # pandas' Float32 where export writes float32)
+    p4, _ = adata(4, m32=None, n_genes=11)
+    dc("convert", p1, p4, "-o", tmp_path / "nomeans.dcdb", "--quiet")
+    got, b, _ = types(tmp_path / "nomeans.dcdb")
+    assert got == ["bool", "float32", "int32", "category"] and b.var.means.isna().sum() == 3
     dc("convert", p1, p3, "-o", tmp_path / "mix.dcdb", "--quiet")
     assert types(tmp_path / "mix.dcdb")[0] == ["bool", "float64", "int32", "category"]
     dc("merge", db, tmp_path / "mix.dcdb", "-o", tmp_path / "m.dcdb")
