@@ -144,20 +144,24 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
     for (uint64_t k = 0; k < w && !bad; k += EX_CONV) { /* values: converted here, a slice at a time */
       uint64_t m = w - k < EX_CONV ? w - k : EX_CONV;
       const uint32_t *v = (const uint32_t *)x->vx + k;
+      uint32_t lost = 0;                /* a count the dtype does not hold (dc_meta x_dtype is wrong) */
       switch (x->dt) {
-#define CONV(T) do { T *o_ = x->cbuf; for (uint64_t j = 0; j < m; j++) o_[j] = (T)v[j]; } while (0)
-        case 0: CONV(int8_t); break;
-        case 1: CONV(int16_t); break;
-        case 2: CONV(int32_t); break;
-        case 3: CONV(int64_t); break;
-        case 4: CONV(uint8_t); break;
-        case 5: CONV(uint16_t); break;
-        case 6: CONV(uint32_t); break;
-        case 7: CONV(uint64_t); break;
-        case 8: CONV(float); break;
-        default: CONV(double); break;
+#define CONV(T, FITS) do { T *o_ = x->cbuf; for (uint64_t j = 0; j < m; j++) { o_[j] = (T)v[j]; lost |= !(FITS); } } while (0)
+        case 0: CONV(int8_t, v[j] <= INT8_MAX); break;
+        case 1: CONV(int16_t, v[j] <= INT16_MAX); break;
+        case 2: CONV(int32_t, v[j] <= INT32_MAX); break;
+        case 3: CONV(int64_t, 1); break;
+        case 4: CONV(uint8_t, v[j] <= UINT8_MAX); break;
+        case 5: CONV(uint16_t, v[j] <= UINT16_MAX); break;
+        case 6: CONV(uint32_t, 1); break;
+        case 7: CONV(uint64_t, 1); break;
+        case 8: CONV(float, (double)o_[j] == (double)v[j]); break;
+        default: CONV(double, 1); break;
 #undef CONV
       }
+      if (lost)
+        return cv_fail(e, "%s: tile %lld holds a count that X's dtype %s does not (dc_meta x_dtype is wrong; run verify)",
+                       path, (long long)tile, ex_dtype_name(x->dt));
       bad = ex_dset_put(x->d_data, x->mt_data, x->cbuf, x->nnz_out + k, m, 1);
     }
     if (bad) return cv_fail(e, "%s: writing X (tile %lld) failed (disk full?)", x->o->out, (long long)tile);

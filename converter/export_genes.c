@@ -47,7 +47,7 @@ static const char *dtype_of(hid_t t) {
 /* The dtype that holds every input's values: equal dtypes stay; integers of one
 ** signedness take the widest; mixed signedness int64; any float: float32 if every
 ** input is float32 (or float16), else float64. */
-static const char *dtype_unite(const char *a, const char *b) {
+const char *cv_dtype_unite(const char *a, const char *b) {
   if (!a || !b) return NULL;
   if (!strcmp(a, b)) return a;
   int fa = a[0] == 'f', fb = b[0] == 'f';
@@ -67,7 +67,7 @@ int cv_meta_export(dsw *w, h5file *files, int nf, cv_err *e) {
     hid_t t = files[f].data >= 0 ? H5Dget_type(files[f].data) : -1;
     const char *d = dtype_of(t);
     if (t >= 0) H5Tclose(t);
-    dt = f == 0 ? d : dtype_unite(dt, d);
+    dt = f == 0 ? d : cv_dtype_unite(dt, d);
     if (!dt) break;
   }
   if (dsw_meta_text(w, "gene_order", "union", e)) return -1;

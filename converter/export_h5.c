@@ -142,6 +142,7 @@ int ex_dtype_index(const char *name) {
     if (!strcmp(dtypes[i], name)) return i;
   return -1;
 }
+const char *ex_dtype_name(int i) { return dtypes[i]; }
 hid_t ex_dtype_file(int i) {
   hid_t t[] = {H5T_STD_I8LE, H5T_STD_I16LE, H5T_STD_I32LE, H5T_STD_I64LE, H5T_STD_U8LE, H5T_STD_U16LE,
                H5T_STD_U32LE, H5T_STD_U64LE, H5T_IEEE_F32LE, H5T_IEEE_F64LE};

@@ -61,6 +61,7 @@ hid_t ex_dset(hid_t loc, const char *name, hid_t ft, hsize_t n, int ext, const c
 int ex_dset_put(hid_t d, hid_t mt, const void *buf, hsize_t off, hsize_t n, int ext);
 /* X's output dtypes: the index of numpy's name (-1 if unknown), its file and memory types. */
 int ex_dtype_index(const char *name);
+const char *ex_dtype_name(int i);
 hid_t ex_dtype_file(int i);
 hid_t ex_dtype_mem(int i);
 /* A column of strings of n rows, all at once (var). */

@@ -20,6 +20,7 @@
 **   meta   n_cells, n_genes, nnz, n_tiles and sources are updated.
 */
 #include "merge.h"
+#include "export.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -795,6 +796,31 @@ static int merge_dtypes(sqlite3 *db, dsw *w, const char *key, const char *table,
   return meta_from(db, w, key, st, e);
 }
 
+/* dc_meta x_dtype, X's dtype in the files: the one that holds both datasets' values (as convert
+** unites its inputs': int32 and float32 give float64), or none when either does not record it
+** (export then picks int32 or int64 from the counts).  Keeping main's had exported an appended
+** float32 count of 3e9 as a negative int32. */
+static int merge_x_dtype(sqlite3 *db, dsw *w, cv_err *e) {
+  sqlite3_stmt *st = cv_prep(db, e, "SELECT (SELECT value FROM main.dc_meta WHERE key = 'x_dtype'), "
+                                    "(SELECT value FROM src.dc_meta WHERE key = 'x_dtype')");
+  if (!st) return -1;
+  if (sqlite3_step(st) != SQLITE_ROW) {
+    cv_fail(e, "dc_meta.x_dtype: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return -1;
+  }
+  const char *a = (const char *)sqlite3_column_text(st, 0), *b = (const char *)sqlite3_column_text(st, 1);
+  const char *u = cv_dtype_unite(a, b);
+  char keep[16] = "";
+  if (u) snprintf(keep, sizeof keep, "%s", u);   /* u points into the row */
+  sqlite3_finalize(st);
+  if (keep[0]) return dsw_meta_text(w, "x_dtype", keep, e);
+  st = cv_prep(db, e, "DELETE FROM main.dc_meta WHERE key = 'x_dtype'");
+  int rc = !st ? -1 : sqlite3_step(st) == SQLITE_DONE ? 0 : cv_fail(e, "dc_meta.x_dtype: %s", sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  return rc;
+}
+
 /* Adds dataset spath to main (in the caller's transaction, which then detaches `src`); D is updated. */
 int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int tiles_in, int threads, int *reencoded,
                   cv_err *e) {
@@ -822,7 +848,7 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
   double tg = cv_now();
   if (merge_var_categories(db, &w, e) || merge_ordered(db, &w, e) ||
       merge_dtypes(db, &w, "obs_dtypes", "cells_columns", e) || merge_dtypes(db, &w, "var_dtypes", "genes_columns", e) ||
-      merge_dtypes(db, &w, "obs_cat_dtypes", "cells_columns", e) ||
+      merge_dtypes(db, &w, "obs_cat_dtypes", "cells_columns", e) || merge_x_dtype(db, &w, e) ||
       merge_renamed(db, &w, "obs_names", "cells_columns", e) ||
       merge_renamed(db, &w, "var_names", "genes_columns", e))
     goto done;

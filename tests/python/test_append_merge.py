@@ -381,3 +381,58 @@ def test_shards_with_a_shared_gene_order_merge_by_copying_tiles(files, tmp_path)
     assert_same(snapshot(m2), snapshot(whole3), "merge of three shards")
     p = run("convert", a, "-o", tmp_path / "x.dcdb", "--gene-order", tmp_path / "none.txt", check=False)
     assert p.returncode == 1 and "none.txt" in p.stderr
+
+
+def test_append_and_merge_widen_x_dtype_as_convert_does(tmp_path):
+    """X's dtype in the files (dc_meta x_dtype) is united as convert unites its inputs': an int32
+    dataset appended or merged with float32 counts of 2^31 and more exports float64 (it kept
+    int32 and export wrote 3e9 as -1294967296), and float32 with an int32 count of 2^24 + 1
+    exports float64 (float32 rounded it to 2^24).  A dtype that cannot hold a count is an error
+    of export, never a wrong number."""
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+    need_converter()
+
+    def h5ad(name, rows, dtype):
+        X = sp.csr_matrix(np.array(rows, dtype=dtype))
+        ad.AnnData(X=X, obs=pd.DataFrame(index=[f"{name}{i}" for i in range(len(rows))]),
+                   var=pd.DataFrame(index=["G0", "G1", "G2"]), dtype=dtype).write_h5ad(tmp_path / f"{name}.h5ad")
+        return tmp_path / f"{name}.h5ad"
+
+    small_i = h5ad("i", [[1, 2, 0], [0, 3, 4]], np.int32)
+    big_f = h5ad("f", [[2147483904.0, 1, 0], [0, 5, 3e9]], np.float32)
+    odd_i = h5ad("j", [[16777217, 1, 0]], np.int32)
+    small_f = h5ad("g", [[1.0, 0, 2]], np.float32)
+    for first, second, want in ((small_i, big_f, "float64"), (small_f, odd_i, "float64"), (small_i, odd_i, "int32")):
+        together = tmp_path / "t.dcdb"
+        run("convert", first, second, "-o", together, "--quiet", "--force")
+        parts = [ad.read_h5ad(f) for f in (first, second)]
+        names = [n for p in parts for n in p.obs_names]
+        ref = np.vstack([p.X.toarray().astype(np.float64) for p in parts])
+        a, b = tmp_path / "a.dcdb", tmp_path / "b.dcdb"
+        for p in (a, b):
+            if p.exists():
+                p.unlink()
+        run("convert", first, "-o", a, "--quiet")
+        run("convert", second, "-o", b, "--quiet")
+        m = tmp_path / "m.dcdb"
+        run("merge", a, b, "-o", m, "--force")
+        run("append", a, second)
+        for ds in (together, a, m):
+            out = tmp_path / "e.h5ad"
+            run("export", ds, "-o", out, "--force", "--quiet")
+            x = ad.read_h5ad(out)
+            assert x.X.dtype == want, (ds.name, x.X.dtype)
+            got = x[names, ["G0", "G1", "G2"]].X.toarray().astype(np.float64)
+            assert np.array_equal(got, ref), (ds.name, got)
+            verify_ok(ds)
+    # a wrong x_dtype (an older merge wrote them) is refused by export, naming the dtype
+    import sqlite3
+    c = sqlite3.connect(m)
+    c.execute("UPDATE dc_meta SET value = 'int8' WHERE key = 'x_dtype'")
+    c.commit()
+    c.close()
+    p = run("export", m, "-o", tmp_path / "bad.h5ad", check=False)
+    assert p.returncode == 1 and "int8" in p.stderr and "x_dtype" in p.stderr, p.stderr
+    assert not (tmp_path / "bad.h5ad").exists()
