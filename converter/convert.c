@@ -218,8 +218,11 @@ int cv_convert(const cv_opts *o, cv_err *e) {
       char ex[128];
       uint64_t k = tenx_other_features(&files[f], &m, ex, sizeof ex);
       if (!k) continue;
-      if (k == files[f].n_vars) { /* nothing but other features: keep them */
+      if (k == files[f].n_vars) { /* nothing but other features: keep them, and say so */
         free(m);
+        fprintf(stderr, "deltacells: note: %s: no feature is typed 'Gene Expression' (e.g. '%s'), so all %llu are "
+                "kept as genes (scanpy's read_10x_h5 would keep none)\n", files[f].path, ex,
+                (unsigned long long)k);
         continue;
       }
       if (!g.gone && !(g.gone = calloc((size_t)nf, sizeof *g.gone))) { free(m); cv_fail(e, "out of memory"); goto done; }

@@ -86,9 +86,7 @@ char *h5ad_attr_str(hid_t obj, const char *name) {
   hssize_t np = H5Sget_simple_extent_npoints(sp);
   if (np < 1) goto done;
   if (H5Tis_variable_str(t) > 0) {
-    mt = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mt, H5T_VARIABLE);
-    H5Tset_cset(mt, H5T_CSET_UTF8);
+    mt = h5ad_vlen_str_type(t);
     char **v = calloc((size_t)np, sizeof *v);
     if (v && H5Aread(a, mt, v) >= 0) {
       res = v[0] ? strdup(v[0]) : strdup("");
@@ -132,9 +130,7 @@ long h5ad_attr_strs(hid_t obj, const char *name, char ***out) {
   char **v = calloc((size_t)np, sizeof *v);
   if (!v) goto done;
   if (H5Tis_variable_str(t) > 0) {
-    mt = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mt, H5T_VARIABLE);
-    H5Tset_cset(mt, H5T_CSET_UTF8);
+    mt = h5ad_vlen_str_type(t);
     char **raw = calloc((size_t)np, sizeof *raw);
     if (raw && H5Aread(a, mt, raw) >= 0) {
       for (hssize_t i = 0; i < np; i++) v[i] = strdup(raw[i] ? raw[i] : "");
@@ -242,10 +238,13 @@ done:
   return rc;
 }
 
-hid_t h5ad_vlen_str_type(void) {
+hid_t h5ad_vlen_str_type(hid_t file_type) {
   hid_t mt = H5Tcopy(H5T_C_S1);
   H5Tset_size(mt, H5T_VARIABLE);
-  H5Tset_cset(mt, H5T_CSET_UTF8);
+  /* the file's character set: HDF5 converts no strings between ASCII and UTF-8, and R's
+  ** hdf5r (loomR, Seurat) writes ASCII where h5py writes UTF-8 */
+  H5T_cset_t cs = H5Tget_cset(file_type);
+  H5Tset_cset(mt, cs == H5T_CSET_ASCII ? H5T_CSET_ASCII : H5T_CSET_UTF8);
   return mt;
 }
 
@@ -258,7 +257,7 @@ int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t
   int rc = -1;
   if (t < 0) return h5ad_fail(e, f, what);
   if (H5Tis_variable_str(t) > 0) {
-    mt = h5ad_vlen_str_type();
+    mt = h5ad_vlen_str_type(t);
     char **v = calloc(n, sizeof *v);
     if (!v) { cv_fail(e, "out of memory"); goto done; }
     if (h5ad_ds_read(ds, mt, start, n, 0, v) < 0) { free(v); h5ad_fail(e, f, what); goto done; }

@@ -41,7 +41,7 @@ int64_t h5ad_ds_len(hid_t ds);
 ** ncols > 0).  0 or -1 (HDF5's error stack says why). */
 int h5ad_ds_read(hid_t ds, hid_t mt, uint64_t start, uint64_t count, uint64_t ncols, void *buf);
 /* A variable-length UTF-8 string memory type (H5Tclose it). */
-hid_t h5ad_vlen_str_type(void);
+hid_t h5ad_vlen_str_type(hid_t file_type);  /* variable-length, in file_type's character set */
 /* Reads strings [start, start+n) of a string dataset into cb (kind text) at positions off.. */
 int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t n, colbuf *cb, size_t off,
                    cv_err *e);

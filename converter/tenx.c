@@ -83,6 +83,16 @@ static int tenx_frames(h5file *f, hid_t gb, const char *gbpath, const char *bc, 
   return 0;
 }
 
+/* "Gene Expression", with any surrounding whitespace (a hand-edited features.tsv) */
+static int is_gene_expression(const char *t) {
+  static const char ge[] = "Gene Expression";
+  while (*t == ' ' || *t == '\t') t++;
+  if (strncmp(t, ge, sizeof ge - 1) != 0) return 0;
+  for (t += sizeof ge - 1; *t; t++)
+    if (*t != ' ' && *t != '\t') return 0;
+  return 1;
+}
+
 uint64_t tenx_other_features(h5file *f, uint8_t **other, char *example, size_t n) {
   *other = NULL;
   if (example && n) example[0] = 0;
@@ -99,7 +109,7 @@ uint64_t tenx_other_features(h5file *f, uint8_t **other, char *example, size_t n
       if (h5ad_col_read(f, c, s, k, &cb, &e)) { colbuf_free(&cb); free(m); return 0; }
       for (size_t j = 0; j < k; j++) {
         const char *t = cb.kind == CVK_TEXT ? cb.text[j] : cb.kind == CVK_CATEGORY && cb.codes[j] >= 0 ? c->cats[cb.codes[j]] : NULL;
-        if (t && strcmp(t, "Gene Expression") != 0) {
+        if (t && !is_gene_expression(t)) {
           if (!cnt++ && example && n) snprintf(example, n, "%s", t);
           m[s + j] = 1;
         }
@@ -311,6 +321,8 @@ static int lr_next(lreader *r, char **s, size_t *n, cv_err *e) {
       char *a = r->buf + r->pos, *z = nl ? nl : r->buf + r->len;
       r->pos = (size_t)(z - r->buf) + (nl ? 1 : 0);
       if (z > a && z[-1] == '\r') z--;
+      /* a UTF-8 byte-order mark (Excel's "UTF-8 CSV", PowerShell) is not part of the first name */
+      if (r->line == 0 && z - a >= 3 && !memcmp(a, "\xEF\xBB\xBF", 3)) a += 3;
       *z = 0;
       *s = a;
       *n = (size_t)(z - a);
@@ -655,8 +667,11 @@ int tenx_mtx_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
         if (bad || parse_u64(&p, &v)) bad = 1;
       } else {
         char *end;
+        while (*p == ' ' || *p == '\t') p++;
+        /* Matrix Market's decimal syntax only (strtod also takes 0x10, inf, nan) */
+        size_t tl = strspn(p, "0123456789+-.eE");
         double d = strtod(p, &end);
-        if (end == p || !(d >= 0 && d <= 4294967295.0 && d == floor(d))) bad = 1;
+        if (end == p || end != p + tl || !(d >= 0 && d <= 4294967295.0 && d == floor(d))) bad = 1;
         else { v = (uint64_t)d; p = end; }
       }
       while (!bad && (*p == ' ' || *p == '\t')) p++;

@@ -422,3 +422,59 @@ def test_loom_fractional_counts(tmp_path, mat):
     Y.data = Y.data / 3
     p = write_loom(tmp_path / "f.loom", Y, bc, ids, names)
     bad(tmp_path, p, "f.loom", "not an integer count")
+
+
+def test_inputs_as_other_tools_write_them(tmp_path, mat):
+    """Strings and files as tools other than h5py write them: variable-length ASCII strings (R's
+    hdf5r, so loomR and Seurat) were refused with 'HDF5 read error'; a UTF-8 byte-order mark at
+    the start of barcodes.tsv / features.tsv stayed in the first name; a feature type with
+    stray whitespace was not 'Gene Expression'; a file with no gene expression feature kept
+    them all without a word; a 'real' matrix.mtx took C hex floats (0x10) as counts."""
+    X, bc, ids, names, types = mat
+    convert(write_h5_v3(tmp_path / "ref.h5", *mat), tmp_path / "ref.dcdb")
+    ref = contents(tmp_path / "ref.dcdb")
+    ascii_vlen = h5py.string_dtype("ascii")
+
+    def vlen(g, name, values):
+        g.create_dataset(name, data=np.array([v.encode() for v in values], dtype=object), dtype=ascii_vlen)
+
+    C = sp.csc_matrix(X.T)
+    with h5py.File(tmp_path / "r.h5", "w") as f:
+        m = f.create_group("matrix")
+        m["data"], m["indices"], m["indptr"] = C.data, C.indices, C.indptr
+        m["shape"] = np.array(C.shape, dtype=np.int32)
+        vlen(m, "barcodes", bc)
+        ft = m.create_group("features")
+        for k, v in (("id", ids), ("name", names), ("feature_type", types), ("genome", ["GRCh38"] * len(ids))):
+            vlen(ft, k, v)
+    convert(tmp_path / "r.h5", tmp_path / "r.dcdb")
+    same(contents(tmp_path / "r.dcdb"), ref)
+    loom = write_loom(tmp_path / "r.loom", X, bc, ids, names)
+    with h5py.File(loom, "a") as f:
+        for g, k, v in (("row_attrs", "Gene", names), ("col_attrs", "CellID", bc)):
+            del f[g][k]
+            vlen(f[g], k, v)
+    convert(loom, tmp_path / "rl.dcdb")
+    same(contents(tmp_path / "rl.dcdb"), ref)
+
+    # a byte-order mark, and 'Gene Expression ' with a trailing space
+    d = write_mtx(tmp_path / "bom", *mat, gz=False)
+    for fn in ("barcodes.tsv", "features.tsv"):
+        p = d / fn
+        txt = p.read_text().replace("\tGene Expression", "\tGene Expression ")
+        p.write_bytes(b"\xef\xbb\xbf" + txt.encode())
+    r = convert(d, tmp_path / "bom.dcdb")
+    assert "not 'Gene Expression'" not in r.stderr and "no feature" not in r.stderr, r.stderr
+    same(contents(tmp_path / "bom.dcdb"), ref)
+
+    # nothing but antibodies: all kept, with a note
+    ab = write_h5_v3(tmp_path / "ab.h5", X, bc, ids, names, ["Antibody Capture"] * len(ids))
+    r = convert(ab, tmp_path / "ab.dcdb")
+    assert f"no feature is typed 'Gene Expression' (e.g. 'Antibody Capture'), so all {N_GENES} are kept" in r.stderr
+    same(contents(tmp_path / "ab.dcdb"), ref)
+
+    # Matrix Market numbers are decimal
+    for k, v in enumerate(("0x10", "0x1p2", "inf", "1e400")):
+        d = write_mtx(tmp_path / f"hex{k}", *mat, gz=False, header="%%MatrixMarket matrix coordinate real general")
+        rewrite(d / "matrix.mtx", lambda ls: ls[:3] + [" ".join(ls[3].split()[:2] + [v])] + ls[4:])
+        bad(tmp_path, d, "matrix.mtx", "line 4", f"'{v}' is not a count")
