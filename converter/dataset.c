@@ -433,7 +433,7 @@ int dsw_obs_block(dsw *w, int64_t col, const char *name, int64_t b, int64_t firs
   return rc;
 }
 
-static int fsync_path(const char *path, int dir) {
+int dsw_fsync_path(const char *path, int dir) {
   int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) return -1;
   int r = fsync(fd);
@@ -459,7 +459,7 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   }
   if (sqlite3_close(w->db) != SQLITE_OK) return db_fail(w, e, "close");
   w->db = NULL;
-  if (!w->no_sync && fsync_path(w->tmp_path, 0) != 0) return cv_fail(e, "%s: fsync: %s", w->tmp_path, strerror(errno));
+  if (!w->no_sync && dsw_fsync_path(w->tmp_path, 0) != 0) return cv_fail(e, "%s: fsync: %s", w->tmp_path, strerror(errno));
   if (force) {
     if (rename(w->tmp_path, out_path) != 0)
       return cv_fail(e, "%s: cannot rename the finished dataset into place: %s", out_path, strerror(errno));
@@ -476,7 +476,7 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   }
   char *d = strdup(out_path);
   if (d && !w->no_sync) {
-    fsync_path(dirname(d), 1);
+    dsw_fsync_path(dirname(d), 1);
   }
   free(d);
   if (w->lock_fd >= 0) close(w->lock_fd);

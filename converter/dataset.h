@@ -32,6 +32,8 @@ int dsw_db_fail(const char *out, cv_err *e, const char *what, int rc, const char
 /* The parts of out_path: its directory and the prefix `.NAME.tmp-` of its temporary files
 ** (malloc()ed; -1 and both NULL when out of memory). */
 int dsw_temp_prefix(const char *out_path, char **dir, char **prefix);
+/* fsync() of a file (dir 0) or a directory (dir 1): 0, or -1 with errno. */
+int dsw_fsync_path(const char *path, int dir);
 
 /* Removes the temporary files `.NAME.tmp-XXXXXX` (and their -journal, -wal)
 ** that earlier writers of out_path left behind when they were killed: only

@@ -280,6 +280,16 @@ static void remove_stale_exports(const char *dir, const char *prefix) {
   if (d) closedir(d);
 }
 
+/* Counts the HDF5 calls that fail while the output is written.  Not every failure reaches a
+** return value this code sees: a chunk that HDF5 keeps cached is written when its dataset is
+** closed, and a full disk (or `ulimit -f`) there had let export rename a truncated file into
+** place and exit 0. */
+static herr_t count_h5_failure(hid_t stack, void *n) {
+  (void)stack;
+  ++*(int *)n;
+  return 0;
+}
+
 int cv_export(const ex_opts *o, cv_err *e) {
   sqlite3 *db = NULL;
   int64_t version = 0;
@@ -291,6 +301,9 @@ int cv_export(const ex_opts *o, cv_err *e) {
   int64_t *orig_order = NULL, *sel = NULL;
   char *dtype = NULL, *tmp = NULL;
   hid_t f = -1, bt = -1;
+  H5E_auto2_t h5_was = NULL;
+  void *h5_was_data = NULL;
+  int h5_failed = 0, h5_counting = 0;
   memset(&g, 0, sizeof g);
   memset(&xg, 0, sizeof xg);
   memset(&x, 0, sizeof x);
@@ -366,6 +379,9 @@ int cv_export(const ex_opts *o, cv_err *e) {
     free(prefix);
     if (!tmp) { cv_fail(e, "out of memory"); goto done; }
   }
+  H5Eget_auto2(H5E_DEFAULT, &h5_was, &h5_was_data);
+  H5Eset_auto2(H5E_DEFAULT, count_h5_failure, &h5_failed);
+  h5_counting = 1;
   f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0) { cv_fail(e, "%s: cannot create %s: %s", o->out, tmp, strerror(errno)); goto done; }
   bt = ex_booltype();
@@ -389,7 +405,8 @@ int cv_export(const ex_opts *o, cv_err *e) {
   if (cv_check_interrupt(e)) goto done;
   herr_t cr = H5Fclose(f);
   f = -1;
-  if (cr < 0) { cv_fail(e, "%s: closing %s failed (disk full?)", o->out, tmp); goto done; }
+  if (cr < 0 || h5_failed) { cv_fail(e, "%s: writing %s failed (disk full?)", o->out, tmp); goto done; }
+  if (dsw_fsync_path(tmp, 0)) { cv_fail(e, "%s: writing %s failed: %s", o->out, tmp, strerror(errno)); goto done; }
   if (rename(tmp, o->out) != 0) { cv_fail(e, "%s: cannot rename %s into place: %s", o->out, tmp, strerror(errno)); goto done; }
   if (!o->quiet)
     fprintf(stderr, "%s: %lld cells x %lld genes, %llu nonzeros (X %s, genes in %s order), %d obs columns; %.1f s\n",
@@ -400,6 +417,7 @@ int cv_export(const ex_opts *o, cv_err *e) {
 done:
   if (f >= 0) H5Fclose(f);
   if (bt >= 0) H5Tclose(bt);
+  if (h5_counting) H5Eset_auto2(H5E_DEFAULT, h5_was, h5_was_data);
   if (rc && tmp) unlink(tmp);
   sqlite3_free(tmp);
   for (int i = 0; i < nc; i++) ex_xcol_free(&cols[i]);

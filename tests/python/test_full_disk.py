@@ -132,3 +132,35 @@ def test_export_onto_a_full_disk(tmp_path, inputs):
         r = cli("export", inputs["ds"], "-o", out, "--force", "--quiet")
         assert r.returncode == 1 and str(out) in r.stderr, r.stderr
         assert out.read_bytes() == b"the old export" and os.listdir(mnt) == ["e.h5ad"]
+
+
+def test_export_past_a_file_size_limit(tmp_path, inputs):
+    """The disk filling at any point of export, without root: a file size limit (`ulimit -f`;
+    the converter ignores SIGXFSZ, so writes fail with EFBIG).  HDF5 writes a cached chunk when
+    its dataset is closed, and that failure reached no return value: export renamed a
+    truncated h5ad into place and exited 0, at every limit tried.  Now each run fails naming
+    the output, leaves nothing, or writes a complete file."""
+    import resource
+    need_converter()
+    full = tmp_path / "full.h5ad"
+    cli("export", inputs["ds"], "-o", full, "--quiet")
+    size = full.stat().st_size
+    want = ad.read_h5ad(full)
+    failed = 0
+    for frac in (0.05, 0.3, 0.6, 0.9, 0.99, 1.5):
+        lim = int(size * frac)
+        out = tmp_path / f"e{frac}.h5ad"
+        r = subprocess.run([CONVERTER, "export", str(inputs["ds"]), "-o", str(out), "--quiet"], capture_output=True,
+                           text=True, timeout=300,
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim)))
+        assert r.returncode in (0, 1), r.stderr
+        left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith((f"e{frac}", f".e{frac}")))
+        if r.returncode:
+            failed += 1
+            assert str(out) in r.stderr and "disk full" in r.stderr, r.stderr
+            assert not left, left
+        else:
+            assert frac > 1 and left == [out.name], (frac, left)
+            got = ad.read_h5ad(out)
+            assert (got.X != want.X).nnz == 0 and got.obs.equals(want.obs)
+    assert failed == 5
