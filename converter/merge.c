@@ -476,22 +476,39 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
     dcol *c = &dc[i];
     int j = i == d_src ? -2 : find_col(sc, ns, c->name);
     if (j >= 0 && j == s_src && i != d_src) j = -1;   /* S's source column only joins D's source column */
-    if (j >= 0 && !cast_ok(c->kind, sc[j].kind))
-      { cv_fail(e, "obs column '%s': %s holds %s values, %s holds %s; they cannot join without changing the stored "
-                "column (convert the files together, or rename the column)", c->name, D->path, cv_obs_kind_label(c->kind), S->path,
-                cv_obs_kind_label(sc[j].kind)); goto done; }
+    /* S's kind is wider (int into real, bool into int, category into text): D's column is
+    ** stored again whole in S's kind, as convert would have stored the two together */
+    int widen = j >= 0 && !cast_ok(c->kind, sc[j].kind) && cast_ok(sc[j].kind, c->kind);
+    if (j >= 0 && !cast_ok(c->kind, sc[j].kind) && !widen)
+      { cv_fail(e, "obs column '%s': %s holds %s values, %s holds %s; they cannot join (convert the files together, "
+                "or rename the column)", c->name, D->label ? D->label : D->path, cv_obs_kind_label(c->kind),
+                S->label ? S->label : S->path, cv_obs_kind_label(sc[j].kind)); goto done; }
+    int64_t cb0 = widen ? 0 : b0, cp0 = widen ? 0 : p0;
     int64_t old_ncat = c->ncat;
     cv_map_free(&lm);
     memset(&lm, 0, sizeof lm);
-    for (int64_t k = 0; c->kind == DC_OBS_CATEGORY && k < c->ncat; k++)
+    for (int64_t k = 0; c->kind == DC_OBS_CATEGORY && !widen && k < c->ncat; k++)
       if (!cv_map_ref(&lm, c->labels[k]) && cv_map_put(&lm, c->labels[k], (uint32_t)k, e)) goto done;
     cv_vals_free(&v);
-    v.kind = c->kind;
+    v.kind = widen ? sc[j].kind : c->kind;
     char what[300];
     snprintf(what, sizeof what, "%s: obs column '%s'", D->path, c->name);
-    if (p0 < D->n_cells &&
-        cv_load_column(db, "main", "cells", c->col, c->kind, (uint32_t)c->ncat, b0, c->labels, NULL, &v, what, e)) goto done;
-    if ((int64_t)v.n != D->n_cells - p0) { cv_fail(e, "%s: its last block holds %llu cells, not %lld", what, (unsigned long long)v.n, (long long)(D->n_cells - p0)); goto done; }
+    if (cp0 < D->n_cells &&
+        cv_load_column(db, "main", "cells", c->col, c->kind, (uint32_t)c->ncat, cb0, c->labels, NULL, &v, what, e)) goto done;
+    if ((int64_t)v.n != D->n_cells - cp0) { cv_fail(e, "%s: its last block holds %llu cells, not %lld", what, (unsigned long long)v.n, (long long)(D->n_cells - cp0)); goto done; }
+    if (widen) {   /* from here on the column is of S's kind (a category's labels and dictionary go) */
+      if (c->kind == DC_OBS_CATEGORY) {
+        sqlite3_stmt *dd = cv_prep(db, e, "DELETE FROM main.cells_dict WHERE col = %lld", (long long)c->col);
+        int ddr = dd ? sqlite3_step(dd) : SQLITE_ERROR;
+        sqlite3_finalize(dd);
+        if (ddr != SQLITE_DONE) { if (dd) cv_sql_fail(db, e, "cells_dict"); goto done; }
+        for (int64_t k = 0; k < c->ncat; k++) free(c->labels[k]);
+        free(c->labels);
+        c->labels = NULL;
+        c->ncat = old_ncat = 0;
+      }
+      c->kind = sc[j].kind;
+    }
     if (j == -2) {  /* D's source column: S's sources */
       if (s_src >= 0) j = s_src;
       else if (sources_codes(db, S, &c->labels, &c->ncat, &lm, &v, e)) goto done;
@@ -508,14 +525,14 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
     } else if (j == -1) {
       for (int64_t k = 0; k < S->n_cells; k++) if (cv_vals_null(&v, e)) goto done;
     }
-    if ((int64_t)v.n != D->n_cells - p0 + S->n_cells) { cv_fail(e, "%s: obs column '%s' does not hold one value per cell", S->path, c->name); goto done; }
-    sqlite3_stmt *del = cv_prep(db, e, "DELETE FROM main.cells_blocks WHERE col = %lld AND block >= %lld", (long long)c->col, (long long)b0);
+    if ((int64_t)v.n != D->n_cells - cp0 + S->n_cells) { cv_fail(e, "%s: obs column '%s' does not hold one value per cell", S->path, c->name); goto done; }
+    sqlite3_stmt *del = cv_prep(db, e, "DELETE FROM main.cells_blocks WHERE col = %lld AND block >= %lld", (long long)c->col, (long long)cb0);
     if (!del) goto done;
     int dr = sqlite3_step(del);
     sqlite3_finalize(del);
     if (dr != SQLITE_DONE) { cv_sql_fail(db, e, "cells_blocks"); goto done; }
     if (c->ncat != old_ncat && cv_reseal_blocks(db, w->dataset_id, old_ncat, w->dataset_id, c->col, c->name, c->kind, c->ncat, e)) goto done;
-    if (cv_write_blocks(w, c->col, c->name, c->ncat, p0, &v, B, e)) goto done;
+    if (cv_write_blocks(w, c->col, c->name, c->ncat, cp0, &v, B, e)) goto done;
     if (c->ncat != old_ncat && cv_write_dict_rows(db, c->col, c->labels, old_ncat, c->ncat, e)) goto done;
     if (cv_write_column_row(db, w->dataset_id, c->col, c->name, c->kind, c->labels, c->ncat, e)) goto done;
   }
@@ -822,8 +839,8 @@ static int merge_x_dtype(sqlite3 *db, dsw *w, cv_err *e) {
 }
 
 /* Adds dataset spath to main (in the caller's transaction, which then detaches `src`); D is updated. */
-int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int tiles_in, int threads, int *reencoded,
-                  cv_err *e) {
+int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, const char *slabel, int keep_ok, int tiles_in, int threads,
+                  int *reencoded, cv_err *e) {
   dsinfo S;
   memset(&S, 0, sizeof S);
   dsw w;
@@ -836,6 +853,7 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int ti
   sqlite3_finalize(st);
   if (ar != SQLITE_DONE) return cv_sql_fail(db, e, spath);
   if (cv_read_meta(db, "src", spath, &S, e)) goto done;
+  S.label = slabel;
   if (strcmp(S.codec, D->codec) != 0 && !reencoded) {
     cv_fail(e, "%s: codec %s, %s: codec %s", spath, S.codec, D->path, D->codec);
     goto done;

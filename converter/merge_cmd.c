@@ -185,7 +185,9 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   tc = cv_now();
   int64_t c0 = D.n_cells, g0 = D.n_genes;
   int reenc = 0;
-  if (cv_merge_into(db, &D, tpath, 1, 1, o->threads, &reenc, e)) goto done;
+  char label[512];   /* errors name the files appended, not the scratch dataset */
+  snprintf(label, sizeof label, "%s%s", o->inputs[0], o->n_inputs > 1 ? " (and the other files appended)" : "");
+  if (cv_merge_into(db, &D, tpath, label, 1, 1, o->threads, &reenc, e)) goto done;
   if (reenc) { cv_fail(e, "internal: appended tiles were encoded twice"); goto done; }
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "append: merge %.3f s\n", cv_now() - tc);
   tc = cv_now();
@@ -409,7 +411,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
   if (cv_exec(db, "COMMIT; DETACH first", e)) goto done;
   MERGE_STAGE("obs of the first sealed again");
   for (int i = 1; i < o->n_inputs; i++)  /* the file is thrown away on any failure: a transaction each */
-    if (cv_exec(db, "BEGIN", e) || cv_merge_into(db, &D, o->inputs[i], i > 1, 0, o->threads, &reenc, e) ||
+    if (cv_exec(db, "BEGIN", e) || cv_merge_into(db, &D, o->inputs[i], NULL, i > 1, 0, o->threads, &reenc, e) ||
         cv_exec(db, "COMMIT; DETACH src", e))
       goto done;
   MERGE_STAGE("the others merged");

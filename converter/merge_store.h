@@ -22,6 +22,7 @@ sqlite3_stmt *cv_prep(sqlite3 *db, cv_err *e, const char *fmt, ...);
 typedef struct dsinfo {
   const char *path;
   const char *out;         /* where main is written when not at path (merge: its output), for errors */
+  const char *label;       /* what errors call it, if not path (append: the files appended) */
   int64_t version, n_cells, n_genes, nnz, n_tiles, level, chunks, tile_cells, obs_block, genes_block;
   char codec[32];
   uint64_t id;
@@ -125,8 +126,8 @@ int cv_copy_tiles(sqlite3 *db, const char *schema, const char *path, uint64_t ol
                   int64_t cell_off, cv_err *e);
 
 /* merge.c: adds dataset spath (ATTACHed as `src`) to main, in the caller's transaction (which
-** then detaches `src`); D is updated. */
-int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, int keep_ok, int tiles_in, int threads, int *reencoded,
-                  cv_err *e);
+** then detaches `src`); D is updated.  slabel: what errors call spath (NULL: spath). */
+int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, const char *slabel, int keep_ok, int tiles_in, int threads,
+                  int *reencoded, cv_err *e);
 
 #endif

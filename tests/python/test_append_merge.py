@@ -436,3 +436,68 @@ def test_append_and_merge_widen_x_dtype_as_convert_does(tmp_path):
     p = run("export", m, "-o", tmp_path / "bad.h5ad", check=False)
     assert p.returncode == 1 and "int8" in p.stderr and "x_dtype" in p.stderr, p.stderr
     assert not (tmp_path / "bad.h5ad").exists()
+
+
+@pytest.mark.parametrize("narrow,wide", [("int", "real"), ("bool", "int"), ("category", "text"), ("bool", "real")])
+def test_append_and_merge_widen_a_column_either_way(tmp_path, narrow, wide):
+    """The joins the help promises (int joins real, bool joins int, categorical joins text) work
+    whichever side holds the wider kind, as converting the files together does: the dataset's
+    own column is stored again in the wider kind.  They failed with 'cannot join' when the
+    dataset held the narrower one, e.g. a string column that anndata wrote as categorical in
+    one batch (it had repeats) and as plain strings in the next (all unique).  A conflict names
+    the appended file, not append's scratch dataset."""
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    import deltacells
+    need_converter()
+
+    def col(kind, n, seed):
+        r = np.random.default_rng(seed)
+        if kind == "int":
+            return r.integers(-5, 1000, n)
+        if kind == "real":
+            return r.random(n) * 100
+        if kind == "bool":
+            return r.random(n) < 0.5
+        if kind == "category":
+            return pd.Categorical(r.choice(["a", "b"], n))
+        return np.array([f"u{seed}_{i}" for i in range(n)], dtype=object)
+
+    def h5ad(name, kind, n, seed):
+        X = sp.random(n, 6, density=0.5, random_state=seed, format="csr", dtype=np.float32)
+        X.data[:] = np.arange(1, X.nnz + 1)
+        obs = pd.DataFrame({"v": col(kind, n, seed)}, index=[f"{name}{i}" for i in range(n)])
+        p = tmp_path / f"{name}.h5ad"
+        ad.AnnData(X=X.astype(np.int32), obs=obs, var=pd.DataFrame(index=[f"G{i}" for i in range(6)]),
+                   dtype=np.int32).write_h5ad(p)
+        return p
+
+    # more cells first than one obs block holds (65,536): the dataset's column is two blocks
+    a, b = h5ad("a", narrow, 65536 + 40, 1), h5ad("b", wide, 25, 2)
+
+    def obs_v(path):
+        con = deltacells.connect(str(path))
+        rows = con.execute("SELECT name, v FROM cells ORDER BY cell_id").fetchall()
+        con.close()
+        return rows
+
+    together = tmp_path / "t.dcdb"
+    run("convert", a, b, "-o", together, "--quiet")
+    want = obs_v(together)
+    da, db_ = tmp_path / "da.dcdb", tmp_path / "db.dcdb"
+    run("convert", a, "-o", da, "--quiet")
+    run("convert", b, "-o", db_, "--quiet")
+    m = tmp_path / "m.dcdb"
+    run("merge", da, db_, "-o", m)
+    run("append", da, b)
+    for ds in (m, da):
+        assert obs_v(ds) == want, ds.name
+        verify_ok(ds)
+        assert deltacells.to_anndata(str(ds)).obs["v"].tolist() == deltacells.to_anndata(str(together)).obs["v"].tolist()
+    # a conflict names the appended file
+    c = h5ad("c", "category", 5, 3)
+    p = run("append", m, c, check=False) if wide in ("int", "real") else None
+    if p is not None:
+        assert p.returncode == 1 and "c.h5ad" in p.stderr and "tmp-append" not in p.stderr, p.stderr
