@@ -392,8 +392,11 @@ int cv_export(const ex_opts *o, cv_err *e) {
   x.o = o;
   char *idt = ex_meta(db, "dataset_id");
   x.sealed = version >= 3 && idt && dc_seal_parse_id(idt, strlen(idt), &x.dataset_id) == 0;
+  int has_id = idt != NULL;
   free(idt);
   if (version >= 3 && !x.sealed) { cv_fail(e, "%s: format version 3 without a well-formed dataset_id (corrupt)", o->path); goto done; }
+  if (version < 3 && has_id) { cv_fail(e, "%s: format version %lld with a dataset_id, which only version 3 and later have "
+                                    "(the version was changed; corrupt)", o->path, (long long)version); goto done; }
   x.n_genes = g.n;
   x.xg = &xg;
   x.sel = sel;

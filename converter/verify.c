@@ -301,6 +301,12 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
              (long long)version);
     else rep->sealed = 1;
     free(id);
+  } else {
+    char *id = cv_meta_text(db, "dataset_id");
+    if (id)   /* only version 3 and later draw one: reading unsealed would pass a swapped tile */
+      VFAULT("dc_meta.format_version is %lld but the dataset has a dataset_id, which only versions %d and later have: "
+             "the version was changed", (long long)version, DC_FORMAT_SEALED);
+    free(id);
   }
   /* dc_meta's sizes */
   static const char *const keys[4] = {"n_cells", "n_genes", "nnz", "n_tiles"};

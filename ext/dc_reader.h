@@ -94,6 +94,12 @@ typedef struct dc_direct {
 int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *sealed, uint64_t *id,
                     char **pzErr);
 
+/* dc_meta.n_genes (n) against the genes the genes table's name column stores (format version
+** >= DC_FORMAT_GENES_MIN: the end of its last row of TABLE_blocks, table being "genes"): SQLITE_OK when they agree,
+** else SQLITE_CORRUPT_VTAB with a message starting with `what`.  A larger n_genes had widened
+** every batch with genes that do not exist. */
+int dc_genes_agree(sqlite3 *db, const char *schema, const char *table, const char *what, int64_t n, char **pzErr);
+
 int dc_reader_open(sqlite3 *db, dc_conn *conn, const char *schema, const char *what,
                    dc_reader **out, char **pzErr);
 void dc_reader_free(dc_reader *r);

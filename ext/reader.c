@@ -254,6 +254,13 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
               (long long)version, DC_FORMAT_MIN, DC_FORMAT_VERSION,
               version > DC_FORMAT_VERSION ? " (a newer deltacells wrote it: upgrade deltacells)" : "");
       rc = SQLITE_ERROR;
+    } else if (version < DC_FORMAT_SEALED && sqlite3_column_type(st, 1) != SQLITE_NULL) {
+      /* only version 3 and later draw a dataset_id: an older version beside one was edited,
+      ** and reading it unsealed would take a moved or swapped tile for a good one */
+      dc_err(pzErr, 0, NULL, "%s: dc_meta.format_version is %lld but the dataset has a dataset_id, which only "
+              "versions %d and later have: the version was changed (schema %s; corrupt)", what, (long long)version,
+              DC_FORMAT_SEALED, schema);
+      rc = SQLITE_CORRUPT_VTAB;
     } else if (version >= DC_FORMAT_SEALED) {
       int is_text = sqlite3_column_type(st, 1) == SQLITE_TEXT;
       const char *t = is_text ? (const char *)sqlite3_column_text(st, 1) : NULL;
@@ -268,6 +275,28 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
   }
   sqlite3_finalize(st);
   return rc;
+}
+
+int dc_genes_agree(sqlite3 *db, const char *schema, const char *table, const char *what, int64_t n, char **pzErr) {
+  sqlite3_stmt *st = NULL;
+  /* column 0 (name) is rows 0 .. 2^32-1 of genes_blocks (id = col * 2^32 + block) */
+  char *sql = sqlite3_mprintf("SELECT coalesce(max(first_gene + n_genes), 0) FROM \"%w\".\"%w_blocks\" "
+                              "WHERE id >= 0 AND id < 4294967296", schema, table);
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  sqlite3_free(sql);
+  if (rc != SQLITE_OK) {
+    dc_err(pzErr, 0, NULL, "%s: cannot read %s_blocks (schema %s): %s", what, table, schema, sqlite3_errmsg(db));
+    return SQLITE_CORRUPT_VTAB;
+  }
+  rc = sqlite3_step(st);
+  int64_t got = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+  if (rc != SQLITE_ROW) dc_err(pzErr, 0, NULL, "%s: reading %s_blocks: %s", what, table, sqlite3_errmsg(db));
+  else if (got != n)
+    dc_err(pzErr, 0, NULL, "%s: dc_meta.n_genes is %lld but the %s table holds %lld genes (schema %s; corrupt)", what,
+           (long long)n, table, (long long)got, schema);
+  sqlite3_finalize(st);
+  return rc == SQLITE_ROW && got == n ? SQLITE_OK : rc == SQLITE_ROW ? SQLITE_CORRUPT_VTAB : rc;
 }
 
 /* The cache namespace of the tile index just loaded: a fresh one per load.  Every reader of
@@ -311,6 +340,8 @@ static int load_index(dc_reader *r, char **pzErr) {
             (long long)n_cells, (long long)n_genes, (long long)n_tiles);
     return SQLITE_CORRUPT_VTAB;
   }
+  if (version >= DC_FORMAT_GENES_MIN && (rc = dc_genes_agree(r->db, r->schema, "genes", r->what, n_genes, pzErr)) != SQLITE_OK)
+    return rc;
   r->tiles = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->tiles);
   r->heads = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
   r->tile_first = sqlite3_malloc64((uint64_t)(n_tiles + 1) * sizeof *r->tile_first);

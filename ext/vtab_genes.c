@@ -340,6 +340,14 @@ static int data_current(genes_vtab *v) {
   if (!f1 || !f2 || n < 0 || n > INT32_MAX || block < 1 || block > (int64_t)DC_OBS_MAX_N)
     return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: dc_meta n_genes (%lld) or genes_block (%lld) is missing or impossible",
                    f1 ? (long long)n : -1LL, f2 ? (long long)block : -1LL);
+  {
+    char *msg = NULL;
+    if ((rc = dc_genes_agree(v->db, v->schema, v->name, "genes", n, &msg)) != SQLITE_OK) {
+      rc = dc_err(&v->base.zErrMsg, rc, NULL, "%s", msg ? msg : "genes: cannot read its blocks");
+      sqlite3_free(msg);
+      return rc;
+    }
+  }
   /* the stored columns must still be the declared ones */
   sqlite3_stmt *st = NULL;
   char *sql = sqlite3_mprintf("SELECT col, name, kind FROM \"%w\".\"%w_columns\" ORDER BY col", v->schema, v->name);

@@ -275,6 +275,35 @@ def test_newer_version_refused(good, tmp_path):
     con.close()
 
 
+def test_version_lowered_under_seals_refused(good, tmp_path):
+    """format_version edited down to 2 on a sealed dataset turned every seal off: tiles swapped
+    with their checksums read as good data (cell 0 gave cell 200's row) and verify said ok.
+    Only version 3 and later have a dataset_id, so the pair is refused by readers, export and
+    verify."""
+    bad = damaged(good, tmp_path, "UPDATE dc_meta SET value = 2 WHERE key = 'format_version'",
+                  "CREATE TEMP TABLE s AS SELECT tile, nnz, checksum, data FROM tiles_data WHERE tile IN (0, 1)",
+                  "UPDATE tiles_data SET data = (SELECT data FROM s WHERE s.tile = 1 - tiles_data.tile),"
+                  " nnz = (SELECT nnz FROM s WHERE s.tile = 1 - tiles_data.tile),"
+                  " checksum = (SELECT checksum FROM s WHERE s.tile = 1 - tiles_data.tile) WHERE tile IN (0, 1)")
+    for q in ("SELECT data FROM dc_batch('[0]')", "SELECT * FROM cells WHERE cell_id = 0"):
+        expect_corrupt(bad, q, "format_version is 2", "dataset_id", "changed")
+    expect_verify_fault(bad, "format_version is 2", "dataset_id")
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")], capture_output=True, text=True)
+    assert r.returncode == 1 and "dataset_id" in r.stderr, r.stderr
+
+
+def test_n_genes_raised_refused(good, tmp_path):
+    """A larger dc_meta.n_genes was taken by every reader (batches and `genes` widened with
+    genes that do not exist); only verify noticed.  Readers now compare it with the genes
+    table's blocks when they load."""
+    (n,) = sqlite3.connect(good).execute("SELECT value FROM dc_meta WHERE key = 'n_genes'").fetchone()
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {int(n) + 100} WHERE key = 'n_genes'")
+    for q in ("SELECT n_genes FROM dc_batch('[0]')", "SELECT count(*) FROM genes",
+              "SELECT count(*) FROM expression WHERE cell_id = 0"):
+        expect_corrupt(bad, q, f"n_genes is {int(n) + 100}", f"holds {n} genes")
+    expect_verify_fault(bad, "n_genes")
+
+
 # --- issue 12 case 9: DROP TABLE of a dataset's tables is refused unless asked for -------------
 
 @pytest.mark.parametrize("table,shadows", [("cells", ["cells_columns", "cells_dict", "cells_blocks"]),
