@@ -623,6 +623,20 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
   *identity = 1;
   for (int64_t j = 0; j < S->n_genes; j++) if (sigma[j] != (uint32_t)j) *identity = 0;
   uint32_t N = next, NDg = (uint32_t)D->n_genes;
+  {   /* few of S's genes in D: most likely another species, or ids against symbols (as convert warns) */
+    uint64_t own = 0, shared = 0;
+    for (int64_t j = 0; j < S->n_genes; j++) {
+      /* append: S holds every gene of D; those with no cell in the files count as not theirs */
+      if (appended && j < (int64_t)NDg && sg[2].v.i64[j] == 0) continue;
+      own++;
+      shared += sigma[j] < NDg;
+    }
+    if (own && NDg && (double)shared < 0.5 * (double)own)
+      fprintf(stderr, "deltacells: warning: %s shares few genes with %s: %llu of its %llu genes (%.1f%%) are in the "
+              "dataset, the others are added as new genes.  Different species, or genes named differently (symbols vs "
+              "Ensembl ids: give append the --gene-key the dataset was converted with)?\n", S->label ? S->label : S->path,
+              D->path, (unsigned long long)shared, (unsigned long long)own, 100.0 * (double)shared / (double)own);
+  }
   from_s = malloc(((size_t)(N - NDg) + 1) * sizeof *from_s);
   if (!from_s) { cv_fail(e, "out of memory"); goto done; }
   for (int64_t j = 0; j < S->n_genes; j++) if (sigma[j] >= NDg) from_s[sigma[j] - NDg] = (uint32_t)j;

@@ -501,3 +501,30 @@ def test_append_and_merge_widen_a_column_either_way(tmp_path, narrow, wide):
     p = run("append", m, c, check=False) if wide in ("int", "real") else None
     if p is not None:
         assert p.returncode == 1 and "c.h5ad" in p.stderr and "tmp-append" not in p.stderr, p.stderr
+
+
+def test_append_and_merge_warn_when_few_genes_are_shared(tmp_path):
+    """convert warns when its inputs share few genes (another species, ids against symbols);
+    append and merge added 30 new genes beside the 30 the dataset had, with no word, when the
+    dataset was keyed by Ensembl id (--gene-key gene_ids) and the appended file by symbol."""
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+    need_converter()
+    files = []
+    for name, seed in (("ga", 1), ("gb", 2)):
+        X = sp.random(50, 30, density=0.3, random_state=seed, format="csr", dtype=np.float32)
+        X.data[:] = 1
+        var = pd.DataFrame({"gene_ids": [f"ENSG{i:05d}" for i in range(30)]}, index=[f"G{i}" for i in range(30)])
+        ad.AnnData(X=X, obs=pd.DataFrame(index=[f"{name}{i}" for i in range(50)]), var=var,
+                   dtype=np.float32).write_h5ad(tmp_path / f"{name}.h5ad")
+        files.append(tmp_path / f"{name}.h5ad")
+    by_id, by_name = tmp_path / "id.dcdb", tmp_path / "name.dcdb"
+    run("convert", files[0], "--gene-key", "gene_ids", "-o", by_id, "--quiet")
+    run("convert", files[1], "-o", by_name, "--quiet")
+    p = run("merge", by_id, by_name, "-o", tmp_path / "m.dcdb")
+    assert "warning: " in p.stderr and "shares few genes" in p.stderr and "0 of its 30 genes" in p.stderr, p.stderr
+    p = run("append", by_id, files[1])
+    assert "gb.h5ad shares few genes" in p.stderr and "--gene-key" in p.stderr, p.stderr
+    p = run("append", by_id, files[1], "--gene-key", "gene_ids")   # matched: no warning
+    assert "few genes" not in p.stderr and "0 new genes" in p.stdout, p.stdout + p.stderr
