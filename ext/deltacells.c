@@ -146,7 +146,12 @@ static void dc_config_func(sqlite3_context *ctx, int argc, sqlite3_value **argv)
   }
   int64_t v = 0;
   int set = argc > 1;
-  if (set && !dc_value_int_arg(argv[1], &v)) {
+  /* a value that is not an integer: said of the settings that take one; the others (read-only,
+  ** unknown) say what they are below, before any use of v */
+  static const char *const takes_int[] = {"threads", "cache_mb", "decode_mb", "batch_mb", "allow_drop", "defensive", NULL};
+  int int_setting = 0;
+  for (int i = 0; takes_int[i]; i++) int_setting |= strcmp(name, takes_int[i]) == 0;
+  if (set && !dc_value_int_arg(argv[1], &v) && int_setting) {
     char *m = sqlite3_mprintf("dc_config: %s must be an integer", name);
     sqlite3_result_error(ctx, m ? m : "dc_config: bad value", -1);
     sqlite3_free(m);

@@ -86,6 +86,9 @@ def test_dc_config(ds):
                      ("SELECT dc_config('cache_mb', 1e12)", r"cache_mb must be 0 \.\. 1048576"),
                      ("SELECT dc_config('decode_mb', 0)", r"decode_mb must be 1"),
                      ("SELECT dc_config('cache_hits', 3)", r"cache_hits is read-only"),
+                     # a value that is not a number: a read-only or unknown setting says what it is
+                     ("SELECT dc_config('simd', 'scalar')", r"simd is read-only"),
+                     ("SELECT dc_config('bogus', 'x')", r"unknown setting 'bogus'"),
                      ("SELECT dc_config(5)", r"first argument must be a setting name")]:
         assert re.search(pat, str(err_of(con, sql))), sql
     # the cache counts hits: the same batch twice
