@@ -93,6 +93,17 @@ int h5ad_sparse_open(h5file *f, hid_t x, const int64_t shape[2], cv_err *e) {
   return 0;
 }
 
+int h5ad_no_layer(hid_t fid, const char *path, const char *layer, cv_err *e) {
+  char **nm = NULL, list[1024], hint[300] = "";
+  int n = group_members(fid, "layers", &nm);
+  const char *best = cv_closest(layer, (const char *const *)nm, n);
+  cv_list_names(list, sizeof list, (const char *const *)nm, n);
+  if (best) snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
+  cv_fail(e, "%s: no layer '%s' (the file's layers: %s)%s", path, layer, list, hint);
+  h5ad_free_strs(nm, n);
+  return -1;
+}
+
 int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key, h5file *f,
               cv_err *e) {
   hid_t x = -1;
@@ -129,16 +140,7 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
 
   H5I_type_t t = h5ad_open_obj(f->fid, f->mpath, &x);
   if (t == H5I_BADID) {
-    if (layer && !h5ad_exists(f->fid, f->mpath)) {
-      char **nm = NULL, list[1024], hint[300] = "";
-      int n = group_members(f->fid, "layers", &nm);
-      const char *best = cv_closest(layer, (const char *const *)nm, n);
-      cv_list_names(list, sizeof list, (const char *const *)nm, n);
-      if (best) snprintf(hint, sizeof hint, "; did you mean '%s'?", best);
-      cv_fail(e, "%s: no layer '%s' (the file's layers: %s)%s", path, layer, list, hint);
-      h5ad_free_strs(nm, n);
-      return -1;
-    }
+    if (layer && !h5ad_exists(f->fid, f->mpath)) return h5ad_no_layer(f->fid, path, layer, e);
     return cv_fail(e, "%s: no %s: the file has no count matrix there%s", path, f->mpath,
                    raw || layer ? "" : " (try --layer NAME or --raw)");
   }

@@ -135,6 +135,9 @@ typedef struct h5file {
   void (*ext_free)(void *);
 } h5file;
 
+/* "no layer NAME", listing the file's layers (h5ad and loom alike) and the closest name.  Returns -1. */
+int h5ad_no_layer(hid_t fid, const char *path, const char *layer, cv_err *e);
+
 /* Opens an input and checks its structure (matrix, shapes, frames).
 ** layer: NULL, or a layer name; raw: read raw/X and raw/var.
 ** gene_key: NULL (var index), or a var column giving the gene names. */

@@ -227,7 +227,7 @@ static int loom_open(const char *path, hid_t fid, const char *layer, const char 
   H5Eclear2(H5E_DEFAULT);
   if (ca < 0 || ra < 0) { cv_fail(e, "%s: a loom file without col_attrs or row_attrs", path); goto done; }
   if (h5_type(fid, f->mpath) != H5O_TYPE_DATASET) {
-    if (layer) cv_fail(e, "%s: no layer '%s' (loom layers/%s does not exist)", path, layer, layer);
+    if (layer) h5ad_no_layer(fid, path, layer, e);
     else cv_fail(e, "%s: loom: /matrix is not a dataset", path);
     goto done;
   }
@@ -727,6 +727,15 @@ int cv_input_open(const char *path, const char *layer, int raw, const char *gene
       if (h5_type(fid, "matrix") == H5O_TYPE_GROUP && h5ad_exists(fid, "matrix/barcodes") && h5ad_exists(fid, "matrix/features")) {
         grp = "matrix";
         v3 = 1;
+      } else if (h5_type(fid, "matrix") == H5O_TYPE_GROUP && !h5ad_exists(fid, "matrix/genes")) {
+        /* CellRanger 3+'s group with a part missing (a CellRanger 2 genome group has 'genes') */
+        const char *miss = h5ad_exists(fid, "matrix/barcodes") ? "features" : "barcodes";
+        H5Fclose(fid);
+        H5Eclear2(H5E_DEFAULT);
+        init_file(f);
+        f->path = strdup(path);
+        return cv_fail(e, "%s: a 10x HDF5 file without /matrix/%s (CellRanger 3+ writes /matrix/barcodes, data, "
+                       "indices, indptr, shape and the group features: id, name, feature_type)", path, miss);
       } else if (h5_type(fid, "matrix") == H5O_TYPE_DATASET && h5ad_exists(fid, "row_attrs") && h5ad_exists(fid, "col_attrs")) {
         if (raw) {
           H5Fclose(fid);

@@ -362,6 +362,13 @@ def test_h5_malformed(tmp_path, mat):
     bad(tmp_path, p, "l.h5", "--layer", "h5ad files only", opts=("--layer", "counts"))
     p = write_h5_v3(tmp_path / "k.h5", *mat)
     bad(tmp_path, p, "k.h5", "'nope'", "gene_ids", opts=("--gene-key", "nope"))
+    # /matrix with a part missing: said so (it said "not an h5ad file (nor a 10x HDF5 file: no 'matrix' group)")
+    for part in ("features", "barcodes"):
+        p = write_h5_v3(tmp_path / f"no_{part}.h5", *mat)
+        with h5py.File(p, "r+") as f:
+            del f[f"matrix/{part}"]
+        msg = bad(tmp_path, p, f"no_{part}.h5", f"without /matrix/{part}")
+        assert "no 'matrix' group" not in msg
 
 
 # ---------------------------------------------------------------- loom
@@ -412,7 +419,7 @@ def test_loom(tmp_path, mat, chunks):
     ds = Dataset(out2)
     check_matrix(ds, [as_anndata(spliced, bc, names)])
     ds.close()
-    bad(tmp_path, p, "no layer 'unspliced'", opts=("--layer", "unspliced"))
+    bad(tmp_path, p, "no layer 'unspliced'", "the file's layers: 'spliced'", "did you mean 'spliced'", opts=("--layer", "unspliced"))
     bad(tmp_path, p, "--raw", opts=("--raw",))
 
 
