@@ -30,13 +30,14 @@ typedef struct csvtab {
   char *buf;
   size_t n_rec, cap_rec;
   char ***rec;        /* rec[r][c]: NUL-terminated field */
+  uint8_t **quoted;   /* quoted[r][c]: the field was quoted */
   uint32_t *n_fld;
   int64_t *line;      /* the line the record starts on (1-based) */
 } csvtab;
 
 static void csv_free(csvtab *t) {
-  for (size_t r = 0; r < t->n_rec; r++) free(t->rec[r]);
-  free(t->rec); free(t->n_fld); free(t->line); free(t->buf);
+  for (size_t r = 0; r < t->n_rec; r++) { free(t->rec[r]); free(t->quoted[r]); }
+  free(t->rec); free(t->quoted); free(t->n_fld); free(t->line); free(t->buf);
   memset(t, 0, sizeof *t);
 }
 
@@ -62,13 +63,15 @@ static int csv_read(const char *path, csvtab *t, cv_err *e) {
   while (i < n) {
     int64_t start_line = line;
     char **fl = NULL;
-    size_t nf = 0, fcap = 0;
+    uint8_t *ql = NULL;
+    size_t nf = 0, fcap = 0, qcap = 0;
     for (;;) {  /* one field */
       char *out = b + i, *w = out;
-      if (i < n && b[i] == '"') {
+      int q = i < n && b[i] == '"';
+      if (q) {
         i++;
         for (;;) {
-          if (i >= n) { free(fl); return cv_fail(e, "%s: line %lld: a quoted field is not closed before the end of the file", path, (long long)start_line); }
+          if (i >= n) { free(fl); free(ql); return cv_fail(e, "%s: line %lld: a quoted field is not closed before the end of the file", path, (long long)start_line); }
           if (b[i] == '"') {
             if (i + 1 < n && b[i + 1] == '"') { *w++ = '"'; i += 2; continue; }
             i++;
@@ -79,30 +82,36 @@ static int csv_read(const char *path, csvtab *t, cv_err *e) {
         }
         if (i < n && b[i] != ',' && b[i] != '\n' && b[i] != '\r') {
           free(fl);
+          free(ql);
           return cv_fail(e, "%s: line %lld: text after a closing quote (a quote inside a quoted field is written \"\")", path, (long long)line);
         }
       } else {
         while (i < n && b[i] != ',' && b[i] != '\n' && b[i] != '\r') {
-          if (b[i] == '"') { free(fl); return cv_fail(e, "%s: line %lld: a quote inside an unquoted field", path, (long long)line); }
+          if (b[i] == '"') { free(fl); free(ql); return cv_fail(e, "%s: line %lld: a quote inside an unquoted field", path, (long long)line); }
           *w++ = b[i++];
         }
       }
       char sep = i < n ? b[i] : '\n';
       *w = 0;   /* overwrites the separator or the quote, both already read */
-      if (cv_grow((void **)&fl, &fcap, nf + 1, sizeof *fl, e)) { free(fl); return -1; }
+      if (cv_grow((void **)&fl, &fcap, nf + 1, sizeof *fl, e) || cv_grow((void **)&ql, &qcap, nf + 1, 1, e)) { free(fl); free(ql); return -1; }
+      ql[nf] = (uint8_t)q;
       fl[nf++] = out;
-      if (!cv_utf8_valid(out, strlen(out))) { free(fl); return cv_fail(e, "%s: line %lld: field %zu is not UTF-8 text", path, (long long)line, nf); }
+      if (!cv_utf8_valid(out, strlen(out))) { free(fl); free(ql); return cv_fail(e, "%s: line %lld: field %zu is not UTF-8 text", path, (long long)line, nf); }
       if (sep == ',') { i++; continue; }
       if (i < n) i++;   /* the '\r' or '\n' (overwritten by the NUL above) */
       if (sep == '\r' && i < n && b[i] == '\n') i++;
       line++;
       break;
     }
-    if (nf == 1 && !fl[0][0]) { free(fl); continue; }   /* an empty line */
-    size_t c1 = t->cap_rec, c2 = t->cap_rec, c3 = t->cap_rec;
+    if (nf == 1 && !fl[0][0] && !ql[0]) { free(fl); free(ql); continue; }   /* an empty line */
+    size_t c1 = t->cap_rec, c2 = t->cap_rec, c3 = t->cap_rec, c4 = t->cap_rec;
     if (cv_grow((void **)&t->rec, &c1, t->n_rec + 1, sizeof *t->rec, e) || cv_grow((void **)&t->n_fld, &c2, t->n_rec + 1, sizeof *t->n_fld, e) ||
-        cv_grow((void **)&t->line, &c3, t->n_rec + 1, sizeof *t->line, e)) { free(fl); return -1; }
-    t->cap_rec = c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3);
+        cv_grow((void **)&t->line, &c3, t->n_rec + 1, sizeof *t->line, e) ||
+        cv_grow((void **)&t->quoted, &c4, t->n_rec + 1, sizeof *t->quoted, e)) { free(fl); free(ql); return -1; }
+    c1 = c1 < c2 ? c1 : c2;
+    c3 = c3 < c4 ? c3 : c4;
+    t->cap_rec = c1 < c3 ? c1 : c3;
+    t->quoted[t->n_rec] = ql;
     t->rec[t->n_rec] = fl;
     t->n_fld[t->n_rec] = (uint32_t)nf;
     t->line[t->n_rec++] = start_line;
@@ -297,7 +306,8 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       val1 x;
       memset(&x, 0, sizeof x);
       x.kind = kind;
-      x.is_null = !s || is_na(s);
+      /* in a text or categorical column a quoted field is the text itself: "NA" is a label */
+      x.is_null = !s || (is_na(s) && !((kind == DC_OBS_TEXT || kind == DC_OBS_CATEGORY) && t.quoted[r][c]));
       int ok = 1, bv = 0;
       if (!x.is_null) {
         switch (kind) {

@@ -224,7 +224,7 @@ static const char *HELP_ANNOTATE =
     "so the cells table filters on it.  Cells the table lacks get NULL; keys that match no\n"
     "cell are reported (how many, and the first five).  A table none of whose keys matches a\n"
     "cell (or with no rows) is an error, and nothing changes.  Empty fields, NA, NaN, null and None\n"
-    "are NULL.  A column's kind is int if every value is an integer, else bool (true/false),\n"
+    "are NULL, except quoted in a text or category column (\"NA\" is then the label NA).  A column's kind is int if every value is an integer, else bool (true/false),\n"
     "else real, else category (text when more than half its values are distinct, or it has\n"
     "more than 65,536 labels); --type COLUMN=KIND sets it (category, text,\n"
     "int, real, bool).  Bad CSV (an unclosed quote, a row with more or fewer fields than the\n"

@@ -5,7 +5,6 @@ directory) with each column's kind stated, and runs `deltacells annotate` (the c
 columns are stored exactly as the converter stores obs columns: one transaction, pushed down in
 the `cells` table.
 """
-import csv
 import math
 import os
 import shutil
@@ -68,6 +67,9 @@ def _is_null(v):
 
 
 def _cell(v, kind):
+    """The CSV field of value v of a column of `kind`.  A missing value is an empty field, and
+    labels and text are quoted: an unquoted NA, NaN, null, None or empty field is NULL to the
+    command, a quoted one is the text itself (a label "NA" stays "NA")."""
     if _is_null(v):
         return ""
     if kind == "bool":
@@ -76,7 +78,11 @@ def _cell(v, kind):
         return str(int(v))
     if kind == "real":
         return repr(float(v))
-    return str(v)
+    return _quoted(str(v))
+
+
+def _quoted(s):
+    return '"' + s.replace('"', '""') + '"'
 
 
 def annotate(path, data, key="name", quiet=True):
@@ -131,10 +137,9 @@ def annotate(path, data, key="name", quiet=True):
     fd, tmp = tempfile.mkstemp(suffix=".csv", prefix="deltacells-annotate-")
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow([key] + list(cols))
+            f.write(",".join(map(_quoted, [key] + list(cols))) + "\n")
             for i, k in enumerate(keys):
-                w.writerow([str(k)] + [_cell(cols[c][i], kinds[c]) for c in cols])
+                f.write(",".join([_quoted(str(k))] + [_cell(cols[c][i], kinds[c]) for c in cols]) + "\n")
         args = [conv, "annotate", os.fspath(path), tmp, "--key", key]
         for c, k in kinds.items():
             args += ["--type", f"{c}={k}"]

@@ -231,3 +231,21 @@ def test_sigkill_during_annotate_leaves_the_old_dataset(tmp_path):
     run("annotate", ds, csv, "--quiet")
     verify_ok(ds)
     assert [r[0] for r in cells(ds, ["t23"])[:2]] == names[:2]
+
+
+def test_python_annotate_keeps_strings_that_spell_missing(ds):
+    import pandas as pd
+
+    import deltacells
+    names = [r[0] for r in cells(ds, ["age"])]
+    words = ["NA", "None", "null", "NULL", "NaN", "nan", "<NA>", "", "x"]
+    vals = words + [None, np.nan, pd.NA]
+    n = len(vals) * 3
+    want = [None if v is None or v is pd.NA or v is np.nan else v for v in vals] * 3
+    df = pd.DataFrame({"label": pd.Categorical(vals * 3), "note": pd.array(vals * 3, dtype=object)},
+                      index=names[:n])
+    deltacells.annotate(ds, df)
+    verify_ok(ds)
+    got = cells(ds, ["label", "note"])[:n]
+    assert [r[1] for r in got] == want
+    assert [r[2] for r in got] == want
