@@ -127,6 +127,7 @@ class Catalogue:
         self._categories = {}
         self._con = con
         self._gene_names = None
+        self._gene_index = None
         self._count_bound = None
 
     # --- genes -------------------------------------------------------------
@@ -149,6 +150,24 @@ class Catalogue:
             self._gene_names = np.array(names, dtype=object)
         return self._gene_names
 
+    def gene_ids_of(self, names):
+        """The gene id of each gene name, -1 where the dataset lacks it.  A name that the
+        dataset repeats (10x feature lists do) is an error, as in dc_batch: which gene is
+        meant only its gene id says."""
+        if self._gene_index is None:
+            index = {}
+            for i, n in enumerate(self.gene_names()):
+                index[n] = -2 if n in index else i
+            self._gene_index = index
+        ids = [self._gene_index.get(g, -1) for g in names]
+        dup = list(dict.fromkeys(g for g, i in zip(names, ids) if i == -2))
+        if dup:
+            which = "; ".join(f"gene name {g!r} is not unique in this dataset (gene ids "
+                              f"{', '.join(map(str, np.flatnonzero(self.gene_names() == g)))})"
+                              for g in dup[:5])
+            raise ValueError(f"{which}; pass gene ids (int) instead of names")
+        return ids
+
     def resolve_panel(self, genes, missing="error"):
         """A panel of gene names (or int gene ids) -> Panel, or None for all genes.
         missing='zeros': names the dataset lacks become zero columns (Panel.filled)."""
@@ -159,14 +178,13 @@ class Catalogue:
         if missing == "zeros" and not isinstance(genes, str):
             genes = list(genes)
             if genes and all(isinstance(g, str) for g in genes):
-                names = self.gene_names()
-                index = {n: i for i, n in enumerate(names)}
                 dup = [g for g, c in collections.Counter(genes).items() if c > 1]
                 if dup:
                     raise ValueError(f"the gene panel repeats genes: {dup[:5]}")
-                have = [i for i, g in enumerate(genes) if g in index]
-                filled = [g for g in genes if g not in index]
-                ids = np.array([index[genes[i]] for i in have], dtype=np.int32)
+                gids = self.gene_ids_of(genes)
+                have = [i for i, g in enumerate(gids) if g >= 0]
+                filled = [g for g, i in zip(genes, gids) if i < 0]
+                ids = np.array([gids[i] for i in have], dtype=np.int32)
                 pos = np.array(have, dtype=np.int32) if filled else None
                 return Panel(ids, pos, list(genes), filled)
         ids = self.resolve_genes(genes)
@@ -189,8 +207,8 @@ class Catalogue:
         else:
             if not all(isinstance(g, str) for g in genes):
                 raise TypeError("genes must be all names (str) or all gene ids (int)")
-            index = {n: i for i, n in enumerate(self.gene_names())}
-            missing = [g for g in genes if g not in index]
+            gids = self.gene_ids_of(genes)
+            missing = [g for g, i in zip(genes, gids) if i < 0]
             if missing:
                 more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
                 raise ValueError(
@@ -198,7 +216,7 @@ class Catalogue:
                     f"{', '.join(map(repr, missing[:5]))}{more}; "
                     f"the dataset {self.path} has {self.n_genes} genes (see its genes table; "
                     f"missing_genes='zeros' fills unknown genes with zeros)")
-            ids = np.array([index[g] for g in genes], dtype=np.int64)
+            ids = np.array(gids, dtype=np.int64)
         if len(np.unique(ids)) != len(ids):
             dup = [g for g, c in collections.Counter(genes).items() if c > 1]
             raise ValueError(f"the gene panel repeats genes: {dup[:5]}")
