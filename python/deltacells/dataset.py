@@ -48,38 +48,42 @@ class _Failure:
         self.exc = exc
 
 
-class _SharedEpoch:
-    """The epoch, seen by DataLoader workers when it changes, also persistent ones (which
-    iterate their own copy of the dataset): shared memory (multiprocessing.RawValue)
-    inherited by forked workers and handed to spawned ones; pickled at any other time it
-    travels as a plain int."""
+class _SharedInts:
+    """Ints that DataLoader workers see change, also persistent ones (which iterate their own
+    copy of the dataset): shared memory (multiprocessing.RawArray) inherited by forked
+    workers and handed to spawned ones; pickled at any other time they travel as plain ints."""
 
-    def __init__(self, value=0):
-        self._plain = int(value)
+    def __init__(self, n):
+        self._plain = [0] * n
         try:
             import multiprocessing
-            self._raw = multiprocessing.RawValue("q", int(value))
-        except (OSError, ImportError):       # no shared memory here: a plain int
+            self._raw = multiprocessing.RawArray("q", n)
+        except (OSError, ImportError):       # no shared memory here: plain ints
             self._raw = None
 
-    @property
-    def value(self):
-        return self._raw.value if self._raw is not None else self._plain
+    def __getitem__(self, i):
+        return (self._raw if self._raw is not None else self._plain)[i]
 
-    @value.setter
-    def value(self, v):
+    def __setitem__(self, i, v):
         if self._raw is not None:
-            self._raw.value = int(v)
-        self._plain = int(v)
+            self._raw[i] = int(v)
+        self._plain[i] = int(v)
+
+    def __len__(self):
+        return len(self._plain)
 
     def __getstate__(self):
         from multiprocessing import context
+        plain = [self[i] for i in range(len(self))]
         if self._raw is not None and context.get_spawning_popen() is not None:
-            return {"raw": self._raw, "plain": self.value}
-        return {"raw": None, "plain": self.value}
+            return {"raw": self._raw, "plain": plain}
+        return {"raw": None, "plain": plain}
 
     def __setstate__(self, s):
         self._raw, self._plain = s["raw"], s["plain"]
+
+
+_RESUME_WORKERS = 1024     # DataLoader workers a resume can be shared with
 
 
 def _cores():
@@ -465,25 +469,28 @@ class CellDataset(_Base, IterableDataset):
         self._setup(path, where, obs, genes, output, dtype, threads, cache_mb, cells=cells,
                     transform=transform, missing_code=missing_code, missing_genes=missing_genes)
         self._tiles = self._cat.per_tile(self._selected)
-        self._epoch_box = _SharedEpoch(0)
-        self._resume = None       # {'epoch', 'batches_done'} for the next iteration
+        self._epoch_box = _SharedInts(1)
+        # the resume of load_state_dict, shared with the DataLoader workers (see _take_resume):
+        # [load count, epoch (-1: none), batches_done, one slot per worker]
+        self._resume_box = _SharedInts(3 + _RESUME_WORKERS)
+        self._resume_box[1] = -1
         self._progress = None     # in-process iteration: {'epoch', 'done'}
 
     # --- epochs and splitting ------------------------------------------------
     @property
     def _epoch(self):
-        return self._epoch_box.value
+        return self._epoch_box[0]
 
     @_epoch.setter
     def _epoch(self, v):
-        self._epoch_box.value = v
+        self._epoch_box[0] = v
 
     def set_epoch(self, epoch):
         """Choose the epoch whose order the next iteration follows (DataLoader workers,
         persistent ones too, follow)."""
         epoch = _check_int("epoch", epoch, 0)
-        if self._resume is not None and self._resume["epoch"] != epoch:
-            self._resume = None
+        if self._resume_box[1] != epoch:
+            self._resume_box[1] = -1
         self._epoch = epoch
 
     @property
@@ -564,8 +571,29 @@ class CellDataset(_Base, IterableDataset):
                 raise ValueError(f"state_dict was saved with {k}={state.get(k)!r}, "
                                  f"this dataset has {k}={mine!r}")
         self._epoch = _check_int("epoch", state["epoch"], 0)
-        self._resume = {"epoch": self._epoch,
-                        "batches_done": _check_int("batches_done", state["batches_done"], 0)}
+        r = self._resume_box
+        r[2] = _check_int("batches_done", state["batches_done"], 0)
+        r[1] = self._epoch
+        r[0] = r[0] + 1
+
+    def _take_resume(self, worker, nw):
+        """The batches this iteration skips: batches_done of load_state_dict for the one
+        iteration after it, 0 for later ones.  The main process does not see an iteration
+        whose DataLoader workers iterate (their copies of the dataset), so each worker takes
+        it in shared memory: worker w marks the slots w, w + nw, ... as taken (by this
+        load), and a later iteration finds its slot taken whatever its number of workers."""
+        r = self._resume_box
+        if r[1] != self._epoch:
+            return 0
+        if nw > len(r) - 3:
+            raise ValueError(f"resuming (load_state_dict) works with at most {len(r) - 3} "
+                             f"DataLoader workers, not {nw}")
+        load = r[0]
+        if r[3 + worker] == load:
+            return 0
+        for s in range(3 + worker, len(r), nw):
+            r[s] = load
+        return r[2]
 
     # --- iteration -------------------------------------------------------------
     def __iter__(self):
@@ -573,9 +601,7 @@ class CellDataset(_Base, IterableDataset):
         worker, nw = (wi.id, wi.num_workers) if wi is not None else (0, 1)
         rank, world = self._rank_world()
         plan = self._plan(world)
-        skip_total = 0
-        if self._resume is not None and self._resume["epoch"] == self._epoch:
-            skip_total = self._resume["batches_done"]
+        skip_total = self._take_resume(worker, nw)
         cuts = None               # (window starts, real batches): the batches can be placed
         if skip_total and nw > 1:
             # The rest of the epoch in the order the DataLoader delivered it (round robin
@@ -596,7 +622,6 @@ class CellDataset(_Base, IterableDataset):
             threads = worker_thread_schedule(lens, worker)
         progress = None
         if wi is None:
-            self._resume = None
             progress = {"epoch": self._epoch, "done": skip_total}
             self._progress = progress
         return _BatchIterator(self, batches, threads, progress, cuts)

@@ -708,3 +708,49 @@ def test_receive_buffers_stay_private_across_a_fork(db):
     """
     out = run(code, db)
     assert out.strip().endswith("ok"), out
+
+
+RESUME = """
+    import sys
+    from torch.utils.data import DataLoader
+    import deltacells
+    db, kw = sys.argv[1], KW
+
+    def batches(loader):
+        return [b["cell_id"].tolist() for b in loader]
+
+    def ref(epoch, done=0):
+        r = deltacells.CellDataset(db, batch_size=100, seed=5)
+        r.set_epoch(epoch)
+        return batches(DataLoader(r, batch_size=None, **dict(kw, persistent_workers=False)))[done:]
+
+    ds = deltacells.CellDataset(db, batch_size=100, seed=5)
+    state = ds.state_dict(batches_done=3)
+    ds.load_state_dict(state)
+    loader = DataLoader(ds, batch_size=None, **kw)
+    # the resume applies to the next epoch only: the loader's later ones are whole
+    got = [batches(loader) for _ in range(3)]
+    assert got == [ref(0, 3), ref(0), ref(0)], [sum(map(len, g)) for g in got]
+    assert sorted(sum(got[1], [])) == list(range(1500))
+    # resumed between epochs (persistent workers already run): set_epoch of the same epoch
+    # keeps it, the next epoch is whole
+    ds.set_epoch(1)
+    ds.load_state_dict(dict(state, epoch=1, batches_done=5))
+    ds.set_epoch(1)
+    assert batches(loader) == ref(1, 5)
+    ds.set_epoch(2)
+    assert batches(loader) == ref(2)
+    # set_epoch of another epoch drops it
+    ds.load_state_dict(dict(state, epoch=2, batches_done=1))
+    ds.set_epoch(3)
+    assert batches(loader) == ref(3)
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("workers,persistent,start", [
+    (0, False, None), (1, False, "fork"), (2, False, "fork"), (2, True, "fork"), (2, True, "spawn")])
+def test_resume_applies_to_the_next_epoch_only(db, workers, persistent, start):
+    kw = dict(num_workers=workers, persistent_workers=persistent, multiprocessing_context=start)
+    out = run(RESUME.replace("KW", repr(kw)), db)
+    assert "ok" in out.split(), out
