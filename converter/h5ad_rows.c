@@ -40,20 +40,24 @@ static int rb_reserve(rowbuf *rb, uint64_t more_rows, uint64_t more_nnz, cv_err 
   return 0;
 }
 
-/* A count value: validated, 0 if it is to be dropped. */
+/* A count value: validated, 0 if it is to be dropped.  v is printed exactly where a double
+** holds it (an integer below 2^53), else with every digit a double has (%g had printed
+** -4294967295 as -4.29497e+09, %.9g 3.0000000000000004 as 3). */
 static int bad_value(h5file *f, uint64_t row, uint64_t col, double v, cv_err *e) {
-  char cell[300];
+  char cell[300], num[40];
   h5ad_cell_name(f, row, cell, sizeof cell);
+  if (v == floor(v) && fabs(v) < 9007199254740992.0) snprintf(num, sizeof num, "%.0f", v);
+  else snprintf(num, sizeof num, "%.17g", v);
   const char *gene = f->var_names && col < f->n_vars ? f->var_names[col] : "?";
   if (v < 0)
-    return cv_fail(e, "%s: %s: cell %s, gene '%s' (column %llu): negative value %g; counts must be "
-                   "non-negative integers", f->path, f->mpath, cell, gene, (unsigned long long)col, v);
+    return cv_fail(e, "%s: %s: cell %s, gene '%s' (column %llu): negative value %s; counts must be "
+                   "non-negative integers", f->path, f->mpath, cell, gene, (unsigned long long)col, num);
   if (v > 4294967295.0)
-    return cv_fail(e, "%s: %s: cell %s, gene '%s' (column %llu): value %.0f exceeds 2^32-1", f->path,
-                   f->mpath, cell, gene, (unsigned long long)col, v);
-  return cv_fail(e, "%s: %s: cell %s, gene '%s' (column %llu): value %.9g is not an integer count; "
+    return cv_fail(e, "%s: %s: cell %s, gene '%s' (column %llu): value %s exceeds 2^32-1", f->path,
+                   f->mpath, cell, gene, (unsigned long long)col, num);
+  return cv_fail(e, "%s: %s: cell %s, gene '%s' (column %llu): value %s is not an integer count; "
                  "%s holds normalised data? convert raw counts with --layer counts or --raw",
-                 f->path, f->mpath, cell, gene, (unsigned long long)col, v, f->mpath);
+                 f->path, f->mpath, cell, gene, (unsigned long long)col, num, f->mpath);
 }
 
 static inline int val_ok_f(double v) { return v >= 0 && v <= 4294967295.0 && v == floor(v); }

@@ -486,6 +486,20 @@ done:
 
 static int ieq_prefix(const char *s, const char *p) { return strncasecmp(s, p, strlen(p)) == 0; }
 
+static inline int parse_u64(char **p, uint64_t *out) {
+  char *s = *p;
+  while (*s == ' ' || *s == '\t') s++;
+  if (*s < '0' || *s > '9') return -1;
+  uint64_t v = 0;
+  while (*s >= '0' && *s <= '9') {
+    if (v > (UINT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (uint64_t)(*s++ - '0');
+  }
+  *p = s;
+  *out = v;
+  return 0;
+}
+
 /* Reads the Matrix Market header and size line; leaves the reader at the entries. */
 static int mtx_header(mtx_state *m, cv_err *e) {
   char *s;
@@ -510,9 +524,10 @@ static int mtx_header(mtx_state *m, cv_err *e) {
     if (k < 0) return -1;
     if (k > 0) return cv_fail(e, "%s: ends before its size line (rows columns entries)", m->file);
     if (n == 0 || s[0] == '%') continue;
-    unsigned long long a, b, c;
-    char extra;
-    if (sscanf(s, "%llu %llu %llu %c", &a, &b, &c, &extra) != 3)
+    /* three unsigned numbers (sscanf's %llu took "-1" as 2^64-1) */
+    char *p = s;
+    uint64_t a, b, c;
+    if (parse_u64(&p, &a) || parse_u64(&p, &b) || parse_u64(&p, &c) || p[strspn(p, " \t")])
       return cv_fail(e, "%s: line %llu: '%.60s' is not a size line (rows columns entries)", m->file,
                      (unsigned long long)m->lr.line, s);
     m->rows = a;
@@ -619,19 +634,6 @@ done:
 }
 
 /* Parses an unsigned decimal at *p (skipping blanks before); -1 if none. */
-static inline int parse_u64(char **p, uint64_t *out) {
-  char *s = *p;
-  while (*s == ' ' || *s == '\t') s++;
-  if (*s < '0' || *s > '9') return -1;
-  uint64_t v = 0;
-  while (*s >= '0' && *s <= '9') {
-    if (v > (UINT64_MAX - 9) / 10) return -1;
-    v = v * 10 + (uint64_t)(*s++ - '0');
-  }
-  *p = s;
-  *out = v;
-  return 0;
-}
 
 int tenx_mtx_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *total, uint64_t *ncells,
                    void (*progress)(void *, uint64_t), void *parg, cv_err *e) {

@@ -167,6 +167,17 @@ def test_negative_and_fractional_counts(tmp_path):
     a.write_h5ad(q)
     fails(tmp_path, q, "cell 'x' (row 0), gene 'B' (column 1): value 1.5 is not an integer count",
           "--layer counts", "--raw")
+    # values printed as they are (a %g had printed -4294967295 as -4.29497e+09, a %.9g
+    # 3.0000000000000004 as 3, and 2^64-1 went through a double to 18446744073709551616)
+    for k, (dtype, v, words) in enumerate([(np.int64, -(2**32) + 1, ("negative value -4294967295;",)),
+                                           (np.float64, 3.0000000000000004, ("value 3.0000000000000004 is not",)),
+                                           (np.uint64, 2**64 - 1, ("exceeds 2^32-1",))]):
+        m = sp.csr_matrix(np.array([[0, 1], [2, 0]], dtype=dtype))
+        m.data[0] = v
+        p = tmp_path / f"v{k}.h5ad"
+        ad.AnnData(X=m, obs=pd.DataFrame(index=["x", "y"]), var=pd.DataFrame(index=["A", "B"]), dtype=dtype).write_h5ad(p)
+        msg = fails(tmp_path, p, *words)
+        assert "18446744073709551616" not in msg, msg
 
 
 def test_category_code_out_of_range(tmp_path):

@@ -321,6 +321,7 @@ def test_mtx_bad_entries(tmp_path, mat):
         (lambda ls: ls[:3] + ["1 x 2"] + ls[4:], ("line 4", "not an entry")),
         (lambda ls: ls + ["1 1 1"], ("more entries than",)),
         (lambda ls: ls[:2] + ["41 57"] + ls[3:], ("not a size line",)),
+        (lambda ls: ls[:2] + ["41 57 -1"] + ls[3:], ("not a size line",)),   # "-1" was 2^64-1 entries
     ]
     for k, (fn, words) in enumerate(cases):
         d = write_mtx(tmp_path / f"e{k}", *mat, gz=False)
