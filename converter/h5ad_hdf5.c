@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ HDF5 errors */
@@ -248,6 +249,55 @@ hid_t h5ad_vlen_str_type(hid_t file_type) {
   return mt;
 }
 
+/* loompy writes strings as ASCII with XML character references ('G&#232;ne' for 'Gène') and
+** reads them back through html.unescape: the same here, in place (a reference is never
+** shorter than its UTF-8 bytes), for numeric references and the five XML entities.  Returns
+** the new length. */
+static size_t xml_unescape(char *s, size_t k) {
+  static const struct { const char *name; char c; } ent[] = {
+      {"amp;", '&'}, {"lt;", '<'}, {"gt;", '>'}, {"quot;", '"'}, {"apos;", '\''}};
+  size_t r = 0, w = 0;
+  while (r < k) {
+    if (s[r] != '&') { s[w++] = s[r++]; continue; }
+    size_t i = r + 1;
+    if (i < k && s[i] == '#') {
+      int hex = i + 1 < k && (s[i + 1] == 'x' || s[i + 1] == 'X');
+      size_t j = i + 1 + (size_t)hex, d0 = j;
+      uint32_t cp = 0;
+      while (j < k && j - d0 < 8 && (hex ? isxdigit((unsigned char)s[j]) : isdigit((unsigned char)s[j]))) {
+        int dv = isdigit((unsigned char)s[j]) ? s[j] - '0' : (tolower((unsigned char)s[j]) - 'a' + 10);
+        cp = cp * (hex ? 16 : 10) + (uint32_t)dv;
+        j++;
+      }
+      if (j > d0 && j < k && s[j] == ';' && cp > 0 && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF)) {
+        if (cp < 0x80) s[w++] = (char)cp;
+        else if (cp < 0x800) { s[w++] = (char)(0xC0 | cp >> 6); s[w++] = (char)(0x80 | (cp & 0x3F)); }
+        else if (cp < 0x10000) {
+          s[w++] = (char)(0xE0 | cp >> 12); s[w++] = (char)(0x80 | ((cp >> 6) & 0x3F)); s[w++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+          s[w++] = (char)(0xF0 | cp >> 18); s[w++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+          s[w++] = (char)(0x80 | ((cp >> 6) & 0x3F)); s[w++] = (char)(0x80 | (cp & 0x3F));
+        }
+        r = j + 1;
+        continue;
+      }
+    } else {
+      size_t e;
+      for (e = 0; e < sizeof ent / sizeof *ent; e++) {
+        size_t l = strlen(ent[e].name);
+        if (k - i >= l && !memcmp(s + i, ent[e].name, l)) break;
+      }
+      if (e < sizeof ent / sizeof *ent) {
+        s[w++] = ent[e].c;
+        r = i + strlen(ent[e].name);
+        continue;
+      }
+    }
+    s[w++] = s[r++];   /* not a reference: as it is */
+  }
+  return w;
+}
+
 /* Reads strings [start, start+n) of a string dataset into cb (kind text) at
 ** positions off.. . */
 int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t n, colbuf *cb, size_t off,
@@ -262,9 +312,12 @@ int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t
     if (!v) { cv_fail(e, "out of memory"); goto done; }
     if (h5ad_ds_read(ds, mt, start, n, 0, v) < 0) { free(v); h5ad_fail(e, f, what); goto done; }
     rc = 0;
+    int loom = f->kind && !strcmp(f->kind, "loom");
     for (size_t i = 0; i < n && rc == 0; i++) {
-      const char *s = v[i] ? v[i] : "";
-      rc = colbuf_text_set(cb, off + i, s, strlen(s), e);
+      char *s = v[i] ? v[i] : (char *)"";
+      size_t k = strlen(s);
+      if (loom && memchr(s, '&', k)) k = xml_unescape(s, k);
+      rc = colbuf_text_set(cb, off + i, s, k, e);
     }
     hsize_t hn = n;
     hid_t ms = H5Screate_simple(1, &hn, NULL);
@@ -279,10 +332,12 @@ int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t
     if (h5ad_ds_read(ds, mt, start, n, 0, v) < 0) { free(v); h5ad_fail(e, f, what); goto done; }
     H5T_str_t pad = H5Tget_strpad(t);
     rc = 0;
+    int loom = f->kind && !strcmp(f->kind, "loom");
     for (size_t i = 0; i < n && rc == 0; i++) {
-      const char *s = v + i * sz;
+      char *s = v + i * sz;
       size_t k = strnlen(s, sz);
       if (pad == H5T_STR_SPACEPAD) while (k > 0 && s[k - 1] == ' ') k--;
+      if (loom && memchr(s, '&', k)) k = xml_unescape(s, k);
       rc = colbuf_text_set(cb, off + i, s, k, e);
     }
     free(v);

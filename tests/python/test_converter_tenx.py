@@ -486,3 +486,27 @@ def test_inputs_as_other_tools_write_them(tmp_path, mat):
         d = write_mtx(tmp_path / f"hex{k}", *mat, gz=False, header="%%MatrixMarket matrix coordinate real general")
         rewrite(d / "matrix.mtx", lambda ls: ls[:3] + [" ".join(ls[3].split()[:2] + [v])] + ls[4:])
         bad(tmp_path, d, "matrix.mtx", "line 4", f"'{v}' is not a count")
+
+
+def test_loom_names_as_loompy_escapes_them(tmp_path, mat):
+    """loompy stores strings as ASCII with XML character references ('G&#232;ne' for 'Gène')
+    and unescapes them when it reads; the converter kept them escaped.  Numeric references
+    (decimal and hex) and the five XML entities are read back; other '&' text stays."""
+    X, bc, ids, names, types = mat
+    want = list(names)
+    want[:6] = ["Gène", "CD8α", "A&B", "x<y>", "HLA-DRB1 \U0001F600", "AT&T; &nope;"]
+    esc = [n.encode("ascii", "xmlcharrefreplace").decode() for n in want]
+    esc[2], esc[3] = "A&amp;B", "x&lt;y&gt;"
+    esc[4] = "HLA-DRB1 &#x1F600;"
+    cells = list(bc)
+    cells[0] = "caf&#233;-1"
+    p = write_loom(tmp_path / "esc.loom", X, bc, ids, names)
+    with h5py.File(p, "a") as f:
+        del f["row_attrs/Gene"], f["col_attrs/CellID"]
+        f["row_attrs/Gene"] = np.array([s.encode() for s in esc])     # fixed-length, as loompy writes
+        f["col_attrs/CellID"] = np.array([s.encode() for s in cells])
+    convert(p, tmp_path / "esc.dcdb")
+    ds = Dataset(tmp_path / "esc.dcdb")
+    assert sorted(ds.gene_names) == sorted(want)
+    assert ds.obs("_index")[0] == "café-1" and ds.obs("_index")[1:] == bc[1:]
+    ds.close()
