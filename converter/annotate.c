@@ -152,6 +152,91 @@ static int parse_bool(const char *s, int *v) {
   return 0;
 }
 
+/* --schema: a column's entry (each field NULL when not given).  Returns 0, or -1. */
+typedef struct colschema {
+  char *categories;        /* JSON array of the labels, in order */
+  int ordered;             /* 1: ordered */
+  char *dtype, *cat_dtype;
+} colschema;
+
+static void colschema_free(colschema *c) {
+  sqlite3_free(c->categories); sqlite3_free(c->dtype); sqlite3_free(c->cat_dtype);
+  memset(c, 0, sizeof *c);
+}
+
+static char *dup_col(sqlite3_stmt *st, int i) {
+  const unsigned char *t = sqlite3_column_text(st, i);
+  return t ? sqlite3_mprintf("%s", t) : NULL;
+}
+
+static int schema_of(sqlite3 *db, const char *path, const char *json, const char *col, colschema *out, cv_err *e) {
+  memset(out, 0, sizeof *out);
+  if (!json) return 0;
+  sqlite3_stmt *st = cv_prep(db, e, "SELECT json_extract(value, '$.categories'), json_type(value, '$.categories'), "
+                                  "json_extract(value, '$.ordered'), json_type(value, '$.ordered'), "
+                                  "json_extract(value, '$.dtype'), json_type(value, '$.dtype'), "
+                                  "json_extract(value, '$.categories_dtype'), json_type(value, '$.categories_dtype'), "
+                                  "json_type(value) FROM json_each(?1) WHERE key = ?2");
+  if (!st) return -1;
+  sqlite3_bind_text(st, 1, json, -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 2, col, -1, SQLITE_STATIC);
+  int rc = 0;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    const char *t_cat = (const char *)sqlite3_column_text(st, 1), *t_ord = (const char *)sqlite3_column_text(st, 3),
+               *t_dt = (const char *)sqlite3_column_text(st, 5), *t_cdt = (const char *)sqlite3_column_text(st, 7),
+               *t_all = (const char *)sqlite3_column_text(st, 8);
+    if (!t_all || strcmp(t_all, "object"))
+      rc = cv_fail(e, "%s: column '%s': not an object of categories, ordered, dtype, categories_dtype", path, col);
+    else if ((t_cat && strcmp(t_cat, "array")) || (t_ord && strcmp(t_ord, "true") && strcmp(t_ord, "false")) ||
+             (t_dt && strcmp(t_dt, "text")) || (t_cdt && strcmp(t_cdt, "text")))
+      rc = cv_fail(e, "%s: column '%s': categories is an array of labels, ordered true or false, dtype and "
+                   "categories_dtype names", path, col);
+    else {
+      out->categories = t_cat ? dup_col(st, 0) : NULL;
+      out->ordered = t_ord && !strcmp(t_ord, "true");
+      out->dtype = t_dt ? dup_col(st, 4) : NULL;
+      out->cat_dtype = t_cdt ? dup_col(st, 6) : NULL;
+    }
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+/* dc_meta for a column annotate wrote, from its --schema entry: obs_ordered, obs_dtypes, obs_cat_dtypes */
+static int schema_meta(sqlite3 *db, const char *name, const colschema *cs, cv_err *e) {
+  static const char *const sql[] = {
+      "INSERT OR IGNORE INTO main.dc_meta(key, value) VALUES ('obs_ordered', '[]'), ('obs_dtypes', '{}'), ('obs_cat_dtypes', '{}')",
+      "UPDATE main.dc_meta SET value = (SELECT json_group_array(value) FROM (SELECT value FROM json_each(dc_meta.value) "
+      "UNION ALL SELECT ?1)) WHERE key = 'obs_ordered' AND ?2",
+      "UPDATE main.dc_meta SET value = json_patch(value, json_object(?1, ?3)) WHERE key = 'obs_dtypes' AND ?3 IS NOT NULL",
+      "UPDATE main.dc_meta SET value = json_patch(value, json_object(?1, ?4)) WHERE key = 'obs_cat_dtypes' AND ?4 IS NOT NULL",
+      "DELETE FROM main.dc_meta WHERE key IN ('obs_ordered', 'obs_dtypes', 'obs_cat_dtypes') AND value IN ('[]', '{}')"};
+  for (size_t k = 0; k < sizeof sql / sizeof *sql; k++) {
+    sqlite3_stmt *st = NULL;
+    int r = sqlite3_prepare_v2(db, sql[k], -1, &st, NULL);
+    if (r == SQLITE_OK) {
+      if (sqlite3_bind_parameter_count(st) >= 1) sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+      if (sqlite3_bind_parameter_count(st) >= 2) sqlite3_bind_int(st, 2, cs->ordered);
+      if (sqlite3_bind_parameter_count(st) >= 3) sqlite3_bind_text(st, 3, cs->dtype, -1, SQLITE_STATIC);
+      if (sqlite3_bind_parameter_count(st) >= 4) sqlite3_bind_text(st, 4, cs->cat_dtype, -1, SQLITE_STATIC);
+      r = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    if (r != SQLITE_DONE) return cv_fail(e, "dc_meta: %s", sqlite3_errmsg(db));
+  }
+  return 0;
+}
+
+/* The range of an integer obs dtype (int8 .. uint32); 0 if it is not one. */
+static int int_dtype_range(const char *d, int64_t *lo, int64_t *hi) {
+  static const struct { const char *n; int64_t lo, hi; } t[] = {
+      {"int8", INT8_MIN, INT8_MAX}, {"int16", INT16_MIN, INT16_MAX}, {"int32", INT32_MIN, INT32_MAX},
+      {"uint8", 0, UINT8_MAX}, {"uint16", 0, UINT16_MAX}, {"uint32", 0, UINT32_MAX}};
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+    if (!strcmp(d, t[i].n)) { *lo = t[i].lo; *hi = t[i].hi; return 1; }
+  return 0;
+}
+
 int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   static const char *const reserved[] = {"_index", "cell_id", "name", "tile", NULL};
   csvtab t;
@@ -171,6 +256,9 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   dsw w;
   memset(&w, 0, sizeof w);
   sqlite3_str *said = sqlite3_str_new(NULL);   /* a line per column, printed once committed */
+  char *schema_json = NULL;                     /* --schema's text */
+  colschema cs;
+  memset(&cs, 0, sizeof cs);
   int by_id = !strcmp(o->key, "cell_id");
   if (!by_id && strcmp(o->key, "name") != 0) return cv_fail(e, "--key: '%s' is neither name nor cell_id", o->key);
   if (csv_read(o->table, &t, e)) goto done;
@@ -256,13 +344,49 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       if (c != kc && strlen(hdr[c]) == (size_t)(eq - o->types[i]) && !strncmp(hdr[c], o->types[i], (size_t)(eq - o->types[i]))) { kinds[c] = k; found = 1; }
     if (!found) { sqlite3_free(ums); cv_fail(e, "--type %s: the table has no such column", o->types[i]); goto done; }
   }
+  if (o->schema) {   /* --schema: a JSON object whose keys are columns of the table */
+    FILE *sf = fopen(o->schema, "rb");
+    if (!sf) { sqlite3_free(ums); cv_fail(e, "--schema %s: %s", o->schema, strerror(errno)); goto done; }
+    sqlite3_str *sb = sqlite3_str_new(NULL);
+    char chunk[65536];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, sf)) > 0) sqlite3_str_append(sb, chunk, (int)got);
+    int ferr = ferror(sf);
+    fclose(sf);
+    schema_json = sqlite3_str_finish(sb);
+    if (ferr || !schema_json) { sqlite3_free(ums); cv_fail(e, "--schema %s: %s", o->schema, ferr ? "read error" : "empty"); goto done; }
+    sqlite3_stmt *st = cv_prep(db, e, "SELECT json_valid(?1) AND json_type(?1) = 'object'");
+    if (!st) { sqlite3_free(ums); goto done; }
+    sqlite3_bind_text(st, 1, schema_json, -1, SQLITE_STATIC);
+    int ok = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (!ok) { sqlite3_free(ums); cv_fail(e, "--schema %s: not a JSON object (column -> its types)", o->schema); goto done; }
+    st = cv_prep(db, e, "SELECT key FROM json_each(?1)");
+    if (!st) { sqlite3_free(ums); goto done; }
+    sqlite3_bind_text(st, 1, schema_json, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const char *k = (const char *)sqlite3_column_text(st, 0);
+      int found = 0;
+      for (uint32_t c = 0; c < nf && k; c++) found |= c != kc && !strcmp(hdr[c], k);
+      if (!found) {
+        cv_fail(e, "--schema %s: the table has no column '%s'", o->schema, k ? k : "");
+        sqlite3_finalize(st);
+        sqlite3_free(ums);
+        goto done;
+      }
+    }
+    sqlite3_finalize(st);
+  }
   int64_t next_col = 0;
   for (int i = 0; i < ncols; i++) if (cols[i].col >= next_col) next_col = cols[i].col + 1;
   int n_new = 0, n_repl = 0;
   if (dsw_over(&w, db, o->dataset, D.id, e)) { sqlite3_free(ums); goto done; }
   for (uint32_t c = 0; c < nf; c++) {
     if (c == kc) continue;
+    colschema_free(&cs);
+    if (schema_of(db, o->schema, schema_json, hdr[c], &cs, e)) { sqlite3_free(ums); goto done; }
     int kind = kinds[c];
+    if (!kind && cs.categories) kind = DC_OBS_CATEGORY;
     if (!kind) {  /* int, else bool, else real, else category or text */
       int all_i = 1, all_b = 1, all_f = 1;
       cv_map dv = {0};
@@ -299,6 +423,32 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     free(labels);
     labels = NULL;
     nl = 0;
+    int64_t dlo = 0, dhi = 0;
+    {  /* --schema entries must fit the column's kind */
+      const char *why = NULL;
+      if ((cs.categories || cs.ordered || cs.cat_dtype) && kind != DC_OBS_CATEGORY) why = "categories, ordered and categories_dtype are for a category column";
+      else if (cs.dtype && !(kind == DC_OBS_INT && int_dtype_range(cs.dtype, &dlo, &dhi)) && !(kind == DC_OBS_REAL && !strcmp(cs.dtype, "float32")))
+        why = "dtype is int8, int16, int32, uint8, uint16 or uint32 for an int column, float32 for a real one";
+      else if (cs.cat_dtype && strcmp(cs.cat_dtype, "int64") && strcmp(cs.cat_dtype, "float64") && strcmp(cs.cat_dtype, "bool"))
+        why = "categories_dtype is int64, float64 or bool";
+      if (why) { sqlite3_free(ums); cv_fail(e, "--schema %s: column '%s' (%s): %s", o->schema, hdr[c], cv_obs_kind_label(kind), why); goto done; }
+    }
+    if (cs.categories) {   /* the codes in the given order, unused categories kept */
+      sqlite3_stmt *st = cv_prep(db, e, "SELECT value, type FROM json_each(?1)");
+      if (!st) { sqlite3_free(ums); goto done; }
+      sqlite3_bind_text(st, 1, cs.categories, -1, SQLITE_STATIC);
+      int bad = 0;
+      while (!bad && sqlite3_step(st) == SQLITE_ROW) {
+        const char *lab = (const char *)sqlite3_column_text(st, 0), *ty = (const char *)sqlite3_column_text(st, 1);
+        int32_t code;
+        int64_t before = nl;
+        if (!lab || !ty || strcmp(ty, "text")) bad = cv_fail(e, "--schema %s: column '%s': categories must be strings", o->schema, hdr[c]);
+        else if (cv_add_label(&labels, &nl, &lm, lab, &code, e)) bad = -1;
+        else if (nl == before) bad = cv_fail(e, "--schema %s: column '%s': category '%s' is given twice", o->schema, hdr[c], lab);
+      }
+      sqlite3_finalize(st);
+      if (bad) { sqlite3_free(ums); goto done; }
+    }
     if (cv_vals_reserve(&v, (uint64_t)N + 1, e)) { sqlite3_free(ums); goto done; }
     for (int64_t i = 0; i < N; i++) {
       int64_t r = row_of[i];
@@ -314,12 +464,38 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
           case DC_OBS_INT: ok = parse_i64(s, &x.i); break;
           case DC_OBS_REAL: ok = parse_f64(s, &x.f); if (ok && isnan(x.f)) x.is_null = 1; break;
           case DC_OBS_BOOL: ok = parse_bool(s, &bv) || (parse_i64(s, &x.i) && (x.i == 0 || x.i == 1)); if (ok && !x.i) x.i = bv; break;
-          case DC_OBS_CATEGORY: { int32_t code; if (cv_add_label(&labels, &nl, &lm, s, &code, e)) { sqlite3_free(ums); goto done; } x.i = code; break; }
+          case DC_OBS_CATEGORY: {
+            int32_t code;
+            uint32_t known;
+            if (cs.categories) {   /* only the given categories */
+              if (!cv_map_get(&lm, s, &known)) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not one of its categories (--schema)", o->table, (long long)t.line[r], hdr[c], s); goto done; }
+              code = (int32_t)known;
+            } else if (cv_add_label(&labels, &nl, &lm, s, &code, e)) { sqlite3_free(ums); goto done; }
+            x.i = code;
+            break;
+          }
           default: x.s = s; x.len = (uint32_t)strlen(s); break;
         }
       }
       if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s %s", o->table, (long long)t.line[r], hdr[c], s, kind == DC_OBS_INT ? "an" : "a", kind == DC_OBS_INT ? "integer" : kind == DC_OBS_REAL ? "number" : "boolean (true/false, 1/0)"); goto done; }
       if (cv_vals_push(&v, &x, e)) { sqlite3_free(ums); goto done; }
+    }
+    if (cs.dtype && kind == DC_OBS_INT)   /* the values must fit the dtype the column is exported as */
+      for (int64_t i = 0; i < N; i++)
+        if (v.valid[i] && (v.i64[i] < dlo || v.i64[i] > dhi)) {
+          sqlite3_free(ums);
+          cv_fail(e, "%s: line %lld: column '%s': %lld does not fit its dtype %s (--schema)", o->table,
+                  (long long)t.line[row_of[i]], hdr[c], (long long)v.i64[i], cs.dtype);
+          goto done;
+        }
+    for (int64_t k = 0; cs.cat_dtype && k < nl; k++) {   /* labels of the categories' type */
+      char *end = NULL;
+      const char *lab = labels[k];
+      errno = 0;
+      int ok = !strcmp(cs.cat_dtype, "bool") ? (!strcmp(lab, "True") || !strcmp(lab, "False"))
+               : !strcmp(cs.cat_dtype, "int64") ? (strtoll(lab, &end, 10), *lab && !*end && !errno)
+               : (strtod(lab, &end), *lab && !*end);
+      if (!ok) { sqlite3_free(ums); cv_fail(e, "--schema %s: column '%s': category '%s' is not a %s", o->schema, hdr[c], lab, cs.cat_dtype); goto done; }
     }
     /* replace a column of the same name (ignoring case), or add one */
     int64_t col = -1;
@@ -343,6 +519,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     if (cv_write_blocks(&w, col, hdr[c], kind == DC_OBS_CATEGORY ? nl : -1, 0, &v, B, e)) { sqlite3_free(ums); goto done; }
     if (cv_write_dict_rows(db, col, labels, 0, kind == DC_OBS_CATEGORY ? nl : 0, e)) { sqlite3_free(ums); goto done; }
     if (cv_write_column_row(db, D.id, col, hdr[c], kind, labels, kind == DC_OBS_CATEGORY ? nl : -1, e)) { sqlite3_free(ums); goto done; }
+    if (schema_meta(db, hdr[c], &cs, e)) { sqlite3_free(ums); goto done; }
     sqlite3_str_appendf(said, "%s: column '%s' (%s) %s\n", o->dataset, hdr[c], cv_obs_kind_label(kind), replaced ? "replaced" : "added");
   }
   if (cv_exec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e) || cv_check_interrupt(e) ||
@@ -375,5 +552,7 @@ done:
   if (labels) for (int64_t k = 0; k < nl; k++) free(labels[k]);
   free(labels);
   free(D.sources);
+  colschema_free(&cs);
+  sqlite3_free(schema_json);
   return rc;
 }

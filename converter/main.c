@@ -214,7 +214,8 @@ static const char *HELP_MERGE =
     "indexes, views and triggers of your own in A come along; A is read in one transaction.\n";
 
 static const char *HELP_ANNOTATE =
-    "usage: deltacells annotate DATASET TABLE.csv [--key name|cell_id] [--type COLUMN=KIND ...] [--quiet]\n"
+    "usage: deltacells annotate DATASET TABLE.csv [--key name|cell_id] [--type COLUMN=KIND ...]\n"
+    "                           [--schema COLUMNS.json] [--quiet]\n"
     "\n"
     "Adds obs columns from a CSV table (a header row, then one row per cell), or replaces the\n"
     "columns of the same name (ignoring case), in one transaction.  The key column (the one\n"
@@ -228,7 +229,15 @@ static const char *HELP_ANNOTATE =
     "else real, else category (text when more than half its values are distinct, or it has\n"
     "more than 65,536 labels); --type COLUMN=KIND sets it (category, text,\n"
     "int, real, bool).  Bad CSV (an unclosed quote, a row with more or fewer fields than the\n"
-    "header, a value not of its column's kind) is an error naming the line.\n";
+    "header, a value not of its column's kind) is an error naming the line.\n"
+    "\n"
+    "--schema COLUMNS.json gives columns the types a data frame had, as convert keeps them:\n"
+    "{\"COLUMN\": {\"categories\": [\"b\", \"a\"], \"ordered\": true, \"dtype\": \"uint8\",\n"
+    "\"categories_dtype\": \"int64\"}, ...}: a categorical's categories in their order (unused\n"
+    "ones kept; a value outside them is an error) and whether they are ordered; a number\n"
+    "column's dtype (int8, int16, int32, uint8, uint16, uint32, float32: values must fit);\n"
+    "the type of a categorical's categories (int64, float64, bool).  export and to_anndata\n"
+    "give them back.  deltacells.annotate(path, data_frame) writes it.\n";
 
 static int usage(const char *msg, const char *help) {
   char cmd[64] = "";
@@ -447,13 +456,14 @@ static int cmd_annotate(int argc, char **argv) {
   const char **pos = calloc((size_t)argc + 1, sizeof *pos), **types = calloc((size_t)argc + 1, sizeof *types);
   if (!pos || !types) { free(pos); free(types); return 1; }
   int n = 0, nt = 0, quiet = 0;
-  const char *key = "name";
+  const char *key = "name", *schema = NULL;
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (is_help(a)) { fputs(HELP_ANNOTATE, stdout); free(pos); free(types); return 0; }
-    if (!strcmp(a, "--key") || !strcmp(a, "--type")) {
+    if (!strcmp(a, "--key") || !strcmp(a, "--type") || !strcmp(a, "--schema")) {
       if (i + 1 >= argc) { free(pos); free(types); return usage_value(a, HELP_ANNOTATE); }
       if (!strcmp(a, "--key")) key = argv[++i];
+      else if (!strcmp(a, "--schema")) schema = argv[++i];
       else types[nt++] = argv[++i];
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
     else if (a[0] == '-' && a[1]) {
@@ -468,7 +478,7 @@ static int cmd_annotate(int argc, char **argv) {
     free(pos); free(types);
     return usage("--key is name or cell_id", HELP_ANNOTATE);
   }
-  cv_annotate_opts o = {pos[0], pos[1], key, types, nt, quiet};
+  cv_annotate_opts o = {pos[0], pos[1], key, types, nt, quiet, schema};
   cv_err e;
   e.msg[0] = 0;
   int rc = cv_annotate(&o, &e);

@@ -46,6 +46,8 @@ typedef struct cv_annotate_opts {
   const char **types;    /* n_types "COLUMN=KIND" (category, text, int, real, bool) */
   int n_types;
   int quiet;
+  const char *schema;    /* NULL, or a JSON file: per column {"categories": [...], "ordered": bool,
+                            "dtype": "uint8" ..., "categories_dtype": "int64" | "float64" | "bool"} */
 } cv_annotate_opts;
 
 int cv_annotate(const cv_annotate_opts *o, cv_err *e);

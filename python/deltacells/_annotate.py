@@ -5,6 +5,7 @@ directory) with each column's kind stated, and runs `deltacells annotate` (the c
 columns are stored exactly as the converter stores obs columns: one transaction, pushed down in
 the `cells` table.
 """
+import json
 import math
 import os
 import shutil
@@ -78,11 +79,47 @@ def _cell(v, kind):
         return str(int(v))
     if kind == "real":
         return repr(float(v))
-    return _quoted(str(v))
+    return _quoted(_label(v) if kind == "category" else str(v))
 
 
 def _quoted(s):
     return '"' + s.replace('"', '""') + '"'
+
+
+def _label(x):
+    """A category's label as the converter writes it from a file: numbers in their shortest
+    form (100.0 is '100'), booleans True / False; anything else as str."""
+    import numpy as np
+    if isinstance(x, (bool, np.bool_)):
+        return "True" if x else "False"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        s = repr(float(x))
+        return s[:-2] if s.endswith(".0") else s
+    return str(x)
+
+
+def _schema(dtypes, kinds):
+    """`deltacells annotate --schema`: what the kind alone loses of each column's pandas type
+    (docs/format.md dc_meta obs_ordered, obs_dtypes, obs_cat_dtypes): a categorical's
+    categories in order (unused ones too), whether they are ordered and their type; a number
+    column's narrow dtype (uint8, float32, ...)."""
+    from .anndata_io import _NARROW
+    out = {}
+    for c, dt in dtypes.items():
+        if dt is None:
+            continue
+        if str(dt) == "category":
+            cats = dt.categories
+            e = {"categories": [_label(x) for x in cats], "ordered": bool(dt.ordered)}
+            ck = getattr(cats.dtype, "kind", "O")
+            if ck in "iu" or ck == "f" or ck == "b":
+                e["categories_dtype"] = {"i": "int64", "u": "int64", "f": "float64", "b": "bool"}[ck]
+            out[c] = e
+        elif _NARROW.get(str(dt).lower()) == kinds[c]:   # pandas' UInt8 too
+            out[c] = {"dtype": str(dt).lower()}
+    return out
 
 
 def annotate(path, data, key="name", quiet=True):
@@ -134,13 +171,17 @@ def annotate(path, data, key="name", quiet=True):
             raise ValueError(f"column {c!r} has {len(vs)} values for {len(keys)} keys")
     kinds = {c: _kind(vs, dtypes.get(c)) for c, vs in cols.items()}
     conv = find_converter()
+    schema = _schema(dtypes, kinds)
     fd, tmp = tempfile.mkstemp(suffix=".csv", prefix="deltacells-annotate-")
+    sfd, stmp = tempfile.mkstemp(suffix=".json", prefix="deltacells-annotate-")
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
             f.write(",".join(map(_quoted, [key] + list(cols))) + "\n")
             for i, k in enumerate(keys):
                 f.write(",".join([_quoted(str(k))] + [_cell(cols[c][i], kinds[c]) for c in cols]) + "\n")
-        args = [conv, "annotate", os.fspath(path), tmp, "--key", key]
+        with os.fdopen(sfd, "w", encoding="utf-8") as f:
+            json.dump(schema, f)
+        args = [conv, "annotate", os.fspath(path), tmp, "--key", key, "--schema", stmp]
         for c, k in kinds.items():
             args += ["--type", f"{c}={k}"]
         if quiet:
@@ -148,6 +189,7 @@ def annotate(path, data, key="name", quiet=True):
         p = subprocess.run(args, capture_output=True, text=True)
     finally:
         os.unlink(tmp)
+        os.unlink(stmp)
     if p.returncode != 0:
-        raise RuntimeError(p.stderr.strip().replace(tmp, "<table>"))
+        raise RuntimeError(p.stderr.strip().replace(tmp, "<table>").replace(stmp, "<schema>"))
     return {"stdout": p.stdout, "unmatched_note": p.stderr.strip().replace(tmp, "<table>")}

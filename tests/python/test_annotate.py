@@ -249,3 +249,53 @@ def test_python_annotate_keeps_strings_that_spell_missing(ds):
     got = cells(ds, ["label", "note"])[:n]
     assert [r[1] for r in got] == want
     assert [r[2] for r in got] == want
+
+
+def test_python_annotate_keeps_pandas_types(ds, tmp_path):
+    """deltacells.annotate keeps what a DataFrame's dtypes say beyond the kind (it wrote a CSV and
+    lost them): a categorical's categories in their order, unused ones too, and its ordered
+    flag; numeric categories; uint8 / int16 / float32 columns.  to_anndata and export give
+    them back as convert's do (dc_meta obs_ordered, obs_dtypes, obs_cat_dtypes, through
+    `annotate --schema`); replacing a column forgets the old types."""
+    import anndata
+    import pandas as pd
+
+    import deltacells
+    names = [r[0] for r in cells(ds, ["age"])]
+    n = 60
+    df = pd.DataFrame({
+        "grade": pd.Categorical((["z", "m", "a"] * n)[:n], categories=["z", "m", "a", "unused"], ordered=True),
+        "clust": pd.Categorical(([10, 2, 33] * n)[:n]),
+        "dose": pd.Categorical(([0.5, 100.0] * n)[:n]),
+        "flag": pd.Categorical(([True, False] * n)[:n]),
+        "u8": np.arange(n, dtype=np.uint8),
+        "i16": pd.array([None if i % 7 == 0 else -i for i in range(n)], dtype="Int16"),
+        "f32": np.linspace(0, 1, n, dtype=np.float32),
+    }, index=names[:n])
+    deltacells.annotate(ds, df)
+    verify_ok(ds)
+    out = tmp_path / "e.h5ad"
+    run("export", ds, "-o", out, "--quiet")
+    for got in (deltacells.to_anndata(str(ds)).obs, anndata.read_h5ad(out).obs):
+        g = got.iloc[:n]
+        assert list(g.grade.cat.categories) == ["z", "m", "a", "unused"] and g.grade.cat.ordered
+        assert list(g.grade) == list(df.grade)
+        assert list(g.clust.cat.categories) == [2, 10, 33] and list(g.clust) == list(df.clust)
+        assert list(g.dose.cat.categories) == [0.5, 100.0] and list(g.dose) == list(df.dose)
+        assert list(g.flag.cat.categories) == [False, True] and list(g.flag) == list(df.flag)
+        assert str(got.u8.dtype) == "UInt8" and list(g.u8) == list(df.u8)   # other cells: missing
+        assert str(got.i16.dtype) == "Int16" and g.i16.isna().sum() == df.i16.isna().sum()
+        assert got.f32.dtype == np.float32 and np.array_equal(g.f32.to_numpy(), df.f32.to_numpy())
+    # replaced by plain values: the old types go
+    deltacells.annotate(ds, pd.DataFrame({"grade": ["x"] * 5, "u8": [1.5] * 5}, index=names[:5]))
+    got = deltacells.to_anndata(str(ds)).obs
+    assert not getattr(got.grade.dtype, "ordered", False) and got.u8.dtype == np.float64
+    # a value outside the categories the schema gives, or that its dtype cannot hold: an error
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,c,u\n" + f"{names[0]},q,300\n")
+    (tmp_path / "s.json").write_text('{"c": {"categories": ["a", "b"]}}')
+    p = run("annotate", ds, bad, "--schema", tmp_path / "s.json", check=False)
+    assert p.returncode == 1 and "'q' is not one of its categories" in p.stderr, p.stderr
+    (tmp_path / "s.json").write_text('{"u": {"dtype": "uint8"}}')
+    p = run("annotate", ds, bad, "--schema", tmp_path / "s.json", check=False)
+    assert p.returncode == 1 and "300 does not fit its dtype uint8" in p.stderr, p.stderr
