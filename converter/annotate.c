@@ -266,7 +266,12 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   char **hdr = t.rec[0];
   for (uint32_t c = 0; c < nf; c++)
     if (!strcmp(hdr[c], o->key)) kc = c;
-  if (nf < 2) { cv_fail(e, "%s: line %lld: one column only; the table needs the key column and at least one column to add", o->table, (long long)t.line[0]); goto done; }
+  if (nf < 2) {
+    cv_fail(e, "%s: line %lld: one column only; the table needs the key column and at least one column to add%s", o->table,
+            (long long)t.line[0], strchr(hdr[0], '\t') || strchr(hdr[0], ';') ? " (the fields are separated by commas: "
+            "tabs and semicolons are read as text)" : "");
+    goto done;
+  }
   for (uint32_t c = 0; c < nf; c++) {
     if (c == kc) continue;
     if (!hdr[c][0]) { cv_fail(e, "%s: line %lld: column %u has no name", o->table, (long long)t.line[0], c + 1); goto done; }

@@ -53,6 +53,10 @@ int ex_genes_from_file(const gtable *g, const int64_t *orig_order, const char *f
   while ((len = getline(&line, &cap, fp)) >= 0) {
     lineno++;
     while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    if (lineno == 1 && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) {   /* a UTF-8 byte-order mark */
+      memmove(line, line + 3, (size_t)len - 2);
+      len -= 3;
+    }
     if (len == 0) continue;
     uint32_t *p = cv_map_ref(&first, line);
     if (!p) { /* a name with spaces around it in the file: try it trimmed */

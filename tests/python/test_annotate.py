@@ -296,6 +296,10 @@ def test_python_annotate_keeps_pandas_types(ds, tmp_path):
     (tmp_path / "s.json").write_text('{"c": {"categories": ["a", "b"]}}')
     p = run("annotate", ds, bad, "--schema", tmp_path / "s.json", check=False)
     assert p.returncode == 1 and "'q' is not one of its categories" in p.stderr, p.stderr
+    tsv = tmp_path / "t.tsv"   # a tab-separated table: one column to a CSV reader, and said why
+    tsv.write_text(f"name\tc\n{names[0]}\tx\n")
+    p = run("annotate", ds, tsv, check=False)
+    assert p.returncode == 1 and "one column only" in p.stderr and "separated by commas" in p.stderr, p.stderr
     (tmp_path / "s.json").write_text('{"u": {"dtype": "uint8"}}')
     p = run("annotate", ds, bad, "--schema", tmp_path / "s.json", check=False)
     assert p.returncode == 1 and "300 does not fit its dtype uint8" in p.stderr, p.stderr

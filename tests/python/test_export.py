@@ -190,6 +190,11 @@ def test_where_genes_obs_subsets(synth):
     assert list(b.obs_names) == list(exp.obs_names)
     assert list(b.obs.cell_type.cat.categories) == list(a.obs.cell_type.cat.categories)
     assert list(b.obs.flag) == list(exp.obs.flag)
+    # the same file saved with a UTF-8 byte-order mark (Excel, PowerShell): its first gene was
+    # "not in the dataset" ('\ufeff' + name)
+    (d / "bom.txt").write_bytes(b"\xef\xbb\xbf" + (d / "genes.txt").read_bytes())
+    export(db, out, "--genes", d / "bom.txt")
+    assert list(anndata.read_h5ad(out).var_names) == pick
     # no cells, no obs columns
     export(db, out, "--where", "0", "--obs", "")
     b = anndata.read_h5ad(out)
