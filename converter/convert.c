@@ -121,41 +121,62 @@ static const char *path_tail(const char *path, size_t len, int k) {
 ** that no other input with a different path has: the base name unless two
 ** inputs share it (10x outputs all have the same names), then the parent
 ** directory too, and so on.  The same path given twice keeps one label. */
+/* The path labels are made from: as given, but a directory given as "." or ".." (an .mtx
+** directory converted from inside it) by its real path, so that it is named. */
+static char *label_path(const char *p) {
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') n--;
+  size_t b = n;
+  while (b > 0 && p[b - 1] != '/') b--;
+  int dots = (n - b == 1 && p[b] == '.') || (n - b == 2 && p[b] == '.' && p[b + 1] == '.');
+  char *r = dots ? realpath(p, NULL) : NULL;
+  return r ? r : strdup(p);
+}
+
 static int make_labels(h5file *files, int nf, cv_err *e) {
   size_t *len = calloc((size_t)nf + 1, sizeof *len);
   int *k = calloc((size_t)nf + 1, sizeof *k);
-  if (!len || !k) { free(len); free(k); return cv_fail(e, "out of memory"); }
+  char **lp = calloc((size_t)nf + 1, sizeof *lp);
+  int bad = !len || !k || !lp;
+  for (int f = 0; f < nf && !bad; f++) bad = !(lp[f] = label_path(files[f].path));
+  if (bad) {
+    for (int f = 0; lp && f < nf; f++) free(lp[f]);
+    free(len); free(k); free(lp);
+    return cv_fail(e, "out of memory");
+  }
   for (int f = 0; f < nf; f++) {
-    len[f] = strlen(files[f].path);
-    while (len[f] > 1 && files[f].path[len[f] - 1] == '/') len[f]--;
+    len[f] = strlen(lp[f]);
+    while (len[f] > 1 && lp[f][len[f] - 1] == '/') len[f]--;
     k[f] = 1;
   }
   for (int changed = 1; changed;) {
     changed = 0;
     for (int f = 0; f < nf; f++) {
-      const char *a = path_tail(files[f].path, len[f], k[f]);
-      size_t al = (size_t)(files[f].path + len[f] - a);
+      const char *a = path_tail(lp[f], len[f], k[f]);
+      size_t al = (size_t)(lp[f] + len[f] - a);
       for (int h = 0; h < nf; h++) {
-        if (h == f || (len[h] == len[f] && memcmp(files[h].path, files[f].path, len[f]) == 0)) continue;
-        const char *b = path_tail(files[h].path, len[h], k[h]);
-        size_t bl = (size_t)(files[h].path + len[h] - b);
+        if (h == f || (len[h] == len[f] && memcmp(lp[h], lp[f], len[f]) == 0)) continue;
+        const char *b = path_tail(lp[h], len[h], k[h]);
+        size_t bl = (size_t)(lp[h] + len[h] - b);
         if (al == bl && memcmp(a, b, al) == 0) {
-          if (a != files[f].path) { k[f]++; changed = 1; }
-          if (b != files[h].path) { k[h]++; changed = 1; }
+          if (a != lp[f]) { k[f]++; changed = 1; }
+          if (b != lp[h]) { k[h]++; changed = 1; }
           if (changed) break;
         }
       }
     }
   }
   for (int f = 0; f < nf; f++) {
-    const char *a = path_tail(files[f].path, len[f], k[f]);
+    const char *a = path_tail(lp[f], len[f], k[f]);
     free(files[f].label);
-    if (!(files[f].label = strndup(a, (size_t)(files[f].path + len[f] - a)))) {
-      free(len);
-      free(k);
+    if (!(files[f].label = strndup(a, (size_t)(lp[f] + len[f] - a)))) {
+      for (int g = 0; g < nf; g++) free(lp[g]);
+      free(len); free(k); free(lp);
       return cv_fail(e, "out of memory");
     }
   }
+  for (int f = 0; f < nf; f++) free(lp[f]);
+  free(lp);
   free(len);
   free(k);
   return 0;

@@ -510,3 +510,16 @@ def test_loom_names_as_loompy_escapes_them(tmp_path, mat):
     assert sorted(ds.gene_names) == sorted(want)
     assert ds.obs("_index")[0] == "café-1" and ds.obs("_index")[1:] == bc[1:]
     ds.close()
+
+
+def test_mtx_directory_given_as_dot_is_named(tmp_path, mat):
+    """An .mtx directory converted from inside it (`deltacells convert . -o ../x.dcdb`) is labelled
+    by its name in dc_meta sources and the source column, not '.'."""
+    import subprocess
+    from _converter_util import CONVERTER
+    d = write_mtx(tmp_path / "pbmc_sample7", *mat)
+    r = subprocess.run([str(CONVERTER), "convert", ".", "-o", "../x.dcdb", "--quiet"], cwd=d, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ds = Dataset(tmp_path / "x.dcdb")
+    assert json.loads(ds.meta["sources"])[0]["source"] == "pbmc_sample7"
+    ds.close()
