@@ -383,7 +383,8 @@ static void mtx_free(void *p) {
   free(m);
 }
 
-/* dir/prefix + the first of names that exists, or NULL. */
+/* dir/prefix + the first of names that exists, or NULL.  names come in pairs, gzipped then
+** plain: when both of a pair exist, a note says which one is read. */
 static char *find_file(const char *dir, const char *prefix, const char *const *names) {
   for (int i = 0; names[i]; i++) {
     size_t n = strlen(dir) + strlen(prefix) + strlen(names[i]) + 2;
@@ -391,7 +392,17 @@ static char *find_file(const char *dir, const char *prefix, const char *const *n
     if (!p) return NULL;
     snprintf(p, n, "%s/%s%s", dir, prefix, names[i]);
     struct stat st;
-    if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) return p;
+    if (stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+      size_t l = strlen(p);
+      if (l > 3 && !strcmp(p + l - 3, ".gz")) {
+        p[l - 3] = 0;
+        if (stat(p, &st) == 0 && S_ISREG(st.st_mode))
+          fprintf(stderr, "deltacells: note: %s: both %s.gz and %s are there; reading %s.gz\n", dir, p + strlen(dir) + 1,
+                  p + strlen(dir) + 1, p + strlen(dir) + 1);
+        p[l - 3] = '.';
+      }
+      return p;
+    }
     free(p);
   }
   return NULL;

@@ -523,3 +523,13 @@ def test_mtx_directory_given_as_dot_is_named(tmp_path, mat):
     ds = Dataset(tmp_path / "x.dcdb")
     assert json.loads(ds.meta["sources"])[0]["source"] == "pbmc_sample7"
     ds.close()
+
+
+def test_mtx_directory_with_gzipped_and_plain_files_says_which(tmp_path, mat):
+    """A directory holding matrix.mtx.gz and matrix.mtx (one unpacked beside the other, maybe
+    edited) read the .gz without a word; now a note names the one read."""
+    d = write_mtx(tmp_path / "both", *mat, gz=True)
+    write_mtx(tmp_path / "both", *mat, gz=False)
+    r = convert(d, tmp_path / "b.dcdb")
+    for f in ("matrix.mtx", "features.tsv", "barcodes.tsv"):
+        assert f"both {f}.gz and {f} are there; reading {f}.gz" in r.stderr, r.stderr
