@@ -278,10 +278,29 @@ def _convert_hint(p):
             f"`deltacells convert {p} -o DATASET.dcdb`") if hdf5 else ""
 
 
+def _damaged(p, e):
+    """The message for a SQLite file that SQLite finds malformed (SQLITE_CORRUPT, or
+    SQLITE_NOTADB with SQLite's header): damaged or cut short, not some other kind of file;
+    None otherwise (a remote dataset, an empty file, another file)."""
+    code = getattr(e, "sqlite_errorcode", 0) & 0xff
+    if code not in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or not os.path.isfile(p):
+        return None
+    size = os.path.getsize(p)
+    if code == sqlite3.SQLITE_NOTADB:
+        with open(p, "rb") as f:
+            if f.read(16) != b"SQLite format 3\0":
+                return None
+    return (f"{str(p)!r} is damaged or truncated: a SQLite file of {size} bytes that SQLite "
+            f"reports malformed ({e}); copy or convert it again")
+
+
 def _check_dataset(con, p):
     try:
         rows = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
     except sqlite3.DatabaseError as e:
+        damaged = _damaged(p, e)
+        if damaged:
+            raise ValueError(damaged) from None
         raise ValueError(f"{str(p)!r} is not a deltacells dataset ({e}){_convert_hint(p)}") from None
     v = rows.get("format_version")
     if v is None:

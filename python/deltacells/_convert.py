@@ -152,10 +152,7 @@ def make_x(indptr, indices, data, n_cells, n_genes, output, tdtype):
         return scipy.sparse.csr_matrix((vals, indices, _crow32(indptr)), shape=(n_cells, n_genes))
     vals = torch.from_numpy(data)
     if vals.dtype != tdtype:
-        if tdtype == torch.float16 and len(data) and int(data.max()) > 65504:
-            raise ValueError(f"a count of {int(data.max())} does not fit torch.float16 "
-                             "(largest finite value 65504); use torch.float32")
-        vals = vals.to(tdtype)
+        vals = vals.to(tdtype)     # float16: checked first (_core.check_float16)
     if output == "dense":
         out = torch.zeros((n_cells, n_genes), dtype=tdtype)
         if len(data):

@@ -102,9 +102,9 @@ class Catalogue:
 
     def __init__(self, con, path):
         self.path = str(path)
-        self.meta = meta = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
-        self.n_cells = int(meta["n_cells"])
-        self.n_genes = int(meta["n_genes"])
+        self.meta = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
+        self.n_cells = self.meta_int("n_cells")
+        self.n_genes = self.meta_int("n_genes")
         # The tile boundaries come from the extension, not a load of our own: the `tiles` table
         # is a view of the connection's one tile index (ext/reader.c: loaded and validated once
         # per data version for every table). The arrays kept here are a numpy copy of it
@@ -129,6 +129,17 @@ class Catalogue:
         self._gene_names = None
         self._gene_index = None
         self._count_bound = None
+
+    def meta_int(self, key):
+        """dc_meta `key`, a required integer: missing or not an integer is an error naming
+        the file and the key (as the extension's "dc_meta.n_cells is missing")."""
+        v = self.meta.get(key)
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            what = "is missing" if v is None else f"is not an integer ({v!r})"
+            raise ValueError(f"{self.path}: dc_meta.{key} {what}: the dataset is damaged "
+                             f"(`deltacells verify {self.path}` checks it)") from None
 
     # --- genes -------------------------------------------------------------
     def counts_fit_int32(self, con=None):
@@ -384,6 +395,8 @@ class ObsReader:
         """-> {column: numpy array} for cell_ids (any order)."""
         if not self.columns:
             return {}
+        if not len(cell_ids):     # an empty batch: empty columns of their dtypes
+            return {c: self._convert(c, []) for c in self.columns}
         tiles = self.cat.tile_of(cell_ids)
         out = {}
         uniq = np.unique(tiles)
@@ -622,7 +635,7 @@ class BufferPool:
 _KINDS = {"int32": 0, "float32": 1, "int16": 2, "int8": 3, "uint8": 4, "float64": 5, "int64": 6,
           "uint32": 7}
 _RANGE = {"int32": (-2**31, 2**31 - 1), "int16": (-2**15, 2**15 - 1), "int8": (-128, 127),
-          "uint8": (0, 255)}
+          "uint8": (0, 255), "float16": (-65504, 65504)}
 INT32_MAX = 2**31 - 1
 
 
@@ -651,6 +664,18 @@ def counts_as(data, name, ids, indptr):
             row = int(np.searchsorted(indptr, big[0], side="right")) - 1
             raise overflow(int(ids[row]), int(data[big[0]]), name)
     return data.astype(name)
+
+
+def check_float16(con, ids, indptr, data, panel=None):
+    """float16 values come as float32 (exact only up to 2^24): a count above float16's
+    largest finite value is a DtypeOverflow naming its cell, with the count read again
+    from the dataset (exact)."""
+    if not len(data) or data.max() <= _RANGE["float16"][1]:
+        return
+    at = int(np.flatnonzero(data > _RANGE["float16"][1])[0])
+    row = int(np.searchsorted(indptr, at, side="right")) - 1
+    _, _, _, counts, _ = read_batch(con, ids[row:row + 1], panel=panel)
+    raise overflow(int(ids[row]), int(counts[at - int(indptr[row])]), "float16")
 
 
 _ext_fns = {}          # pid -> {name: ctypes function or None}

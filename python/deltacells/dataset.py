@@ -32,10 +32,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _fetchahead, _forksafe, _place, _xfer
+from . import _fetchahead, _forksafe, _place, _xfer, transforms
 from ._connect import connect, is_remote
-from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, counts_as, new_pool,
-                    read_batch, read_batch_into, release_pool, with_connection, take_connection, give_connection)
+from ._core import (OUTPUTS, Catalogue, Categories, ObsCodes, ObsReader, check_float16, counts_as,
+                    new_pool, read_batch, read_batch_into, release_pool, with_connection, take_connection,
+                    give_connection)
 from ._convert import install_csr_reduction, make_x, obs_out, take_dtype, torch_dtype
 from ._plan import EpochPlan, interleave, worker_range
 
@@ -350,6 +351,8 @@ class _Base:
         if g != self._n_genes_in():
             raise RuntimeError(f"dc_batch returned {g} genes, expected {self._n_genes_in()}")
         as_torch = self.output != "scipy"
+        if self.dtype == torch.float16:
+            check_float16(con, ids, indptr, data, self._panel)
         out = {"X": make_x(indptr, indices, data, len(ids), g, self.output, self.dtype),
                "cell_id": torch.from_numpy(ids) if as_torch else ids}
         t2 = time.perf_counter()
@@ -359,7 +362,7 @@ class _Base:
             out[c] = obs_out(obs[c], as_torch)
         t3 = time.perf_counter()
         if self.transform is not None:
-            out = self.transform(out)
+            out = transforms.apply(self.transform, out)
         if timings is not None:
             t4 = time.perf_counter()
             for k, v in (("tensor", t2 - t1), ("obs", t3 - t2), ("transform", t4 - t3)):

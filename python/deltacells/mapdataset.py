@@ -232,8 +232,6 @@ class CellMapDataset(_Base, Dataset):
             raise TypeError(f"indices must be integers, not {idx.dtype}")
         idx = idx.astype(np.int64).reshape(-1)
         n = len(self._ids)
-        if len(idx) == 0:
-            raise ValueError("an empty batch of indices")
         bad = idx[(idx < -n) | (idx >= n)]
         if len(bad):
             raise IndexError(f"index {int(bad[0])} out of range for {n} cells")

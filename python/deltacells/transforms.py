@@ -186,6 +186,18 @@ class TopGenes:
         return f"TopGenes({self.n}, by={self.by!r})"
 
 
+def apply(transform, batch):
+    """transform(batch), whose result must be a batch: None (a transform that changes the
+    dict in place and forgets `return batch`) is an error naming the transform, here rather
+    than as "'NoneType' object is not subscriptable" wherever the batch is used next."""
+    out = transform(batch)
+    if out is None:
+        name = getattr(transform, "__qualname__", None) or repr(transform)
+        raise TypeError(f"transform {name} returned None instead of the batch dict "
+                        "(does it end with `return batch`?)")
+    return out
+
+
 class Compose:
     """Apply transforms in order (like torchvision.transforms.Compose)."""
 
@@ -197,7 +209,7 @@ class Compose:
 
     def __call__(self, batch):
         for t in self.transforms:
-            batch = t(batch)
+            batch = apply(t, batch)
         return batch
 
     def bind(self, dataset, columns):

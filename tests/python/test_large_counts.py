@@ -116,6 +116,24 @@ def test_narrower_dtypes_name_the_cell(big, monkeypatch, place, dtype, first):
         read_all(db, dtype, "csr")
 
 
+@pytest.mark.parametrize("place", ["1", "0"])
+@pytest.mark.parametrize("output", ["csr", "dense"])
+def test_float16_names_the_exact_count(big, monkeypatch, place, output):
+    """float16 values come as float32, which rounds 2^31-1 to 2^31 and 2^32-1 to 2^32: the
+    error said "a count of 2147483648"; it names the cell and the stored count."""
+    db, _ = big
+    monkeypatch.setenv("DELTACELLS_PLACE", place)
+    with pytest.raises(_core.DtypeOverflow, match=r"cell 7 has a count of 2147483647, which does not fit float16"):
+        read_all(db, torch.float16, output)
+    for cell, count in ((59, 2**32 - 1), (23, 2**31)):
+        with pytest.raises(_core.DtypeOverflow, match=rf"cell {cell} has a count of {count}, which"):
+            read_all(db, torch.float16, output, cells=[3, cell])
+        with pytest.raises(_core.DtypeOverflow, match=rf"cell {cell} has a count of {count}, which"):
+            deltacells.CellMapDataset(str(db), dtype=torch.float16, genes=["G0", "G17", "G39"])[cell]
+    ids, got = read_all(db, torch.float16, output, cells=[0, 1, 30])
+    assert got.dtype == np.float16 and len(ids) == 3
+
+
 def test_int32_reads_cells_whose_counts_fit(big):
     db, X = big
     cells = [0, 1, 2, 3, 24, 30]

@@ -87,6 +87,47 @@ def test_connect_errors(db, tmp_path):
         deltacells.CellDataset(h5)
 
 
+@pytest.mark.parametrize("fraction", [0.9, 0.5, 0.1, 0.0001])
+def test_a_truncated_dataset_is_called_damaged(db, tmp_path, fraction):
+    """A dataset cut short: SQLite finds the disk image malformed (the extension says just
+    that); not "is not a deltacells dataset" but damaged or truncated, with its size."""
+    bad = tmp_path / "cut.dcdb"
+    shutil.copy(db, bad)
+    size = max(20, int(os.path.getsize(db) * fraction))
+    os.truncate(bad, size)
+    for open_it in (deltacells.connect, deltacells.CellDataset, deltacells.CellMapDataset):
+        with pytest.raises(ValueError, match=rf"cut\.dcdb' is damaged or truncated: a SQLite file of {size} "
+                                             r"bytes that SQLite reports malformed \(database disk image is malformed"):
+            open_it(bad)
+    # a SQLite header with a bad page size: SQLITE_NOTADB, damaged too
+    shutil.copy(db, bad)
+    with open(bad, "r+b") as f:
+        f.seek(16)
+        f.write(b"\x00\x03")
+    with pytest.raises(ValueError, match="is damaged or truncated"):
+        deltacells.connect(bad)
+
+
+@pytest.mark.parametrize("key", ["n_cells", "n_genes"])
+@pytest.mark.parametrize("value", [None, "many"])
+def test_a_missing_dc_meta_key_is_named(db, tmp_path, key, value):
+    """dc_meta without n_cells (or n_genes, or not an integer): an error naming the file and
+    the key (was a bare KeyError: 'n_cells')."""
+    bad = tmp_path / "nometa.dcdb"
+    shutil.copy(db, bad)
+    c = sqlite3.connect(bad)
+    if value is None:
+        c.execute("DELETE FROM dc_meta WHERE key = ?", (key,))
+    else:
+        c.execute("UPDATE dc_meta SET value = ? WHERE key = ?", (value, key))
+    c.commit()
+    c.close()
+    what = "is missing" if value is None else "is not an integer"
+    for open_it in (deltacells.CellDataset, deltacells.CellMapDataset, deltacells.to_anndata):
+        with pytest.raises(ValueError, match=rf"nometa\.dcdb: dc_meta\.{key} {what}"):
+            open_it(str(bad))
+
+
 def test_extension_from_environment(db, tmp_path, monkeypatch):
     # any file name works: the entry point is given explicitly
     copy = tmp_path / "libdc-copy-2.so"

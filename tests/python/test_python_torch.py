@@ -176,6 +176,47 @@ def test_getitems_returns_cells_and_the_batch(small):
     assert m[2:5]["cell_id"].tolist() == [2, 3, 4]
 
 
+
+@pytest.mark.parametrize("output", ["csr", "csr_parts", "dense", "scipy"])
+@pytest.mark.parametrize("ticket", [True, False])
+def test_empty_index_gives_an_empty_batch(small, monkeypatch, output, ticket):
+    """m[5:2], m[[]]: an empty batch of a normal batch's structure (as numpy and torch give
+    an empty result), through deltacells.collate too; it was "an empty batch of indices"."""
+    if not ticket:
+        monkeypatch.setattr(deltacells._core, "_ticket_take_fn", lambda: None)
+    m = deltacells.CellMapDataset(small[1], obs=["cell_type", "name", "donor"], output=output)
+    full = m[[3, 1]]
+    for idx in (slice(5, 2), [], np.array([], dtype=np.int64), torch.tensor([], dtype=torch.long)):
+        ways = [m[idx]] if isinstance(idx, slice) else [m[idx], m.batch(idx),
+                                                         deltacells.collate(m.__getitems__(idx))]
+        for b in ways:
+            assert list(b) == list(full)
+            assert type(b["X"]) is type(full["X"]) and tuple(b["X"].shape) == (0, N_GENES)
+            assert dense_of(b["X"]).dtype == dense_of(full["X"]).dtype
+            for k in full:
+                if k != "X":
+                    assert type(b[k]) is type(full[k]) and len(b[k]) == 0
+                    assert b[k].dtype == full[k].dtype, k
+    assert len(m.__getitems__([])) == 0
+
+
+def test_transform_returning_none_is_named(small):
+    """A transform that returns None: a TypeError naming it where it returns (was
+    "'NoneType' object is not subscriptable" later), in Compose too."""
+    def forgets_return(b):
+        b["n"] = 1
+    ds = deltacells.CellDataset(small[1], batch_size=600, transform=forgets_return, prefetch_tiles=0)
+    with pytest.raises(TypeError, match="transform .*forgets_return returned None"):
+        next(iter(ds))
+    m = deltacells.CellMapDataset(small[1], transform=T.Compose([T.NormalizeLog1p(), forgets_return]))
+    for idx in (3, [1, 2]):
+        with pytest.raises(TypeError, match="transform .*forgets_return returned None"):
+            m[idx]
+    m = deltacells.CellMapDataset(small[1], transform=lambda b: None)
+    with pytest.raises(TypeError, match="transform .*<lambda> returned None"):
+        m[3]
+
+
 # --- labels ----------------------------------------------------------------------------------
 def test_missing_label_code_and_encoder(small, adata):
     obs = adata.obs["batch"]
