@@ -223,16 +223,27 @@ static int meta_int(dc_reader *r, const char *key, int64_t *v, char **pzErr) {
   return rc;
 }
 
+/* sqlite3_prepare_v2 of sqlite3_mprintf(fmt, ...): SQLITE_OK, SQLITE_NOMEM, or prepare's code */
+static int prep_fmt(sqlite3 *db, sqlite3_stmt **st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *sql = sqlite3_vmprintf(fmt, ap);
+  va_end(ap);
+  *st = NULL;
+  if (!sql) return SQLITE_NOMEM;
+  int rc = sqlite3_prepare_v2(db, sql, -1, st, NULL);
+  sqlite3_free(sql);
+  return rc;
+}
+
 int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *sealed, uint64_t *id,
                     char **pzErr) {
   sqlite3_stmt *st = NULL;
   *sealed = 0;
   *id = 0;
-  char *sql = sqlite3_mprintf("SELECT (SELECT value FROM \"%w\".dc_meta WHERE key = 'format_version'),"
-                              " (SELECT value FROM \"%w\".dc_meta WHERE key = 'dataset_id')", schema, schema);
-  if (!sql) return SQLITE_NOMEM;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  sqlite3_free(sql);
+  int rc = prep_fmt(db, &st, "SELECT (SELECT value FROM \"%w\".dc_meta WHERE key = 'format_version'),"
+                     " (SELECT value FROM \"%w\".dc_meta WHERE key = 'dataset_id')", schema, schema);
+  if (rc == SQLITE_NOMEM) return rc;
   if (rc != SQLITE_OK) {
     dc_err(pzErr, 0, NULL, "%s: not a deltacells dataset (schema %s): %s", what, schema, sqlite3_errmsg(db));
     return rc;
@@ -280,11 +291,9 @@ int dc_dataset_seal(sqlite3 *db, const char *schema, const char *what, int *seal
 int dc_genes_agree(sqlite3 *db, const char *schema, const char *table, const char *what, int64_t n, char **pzErr) {
   sqlite3_stmt *st = NULL;
   /* column 0 (name) is rows 0 .. 2^32-1 of genes_blocks (id = col * 2^32 + block) */
-  char *sql = sqlite3_mprintf("SELECT coalesce(max(first_gene + n_genes), 0) FROM \"%w\".\"%w_blocks\" "
-                              "WHERE id >= 0 AND id < 4294967296", schema, table);
-  if (!sql) return SQLITE_NOMEM;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-  sqlite3_free(sql);
+  int rc = prep_fmt(db, &st, "SELECT coalesce(max(first_gene + n_genes), 0) FROM \"%w\".\"%w_blocks\" "
+                     "WHERE id >= 0 AND id < 4294967296", schema, table);
+  if (rc == SQLITE_NOMEM) return rc;
   if (rc != SQLITE_OK) {
     dc_err(pzErr, 0, NULL, "%s: cannot read %s_blocks (schema %s): %s", what, table, schema, sqlite3_errmsg(db));
     return SQLITE_CORRUPT_VTAB;
