@@ -130,6 +130,25 @@ class Catalogue:
         self._gene_index = None
         self._count_bound = None
 
+    # what tells one version of a dataset from another: a new conversion draws a new
+    # dataset_id, and append seals the dataset again under a new one (older formats: sizes)
+    _IDENTITY = ("dataset_id", "n_cells", "n_genes", "nnz", "n_tiles")
+
+    def check_same(self, con):
+        """Raise if the dataset `con` reads is not the version this catalogue was made from:
+        a file replaced (converted again, a new version on the server) or appended to since.
+        A plan made from one version and batches read from another would mix them (cells
+        and tiles that are not what the plan says)."""
+        now = dict(con.execute("SELECT key, value FROM dc_meta WHERE key IN (%s)"
+                               % ",".join("?" * len(self._IDENTITY)), self._IDENTITY).fetchall())
+        then = {k: self.meta.get(k) for k in self._IDENTITY}
+        diff = [k for k in self._IDENTITY if str(now.get(k)) != str(then.get(k))]
+        if diff:
+            k = diff[0]
+            raise RuntimeError(f"{self.path}: the dataset changed since this dataset object was made "
+                               f"(dc_meta.{k} {then.get(k)} -> {now.get(k)}: converted again, appended to, "
+                               f"or a new version on the server); make the dataset object again")
+
     def meta_int(self, key):
         """dc_meta `key`, a required integer: missing or not an integer is an error naming
         the file and the key (as the extension's "dc_meta.n_cells is missing")."""

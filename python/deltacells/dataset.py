@@ -276,12 +276,22 @@ class _Base:
 
     def _open(self, threads=None):
         t, cache = self._settings(threads)
-        return with_connection(self.path, threads=t, cache_mb=cache)
+        return self._same(with_connection(self.path, threads=t, cache_mb=cache))
 
     def _take_connection(self, threads=None):
         """A reader's connection: the last reader's, where it left one (_core.take_connection)."""
         t, cache = self._settings(threads)
-        return take_connection(self.path, t, cache)
+        return self._same(take_connection(self.path, t, cache))
+
+    def _same(self, con):
+        """con, if it reads the version of the dataset this object was made from (else closed,
+        and an error: the plan would index another version's cells)."""
+        try:
+            self._cat.check_same(con)
+        except BaseException:
+            con.close()
+            raise
+        return con
 
     def _give_connection(self, con, threads=None, wait=True):
         t, cache = self._settings(threads)

@@ -141,3 +141,33 @@ def test_giving_back_from_a_destructor_never_waits_for_the_lock(files):
     con = _core.take_connection(path)
     _core.give_connection(con, path)
     assert any(c is con for c in spares(path))
+
+
+@pytest.mark.parametrize("change", ["converted again", "appended to"])
+def test_a_dataset_object_refuses_another_version(files, change):
+    """A CellDataset (or CellMapDataset) made before its file was converted again or appended to
+    read the new version's batches through the old version's plan: a mix (a remote dataset
+    replaced on the server gave cells outside `where`).  Its next reader now refuses, naming
+    what changed, in this process and in DataLoader workers; a new object reads the new one."""
+    import torch
+    d, a_h5, a, b_h5, _ = files
+    path = d / "changing.dcdb"
+    shutil.copy(a, path)
+    ds = deltacells.CellDataset(str(path), batch_size=300)
+    mp = deltacells.CellMapDataset(str(path))
+    epoch(ds)
+    if change == "converted again":
+        subprocess.run([str(CONVERTER), "convert", str(a_h5), "-o", str(path), "--force", "--quiet",
+                        "--tile-cells", "400"], check=True)
+    else:
+        subprocess.run([str(CONVERTER), "append", str(path), str(b_h5), "--quiet"], check=True)
+    with pytest.raises(RuntimeError, match="the dataset changed since this dataset object was made"):
+        epoch(ds)
+    with pytest.raises(RuntimeError, match=r"dc_meta\.(dataset_id|n_cells)"):
+        mp[0]
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, timeout=120)
+    with pytest.raises(RuntimeError, match="the dataset changed"):
+        for _ in loader:
+            pass
+    cells, _ = epoch(deltacells.CellDataset(str(path), batch_size=300))
+    assert len(cells) == (1500 if change == "converted again" else 2400)
