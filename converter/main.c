@@ -261,14 +261,14 @@ static int usage_value(const char *opt, const char *help) {
 
 static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
 
-/* Parses an integer option value in [lo, hi]. */
-static int int_arg(const char *opt, const char *v, long lo, long hi, long *out) {
-  char *end;
-  if (!v) { fprintf(stderr, "deltacells: %s needs a value\n", opt); return -1; }
+/* Parses an integer option value in [lo, hi]; else a usage error of help's command, -1. */
+static int int_arg(const char *opt, const char *v, long lo, long hi, long *out, const char *help) {
+  char *end, m[200];
+  if (!v) return usage_value(opt, help), -1;
   long x = strtol(v, &end, 10);
   if (!*v || *end || x < lo || x > hi) {
-    fprintf(stderr, "deltacells: %s: '%s' is not an integer in %ld..%ld\n", opt, v, lo, hi);
-    return -1;
+    snprintf(m, sizeof m, "%.40s: '%.40s' is not an integer in %ld..%ld", opt, v, lo, hi);
+    return usage(m, help), -1;
   }
   *out = x;
   return 0;
@@ -313,6 +313,7 @@ static int cmd_convert(int argc, char **argv) {
         return usage(m, HELP_CONVERT);
       }
       long x;
+      if ((!strcmp(opt, "-o") || !strcmp(opt, "--output")) && o.out) { free(in); return usage("-o given twice", HELP_CONVERT); }
       if (!strcmp(opt, "-o") || !strcmp(opt, "--output")) o.out = v;
       else if (!strcmp(opt, "--layer")) o.layer = v;
       else if (!strcmp(opt, "--raw")) o.raw = 1;
@@ -328,17 +329,17 @@ static int cmd_convert(int argc, char **argv) {
       }
       else if (!strcmp(opt, "--gene-order")) gene_order = v;
       else if (!strcmp(opt, "--tile-cells")) {
-        if (int_arg(opt, v, 1, 1L << 24, &x)) { free(in); return 2; }
+        if (int_arg(opt, v, 1, 1L << 24, &x, HELP_CONVERT)) { free(in); return 2; }
         o.tile_cells = (uint32_t)x;
       } else if (!strcmp(opt, "--chunks")) {
-        if (int_arg(opt, v, 1, DC_MAX_CHUNKS, &x)) { free(in); return 2; }
+        if (int_arg(opt, v, 1, DC_MAX_CHUNKS, &x, HELP_CONVERT)) { free(in); return 2; }
         o.chunks = (uint32_t)x;
       } else if (!strcmp(opt, "--level")) {
-        if (int_arg(opt, v, -1000, 1000, &x)) { free(in); return 2; }
+        if (int_arg(opt, v, -1000, 1000, &x, HELP_CONVERT)) { free(in); return 2; }
         o.level = (int)x;
         o.level_set = 1;
       } else if (!strcmp(opt, "--genes-block")) {
-        if (int_arg(opt, v, 1, DC_OBS_MAX_N, &x)) { free(in); return 2; }
+        if (int_arg(opt, v, 1, DC_OBS_MAX_N, &x, HELP_CONVERT)) { free(in); return 2; }
         o.genes_block = (uint32_t)x;
       } else if (!strcmp(opt, "--dataset-id")) {
         if (dc_seal_parse_id(v, strlen(v), &o.dataset_id) != 0) {
@@ -348,7 +349,7 @@ static int cmd_convert(int argc, char **argv) {
         }
         o.dataset_id_set = 1;
       } else if (!strcmp(opt, "--threads")) {
-        if (int_arg(opt, v, 0, 1024, &x)) { free(in); return 2; }
+        if (int_arg(opt, v, 0, 1024, &x, HELP_CONVERT)) { free(in); return 2; }
         o.threads = (int)x;
       } else if (!strcmp(opt, "--codec")) {
         o.codec = dc_codec_from_name(v);
@@ -415,6 +416,7 @@ static int cmd_append_merge(int argc, char **argv, int merge) {
         v = argv[++i];
       }
       long x;
+      if (merge && (!strcmp(a, "-o") || !strcmp(a, "--output")) && out) { free(in); return usage("-o given twice", help); }
       if (merge && (!strcmp(a, "-o") || !strcmp(a, "--output"))) out = v;
       else if (!merge && !strcmp(a, "--layer")) layer = v;
       else if (!merge && !strcmp(a, "--gene-key")) gene_key = v;
@@ -422,7 +424,7 @@ static int cmd_append_merge(int argc, char **argv, int merge) {
       else if (merge && !strcmp(a, "--force")) force = 1;
       else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
       else if (!strcmp(a, "--threads")) {
-        if (int_arg(a, v, 0, 1024, &x)) { free(in); return 2; }
+        if (int_arg(a, v, 0, 1024, &x, help)) { free(in); return 2; }
         threads = (int)x;
       } else {
         char m[128];
@@ -478,6 +480,15 @@ static int cmd_annotate(int argc, char **argv) {
     free(pos); free(types);
     return usage("--key is name or cell_id", HELP_ANNOTATE);
   }
+  for (int i = 0; i < nt; i++) {
+    const char *eq = strrchr(types[i], '=');
+    if (!eq || eq == types[i] || !dc_obs_kind_from_name(eq + 1)) {
+      char m[200];
+      snprintf(m, sizeof m, "--type %.80s: give COLUMN=KIND, KIND one of category, text, int, real, bool", types[i]);
+      free(pos); free(types);
+      return usage(m, HELP_ANNOTATE);
+    }
+  }
   cv_annotate_opts o = {pos[0], pos[1], key, types, nt, quiet, schema};
   cv_err e;
   e.msg[0] = 0;
@@ -527,6 +538,7 @@ static int cmd_export(int argc, char **argv) {
       } else if (!takes && v) {
         return usage("an option that takes no value was given one", HELP_EXPORT);
       }
+      if ((!strcmp(opt, "-o") || !strcmp(opt, "--output")) && o.out) return usage("-o given twice", HELP_EXPORT);
       if (!strcmp(opt, "-o") || !strcmp(opt, "--output")) o.out = v;
       else if (!strcmp(opt, "--where")) o.where = *v ? v : NULL;
       else if (!strcmp(opt, "--genes")) o.genes_file = v;
@@ -579,6 +591,10 @@ int main(int argc, char **argv) {
   /* No HDF5 clean-up at exit: after an output file's close failed (a full disk), HDF5 1.10's
   ** exit handler closed it again and crashed.  Every file this program writes is closed (and
   ** checked) before it exits.  Before any other HDF5 call, or it has no effect. */
+  /* file names are file names: Debian's SQLite is built to read "file:..." as a URI, so that
+  ** `deltacells info file:x.dcdb` opened x.dcdb (another dataset) without a word.  Before
+  ** any other SQLite call (it configures this program's SQLite, not a library user's). */
+  sqlite3_config(SQLITE_CONFIG_URI, 0);
   H5dont_atexit();
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors become our messages */
   cv_install_signals();
@@ -591,7 +607,13 @@ int main(int argc, char **argv) {
   const char *c = argv[1];
   if (is_help(c) || !strcmp(c, "help")) { fputs(HELP_MAIN, stdout); return 0; }
   if (!strcmp(c, "--version") || !strcmp(c, "version")) {
-    if (argc > 2 && is_help(argv[2])) { puts("usage: deltacells version\n\nThe versions of deltacells, its dataset format and the libraries it runs with."); return 0; }
+    static const char help_version[] = "usage: deltacells version\n\nThe versions of deltacells, its dataset format and the libraries it runs with.\n";
+    if (argc > 2 && is_help(argv[2])) { fputs(help_version, stdout); return 0; }
+    if (argc > 2) {
+      char m[128];
+      snprintf(m, sizeof m, "%s %.60s: version takes no arguments", c, argv[2]);
+      return usage(m, help_version);
+    }
     unsigned h1 = 0, h2 = 0, h3 = 0;
     H5get_libversion(&h1, &h2, &h3);
     printf("deltacells %s (dataset format %d; SQLite %s, HDF5 %u.%u.%u, zlib %s)\n", DC_VERSION, DC_FORMAT_VERSION,

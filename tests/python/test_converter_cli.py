@@ -55,6 +55,14 @@ def test_version():
     (["verify", "a", "b"], "one dataset at a time", "verify"),
     (["obs", "list"], "obs info DATASET", "obs info"),
     (["convret"], "did you mean 'convert'?", ""),
+    # version takes nothing; -o once; a number out of range and a bad --type are usage errors too
+    (["version", "--bogus"], "version takes no arguments", "version"),
+    (["convert", "x.h5ad", "-o", "a", "-o", "b"], "-o given twice", "convert"),
+    (["export", "x.dcdb", "-o", "a", "-o", "b"], "-o given twice", "export"),
+    (["merge", "a", "b", "-o", "a", "-o", "b"], "-o given twice", "merge"),
+    (["convert", "x.h5ad", "-o", "y", "--tile-cells", "0"], "--tile-cells: '0' is not an integer in 1..", "convert"),
+    (["append", "x.dcdb", "y.h5ad", "--threads", "z"], "--threads: 'z' is not an integer", "append"),
+    (["annotate", "x.dcdb", "t.csv", "--type", "v=bogus"], "--type v=bogus: give COLUMN=KIND", "annotate"),
     ([], "which command?", ""),
 ])
 def test_usage_error_is_one_line(args, word, cmd):
@@ -154,3 +162,21 @@ def test_pass3_progress_counts_columns(tmp_path):
         k, of = int(col.split(" of ")[0]), int(col.split(" of ")[1].split(",")[0])
         done, total = (int(x) for x in col.split(", ")[1].split(" cells")[0].split(" / "))
         assert of == 8 and 1 <= k <= 8 and total == 2 * n and 0 <= done <= total, s
+
+
+def test_a_file_named_like_a_uri_is_that_file(tmp_path):
+    """Debian's SQLite reads "file:..." as a URI: `deltacells info file:y.dcdb` opened y.dcdb, another
+    dataset, and verify and export used it too.  The converter's names are file names."""
+    need_converter()
+    a = tmp_path / "file:y.dcdb"
+    convert(small(str(tmp_path / "a.h5ad"), n=40), a)
+    convert(small(str(tmp_path / "b.h5ad"), n=25), tmp_path / "y.dcdb")
+    for cmd in (["info"], ["verify"]):
+        r = subprocess.run([CONVERTER, *cmd, "file:y.dcdb"], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run([CONVERTER, "info", "file:y.dcdb", "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert json.loads(r.stdout)["n_cells"] == 40, r.stdout
+    r = subprocess.run([CONVERTER, "export", "file:y.dcdb", "-o", "e.h5ad", "--quiet"], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and ad.read_h5ad(tmp_path / "e.h5ad").n_obs == 40, r.stderr
+    assert a.exists()
