@@ -210,10 +210,17 @@ static const dc_plan_table plan_table = {(int)(sizeof col_names / sizeof col_nam
 static const int arg_cols[4] = {COL_CELLS, COL_GENES, COL_OBS, COL_PLACE};
 
 static int batch_best_index(sqlite3_vtab *p, sqlite3_index_info *info) {
-  (void)p;
   int idx[4] = { -1, -1, -1, -1 }, unusable = 0;
   for (int i = 0; i < info->nConstraint; i++) {
     const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+    if (c->iColumn == COL_TICKET && c->op == SQLITE_INDEX_CONSTRAINT_EQ) {
+      /* a 5th argument lands on the ticket column: an output, which no batch's ticket equals
+      ** yet, so the call returned no row without a word */
+      sqlite3_free(p->zErrMsg);
+      p->zErrMsg = sqlite3_mprintf("dc_batch takes at most 4 arguments (cells, genes, obs, place); "
+                                   "ticket is an output column");
+      return SQLITE_ERROR;
+    }
     int a = -1;
     for (int k = 0; k < 4; k++) if (c->iColumn == arg_cols[k]) a = k;
     if (a < 0 || c->op != SQLITE_INDEX_CONSTRAINT_EQ) continue;

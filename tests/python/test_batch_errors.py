@@ -70,6 +70,9 @@ def test_missing_argument_and_empty_batch(ds):
     _, m, g = batch(con, "[4, 4]", None)
     _, m2, g2 = batch(con, "[4, 4]")
     assert g == g2 == 2000 and (m != m2).nnz == 0
+    # a 5th argument landed on the hidden ticket column: no row, no error
+    e = err_of(con, "SELECT n_cells FROM dc_batch('[0]', NULL, NULL, NULL, 5)")
+    assert "dc_batch takes at most 4 arguments" in str(e)
 
 
 def test_dc_config(ds):
