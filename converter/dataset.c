@@ -433,6 +433,17 @@ int dsw_obs_block(dsw *w, int64_t col, const char *name, int64_t b, int64_t firs
   return rc;
 }
 
+int dsw_fail_no_meta(sqlite3 *db, const char *path, cv_err *e) {
+  int ec = sqlite3_extended_errcode(db) & 0xff;
+  if (ec == SQLITE_CORRUPT || ec == SQLITE_NOTADB) {   /* an SQLite file, damaged: not "not a dataset" */
+    struct stat st;
+    long long size = stat(path, &st) == 0 ? (long long)st.st_size : -1;
+    return cv_fail(e, "%s: damaged or truncated: an SQLite file of %lld bytes that SQLite reports malformed (%s); "
+                   "convert it again or restore a copy", path, size, sqlite3_errmsg(db));
+  }
+  return cv_fail(e, "%s: not a deltacells dataset (no dc_meta format_version)", path);
+}
+
 int dsw_fsync_path(const char *path, int dir) {
   int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) return -1;

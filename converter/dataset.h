@@ -32,6 +32,10 @@ int dsw_db_fail(const char *out, cv_err *e, const char *what, int rc, const char
 /* The parts of out_path: its directory and the prefix `.NAME.tmp-` of its temporary files
 ** (malloc()ed; -1 and both NULL when out of memory). */
 int dsw_temp_prefix(const char *out_path, char **dir, char **prefix);
+/* The error of a file that SQLite opened but whose dc_meta format_version could not be read
+** (db's last error): "damaged or truncated" for a malformed SQLite file, else "not a
+** deltacells dataset".  Returns -1. */
+int dsw_fail_no_meta(sqlite3 *db, const char *path, cv_err *e);
 /* fsync() of a file (dir 0) or a directory (dir 1): 0, or -1 with errno. */
 int dsw_fsync_path(const char *path, int dir);
 

@@ -97,7 +97,7 @@ int ex_open(const char *path, sqlite3 **db, int64_t *version, cv_err *e) {
   if (!ok || v < DC_FORMAT_MIN || v > DC_FORMAT_VERSION) {
     int r = ok ? cv_fail(e, "%s: the dataset has format_version %lld; this build reads versions %d..%d", path,
                          (long long)v, DC_FORMAT_MIN, DC_FORMAT_VERSION)
-               : cv_fail(e, "%s: not a deltacells dataset (no dc_meta format_version)", path);
+               : dsw_fail_no_meta(*db, path, e);
     sqlite3_close(*db);
     *db = NULL;
     return r;

@@ -55,7 +55,7 @@ int cv_open_ro(const char *path, sqlite3 **db, int64_t *version, cv_err *e) {
   int64_t v = ok ? sqlite3_column_int64(s, 0) : 0;
   sqlite3_finalize(s);
   if (!ok) {
-    int r = cv_fail(e, "%s: not a deltacells dataset (no dc_meta format_version): %s", path, sqlite3_errmsg(*db));
+    int r = dsw_fail_no_meta(*db, path, e);
     sqlite3_close(*db);
     *db = NULL;
     return r;

@@ -479,3 +479,21 @@ def test_info_without_dc_meta(tmp_path):
     for cmd in (["info"], ["obs", "info"], ["verify"]):
         r = run(*cmd, out, check=False)
         assert r.returncode == 1 and "not a deltacells dataset (no dc_meta format_version)" in r.stderr, (cmd, r.stderr)
+
+
+def test_a_truncated_dataset_is_called_damaged(tmp_path):
+    """A truncated dataset file (a copy cut short) was 'not a deltacells dataset (no dc_meta
+    format_version)' to every command; it is an SQLite file that SQLite reports malformed."""
+    p = small(tmp_path, n=3000, g=400)
+    out = tmp_path / "m.dcdb"
+    convert(p, out)
+    whole = out.read_bytes()
+    for frac in (0.9, 0.5, 0.1):
+        cut = tmp_path / "cut.dcdb"
+        cut.write_bytes(whole[:int(len(whole) * frac)])
+        for cmd in (["info"], ["obs", "info"], ["verify"], ["genes"], ["export"]):
+            args = [*cmd, cut] + (["-o", tmp_path / "x.h5ad"] if cmd == ["export"] else [])
+            r = run(*args, check=False)
+            assert r.returncode == 1, (cmd, frac, r.stdout)
+            if "damaged or truncated" not in r.stderr:     # a cut that leaves dc_meta readable: said otherwise
+                assert frac == 0.9 and "not a deltacells dataset" not in r.stderr, (cmd, frac, r.stderr)
