@@ -412,10 +412,10 @@ int cv_export(const ex_opts *o, cv_err *e) {
   if (dsw_fsync_path(tmp, 0)) { cv_fail(e, "%s: writing %s failed: %s", o->out, tmp, strerror(errno)); goto done; }
   if (rename(tmp, o->out) != 0) { cv_fail(e, "%s: cannot rename %s into place: %s", o->out, tmp, strerror(errno)); goto done; }
   if (!o->quiet)
-    fprintf(stderr, "%s: %lld cells x %lld genes, %llu nonzeros (X %s, genes in %s order), %d obs columns; %.1f s\n",
-            o->out, (long long)n_sel, (long long)xg.n_out, (unsigned long long)x.nnz_out, dtype,
-            o->genes_file ? "--genes file" : stored ? "stored" : g.has_orig ? "the input's original" : "stored (no original recorded)",
-            nc, cv_now() - t0);
+    printf("%s: %lld cells x %lld genes, %llu nonzeros (X %s, genes in %s order), %d obs columns; %.1f s\n",
+           o->out, (long long)n_sel, (long long)xg.n_out, (unsigned long long)x.nnz_out, dtype,
+           o->genes_file ? "--genes file" : stored ? "stored" : g.has_orig ? "the input's original" : "stored (no original recorded)",
+           nc, cv_now() - t0);
   rc = 0;
 done:
   if (f >= 0) H5Fclose(f);

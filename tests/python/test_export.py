@@ -116,7 +116,8 @@ def export(db, out, *opts):
 def test_round_trip_synthetic(synth):
     d, a, db = synth
     out = d / "out.h5ad"
-    export(db, out)
+    p = dc("export", db, "-o", out, "--force")       # its summary on stdout, as every command's
+    assert p.stdout.startswith(f"{out}: ") and "cells x" in p.stdout and p.stderr == "", (p.stdout, p.stderr)
     b = anndata.read_h5ad(out)
     assert_same(a, b)
     # var columns come back (the dataset's own total_counts / n_cells / orig_index do not)
