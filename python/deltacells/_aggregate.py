@@ -95,7 +95,8 @@ def aggregate(path, by="cell_type", where=None, genes=None, *, cells=None, log1p
     n_cells) [, ``mean_log1p_cpm``].
 
     as_anndata=True returns groups x genes instead (like scanpy's sc.get.aggregate):
-    ``obs`` indexed by the group labels (``"NA"`` for the missing-label group) with the
+    ``obs`` indexed by the group labels (``"NA"`` for the missing-label group, ``"<NA>"`` if a
+    label is spelled "NA") with the
     columns ``by`` and ``n_cells``; ``var`` indexed by gene name with ``gene_id``; one layer
     per statistic: ``sum``, ``mean``, ``count_nonzero`` (scanpy's name for n_expressing),
     ``frac_expressing`` [, ``mean_log1p_cpm``]; X is None.
@@ -148,8 +149,12 @@ def aggregate(path, by="cell_type", where=None, genes=None, *, cells=None, log1p
 
     if as_anndata:
         import anndata
+        named = {str(g) for g in labels if g is not None}
+        # the missing-label group: "NA", unless a real label is spelled so (then "<NA>", ...)
+        na = next(c for c in ("NA", "<NA>") + tuple(f"NA_{k}" for k in range(1, len(named) + 2))
+                  if c not in named)
         obs = pd.DataFrame({"n_cells": n_cells},
-                           index=pd.Index(["NA" if g is None else str(g) for g in labels]))
+                           index=pd.Index([na if g is None else str(g) for g in labels]))
         if by is not None:
             obs.insert(0, by, pd.Categorical([g for g in labels], categories=[g for g in labels if g is not None]))
         var = pd.DataFrame({"gene_id": gene_ids}, index=pd.Index([str(n) for n in gene_names]))

@@ -161,3 +161,19 @@ def test_forked_child_uses_its_own_connection(data):
         pytest.fail("the forked child hung")
     assert q.get(timeout=5) == total
     assert int(deltacells.aggregate(db, by=None)["sum"].sum()) == total    # the parent's still works
+
+
+def test_anndata_group_names_stay_unique_with_a_label_spelled_na(data, tmp_path):
+    """A real label "NA" (kept as text by annotate) beside cells with no label named two groups
+    "NA" in as_anndata's obs; the missing-label group is then "<NA>"."""
+    db, X, obs, names = data
+    db2 = tmp_path / "na.dcdb"
+    shutil.copy(db, db2)
+    con = deltacells.connect(str(db2))
+    cells = [r[0] for r in con.execute("SELECT name FROM cells ORDER BY cell_id")]
+    con.close()
+    grp = pd.Categorical(["NA", "x"] * 300)
+    deltacells.annotate(str(db2), pd.DataFrame({"grp": grp}, index=cells[:600]))   # the rest: missing
+    ad = deltacells.aggregate(str(db2), by="grp", genes=[names[0]], as_anndata=True)
+    assert sorted(ad.obs_names) == ["<NA>", "NA", "x"] and ad.obs_names.is_unique
+    assert ad.obs.loc["NA", "n_cells"] == 300 and ad.obs.loc["<NA>", "n_cells"] == len(cells) - 600
