@@ -286,8 +286,15 @@ int cv_genes(const char *path, int json, int original, cv_err *e) {
     printf("gene_id\torig_index\tname\ttotal_counts\tn_cells\n");
     for (int64_t r = 0; r < g.n; r++) {
       int64_t i = ids ? ids[r] : r;
-      printf("%lld\t%lld\t%s\t%lld\t%lld\n", (long long)i, (long long)g.orig[i], nm->t[i] ? nm->t[i] : "",
-             tot ? (long long)tot->i[i] : -1LL, nc ? (long long)nc->i[i] : -1LL);
+      printf("%lld\t%lld\t", (long long)i, (long long)g.orig[i]);
+      for (const char *c = nm->t[i] ? nm->t[i] : ""; *c; c++) {   /* one field: \t \n \r \\ escaped */
+        if (*c == '\t') fputs("\\t", stdout);
+        else if (*c == '\n') fputs("\\n", stdout);
+        else if (*c == '\r') fputs("\\r", stdout);
+        else if (*c == '\\') fputs("\\\\", stdout);
+        else putchar(*c);
+      }
+      printf("\t%lld\t%lld\n", tot ? (long long)tot->i[i] : -1LL, nc ? (long long)nc->i[i] : -1LL);
     }
   }
   int rc = fflush(stdout) == 0 ? 0 : cv_fail(e, "writing the list: %s", strerror(errno));

@@ -182,7 +182,8 @@ static const char *HELP_GENES =
     "place in the input's var; with several inputs, in the union of their var, first input\n"
     "first), name, total_counts and n_cells.  --order original lists them in the input's\n"
     "order (default: stored).  Datasets written before the original order was recorded show\n"
-    "orig_index = gene_id (and say so).  --json prints one JSON object.\n";
+    "orig_index = gene_id (and say so).  A tab, newline, carriage return or backslash in a\n"
+    "name is written \\t, \\n, \\r, \\\\ (one line per gene); --json prints one JSON object.\n";
 
 /* A usage error: one line, and where the help is (the command's words are
 ** those of its help's usage line: "usage: deltacells obs info DATASET" -> "obs info"). */

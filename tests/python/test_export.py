@@ -771,3 +771,18 @@ def test_merge_and_append_of_columns_that_differ_only_in_case(tmp_path):
             for c in ("Stage", "stage"):
                 assert x.obs[c].cat.ordered and x.obs[c].isna().sum() == 20
             assert {"length", "Length"} <= set(x.var.columns)
+
+
+def test_genes_lines_escape_tabs_and_newlines(tmp_path):
+    """A gene name with a tab or newline split its line of `deltacells genes` into extra columns
+    or lines; it is written escaped (\\t, \\n, \\r, \\\\), and --json gives it as it is."""
+    a = make_adata(n_cells=12, n_genes=5, seed=3, cell_prefix="t")
+    odd = ["A\tB", "C\nD", "E\\F", "G\rH", "plain"]
+    a.var_names = odd
+    db = tmp_path / "odd.dcdb"
+    dc("convert", write(a, tmp_path / "odd.h5ad"), "-o", db, "--quiet", "--keep-gene-whitespace")
+    lines = dc("genes", db, "--order", "original").stdout.split("\n")[1:-1]
+    assert len(lines) == 5 and all(len(x.split("\t")) == 5 for x in lines), lines
+    assert [x.split("\t")[2] for x in lines] == ["A\\tB", "C\\nD", "E\\\\F", "G\\rH", "plain"]
+    rows = json.loads(dc("genes", db, "--json", "--order", "original").stdout)["genes"]
+    assert [r["name"] for r in rows] == odd
