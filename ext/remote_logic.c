@@ -308,13 +308,25 @@ int dc_s3_url(const char *s3, const char *endpoint, const char *region, char *ou
   }
   int blen = (int)(slash - b);
   int k;
+  /* the key as S3 names it (aws-cli's s3://bucket/key), percent-encoded for the URL as SigV4
+  ** encodes it: every byte but A-Z a-z 0-9 - . _ ~ and '/'.  Pasted raw, a key with '+', '=',
+  ** '(', a space or '%' failed with SignatureDoesNotMatch or named another key. */
+  char key[2048];
+  size_t kl = 0;
+  for (const unsigned char *c = (const unsigned char *)slash + 1; *c; c++) {
+    if (kl + 4 > sizeof key) { snprintf(why, why_n, "the URL is too long"); return 0; }
+    int keep = (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-' ||
+               *c == '.' || *c == '_' || *c == '~' || *c == '/';
+    if (keep) key[kl++] = (char)*c;
+    else kl += (size_t)snprintf(key + kl, sizeof key - kl, "%%%02X", *c);
+  }
+  key[kl] = 0;
   if (endpoint && *endpoint) {
     size_t el = strlen(endpoint);
     while (el && endpoint[el - 1] == '/') el--;
-    k = snprintf(out, n, "%.*s/%.*s/%s", (int)el, endpoint, blen, b, slash + 1);
+    k = snprintf(out, n, "%.*s/%.*s/%s", (int)el, endpoint, blen, b, key);
   } else {
-    k = snprintf(out, n, "https://%.*s.s3.%s.amazonaws.com/%s", blen, b, region && *region ? region : "us-east-1",
-                 slash + 1);
+    k = snprintf(out, n, "https://%.*s.s3.%s.amazonaws.com/%s", blen, b, region && *region ? region : "us-east-1", key);
   }
   if (k < 0 || (size_t)k >= n) { snprintf(why, why_n, "the URL is too long"); return 0; }
   return 1;

@@ -196,6 +196,9 @@ static void test_s3(void) {
   DCT_CHECK(strcmp(u, "http://127.0.0.1:9000/bkt/dir/a.dcdb") == 0);
   DCT_CHECK(dc_s3_url("s3://bkt/a.dcdb", NULL, "eu-west-1", u, sizeof u, why, sizeof why));
   DCT_CHECK(strcmp(u, "https://bkt.s3.eu-west-1.amazonaws.com/a.dcdb") == 0);
+  /* a key as S3 names it, encoded for the URL as SigV4 encodes it ('/' kept) */
+  DCT_CHECK(dc_s3_url("s3://bkt/d/a+b=c (1)%41;\xc3\xbc~_.-.dcdb", "http://h:1", NULL, u, sizeof u, why, sizeof why));
+  DCT_CHECK(strcmp(u, "http://h:1/bkt/d/a%2Bb%3Dc%20%281%29%2541%3B%C3%BC~_.-.dcdb") == 0);
   DCT_CHECK(!dc_s3_url("s3://bkt", NULL, NULL, u, sizeof u, why, sizeof why) && strstr(why, "BUCKET/KEY"));
   DCT_CHECK(!dc_s3_url("s3:///key", NULL, NULL, u, sizeof u, why, sizeof why));
   DCT_CHECK(dc_is_remote_name("https://x/y") && dc_is_remote_name("HTTP://x") && dc_is_remote_name("s3://b/k"));

@@ -202,3 +202,21 @@ def test_missing_key_and_bad_names(env, store):
         with pytest.raises(sqlite3.OperationalError) as e:
             deltacells.connect(bad, remote=NO_SHARE)
         assert "s3://BUCKET/KEY" in str(e.value), (bad, str(e.value))
+
+
+@pytest.mark.parametrize("key", ["plus+x (1).dcdb", "eq=a;b*c.dcdb", "pct%41 \u00fcn\u00ef.dcdb"])
+def test_keys_are_s3_keys_as_they_are(env, store, key):
+    """s3://bucket/KEY names the key as S3 and aws-cli name it: a key with '+', '=', '(', ';',
+    '*', a space, '%' or non-ASCII letters failed with SignatureDoesNotMatch (it looked like a
+    credentials problem), 'pct%41' read the key 'pctA'.  The key is percent-encoded as SigV4
+    encodes it."""
+    _signed(env, store)
+    from pathlib import Path
+    d = Path(store["server"].root) / "private-bucket" / "keys"
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(store["local"], d / key)
+    con = deltacells.connect(f"s3://private-bucket/keys/{key}", remote=NO_SHARE)
+    try:
+        _same_answers(con, store["local"])
+    finally:
+        con.close()
