@@ -143,8 +143,11 @@ int dh_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len, uint8_t
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     int transport = 0;
     if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && r.overflow)) {
-      transport = 1;
-      snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
+      /* a fault of the URL or of the server's certificate is not a network's: no retry */
+      int lasting = cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL || cc == CURLE_PEER_FAILED_VERIFICATION;
+      transport = !lasting;
+      snprintf(why, sizeof why, "%s%s", curl_easy_strerror(cc),
+               cc == CURLE_URL_MALFORMAT ? " (a URL's spaces and other special characters are percent-encoded: %20)" : "");
     } else {
       dc_range_resp q = {r.overflow, status, first, off, len, r.got, r.have_cr, r.cr_start, r.cr_end};
       int v = dc_range_check(&q, &transport, why, sizeof why);

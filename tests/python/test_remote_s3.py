@@ -202,6 +202,13 @@ def test_missing_key_and_bad_names(env, store):
         with pytest.raises(sqlite3.OperationalError) as e:
             deltacells.connect(bad, remote=NO_SHARE)
         assert "s3://BUCKET/KEY" in str(e.value), (bad, str(e.value))
+    # a URL that is not one (a raw space) fails at once, saying so, not after backing off 5 times
+    import time
+    t = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError) as e:
+        deltacells.connect(store["server"].endpoint + "/public-bucket/at las.dcdb", remote=NO_SHARE)
+    assert "percent-encoded" in str(e.value) and "after 1 attempt)" in str(e.value), str(e.value)
+    assert time.monotonic() - t < 1.0
 
 
 @pytest.mark.parametrize("key", ["plus+x (1).dcdb", "eq=a;b*c.dcdb", "pct%41 \u00fcn\u00ef.dcdb"])
