@@ -367,9 +367,15 @@ static int remote_setup(dc_hfile *f, const char *zName) {
   int rc = dh_get(f, 0, f->bsize, slot, &got, 1);
   if (rc != SQLITE_OK) return rc;
   f->size = f->val.size >= 0 ? f->val.size : got;
-  if (!f->val.etag[0] && !f->val.last_modified[0])
-    sqlite3_log(SQLITE_WARNING, "dchttp: %s has neither ETag nor Last-Modified: only its size guards against "
-                "a change on the server", zName);
+  if (!f->val.etag[0] && !f->val.last_modified[0]) {
+    /* nothing tells this version from the next one of the same size: its blocks are kept for
+    ** this connection only (in the disk cache or the process's shared cache, a replaced file
+    ** was read from the old blocks by every later open) */
+    sqlite3_log(SQLITE_WARNING, "dchttp: %s has neither ETag nor Last-Modified: not cached across opens", zName);
+    sqlite3_free(f->cache_dir);
+    f->cache_dir = NULL;
+    f->no_shared = 1;
+  }
   f->key = dc_cache_key(f->url, &f->val);
   dh_shared_init(f->shared_mb);
   dc_blockcache_commit(f->mem, 0, got);

@@ -176,6 +176,7 @@ class FaultServer:
        {"slow_s": s}                            sleeps s seconds before the body
        "from_byte": k with any of these         only requests whose range starts at byte k or
                                                 later (counted apart for fail_first/reset_first)
+       {"no_validators": True}                  no ETag and no Last-Modified
     self.replace(name, data) swaps the file (new ETag and Last-Modified)."""
 
     def __init__(self, root):
@@ -232,8 +233,9 @@ class FaultServer:
             status = 206
         body = data[start:end + 1]
         h.send_response(status)
-        h.send_header("ETag", etag)
-        h.send_header("Last-Modified", lm)
+        if not fault.get("no_validators"):
+            h.send_header("ETag", etag)
+            h.send_header("Last-Modified", lm)
         h.send_header("Content-Length", str(len(body)))
         if status == 206:
             h.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")

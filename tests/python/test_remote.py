@@ -249,6 +249,38 @@ def test_file_replaced_between_reads(faults, data, tmp_path):
         con.close()
 
 
+def test_a_server_without_validators_is_not_cached_across_opens(faults, data, tmp_path):
+    """A server that sends neither ETag nor Last-Modified cannot tell a replaced file of the
+    same size from the old one: its blocks went to the disk cache and the process's shared
+    cache, and every later open read the old blocks (then failed on checksums, as a corrupt
+    dataset).  They are kept for the connection only."""
+    import shutil as sh
+    other = tmp_path / "other.dcdb"      # the same input converted again: same size, new dataset_id
+    sh.copy(data["small"], other)
+    c = sqlite3.connect(other)
+    c.execute("UPDATE dc_meta SET value = 'nope' WHERE key = 'created_by'")
+    c.commit()
+    c.close()
+    faults.faults["small.dcdb"] = {"no_validators": True}
+    url = faults.url("small.dcdb")
+    opts = {"cache_dir": str(tmp_path / "cache"), "block_kb": 64}
+    con = deltacells.connect(url, remote=opts)
+    try:
+        first = con.execute("SELECT value FROM dc_meta WHERE key = 'created_by'").fetchone()
+        con.execute("SELECT * FROM cells").fetchall()
+        assert stats(con)["disk_writes"] == 0
+    finally:
+        con.close()
+    assert os.path.getsize(other) == os.path.getsize(data["small"])
+    faults.replace("small.dcdb", other.read_bytes())
+    con = deltacells.connect(url, remote=opts)
+    try:
+        assert con.execute("SELECT value FROM dc_meta WHERE key = 'created_by'").fetchone() == ("nope",) != first
+        assert len(con.execute("SELECT * FROM cells").fetchall()) == 3000
+    finally:
+        con.close()
+
+
 # --- the on-disk cache ----------------------------------------------------------------------
 def test_second_run_reads_from_the_cache(nginx, data, tmp_path):
     cache = tmp_path / "cache"
