@@ -349,8 +349,6 @@ static int load_index(dc_reader *r, char **pzErr) {
             (long long)n_cells, (long long)n_genes, (long long)n_tiles);
     return SQLITE_CORRUPT_VTAB;
   }
-  if (version >= DC_FORMAT_GENES_MIN && (rc = dc_genes_agree(r->db, r->schema, "genes", r->what, n_genes, pzErr)) != SQLITE_OK)
-    return rc;
   r->tiles = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->tiles);
   r->heads = sqlite3_malloc64((uint64_t)(n_tiles ? n_tiles : 1) * sizeof *r->heads);
   r->tile_first = sqlite3_malloc64((uint64_t)(n_tiles + 1) * sizeof *r->tile_first);
