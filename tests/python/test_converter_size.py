@@ -401,6 +401,7 @@ def test_version_1_dataset_still_reads(gds, tmp_path):
     con.execute("ALTER TABLE g1 RENAME TO genes")
     con.execute("CREATE INDEX genes_name ON genes(name)")
     con.execute("UPDATE dc_meta SET value = 1 WHERE key = 'format_version'")
+    con.execute("DELETE FROM dc_meta WHERE key = 'dataset_id'")   # version 1 drew none (seals came with 3)
     con.commit()
     ref = connect(small)
     want = ref.execute("SELECT n_cells, indptr, indices, data FROM dc_batch('[0, 5, 39]')").fetchall()
