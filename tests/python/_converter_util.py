@@ -17,7 +17,7 @@ import scipy.sparse as sp
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.join(ROOT, "build")
 # DELTACELLS_CONVERTER: another build of the converter (e.g. one made with ASan) to test
-CONVERTER = os.environ.get("DELTACELLS_CONVERTER", os.path.join(BUILD, "deltacells"))
+CONVERTER = os.path.abspath(os.environ.get("DELTACELLS_CONVERTER", os.path.join(BUILD, "deltacells")))
 EXTENSION = os.path.join(BUILD, "deltacells.so")
 # the real files: where they are ($DC_REAL_DATA), their names, and a skip when absent
 from _batch_util import REAL_FILES, real_file  # noqa: E402,F401

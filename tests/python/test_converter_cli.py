@@ -172,11 +172,11 @@ def test_a_file_named_like_a_uri_is_that_file(tmp_path):
     convert(small(str(tmp_path / "a.h5ad"), n=40), a)
     convert(small(str(tmp_path / "b.h5ad"), n=25), tmp_path / "y.dcdb")
     for cmd in (["info"], ["verify"]):
-        r = subprocess.run([os.path.abspath(CONVERTER), *cmd, "file:y.dcdb"], capture_output=True, text=True, cwd=tmp_path)
+        r = subprocess.run([CONVERTER, *cmd, "file:y.dcdb"], capture_output=True, text=True, cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-    r = subprocess.run([os.path.abspath(CONVERTER), "info", "file:y.dcdb", "--json"], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run([CONVERTER, "info", "file:y.dcdb", "--json"], capture_output=True, text=True, cwd=tmp_path)
     assert json.loads(r.stdout)["n_cells"] == 40, r.stdout
-    r = subprocess.run([os.path.abspath(CONVERTER), "export", "file:y.dcdb", "-o", "e.h5ad", "--quiet"], capture_output=True, text=True,
+    r = subprocess.run([CONVERTER, "export", "file:y.dcdb", "-o", "e.h5ad", "--quiet"], capture_output=True, text=True,
                        cwd=tmp_path)
     assert r.returncode == 0 and ad.read_h5ad(tmp_path / "e.h5ad").n_obs == 40, r.stderr
     assert a.exists()

@@ -518,7 +518,7 @@ def test_mtx_directory_given_as_dot_is_named(tmp_path, mat):
     import subprocess
     from _converter_util import CONVERTER
     d = write_mtx(tmp_path / "pbmc_sample7", *mat)
-    r = subprocess.run([os.path.abspath(CONVERTER), "convert", ".", "-o", "../x.dcdb", "--quiet"], cwd=d,
+    r = subprocess.run([CONVERTER, "convert", ".", "-o", "../x.dcdb", "--quiet"], cwd=d,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     ds = Dataset(tmp_path / "x.dcdb")
