@@ -125,6 +125,11 @@ const char *cv_obs_kind_label(int k);
 int cv_copy_tiles(sqlite3 *db, const char *schema, const char *path, uint64_t old_id, uint64_t new_id, int64_t tile_off,
                   int64_t cell_off, cv_err *e);
 
+/* merge_meta.c: main's dc_meta entries about its columns (their types in the files, ordered
+** categoricals, var categories, renamed columns) and X's dtype united with src's, before
+** cv_merge_into unites the columns themselves.  Returns 0 or -1. */
+int cv_merge_meta(sqlite3 *db, dsw *w, cv_err *e);
+
 /* merge.c: adds dataset spath (ATTACHed as `src`) to main, in the caller's transaction (which
 ** then detaches `src`); D is updated.  slabel: what errors call spath (NULL: spath). */
 int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, const char *slabel, int keep_ok, int tiles_in, int threads,
