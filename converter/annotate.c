@@ -227,6 +227,60 @@ static int schema_meta(sqlite3 *db, const char *name, const colschema *cs, cv_er
   return 0;
 }
 
+/* The column an annotation column `name` replaces (*ti, an index into cols), or -1 to add one:
+** the column whose name in the input files is `name` (*renamed when it is stored under another
+** name because its own was taken by one that differs in case: it keeps the stored name), else the
+** one stored as `name`, else the one stored under `name` in another case. Two of those (cellType
+** and CellType, stored apart as one's file name and another's) is an error naming both. */
+static int target_col(sqlite3 *db, const dcol *cols, int ncols, const char *name, const char *dataset, int *ti,
+                      int *renamed, cv_err *e) {
+  *ti = -1;
+  *renamed = 0;
+  sqlite3_stmt *st = NULL;
+  int r = sqlite3_prepare_v2(db, "SELECT j.key FROM main.dc_meta, json_each(dc_meta.value) AS j "
+                                 "WHERE dc_meta.key = 'obs_names' AND j.value = ?1", -1, &st, NULL);
+  if (r == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+      const char *k = (const char *)sqlite3_column_text(st, 0);
+      for (int i = 0; k && i < ncols && *ti < 0; i++)
+        if (!strcmp(cols[i].name, k)) { *ti = i; *renamed = strcmp(k, name) != 0; }
+    }
+  }
+  sqlite3_finalize(st);
+  if (r != SQLITE_DONE) return cv_fail(e, "%s: dc_meta: %s", dataset, sqlite3_errmsg(db));
+  if (*ti >= 0) return 0;
+  for (int i = 0; i < ncols; i++)
+    if (!strcmp(cols[i].name, name)) { *ti = i; return 0; }
+  for (int i = 0; i < ncols; i++)
+    if (!strcasecmp(cols[i].name, name)) {
+      if (*ti >= 0)
+        return cv_fail(e, "%s: column '%s' matches the dataset's columns '%s' and '%s', which differ only in case; "
+                          "name the table's column as one of them is named", dataset, name, cols[*ti].name, cols[i].name);
+      *ti = i;
+    }
+  return 0;
+}
+
+/* dc_meta obs_names: the column stored as `stored` is `file_name` in the files (export's name). */
+static int keep_file_name(sqlite3 *db, const char *stored, const char *file_name, cv_err *e) {
+  static const char *const sql[] = {
+      "INSERT OR IGNORE INTO main.dc_meta(key, value) VALUES ('obs_names', '{}')",
+      "UPDATE main.dc_meta SET value = json_patch(value, json_object(?1, ?2)) WHERE key = 'obs_names'"};
+  for (size_t k = 0; k < sizeof sql / sizeof *sql; k++) {
+    sqlite3_stmt *st = NULL;
+    int r = sqlite3_prepare_v2(db, sql[k], -1, &st, NULL);
+    if (r == SQLITE_OK && k) {
+      sqlite3_bind_text(st, 1, stored, -1, SQLITE_STATIC);
+      sqlite3_bind_text(st, 2, file_name, -1, SQLITE_STATIC);
+    }
+    if (r == SQLITE_OK) r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (r != SQLITE_DONE) return cv_fail(e, "dc_meta: %s", sqlite3_errmsg(db));
+  }
+  return 0;
+}
+
 /* The range of an integer obs dtype (int8 .. uint32); 0 if it is not one. */
 static int int_dtype_range(const char *d, int64_t *lo, int64_t *hi) {
   static const struct { const char *n; int64_t lo, hi; } t[] = {
@@ -502,12 +556,13 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
                : (strtod(lab, &end), *lab && !*end);
       if (!ok) { sqlite3_free(ums); cv_fail(e, "--schema %s: column '%s': category '%s' is not a %s", o->schema, hdr[c], lab, cs.cat_dtype); goto done; }
     }
-    /* replace a column of the same name (ignoring case), or add one */
-    int64_t col = -1;
+    /* replace the column of this name, or add one */
+    int ti = -1, renamed = 0;
+    if (target_col(db, cols, ncols, hdr[c], o->dataset, &ti, &renamed, e)) { sqlite3_free(ums); goto done; }
+    int64_t col = ti >= 0 ? cols[ti].col : -1;
     int replaced = 0;
-    const char *old_name = NULL;
-    for (int i = 0; i < ncols; i++)
-      if (!strcasecmp(cols[i].name, hdr[c])) { col = cols[i].col; old_name = cols[i].name; }
+    const char *old_name = ti >= 0 ? cols[ti].name : NULL;
+    const char *stored = renamed ? old_name : hdr[c];   /* the name in cells_columns */
     if (col == 0) { sqlite3_free(ums); cv_fail(e, "%s: column '%s' would replace the obs index", o->table, hdr[c]); goto done; }
     if (col >= 0) {
       n_repl++;
@@ -521,11 +576,12 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       col = next_col++;
       n_new++;
     }
-    if (cv_write_blocks(&w, col, hdr[c], kind == DC_OBS_CATEGORY ? nl : -1, 0, &v, B, e)) { sqlite3_free(ums); goto done; }
+    if (cv_write_blocks(&w, col, stored, kind == DC_OBS_CATEGORY ? nl : -1, 0, &v, B, e)) { sqlite3_free(ums); goto done; }
     if (cv_write_dict_rows(db, col, labels, 0, kind == DC_OBS_CATEGORY ? nl : 0, e)) { sqlite3_free(ums); goto done; }
-    if (cv_write_column_row(db, D.id, col, hdr[c], kind, labels, kind == DC_OBS_CATEGORY ? nl : -1, e)) { sqlite3_free(ums); goto done; }
-    if (schema_meta(db, hdr[c], &cs, e)) { sqlite3_free(ums); goto done; }
-    sqlite3_str_appendf(said, "%s: column '%s' (%s) %s\n", o->dataset, hdr[c], cv_obs_kind_label(kind), replaced ? "replaced" : "added");
+    if (cv_write_column_row(db, D.id, col, stored, kind, labels, kind == DC_OBS_CATEGORY ? nl : -1, e)) { sqlite3_free(ums); goto done; }
+    if (schema_meta(db, stored, &cs, e) || (renamed && keep_file_name(db, stored, hdr[c], e))) { sqlite3_free(ums); goto done; }
+    sqlite3_str_appendf(said, "%s: column '%s'%s%s%s (%s) %s\n", o->dataset, hdr[c], renamed ? " (stored as '" : "",
+                        renamed ? stored : "", renamed ? "')" : "", cv_obs_kind_label(kind), replaced ? "replaced" : "added");
   }
   if (cv_exec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e) || cv_check_interrupt(e) ||
       cv_commit(db, o->dataset, e)) { sqlite3_free(ums); goto done; }

@@ -123,7 +123,8 @@ def _schema(dtypes, kinds):
 
 
 def annotate(path, data, key="name", quiet=True):
-    """Add (or replace, by name ignoring case) obs columns of the dataset at `path`.
+    """Add (or replace, by name: the column of that name in the input files, else the one of
+    that name in another case) obs columns of the dataset at `path`.
 
     data: a pandas DataFrame, or a dict of columns (equal-length sequences).  The key column is
           `key` ('name': cell names, the obs index; 'cell_id': cell ids) if data has it, else a

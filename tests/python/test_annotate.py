@@ -303,3 +303,40 @@ def test_python_annotate_keeps_pandas_types(ds, tmp_path):
     (tmp_path / "s.json").write_text('{"u": {"dtype": "uint8"}}')
     p = run("annotate", ds, bad, "--schema", tmp_path / "s.json", check=False)
     assert p.returncode == 1 and "300 does not fit its dtype uint8" in p.stderr, p.stderr
+
+
+def test_annotate_replaces_the_column_named_so_in_the_files_when_two_differ_in_case(tmp_path):
+    """cellType and celltype in one file are stored as cellType and celltype_1; a table column
+    'celltype' replaces the second (the file's celltype), keeps its stored name, and export gives
+    both their file names back."""
+    need_converter()
+    import anndata
+    import pandas as pd
+    import scipy.sparse as sp
+    n = 40
+    x = sp.random(n, 12, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    x.data = np.ceil(x.data * 5)
+    obs = pd.DataFrame({"cellType": pd.Categorical(["A"] * n), "celltype": pd.Categorical(["b"] * n)},
+                       index=[f"c{i}" for i in range(n)])
+    anndata.AnnData(X=x, obs=obs, var=pd.DataFrame(index=[f"G{i}" for i in range(12)])).write_h5ad(tmp_path / "x.h5ad")
+    ds = tmp_path / "x.dcdb"
+    run("convert", tmp_path / "x.h5ad", "-o", ds, "--quiet")
+    csv = tmp_path / "t.csv"
+    csv.write_text("name,celltype\n" + "".join(f"c{i},new{i % 2}\n" for i in range(n)))
+    p = run("annotate", ds, csv)
+    assert "column 'celltype' (stored as 'celltype_1') (category) replaced" in p.stdout, p.stdout
+    verify_ok(ds)
+    con = sqlite3.connect(ds)
+    assert [r[0] for r in con.execute("SELECT name FROM cells_columns ORDER BY col")] == ["_index", "cellType", "celltype_1"]
+    assert [(r[1], r[2]) for r in cells(ds, ["cellType", "celltype_1"])] == [("A", f"new{i % 2}") for i in range(n)]
+    run("export", ds, "-o", tmp_path / "y.h5ad", "--quiet")
+    back = anndata.read_h5ad(tmp_path / "y.h5ad")
+    assert list(back.obs.columns) == ["cellType", "celltype"]
+    assert list(back.obs["cellType"]) == ["A"] * n
+    assert list(back.obs["celltype"]) == [f"new{i % 2}" for i in range(n)]
+    # a name that matches the stored cellType only in case replaces it, under the table's name
+    csv.write_text("name,CELLTYPE\n" + "".join(f"c{i},z\n" for i in range(n)))
+    run("annotate", ds, csv, "--quiet")
+    verify_ok(ds)
+    assert [r[0] for r in con.execute("SELECT name FROM cells_columns ORDER BY col")] == ["_index", "CELLTYPE", "celltype_1"]
+    assert [(r[1], r[2]) for r in cells(ds, ["CELLTYPE", "celltype_1"])] == [("z", f"new{i % 2}") for i in range(n)]
