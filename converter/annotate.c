@@ -26,18 +26,21 @@
 
 /* ------------------------------------------------------------ annotate */
 /* A CSV table in memory: fields of each record (RFC 4180: quotes, "" inside quotes, CRLF). */
+typedef struct csvrec {
+  char **fld;         /* fld[c]: NUL-terminated field (in the table's buffer) */
+  uint8_t *quoted;    /* quoted[c]: the field was quoted */
+  uint32_t n_fld;
+  int64_t line;       /* the line the record starts on (1-based) */
+} csvrec;
 typedef struct csvtab {
   char *buf;
   size_t n_rec, cap_rec;
-  char ***rec;        /* rec[r][c]: NUL-terminated field */
-  uint8_t **quoted;   /* quoted[r][c]: the field was quoted */
-  uint32_t *n_fld;
-  int64_t *line;      /* the line the record starts on (1-based) */
+  csvrec *rec;
 } csvtab;
 
 static void csv_free(csvtab *t) {
-  for (size_t r = 0; r < t->n_rec; r++) { free(t->rec[r]); free(t->quoted[r]); }
-  free(t->rec); free(t->quoted); free(t->n_fld); free(t->line); free(t->buf);
+  for (size_t r = 0; r < t->n_rec; r++) { free(t->rec[r].fld); free(t->rec[r].quoted); }
+  free(t->rec); free(t->buf);
   memset(t, 0, sizeof *t);
 }
 
@@ -104,22 +107,14 @@ static int csv_read(const char *path, csvtab *t, cv_err *e) {
       break;
     }
     if (nf == 1 && !fl[0][0] && !ql[0]) { free(fl); free(ql); continue; }   /* an empty line */
-    size_t c1 = t->cap_rec, c2 = t->cap_rec, c3 = t->cap_rec, c4 = t->cap_rec;
-    if (cv_grow((void **)&t->rec, &c1, t->n_rec + 1, sizeof *t->rec, e) || cv_grow((void **)&t->n_fld, &c2, t->n_rec + 1, sizeof *t->n_fld, e) ||
-        cv_grow((void **)&t->line, &c3, t->n_rec + 1, sizeof *t->line, e) ||
-        cv_grow((void **)&t->quoted, &c4, t->n_rec + 1, sizeof *t->quoted, e)) { free(fl); free(ql); return -1; }
-    c1 = c1 < c2 ? c1 : c2;
-    c3 = c3 < c4 ? c3 : c4;
-    t->cap_rec = c1 < c3 ? c1 : c3;
-    t->quoted[t->n_rec] = ql;
-    t->rec[t->n_rec] = fl;
-    t->n_fld[t->n_rec] = (uint32_t)nf;
-    t->line[t->n_rec++] = start_line;
+    if (cv_grow((void **)&t->rec, &t->cap_rec, t->n_rec + 1, sizeof *t->rec, e)) { free(fl); free(ql); return -1; }
+    t->rec[t->n_rec++] = (csvrec){fl, ql, (uint32_t)nf, start_line};
   }
   if (!t->n_rec) return cv_fail(e, "%s: empty (a header row is needed: the key column, then the columns to add)", path);
   for (size_t r = 1; r < t->n_rec; r++)
-    if (t->n_fld[r] != t->n_fld[0])
-      return cv_fail(e, "%s: line %lld: %u fields, the header has %u", path, (long long)t->line[r], t->n_fld[r], t->n_fld[0]);
+    if (t->rec[r].n_fld != t->rec[0].n_fld)
+      return cv_fail(e, "%s: line %lld: %u fields, the header has %u", path, (long long)t->rec[r].line, t->rec[r].n_fld,
+                     t->rec[0].n_fld);
   return 0;
 }
 
@@ -316,19 +311,19 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   int by_id = !strcmp(o->key, "cell_id");
   if (!by_id && strcmp(o->key, "name") != 0) return cv_fail(e, "--key: '%s' is neither name nor cell_id", o->key);
   if (csv_read(o->table, &t, e)) goto done;
-  uint32_t nf = t.n_fld[0], kc = 0;
-  char **hdr = t.rec[0];
+  uint32_t nf = t.rec[0].n_fld, kc = 0;
+  char **hdr = t.rec[0].fld;
   for (uint32_t c = 0; c < nf; c++)
     if (!strcmp(hdr[c], o->key)) kc = c;
   if (nf < 2) {
     cv_fail(e, "%s: line %lld: one column only; the table needs the key column and at least one column to add%s", o->table,
-            (long long)t.line[0], strchr(hdr[0], '\t') || strchr(hdr[0], ';') ? " (the fields are separated by commas: "
+            (long long)t.rec[0].line, strchr(hdr[0], '\t') || strchr(hdr[0], ';') ? " (the fields are separated by commas: "
             "tabs and semicolons are read as text)" : "");
     goto done;
   }
   for (uint32_t c = 0; c < nf; c++) {
     if (c == kc) continue;
-    if (!hdr[c][0]) { cv_fail(e, "%s: line %lld: column %u has no name", o->table, (long long)t.line[0], c + 1); goto done; }
+    if (!hdr[c][0]) { cv_fail(e, "%s: line %lld: column %u has no name", o->table, (long long)t.rec[0].line, c + 1); goto done; }
     for (int r = 0; reserved[r]; r++)
       if (!strcasecmp(hdr[c], reserved[r])) { cv_fail(e, "%s: column '%s' is one of the cells table's own columns (_index, cell_id, name, tile); rename it", o->table, hdr[c]); goto done; }
     for (uint32_t d = 0; d < c; d++)
@@ -358,23 +353,23 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   int64_t unmatched = 0;
   sqlite3_str *um = sqlite3_str_new(NULL);
   for (size_t r = 1; r < t.n_rec; r++) {
-    const char *k = t.rec[r][kc];
+    const char *k = t.rec[r].fld[kc];
     int64_t cell = -1;
     if (by_id) {
-      if (!parse_i64(k, &cell)) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: key '%s' is not a cell_id (an integer)", o->table, (long long)t.line[r], k); goto done; }
+      if (!parse_i64(k, &cell)) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: key '%s' is not a cell_id (an integer)", o->table, (long long)t.rec[r].line, k); goto done; }
       if (cell < 0 || cell >= N) cell = -1;
     } else {
       uint32_t id;
       if (cv_map_get(&names, k, &id)) {
-        if (id == UINT32_MAX) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: several cells are named '%s'; key by cell_id instead (--key cell_id)", o->table, (long long)t.line[r], k); goto done; }
+        if (id == UINT32_MAX) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: several cells are named '%s'; key by cell_id instead (--key cell_id)", o->table, (long long)t.rec[r].line, k); goto done; }
         cell = id;
       }
     }
     if (cell < 0) {
-      if (unmatched++ < 5) sqlite3_str_appendf(um, "%s'%s' (line %lld)", unmatched > 1 ? ", " : "", k, (long long)t.line[r]);
+      if (unmatched++ < 5) sqlite3_str_appendf(um, "%s'%s' (line %lld)", unmatched > 1 ? ", " : "", k, (long long)t.rec[r].line);
       continue;
     }
-    if (row_of[cell] >= 0) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: key '%s' again (first on line %lld)", o->table, (long long)t.line[r], k, (long long)t.line[row_of[cell]]); goto done; }
+    if (row_of[cell] >= 0) { sqlite3_free(sqlite3_str_finish(um)); cv_fail(e, "%s: line %lld: key '%s' again (first on line %lld)", o->table, (long long)t.rec[r].line, k, (long long)t.rec[row_of[cell]].line); goto done; }
     row_of[cell] = (int64_t)r;
   }
   char *ums = sqlite3_str_finish(um);
@@ -382,7 +377,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     /* nothing to annotate: every column would be replaced by NULLs (a table keyed by something
     ** else, e.g. a DataFrame's default 0, 1, 2, ... index, or a header alone) */
     int ints = !by_id;
-    for (size_t r = 1; r < t.n_rec && ints; r++) { int64_t x; ints = parse_i64(t.rec[r][kc], &x); }
+    for (size_t r = 1; r < t.n_rec && ints; r++) { int64_t x; ints = parse_i64(t.rec[r].fld[kc], &x); }
     if (t.n_rec <= 1) cv_fail(e, "%s: no rows under its header: nothing to annotate; nothing was changed", o->table);
     else cv_fail(e, "%s: no key of its %zu row%s matches a cell of %s by %s (%s%s); nothing was changed%s", o->table,
                  t.n_rec - 1, t.n_rec == 2 ? "" : "s", o->dataset, by_id ? "cell_id" : "name", ums ? ums : "",
@@ -451,7 +446,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       cv_map dv = {0};
       uint64_t distinct = 0, nn = 0;
       for (size_t r = 1; r < t.n_rec; r++) {
-        const char *s = t.rec[r][c];
+        const char *s = t.rec[r].fld[c];
         if (is_na(s)) continue;
         int64_t iv; double fv; int bv;
         nn++;
@@ -466,12 +461,12 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     }
     /* every value of the column is checked, also those of rows that match no cell */
     for (size_t r = 1; r < t.n_rec; r++) {
-      const char *s = t.rec[r][c];
+      const char *s = t.rec[r].fld[c];
       int64_t iv; double fv; int bv;
       if (is_na(s)) continue;
       int ok = kind == DC_OBS_INT ? parse_i64(s, &iv) : kind == DC_OBS_REAL ? parse_f64(s, &fv)
                : kind == DC_OBS_BOOL ? (parse_bool(s, &bv) || (parse_i64(s, &iv) && (iv == 0 || iv == 1))) : 1;
-      if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s", o->table, (long long)t.line[r], hdr[c], s, kind == DC_OBS_INT ? "an integer" : kind == DC_OBS_REAL ? "a number" : "a boolean (true/false, 1/0)"); goto done; }
+      if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s", o->table, (long long)t.rec[r].line, hdr[c], s, kind == DC_OBS_INT ? "an integer" : kind == DC_OBS_REAL ? "a number" : "a boolean (true/false, 1/0)"); goto done; }
     }
     /* the values, cell by cell */
     cv_vals_free(&v);
@@ -511,12 +506,12 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     if (cv_vals_reserve(&v, (uint64_t)N + 1, e)) { sqlite3_free(ums); goto done; }
     for (int64_t i = 0; i < N; i++) {
       int64_t r = row_of[i];
-      const char *s = r >= 0 ? t.rec[r][c] : NULL;
+      const char *s = r >= 0 ? t.rec[r].fld[c] : NULL;
       val1 x;
       memset(&x, 0, sizeof x);
       x.kind = kind;
       /* in a text or categorical column a quoted field is the text itself: "NA" is a label */
-      x.is_null = !s || (is_na(s) && !((kind == DC_OBS_TEXT || kind == DC_OBS_CATEGORY) && t.quoted[r][c]));
+      x.is_null = !s || (is_na(s) && !((kind == DC_OBS_TEXT || kind == DC_OBS_CATEGORY) && t.rec[r].quoted[c]));
       int ok = 1, bv = 0;
       if (!x.is_null) {
         switch (kind) {
@@ -527,7 +522,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
             int32_t code;
             uint32_t known;
             if (cs.categories) {   /* only the given categories */
-              if (!cv_map_get(&lm, s, &known)) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not one of its categories (--schema)", o->table, (long long)t.line[r], hdr[c], s); goto done; }
+              if (!cv_map_get(&lm, s, &known)) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not one of its categories (--schema)", o->table, (long long)t.rec[r].line, hdr[c], s); goto done; }
               code = (int32_t)known;
             } else if (cv_add_label(&labels, &nl, &lm, s, &code, e)) { sqlite3_free(ums); goto done; }
             x.i = code;
@@ -536,7 +531,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
           default: x.s = s; x.len = (uint32_t)strlen(s); break;
         }
       }
-      if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s %s", o->table, (long long)t.line[r], hdr[c], s, kind == DC_OBS_INT ? "an" : "a", kind == DC_OBS_INT ? "integer" : kind == DC_OBS_REAL ? "number" : "boolean (true/false, 1/0)"); goto done; }
+      if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s %s", o->table, (long long)t.rec[r].line, hdr[c], s, kind == DC_OBS_INT ? "an" : "a", kind == DC_OBS_INT ? "integer" : kind == DC_OBS_REAL ? "number" : "boolean (true/false, 1/0)"); goto done; }
       if (cv_vals_push(&v, &x, e)) { sqlite3_free(ums); goto done; }
     }
     if (cs.dtype && kind == DC_OBS_INT)   /* the values must fit the dtype the column is exported as */
@@ -544,7 +539,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
         if (v.valid[i] && (v.i64[i] < dlo || v.i64[i] > dhi)) {
           sqlite3_free(ums);
           cv_fail(e, "%s: line %lld: column '%s': %lld does not fit its dtype %s (--schema)", o->table,
-                  (long long)t.line[row_of[i]], hdr[c], (long long)v.i64[i], cs.dtype);
+                  (long long)t.rec[row_of[i]].line, hdr[c], (long long)v.i64[i], cs.dtype);
           goto done;
         }
     for (int64_t k = 0; cs.cat_dtype && k < nl; k++) {   /* labels of the categories' type */
