@@ -149,7 +149,14 @@ static int tenx_h5_open(const char *path, hid_t fid, const char *grp, int v3, co
   snprintf(gvpath, sizeof gvpath, v3 ? "%s/features" : "%s", grp);
   gv = v3 ? H5Gopen2(g, "features", H5P_DEFAULT) : H5Gopen2(g, ".", H5P_DEFAULT);
   if (gv < 0) { H5Eclear2(H5E_DEFAULT); cv_fail(e, "%s: %s: cannot open", path, gvpath); goto done; }
-  if (h5_type(gv, names) != H5O_TYPE_DATASET) names = ids; /* no names: the ids name the genes */
+  int no_names = h5_type(gv, names) != H5O_TYPE_DATASET;
+  if (no_names) { /* no names: the ids name the genes (said below, once the file is found sound) */
+    if (h5_type(gv, ids) != H5O_TYPE_DATASET) {
+      cv_fail(e, "%s: %s has neither %s (gene names) nor %s (gene ids)", path, gvpath, names, ids);
+      goto done;
+    }
+    names = ids;
+  }
   int64_t nb = dset_len(g, "barcodes"), ng = dset_len(gv, names);
   if (nb < 0) { cv_fail(e, "%s: %s/barcodes: missing or not 1-D", path, grp); goto done; }
   if (ng < 0) { cv_fail(e, "%s: %s/%s: missing or not 1-D", path, gvpath, names); goto done; }
@@ -169,6 +176,11 @@ static int tenx_h5_open(const char *path, hid_t fid, const char *grp, int v3, co
   f->fmt = MAT_CSR;
   int64_t cs[2] = {shape[1], shape[0]};
   if (h5ad_sparse_open(f, g, cs, e)) goto done;
+  if (no_names) { /* the ids are the names: no gene_ids column beside them */
+    fprintf(stderr, "deltacells: note: %s: no %s/%s: %s/%s names the genes (no gene_ids column; --gene-key gene_ids "
+            "keys by it too)\n", path, gvpath, v3 ? "name" : "gene_names", gvpath, ids);
+    if (gene_key && !strcmp(gene_key, "gene_ids")) gene_key = NULL;
+  }
   if (h5ad_gene_names(f, gene_key, e)) goto done;
   rc = 0;
 done:
@@ -312,6 +324,33 @@ static void lr_close(lreader *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* Moves the unread bytes to the front of the buffer and reads more after them (at the end of
+** the file: r->eof set, nothing read); 0, or -1 on an error (a damaged or truncated .gz file,
+** or a line that fills the whole buffer: named by its number). */
+static int lr_read(lreader *r, cv_err *e) {
+  if (r->pos > 0) {
+    memmove(r->buf, r->buf + r->pos, r->len - r->pos);
+    r->len -= r->pos;
+    r->pos = 0;
+  }
+  if (r->len == r->cap) return cv_fail(e, "%s: line %llu is longer than %zu bytes", r->path, (unsigned long long)r->line + 1, r->cap);
+  int k = gzread(r->gz, r->buf + r->len, (unsigned)(r->cap - r->len));
+  if (k < 0) {
+    int en;
+    const char *m = gzerror(r->gz, &en);
+    return cv_fail(e, "%s: %s", r->path, en == Z_ERRNO ? strerror(errno) : m);
+  }
+  if (k == 0) {
+    int en;
+    const char *m = gzerror(r->gz, &en);
+    if (en != Z_OK && en != Z_STREAM_END)
+      return cv_fail(e, "%s: %s (truncated or damaged file?)", r->path, en == Z_ERRNO ? strerror(errno) : m);
+    r->eof = 1;
+  }
+  r->len += (size_t)k;
+  return 0;
+}
+
 /* The next line (without its end of line, NUL-terminated) in *s, *n; 1 at the
 ** end of the file, -1 on an error (a damaged or truncated .gz file). */
 static int lr_next(lreader *r, char **s, size_t *n, cv_err *e) {
@@ -330,26 +369,30 @@ static int lr_next(lreader *r, char **s, size_t *n, cv_err *e) {
       return 0;
     }
     if (r->eof) return 1;
-    if (r->pos > 0) {
-      memmove(r->buf, r->buf + r->pos, r->len - r->pos);
-      r->len -= r->pos;
-      r->pos = 0;
+    if (lr_read(r, e)) return -1;
+  }
+}
+
+/* Skips the next line if its first byte is c, however long it is: it is read through a buffer at a
+** time, never held whole (a Matrix Market comment: tools write provenance of any length there).
+** 1 if a line was skipped, 0 if not (another line, or the end of the file), -1 on an error. */
+static inline int lr_skip_if(lreader *r, char c, cv_err *e) {
+  if (r->pos < r->len && r->buf[r->pos] != c) return 0;  /* the common case: one comparison */
+  if (r->pos == r->len && !r->eof && lr_read(r, e)) return -1;
+  if (r->pos == r->len || r->buf[r->pos] != c) return 0;
+  for (;;) {
+    char *nl = memchr(r->buf + r->pos, '\n', r->len - r->pos);
+    if (nl) {
+      r->pos = (size_t)(nl - r->buf) + 1;
+      r->line++;
+      return 1;
     }
-    if (r->len == r->cap) return cv_fail(e, "%s: line %llu is longer than %zu bytes", r->path, (unsigned long long)r->line + 1, r->cap);
-    int k = gzread(r->gz, r->buf + r->len, (unsigned)(r->cap - r->len));
-    if (k < 0) {
-      int en;
-      const char *m = gzerror(r->gz, &en);
-      return cv_fail(e, "%s: %s", r->path, en == Z_ERRNO ? strerror(errno) : m);
+    r->pos = r->len = 0;       /* the line so far: dropped */
+    if (r->eof) {              /* the last line, without an end of line */
+      r->line++;
+      return 1;
     }
-    if (k == 0) {
-      int en;
-      const char *m = gzerror(r->gz, &en);
-      if (en != Z_OK && en != Z_STREAM_END)
-        return cv_fail(e, "%s: %s (truncated or damaged file?)", r->path, en == Z_ERRNO ? strerror(errno) : m);
-      r->eof = 1;
-    }
-    r->len += (size_t)k;
+    if (lr_read(r, e)) return -1;
   }
 }
 
@@ -452,8 +495,9 @@ done:
   return rc;
 }
 
-/* Reads features.tsv (id, name, feature type) or genes.tsv (id, name). */
-static int read_features(const char *path, strs *id, strs *name, strs *type, cv_err *e) {
+/* Reads features.tsv (id, name, feature type) or genes.tsv (id, name).  A file of one column
+** has no names apart from its ids: *one_col set, id left empty, name holding the column. */
+static int read_features(const char *path, strs *id, strs *name, strs *type, int *one_col, cv_err *e) {
   lreader r;
   char *s;
   size_t n;
@@ -484,11 +528,12 @@ static int read_features(const char *path, strs *id, strs *name, strs *type, cv_
       cv_fail(e, "%s: line %llu has %d tab-separated fields, line 1 has %d", path, (unsigned long long)r.line, c, ncols);
       goto done;
     }
-    if (strs_add(id, f[0], fl[0], e) || strs_add(name, c >= 2 ? f[1] : f[0], c >= 2 ? fl[1] : fl[0], e) ||
+    if ((c >= 2 && strs_add(id, f[0], fl[0], e)) || strs_add(name, c >= 2 ? f[1] : f[0], c >= 2 ? fl[1] : fl[0], e) ||
         (c >= 3 && strs_add(type, f[2], fl[2], e)))
       goto done;
   }
   if (k < 0) goto done;
+  *one_col = ncols == 1;
   rc = 0;
 done:
   lr_close(&r);
@@ -531,6 +576,9 @@ static int mtx_header(mtx_state *m, cv_err *e) {
   if (strcasecmp(sym, "general") != 0)
     return cv_fail(e, "%s: line 1: a '%s' matrix; a count matrix is 'general'", m->file, sym);
   for (;;) {
+    k = lr_skip_if(&m->lr, '%', e);  /* comment lines, of any length */
+    if (k < 0) return -1;
+    if (k > 0) continue;
     k = lr_next(&m->lr, &s, &n, e);
     if (k < 0) return -1;
     if (k > 0) return cv_fail(e, "%s: ends before its size line (rows columns entries)", m->file);
@@ -561,7 +609,7 @@ static int tenx_mtx_open(const char *path, const char *gene_key, h5file *f, cv_e
   strs bc = {0}, id = {0}, nm = {0}, ty = {0};
   mtx_state *m = NULL;
   hid_t fapl = -1, mem = -1, gv = -1;
-  int rc = -1;
+  int rc = -1, one_col = 0;
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
     dir = strdup(path);
     prefix = strdup("");
@@ -593,15 +641,20 @@ static int tenx_mtx_open(const char *path, const char *gene_key, h5file *f, cv_e
             prefix, prefix, prefix, prefix);
     goto done;
   }
-  if (read_barcodes(bfile, &bc, e) || read_features(ffile, &id, &nm, &ty, e)) goto done;
+  if (read_barcodes(bfile, &bc, e) || read_features(ffile, &id, &nm, &ty, &one_col, e)) goto done;
   if (!(m = calloc(1, sizeof *m))) { cv_fail(e, "out of memory"); goto done; }
   f->ext = m;
   f->ext_free = mtx_free;
   m->file = mfile;
   mfile = NULL;
   if (lr_open(&m->lr, m->file, e) || mtx_header(m, e)) goto done;
-  if (m->rows == nm.n && m->cols == bc.n) m->cells_rows = 0;
-  else if (m->rows == bc.n && m->cols == nm.n) m->cells_rows = 1;
+  if (m->rows == nm.n && m->cols == bc.n) {
+    m->cells_rows = 0;
+    if (nm.n == bc.n) /* a square matrix: both orders fit; the 10x one is taken, and said */
+      fprintf(stderr, "deltacells: note: %s: %llu x %llu, as many features as barcodes: read as genes x cells (rows "
+              "are features, as 10x writes it), not cells x genes\n", m->file, (unsigned long long)m->rows,
+              (unsigned long long)m->cols);
+  } else if (m->rows == bc.n && m->cols == nm.n) m->cells_rows = 1;
   else {
     cv_fail(e, "%s: the matrix is %llu x %llu, but there are %zu features (%s) and %zu barcodes (%s)", m->file,
             (unsigned long long)m->rows, (unsigned long long)m->cols, nm.n, ffile, bc.n, bfile);
@@ -625,14 +678,19 @@ static int tenx_mtx_open(const char *path, const char *gene_key, h5file *f, cv_e
   if (mem < 0) { H5Eclear2(H5E_DEFAULT); cv_fail(e, "%s: cannot create an in-memory HDF5 file", path); goto done; }
   f->fid = mem;
   gv = H5Gcreate2(mem, "features", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (gv < 0 || write_strings(mem, "barcodes", bc.v, bc.n, e) || write_strings(gv, "id", id.v, id.n, e) ||
+  if (gv < 0 || write_strings(mem, "barcodes", bc.v, bc.n, e) || (!one_col && write_strings(gv, "id", id.v, id.n, e)) ||
       write_strings(gv, "name", nm.v, nm.n, e) || (ty.n && write_strings(gv, "feature_type", ty.v, ty.n, e))) {
     if (gv < 0) cv_fail(e, "%s: cannot create an in-memory HDF5 group", path);
     goto done;
   }
   strs_free(&bc); strs_free(&id); strs_free(&nm); strs_free(&ty);
-  if (tenx_frames(f, mem, "barcodes", "barcodes", gv, "features", "name", "id", "feature_type", NULL, e))
+  if (tenx_frames(f, mem, "barcodes", "barcodes", gv, "features", "name", one_col ? NULL : "id", "feature_type", NULL, e))
     goto done;
+  if (one_col) { /* its values are the names and the ids at once: no gene_ids column beside them */
+    fprintf(stderr, "deltacells: note: %s: one column, no gene names apart from the ids: that column names the "
+            "genes (no gene_ids column; --gene-key gene_ids keys by it too)\n", ffile);
+    if (gene_key && !strcmp(gene_key, "gene_ids")) gene_key = NULL;
+  }
   f->fmt = MAT_SPOOL;
   if (h5ad_gene_names(f, gene_key, e)) goto done;
   rc = 0;
@@ -655,7 +713,9 @@ int tenx_mtx_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
   char *s;
   size_t n;
   int k;
-  while ((k = lr_next(&m->lr, &s, &n, e)) == 0) {
+  for (;;) {
+    if ((k = lr_skip_if(&m->lr, '%', e)) > 0) continue;  /* a comment among the entries, of any length */
+    if (k < 0 || (k = lr_next(&m->lr, &s, &n, e)) != 0) break;
     char *p = s;
     uint64_t i, j, v = 1;
     while (*p == ' ' || *p == '\t') p++;

@@ -534,3 +534,113 @@ def test_mtx_directory_with_gzipped_and_plain_files_says_which(tmp_path, mat):
     r = convert(d, tmp_path / "b.dcdb")
     for f in ("matrix.mtx", "features.tsv", "barcodes.tsv"):
         assert f"both {f}.gz and {f} are there; reading {f}.gz" in r.stderr, r.stderr
+
+
+def test_mtx_square_is_read_as_10x_writes_it_with_a_note(tmp_path):
+    """A matrix.mtx of as many genes as cells fits both orders: it is read genes x cells (the
+    10x layout, scanpy's read_10x_mtx) and a note says so; it was read so without a word."""
+    X, bc, ids, names, types = make_matrix(seed=5, n=23, g=23)
+    d = write_mtx(tmp_path / "sq", X, bc, ids, names, types, gz=False)
+    r = convert(d, tmp_path / "sq.dcdb")
+    assert ("matrix.mtx: 23 x 23, as many features as barcodes: read as genes x cells (rows are features, "
+            "as 10x writes it), not cells x genes") in r.stderr, r.stderr
+    ds = Dataset(tmp_path / "sq.dcdb")
+    check_matrix(ds, [as_anndata(X, bc, names)])
+    assert ds.obs("_index") == bc
+    ds.close()
+    # not square: no such note, whichever the order
+    for k, tr in enumerate((False, True)):
+        d = write_mtx(tmp_path / f"ns{k}", *make_matrix(), gz=False, transpose=tr)
+        r = convert(d, tmp_path / f"ns{k}.dcdb")
+        assert "as many features as barcodes" not in r.stderr, r.stderr
+
+
+def test_mtx_comments_of_any_length(tmp_path, mat):
+    """Comment lines of a matrix.mtx (tools write provenance there) are skipped however long:
+    one over 1 MiB was refused ('line 2 is longer than 1048576 bytes').  They are read through,
+    not held: a 64 MiB comment costs no more memory than none.  A malformed size line after
+    them stays an error naming the file and its line."""
+    import resource
+    import subprocess
+    from _converter_util import CONVERTER
+    X, bc, ids, names, types = mat
+    long_line = "%" + "provenance " * 300_000            # 3.3 MB, one line
+    many = ["%" + "x" * 999] * 1500                       # 1.5 MB of lines of 1000 bytes
+    for gz in (False, True):
+        d = write_mtx(tmp_path / f"c{int(gz)}", *mat, gz=gz)
+        p = d / ("matrix.mtx.gz" if gz else "matrix.mtx")
+        # after the header; among the entries (one with no end of line at the end of the file)
+        rewrite(p, lambda ls: ls[:1] + [long_line] + many + ls[1:6] + [long_line] + ls[6:] + [long_line])
+        out = tmp_path / f"c{int(gz)}.dcdb"
+        convert(d, out)
+        ds = Dataset(out)
+        check_matrix(ds, [as_anndata(X, bc, names)])
+        ds.close()
+        if not gz:
+            p.write_bytes(p.read_bytes().rstrip(b"\n"))   # the last comment ends the file without '\n'
+            convert(d, out, "--force")
+    # a malformed size line after long comments: named, with its line number (header + 1501 comments)
+    d = write_mtx(tmp_path / "bad", *mat, gz=True)
+    rewrite(d / "matrix.mtx.gz", lambda ls: ls[:1] + [long_line] + many + [f"{N_GENES} {N_CELLS}"] + ls[3:])
+    bad(tmp_path, d, "matrix.mtx.gz", f"line {1 + 1 + len(many) + 1}:", "is not a size line")
+    # a file that ends inside its comments
+    rewrite(d / "matrix.mtx.gz", lambda ls: ls[:1 + 1 + len(many)])
+    bad(tmp_path, d, "matrix.mtx.gz", "ends before its size line")
+
+    # memory: a 64 MiB comment line (gzipped, so small on disk) against none
+    def peak_kib(src):
+        code = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True); "
+                "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+        o = subprocess.run(["/usr/bin/python3", "-c", code, CONVERTER, "convert", str(src), "-o",
+                            str(tmp_path / "m.dcdb"), "--quiet", "--force"], capture_output=True, text=True)
+        rc, kib = map(int, o.stdout.split())
+        assert rc == 0, o
+        return kib
+    plain = write_mtx(tmp_path / "m0", *mat, gz=True)
+    big = write_mtx(tmp_path / "m1", *mat, gz=True)
+    with gzip.open(big / "matrix.mtx.gz", "wb", compresslevel=1) as f, \
+            gzip.open(plain / "matrix.mtx.gz", "rb") as g:
+        lines = g.read().split(b"\n")
+        f.write(lines[0] + b"\n%" + b"y" * (64 << 20) + b"\n" + b"\n".join(lines[1:]))
+    base, got = peak_kib(plain), peak_kib(big)
+    assert got < base + 16 * 1024, (base, got)
+
+
+def test_tenx_without_gene_names(tmp_path, mat):
+    """A 10x input without gene names: features/id (CellRanger 2: genes; a features.tsv of one
+    column: that column) names the genes, with a note, and no var column repeats it.  The HDF5
+    files did so without a word; the one-column features.tsv also made a gene_ids column equal
+    to the names.  --gene-key gene_ids keys such an input by its ids too."""
+    X, bc, ids, names, types = mat
+    h5 = write_h5_v3(tmp_path / "v3.h5", *mat)
+    with h5py.File(h5, "r+") as f:
+        del f["matrix/features/name"]
+    h2 = write_h5_v2(tmp_path / "v2.h5", X, bc, ids, names)
+    with h5py.File(h2, "r+") as f:
+        del f["hg19/gene_names"]
+    d = write_mtx(tmp_path / "one", *mat, gz=True)
+    rewrite(d / "features.tsv.gz", lambda ls: [ln.split("\t")[0] for ln in ls])
+    cases = [(h5, "v3.h5: no matrix/features/name: matrix/features/id names the genes", {"feature_types", "genome"}),
+             (h2, "v2.h5: no hg19/gene_names: hg19/genes names the genes", set()),
+             (d, "features.tsv.gz: one column, no gene names apart from the ids: that column names the genes",
+              set())]
+    for k, (inp, note, cols) in enumerate(cases):
+        out = tmp_path / f"n{k}.dcdb"
+        r = convert(inp, out)
+        assert note in r.stderr and "no gene_ids column" in r.stderr, r.stderr
+        ds = Dataset(out)
+        check_matrix(ds, [as_anndata(X, bc, ids)])
+        assert set(ds.gene_columns) - {"name", "total_counts", "n_cells", "orig_index"} == cols
+        ds.close()
+        # keyed by gene_ids beside a file that has names: the same genes, joined by id
+        ref = write_h5_v3(tmp_path / f"ref{k}.h5", X, [b + "r" for b in bc], ids, names, types)
+        out = tmp_path / f"k{k}.dcdb"
+        convert([inp, ref], out, "--gene-key", "gene_ids")
+        ds = Dataset(out)
+        assert sorted(ds.gene_names) == sorted(ids)
+        check_matrix(ds, [as_anndata(X, bc, ids), as_anndata(X, bc, ids)])
+        ds.close()
+    # neither names nor ids: said so
+    with h5py.File(h5, "r+") as f:
+        del f["matrix/features/id"]
+    bad(tmp_path, h5, "v3.h5", "matrix/features has neither name (gene names) nor id (gene ids)")
