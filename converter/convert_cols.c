@@ -338,7 +338,7 @@ static const char *agreed_dtype(const ocol *c, int nf) {
 
 /* A number column's type in the files: every input that has it has values of this type, of
 ** the column's kind, one a column of that kind keeps (cv_dtype_kept: int8..int32, uint8..uint32,
-** float32; int64, uint64, float16 and float64 are exported as int64 / float64). */
+** float16, float32; int64, uint64 and float64 are exported as int64 / float64). */
 static const char *col_dtype(const ocol *c, int nf) {
   if (c->kind != CVK_INT && c->kind != CVK_REAL) return NULL;
   return cv_dtype_kept(agreed_dtype(c, nf), c->kind == CVK_REAL);

@@ -18,7 +18,7 @@ static const cv_dtype T[CV_N_DTYPES] = {
     {CV_UINT16, "uint16", 0, 2, 0, 0, UINT16_MAX, 0, 0, UINT16_MAX, 1},
     {CV_UINT32, "uint32", 0, 4, 0, 0, UINT32_MAX, 0, 0, UINT32_MAX, 1},
     {CV_UINT64, "uint64", 0, 8, 0, 0, UINT64_MAX, 0, 0, (double)UINT64_MAX, 0},
-    {CV_FLOAT16, "float16", 1, 2, 0, 0, 0, 10, 15, 65504.0, 0},
+    {CV_FLOAT16, "float16", 1, 2, 0, 0, 0, 10, 15, 65504.0, 1},
     {CV_FLOAT32, "float32", 1, 4, 0, 0, 0, 23, 127, FLT_MAX, 1},
     {CV_FLOAT64, "float64", 1, 8, 0, 0, 0, 52, 1023, DBL_MAX, 0},
 };
@@ -41,6 +41,21 @@ const cv_dtype *cv_dtype_of(hid_t t) {
   return NULL;
 }
 
+/* IEEE binary16, little-endian: HDF5 1.10 has no predefined one.  A sign bit (15), 5 bits of
+** exponent (10..14, bias 15) and 10 of mantissa; numpy (h5py) reads it as float16.  Locked, so
+** no H5Tclose frees it; made again if its id is no longer valid. */
+static hid_t half_type(void) {
+  static hid_t h = -1;
+  if (h >= 0 && H5Iis_valid(h) > 0) return h;
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  if (t < 0) return -1;
+  if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, 15) < 0 || H5Tlock(t) < 0) {
+    H5Tclose(t);
+    return -1;
+  }
+  return h = t;
+}
+
 hid_t cv_dtype_file(const cv_dtype *d) {
   switch (d ? d->code : -1) {
     case CV_INT8: return H5T_STD_I8LE;
@@ -51,6 +66,7 @@ hid_t cv_dtype_file(const cv_dtype *d) {
     case CV_UINT16: return H5T_STD_U16LE;
     case CV_UINT32: return H5T_STD_U32LE;
     case CV_UINT64: return H5T_STD_U64LE;
+    case CV_FLOAT16: return half_type();
     case CV_FLOAT32: return H5T_IEEE_F32LE;
     case CV_FLOAT64: return H5T_IEEE_F64LE;
     default: return -1;
@@ -67,10 +83,18 @@ hid_t cv_dtype_mem(const cv_dtype *d) {
     case CV_UINT16: return H5T_NATIVE_UINT16;
     case CV_UINT32: return H5T_NATIVE_UINT32;
     case CV_UINT64: return H5T_NATIVE_UINT64;
+    case CV_FLOAT16: return half_type();
     case CV_FLOAT32: return H5T_NATIVE_FLOAT;
     case CV_FLOAT64: return H5T_NATIVE_DOUBLE;
     default: return -1;
   }
+}
+
+uint16_t cv_dtype_half(uint32_t v) {
+  if (v == 0) return 0;
+  int top = 31 - __builtin_clz(v);                /* 2^top <= v: the exponent */
+  uint32_t m = top >= 10 ? v >> (top - 10) : v << (10 - top);
+  return (uint16_t)(((uint32_t)(top + 15) << 10) | (m & 0x3ff));
 }
 
 const char *cv_dtype_kept(const char *name, int real) {

@@ -35,9 +35,9 @@ const cv_dtype *cv_dtype_find(const char *name);
 const cv_dtype *cv_dtype_at(int code);
 /* The dtype of an HDF5 integer or float type (by class, size and sign), or NULL. */
 const cv_dtype *cv_dtype_of(hid_t t);
-/* Its little-endian HDF5 file type; -1 for float16 (HDF5 1.10 has none). */
+/* Its little-endian HDF5 file type (float16: IEEE binary16, built once; never close it). */
 hid_t cv_dtype_file(const cv_dtype *d);
-/* Its native memory type; -1 for float16. */
+/* Its native memory type (float16: the file type; cv_dtype_half() gives its bits). */
 hid_t cv_dtype_mem(const cv_dtype *d);
 /* Whether d holds the count v exactly: an integer up to its largest; a float whose mantissa
 ** has room for v's bits, below its largest finite value (inline: export asks for every count). */
@@ -49,8 +49,10 @@ static inline int cv_dtype_holds(const cv_dtype *d, uint64_t v) {
   int drop = bits - (d->mant + 1);                /* the low bits the mantissa has no room for */
   return drop <= 0 || (v & ((UINT64_C(1) << drop) - 1)) == 0;
 }
+/* The IEEE binary16 bits of a count float16 holds (cv_dtype_holds). */
+uint16_t cv_dtype_half(uint32_t v);
 /* The name a number column of kind real (else int) keeps in the files: name if the table
-** keeps it for that kind (int8 .. int32, uint8 .. uint32; float32), else NULL. */
+** keeps it for that kind (int8 .. int32, uint8 .. uint32; float16, float32), else NULL. */
 const char *cv_dtype_kept(const char *name, int real);
 /* The names cv_dtype_kept keeps for kind real (else int), as `sep` separated text, each
 ** between `quote`s ("int8, int16, ..." or "'int8', 'int16', ..." for SQL); sqlite3_malloc()ed. */

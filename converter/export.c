@@ -68,7 +68,7 @@ typedef struct xstate {
   dc_decoder *dec;
 } xstate;
 
-/* The m counts v in dtype d, into out.  Returns 1 if d does not hold one
+/* The m counts v in dtype d, into out (float16: its bits).  Returns 1 if d does not hold one
 ** (cv_dtype_holds: dc_meta x_dtype is wrong), else 0. */
 static int x_convert(const cv_dtype *d, const uint32_t *v, uint64_t m, void *out) {
   const cv_dtype t = *d;   /* a copy the stores below cannot alias */
@@ -83,6 +83,7 @@ static int x_convert(const cv_dtype *d, const uint32_t *v, uint64_t m, void *out
     case CV_UINT16: CONV(uint16_t, (uint16_t)v[j]); break;
     case CV_UINT32: CONV(uint32_t, v[j]); break;
     case CV_UINT64: CONV(uint64_t, v[j]); break;
+    case CV_FLOAT16: CONV(uint16_t, cv_dtype_half(v[j])); break;
     case CV_FLOAT32: CONV(float, (float)v[j]); break;
     default: CONV(double, v[j]); break;
 #undef CONV
@@ -380,7 +381,7 @@ int cv_export(const ex_opts *o, cv_err *e) {
   }
   if (ex_obs_columns(db, o->path, o->obs, &cols, &nc, e)) goto done;
   dtype = ex_meta(db, "x_dtype");
-  if (!dtype || cv_dtype_file(cv_dtype_find(dtype)) < 0) { /* not recorded (older dataset): int32, or int64 if a count may not fit */
+  if (!dtype || !cv_dtype_find(dtype)) { /* not recorded (older dataset): int32, or int64 if a count may not fit */
     int64_t mx = 0;
     for (int64_t i = 0; g.c_total >= 0 && i < g.n; i++)
       if (g.cols[g.c_total].i[i] > mx) mx = g.cols[g.c_total].i[i];
