@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cv_dtype.h"
 #include "dataset.h"
 #include "dc_codec.h"
 #include "dc_format.h"
@@ -276,14 +277,28 @@ static int keep_file_name(sqlite3 *db, const char *stored, const char *file_name
   return 0;
 }
 
-/* The range of an integer obs dtype (int8 .. uint32); 0 if it is not one. */
-static int int_dtype_range(const char *d, int64_t *lo, int64_t *hi) {
-  static const struct { const char *n; int64_t lo, hi; } t[] = {
-      {"int8", INT8_MIN, INT8_MAX}, {"int16", INT16_MIN, INT16_MAX}, {"int32", INT32_MIN, INT32_MAX},
-      {"uint8", 0, UINT8_MAX}, {"uint16", 0, UINT16_MAX}, {"uint32", 0, UINT32_MAX}};
-  for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-    if (!strcmp(d, t[i].n)) { *lo = t[i].lo; *hi = t[i].hi; return 1; }
-  return 0;
+/* Whether --schema's dtype d is one a column of kind keeps in the files (cv_dtype_kept): *dt
+** is then its row, whose range (integers) or largest value (floats) the values must fit. */
+static int schema_dtype(const char *d, int kind, const cv_dtype **dt) {
+  if (kind != DC_OBS_INT && kind != DC_OBS_REAL) return 0;
+  *dt = cv_dtype_find(cv_dtype_kept(d, kind == DC_OBS_REAL));
+  return *dt != NULL;
+}
+
+/* Whether value i of v fits dtype dt: an integer in its range, a finite float up to its largest
+** value (an infinity stays one; a missing value, NaN or not valid, fits). */
+static int schema_fits(const cv_dtype *dt, const vals *v, int64_t i) {
+  if (dt->is_float) return !isfinite(v->f64[i]) || fabs(v->f64[i]) <= dt->max;
+  return !v->valid[i] || (v->i64[i] >= dt->lo && (v->i64[i] < 0 || (uint64_t)v->i64[i] <= dt->hi));
+}
+
+/* What schema_dtype allows, as a message (sqlite3_malloc()ed; NULL when out of memory). */
+static char *schema_dtype_rule(void) {
+  char *ints = cv_dtype_kept_list(0, "", ", "), *reals = cv_dtype_kept_list(1, "", ", ");
+  char *r = ints && reals ? sqlite3_mprintf("dtype is one of %s for an int column, %s for a real one", ints, reals) : NULL;
+  sqlite3_free(ints);
+  sqlite3_free(reals);
+  return r;
 }
 
 int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
@@ -477,15 +492,20 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     free(labels);
     labels = NULL;
     nl = 0;
-    int64_t dlo = 0, dhi = 0;
+    const cv_dtype *dt = NULL;   /* --schema's dtype */
     {  /* --schema entries must fit the column's kind */
       const char *why = NULL;
+      char *rule = NULL;
       if ((cs.categories || cs.ordered || cs.cat_dtype) && kind != DC_OBS_CATEGORY) why = "categories, ordered and categories_dtype are for a category column";
-      else if (cs.dtype && !(kind == DC_OBS_INT && int_dtype_range(cs.dtype, &dlo, &dhi)) && !(kind == DC_OBS_REAL && !strcmp(cs.dtype, "float32")))
-        why = "dtype is int8, int16, int32, uint8, uint16 or uint32 for an int column, float32 for a real one";
+      else if (cs.dtype && !schema_dtype(cs.dtype, kind, &dt)) why = (rule = schema_dtype_rule()) ? rule : "dtype: out of memory";
       else if (cs.cat_dtype && strcmp(cs.cat_dtype, "int64") && strcmp(cs.cat_dtype, "float64") && strcmp(cs.cat_dtype, "bool"))
         why = "categories_dtype is int64, float64 or bool";
-      if (why) { sqlite3_free(ums); cv_fail(e, "--schema %s: column '%s' (%s): %s", o->schema, hdr[c], cv_obs_kind_label(kind), why); goto done; }
+      if (why) {
+        sqlite3_free(ums);
+        cv_fail(e, "--schema %s: column '%s' (%s): %s", o->schema, hdr[c], cv_obs_kind_label(kind), why);
+        sqlite3_free(rule);
+        goto done;
+      }
     }
     if (cs.categories) {   /* the codes in the given order, unused categories kept */
       sqlite3_stmt *st = cv_prep(db, e, "SELECT value, type FROM json_each(?1)");
@@ -534,14 +554,17 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s %s", o->table, (long long)t.rec[r].line, hdr[c], s, kind == DC_OBS_INT ? "an" : "a", kind == DC_OBS_INT ? "integer" : kind == DC_OBS_REAL ? "number" : "boolean (true/false, 1/0)"); goto done; }
       if (cv_vals_push(&v, &x, e)) { sqlite3_free(ums); goto done; }
     }
-    if (cs.dtype && kind == DC_OBS_INT)   /* the values must fit the dtype the column is exported as */
-      for (int64_t i = 0; i < N; i++)
-        if (v.valid[i] && (v.i64[i] < dlo || v.i64[i] > dhi)) {
-          sqlite3_free(ums);
+    for (int64_t i = 0; dt && i < N; i++)   /* the values must fit the dtype the column is exported as */
+      if (!schema_fits(dt, &v, i)) {
+        sqlite3_free(ums);
+        if (dt->is_float)
+          cv_fail(e, "%s: line %lld: column '%s': %.17g does not fit its dtype %s (--schema)", o->table,
+                  (long long)t.rec[row_of[i]].line, hdr[c], v.f64[i], cs.dtype);
+        else
           cv_fail(e, "%s: line %lld: column '%s': %lld does not fit its dtype %s (--schema)", o->table,
                   (long long)t.rec[row_of[i]].line, hdr[c], (long long)v.i64[i], cs.dtype);
-          goto done;
-        }
+        goto done;
+      }
     for (int64_t k = 0; cs.cat_dtype && k < nl; k++) {   /* labels of the categories' type */
       char *end = NULL;
       const char *lab = labels[k];

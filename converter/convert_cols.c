@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cv_dtype.h"
 #include "dataset.h"
 #include "dc_codec.h"
 #include "dc_format.h"
@@ -336,15 +337,11 @@ static const char *agreed_dtype(const ocol *c, int nf) {
 }
 
 /* A number column's type in the files: every input that has it has values of this type, of
-** the column's kind, one of int8..int32, uint8..uint32 or float32 (int64, uint64, float16 and
-** float64 are exported as int64 / float64). */
+** the column's kind, one a column of that kind keeps (cv_dtype_kept: int8..int32, uint8..uint32,
+** float16, float32; int64, uint64 and float64 are exported as int64 / float64). */
 static const char *col_dtype(const ocol *c, int nf) {
-  static const char *const kept[] = {"int8", "int16", "int32", "uint8", "uint16", "uint32", "float32"};
   if (c->kind != CVK_INT && c->kind != CVK_REAL) return NULL;
-  const char *d = agreed_dtype(c, nf);
-  for (size_t i = 0; d && i < sizeof kept / sizeof *kept; i++)
-    if (!strcmp(d, kept[i])) return d;
-  return NULL;
+  return cv_dtype_kept(agreed_dtype(c, nf), c->kind == CVK_REAL);
 }
 
 /* A categorical whose categories are numbers (or booleans) in every input that has it: their

@@ -53,7 +53,7 @@ typedef struct xstate {
   const int64_t *sel;   /* selected cell ids (sorted); unused when all */
   int all;              /* every cell (no --where) */
   void *cbuf;           /* X values converted to the output dtype, a slice at a time */
-  int dt;               /* index into dtypes[] */
+  const cv_dtype *dt;   /* X's output dtype */
   int64_t n_sel;
   int64_t *indptr;      /* n_sel + 1 */
   hid_t d_data, d_ind, mt_data;
@@ -67,6 +67,42 @@ typedef struct xstate {
   dc_tile_hdr *h;
   dc_decoder *dec;
 } xstate;
+
+/* The m counts v in dtype d, into out (float16: its bits).  Returns 1 if d does not hold one
+** (cv_dtype_holds: dc_meta x_dtype is wrong), else 0. */
+static int x_convert(const cv_dtype *d, const uint32_t *v, uint64_t m, void *out) {
+  const cv_dtype t = *d;   /* a copy the stores below cannot alias */
+  int lost = 0;
+  switch (t.code) {
+#define CONV(T, V) do { T *o_ = out; for (uint64_t j = 0; j < m; j++) { o_[j] = (V); lost |= !cv_dtype_holds(&t, v[j]); } } while (0)
+    case CV_INT8: CONV(int8_t, (int8_t)v[j]); break;
+    case CV_INT16: CONV(int16_t, (int16_t)v[j]); break;
+    case CV_INT32: CONV(int32_t, (int32_t)v[j]); break;
+    case CV_INT64: CONV(int64_t, v[j]); break;
+    case CV_UINT8: CONV(uint8_t, (uint8_t)v[j]); break;
+    case CV_UINT16: CONV(uint16_t, (uint16_t)v[j]); break;
+    case CV_UINT32: CONV(uint32_t, v[j]); break;
+    case CV_UINT64: CONV(uint64_t, v[j]); break;
+    case CV_FLOAT16: CONV(uint16_t, cv_dtype_half(v[j])); break;
+    case CV_FLOAT32: CONV(float, (float)v[j]); break;
+    default: CONV(double, v[j]); break;
+#undef CONV
+  }
+  return lost;
+}
+
+/* The error of a count among the m counts v of tile that X's dtype does not hold (x_convert):
+** the first such count, the dtype, and for a float the counts it holds. */
+static int x_lost(const xstate *x, int64_t tile, const uint32_t *v, uint64_t m, cv_err *e) {
+  uint64_t j = 0;
+  while (j + 1 < m && cv_dtype_holds(x->dt, v[j])) j++;
+  char why[160] = "";
+  if (x->dt->is_float)
+    snprintf(why, sizeof why, " exactly (it holds every count up to %llu, above that only some, none above %g)",
+             1ULL << (x->dt->mant + 1), x->dt->max);
+  return cv_fail(e, "%s: tile %lld holds a count of %u, which X's dtype %s does not hold%s; dc_meta x_dtype is wrong, "
+                 "so nothing is exported", x->o->path, (long long)tile, v[j], x->dt->name, why);
+}
 
 static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, int64_t chunks, int64_t seal,
                   int64_t s0, int64_t s1, int64_t out_row, cv_err *e) {
@@ -144,24 +180,7 @@ static int x_tile(xstate *x, int64_t tile, int64_t fc, int64_t nc, int64_t nz, i
     for (uint64_t k = 0; k < w && !bad; k += EX_CONV) { /* values: converted here, a slice at a time */
       uint64_t m = w - k < EX_CONV ? w - k : EX_CONV;
       const uint32_t *v = (const uint32_t *)x->vx + k;
-      uint32_t lost = 0;                /* a count the dtype does not hold (dc_meta x_dtype is wrong) */
-      switch (x->dt) {
-#define CONV(T, FITS) do { T *o_ = x->cbuf; for (uint64_t j = 0; j < m; j++) { o_[j] = (T)v[j]; lost |= !(FITS); } } while (0)
-        case 0: CONV(int8_t, v[j] <= INT8_MAX); break;
-        case 1: CONV(int16_t, v[j] <= INT16_MAX); break;
-        case 2: CONV(int32_t, v[j] <= INT32_MAX); break;
-        case 3: CONV(int64_t, 1); break;
-        case 4: CONV(uint8_t, v[j] <= UINT8_MAX); break;
-        case 5: CONV(uint16_t, v[j] <= UINT16_MAX); break;
-        case 6: CONV(uint32_t, 1); break;
-        case 7: CONV(uint64_t, 1); break;
-        case 8: CONV(float, (double)o_[j] == (double)v[j]); break;
-        default: CONV(double, 1); break;
-#undef CONV
-      }
-      if (lost)
-        return cv_fail(e, "%s: tile %lld holds a count that X's dtype %s does not (dc_meta x_dtype is wrong; run verify)",
-                       path, (long long)tile, ex_dtype_name(x->dt));
+      if (x_convert(x->dt, v, m, x->cbuf)) return x_lost(x, tile, v, m, e);
       bad = ex_dset_put(x->d_data, x->mt_data, x->cbuf, x->nnz_out + k, m, 1);
     }
     if (bad) return cv_fail(e, "%s: writing X (tile %lld) failed (disk full?)", x->o->out, (long long)tile);
@@ -176,11 +195,12 @@ static int write_x(xstate *x, hid_t root, const char *dtype, cv_err *e) {
   sqlite3_stmt *s = NULL;
   int rc = -1;
   int64_t shape[2] = {x->n_sel, x->xg->n_out};
-  x->dt = ex_dtype_index(dtype);
+  x->dt = cv_dtype_find(dtype);
   x->d_data = x->d_ind = -1;
-  if (x->dt < 0) { cv_fail(e, "internal: dtype %s", dtype); goto done; }
-  hid_t ft = ex_dtype_file(x->dt);
-  x->mt_data = ex_dtype_mem(x->dt);
+  if (!x->dt) { cv_fail(e, "internal: dtype %s", dtype); goto done; }
+  hid_t ft = cv_dtype_file(x->dt);
+  x->mt_data = cv_dtype_mem(x->dt);
+  if (ft < 0 || x->mt_data < 0) { cv_fail(e, "%s: no HDF5 type for X's dtype %s", x->o->out, x->dt->name); goto done; }
   x->cbuf = malloc(EX_CONV * 8);
   if (!x->cbuf) { cv_fail(e, "out of memory"); goto done; }
   if (g < 0 || ex_attr_i64s(g, "shape", shape, 2)) { cv_fail(e, "%s: writing X", x->o->out); goto done; }
@@ -361,7 +381,7 @@ int cv_export(const ex_opts *o, cv_err *e) {
   }
   if (ex_obs_columns(db, o->path, o->obs, &cols, &nc, e)) goto done;
   dtype = ex_meta(db, "x_dtype");
-  if (!dtype || ex_dtype_index(dtype) < 0) { /* not recorded (older dataset): int32, or int64 if a count may not fit */
+  if (!dtype || !cv_dtype_find(dtype)) { /* not recorded (older dataset): int32, or int64 if a count may not fit */
     int64_t mx = 0;
     for (int64_t i = 0; g.c_total >= 0 && i < g.n; i++)
       if (g.cols[g.c_total].i[i] > mx) mx = g.cols[g.c_total].i[i];

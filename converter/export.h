@@ -30,8 +30,5 @@ int cv_genes(const char *path, int json, int original, cv_err *e);
 ** gene's place in the union of the inputs' var) and x_dtype (the inputs' X
 ** dtype, numpy's name, united when they differ). */
 int cv_meta_export(dsw *w, h5file *files, int nf, cv_err *e);
-/* The X dtype (numpy's name) that holds the values of dtypes a and b (as convert unites its
-** inputs'): a itself, or a wider one; NULL if either is NULL.  Returns a or b or a constant. */
-const char *cv_dtype_unite(const char *a, const char *b);
 
 #endif

@@ -144,14 +144,11 @@ void ex_xcol_free(xcol *c) {
 }
 
 /* The HDF5 file type of a number column written with numpy type name d (dc_meta obs_dtypes),
-** -1 for a name that is not one of kind's (the column is then written as int64 / float64). */
+** -1 for a name a column of kind does not keep (cv_dtype_kept: it is then written as int64 /
+** float64). */
 hid_t ex_num_type(const char *d, int kind) {
-  if (!d) return -1;
-  if (kind == OK_REAL) return !strcmp(d, "float32") ? H5T_IEEE_F32LE : -1;
-  if (kind != OK_INT) return -1;
-  return !strcmp(d, "int8") ? H5T_STD_I8LE : !strcmp(d, "int16") ? H5T_STD_I16LE : !strcmp(d, "int32") ? H5T_STD_I32LE
-         : !strcmp(d, "uint8") ? H5T_STD_U8LE : !strcmp(d, "uint16") ? H5T_STD_U16LE : !strcmp(d, "uint32") ? H5T_STD_U32LE
-         : -1;
+  if (kind != OK_INT && kind != OK_REAL) return -1;
+  return cv_dtype_file(cv_dtype_find(cv_dtype_kept(d, kind == OK_REAL)));
 }
 
 static int kind_of(const char *k) {

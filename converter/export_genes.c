@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cv_dtype.h"
 #include "dc_codec.h"
 #include "dc_format.h"
 #include "dc_seal.h"
@@ -28,44 +29,12 @@
 int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
 /* ------------------------------------------------------------ at conversion */
-static const char *dtype_of(hid_t t) {
-  if (t < 0) return NULL;
-  H5T_class_t c = H5Tget_class(t);
-  size_t sz = H5Tget_size(t);
-  if (c == H5T_FLOAT) return sz == 4 ? "float32" : sz == 8 ? "float64" : sz == 2 ? "float16" : NULL;
-  if (c != H5T_INTEGER) return NULL;
-  int s = H5Tget_sign(t) == H5T_SGN_2;
-  switch (sz) {
-    case 1: return s ? "int8" : "uint8";
-    case 2: return s ? "int16" : "uint16";
-    case 4: return s ? "int32" : "uint32";
-    case 8: return s ? "int64" : "uint64";
-    default: return NULL;
-  }
-}
-
-/* The dtype that holds every input's values: equal dtypes stay; integers of one
-** signedness take the widest; mixed signedness int64; any float: float32 if every
-** input is float32 (or float16), else float64. */
-const char *cv_dtype_unite(const char *a, const char *b) {
-  if (!a || !b) return NULL;
-  if (!strcmp(a, b)) return a;
-  int fa = a[0] == 'f', fb = b[0] == 'f';
-  if (fa || fb) {
-    if (fa && fb && strcmp(a, "float64") && strcmp(b, "float64")) return "float32";
-    return "float64";
-  }
-  int ua = a[0] == 'u', ub = b[0] == 'u';
-  int wa = atoi(a + (ua ? 4 : 3)), wb = atoi(b + (ub ? 4 : 3));
-  if (ua == ub) return wa >= wb ? a : b;
-  return "int64";
-}
-
 int cv_meta_export(dsw *w, h5file *files, int nf, cv_err *e) {
   const char *dt = NULL;
   for (int f = 0; f < nf; f++) {
     hid_t t = files[f].data >= 0 ? H5Dget_type(files[f].data) : -1;
-    const char *d = dtype_of(t);
+    const cv_dtype *c = cv_dtype_of(t);
+    const char *d = c ? c->name : NULL;
     if (t >= 0) H5Tclose(t);
     dt = f == 0 ? d : cv_dtype_unite(dt, d);
     if (!dt) break;

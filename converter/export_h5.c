@@ -134,26 +134,6 @@ int ex_dset_put(hid_t d, hid_t mt, const void *buf, hsize_t off, hsize_t n, int 
   return r;
 }
 
-/* X's output dtypes: numpy's name, file type, memory type, bytes */
-static const char *const dtypes[] = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                                     "float32", "float64", NULL};
-int ex_dtype_index(const char *name) {
-  for (int i = 0; name && dtypes[i]; i++)
-    if (!strcmp(dtypes[i], name)) return i;
-  return -1;
-}
-const char *ex_dtype_name(int i) { return dtypes[i]; }
-hid_t ex_dtype_file(int i) {
-  hid_t t[] = {H5T_STD_I8LE, H5T_STD_I16LE, H5T_STD_I32LE, H5T_STD_I64LE, H5T_STD_U8LE, H5T_STD_U16LE,
-               H5T_STD_U32LE, H5T_STD_U64LE, H5T_IEEE_F32LE, H5T_IEEE_F64LE};
-  return t[i];
-}
-hid_t ex_dtype_mem(int i) {
-  hid_t t[] = {H5T_NATIVE_INT8, H5T_NATIVE_INT16, H5T_NATIVE_INT32, H5T_NATIVE_INT64, H5T_NATIVE_UINT8,
-               H5T_NATIVE_UINT16, H5T_NATIVE_UINT32, H5T_NATIVE_UINT64, H5T_NATIVE_FLOAT, H5T_NATIVE_DOUBLE};
-  return t[i];
-}
-
 /* A column of strings of n rows, all at once (var). */
 int ex_put_strings(hid_t loc, const char *name, const char *const *v, hsize_t n) {
   hid_t t = ex_vlstr();

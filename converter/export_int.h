@@ -8,6 +8,7 @@
 #include <hdf5.h>
 #include <sqlite3.h>
 #include <stdint.h>
+#include "cv_dtype.h"
 #include "cv_util.h"
 #include "export.h"
 
@@ -59,11 +60,6 @@ hid_t ex_group(hid_t loc, const char *name, const char *type, const char *versio
 hid_t ex_dset(hid_t loc, const char *name, hid_t ft, hsize_t n, int ext, const char *type, const char *version);
 /* Writes n elements (memory type mt) at [off, off + n); extends first when ext. */
 int ex_dset_put(hid_t d, hid_t mt, const void *buf, hsize_t off, hsize_t n, int ext);
-/* X's output dtypes: the index of numpy's name (-1 if unknown), its file and memory types. */
-int ex_dtype_index(const char *name);
-const char *ex_dtype_name(int i);
-hid_t ex_dtype_file(int i);
-hid_t ex_dtype_mem(int i);
 /* A column of strings of n rows, all at once (var). */
 int ex_put_strings(hid_t loc, const char *name, const char *const *v, hsize_t n);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cv_dtype.h"
 #include "h5ad_hdf5.h"
 
 const char *cv_kind_name(int kind) {
@@ -180,17 +181,13 @@ static int dset_kind(hid_t ds) {
 }
 
 /* The numpy name of an integer or float dataset's type ("int8" .. "uint64", "float16" ..
-** "float64"), else "". */
+** "float64": cv_dtype_of), else "". */
 static void dset_dtype(hid_t ds, char out[8]) {
   out[0] = 0;
   hid_t t = H5Dget_type(ds);
   if (t < 0) return;
-  H5T_class_t k = H5Tget_class(t);
-  size_t sz = H5Tget_size(t);
-  if (k == H5T_INTEGER && (sz == 1 || sz == 2 || sz == 4 || sz == 8))
-    snprintf(out, 8, "%sint%d", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", (int)(8 * sz));
-  else if (k == H5T_FLOAT && (sz == 2 || sz == 4 || sz == 8))
-    snprintf(out, 8, "float%d", (int)(8 * sz));
+  const cv_dtype *d = cv_dtype_of(t);
+  if (d) snprintf(out, 8, "%s", d->name);
   H5Tclose(t);
 }
 

@@ -5,12 +5,13 @@
 ** another name (docs/format.md, dc_meta).  Each reads main's and src's entries and writes
 ** main's, or removes the key when nothing is left.
 */
-#include "export.h"
 #include "merge_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cv_dtype.h"
 
 /* dc_meta `key` removed from main. */
 static int meta_forget(sqlite3 *db, const char *key, cv_err *e) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cv_dtype.h"
 #include "dataset.h"
 #include "dc_codec.h"
 #include "dc_format.h"
@@ -64,7 +65,9 @@ static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
 ** bits (var: or bool for an int column), obs_cat_dtypes an object naming categorical obs
 ** columns whose labels are numbers ('int64', 'float64') or 'True'/'False' ('bool'). */
 static void verify_meta_columns(sqlite3 *db, vrep *rep) {
-  static const char *const q =
+  /* the dtypes a column of each kind keeps (cv_dtype_kept), as SQL lists */
+  char *ints = cv_dtype_kept_list(0, "'", ", "), *reals = cv_dtype_kept_list(1, "'", ", ");
+  char *q = !ints || !reals ? NULL : sqlite3_mprintf(
       "WITH m(k, v) AS (SELECT key, value FROM dc_meta WHERE key IN ('obs_names', 'var_names', 'obs_ordered', 'var_categories', 'obs_dtypes', 'var_dtypes', 'obs_cat_dtypes'))"
       " SELECT m.k, CASE WHEN NOT json_valid(m.v) THEN 'is not JSON'"
       "  WHEN json_type(m.v) <> CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
@@ -78,18 +81,23 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
       "  WHEN m.k IN ('obs_dtypes', 'var_dtypes') THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not ' || CASE m.k WHEN 'obs_dtypes' THEN 'an obs' ELSE 'a var' END || ' column of that kind'"
       "   FROM json_each(m.v) j WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE m.k = 'obs_dtypes' AND kind = CASE"
-      "    WHEN j.value IN ('int8', 'int16', 'int32', 'uint8', 'uint16', 'uint32') THEN 'int'"
-      "    WHEN j.value = 'float32' THEN 'real' END"
+      "    WHEN j.value IN (%s) THEN 'int'"
+      "    WHEN j.value IN (%s) THEN 'real' END"
       "    UNION ALL SELECT name FROM genes_columns WHERE m.k = 'var_dtypes' AND kind = CASE"
-      "    WHEN j.value IN ('bool', 'int8', 'int16', 'int32', 'uint8', 'uint16', 'uint32') THEN 'int'"
-      "    WHEN j.value = 'float32' THEN 'real' END) LIMIT 1)"
+      "    WHEN j.value IN ('bool', %s) THEN 'int'"
+      "    WHEN j.value IN (%s) THEN 'real' END) LIMIT 1)"
       "  WHEN m.k = 'obs_names' THEN (SELECT 'names ' || quote(j.key) || ', not an obs column' FROM json_each(m.v) j"
       "   WHERE j.key NOT IN (SELECT name FROM cells_columns) OR j.type <> 'text' LIMIT 1)"
       "  ELSE (SELECT 'names ' || quote(j.key) || ', not a var column' FROM json_each(m.v) j"
       "   WHERE j.key NOT IN (SELECT name FROM genes_columns) OR j.type <> CASE m.k WHEN 'var_names' THEN 'text' ELSE 'array' END"
-      "   LIMIT 1) END FROM m";
+      "   LIMIT 1) END FROM m", ints, reals, ints, reals);
+  sqlite3_free(ints);
+  sqlite3_free(reals);
   sqlite3_stmt *s = NULL;
-  if (sqlite3_prepare_v2(db, q, -1, &s, NULL) != SQLITE_OK) { VFAULT("dc_meta: %s", sqlite3_errmsg(db)); return; }
+  int r = q ? sqlite3_prepare_v2(db, q, -1, &s, NULL) : SQLITE_NOMEM;
+  const char *why = q ? NULL : "out of memory";
+  sqlite3_free(q);
+  if (r != SQLITE_OK) { VFAULT("dc_meta: %s", why ? why : sqlite3_errmsg(db)); return; }
   while (cv_vstep(db, rep, s, "dc_meta"))
     if (sqlite3_column_type(s, 1) != SQLITE_NULL)
       VFAULT("dc_meta.%s %s", (const char *)sqlite3_column_text(s, 0), (const char *)sqlite3_column_text(s, 1));

@@ -49,7 +49,7 @@ def file_names(meta, key, columns):
 
 # obs_dtypes' names (dc_meta; docs/format.md) and the column kind each is for
 _NARROW = {"int8": "int", "int16": "int", "int32": "int", "uint8": "int", "uint16": "int",
-           "uint32": "int", "float32": "real"}
+           "uint32": "int", "float16": "real", "float32": "real"}
 
 
 def _nullable(d):
@@ -138,7 +138,7 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
             raise RuntimeError("the cells table and the selection disagree")
         data = {}
         ordered = set(map(str, _meta_json(cat.meta, "obs_ordered", list)))
-        # the files' narrower number types (float32, int32, uint8, ...): as the input had them
+        # the files' narrower number types (float16, float32, int32, uint8, ...): as the input had them
         dtypes = {str(k): str(v) for k, v in _meta_json(cat.meta, "obs_dtypes", dict).items()
                   if str(v) in _NARROW}
         cat_dtypes = {str(k): str(v) for k, v in _meta_json(cat.meta, "obs_cat_dtypes", dict).items()}
@@ -160,7 +160,7 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
                 data[c] = (pd.array(vals, dtype=_nullable(d)) if any(v is None for v in vals)
                            else np.array(vals, dtype=d))
             elif kind == "real":
-                d = "float32" if dtypes.get(c) == "float32" else "float64"
+                d = dtypes[c] if _NARROW.get(dtypes.get(c)) == "real" else "float64"
                 data[c] = np.array([np.nan if v is None else v for v in vals], dtype=d)
             else:
                 data[c] = pd.array(vals, dtype=object)

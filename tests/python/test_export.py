@@ -131,7 +131,7 @@ def test_round_trip_synthetic(synth):
     assert str(b.obs["maybe"].dtype) == "Int64"
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint16, np.int64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.uint16, np.int64])
 def test_dtype_kept(tmp_path, dtype):
     a = make_adata(n_cells=120, n_genes=30, dtype=dtype, seed=3)
     db = tmp_path / "d.dcdb"
@@ -140,6 +140,75 @@ def test_dtype_kept(tmp_path, dtype):
     b = anndata.read_h5ad(tmp_path / "o.h5ad")
     assert b.X.dtype == np.dtype(dtype)
     assert_same(a, b)
+
+
+def test_float16_round_trip(tmp_path):
+    """An h5ad whose X and number columns are float16 comes back so: export wrote X as int32 (dc_meta
+    x_dtype float16 was a name it did not know) and the obs and var columns as float64, and
+    to_anndata gave the columns as float64.  Values are equal: counts up to 2048 and the larger
+    ones float16 holds (4096, 65504), columns with fractions.  Two float16 inputs stay float16."""
+    import h5py
+    import deltacells
+
+    def adata(seed):
+        a = make_adata(n_cells=70, n_genes=12, dtype=np.float16, seed=seed, cell_prefix=f"h{seed}c")
+        X = a.X.astype(np.float32).toarray()          # (scipy cannot index or densify float16)
+        X[1, 2], X[2, 5], X[3, 0] = 2048, 4096, 65504
+        rng = np.random.default_rng(seed)
+        a.obs["h16"] = rng.uniform(-10, 10, 70).astype(np.float16)
+        a.var["v16"] = np.linspace(0, 1, 12).astype(np.float16)
+        a = anndata.AnnData(X=sp.csr_matrix(X.astype(np.float16)), obs=a.obs, var=a.var, dtype=np.float16)
+        path = write(a, tmp_path / f"h{seed}.h5ad")
+        assert anndata.read_h5ad(path).X.dtype == np.float16
+        return path, a
+
+    (p1, a1), (p2, a2) = adata(1), adata(2)
+    one, two = tmp_path / "one.dcdb", tmp_path / "two.dcdb"
+    dc("convert", p1, "-o", one, "--quiet", "--tile-cells", "32")
+    dc("convert", p1, p2, "-o", two, "--quiet", "--tile-cells", "32")
+    for db, parts in ((one, [a1]), (two, [a1, a2])):
+        b, t = exported_and_loaded(db, tmp_path)
+        assert b.X.dtype == np.float16
+        with h5py.File(tmp_path / "o.h5ad") as f:   # numpy's float16, as h5py writes it
+            assert f["X/data"].dtype == np.float16 and f["obs/h16"].dtype == np.float16
+        want = np.vstack([a.X.astype(np.float64).toarray() for a in parts])
+        names = [n for a in parts for n in a.obs_names]
+        got = pd.DataFrame(b.X.astype(np.float64).toarray(), index=b.obs_names, columns=b.var_names)
+        assert np.array_equal(got.loc[names, a1.var_names].values, want)
+        for x in (b, t):
+            assert x.obs["h16"].dtype == np.float16 and x.var["v16"].dtype == np.float16
+            assert x.obs["h16"].loc[names].tolist() == [v for a in parts for v in a.obs["h16"].tolist()]
+            assert x.var["v16"].loc[a1.var_names].equals(a1.var["v16"])
+        v = dc("verify", db, check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+    # a float16 column annotate adds (deltacells.annotate gives its --schema) comes back so too
+    deltacells.annotate(str(one), pd.DataFrame({"q16": np.array([1.5, -2.25], dtype=np.float16)},
+                                               index=a1.obs_names[:2]))
+    for x in exported_and_loaded(one, tmp_path):
+        assert x.obs["q16"].dtype == np.float16 and x.obs["q16"].iloc[:2].tolist() == [1.5, -2.25]
+
+
+@pytest.mark.parametrize("count", [2049, 131072])
+def test_float16_count_it_cannot_hold_is_refused(tmp_path, count):
+    """X of dtype float16 with a count float16 does not hold exactly (2049 lies between two of its
+    values; 131072 is beyond its largest, 65504) is an error naming the dataset, the count and
+    why, and nothing is written: a rounded count (or an infinity) would be a wrong value.  Only
+    a wrong dc_meta x_dtype gives one: float16 inputs hold their counts."""
+    X = sp.csr_matrix(np.array([[1, count, 0], [0, 3, 7]], dtype=np.int32))
+    a = anndata.AnnData(X=X, obs=pd.DataFrame(index=["a", "b"]), var=pd.DataFrame(index=["G0", "G1", "G2"]),
+                        dtype=np.int32)
+    db = tmp_path / "i.dcdb"
+    dc("convert", write(a, tmp_path / "i.h5ad"), "-o", db, "--quiet")
+    con = sqlite3.connect(db)
+    con.execute("UPDATE dc_meta SET value = 'float16' WHERE key = 'x_dtype'")
+    con.commit()
+    con.close()
+    out = tmp_path / "bad.h5ad"
+    p = dc("export", db, "-o", out, check=False)
+    assert p.returncode == 1, p.stderr
+    assert str(db) in p.stderr and f"count of {count}" in p.stderr and "float16" in p.stderr, p.stderr
+    assert "does not hold exactly" in p.stderr and "x_dtype" in p.stderr, p.stderr
+    assert not out.exists()
 
 
 def test_stored_order_differs_and_genes_command(synth):

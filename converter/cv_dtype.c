@@ -1,0 +1,123 @@
+/*
+** cv_dtype.c — the numpy dtype names the converter knows for numbers and what each is (see
+** cv_dtype.h): one table, read by convert, annotate, verify, merge and export.
+*/
+#include "cv_dtype.h"
+
+#include <float.h>
+#include <sqlite3.h>
+#include <string.h>
+
+/* code, name, float, bytes, signed, lo, hi, mantissa bits, largest exponent, largest value, kept */
+static const cv_dtype T[CV_N_DTYPES] = {
+    {CV_INT8, "int8", 0, 1, 1, INT8_MIN, INT8_MAX, 0, 0, INT8_MAX, 1},
+    {CV_INT16, "int16", 0, 2, 1, INT16_MIN, INT16_MAX, 0, 0, INT16_MAX, 1},
+    {CV_INT32, "int32", 0, 4, 1, INT32_MIN, INT32_MAX, 0, 0, INT32_MAX, 1},
+    {CV_INT64, "int64", 0, 8, 1, INT64_MIN, INT64_MAX, 0, 0, (double)INT64_MAX, 0},
+    {CV_UINT8, "uint8", 0, 1, 0, 0, UINT8_MAX, 0, 0, UINT8_MAX, 1},
+    {CV_UINT16, "uint16", 0, 2, 0, 0, UINT16_MAX, 0, 0, UINT16_MAX, 1},
+    {CV_UINT32, "uint32", 0, 4, 0, 0, UINT32_MAX, 0, 0, UINT32_MAX, 1},
+    {CV_UINT64, "uint64", 0, 8, 0, 0, UINT64_MAX, 0, 0, (double)UINT64_MAX, 0},
+    {CV_FLOAT16, "float16", 1, 2, 0, 0, 0, 10, 15, 65504.0, 1},
+    {CV_FLOAT32, "float32", 1, 4, 0, 0, 0, 23, 127, FLT_MAX, 1},
+    {CV_FLOAT64, "float64", 1, 8, 0, 0, 0, 52, 1023, DBL_MAX, 0},
+};
+
+const cv_dtype *cv_dtype_find(const char *name) {
+  for (int i = 0; name && i < CV_N_DTYPES; i++)
+    if (!strcmp(T[i].name, name)) return &T[i];
+  return NULL;
+}
+
+const cv_dtype *cv_dtype_at(int code) { return code >= 0 && code < CV_N_DTYPES ? &T[code] : NULL; }
+
+const cv_dtype *cv_dtype_of(hid_t t) {
+  if (t < 0) return NULL;
+  H5T_class_t c = H5Tget_class(t);
+  if (c != H5T_INTEGER && c != H5T_FLOAT) return NULL;
+  int fl = c == H5T_FLOAT, sz = (int)H5Tget_size(t), sg = !fl && H5Tget_sign(t) == H5T_SGN_2;
+  for (int i = 0; i < CV_N_DTYPES; i++)
+    if (T[i].is_float == fl && T[i].size == sz && T[i].is_signed == sg) return &T[i];
+  return NULL;
+}
+
+/* IEEE binary16, little-endian: HDF5 1.10 has no predefined one.  A sign bit (15), 5 bits of
+** exponent (10..14, bias 15) and 10 of mantissa; numpy (h5py) reads it as float16.  Locked, so
+** no H5Tclose frees it; made again if its id is no longer valid. */
+static hid_t half_type(void) {
+  static hid_t h = -1;
+  if (h >= 0 && H5Iis_valid(h) > 0) return h;
+  hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+  if (t < 0) return -1;
+  if (H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 || H5Tset_ebias(t, 15) < 0 || H5Tlock(t) < 0) {
+    H5Tclose(t);
+    return -1;
+  }
+  return h = t;
+}
+
+hid_t cv_dtype_file(const cv_dtype *d) {
+  switch (d ? d->code : -1) {
+    case CV_INT8: return H5T_STD_I8LE;
+    case CV_INT16: return H5T_STD_I16LE;
+    case CV_INT32: return H5T_STD_I32LE;
+    case CV_INT64: return H5T_STD_I64LE;
+    case CV_UINT8: return H5T_STD_U8LE;
+    case CV_UINT16: return H5T_STD_U16LE;
+    case CV_UINT32: return H5T_STD_U32LE;
+    case CV_UINT64: return H5T_STD_U64LE;
+    case CV_FLOAT16: return half_type();
+    case CV_FLOAT32: return H5T_IEEE_F32LE;
+    case CV_FLOAT64: return H5T_IEEE_F64LE;
+    default: return -1;
+  }
+}
+
+hid_t cv_dtype_mem(const cv_dtype *d) {
+  switch (d ? d->code : -1) {
+    case CV_INT8: return H5T_NATIVE_INT8;
+    case CV_INT16: return H5T_NATIVE_INT16;
+    case CV_INT32: return H5T_NATIVE_INT32;
+    case CV_INT64: return H5T_NATIVE_INT64;
+    case CV_UINT8: return H5T_NATIVE_UINT8;
+    case CV_UINT16: return H5T_NATIVE_UINT16;
+    case CV_UINT32: return H5T_NATIVE_UINT32;
+    case CV_UINT64: return H5T_NATIVE_UINT64;
+    case CV_FLOAT16: return half_type();
+    case CV_FLOAT32: return H5T_NATIVE_FLOAT;
+    case CV_FLOAT64: return H5T_NATIVE_DOUBLE;
+    default: return -1;
+  }
+}
+
+uint16_t cv_dtype_half(uint32_t v) {
+  if (v == 0) return 0;
+  int top = 31 - __builtin_clz(v);                /* 2^top <= v: the exponent */
+  uint32_t m = top >= 10 ? v >> (top - 10) : v << (10 - top);
+  return (uint16_t)(((uint32_t)(top + 15) << 10) | (m & 0x3ff));
+}
+
+const char *cv_dtype_kept(const char *name, int real) {
+  const cv_dtype *d = cv_dtype_find(name);
+  return d && d->kept && d->is_float == !!real ? d->name : NULL;
+}
+
+char *cv_dtype_kept_list(int real, const char *quote, const char *sep) {
+  sqlite3_str *s = sqlite3_str_new(NULL);
+  int n = 0;
+  for (int i = 0; i < CV_N_DTYPES; i++)
+    if (T[i].kept && T[i].is_float == !!real) sqlite3_str_appendf(s, "%s%s%s%s", n++ ? sep : "", quote, T[i].name, quote);
+  return sqlite3_str_finish(s);
+}
+
+const char *cv_dtype_unite(const char *a, const char *b) {
+  const cv_dtype *x = cv_dtype_find(a), *y = cv_dtype_find(b);
+  if (!x || !y) return NULL;
+  if (x == y) return x->name;
+  if (x->is_float || y->is_float) {
+    if (x->is_float && y->is_float && x->code != CV_FLOAT64 && y->code != CV_FLOAT64) return "float32";
+    return "float64";
+  }
+  if (x->is_signed == y->is_signed) return x->size >= y->size ? x->name : y->name;
+  return "int64";
+}
