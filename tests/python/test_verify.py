@@ -366,3 +366,16 @@ def test_a_read_that_fails_is_a_fault_naming_the_table(good, tmp_path, table):
     out = faults(p)
     assert f"reading {table}: database disk image is malformed" in out, out
     assert "integrity_check" in out
+
+
+@pytest.mark.parametrize("n_cells", [0, 1, 2999])
+def test_export_with_n_cells_lowered_fails_cleanly(good, tmp_path, n_cells):
+    """export sizes X's indptr by dc_meta.n_cells: tiles that hold more cells are an error naming
+    it (before, export wrote past indptr's end and died of SIGSEGV at n_cells 0)."""
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {n_cells} WHERE key = 'n_cells'")
+    assert "dc_meta.n_cells" in faults(bad)
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert f"but dc_meta.n_cells says {n_cells}" in r.stderr, r.stderr
+    assert not (tmp_path / "x.h5ad").exists()
