@@ -223,6 +223,23 @@ def test_genes_block_copied(good, tmp_path):
     expect_verify_fault(bad, "genes column 'n_cells'", "checksum mismatch")
 
 
+def test_genes_column_row_deleted(good, tmp_path):
+    """A genes_columns row deleted (the last: no gap in col shows it) leaves its blocks behind: the
+    genes table refuses them instead of reading without the column (export and to_anndata lost
+    feature_types without a word)."""
+    con = sqlite3.connect(good)
+    (last, name) = con.execute("SELECT col, name FROM genes_columns ORDER BY col DESC LIMIT 1").fetchone()
+    con.close()
+    assert last >= 3
+    bad = damaged(good, tmp_path, f"DELETE FROM genes_columns WHERE col = {last}")
+    expect_corrupt(bad, "SELECT count(*) FROM genes", f"genes_blocks has blocks of column {last}",
+                   "which genes_columns lacks")
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and f"blocks of column {last}" in r.stderr, (r.returncode, r.stderr)
+    expect_verify_fault(bad, "genes_blocks")
+
+
 def test_missing_dataset_id(good, tmp_path):
     bad = damaged(good, tmp_path, "DELETE FROM dc_meta WHERE key = 'dataset_id'")
     for q in ("SELECT count(*) FROM cells WHERE age > 3", "SELECT * FROM dc_batch('[0]')", "SELECT * FROM tiles",
