@@ -174,12 +174,18 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
       if (!t) { cv_fail(e, "out of memory"); goto done; }
       all = t;
     }
+    const char *nm = (const char *)sqlite3_column_text(s, 1), *kd = (const char *)sqlite3_column_text(s, 2);
+    if (!nm || !kd) {
+      cv_fail(e, "%s: cells_columns row of col %lld has no %s (corrupt dataset; run verify)", path,
+              (long long)sqlite3_column_int64(s, 0), nm ? "kind" : "name");
+      goto done;
+    }
     xcol *c = &all[n];
     memset(c, 0, sizeof *c);
     c->d = c->m = c->tg = -1;
     c->col = sqlite3_column_int64(s, 0);
-    c->name = strdup((const char *)sqlite3_column_text(s, 1));
-    c->kind = kind_of((const char *)sqlite3_column_text(s, 2));
+    c->name = strdup(nm);
+    c->kind = kind_of(kd);
     c->nulls = sqlite3_column_int64(s, 3);
     n++;
     if (!c->name) { cv_fail(e, "out of memory"); goto done; }
