@@ -212,7 +212,9 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
   }
   while ((sr = sqlite3_step(s)) == SQLITE_ROW)
     for (int i = 0; i < n; i++)
-      if (all[i].kind == OK_CAT && !strcmp(all[i].name, (const char *)sqlite3_column_text(s, 0))) all[i].ordered = 1;
+      if (all[i].kind == OK_CAT && sqlite3_column_type(s, 0) == SQLITE_TEXT && /* a null names nothing */
+          !strcmp(all[i].name, (const char *)sqlite3_column_text(s, 0)))
+        all[i].ordered = 1;
   if (sr != SQLITE_DONE) { cv_fail(e, "%s: dc_meta.obs_ordered: %s", path, sqlite3_errmsg(db)); goto done; }
   sqlite3_finalize(s);
   s = NULL;

@@ -70,7 +70,7 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
       "  WHEN json_type(m.v) <> CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
       "   THEN 'is not a JSON ' || CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
       "  WHEN m.k = 'obs_ordered' THEN (SELECT 'names ' || quote(j.value) || ', not a categorical obs column'"
-      "   FROM json_each(m.v) j WHERE j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
+      "   FROM json_each(m.v) j WHERE j.type <> 'text' OR j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
       "  WHEN m.k = 'obs_cat_dtypes' THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not a categorical obs column with categories of that type' FROM json_each(m.v) j"
       "   WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') OR j.value NOT IN ('int64', 'float64', 'bool')"

@@ -131,6 +131,7 @@ def test_meta_not_an_integer(good, tmp_path):
     ("var_names", '{"cell_type": "x"}', "dc_meta.var_names names 'cell_type', not a var column"),
     ("obs_ordered", '["n_counts"]', "dc_meta.obs_ordered names 'n_counts', not a categorical obs column"),
     ("obs_ordered", '["cell_type"', "dc_meta.obs_ordered is not JSON"),
+    ("obs_ordered", '[null]', "dc_meta.obs_ordered names NULL, not a categorical obs column"),
     ("var_categories", '{"feature_types": "Gene Expression"}', "dc_meta.var_categories names 'feature_types', not a var column"),
 ])
 def test_meta_of_export_checked(good, tmp_path, key, value, words):
@@ -141,6 +142,10 @@ def test_meta_of_export_checked(good, tmp_path, key, value, words):
     assert "feature_types" in {r[0] for r in con.execute("SELECT name FROM genes_columns")}
     con.close()
     bad = damaged(good, tmp_path, f"INSERT OR REPLACE INTO dc_meta VALUES ('{key}', '{value}')")
+    # export reads them too: an error or the columns as they are, never a crash ('[null]' was SIGSEGV)
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode in (0, 1), (r.returncode, r.stderr)
     assert words in faults(bad)
     ok = damaged(good, tmp_path, "INSERT OR REPLACE INTO dc_meta VALUES ('obs_ordered', '[\"cell_type\"]')",
                  "INSERT OR REPLACE INTO dc_meta VALUES ('obs_names', '{\"n_counts\": \"total\"}')", name="ok.dcdb")
