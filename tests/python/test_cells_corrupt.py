@@ -174,6 +174,20 @@ def test_column_without_name_or_kind(good, tmp_path, field):
     assert f"cells_columns row of col {ct} has no {field}" in r.stderr, r.stderr
 
 
+def test_where_over_damaged_column_is_not_a_bad_clause(good, tmp_path):
+    """CellDataset(where=...) over a damaged obs column raises the table's corruption error (a
+    sqlite3.DatabaseError naming the column), not ValueError("bad where clause ...") that
+    blamed the caller's clause."""
+    import deltacells
+    ct = col_id(good, "cell_type")
+    p = damaged(good, tmp_path, "UPDATE cells_dict SET value = value || 'x' WHERE col = ? AND code = 0", (ct,))
+    with pytest.raises(sqlite3.DatabaseError, match="column 'cell_type'.*checksum mismatch") as e:
+        deltacells.CellDataset(p, where="cell_type = 'NK'")
+    assert e.value.sqlite_errorcode & 0xff == SQLITE_CORRUPT
+    with pytest.raises(ValueError, match="bad where clause .*cell_typo"):
+        deltacells.CellDataset(good, where="cell_typo = 'NK'")
+
+
 def test_missing_shadow_table(good, tmp_path):
     for t in ["cells_blocks", "cells_columns", "cells_dict"]:
         p = damaged(good, tmp_path, f"DROP TABLE {t}")
