@@ -198,6 +198,36 @@ def test_dictionary_edited(good, tmp_path):
     expect_verify_fault(bad, "'cell_type'", "dictionary")
 
 
+@pytest.mark.parametrize("op", ["append", "merge_first", "merge_second"])
+@pytest.mark.parametrize("damage", ["dictionary", "blocks_swapped"])
+def test_append_and_merge_do_not_seal_damage_again(h5, good, tmp_path, op, damage):
+    """append and merge store a column's last blocks (and the first dataset's dictionaries) again
+    under a new dataset id: what they read is checked against its seal first.  Before, an edited
+    dictionary or two columns' blocks swapped came out sealed anew: wrong values that neither the
+    tables nor verify could tell any more."""
+    if damage == "dictionary":
+        c = col_id(good, "cell_type")
+        bad = damaged(good, tmp_path, f"UPDATE cells_dict SET value = value || 'x' WHERE col = {c} AND code = 0")
+        words = "obs column 'cell_type': its dictionary"
+    else:
+        ca, cb = col_id(good, "age"), col_id(good, "n_counts")
+        bad = damaged(good, tmp_path, f"CREATE TEMP TABLE s AS SELECT col, data FROM cells_blocks WHERE col IN ({ca}, {cb})",
+                      f"UPDATE cells_blocks SET data = (SELECT data FROM s WHERE s.col = {ca + cb} - cells_blocks.col)"
+                      f" WHERE col IN ({ca}, {cb})")
+        words = "block 0: its seal does not match"
+    out = tmp_path / "merged.dcdb"
+    if op == "append":
+        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
+    else:
+        ins = [bad, good] if op == "merge_first" else [good, bad]
+        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr, verify(bad if op == "append" else out).stderr)
+    assert words in r.stderr, r.stderr
+    assert not out.exists()
+    expect_verify_fault(bad, "checksum mismatch")   # append changed nothing: the damage still shows
+
+
 def test_dictionary_values_swapped(good, tmp_path):
     c = col_id(good, "cell_type")
     bad = damaged(good, tmp_path, f"CREATE TEMP TABLE s AS SELECT code, value FROM cells_dict WHERE col = {c} AND code < 2",
