@@ -384,3 +384,17 @@ def test_export_with_n_cells_lowered_fails_cleanly(good, tmp_path, n_cells):
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert f"but dc_meta.n_cells says {n_cells}" in r.stderr, r.stderr
     assert not (tmp_path / "x.h5ad").exists()
+
+
+@pytest.mark.parametrize("key,value", [("tile_cells", "1 << 40"), ("tile_cells", "-1"), ("chunks", "300"),
+                                       ("chunks", "-1")])
+def test_append_refuses_impossible_codec_settings(h5, good, tmp_path, key, value):
+    """append encodes new tiles with dc_meta's tile_cells and chunks: out of what convert accepts
+    they are an error naming them (tile_cells 2^40 hung, the others were taken as they came)."""
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {value} WHERE key = '{key}'")
+    before = bad.read_bytes()
+    r = subprocess.run([str(CONVERTER), "append", str(bad), str(h5), "--quiet"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "dc_meta.tile_cells" in r.stderr and "is impossible" in r.stderr, r.stderr
+    assert bad.read_bytes() == before
