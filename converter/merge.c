@@ -78,7 +78,9 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t
     gcol *x = &g[n++];
     memset(x, 0, sizeof *x);
     int64_t col = sqlite3_column_int64(st, 0);
-    x->name = strdup((const char *)sqlite3_column_text(st, 1));
+    const char *nm = (const char *)sqlite3_column_text(st, 1);
+    if (!nm) { rc = cv_fail(e, "%s: genes_columns row of col %lld has no name", path, (long long)col); break; }
+    x->name = strdup(nm);
     x->kind = dc_obs_kind_from_name((const char *)sqlite3_column_text(st, 2));
     if (!x->name) { rc = cv_fail(e, "out of memory"); break; }
     if (x->kind != DC_OBS_INT && x->kind != DC_OBS_REAL && x->kind != DC_OBS_TEXT) {

@@ -270,6 +270,25 @@ def test_genes_column_row_deleted(good, tmp_path):
     expect_verify_fault(bad, "genes_blocks")
 
 
+@pytest.mark.parametrize("op", ["append", "merge"])
+def test_append_and_merge_with_a_nameless_genes_column(h5, good, tmp_path, op):
+    """A genes_columns row whose name is NULL (bytes of its page overwritten can do it; here the
+    NOT NULL is taken off the schema to write one): append and merge fail naming it (they died
+    of SIGSEGV, strdup of NULL)."""
+    bad = damaged(good, tmp_path, "PRAGMA writable_schema = ON",
+                  "UPDATE sqlite_schema SET sql = replace(sql, 'name TEXT NOT NULL', 'name TEXT')"
+                  " WHERE name = 'genes_columns'")
+    con = sqlite3.connect(bad)
+    con.execute("UPDATE genes_columns SET name = NULL WHERE col = 3")
+    con.commit()
+    con.close()
+    cmd = ([str(CONVERTER), "append", str(bad), str(h5), "--quiet"] if op == "append" else
+           [str(CONVERTER), "merge", str(good), str(bad), "-o", str(tmp_path / "m.dcdb"), "--quiet"])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "genes_columns row of col 3 has no name" in r.stderr, r.stderr
+
+
 def test_missing_dataset_id(good, tmp_path):
     bad = damaged(good, tmp_path, "DELETE FROM dc_meta WHERE key = 'dataset_id'")
     for q in ("SELECT count(*) FROM cells WHERE age > 3", "SELECT * FROM dc_batch('[0]')", "SELECT * FROM tiles",
