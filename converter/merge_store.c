@@ -550,6 +550,16 @@ int cv_read_cols(sqlite3 *db, const char *schema, const char *path, uint64_t id,
   }
   if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
   sqlite3_finalize(st);
+  if (!rc) { /* blocks of a column without its row (the row deleted): its values would be lost unseen */
+    st = cv_prep(db, e, "SELECT col FROM \"%w\".cells_blocks WHERE col NOT IN (SELECT col FROM \"%w\".cells_columns) LIMIT 1",
+                 schema, schema);
+    if (!st) rc = -1;
+    else if ((r = sqlite3_step(st)) == SQLITE_ROW)
+      rc = cv_fail(e, "%s: cells_blocks has blocks of column %lld, which cells_columns lacks; run `deltacells verify`", path,
+                   (long long)sqlite3_column_int64(st, 0));
+    else if (r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
+    sqlite3_finalize(st);
+  }
   *out = c;
   *n_out = n;
   return rc;

@@ -228,6 +228,24 @@ def test_append_and_merge_do_not_seal_damage_again(h5, good, tmp_path, op, damag
     expect_verify_fault(bad, "checksum mismatch")   # append changed nothing: the damage still shows
 
 
+@pytest.mark.parametrize("op", ["append", "merge_first", "merge_second"])
+def test_append_and_merge_refuse_blocks_without_their_column(h5, good, tmp_path, op):
+    """A cells_columns row deleted leaves its blocks behind: append and merge refuse them, as the
+    cells table does; before, merge with it second stored NULL for all its cells' values."""
+    c = col_id(good, "age")
+    bad = damaged(good, tmp_path, f"DELETE FROM cells_columns WHERE col = {c}")
+    out = tmp_path / "merged.dcdb"
+    if op == "append":
+        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
+    else:
+        ins = [bad, good] if op == "merge_first" else [good, bad]
+        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert f"cells_blocks has blocks of column {c}, which cells_columns lacks" in r.stderr, r.stderr
+    assert not out.exists()
+
+
 def test_dictionary_values_swapped(good, tmp_path):
     c = col_id(good, "cell_type")
     bad = damaged(good, tmp_path, f"CREATE TEMP TABLE s AS SELECT code, value FROM cells_dict WHERE col = {c} AND code < 2",
