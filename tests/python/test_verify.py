@@ -398,3 +398,13 @@ def test_append_refuses_impossible_codec_settings(h5, good, tmp_path, key, value
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "dc_meta.tile_cells" in r.stderr and "is impossible" in r.stderr, r.stderr
     assert bad.read_bytes() == before
+
+
+def test_empty_tile_blob_is_a_truncated_header(good, tmp_path):
+    """A tile whose blob is empty (SQLite hands it over as NULL): verify and export say its header
+    is truncated, not 'tile parse: NULL argument'."""
+    bad = damaged(good, tmp_path, "UPDATE tiles_data SET data = x'' WHERE tile = 2")
+    assert "tile 2: tile header: truncated (0 bytes, need 32)" in faults(bad)
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 1 and "tile 2: tile header: truncated (0 bytes" in r.stderr, r.stderr
