@@ -355,6 +355,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     /* the extension's rules broken: here only the words that name which part of the row
     ** breaks them */
     if (!row.ok) {
+      if (!row.typed) VFAULT("tile %lld: tile, first_cell, n_cells, nnz or chunks is not stored as an integer", (long long)t);
       if (t != row.index) VFAULT("tile %lld: tiles are not numbered 0, 1, 2, ... (expected %lld)", (long long)t, (long long)row.index);
       if (fc != expect_first)
         VFAULT("tile %lld: first_cell %lld, expected %lld (tiles must cover every cell once, in order)", (long long)t,

@@ -140,6 +140,19 @@ def test_tile_first_cell_edited(good, tmp_path):
     expect_corrupt(bad, "SELECT * FROM dc_batch('[1500]')", "tile 1")
 
 
+def test_tile_row_value_not_an_integer(good, tmp_path):
+    """Tile 0's first_cell stored as 'x' read as 0 (its right value), so the seal held; the tiles
+    table showed 'x' and CellMapDataset failed with "invalid literal for int()".  A tiles_data
+    row's numbers must be integers: the tables and verify say which row is wrong."""
+    import deltacells
+    bad = damaged(good, tmp_path, "UPDATE tiles_data SET first_cell = 'x' WHERE tile = 0")
+    expect_corrupt(bad, "SELECT * FROM tiles", "tiles_data row of tile 0 is inconsistent")
+    expect_corrupt(bad, "SELECT * FROM dc_batch('[5]')", "tiles_data row of tile 0 is inconsistent")
+    with pytest.raises(sqlite3.DatabaseError, match="tiles_data row of tile 0"):
+        deltacells.CellMapDataset(bad)
+    expect_verify_fault(bad, "tile 0: tile, first_cell, n_cells, nnz or chunks is not stored as an integer")
+
+
 @pytest.mark.parametrize("a,b", [("age", "n_counts"), ("cell_type", "donor")])
 def test_case2_obs_blocks_swapped_same_kind(good, tmp_path, a, b):
     ca, cb = col_id(good, a), col_id(good, b)
