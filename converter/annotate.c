@@ -348,7 +348,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
   sqlite3_busy_timeout(db, 60000);
   if (cv_exec(db, "BEGIN IMMEDIATE", e)) { cv_prefix(e, "%s", o->dataset); goto done; }
   in_tx = 1;
-  if (cv_read_meta(db, "main", o->dataset, &D, e) || cv_read_cols(db, "main", o->dataset, &cols, &ncols, e)) goto done;
+  if (cv_read_meta(db, "main", o->dataset, &D, e) || cv_read_cols(db, "main", o->dataset, D.id, &cols, &ncols, e)) goto done;
   /* the cell of every record */
   int64_t N = D.n_cells, B = D.obs_block;
   row_of = malloc(((size_t)N + 1) * sizeof *row_of);

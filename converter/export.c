@@ -231,6 +231,10 @@ static int write_x(xstate *x, hid_t root, const char *dtype, cv_err *e) {
     if (!x->all) {
       while (p < x->n_sel && x->sel[p] < fc + nc) p++;
       s1 = p;
+    } else if (fc + nc > x->n_sel) { /* indptr holds n_sel + 1 entries */
+      cv_fail(e, "%s: tile %lld holds cells %lld..%lld, but dc_meta.n_cells says %lld (corrupt dataset; run verify)",
+              x->o->path, (long long)tile, (long long)fc, (long long)(fc + nc - 1), (long long)x->n_sel);
+      goto done;
     } else {
       s1 = p = fc + nc;
     }

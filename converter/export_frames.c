@@ -171,12 +171,18 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
       if (!t) { cv_fail(e, "out of memory"); goto done; }
       all = t;
     }
+    const char *nm = (const char *)sqlite3_column_text(s, 1), *kd = (const char *)sqlite3_column_text(s, 2);
+    if (!nm || !kd) {
+      cv_fail(e, "%s: cells_columns row of col %lld has no %s (corrupt dataset; run verify)", path,
+              (long long)sqlite3_column_int64(s, 0), nm ? "kind" : "name");
+      goto done;
+    }
     xcol *c = &all[n];
     memset(c, 0, sizeof *c);
     c->d = c->m = c->tg = -1;
     c->col = sqlite3_column_int64(s, 0);
-    c->name = strdup((const char *)sqlite3_column_text(s, 1));
-    c->kind = kind_of((const char *)sqlite3_column_text(s, 2));
+    c->name = strdup(nm);
+    c->kind = kind_of(kd);
     c->nulls = sqlite3_column_int64(s, 3);
     n++;
     if (!c->name) { cv_fail(e, "out of memory"); goto done; }
@@ -203,7 +209,9 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
   }
   while ((sr = sqlite3_step(s)) == SQLITE_ROW)
     for (int i = 0; i < n; i++)
-      if (all[i].kind == OK_CAT && !strcmp(all[i].name, (const char *)sqlite3_column_text(s, 0))) all[i].ordered = 1;
+      if (all[i].kind == OK_CAT && sqlite3_column_type(s, 0) == SQLITE_TEXT && /* a null names nothing */
+          !strcmp(all[i].name, (const char *)sqlite3_column_text(s, 0)))
+        all[i].ordered = 1;
   if (sr != SQLITE_DONE) { cv_fail(e, "%s: dc_meta.obs_ordered: %s", path, sqlite3_errmsg(db)); goto done; }
   sqlite3_finalize(s);
   s = NULL;

@@ -78,7 +78,9 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t
     gcol *x = &g[n++];
     memset(x, 0, sizeof *x);
     int64_t col = sqlite3_column_int64(st, 0);
-    x->name = strdup((const char *)sqlite3_column_text(st, 1));
+    const char *nm = (const char *)sqlite3_column_text(st, 1);
+    if (!nm) { rc = cv_fail(e, "%s: genes_columns row of col %lld has no name", path, (long long)col); break; }
+    x->name = strdup(nm);
     x->kind = dc_obs_kind_from_name((const char *)sqlite3_column_text(st, 2));
     if (!x->name) { rc = cv_fail(e, "out of memory"); break; }
     if (x->kind != DC_OBS_INT && x->kind != DC_OBS_REAL && x->kind != DC_OBS_TEXT) {
@@ -462,7 +464,7 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
   memset(&v, 0, sizeof v);
   int32_t *remap = NULL;
   cv_map lm = {0};
-  if (cv_read_cols(db, "main", D->path, &dc, &nd, e) || cv_read_cols(db, "src", S->path, &sc, &ns, e)) goto done;
+  if (cv_read_cols(db, "main", D->path, D->id, &dc, &nd, e) || cv_read_cols(db, "src", S->path, S->id, &sc, &ns, e)) goto done;
   int64_t B = D->obs_block, b0 = D->n_cells / B, p0 = b0 * B;
   int d_src = D->n_sources >= 2 ? find_col(dc, nd, "source") : -1;
   int s_src = S->n_sources >= 2 ? find_col(sc, ns, "source") : -1;
@@ -493,8 +495,8 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
     v.kind = widen ? sc[j].kind : c->kind;
     char what[300];
     snprintf(what, sizeof what, "%s: obs column '%s'", D->path, c->name);
-    if (cp0 < D->n_cells &&
-        cv_load_column(db, "main", "cells", c->col, c->kind, (uint32_t)c->ncat, cb0, c->labels, NULL, &v, what, e)) goto done;
+    if (cp0 < D->n_cells && (cv_check_block_seals(db, "main", D->id, c, cb0, D->path, e) ||
+        cv_load_column(db, "main", "cells", c->col, c->kind, (uint32_t)c->ncat, cb0, c->labels, NULL, &v, what, e))) goto done;
     if ((int64_t)v.n != D->n_cells - cp0) { cv_fail(e, "%s: its last block holds %llu cells, not %lld", what, (unsigned long long)v.n, (long long)(D->n_cells - cp0)); goto done; }
     if (widen) {   /* from here on the column is of S's kind (a category's labels and dictionary go) */
       if (c->kind == DC_OBS_CATEGORY) {
@@ -521,7 +523,8 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
         for (int64_t k = 0; k < sc[j].ncat; k++)
           if (cv_add_label(&c->labels, &c->ncat, &lm, sc[j].labels[k], &remap[k], e)) goto done;
       snprintf(what, sizeof what, "%s: obs column '%s'", S->path, sc[j].name);
-      if (cv_load_column(db, "src", "cells", sc[j].col, sc[j].kind, (uint32_t)sc[j].ncat, 0, sc[j].labels, remap, &v, what, e)) goto done;
+      if (cv_check_block_seals(db, "src", S->id, &sc[j], 0, S->path, e) ||
+          cv_load_column(db, "src", "cells", sc[j].col, sc[j].kind, (uint32_t)sc[j].ncat, 0, sc[j].labels, remap, &v, what, e)) goto done;
     } else if (j == -1) {
       for (int64_t k = 0; k < S->n_cells; k++) if (cv_vals_null(&v, e)) goto done;
     }
@@ -572,7 +575,8 @@ static int merge_obs(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, cv_e
         if (cv_add_label(&c->labels, &c->ncat, &lm, sc[sj].labels[k], &remap[k], e)) goto done;
       char what[300];
       snprintf(what, sizeof what, "%s: obs column '%s'", S->path, sc[sj].name);
-      if (cv_load_column(db, "src", "cells", sc[sj].col, sc[sj].kind, (uint32_t)sc[sj].ncat, 0, sc[sj].labels, remap, &v, what, e)) goto done;
+      if (cv_check_block_seals(db, "src", S->id, &sc[sj], 0, S->path, e) ||
+          cv_load_column(db, "src", "cells", sc[sj].col, sc[sj].kind, (uint32_t)sc[sj].ncat, 0, sc[sj].labels, remap, &v, what, e)) goto done;
     }
     if ((int64_t)v.n != D->n_cells + S->n_cells) { cv_fail(e, "%s: obs column '%s' does not hold one value per cell", S->path, c->name); goto done; }
     if (cv_write_blocks(w, c->col, c->name, c->ncat, 0, &v, B, e)) goto done;

@@ -397,7 +397,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
   {
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)D.id);
-    if (cv_read_cols(db, "main", o->inputs[0], &cols, &nc, e)) goto done;
+    if (cv_read_cols(db, "main", o->inputs[0], old, &cols, &nc, e)) goto done;  /* dictionaries checked under the old id */
     for (int i = 0; i < nc; i++)
       if (cv_reseal_blocks(db, old, cols[i].kind == DC_OBS_CATEGORY ? cols[i].ncat : -1, D.id, cols[i].col, cols[i].name, cols[i].kind, cols[i].kind == DC_OBS_CATEGORY ? cols[i].ncat : -1, e) ||
           cv_write_column_row(db, D.id, cols[i].col, cols[i].name, cols[i].kind, cols[i].labels, cols[i].ncat, e))

@@ -96,6 +96,10 @@ int cv_read_meta(sqlite3 *db, const char *schema, const char *path, dsinfo *m, c
   if (!m->genes_block) m->genes_block = DC_GENES_BLOCK;
   if (m->obs_block <= 0 || m->obs_block > DC_OBS_MAX_N || m->genes_block <= 0 || m->genes_block > DC_OBS_MAX_N)
     return cv_fail(e, "%s: dc_meta has impossible block sizes", path);
+  /* the codec settings new tiles are encoded with: what convert accepts (--tile-cells, --chunks) */
+  if (m->tile_cells < 1 || m->tile_cells > (int64_t)1 << 24 || m->chunks < 1 || m->chunks > DC_MAX_CHUNKS)
+    return cv_fail(e, "%s: dc_meta.tile_cells (%lld) or chunks (%lld) is impossible (1..%d and 1..%d)", path,
+                   (long long)m->tile_cells, (long long)m->chunks, 1 << 24, DC_MAX_CHUNKS);
   sqlite3_stmt *st = NULL;
   if (meta_get(db, schema, "codec", &st, e) == 0) {
     snprintf(m->codec, sizeof m->codec, "%s", (const char *)sqlite3_column_text(st, 0));
@@ -396,6 +400,33 @@ int cv_reseal_blocks(sqlite3 *db, uint64_t old_id, int64_t old_ncat, uint64_t ne
   return rc;
 }
 
+/* Checks the seal of every block of obs column c of schema's dataset (id) from block b0 on:
+** blocks decoded to be stored again must be the ones written there, or the damage would be
+** sealed anew (two columns' blocks swapped read as each other's values). */
+int cv_check_block_seals(sqlite3 *db, const char *schema, uint64_t id, const dcol *c, int64_t b0, const char *path,
+                         cv_err *e) {
+  sqlite3_stmt *q = cv_prep(db, e, "SELECT block, first_cell, n_cells, null_count, min, max, present, "
+                                 "substr(data, 1, %d), length(data), checksum FROM \"%w\".cells_blocks WHERE col = %lld AND block >= %lld",
+                          DC_SEAL_OBS_HEAD, schema, (long long)c->col, (long long)b0);
+  int rc = q ? 0 : -1, r = SQLITE_DONE;
+  while (!rc && (r = sqlite3_step(q)) == SQLITE_ROW) {
+    dc_blockplace pl = {"cells", c->col, c->name, c->kind, c->kind == DC_OBS_CATEGORY ? c->ncat : -1, sqlite3_column_int64(q, 0),
+                        sqlite3_column_int64(q, 1), sqlite3_column_int64(q, 2), sqlite3_column_int64(q, 3)};
+    dc_sealval mn = cv_sealval_of_column(q, 4), mx = cv_sealval_of_column(q, 5), pr = cv_sealval_of_column(q, 6);
+    int64_t seal = 0;
+    if (dc_seal_block(id, &pl, &mn, &mx, &pr, (uint64_t)sqlite3_column_int64(q, 8), sqlite3_column_blob(q, 7), &seal)) {
+      rc = cv_fail(e, "out of memory");
+      break;
+    }
+    if (sqlite3_column_type(q, 9) != SQLITE_INTEGER || sqlite3_column_int64(q, 9) != seal)
+      rc = cv_fail(e, "%s: obs column '%s', block %lld: its seal does not match (the block and its place were not written "
+                   "together); run `deltacells verify`", path, c->name, (long long)pl.block);
+  }
+  if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, "cells_blocks");
+  sqlite3_finalize(q);
+  return rc;
+}
+
 /* ------------------------------------------------------------ obs blocks */
 /* Writes (or replaces) block b of main's column col: values [off, off+k) of v. */
 static int write_block(dsw *w, int64_t col, const char *name, int64_t ncat, int64_t b, int64_t first, const vals *v,
@@ -462,10 +493,10 @@ void cv_dcols_free(dcol *c, int n) {
   free(c);
 }
 
-int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, int *n_out, cv_err *e) {
+int cv_read_cols(sqlite3 *db, const char *schema, const char *path, uint64_t id, dcol **out, int *n_out, cv_err *e) {
   *out = NULL;
   *n_out = 0;
-  sqlite3_stmt *st = cv_prep(db, e, "SELECT col, name, kind, coalesce(n_categories, 0) FROM \"%w\".cells_columns ORDER BY col",
+  sqlite3_stmt *st = cv_prep(db, e, "SELECT col, name, kind, coalesce(n_categories, 0), checksum FROM \"%w\".cells_columns ORDER BY col",
                            schema);
   if (!st) return -1;
   dcol *c = NULL;
@@ -476,7 +507,9 @@ int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, 
     dcol *x = &c[n++];
     memset(x, 0, sizeof *x);
     x->col = sqlite3_column_int64(st, 0);
-    x->name = strdup((const char *)sqlite3_column_text(st, 1));
+    const char *nm = (const char *)sqlite3_column_text(st, 1);
+    if (!nm) { rc = cv_fail(e, "%s: cells_columns row of col %lld has no name", path, (long long)x->col); break; }
+    x->name = strdup(nm);
     x->kind = dc_obs_kind_from_name((const char *)sqlite3_column_text(st, 2));
     x->ncat = sqlite3_column_int64(st, 3);
     if (!x->name) { rc = cv_fail(e, "out of memory"); break; }
@@ -501,10 +534,32 @@ int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, 
       }
       sqlite3_finalize(d);
       if (k != x->ncat) { x->ncat = k; rc = cv_fail(e, "%s: obs column '%s': its dictionary is incomplete", path, x->name); break; }
+      /* its seal, as the cells table checks it: a dictionary edited must not be sealed again as it is */
+      dc_blockplace pl = {"cells", x->col, x->name, x->kind, x->ncat, 0, 0, 0, 0};
+      dc_seal ds;
+      int64_t seal = 0;
+      dc_seal_dict_begin(&ds, id, &pl);
+      for (k = 0; k < x->ncat; k++) dc_seal_bytes(&ds, x->labels[k], strlen(x->labels[k]));
+      if (dc_seal_end(&ds, &seal)) { rc = cv_fail(e, "out of memory"); break; }
+      if (sqlite3_column_type(st, 4) != SQLITE_INTEGER || sqlite3_column_int64(st, 4) != seal) {
+        rc = cv_fail(e, "%s: obs column '%s': its dictionary (cells_dict) or its cells_columns row does not match its seal "
+                     "(edited); run `deltacells verify`", path, x->name);
+        break;
+      }
     }
   }
   if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
   sqlite3_finalize(st);
+  if (!rc) { /* blocks of a column without its row (the row deleted): its values would be lost unseen */
+    st = cv_prep(db, e, "SELECT col FROM \"%w\".cells_blocks WHERE col NOT IN (SELECT col FROM \"%w\".cells_columns) LIMIT 1",
+                 schema, schema);
+    if (!st) rc = -1;
+    else if ((r = sqlite3_step(st)) == SQLITE_ROW)
+      rc = cv_fail(e, "%s: cells_blocks has blocks of column %lld, which cells_columns lacks; run `deltacells verify`", path,
+                   (long long)sqlite3_column_int64(st, 0));
+    else if (r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
+    sqlite3_finalize(st);
+  }
   *out = c;
   *n_out = n;
   return rc;

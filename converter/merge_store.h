@@ -114,7 +114,10 @@ typedef struct dcol {
   int64_t ncat;
   char **labels;
 } dcol;
-int cv_read_cols(sqlite3 *db, const char *schema, const char *path, dcol **out, int *n_out, cv_err *e);
+/* Reads schema's obs columns (and dictionaries, each checked against its seal under id). */
+int cv_read_cols(sqlite3 *db, const char *schema, const char *path, uint64_t id, dcol **out, int *n_out, cv_err *e);
+int cv_check_block_seals(sqlite3 *db, const char *schema, uint64_t id, const dcol *c, int64_t b0, const char *path,
+                         cv_err *e);
 void cv_dcols_free(dcol *c, int n);
 /* The name of an obs kind ("?" for none). */
 const char *cv_obs_kind_label(int k);

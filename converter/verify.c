@@ -73,7 +73,7 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
       "  WHEN json_type(m.v) <> CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
       "   THEN 'is not a JSON ' || CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
       "  WHEN m.k = 'obs_ordered' THEN (SELECT 'names ' || quote(j.value) || ', not a categorical obs column'"
-      "   FROM json_each(m.v) j WHERE j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
+      "   FROM json_each(m.v) j WHERE j.type <> 'text' OR j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
       "  WHEN m.k = 'obs_cat_dtypes' THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not a categorical obs column with categories of that type' FROM json_each(m.v) j"
       "   WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') OR j.value NOT IN ('int64', 'float64', 'bool')"
@@ -363,6 +363,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     /* the extension's rules broken: here only the words that name which part of the row
     ** breaks them */
     if (!row.ok) {
+      if (!row.typed) VFAULT("tile %lld: tile, first_cell, n_cells, nnz or chunks is not stored as an integer", (long long)t);
       if (t != row.index) VFAULT("tile %lld: tiles are not numbered 0, 1, 2, ... (expected %lld)", (long long)t, (long long)row.index);
       if (fc != expect_first)
         VFAULT("tile %lld: first_cell %lld, expected %lld (tiles must cover every cell once, in order)", (long long)t,

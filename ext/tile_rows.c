@@ -45,8 +45,11 @@ int dc_tilerows_next(dc_tilerows *it, dc_tilerow *row) {
     row->has_seal = sqlite3_column_type(st, 6) == SQLITE_INTEGER;
     row->seal = row->has_seal ? sqlite3_column_int64(st, 6) : 0;
   }
-  row->ok = dc_tilerow_ok(row->index, row->expect_first, row->tile, row->first_cell, row->n_cells, row->nnz,
-                          row->chunks);
+  /* 'x' in first_cell reads as 0 (tile 0's value), and the tiles table showed it as it is */
+  row->typed = 1;
+  for (int c = 0; c <= 4; c++) row->typed &= sqlite3_column_type(st, c) == SQLITE_INTEGER;
+  row->ok = row->typed && dc_tilerow_ok(row->index, row->expect_first, row->tile, row->first_cell, row->n_cells, row->nnz,
+                                   row->chunks);
   row->sizes_ok = row->ok || dc_tilerow_ok(row->tile, row->first_cell, row->tile, row->first_cell, row->n_cells,
                                            row->nnz, row->chunks);
   it->next_cell = row->first_cell + (row->n_cells > 0 ? row->n_cells : 0);

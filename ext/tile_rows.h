@@ -29,6 +29,7 @@ typedef struct dc_tilerow {
   int64_t tile, first_cell, n_cells, nnz, chunks;
   int ok;                       /* dc_tilerow_ok: numbered and placed after the rows before it */
   int sizes_ok;                 /* its sizes alone are possible (dc_tilerow_ok of the row by itself) */
+  int typed;                    /* tile, first_cell, n_cells, nnz and chunks are stored as integers */
   const uint8_t *data;          /* DC_ROWS_DATA: the blob, valid until the next row */
   size_t len;
   int has_seal;                 /* DC_ROWS_SEAL: the checksum is an integer */

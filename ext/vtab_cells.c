@@ -219,7 +219,12 @@ static int cells_connect(sqlite3 *db, void *aux, int argc, const char *const *ar
     c->name = sqlite3_mprintf("%s", nm ? nm : "");
     if (!c->name) { rc = SQLITE_NOMEM; goto fail; }
     p->n_ocol++;
-    if (!nm || !c->kind) {
+    if (!nm) {
+      *pzErr = sqlite3_mprintf("cells: %s_columns: column %lld has no name", zName, (long long)c->col);
+      rc = SQLITE_CORRUPT_VTAB;
+      goto fail;
+    }
+    if (!c->kind) {
       *pzErr = sqlite3_mprintf("cells: %s_columns: column %lld has kind '%s', not category, int, real, bool or text",
                                zName, (long long)c->col, kd ? kd : "NULL");
       rc = SQLITE_CORRUPT_VTAB;

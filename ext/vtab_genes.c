@@ -267,6 +267,28 @@ static int genes_init(sqlite3 *db, void *aux, int argc, const char *const *argv,
   }
   sqlite3_finalize(st);
   st = NULL;
+  /* a block of a column genes_columns lacks (its row deleted) would be a column lost unseen */
+  sql = sqlite3_mprintf("SELECT id >> 32 FROM \"%w\".\"%w_blocks\" WHERE id < 0 OR id >= ?1 LIMIT 1", v->schema, v->name);
+  if (!sql) { rc = SQLITE_NOMEM; goto fail; }
+  rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+  sqlite3_free(sql);
+  if (rc != SQLITE_OK) {
+    dc_err(&v->base.zErrMsg, rc, NULL, "genes: cannot read %s.%s_blocks: %s", v->schema, v->name, sqlite3_errmsg(db));
+    goto fail_msg;
+  }
+  sqlite3_bind_int64(st, 1, (int64_t)v->n_cols << 32);
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "genes: %s_blocks has blocks of column %lld, which %s_columns lacks",
+                 v->name, (long long)sqlite3_column_int64(st, 0), v->name);
+    goto fail_msg;
+  }
+  if (rc != SQLITE_DONE) {
+    dc_err(&v->base.zErrMsg, rc, NULL, "genes: reading %s_blocks: %s", v->name, sqlite3_errmsg(db));
+    goto fail_msg;
+  }
+  sqlite3_finalize(st);
+  st = NULL;
   sqlite3_str_appendall(decl, ")");
   cols = sqlite3_str_finish(decl);
   decl = NULL;

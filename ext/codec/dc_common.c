@@ -194,7 +194,7 @@ size_t dc_tile_header_need(const uint8_t *buf, size_t have) {
 }
 
 int dc_tile_parse(const uint8_t *buf, size_t len, dc_tile_hdr *h, dc_error *err) {
-  if (!buf || !h) {
+  if ((!buf && len) || !h) {   /* an empty blob may come as NULL: it is a truncated header */
     dc_error_set(err, DC_EARG, "tile parse: NULL argument");
     return DC_EARG;
   }

@@ -316,6 +316,8 @@ class Catalogue:
         try:
             rows = con.execute(sql).fetchall()
         except sqlite3.Error as e:
+            if getattr(e, "sqlite_errorcode", 0) & 0xff == 11:   # SQLITE_CORRUPT: the dataset is damaged,
+                raise                                             # not the clause: its error as it is
             raise ValueError(f"bad where clause {where!r}: {e}") from None
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
         ids.sort()

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from _cells_data import EXTENSION, ROOT, connect, convert
+from _cells_data import CONVERTER, EXTENSION, ROOT, connect, convert
 
 SQLITE_CORRUPT = 11
 
@@ -145,6 +145,47 @@ def test_bad_dictionary_and_columns(good, tmp_path):
     expect_error(p, "SELECT cell_type FROM cells", "cell_type")
     p = damaged(good, tmp_path, "UPDATE cells_columns SET kind = 'float' WHERE col = ?", (ct,))
     expect_error(p, "SELECT * FROM cells", "kind 'float'")
+
+
+@pytest.mark.parametrize("field", ["name", "kind"])
+def test_column_without_name_or_kind(good, tmp_path, field):
+    """A cells_columns row whose name or kind is NULL (bytes of its page overwritten can do it;
+    here the NOT NULL is taken off the schema to write one): the cells table says which is
+    missing (it said "kind 'category'" for a missing name), and export fails naming it (it
+    died of SIGSEGV, strdup of NULL)."""
+    p = tmp_path / "bad.dcdb"
+    shutil.copy(good, p)
+    con = sqlite3.connect(p)
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute("UPDATE sqlite_schema SET sql = replace(replace(sql, 'name TEXT NOT NULL', 'name TEXT'),"
+                " 'kind TEXT NOT NULL', 'kind TEXT') WHERE name = 'cells_columns'")
+    con.commit()
+    con.close()
+    ct = col_id(good, "cell_type")
+    con = sqlite3.connect(p)
+    con.execute(f"UPDATE cells_columns SET {field} = NULL WHERE col = ?", (ct,))
+    con.commit()
+    con.close()
+    words = "has no name" if field == "name" else "has kind 'NULL'"
+    expect_error(p, "SELECT count(*) FROM cells", f"column {ct} {words}")
+    r = subprocess.run([str(CONVERTER), "export", str(p), "-o", str(tmp_path / "x.h5ad")], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert f"cells_columns row of col {ct} has no {field}" in r.stderr, r.stderr
+
+
+def test_where_over_damaged_column_is_not_a_bad_clause(good, tmp_path):
+    """CellDataset(where=...) over a damaged obs column raises the table's corruption error (a
+    sqlite3.DatabaseError naming the column), not ValueError("bad where clause ...") that
+    blamed the caller's clause."""
+    import deltacells
+    ct = col_id(good, "cell_type")
+    p = damaged(good, tmp_path, "UPDATE cells_dict SET value = value || 'x' WHERE col = ? AND code = 0", (ct,))
+    with pytest.raises(sqlite3.DatabaseError, match="column 'cell_type'.*checksum mismatch") as e:
+        deltacells.CellDataset(p, where="cell_type = 'NK'")
+    assert e.value.sqlite_errorcode & 0xff == SQLITE_CORRUPT
+    with pytest.raises(ValueError, match="bad where clause .*cell_typo"):
+        deltacells.CellDataset(good, where="cell_typo = 'NK'")
 
 
 def test_missing_shadow_table(good, tmp_path):

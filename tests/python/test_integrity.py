@@ -140,6 +140,19 @@ def test_tile_first_cell_edited(good, tmp_path):
     expect_corrupt(bad, "SELECT * FROM dc_batch('[1500]')", "tile 1")
 
 
+def test_tile_row_value_not_an_integer(good, tmp_path):
+    """Tile 0's first_cell stored as 'x' read as 0 (its right value), so the seal held; the tiles
+    table showed 'x' and CellMapDataset failed with "invalid literal for int()".  A tiles_data
+    row's numbers must be integers: the tables and verify say which row is wrong."""
+    import deltacells
+    bad = damaged(good, tmp_path, "UPDATE tiles_data SET first_cell = 'x' WHERE tile = 0")
+    expect_corrupt(bad, "SELECT * FROM tiles", "tiles_data row of tile 0 is inconsistent")
+    expect_corrupt(bad, "SELECT * FROM dc_batch('[5]')", "tiles_data row of tile 0 is inconsistent")
+    with pytest.raises(sqlite3.DatabaseError, match="tiles_data row of tile 0"):
+        deltacells.CellMapDataset(bad)
+    expect_verify_fault(bad, "tile 0: tile, first_cell, n_cells, nnz or chunks is not stored as an integer")
+
+
 @pytest.mark.parametrize("a,b", [("age", "n_counts"), ("cell_type", "donor")])
 def test_case2_obs_blocks_swapped_same_kind(good, tmp_path, a, b):
     ca, cb = col_id(good, a), col_id(good, b)
@@ -198,6 +211,54 @@ def test_dictionary_edited(good, tmp_path):
     expect_verify_fault(bad, "'cell_type'", "dictionary")
 
 
+@pytest.mark.parametrize("op", ["append", "merge_first", "merge_second"])
+@pytest.mark.parametrize("damage", ["dictionary", "blocks_swapped"])
+def test_append_and_merge_do_not_seal_damage_again(h5, good, tmp_path, op, damage):
+    """append and merge store a column's last blocks (and the first dataset's dictionaries) again
+    under a new dataset id: what they read is checked against its seal first.  Before, an edited
+    dictionary or two columns' blocks swapped came out sealed anew: wrong values that neither the
+    tables nor verify could tell any more."""
+    if damage == "dictionary":
+        c = col_id(good, "cell_type")
+        bad = damaged(good, tmp_path, f"UPDATE cells_dict SET value = value || 'x' WHERE col = {c} AND code = 0")
+        words = "obs column 'cell_type': its dictionary"
+    else:
+        ca, cb = col_id(good, "age"), col_id(good, "n_counts")
+        bad = damaged(good, tmp_path, f"CREATE TEMP TABLE s AS SELECT col, data FROM cells_blocks WHERE col IN ({ca}, {cb})",
+                      f"UPDATE cells_blocks SET data = (SELECT data FROM s WHERE s.col = {ca + cb} - cells_blocks.col)"
+                      f" WHERE col IN ({ca}, {cb})")
+        words = "block 0: its seal does not match"
+    out = tmp_path / "merged.dcdb"
+    if op == "append":
+        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
+    else:
+        ins = [bad, good] if op == "merge_first" else [good, bad]
+        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr, verify(bad if op == "append" else out).stderr)
+    assert words in r.stderr, r.stderr
+    assert not out.exists()
+    expect_verify_fault(bad, "checksum mismatch")   # append changed nothing: the damage still shows
+
+
+@pytest.mark.parametrize("op", ["append", "merge_first", "merge_second"])
+def test_append_and_merge_refuse_blocks_without_their_column(h5, good, tmp_path, op):
+    """A cells_columns row deleted leaves its blocks behind: append and merge refuse them, as the
+    cells table does; before, merge with it second stored NULL for all its cells' values."""
+    c = col_id(good, "age")
+    bad = damaged(good, tmp_path, f"DELETE FROM cells_columns WHERE col = {c}")
+    out = tmp_path / "merged.dcdb"
+    if op == "append":
+        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
+    else:
+        ins = [bad, good] if op == "merge_first" else [good, bad]
+        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert f"cells_blocks has blocks of column {c}, which cells_columns lacks" in r.stderr, r.stderr
+    assert not out.exists()
+
+
 def test_dictionary_values_swapped(good, tmp_path):
     c = col_id(good, "cell_type")
     bad = damaged(good, tmp_path, f"CREATE TEMP TABLE s AS SELECT code, value FROM cells_dict WHERE col = {c} AND code < 2",
@@ -221,6 +282,42 @@ def test_genes_block_copied(good, tmp_path):
                                   " WHERE col = 2")
     expect_corrupt(bad, "SELECT sum(n_cells) FROM genes", "column 'n_cells' block 0", "checksum mismatch")
     expect_verify_fault(bad, "genes column 'n_cells'", "checksum mismatch")
+
+
+def test_genes_column_row_deleted(good, tmp_path):
+    """A genes_columns row deleted (the last: no gap in col shows it) leaves its blocks behind: the
+    genes table refuses them instead of reading without the column (export and to_anndata lost
+    feature_types without a word)."""
+    con = sqlite3.connect(good)
+    (last, name) = con.execute("SELECT col, name FROM genes_columns ORDER BY col DESC LIMIT 1").fetchone()
+    con.close()
+    assert last >= 3
+    bad = damaged(good, tmp_path, f"DELETE FROM genes_columns WHERE col = {last}")
+    expect_corrupt(bad, "SELECT count(*) FROM genes", f"genes_blocks has blocks of column {last}",
+                   "which genes_columns lacks")
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and f"blocks of column {last}" in r.stderr, (r.returncode, r.stderr)
+    expect_verify_fault(bad, "genes_blocks")
+
+
+@pytest.mark.parametrize("op", ["append", "merge"])
+def test_append_and_merge_with_a_nameless_genes_column(h5, good, tmp_path, op):
+    """A genes_columns row whose name is NULL (bytes of its page overwritten can do it; here the
+    NOT NULL is taken off the schema to write one): append and merge fail naming it (they died
+    of SIGSEGV, strdup of NULL)."""
+    bad = damaged(good, tmp_path, "PRAGMA writable_schema = ON",
+                  "UPDATE sqlite_schema SET sql = replace(sql, 'name TEXT NOT NULL', 'name TEXT')"
+                  " WHERE name = 'genes_columns'")
+    con = sqlite3.connect(bad)
+    con.execute("UPDATE genes_columns SET name = NULL WHERE col = 3")
+    con.commit()
+    con.close()
+    cmd = ([str(CONVERTER), "append", str(bad), str(h5), "--quiet"] if op == "append" else
+           [str(CONVERTER), "merge", str(good), str(bad), "-o", str(tmp_path / "m.dcdb"), "--quiet"])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "genes_columns row of col 3 has no name" in r.stderr, r.stderr
 
 
 def test_missing_dataset_id(good, tmp_path):

@@ -131,6 +131,7 @@ def test_meta_not_an_integer(good, tmp_path):
     ("var_names", '{"cell_type": "x"}', "dc_meta.var_names names 'cell_type', not a var column"),
     ("obs_ordered", '["n_counts"]', "dc_meta.obs_ordered names 'n_counts', not a categorical obs column"),
     ("obs_ordered", '["cell_type"', "dc_meta.obs_ordered is not JSON"),
+    ("obs_ordered", '[null]', "dc_meta.obs_ordered names NULL, not a categorical obs column"),
     ("var_categories", '{"feature_types": "Gene Expression"}', "dc_meta.var_categories names 'feature_types', not a var column"),
 ])
 def test_meta_of_export_checked(good, tmp_path, key, value, words):
@@ -141,6 +142,10 @@ def test_meta_of_export_checked(good, tmp_path, key, value, words):
     assert "feature_types" in {r[0] for r in con.execute("SELECT name FROM genes_columns")}
     con.close()
     bad = damaged(good, tmp_path, f"INSERT OR REPLACE INTO dc_meta VALUES ('{key}', '{value}')")
+    # export reads them too: an error or the columns as they are, never a crash ('[null]' was SIGSEGV)
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode in (0, 1), (r.returncode, r.stderr)
     assert words in faults(bad)
     ok = damaged(good, tmp_path, "INSERT OR REPLACE INTO dc_meta VALUES ('obs_ordered', '[\"cell_type\"]')",
                  "INSERT OR REPLACE INTO dc_meta VALUES ('obs_names', '{\"n_counts\": \"total\"}')", name="ok.dcdb")
@@ -366,3 +371,40 @@ def test_a_read_that_fails_is_a_fault_naming_the_table(good, tmp_path, table):
     out = faults(p)
     assert f"reading {table}: database disk image is malformed" in out, out
     assert "integrity_check" in out
+
+
+@pytest.mark.parametrize("n_cells", [0, 1, 2999])
+def test_export_with_n_cells_lowered_fails_cleanly(good, tmp_path, n_cells):
+    """export sizes X's indptr by dc_meta.n_cells: tiles that hold more cells are an error naming
+    it (before, export wrote past indptr's end and died of SIGSEGV at n_cells 0)."""
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {n_cells} WHERE key = 'n_cells'")
+    assert "dc_meta.n_cells" in faults(bad)
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert f"but dc_meta.n_cells says {n_cells}" in r.stderr, r.stderr
+    assert not (tmp_path / "x.h5ad").exists()
+
+
+@pytest.mark.parametrize("key,value", [("tile_cells", "1 << 40"), ("tile_cells", "-1"), ("chunks", "300"),
+                                       ("chunks", "-1")])
+def test_append_refuses_impossible_codec_settings(h5, good, tmp_path, key, value):
+    """append encodes new tiles with dc_meta's tile_cells and chunks: out of what convert accepts
+    they are an error naming them (tile_cells 2^40 hung, the others were taken as they came)."""
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {value} WHERE key = '{key}'")
+    before = bad.read_bytes()
+    r = subprocess.run([str(CONVERTER), "append", str(bad), str(h5), "--quiet"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "dc_meta.tile_cells" in r.stderr and "is impossible" in r.stderr, r.stderr
+    assert bad.read_bytes() == before
+
+
+def test_empty_tile_blob_is_a_truncated_header(good, tmp_path):
+    """A tile whose blob is empty (SQLite hands it over as NULL): verify and export say its header
+    is truncated, not 'tile parse: NULL argument'."""
+    bad = damaged(good, tmp_path, "UPDATE tiles_data SET data = x'' WHERE tile = 2")
+    assert "tile 2: tile header: truncated (0 bytes, need 32)" in faults(bad)
+    r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 1 and "tile 2: tile header: truncated (0 bytes" in r.stderr, r.stderr
