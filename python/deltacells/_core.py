@@ -105,6 +105,9 @@ class Catalogue:
         self.meta = dict(con.execute("SELECT key, value FROM dc_meta").fetchall())
         self.n_cells = self.meta_int("n_cells")
         self.n_genes = self.meta_int("n_genes")
+        # the genes table compares dc_meta.n_genes with its blocks when it loads (a damaged
+        # n_genes would otherwise widen or narrow every row the loaders make, silently)
+        con.execute("SELECT count(*) FROM genes WHERE gene_id = 0").fetchone()
         # The tile boundaries come from the extension, not a load of our own: the `tiles` table
         # is a view of the connection's one tile index (ext/reader.c: loaded and validated once
         # per data version for every table). The arrays kept here are a numpy copy of it

@@ -469,3 +469,19 @@ def test_defensive_protects_shadow_tables(good, tmp_path):
     with pytest.raises(sqlite3.DatabaseError, match="tiles_data is missing"):
         con.execute("SELECT tile FROM cells WHERE cell_id = 0").fetchall()
     con.close()
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_n_genes_edited_refused_by_the_python_readers(good, tmp_path, delta):
+    """The Python readers shaped their rows by dc_meta.n_genes: raised by one, CellDataset and
+    CellMapDataset gave every cell an extra all-zero gene.  Their catalogue now asks the genes
+    table, which compares n_genes with its blocks."""
+    import deltacells
+    (n,) = sqlite3.connect(good).execute("SELECT value FROM dc_meta WHERE key = 'n_genes'").fetchone()
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {int(n) + delta} WHERE key = 'n_genes'")
+    for make in (lambda: next(iter(deltacells.CellDataset(str(bad), batch_size=100))),
+                 lambda: deltacells.CellMapDataset(str(bad))[0],
+                 lambda: deltacells.to_anndata(str(bad))):
+        with pytest.raises(sqlite3.DatabaseError) as e:
+            make()
+        assert f"n_genes is {int(n) + delta}" in str(e.value) and f"holds {n} genes" in str(e.value), str(e.value)
