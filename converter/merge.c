@@ -64,8 +64,10 @@ static void gcols_free(gcol *g, int n) {
   free(g);
 }
 
-/* every column of schema's genes table, decoded */
-static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t n_genes, gcol **out, int *n_out, cv_err *e) {
+/* every column of schema's genes table, decoded, each block checked against its seal under id
+** (they are stored again, sealed anew) */
+static int read_genes(sqlite3 *db, const char *schema, const char *path, uint64_t id, int64_t n_genes, gcol **out, int *n_out,
+                      cv_err *e) {
   *out = NULL;
   *n_out = 0;
   sqlite3_stmt *st = cv_prep(db, e, "SELECT col, name, kind FROM \"%w\".genes_columns ORDER BY col", schema);
@@ -91,7 +93,8 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t
     x->v.kind = x->kind;
     char what[300];
     snprintf(what, sizeof what, "%s: genes column '%s'", path, x->name);
-    rc = cv_load_column(db, schema, "genes", col, x->kind, 0, 0, NULL, NULL, &x->v, what, e);
+    rc = cv_check_genes_seals(db, schema, id, col, x->name, x->kind, path, e) ||
+         cv_load_column(db, schema, "genes", col, x->kind, 0, 0, NULL, NULL, &x->v, what, e);
     if (!rc && (int64_t)x->v.n != n_genes)
       rc = cv_fail(e, "%s: genes column '%s' holds %llu values for %lld genes", path, x->name, (unsigned long long)x->v.n,
                    (long long)n_genes);
@@ -100,6 +103,14 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, int64_t
   sqlite3_finalize(st);
   *out = g;
   *n_out = n;
+  if (!rc) {   /* blocks of a column genes_columns lacks (its row deleted): the genes table refuses them */
+    sqlite3_stmt *o = cv_prep(db, e, "SELECT min(col) FROM \"%w\".genes_blocks WHERE col >= %d", schema, n);
+    if (!o) return -1;
+    if (sqlite3_step(o) == SQLITE_ROW && sqlite3_column_type(o, 0) != SQLITE_NULL)
+      rc = cv_fail(e, "%s: genes_blocks holds blocks of column %lld, which genes_columns lacks (a var column's row deleted); "
+                   "run `deltacells verify`", path, (long long)sqlite3_column_int64(o, 0));
+    sqlite3_finalize(o);
+  }
   if (!rc && (n < 3 || g[0].kind != DC_OBS_TEXT || g[1].kind != DC_OBS_INT || g[2].kind != DC_OBS_INT))
     rc = cv_fail(e, "%s: the genes table lacks name, total_counts, n_cells", path);
   return rc;
@@ -602,7 +613,7 @@ static int merge_genes(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S, in
   int *keep = NULL;
   uint32_t *sigma = NULL, *from_s = NULL, *drep = NULL, *srep = NULL, *by = NULL, next = (uint32_t)D->n_genes;
   int64_t *sorig = NULL;
-  if (read_genes(db, "main", D->path, D->n_genes, &dg, &nd, e) || read_genes(db, "src", S->path, S->n_genes, &sg, &ns, e)) goto done;
+  if (read_genes(db, "main", D->path, D->genes_id, D->n_genes, &dg, &nd, e) || read_genes(db, "src", S->path, S->id, S->n_genes, &sg, &ns, e)) goto done;
   sigma = malloc(((size_t)S->n_genes + 1) * sizeof *sigma);
   if (!sigma) { cv_fail(e, "out of memory"); goto done; }
   if (appended) {
@@ -822,6 +833,7 @@ int cv_merge_into(sqlite3 *db, dsinfo *D, const char *spath, const char *slabel,
       dsw_meta_int(&w, "nnz", D->nnz, e) || dsw_meta_int(&w, "n_tiles", D->n_tiles, e) ||
       dsw_meta_text(&w, "sources", D->sources, e))
     goto done;
+  D->genes_id = D->id;   /* merge_genes wrote the genes table again, sealed under D's id */
   rc = 0;
 done:
   dsw_over_end(&w);

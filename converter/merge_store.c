@@ -110,6 +110,7 @@ int cv_read_meta(sqlite3 *db, const char *schema, const char *path, dsinfo *m, c
   int bad = !hex || dc_seal_parse_id(hex, strlen(hex), &m->id) != 0;
   sqlite3_finalize(st);
   if (bad) return cv_fail(e, "%s: dc_meta.dataset_id is not 16 hex digits", path);
+  m->genes_id = m->id;
   if (meta_get(db, schema, "sources", &st, e) == 0) {
     const char *s = (const char *)sqlite3_column_text(st, 0);
     m->sources = strdup(s ? s : "[]");
@@ -423,6 +424,31 @@ int cv_check_block_seals(sqlite3 *db, const char *schema, uint64_t id, const dco
                    "together); run `deltacells verify`", path, c->name, (long long)pl.block);
   }
   if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, "cells_blocks");
+  sqlite3_finalize(q);
+  return rc;
+}
+
+/* The same for every block of genes column col (name, kind) of schema's dataset (id): a var
+** column renamed, or its blocks swapped, copied or edited, must not be sealed again as it is. */
+int cv_check_genes_seals(sqlite3 *db, const char *schema, uint64_t id, int64_t col, const char *name, int kind,
+                         const char *path, cv_err *e) {
+  sqlite3_stmt *q = cv_prep(db, e, "SELECT block, first_gene, n_genes, data, checksum FROM \"%w\".genes_blocks WHERE col = %lld",
+                          schema, (long long)col);
+  int rc = q ? 0 : -1, r = SQLITE_DONE;
+  while (!rc && (r = sqlite3_step(q)) == SQLITE_ROW) {
+    dc_blockplace pl = {"genes", col, name, kind, -1, sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1),
+                        sqlite3_column_int64(q, 2), -1};
+    const void *blob = sqlite3_column_blob(q, 3);
+    int64_t seal = 0;
+    if (dc_seal_block(id, &pl, NULL, NULL, NULL, (uint64_t)sqlite3_column_bytes(q, 3), blob, &seal)) {
+      rc = cv_fail(e, "out of memory");
+      break;
+    }
+    if (sqlite3_column_type(q, 4) != SQLITE_INTEGER || sqlite3_column_int64(q, 4) != seal)
+      rc = cv_fail(e, "%s: genes column '%s', block %lld: its seal does not match (the block, its place and its column's "
+                   "name were not written together); run `deltacells verify`", path, name, (long long)pl.block);
+  }
+  if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, "genes_blocks");
   sqlite3_finalize(q);
   return rc;
 }

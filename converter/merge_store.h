@@ -26,6 +26,8 @@ typedef struct dsinfo {
   int64_t version, n_cells, n_genes, nnz, n_tiles, level, chunks, tile_cells, obs_block, genes_block;
   char codec[32];
   uint64_t id;
+  uint64_t genes_id;       /* the id main's genes blocks are sealed under: id, except in merge until
+                           ** the first's genes are written again under its new id */
   char *sources;           /* JSON array */
   int n_sources;
 } dsinfo;
@@ -118,6 +120,9 @@ typedef struct dcol {
 int cv_read_cols(sqlite3 *db, const char *schema, const char *path, uint64_t id, dcol **out, int *n_out, cv_err *e);
 int cv_check_block_seals(sqlite3 *db, const char *schema, uint64_t id, const dcol *c, int64_t b0, const char *path,
                          cv_err *e);
+/* Checks the seals of genes column col's blocks (name and kind: its genes_columns row) under id. */
+int cv_check_genes_seals(sqlite3 *db, const char *schema, uint64_t id, int64_t col, const char *name, int kind,
+                         const char *path, cv_err *e);
 void cv_dcols_free(dcol *c, int n);
 /* The name of an obs kind ("?" for none). */
 const char *cv_obs_kind_label(int k);

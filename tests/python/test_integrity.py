@@ -485,3 +485,35 @@ def test_n_genes_edited_refused_by_the_python_readers(good, tmp_path, delta):
         with pytest.raises(sqlite3.DatabaseError) as e:
             make()
         assert f"n_genes is {int(n) + delta}" in str(e.value) and f"holds {n} genes" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("op", ["append", "merge_first", "merge_second"])
+@pytest.mark.parametrize("damage", ["renamed", "block_copied", "row_deleted"])
+def test_append_and_merge_do_not_seal_genes_damage_again(h5, good, tmp_path, op, damage):
+    """append and merge store the genes table again, sealed under a new dataset id: each genes
+    block is checked against its seal first, and blocks of a column genes_columns lacks are
+    refused.  Before, a var column renamed or deleted, or a block copied over another, came out
+    sealed anew and verify passed the result."""
+    con = sqlite3.connect(good)
+    (last, name) = con.execute("SELECT col, name FROM genes_columns ORDER BY col DESC LIMIT 1").fetchone()
+    con.close()
+    if damage == "renamed":
+        bad = damaged(good, tmp_path, f"UPDATE genes_columns SET name = 'renamed' WHERE col = {last}")
+        words = "genes column 'renamed', block 0: its seal does not match"
+    elif damage == "block_copied":
+        bad = damaged(good, tmp_path, "UPDATE genes_blocks SET data = (SELECT data FROM genes_blocks WHERE col = 1)"
+                                      " WHERE col = 2")
+        words = "genes column 'n_cells', block 0: its seal does not match"
+    else:
+        bad = damaged(good, tmp_path, f"DELETE FROM genes_columns WHERE col = {last}")
+        words = f"genes_blocks holds blocks of column {last}, which genes_columns lacks"
+    out = tmp_path / "merged.dcdb"
+    if op == "append":
+        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
+    else:
+        ins = [bad, good] if op == "merge_first" else [good, bad]
+        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert words in r.stderr, r.stderr
+    assert not out.exists()
