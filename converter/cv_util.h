@@ -14,6 +14,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The most cells per tile convert writes (--tile-cells); append and merge refuse a dataset's
+** dc_meta.tile_cells above it, verify reports it (chunks per tile: DC_MAX_CHUNKS). */
+#define CV_MAX_TILE_CELLS (1 << 24)
+
 typedef struct cv_err {
   char msg[2048];
 } cv_err;

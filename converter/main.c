@@ -334,7 +334,7 @@ static int cmd_convert(int argc, char **argv) {
       }
       else if (!strcmp(opt, "--gene-order")) gene_order = v;
       else if (!strcmp(opt, "--tile-cells")) {
-        if (int_arg(opt, v, 1, 1L << 24, &x, HELP_CONVERT)) { free(in); return 2; }
+        if (int_arg(opt, v, 1, CV_MAX_TILE_CELLS, &x, HELP_CONVERT)) { free(in); return 2; }
         o.tile_cells = (uint32_t)x;
       } else if (!strcmp(opt, "--chunks")) {
         if (int_arg(opt, v, 1, DC_MAX_CHUNKS, &x, HELP_CONVERT)) { free(in); return 2; }

@@ -97,9 +97,9 @@ int cv_read_meta(sqlite3 *db, const char *schema, const char *path, dsinfo *m, c
   if (m->obs_block <= 0 || m->obs_block > DC_OBS_MAX_N || m->genes_block <= 0 || m->genes_block > DC_OBS_MAX_N)
     return cv_fail(e, "%s: dc_meta has impossible block sizes", path);
   /* the codec settings new tiles are encoded with: what convert accepts (--tile-cells, --chunks) */
-  if (m->tile_cells < 1 || m->tile_cells > (int64_t)1 << 24 || m->chunks < 1 || m->chunks > DC_MAX_CHUNKS)
+  if (m->tile_cells < 1 || m->tile_cells > CV_MAX_TILE_CELLS || m->chunks < 1 || m->chunks > DC_MAX_CHUNKS)
     return cv_fail(e, "%s: dc_meta.tile_cells (%lld) or chunks (%lld) is impossible (1..%d and 1..%d)", path,
-                   (long long)m->tile_cells, (long long)m->chunks, 1 << 24, DC_MAX_CHUNKS);
+                   (long long)m->tile_cells, (long long)m->chunks, CV_MAX_TILE_CELLS, DC_MAX_CHUNKS);
   sqlite3_stmt *st = NULL;
   if (meta_get(db, schema, "codec", &st, e) == 0) {
     snprintf(m->codec, sizeof m->codec, "%s", (const char *)sqlite3_column_text(st, 0));

@@ -328,6 +328,14 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   if (mv[0] >= 0 && mv[1] >= 0 && mv[1] <= INT32_MAX && mv[3] >= 0 && !dc_meta_sizes_ok(mv[0], mv[1], mv[3]))
     VFAULT("dc_meta has impossible sizes (n_cells %lld, n_genes %lld, n_tiles %lld)", (long long)mv[0], (long long)mv[1],
            (long long)mv[3]);   /* the extension's rule (tile_check.c) */
+  /* the codec settings append and merge encode new tiles with (optional: older datasets lack them) */
+  static const struct { const char *k; int64_t hi; } set[2] = {{"tile_cells", CV_MAX_TILE_CELLS}, {"chunks", DC_MAX_CHUNKS}};
+  for (int k = 0; k < 2; k++) {
+    char q[128];
+    snprintf(q, sizeof q, "SELECT CASE typeof(value) WHEN 'integer' THEN value ELSE -1 END FROM dc_meta WHERE key = '%s'", set[k].k);
+    int64_t v = cv_q_int(db, q, 1);
+    if (v < 1 || v > set[k].hi) VFAULT("dc_meta.%s is not an integer in 1..%lld (convert's range)", set[k].k, (long long)set[k].hi);
+  }
   int64_t n_cells = mv[0], n_genes = mv[1], nnz_meta = mv[2], n_tiles_meta = mv[3];
   dc_decoder *dec = dc_decoder_new();
   /* the chunks of each tile are decoded on every core (the blob is plain bytes by then) */

@@ -408,3 +408,14 @@ def test_empty_tile_blob_is_a_truncated_header(good, tmp_path):
     r = subprocess.run([str(CONVERTER), "export", str(bad), "-o", str(tmp_path / "x.h5ad")], capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 1 and "tile 2: tile header: truncated (0 bytes" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("key,value", [("tile_cells", "1099511627776"), ("tile_cells", "0"), ("chunks", "257"),
+                                       ("chunks", "'x'")])
+def test_codec_settings_out_of_range(good, tmp_path, key, value):
+    """dc_meta.tile_cells and chunks are what append and merge encode new tiles with (they refuse
+    values convert does not accept: tile_cells 2^40 hung append); verify reported nothing."""
+    bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {value} WHERE key = '{key}'")
+    r = verify(bad)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert f"dc_meta.{key} is not an integer in 1.." in r.stderr, r.stderr
