@@ -71,6 +71,17 @@ def expect_verify_fault(path, *words):
     return r.stderr
 
 
+def append_or_merge(op, bad, good, h5, out):
+    """op 'append': h5 appended to bad; 'merge_first' / 'merge_second': bad merged with good into
+    out, bad first or second."""
+    if op == "append":
+        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
+    else:
+        ins = [bad, good] if op == "merge_first" else [good, bad]
+        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
 SWAP_TILES = ("CREATE TEMP TABLE s AS SELECT tile, nnz, data FROM tiles_data WHERE tile IN (0, 1)",
               "UPDATE tiles_data SET data = (SELECT data FROM s WHERE s.tile = 1 - tiles_data.tile),"
               " nnz = (SELECT nnz FROM s WHERE s.tile = 1 - tiles_data.tile) WHERE tile IN (0, 1)")
@@ -229,12 +240,7 @@ def test_append_and_merge_do_not_seal_damage_again(h5, good, tmp_path, op, damag
                       f" WHERE col IN ({ca}, {cb})")
         words = "block 0: its seal does not match"
     out = tmp_path / "merged.dcdb"
-    if op == "append":
-        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
-    else:
-        ins = [bad, good] if op == "merge_first" else [good, bad]
-        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = append_or_merge(op, bad, good, h5, out)
     assert r.returncode == 1, (r.returncode, r.stderr, verify(bad if op == "append" else out).stderr)
     assert words in r.stderr, r.stderr
     assert not out.exists()
@@ -248,12 +254,7 @@ def test_append_and_merge_refuse_blocks_without_their_column(h5, good, tmp_path,
     c = col_id(good, "age")
     bad = damaged(good, tmp_path, f"DELETE FROM cells_columns WHERE col = {c}")
     out = tmp_path / "merged.dcdb"
-    if op == "append":
-        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
-    else:
-        ins = [bad, good] if op == "merge_first" else [good, bad]
-        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = append_or_merge(op, bad, good, h5, out)
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert f"cells_blocks has blocks of column {c}, which cells_columns lacks" in r.stderr, r.stderr
     assert not out.exists()
@@ -508,12 +509,7 @@ def test_append_and_merge_do_not_seal_genes_damage_again(h5, good, tmp_path, op,
         bad = damaged(good, tmp_path, f"DELETE FROM genes_columns WHERE col = {last}")
         words = f"genes_blocks holds blocks of column {last}, which genes_columns lacks"
     out = tmp_path / "merged.dcdb"
-    if op == "append":
-        cmd = [str(CONVERTER), "append", str(bad), str(h5), "--quiet"]
-    else:
-        ins = [bad, good] if op == "merge_first" else [good, bad]
-        cmd = [str(CONVERTER), "merge", *map(str, ins), "-o", str(out), "--quiet"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = append_or_merge(op, bad, good, h5, out)
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert words in r.stderr, r.stderr
     assert not out.exists()
