@@ -198,23 +198,28 @@ static int schema_of(sqlite3 *db, const char *path, const char *json, const char
   return rc;
 }
 
-/* dc_meta for a column annotate wrote, from its --schema entry: obs_ordered, obs_dtypes, obs_cat_dtypes */
-static int schema_meta(sqlite3 *db, const char *name, const colschema *cs, cv_err *e) {
+/* dc_meta for a column annotate wrote, stored as `name`: from its --schema entry obs_ordered,
+** obs_dtypes, obs_cat_dtypes; obs_names when file_name (its name in the files) is not NULL. */
+static int column_meta(sqlite3 *db, const char *name, const char *file_name, const colschema *cs, cv_err *e) {
   static const char *const sql[] = {
       "INSERT OR IGNORE INTO main.dc_meta(key, value) VALUES ('obs_ordered', '[]'), ('obs_dtypes', '{}'), ('obs_cat_dtypes', '{}')",
+      "INSERT OR IGNORE INTO main.dc_meta(key, value) SELECT 'obs_names', '{}' WHERE ?5 IS NOT NULL",
       "UPDATE main.dc_meta SET value = (SELECT json_group_array(value) FROM (SELECT value FROM json_each(dc_meta.value) "
       "UNION ALL SELECT ?1)) WHERE key = 'obs_ordered' AND ?2",
       "UPDATE main.dc_meta SET value = json_patch(value, json_object(?1, ?3)) WHERE key = 'obs_dtypes' AND ?3 IS NOT NULL",
       "UPDATE main.dc_meta SET value = json_patch(value, json_object(?1, ?4)) WHERE key = 'obs_cat_dtypes' AND ?4 IS NOT NULL",
+      "UPDATE main.dc_meta SET value = json_patch(value, json_object(?1, ?5)) WHERE key = 'obs_names' AND ?5 IS NOT NULL",
       "DELETE FROM main.dc_meta WHERE key IN ('obs_ordered', 'obs_dtypes', 'obs_cat_dtypes') AND value IN ('[]', '{}')"};
   for (size_t k = 0; k < sizeof sql / sizeof *sql; k++) {
     sqlite3_stmt *st = NULL;
     int r = sqlite3_prepare_v2(db, sql[k], -1, &st, NULL);
-    if (r == SQLITE_OK) {
-      if (sqlite3_bind_parameter_count(st) >= 1) sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-      if (sqlite3_bind_parameter_count(st) >= 2) sqlite3_bind_int(st, 2, cs->ordered);
-      if (sqlite3_bind_parameter_count(st) >= 3) sqlite3_bind_text(st, 3, cs->dtype, -1, SQLITE_STATIC);
-      if (sqlite3_bind_parameter_count(st) >= 4) sqlite3_bind_text(st, 4, cs->cat_dtype, -1, SQLITE_STATIC);
+    if (r == SQLITE_OK) {   /* numbered parameters: each statement binds those it names */
+      int np = sqlite3_bind_parameter_count(st);
+      if (np >= 1) sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+      if (np >= 2) sqlite3_bind_int(st, 2, cs->ordered);
+      if (np >= 3) sqlite3_bind_text(st, 3, cs->dtype, -1, SQLITE_STATIC);
+      if (np >= 4) sqlite3_bind_text(st, 4, cs->cat_dtype, -1, SQLITE_STATIC);
+      if (np >= 5) sqlite3_bind_text(st, 5, file_name, -1, SQLITE_STATIC);
       r = sqlite3_step(st);
     }
     sqlite3_finalize(st);
@@ -255,25 +260,6 @@ static int target_col(sqlite3 *db, const dcol *cols, int ncols, const char *name
                           "name the table's column as one of them is named", dataset, name, cols[*ti].name, cols[i].name);
       *ti = i;
     }
-  return 0;
-}
-
-/* dc_meta obs_names: the column stored as `stored` is `file_name` in the files (export's name). */
-static int keep_file_name(sqlite3 *db, const char *stored, const char *file_name, cv_err *e) {
-  static const char *const sql[] = {
-      "INSERT OR IGNORE INTO main.dc_meta(key, value) VALUES ('obs_names', '{}')",
-      "UPDATE main.dc_meta SET value = json_patch(value, json_object(?1, ?2)) WHERE key = 'obs_names'"};
-  for (size_t k = 0; k < sizeof sql / sizeof *sql; k++) {
-    sqlite3_stmt *st = NULL;
-    int r = sqlite3_prepare_v2(db, sql[k], -1, &st, NULL);
-    if (r == SQLITE_OK && k) {
-      sqlite3_bind_text(st, 1, stored, -1, SQLITE_STATIC);
-      sqlite3_bind_text(st, 2, file_name, -1, SQLITE_STATIC);
-    }
-    if (r == SQLITE_OK) r = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (r != SQLITE_DONE) return cv_fail(e, "dc_meta: %s", sqlite3_errmsg(db));
-  }
   return 0;
 }
 
@@ -597,7 +583,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     if (cv_write_blocks(&w, col, stored, kind == DC_OBS_CATEGORY ? nl : -1, 0, &v, B, e)) { sqlite3_free(ums); goto done; }
     if (cv_write_dict_rows(db, col, labels, 0, kind == DC_OBS_CATEGORY ? nl : 0, e)) { sqlite3_free(ums); goto done; }
     if (cv_write_column_row(db, D.id, col, stored, kind, labels, kind == DC_OBS_CATEGORY ? nl : -1, e)) { sqlite3_free(ums); goto done; }
-    if (schema_meta(db, stored, &cs, e) || (renamed && keep_file_name(db, stored, hdr[c], e))) { sqlite3_free(ums); goto done; }
+    if (column_meta(db, stored, renamed ? hdr[c] : NULL, &cs, e)) { sqlite3_free(ums); goto done; }
     sqlite3_str_appendf(said, "%s: column '%s'%s%s%s (%s) %s\n", o->dataset, hdr[c], renamed ? " (stored as '" : "",
                         renamed ? stored : "", renamed ? "')" : "", cv_obs_kind_label(kind), replaced ? "replaced" : "added");
   }
