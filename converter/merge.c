@@ -103,14 +103,7 @@ static int read_genes(sqlite3 *db, const char *schema, const char *path, uint64_
   sqlite3_finalize(st);
   *out = g;
   *n_out = n;
-  if (!rc) {   /* blocks of a column genes_columns lacks (its row deleted): the genes table refuses them */
-    sqlite3_stmt *o = cv_prep(db, e, "SELECT min(col) FROM \"%w\".genes_blocks WHERE col >= %d", schema, n);
-    if (!o) return -1;
-    if (sqlite3_step(o) == SQLITE_ROW && sqlite3_column_type(o, 0) != SQLITE_NULL)
-      rc = cv_fail(e, "%s: genes_blocks holds blocks of column %lld, which genes_columns lacks (a var column's row deleted); "
-                   "run `deltacells verify`", path, (long long)sqlite3_column_int64(o, 0));
-    sqlite3_finalize(o);
-  }
+  if (!rc) rc = cv_check_stray_blocks(db, schema, "genes", path, e);
   if (!rc && (n < 3 || g[0].kind != DC_OBS_TEXT || g[1].kind != DC_OBS_INT || g[2].kind != DC_OBS_INT))
     rc = cv_fail(e, "%s: the genes table lacks name, total_counts, n_cells", path);
   return rc;

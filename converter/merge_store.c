@@ -453,6 +453,21 @@ int cv_check_genes_seals(sqlite3 *db, const char *schema, uint64_t id, int64_t c
   return rc;
 }
 
+/* Blocks of a column `table`_columns lacks (its row deleted) are an error: stored again, that
+** column's values would be lost unseen (the cells and genes tables refuse them too). */
+int cv_check_stray_blocks(sqlite3 *db, const char *schema, const char *table, const char *path, cv_err *e) {
+  sqlite3_stmt *st = cv_prep(db, e, "SELECT col FROM \"%w\".%s_blocks WHERE col NOT IN (SELECT col FROM \"%w\".%s_columns) LIMIT 1",
+                             schema, table, schema, table);
+  if (!st) return -1;
+  int rc = 0, r = sqlite3_step(st);
+  if (r == SQLITE_ROW)
+    rc = cv_fail(e, "%s: %s_blocks has blocks of column %lld, which %s_columns lacks; run `deltacells verify`", path, table,
+                 (long long)sqlite3_column_int64(st, 0), table);
+  else if (r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
+  sqlite3_finalize(st);
+  return rc;
+}
+
 /* ------------------------------------------------------------ obs blocks */
 /* Writes (or replaces) block b of main's column col: values [off, off+k) of v. */
 static int write_block(dsw *w, int64_t col, const char *name, int64_t ncat, int64_t b, int64_t first, const vals *v,
@@ -576,16 +591,7 @@ int cv_read_cols(sqlite3 *db, const char *schema, const char *path, uint64_t id,
   }
   if (!rc && r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
   sqlite3_finalize(st);
-  if (!rc) { /* blocks of a column without its row (the row deleted): its values would be lost unseen */
-    st = cv_prep(db, e, "SELECT col FROM \"%w\".cells_blocks WHERE col NOT IN (SELECT col FROM \"%w\".cells_columns) LIMIT 1",
-                 schema, schema);
-    if (!st) rc = -1;
-    else if ((r = sqlite3_step(st)) == SQLITE_ROW)
-      rc = cv_fail(e, "%s: cells_blocks has blocks of column %lld, which cells_columns lacks; run `deltacells verify`", path,
-                   (long long)sqlite3_column_int64(st, 0));
-    else if (r != SQLITE_DONE) rc = cv_sql_fail(db, e, path);
-    sqlite3_finalize(st);
-  }
+  if (!rc) rc = cv_check_stray_blocks(db, schema, "cells", path, e);
   *out = c;
   *n_out = n;
   return rc;

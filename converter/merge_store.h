@@ -123,6 +123,8 @@ int cv_check_block_seals(sqlite3 *db, const char *schema, uint64_t id, const dco
 /* Checks the seals of genes column col's blocks (name and kind: its genes_columns row) under id. */
 int cv_check_genes_seals(sqlite3 *db, const char *schema, uint64_t id, int64_t col, const char *name, int kind,
                          const char *path, cv_err *e);
+/* Fails naming the first column of schema's `table`_blocks ("cells", "genes") that `table`_columns lacks. */
+int cv_check_stray_blocks(sqlite3 *db, const char *schema, const char *table, const char *path, cv_err *e);
 void cv_dcols_free(dcol *c, int n);
 /* The name of an obs kind ("?" for none). */
 const char *cv_obs_kind_label(int k);

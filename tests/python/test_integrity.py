@@ -507,7 +507,7 @@ def test_append_and_merge_do_not_seal_genes_damage_again(h5, good, tmp_path, op,
         words = "genes column 'n_cells', block 0: its seal does not match"
     else:
         bad = damaged(good, tmp_path, f"DELETE FROM genes_columns WHERE col = {last}")
-        words = f"genes_blocks holds blocks of column {last}, which genes_columns lacks"
+        words = f"genes_blocks has blocks of column {last}, which genes_columns lacks"
     out = tmp_path / "merged.dcdb"
     r = append_or_merge(op, bad, good, h5, out)
     assert r.returncode == 1, (r.returncode, r.stderr)
