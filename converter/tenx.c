@@ -396,6 +396,13 @@ static inline int lr_skip_if(lreader *r, char c, cv_err *e) {
   }
 }
 
+/* lr_next past the lines whose first byte is c, skipped however long they are (lr_skip_if). */
+static int lr_next_skipping(lreader *r, char c, char **s, size_t *n, cv_err *e) {
+  int k;
+  while ((k = lr_skip_if(r, c, e)) > 0) {}
+  return k < 0 ? -1 : lr_next(r, s, n, e);
+}
+
 /* A growing list of strings. */
 typedef struct strs { char **v; size_t n, cap; } strs;
 static int strs_add(strs *l, const char *s, size_t n, cv_err *e) {
@@ -576,13 +583,10 @@ static int mtx_header(mtx_state *m, cv_err *e) {
   if (strcasecmp(sym, "general") != 0)
     return cv_fail(e, "%s: line 1: a '%s' matrix; a count matrix is 'general'", m->file, sym);
   for (;;) {
-    k = lr_skip_if(&m->lr, '%', e);  /* comment lines, of any length */
-    if (k < 0) return -1;
-    if (k > 0) continue;
-    k = lr_next(&m->lr, &s, &n, e);
+    k = lr_next_skipping(&m->lr, '%', &s, &n, e);  /* past comment lines, of any length */
     if (k < 0) return -1;
     if (k > 0) return cv_fail(e, "%s: ends before its size line (rows columns entries)", m->file);
-    if (n == 0 || s[0] == '%') continue;
+    if (n == 0) continue;
     /* three unsigned numbers (sscanf's %llu took "-1" as 2^64-1) */
     char *p = s;
     uint64_t a, b, c;
@@ -713,9 +717,7 @@ int tenx_mtx_spool(h5file *f, const char *dir, uint32_t tile_cells, uint64_t *to
   char *s;
   size_t n;
   int k;
-  for (;;) {
-    if ((k = lr_skip_if(&m->lr, '%', e)) > 0) continue;  /* a comment among the entries, of any length */
-    if (k < 0 || (k = lr_next(&m->lr, &s, &n, e)) != 0) break;
+  while ((k = lr_next_skipping(&m->lr, '%', &s, &n, e)) == 0) {  /* comments among the entries too */
     char *p = s;
     uint64_t i, j, v = 1;
     while (*p == ' ' || *p == '\t') p++;
