@@ -336,6 +336,9 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     int64_t v = cv_q_int(db, q, 1);
     if (v < 1 || v > set[k].hi) VFAULT("dc_meta.%s is not an integer in 1..%lld (convert's range)", set[k].k, (long long)set[k].hi);
   }
+  /* an impossible n_genes was said above: the tiles are then checked against their own gene
+  ** counts, and nothing is allocated from it (2^40 genes had made verify run out of memory) */
+  if (mv[1] > INT32_MAX) mv[1] = -1;
   int64_t n_cells = mv[0], n_genes = mv[1], nnz_meta = mv[2], n_tiles_meta = mv[3];
   dc_decoder *dec = dc_decoder_new();
   /* the chunks of each tile are decoded on every core (the blob is plain bytes by then) */
@@ -444,12 +447,14 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     if (ip[0] != 0 || !dc_indptr_rebase(ip, (uint32_t)nc, (uint64_t)nz)) bad = 1;   /* tile_check.c's rule */
     for (int64_t i = 0; i < nc && !bad; i++) {
       for (int64_t k = ip[i]; k < ip[i + 1]; k++) {
-        if (ix[k] < 0 || ix[k] >= n_genes || (k > ip[i] && ix[k] <= ix[k - 1]) || vx[k] == 0) {
+        if (ix[k] < 0 || ix[k] >= (n_genes >= 0 ? n_genes : (int64_t)h->n_genes) || (k > ip[i] && ix[k] <= ix[k - 1]) ||
+            vx[k] == 0) {
           VFAULT("tile %lld: cell %lld (dataset cell %lld): bad gene index %d or count %u", (long long)t, (long long)i,
                  (long long)(fc + i), ix[k], (uint32_t)vx[k]);
           bad = 2;
           break;
         }
+        if (n_genes < 0) continue;   /* no dataset gene count to total by */
         tot[ix[k]] += (uint32_t)vx[k];
         ncl[ix[k]]++;
       }

@@ -119,6 +119,19 @@ def test_case5_meta_edited(good, tmp_path, key, delta):
         query_fails(bad, "SELECT * FROM dc_batch('[0]')", "dc_meta says|dc_meta.n_tiles says")
 
 
+@pytest.mark.parametrize("sql", ["UPDATE dc_meta SET value = 1099511627776 WHERE key = 'n_genes'",
+                                 "DELETE FROM dc_meta WHERE key = 'n_genes'"])
+def test_meta_n_genes_impossible_or_missing(good, tmp_path, sql):
+    """Said once, and the tiles still checked against their own genes: an n_genes of 2^40 made
+    verify allocate per-gene totals of that size and end in 'out of memory'; a missing one
+    made every tile's genes 'bad gene index'."""
+    r = verify(damaged(good, tmp_path, sql))
+    assert r.returncode != 0
+    lines = [l for l in r.stderr.splitlines() if l.startswith("verify: ")]
+    assert len(lines) == 1 and "dc_meta.n_genes is missing, not an integer or impossible" in lines[0], r.stderr
+    assert "out of memory" not in r.stderr
+
+
 def test_meta_not_an_integer(good, tmp_path):
     bad = damaged(good, tmp_path, "UPDATE dc_meta SET value = 'many' WHERE key = 'n_tiles'")
     assert "dc_meta.n_tiles is missing, not an integer or impossible" in faults(bad)
