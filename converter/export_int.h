@@ -37,6 +37,9 @@ typedef struct gtable {
   int c_name, c_total, c_ncells, c_orig;  /* column numbers, or -1 */
   int64_t *orig;     /* gene_id -> original position (orig_index, or gene_id) */
   int has_orig;
+  /* why the original order cannot be used although the dataset says it records one (or the
+  ** other way round): a static message, NULL when there is nothing wrong */
+  const char *orig_problem;
 } gtable;
 
 int ex_gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e);

@@ -104,6 +104,25 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
   sqlite3_finalize(s);
 }
 
+/* dc_meta.gene_order and the genes table's orig_index column, written together (a dataset of
+** before them has neither): one without the other, or an order this version does not know,
+** would make export and to_anndata lose the input's gene order.  Returns whether the column
+** holds the order (verify_queries then checks that it is a permutation). */
+static int verify_gene_order(sqlite3 *db, vrep *rep) {
+  char *go = cv_meta_text(db, "gene_order");
+  int col = cv_q_int(db, "SELECT count(*) FROM genes_columns WHERE name = 'orig_index' AND kind = 'int'", 0) > 0;
+  int ok = 0;
+  if (go && strcmp(go, "union"))
+    VFAULT("dc_meta.gene_order is '%s'; the only order this version knows is 'union'", go);
+  else if (go && !col)
+    VFAULT("dc_meta.gene_order says the original gene order is recorded, but the genes table has no orig_index column");
+  else if (!go && col)
+    VFAULT("the genes table has an orig_index column, but dc_meta.gene_order is missing");
+  else ok = go != NULL;
+  free(go);
+  return ok;
+}
+
 /* Version 2: every input's tiles (dc_meta.sources first_tile, n_tiles) hold
 ** exactly its cells, so no tile spans two inputs. */
 static void verify_sources(sqlite3 *db, vrep *rep, int64_t n_tiles) {
@@ -241,7 +260,7 @@ static void verify_btrees(sqlite3 *db, vrep *rep) {
 int sqlite3_deltacells_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi);
 
 /* Runs the queries a user runs, through the extension's own tables. */
-static void verify_queries(sqlite3 *db, vrep *rep, int64_t n_tiles) {
+static void verify_queries(sqlite3 *db, vrep *rep, int64_t n_tiles, int gene_order) {
   char *msg = NULL;
   if (sqlite3_deltacells_init(db, &msg, NULL) != SQLITE_OK) {
     VFAULT("loading the extension: %s", msg ? msg : "failed");
@@ -287,6 +306,19 @@ static void verify_queries(sqlite3 *db, vrep *rep, int64_t n_tiles) {
     sqlite3_finalize(s);
   }
   sqlite3_free(json);
+  if (gene_order) {   /* orig_index: a permutation of 0 .. n_genes - 1 */
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT count(*), count(orig_index), count(DISTINCT orig_index), min(orig_index), "
+                           "max(orig_index) FROM genes", -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+      int64_t n = sqlite3_column_int64(s, 0);
+      if (n > 0 && (sqlite3_column_int64(s, 1) != n || sqlite3_column_int64(s, 2) != n || sqlite3_column_int64(s, 3) != 0 ||
+                    sqlite3_column_int64(s, 4) != n - 1))
+        VFAULT("genes.orig_index is not a permutation of 0..%lld (the input's gene order)", (long long)n - 1);
+    } else {
+      VFAULT("the query of genes.orig_index fails: %s", sqlite3_errmsg(db));
+    }
+    sqlite3_finalize(s);
+  }
 }
 
 int cv_verify(const char *path, int quiet, int json, cv_err *e) {
@@ -510,10 +542,14 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     free(gcc);
   }
   if (version >= DC_FORMAT_GENES_MIN && have_tiles) verify_sources(db, rep, n_tiles);
-  if (version >= DC_FORMAT_GENES_MIN) verify_meta_columns(db, rep);
+  int gene_order = 0;
+  if (version >= DC_FORMAT_GENES_MIN) {
+    verify_meta_columns(db, rep);
+    gene_order = verify_gene_order(db, rep);
+  }
   n_blocks = cv_verify_obs(db, rep, n_cells, odec);
   /* what the checks above cannot see, the extension's own tables will */
-  if (rep->n == 0) verify_queries(db, rep, n_tiles);
+  if (rep->n == 0) verify_queries(db, rep, n_tiles, gene_order);
 
   if (json) {
     printf("{\"path\":");

@@ -12,10 +12,28 @@ def original_gene_order(con):
     (written before it was stored: then the stored order is all there is)."""
     row = con.execute("SELECT value FROM dc_meta WHERE key = 'gene_order'").fetchone()
     cols = [r[1] for r in con.execute("PRAGMA table_info(genes)").fetchall()]
-    if row is None or "orig_index" not in cols:
+    # written together (an older dataset has neither): one without the other is damage, and
+    # the stored order in its place would be a silent swap of the user's genes
+    problem = None
+    if row is not None and row[0] != "union":
+        problem = f"dc_meta.gene_order is {row[0]!r}, not 'union', the only order this version knows"
+    elif row is not None and "orig_index" not in cols:
+        problem = ("dc_meta.gene_order says the original gene order is recorded, but the genes table "
+                   "has no orig_index column")
+    elif row is None and "orig_index" in cols:
+        problem = "the genes table has an orig_index column, but dc_meta.gene_order is missing"
+    if problem:
+        raise ValueError(f"{problem}, so the input's gene order is unknown (`deltacells verify` checks "
+                         "the dataset; gene_order='stored' reads the stored order)")
+    if row is None:
         return None
-    orig = np.array([r[0] for r in con.execute("SELECT orig_index FROM genes ORDER BY gene_id")], dtype=np.int64)
-    return np.argsort(orig, kind="stable").astype(np.int64)
+    vals = [r[0] for r in con.execute("SELECT orig_index FROM genes ORDER BY gene_id")]
+    orig = np.array([-1 if v is None else v for v in vals], dtype=np.int64)
+    order = np.argsort(orig, kind="stable").astype(np.int64)
+    if not np.array_equal(orig[order], np.arange(len(orig))):
+        raise ValueError(f"genes.orig_index is not a permutation of 0..{len(orig) - 1}, so the input's gene order "
+                         "is unknown (`deltacells verify` checks the dataset)")
+    return order
 
 
 def _meta_json(meta, key, kind):

@@ -377,14 +377,28 @@ def test_two_inputs_union_order(tmp_path):
     assert list(o.var["gene_ids"][20:]) == [f"X{i}" for i in range(10, 25)]
 
 
-def test_old_dataset_without_original_order(synth, tmp_path):
-    d, a, db = synth
+def test_old_dataset_without_original_order(tmp_path):
+    # a dataset written before the original order was recorded: neither dc_meta gene_order
+    # nor the genes column orig_index (the last column when the input has no var columns)
+    a = make_adata()
+    a.var = a.var[[]]
     old = tmp_path / "old.dcdb"
-    old.write_bytes(db.read_bytes())
-    con = sqlite3.connect(old)
-    con.execute("DELETE FROM dc_meta WHERE key IN ('gene_order', 'x_dtype')")
-    con.commit()
-    con.close()
+    dc("convert", write(a, tmp_path / "a.h5ad"), "-o", old, "--quiet", "--tile-cells", "64", "--chunks", "3")
+    half = tmp_path / "half.dcdb"       # the column gone, dc_meta still saying it is there
+    half.write_bytes(old.read_bytes())
+    for path, keys in ((half, "'x_dtype'"), (old, "'gene_order', 'x_dtype'")):
+        con = sqlite3.connect(path)
+        (c,) = con.execute("SELECT col FROM genes_columns WHERE name = 'orig_index'").fetchone()
+        assert c == con.execute("SELECT max(col) FROM genes_columns").fetchone()[0]
+        con.execute(f"DELETE FROM dc_meta WHERE key IN ({keys})")
+        con.execute(f"DELETE FROM genes_blocks WHERE col = {c}")
+        con.execute(f"DELETE FROM genes_columns WHERE col = {c}")
+        con.commit()
+        con.close()
+    assert dc("verify", old, check=False).returncode == 0
+    for cmd in (("verify", half), ("export", half, "-o", tmp_path / "h.h5ad"), ("genes", half)):
+        p = dc(*cmd, check=False)
+        assert p.returncode != 0 and "the genes table has no orig_index column" in p.stderr, p.stderr
     p = dc("genes", old)
     assert "records no original gene order" in p.stdout
     rows = json.loads(dc("genes", old, "--json").stdout)["genes"]
@@ -394,6 +408,37 @@ def test_old_dataset_without_original_order(synth, tmp_path):
     stored = [r["name"] for r in rows]
     assert list(b.var_names) == stored and b.X.dtype == np.int32
     assert (sp.csr_matrix(b.X) - sp.csr_matrix(a[:, stored].X)).count_nonzero() == 0
+
+
+@pytest.mark.parametrize("damage,said", [
+    ("DELETE FROM dc_meta WHERE key = 'gene_order'", "has an orig_index column, but dc_meta.gene_order is missing"),
+    ("UPDATE dc_meta SET value = 'sorted' WHERE key = 'gene_order'", "gene_order is"),
+])
+def test_gene_order_record_damaged(synth, tmp_path, damage, said):
+    """dc_meta.gene_order and genes.orig_index are written together: one without the other
+    (or an order this version does not know) is an error naming it in export, genes,
+    to_anndata(gene_order='original') and verify, never the stored order in silence (export
+    wrote the stored order before); the stored order can still be asked for."""
+    import deltacells
+    d, a, db = synth
+    bad = tmp_path / "bad.dcdb"
+    bad.write_bytes(db.read_bytes())
+    con = sqlite3.connect(bad)
+    con.execute(damage)
+    con.commit()
+    con.close()
+    for args in (("export", bad, "-o", tmp_path / "o.h5ad"), ("genes", bad)):
+        p = dc(*args, check=False)
+        assert p.returncode != 0 and said in p.stderr and "gene order is unknown" in p.stderr, p.stderr
+    assert not (tmp_path / "o.h5ad").exists()
+    p = dc("verify", bad, check=False)
+    assert p.returncode != 0 and said in p.stderr, p.stderr
+    with pytest.raises(ValueError, match="gene order is unknown"):
+        deltacells.to_anndata(str(bad), gene_order="original")
+    export(bad, tmp_path / "s.h5ad", "--order", "stored")
+    s = anndata.read_h5ad(tmp_path / "s.h5ad")
+    assert sorted(s.var_names) == sorted(a.var_names) and list(s.var_names) != list(a.var_names)
+    assert list(deltacells.to_anndata(str(bad)).var_names) == list(s.var_names)
 
 
 def test_to_anndata_gene_order(synth):
