@@ -295,6 +295,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   /* pass 2 */
   if (dsw_open(&w, o->out, o->dataset_id_set ? &o->dataset_id : NULL, e)) goto done;
   w.genes_level = o->genes_level;
+  w.obs_level = o->obs_level;
   w.no_sync = o->no_sync;
   uint64_t nnz = 0, xbytes = 0, obytes = 0;
   int64_t gbytes = 0;

@@ -40,6 +40,7 @@ typedef struct cv_opts {
   int64_t tile_base, cell_base;
   int no_sync;          /* a scratch output (append's): not fsync()ed */
   int genes_level;      /* zstd level of the genes table; 0: the default (append: 1, it is rewritten) */
+  int obs_level;        /* zstd level of the obs blocks; 0: the default (append: 1, they are rewritten) */
 } cv_opts;
 
 int cv_convert(const cv_opts *o, cv_err *e);

@@ -401,7 +401,7 @@ int dsw_obs_block(dsw *w, int64_t col, const char *name, int64_t b, int64_t firs
   memset(&de, 0, sizeof de);
   uint8_t *blob = NULL;
   size_t len = 0;
-  if (dc_obs_encode(v, 0, &blob, &len, &st, &de) != DC_OK) {
+  if (dc_obs_encode(v, w->obs_level, &blob, &len, &st, &de) != DC_OK) {
     dc_obs_stats_clear(&st);
     return cv_fail(e, "obs column '%s', block %lld: %s", name, (long long)b, de.msg);
   }

@@ -22,6 +22,7 @@ typedef struct dsw {
   uint64_t dataset_id;     /* dc_meta.dataset_id, the key of every seal (dc_seal.h) */
   int lock_fd;             /* the temporary file, flock()ed while this writer lives */
   int genes_level;         /* zstd level of genes_blocks; 0: the default (19) */
+  int obs_level;           /* zstd level of cells_blocks; 0: dc_obs's default (9) */
   int no_sync;             /* a scratch dataset (append's): no fsync at dsw_finish */
 } dsw;
 

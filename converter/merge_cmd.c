@@ -169,6 +169,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   co.fixed_rep = reps;
   co.n_fixed_genes = (uint32_t)n_names;
   co.genes_level = 1;
+  co.obs_level = 1;     /* its obs blocks too: cv_merge_into encodes the values again */
   co.no_sync = 1;       /* a scratch file: only the dataset's own commit needs to reach the disk */   /* read once by cv_merge_into, which writes the dataset's genes table */
   if (!co.codec) { cv_fail(e, "%s: unknown codec '%s'", o->dataset, D.codec); goto done; }
   /* the new tiles go straight into the dataset (inside its transaction), numbered on */
