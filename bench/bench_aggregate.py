@@ -12,7 +12,8 @@ Datasets (made once in --work and reused):
          (the two files without a cell_type form the NULL group); skipped when absent.
 
 Timed, interleaved, each after an untimed warm-up, medians of --repeat runs:
-  scipy       the counts already in RAM as scipy CSR (int32, as to_anndata gives them); the
+  scipy       the counts already in RAM as scipy CSR (in the input's X dtype, as to_anndata
+              gives them: int32 for the generated data and the five real files); the
               statistics as scanpy's sc.get.aggregate computes them: an indicator matrix
               (groups x cells) times X for the sums, times (X != 0) for the cells expressing,
               divided by the group sizes.

@@ -164,17 +164,24 @@ class Catalogue:
                              f"(`deltacells verify {self.path}` checks it)") from None
 
     # --- genes -------------------------------------------------------------
-    def counts_fit_int32(self, con=None):
-        """Whether every stored count is below 2^31 for sure: no gene's total is larger.
-        Counts are stored as uint32 (up to 2^32-1); where one may not fit, int32 values are
-        read with a check (no placing) and to_anndata returns int64."""
+    def count_bound(self, con=None):
+        """A bound on every stored count: the largest gene total (no count exceeds its gene's
+        total), or None when not known (no connection given, none kept)."""
         if self._count_bound is None:
             con = con or self._con
             if con is None:
-                return False          # not asked at setup: read int32 with the check
+                return None
             self._count_bound = int(con.execute(
                 "SELECT coalesce(max(total_counts), 0) FROM genes").fetchone()[0])
-        return self._count_bound <= INT32_MAX
+        return self._count_bound
+
+    def counts_fit_int32(self, con=None):
+        """Whether every stored count is below 2^31 for sure: no gene's total is larger.
+        Counts are stored as uint32 (up to 2^32-1); where one may not fit, int32 values are
+        read with a check (no placing) and to_anndata returns int64 (unless dc_meta x_dtype
+        says otherwise: x_dtype())."""
+        bound = self.count_bound(con)
+        return bound is not None and bound <= INT32_MAX   # not known: read int32 with the check
 
     def gene_names(self, con=None):
         if self._gene_names is None:
@@ -700,6 +707,74 @@ def check_float16(con, ids, indptr, data, panel=None):
     row = int(np.searchsorted(indptr, at, side="right")) - 1
     _, _, _, counts, _ = read_batch(con, ids[row:row + 1], panel=panel)
     raise overflow(int(ids[row]), int(counts[at - int(indptr[row])]), "float16")
+
+
+# dc_meta x_dtype's names: the rows of the converter's dtype table (converter/cv_dtype.c);
+# what each holds is numpy's (np.iinfo, np.finfo), as the table's numbers are IEEE's and C's
+X_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+            "float16", "float32", "float64")
+
+
+def x_dtype(meta, count_bound):
+    """The numpy dtype name of X as `deltacells export` writes it (converter/export.c): dc_meta
+    x_dtype (the inputs' X dtype) where recorded; where absent (a dataset written before it was
+    recorded) or not a name of X_DTYPES, int32, or int64 when count_bound (Catalogue.count_bound:
+    the largest gene total) exceeds 2^31-1 or is not known, so that a count might not fit int32."""
+    name = meta.get("x_dtype")
+    if isinstance(name, str) and name in X_DTYPES:
+        return name
+    return "int32" if count_bound is not None and count_bound <= INT32_MAX else "int64"
+
+
+def _exact_up_to(name):
+    """The largest n such that numpy dtype `name` holds every count 0..n exactly (a float above
+    it holds only some: those its mantissa has room for)."""
+    d = np.dtype(name)
+    return 2 ** (np.finfo(d).nmant + 1) if d.kind == "f" else int(np.iinfo(d).max)
+
+
+def x_convert(path, name, ids, indptr, data):
+    """data (the stored counts of the cells `ids`, CSR rows by indptr) in numpy dtype `name`,
+    exactly: a count it does not hold exactly (an integer beyond its range, a float whose
+    mantissa has no room for it or beyond its largest value: export's rule, cv_dtype_holds) is a
+    DtypeOverflow naming the dataset, the cell, the count and the dtype, as export refuses it.
+    Never wrapped or rounded."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        conv = data.astype(name)
+        bad = np.flatnonzero(conv != data)       # compared in a type that holds both exactly
+    if not len(bad):
+        return conv
+    at = int(bad[0])
+    row = int(np.searchsorted(indptr, at, side="right")) - 1
+    why = ""
+    if np.dtype(name).kind == "f":
+        why = (f" exactly (it holds every count up to {_exact_up_to(name)}, above that only some, "
+               f"none above {np.finfo(name).max:g})")
+    raise DtypeOverflow(f"{path}: cell {int(ids[row])} has a count of {int(data[at])}, which X's dtype {name} "
+                        f"(dc_meta.x_dtype) does not hold{why}; dc_meta.x_dtype is wrong (export refuses it too; "
+                        f"`deltacells verify {path}` checks the dataset)")
+
+
+def read_x(con, path, cell_ids, genes_blob, chunk_cells, nnz_hint, name, count_bound):
+    """X of the cells (read_csr's indptr, indices, data, n_genes) with data in numpy dtype
+    `name` (x_dtype()), exactly as export writes it: where count_bound (Catalogue.count_bound)
+    shows that `name` holds every count, read straight into it (or into the extension's nearest
+    kind: int32 for uint16, float32 for float16, int64 for uint64); else read as the stored
+    uint32 and converted with the check of x_convert."""
+    ids = np.asarray(cell_ids)
+    if name in ("int64", "uint32", "uint64", "float64"):          # hold every uint32 count
+        take = "int64" if name == "uint64" else name
+        indptr, indices, data, g = read_csr(con, ids, genes_blob, chunk_cells, nnz_hint, take)
+        return indptr, indices, (data.view(np.uint64) if name == "uint64" else data), g
+    if count_bound is not None and count_bound <= _exact_up_to(name):
+        take = {"uint16": "int32", "float16": "float32"}.get(name, name)
+        indptr, indices, data, g = read_csr(con, ids, genes_blob, chunk_cells, nnz_hint, take,
+                                            int32_fits=True)
+        if take != name:      # checked all the same: the bound is the genes table's word
+            data = x_convert(path, name, ids, indptr, data)
+        return indptr, indices, data, g
+    indptr, indices, data, g = read_csr(con, ids, genes_blob, chunk_cells, nnz_hint, "uint32")
+    return indptr, indices, x_convert(path, name, ids, indptr, data), g
 
 
 _ext_fns = {}          # pid -> {name: ctypes function or None}

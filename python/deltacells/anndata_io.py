@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 
-from ._core import Catalogue, read_csr
+from ._core import Catalogue, read_x, x_dtype
 
 
 def original_gene_order(con):
@@ -110,8 +110,14 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
                gene_order="stored"):
     """Return an AnnData of the cells matching `where` (SQL over `cells`), in cell_id order.
 
-    X:    scipy CSR of the stored counts, int32 (int64 where a gene's total counts exceed
-          2^31-1, so that a count might not fit int32); columns in the order of the `genes` panel if
+    X:    scipy CSR of the stored counts in the input's X dtype (dc_meta x_dtype: int32,
+          float32, uint16, float16, ...; several inputs: their common type), as `deltacells
+          export` writes it; a dataset that does not record it (written before it was recorded)
+          gives int32, or int64 where a gene's total counts exceed 2^31-1, so that a count might
+          not fit int32.  A count the dtype does not hold exactly (x_dtype is then wrong: the
+          converter records the type that held the input's counts) is a ValueError naming the
+          cell, the count and the dtype, never a wrapped or rounded value, as export refuses
+          it.  Columns in the order of the `genes` panel if
           given, else by `gene_order`: 'stored' (gene_id: decreasing total counts, the default)
           or 'original' (the input's var order; with several inputs the union of their var,
           first input first; the stored order for a dataset that does not record it).
@@ -141,9 +147,9 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         hint = 0
         if gids is None and len(ids) == cat.n_cells:   # every cell: the stored total, exactly
             hint = int(con.execute("SELECT coalesce(sum(nnz), 0) FROM tiles").fetchone()[0])
-        fits = cat.counts_fit_int32(con)
-        indptr, indices, data, _ = read_csr(con, ids, blob, chunk_cells, hint,
-                                            "int32" if fits else "int64", int32_fits=fits)
+        bound = cat.count_bound(con)
+        indptr, indices, data, _ = read_x(con, path, ids, blob, chunk_cells, hint,
+                                          x_dtype(cat.meta, bound), bound)
         X = scipy.sparse.csr_matrix((data, indices, indptr), shape=(len(ids), n_genes))
 
         # obs: one query, rows matched to ids

@@ -131,8 +131,12 @@ def test_round_trip_synthetic(synth):
     assert str(b.obs["maybe"].dtype) == "Int64"
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.uint16, np.int64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.uint16, np.int64, np.int8, np.uint8,
+                                   np.int16, np.int32, np.uint32, np.uint64])
 def test_dtype_kept(tmp_path, dtype):
+    """export and to_anndata give X the input's dtype (dc_meta x_dtype); to_anndata gave int32
+    whatever the input had."""
+    import deltacells
     a = make_adata(n_cells=120, n_genes=30, dtype=dtype, seed=3)
     db = tmp_path / "d.dcdb"
     dc("convert", write(a, tmp_path / "a.h5ad"), "-o", db, "--quiet", "--tile-cells", "50")
@@ -140,6 +144,14 @@ def test_dtype_kept(tmp_path, dtype):
     b = anndata.read_h5ad(tmp_path / "o.h5ad")
     assert b.X.dtype == np.dtype(dtype)
     assert_same(a, b)
+    t = deltacells.to_anndata(str(db), gene_order="original")
+    assert t.X.dtype == np.dtype(dtype) and list(t.var_names) == list(a.var_names)
+    assert (sp.csr_matrix(t.X, dtype=np.float64) != sp.csr_matrix(a.X, dtype=np.float64)).nnz == 0
+    # a subset: the same dtype (every count of a gene panel and a where read the same way)
+    s = deltacells.to_anndata(str(db), where="cell_id < 40", genes=list(a.var_names[:5]))
+    assert s.X.dtype == np.dtype(dtype)
+    want = sp.csr_matrix(a.X, dtype=np.float64)[:40][:, :5]
+    assert (sp.csr_matrix(s.X, dtype=np.float64) != want).nnz == 0
 
 
 def test_float16_round_trip(tmp_path):
@@ -186,6 +198,59 @@ def test_float16_round_trip(tmp_path):
                                                index=a1.obs_names[:2]))
     for x in exported_and_loaded(one, tmp_path):
         assert x.obs["q16"].dtype == np.float16 and x.obs["q16"].iloc[:2].tolist() == [1.5, -2.25]
+
+
+def wrong_x_dtype(tmp_path, count, x_dtype, big_dtype=np.int32):
+    """A dataset of counts [[1, count, 0], [0, 3, 7]] whose dc_meta x_dtype is set to x_dtype."""
+    X = sp.csr_matrix(np.array([[1, count, 0], [0, 3, 7]], dtype=big_dtype))
+    a = anndata.AnnData(X=X, obs=pd.DataFrame(index=["a", "b"]), var=pd.DataFrame(index=["G0", "G1", "G2"]),
+                        dtype=big_dtype)
+    db = tmp_path / f"w_{x_dtype}.dcdb"
+    dc("convert", write(a, tmp_path / "w.h5ad"), "-o", db, "--quiet")
+    con = sqlite3.connect(db)
+    con.execute("UPDATE dc_meta SET value = ? WHERE key = 'x_dtype'", (x_dtype,))
+    con.commit()
+    con.close()
+    return db
+
+
+# (x_dtype, a count it does not hold): past an integer's range; between two floats' values;
+# beyond a float's largest
+NOT_HELD = [("int8", 1000), ("uint8", 256), ("int16", 40000), ("uint16", 70000), ("int32", 2**31),
+            ("float16", 2049), ("float16", 131072), ("float32", 2**24 + 1)]
+
+
+@pytest.mark.parametrize("x_dtype,count", NOT_HELD)
+def test_count_x_dtype_cannot_hold_is_refused(tmp_path, x_dtype, count):
+    """A dc_meta x_dtype that cannot hold a stored count (only a wrong x_dtype gives one: the
+    converter records the type the input's counts were in): export refuses it naming the
+    dataset, the count and the dtype, and writes nothing (it already did so); to_anndata, which
+    now gives X the recorded dtype, refuses it the same way: a ValueError, never a wrapped or
+    rounded count.  Also through sqlite3's blobs (no ticket path)."""
+    import deltacells
+    from deltacells import _core
+    db = wrong_x_dtype(tmp_path, count, x_dtype, np.int64 if count > 2**31 - 1 else np.int32)
+    out = tmp_path / "bad.h5ad"
+    p = dc("export", db, "-o", out, check=False)
+    assert p.returncode == 1, p.stderr
+    assert str(db) in p.stderr and f"count of {count}," in p.stderr and f"dtype {x_dtype} " in p.stderr, p.stderr
+    assert "x_dtype" in p.stderr and not out.exists(), p.stderr
+    with pytest.raises(ValueError, match=rf"cell 0 has a count of {count}, which X's dtype {x_dtype} "
+                                         r"\(dc_meta.x_dtype\) does not hold") as e:
+        deltacells.to_anndata(str(db))
+    assert str(db) in str(e.value) and ("exactly" in str(e.value)) == x_dtype.startswith("float")
+    with pytest.raises(ValueError, match=rf"count of {count}, which X's dtype {x_dtype} "):
+        deltacells.to_anndata(str(db), genes=["G1"], where="cell_id = 0")
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(_core, "_ticket_take_fn", lambda: None)
+        with pytest.raises(ValueError, match=rf"count of {count}, which X's dtype {x_dtype} "):
+            deltacells.to_anndata(str(db))
+    finally:
+        mp.undo()
+    # the cells without it read well, in the recorded dtype
+    ok = deltacells.to_anndata(str(db), where="cell_id = 1", gene_order="original")
+    assert ok.X.dtype == np.dtype(x_dtype) and ok.X.astype(np.float64).toarray().tolist() == [[0, 3, 7]]
 
 
 @pytest.mark.parametrize("count", [2049, 131072])

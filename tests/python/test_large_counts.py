@@ -2,7 +2,8 @@
 (docs/format.md), so every reader must give them back exactly or refuse with an error that
 names the cell, never wrap them to negative numbers.  int32 cannot hold them: a batch read as
 int32 is a DtypeOverflow, int64/float64 are exact on every path (placed, taken, through
-sqlite3's blobs), to_anndata returns int64 for such a dataset and int32 otherwise."""
+sqlite3's blobs), to_anndata returns int64 for such a dataset (its input's X dtype, dc_meta
+x_dtype; int64 too where that is not recorded) and int32 for an int32 input."""
 import os
 import sqlite3
 import warnings
