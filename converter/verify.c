@@ -321,6 +321,48 @@ static void verify_queries(sqlite3 *db, vrep *rep, int64_t n_tiles, int gene_ord
   }
 }
 
+/* dc_meta.x_dtype, X's dtype in export and to_anndata: absent (a dataset of before it), or a
+** name of the dtype table (cv_dtype.c), which then must hold every count (xcheck_count). */
+typedef struct xcheck {
+  const cv_dtype *d;     /* the recorded dtype, NULL if absent or unknown */
+  int64_t n_bad;         /* counts it does not hold */
+  uint32_t big;          /* the largest of them, */
+  int64_t tile, cell;    /* in this tile and dataset cell */
+  int32_t gene;          /* of this gene_id (the first such entry) */
+} xcheck;
+
+static void xcheck_open(sqlite3 *db, vrep *rep, xcheck *x) {
+  memset(x, 0, sizeof *x);
+  char *name = cv_meta_text(db, "x_dtype");
+  if (name && !(x->d = cv_dtype_find(name))) {
+    sqlite3_str *s = sqlite3_str_new(NULL);
+    for (int i = 0; i < CV_N_DTYPES; i++) sqlite3_str_appendf(s, "%s%s", i ? ", " : "", cv_dtype_at(i)->name);
+    char *all = sqlite3_str_finish(s);
+    VFAULT("dc_meta.x_dtype is '%s', which is not a dtype this version knows (%s): export and to_anndata would "
+           "take X for int32 or int64", name, all ? all : "?");
+    sqlite3_free(all);
+  }
+  free(name);
+}
+
+/* A count v of gene g in dataset cell `cell` of tile t, against the recorded dtype. */
+static inline void xcheck_count(xcheck *x, uint32_t v, int64_t t, int64_t cell, int32_t g) {
+  if (!x->d || cv_dtype_holds(x->d, v)) return;
+  if (!x->n_bad++ || v > x->big) { x->big = v; x->tile = t; x->cell = cell; x->gene = g; }
+}
+
+/* One fault for every count the recorded dtype does not hold: the largest. */
+static void xcheck_close(vrep *rep, const xcheck *x) {
+  if (!x->n_bad) return;
+  char why[160] = "";
+  if (x->d->is_float)
+    snprintf(why, sizeof why, " exactly (it holds every count up to %llu, above that only some, none above %g)",
+             1ULL << (x->d->mant + 1), x->d->max);
+  VFAULT("dc_meta.x_dtype is '%s', but a count of %u (tile %lld, dataset cell %lld, gene_id %d) does not fit it%s: "
+         "the largest of %lld count%s it does not hold, which export and to_anndata refuse", x->d->name, x->big,
+         (long long)x->tile, (long long)x->cell, x->gene, why, (long long)x->n_bad, x->n_bad == 1 ? "" : "s");
+}
+
 int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   sqlite3 *db = NULL;
   int64_t version = 0;
@@ -372,6 +414,8 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
   ** counts, and nothing is allocated from it (2^40 genes had made verify run out of memory) */
   if (mv[1] > INT32_MAX) mv[1] = -1;
   int64_t n_cells = mv[0], n_genes = mv[1], nnz_meta = mv[2], n_tiles_meta = mv[3];
+  xcheck xc;
+  xcheck_open(db, rep, &xc);
   dc_decoder *dec = dc_decoder_new();
   /* the chunks of each tile are decoded on every core (the blob is plain bytes by then) */
   dc_pool *pool = dc_pool_new(0);
@@ -486,6 +530,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
           bad = 2;
           break;
         }
+        xcheck_count(&xc, (uint32_t)vx[k], t, fc + i, ix[k]);
         if (n_genes < 0) continue;   /* no dataset gene count to total by */
         tot[ix[k]] += (uint32_t)vx[k];
         ncl[ix[k]]++;
@@ -499,6 +544,7 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     genes_bad = 1;
   }
   int tiles_decoded = rep->n == faults_before_tiles;
+  xcheck_close(rep, &xc);
   if (genes_bad) n_genes = -1;   /* said once: nothing to compare the genes with */
   dc_tilerows_close(&rows);
   if (have_tiles) {

@@ -253,6 +253,30 @@ def test_count_x_dtype_cannot_hold_is_refused(tmp_path, x_dtype, count):
     assert ok.X.dtype == np.dtype(x_dtype) and ok.X.astype(np.float64).toarray().tolist() == [[0, 3, 7]]
 
 
+@pytest.mark.parametrize("x_dtype", [None, "bool", "int12"])
+def test_x_dtype_absent_or_unknown(tmp_path, x_dtype):
+    """Without dc_meta x_dtype (a dataset written before it was recorded), or with a name the
+    converter's dtype table lacks, export and to_anndata both give int32 (int64 where a gene's
+    total passes 2^31-1: test_large_counts.py); verify reports an unknown name."""
+    import deltacells
+    db = wrong_x_dtype(tmp_path, 1000, x_dtype or "int32")
+    if x_dtype is None:
+        con = sqlite3.connect(db)
+        con.execute("DELETE FROM dc_meta WHERE key = 'x_dtype'")
+        con.commit()
+        con.close()
+    export(db, tmp_path / "o.h5ad")
+    b = anndata.read_h5ad(tmp_path / "o.h5ad")
+    t = deltacells.to_anndata(str(db), gene_order="original")
+    assert b.X.dtype == t.X.dtype == np.int32
+    assert b.X.toarray().tolist() == t.X.toarray().tolist() == [[1, 1000, 0], [0, 3, 7]]
+    v = dc("verify", db, check=False)
+    if x_dtype is None:
+        assert v.returncode == 0, v.stderr
+    else:
+        assert v.returncode == 1 and f"dc_meta.x_dtype is '{x_dtype}', which is not a dtype" in v.stderr, v.stderr
+
+
 @pytest.mark.parametrize("count", [2049, 131072])
 def test_float16_count_it_cannot_hold_is_refused(tmp_path, count):
     """X of dtype float16 with a count float16 does not hold exactly (2049 lies between two of its

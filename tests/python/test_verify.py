@@ -165,6 +165,61 @@ def test_meta_of_export_checked(good, tmp_path, key, value, words):
     assert verify(ok).returncode == 0
 
 
+def stored_counts(db):
+    """X of a dataset as stored (genes in gene_id order), through deltacells.to_anndata."""
+    import deltacells
+    import scipy.sparse as sp
+    X = sp.csr_matrix(deltacells.to_anndata(str(db)).X, dtype="uint32")
+    X.sort_indices()
+    return X
+
+
+@pytest.mark.parametrize("x_dtype", ["int8", "uint8", "float16"])
+def test_meta_x_dtype_that_cannot_hold_a_count(good, tmp_path, x_dtype):
+    """dc_meta.x_dtype, the dtype export and to_anndata give X, must hold every count: one that
+    does not (the dataset's counts go up to 3366) passed verify, and export then refused the
+    dataset.  One fault, naming the largest such count, its tile, cell and gene and how many
+    there are (not one line per count)."""
+    import numpy as np
+    X = stored_counts(good)
+    with np.errstate(over="ignore"):
+        bad = X.data.astype(x_dtype) != X.data
+    at = int(np.flatnonzero(bad)[np.argmax(X.data[bad])])    # the first of the largest
+    cell = int(np.searchsorted(X.indptr, at, side="right")) - 1
+    big, gene = int(X.data[at]), int(X.indices[at])
+    assert big > 2048
+    r = verify(damaged(good, tmp_path, f"UPDATE dc_meta SET value = '{x_dtype}' WHERE key = 'x_dtype'"))
+    assert r.returncode == 1
+    lines = [l for l in r.stderr.splitlines() if l.startswith("verify: ")]
+    assert len(lines) == 1, r.stderr
+    assert (f"dc_meta.x_dtype is '{x_dtype}', but a count of {big} (tile {cell // 1000}, dataset cell {cell}, "
+            f"gene_id {gene}) does not fit it") in lines[0], lines[0]
+    assert f"the largest of {int(bad.sum())} counts it does not hold" in lines[0], lines[0]
+    assert ("exactly (it holds every count up to 2048" in lines[0]) == (x_dtype == "float16"), lines[0]
+    # export refuses it too, naming the dataset, the dtype and a count
+    out = tmp_path / "x.h5ad"
+    e = subprocess.run([str(CONVERTER), "export", str(tmp_path / "bad.dcdb"), "-o", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert e.returncode == 1 and f"which X's dtype {x_dtype} does not hold" in e.stderr, e.stderr
+    assert str(tmp_path / "bad.dcdb") in e.stderr and not out.exists(), e.stderr
+    # a dtype that holds them all (the converter records the input's; int32 here) passes
+    ok = damaged(good, tmp_path, "UPDATE dc_meta SET value = 'uint16' WHERE key = 'x_dtype'", name="ok.dcdb")
+    assert verify(ok).returncode == 0, verify(ok).stderr
+
+
+@pytest.mark.parametrize("value", ["bool", "float128", "", "Int32"])
+def test_meta_x_dtype_unknown(good, tmp_path, value):
+    """An x_dtype that is none of the converter's dtype table's names (cv_dtype.c) is a fault:
+    export and to_anndata would give X another type than the input's."""
+    r = verify(damaged(good, tmp_path, f"UPDATE dc_meta SET value = '{value}' WHERE key = 'x_dtype'"))
+    assert r.returncode == 1
+    lines = [l for l in r.stderr.splitlines() if l.startswith("verify: ")]
+    assert len(lines) == 1 and f"dc_meta.x_dtype is '{value}', which is not a dtype this version knows (int8, " in lines[0], \
+        r.stderr
+    # absent (a dataset written before it was recorded) is no fault
+    assert verify(damaged(good, tmp_path, "DELETE FROM dc_meta WHERE key = 'x_dtype'", name="old.dcdb")).returncode == 0
+
+
 def test_case5_gene_names_swapped(good, tmp_path):
     # the block of gene names swapped with the block of another text column of the genes table
     con = sqlite3.connect(good)
