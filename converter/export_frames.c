@@ -311,29 +311,32 @@ static hid_t code_type(uint32_t n_cats) {
   return n_cats <= 127 ? H5T_STD_I8LE : n_cats <= 32767 ? H5T_STD_I16LE : H5T_STD_I32LE;
 }
 
+/* The type c's categories are written in: dc_meta obs_cat_dtypes' where every label reads as
+** one (cv_cat_label, into vals), else NULL (strings).  A dataset written before 'uint64' was
+** recorded says 'int64' for categories of uint64: labels of 2^63 and up then read as uint64. */
+static const char *cat_type(const xcol *c, void *vals) {
+  const char *as[2] = {c->dtype, !strcmp(c->dtype, "int64") ? "uint64" : NULL};
+  for (int t = 0; t < 2 && as[t]; t++) {
+    int b = !strcmp(as[t], "bool");
+    uint32_t k = 0;
+    while (k < c->n_cats && cv_cat_label(as[t], c->cats[k], b ? (void *)((int8_t *)vals + k) : (void *)((uint64_t *)vals + k)))
+      k++;
+    if (k == c->n_cats) return as[t];
+  }
+  return NULL;
+}
+
 /* A categorical's categories: numbers (or booleans) where dc_meta obs_cat_dtypes says the input
 ** had them so and every label reads back as one, else strings. */
 static int put_categories(hid_t sub, const xcol *c, hid_t bt) {
-  int kind = !strcmp(c->dtype, "int64") ? 1 : !strcmp(c->dtype, "float64") ? 2 : !strcmp(c->dtype, "bool") ? 3 : 0;
-  void *vals = kind ? malloc(((size_t)c->n_cats + 1) * 8) : NULL;
-  int64_t *iv = vals;
-  double *fv = vals;
-  int8_t *bv = vals;
-  for (uint32_t k = 0; vals && k < c->n_cats; k++) {
-    const char *t = c->cats[k];
-    char *end = NULL;
-    errno = 0;
-    if (kind == 1) iv[k] = strtoll(t, &end, 10);
-    else if (kind == 2) fv[k] = strtod(t, &end);
-    else {
-      bv[k] = !strcmp(t, "True");
-      end = (char *)t + (bv[k] || !strcmp(t, "False") ? strlen(t) : 0);
-    }
-    if (!*t || errno || !end || *end) { free(vals); vals = NULL; }   /* not a number: strings */
+  void *vals = c->dtype[0] ? malloc(((size_t)c->n_cats + 1) * 8) : NULL;
+  const char *as = vals ? cat_type(c, vals) : NULL;
+  if (!as) {
+    free(vals);
+    return ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats);
   }
-  if (!vals) return ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats);
-  hid_t ft = kind == 1 ? H5T_STD_I64LE : kind == 2 ? H5T_IEEE_F64LE : bt;
-  hid_t mt = kind == 1 ? H5T_NATIVE_INT64 : kind == 2 ? H5T_NATIVE_DOUBLE : bt;
+  const cv_dtype *dt = cv_dtype_find(as);   /* NULL for bool */
+  hid_t ft = dt ? cv_dtype_file(dt) : bt, mt = dt ? cv_dtype_mem(dt) : bt;
   hid_t d = ex_dset(sub, "categories", ft, (hsize_t)c->n_cats, 0, "array", "0.2.0");
   int r = d < 0 || ex_dset_put(d, mt, vals, 0, (hsize_t)c->n_cats, 0);
   if (d >= 0) H5Dclose(d);

@@ -77,14 +77,26 @@ def _nullable(d):
 
 def _typed_labels(labels, dtype):
     """A categorical's labels (text) as the numbers or booleans dc_meta obs_cat_dtypes says the
-    input had, or None (strings, or a label that is not one: as export does)."""
-    conv = {"int64": int, "float64": float, "bool": {"True": True, "False": False}.__getitem__}.get(dtype)
-    if conv is None:
+    input had (a numpy array of int64, uint64 or float64; a list of booleans), or None (strings,
+    or a label that is not one: as export does).  A dataset written before 'uint64' was recorded
+    says 'int64' for uint64 categories: those of 2^63 and up are read as uint64 then, as export
+    reads them."""
+    if dtype == "bool":
+        b = {"True": True, "False": False}
+        return [b[str(x)] for x in labels] if all(str(x) in b for x in labels) else None
+    if dtype not in ("int64", "uint64", "float64"):
         return None
     try:
-        return [conv(str(x)) for x in labels]
-    except (ValueError, KeyError):
+        if dtype == "float64":
+            return np.array([float(str(x)) for x in labels], dtype=np.float64)
+        ints = [int(str(x)) for x in labels]
+    except ValueError:
         return None
+    for d in (dtype, "uint64") if dtype == "int64" else (dtype,):
+        lo, hi = (0, 2**64 - 1) if d == "uint64" else (-2**63, 2**63 - 1)
+        if all(lo <= v <= hi for v in ints):
+            return np.array(ints, dtype=d)
+    return None
 
 
 def _var_types(var, meta):
@@ -166,10 +178,12 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
             if kind == "category":
                 cats = cat.categories(c, con)
                 typed = _typed_labels(cats, cat_dtypes.get(c))
-                if typed is not None:             # numbers (or booleans) as the input had them
-                    to = dict(zip(cats, typed))
-                    cats, vals = typed, [None if v is None else to[v] for v in vals]
-                data[c] = pd.Categorical(vals, categories=cats, ordered=c in ordered)
+                if typed is not None:             # numbers (or booleans) as the input had them,
+                    code = {v: k for k, v in enumerate(cats)}   # in its type (uint64 stays uint64)
+                    codes = np.array([-1 if v is None else code.get(v, -1) for v in vals], dtype=np.int64)
+                    data[c] = pd.Categorical.from_codes(codes, categories=pd.Index(typed), ordered=c in ordered)
+                else:
+                    data[c] = pd.Categorical(vals, categories=cats, ordered=c in ordered)
             elif kind == "bool":
                 data[c] = (pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
                            if any(v is None for v in vals) else np.array(vals, dtype=bool))
