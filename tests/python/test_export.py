@@ -938,6 +938,72 @@ def test_uint64_categories_round_trip(tmp_path):
         assert "does not fit a signed 64-bit integer" in p.stderr, p.stderr
 
 
+def unsealed(db, *sql):
+    """db as format version 2 wrote it (no seals, which cover the column names), then sql run on
+    it: a dataset whose columns are renamed by hand."""
+    con = sqlite3.connect(db)
+    for q in ["DROP INDEX tiles_data_meta",
+              *[f"ALTER TABLE {t} DROP COLUMN checksum" for t in ("tiles_data", "cells_blocks", "genes_blocks", "cells_columns")],
+              "DELETE FROM dc_meta WHERE key = 'dataset_id'", "UPDATE dc_meta SET value = 2 WHERE key = 'format_version'", *sql]:
+        con.execute(q)
+    con.commit()
+    con.close()
+    return db
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_column_without_a_name(tmp_path, taken):
+    """An obs (or var) column whose name is empty (renamed by hand: no h5ad can hold one) made
+    export fail with "OUT: writing obs column ''", naming the output and no reason, and
+    to_anndata's AnnData failed in write_h5ad ("expected bytes, str found").  Both name it
+    'Unnamed: I', I its place among the obs (var) columns from 0, as pandas names a column
+    without a name ('Unnamed: I_1' if another column has that name), and say so, naming the
+    dataset.  A name with a '/' (annotate takes one) is refused before anything is written,
+    naming the dataset, the column and why; --obs leaves it out."""
+    import deltacells
+    a = make_adata(n_cells=20, n_genes=6)
+    a.obs = pd.DataFrame({"a": np.arange(20), "score": np.linspace(0, 1, 20, dtype=np.float32),
+                          "k": pd.Categorical(["x", "y"] * 10)}, index=a.obs_names)
+    db = tmp_path / "u.dcdb"
+    dc("convert", write(a, tmp_path / "u.h5ad"), "-o", db, "--quiet")
+    unsealed(db, "UPDATE cells_columns SET name = '' WHERE name = 'score'",
+             """UPDATE dc_meta SET value = json_set(json_remove(value, '$.score'), '$.""', 'float32') WHERE key = 'obs_dtypes'""",
+             "UPDATE genes_columns SET name = '' WHERE name = 'gc'",
+             *(["UPDATE cells_columns SET name = 'Unnamed: 1' WHERE name = 'k'"] if taken else []))
+    v = dc("verify", db, check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+    name = "Unnamed: 1_1" if taken else "Unnamed: 1"
+    want = ["a", name, "Unnamed: 1" if taken else "k"]
+    out = tmp_path / "o.h5ad"
+    p = dc("export", db, "-o", out, "--force")
+    assert f"{db}: an obs column has an empty name" in p.stderr and f"written as '{name}'" in p.stderr, p.stderr
+    assert f"{db}: a var column has an empty name" in p.stderr and "written as 'Unnamed: 2'" in p.stderr, p.stderr
+    b = anndata.read_h5ad(out)
+    with pytest.warns(UserWarning, match="an obs column has an empty name"):
+        t = deltacells.to_anndata(str(db), gene_order="original")
+    t.write_h5ad(tmp_path / "t.h5ad")                  # it failed here
+    for x in (b, anndata.read_h5ad(tmp_path / "t.h5ad")):
+        assert list(x.obs.columns) == want
+        assert x.obs[name].dtype == np.float32 and np.array_equal(x.obs[name].values, a.obs["score"].values)
+        assert np.array_equal(x.obs["a"].values, a.obs["a"].values)
+        assert np.allclose(x.var["Unnamed: 2"].values, a.var["gc"].values)
+    assert list(b.var.columns) == ["gene_ids", "length", "Unnamed: 2", "feature_types"]
+    assert "Unnamed: 2" in t.var.columns
+    if taken:
+        return
+    # a name with a '/': refused, naming the dataset and the column, before anything is written
+    db2 = tmp_path / "s.dcdb"
+    dc("convert", tmp_path / "u.h5ad", "-o", db2, "--quiet")
+    (tmp_path / "t.csv").write_text("name,a/b\n" + "".join(f"c{i:05d},{i}\n" for i in range(20)))
+    dc("annotate", db2, tmp_path / "t.csv", "--quiet")
+    before = set(os.listdir(tmp_path))
+    p = dc("export", db2, "-o", tmp_path / "s.h5ad", check=False)
+    assert p.returncode == 1 and set(os.listdir(tmp_path)) == before, p.stderr
+    assert f"{db2}: obs column 'a/b' has a '/'" in p.stderr and "--obs can leave it out" in p.stderr, p.stderr
+    export(db2, tmp_path / "s.h5ad", "--obs", "a,k")
+    assert list(anndata.read_h5ad(tmp_path / "s.h5ad").obs.columns) == ["a", "k"]
+
+
 def test_merge_and_append_of_columns_that_differ_only_in_case(tmp_path):
     """Datasets whose obs or var columns differ only in case ('Score' and 'score': SQLite does not
     tell them apart): merge and append refused a var pair ('cannot declare the columns (duplicate
