@@ -484,8 +484,8 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       char *rule = NULL;
       if ((cs.categories || cs.ordered || cs.cat_dtype) && kind != DC_OBS_CATEGORY) why = "categories, ordered and categories_dtype are for a category column";
       else if (cs.dtype && !schema_dtype(cs.dtype, kind, &dt)) why = (rule = schema_dtype_rule()) ? rule : "dtype: out of memory";
-      else if (cs.cat_dtype && strcmp(cs.cat_dtype, "int64") && strcmp(cs.cat_dtype, "float64") && strcmp(cs.cat_dtype, "bool"))
-        why = "categories_dtype is int64, float64 or bool";
+      else if (cs.cat_dtype && !cv_cat_dtype_known(cs.cat_dtype))
+        why = "categories_dtype is int64, uint64, float64 or bool";
       if (why) {
         sqlite3_free(ums);
         cv_fail(e, "--schema %s: column '%s' (%s): %s", o->schema, hdr[c], cv_obs_kind_label(kind), why);
@@ -552,12 +552,9 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
         goto done;
       }
     for (int64_t k = 0; cs.cat_dtype && k < nl; k++) {   /* labels of the categories' type */
-      char *end = NULL;
       const char *lab = labels[k];
-      errno = 0;
-      int ok = !strcmp(cs.cat_dtype, "bool") ? (!strcmp(lab, "True") || !strcmp(lab, "False"))
-               : !strcmp(cs.cat_dtype, "int64") ? (strtoll(lab, &end, 10), *lab && !*end && !errno)
-               : (strtod(lab, &end), *lab && !*end);
+      uint64_t val;
+      int ok = cv_cat_label(cs.cat_dtype, lab, &val);
       if (!ok) { sqlite3_free(ums); cv_fail(e, "--schema %s: column '%s': category '%s' is not a %s", o->schema, hdr[c], lab, cs.cat_dtype); goto done; }
     }
     /* replace the column of this name, or add one */

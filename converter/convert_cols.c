@@ -345,7 +345,7 @@ static const char *col_dtype(const ocol *c, int nf) {
 }
 
 /* A categorical whose categories are numbers (or booleans) in every input that has it: their
-** type ("int64", "float64", "bool"), for export to write the categories so (dc_meta
+** type ("int64", "uint64", "float64", "bool"), for export to write the categories so (dc_meta
 ** obs_cat_dtypes; the labels are stored as the numbers' text). */
 static const char *col_cat_dtype(const ocol *c, int nf) {
   return c->kind == CVK_CATEGORY ? agreed_dtype(c, nf) : NULL;

@@ -4,7 +4,9 @@
 */
 #include "cv_dtype.h"
 
+#include <errno.h>
 #include <float.h>
+#include <stdlib.h>
 #include <sqlite3.h>
 #include <string.h>
 
@@ -120,4 +122,32 @@ const char *cv_dtype_unite(const char *a, const char *b) {
   }
   if (x->is_signed == y->is_signed) return x->size >= y->size ? x->name : y->name;
   return "int64";
+}
+
+int cv_cat_dtype_known(const char *name) {
+  static const char *const known[] = {"int64", "uint64", "float64", "bool"};
+  for (size_t i = 0; name && i < sizeof known / sizeof *known; i++)
+    if (!strcmp(name, known[i])) return 1;
+  return 0;
+}
+
+int cv_cat_label(const char *dtype, const char *label, void *out) {
+  char *end = NULL;
+  if (!dtype || !label) return 0;
+  if (!strcmp(dtype, "bool")) {
+    int t = !strcmp(label, "True");
+    if (!t && strcmp(label, "False")) return 0;
+    *(int8_t *)out = (int8_t)t;
+    return 1;
+  }
+  errno = 0;
+  if (!strcmp(dtype, "int64")) *(int64_t *)out = strtoll(label, &end, 10);
+  else if (!strcmp(dtype, "uint64")) {
+    if (strchr(label, '-')) return 0;             /* strtoull takes "-1" as 2^64-1 */
+    *(uint64_t *)out = strtoull(label, &end, 10);
+  } else if (!strcmp(dtype, "float64")) {
+    *(double *)out = strtod(label, &end);       /* a denormal's ERANGE: its value all the same */
+    errno = 0;
+  } else return 0;
+  return *label && !errno && end && !*end;
 }

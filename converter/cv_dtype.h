@@ -62,4 +62,16 @@ char *cv_dtype_kept_list(int real, const char *quote, const char *sep);
 ** else float64.  NULL if either is NULL or unknown. */
 const char *cv_dtype_unite(const char *a, const char *b);
 
+/* The types dc_meta obs_cat_dtypes (annotate --schema categories_dtype) names for the
+** categories of a categorical whose categories were numbers or booleans (the labels are their
+** text: "3", "18446744073709551615", "1.5", "True"), as an SQL list for verify.  uint64 is
+** for categories of numpy uint64 (those >= 2^63 fit no int64); other integer types are int64. */
+#define CV_CAT_DTYPES_SQL "'int64', 'uint64', 'float64', 'bool'"
+/* Whether `name` is one of CV_CAT_DTYPES_SQL's. */
+int cv_cat_dtype_known(const char *name);
+/* Label `label` read as a category of type `dtype` (one of CV_CAT_DTYPES_SQL's) into *out: an
+** int64_t, uint64_t or double (8 bytes), or an int8_t 0/1 (bool).  Returns 1 when the whole
+** label is one (an integer in the type's range; uint64: no sign), else 0 (an unknown dtype too). */
+int cv_cat_label(const char *dtype, const char *label, void *out);
+
 #endif

@@ -106,12 +106,27 @@ static char *index_name(sqlite3 *db, const char *key, const char *const *cols, i
   return v && *v ? v : (free(v), strdup("_index"));
 }
 
+/* Whether nm is the name of a column other than i of the n, stored or (i > j) written as out[j]. */
+static int name_taken(const char *const *stored, char *const *out, int n, int i, const char *nm) {
+  for (int j = 0; j < n; j++)
+    if ((j != i && !strcmp(stored[j], nm)) || (j < i && !strcmp(out[j], nm))) return 1;
+  return 0;
+}
+
 /* The names n columns (stored names) get in the h5ad: a column the converter stored under
 ** another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its name in
-** the input files back, unless another column written has that name.  out[i]: malloc'ed. */
-int ex_file_names(sqlite3 *db, const char *key, const char *const *stored, int n, char **out, cv_err *e) {
+** the input files back, unless another column written has that name.  A column whose name is
+** empty (no HDF5 group member can have it, so no h5ad can hold it) is 'Unnamed: I', I its
+** position among the n, as pandas names a column without a name in what it reads ('Unnamed:
+** I_1', ... while another column has that name); unnamed[i] (unless NULL) says so.  out[i]:
+** malloc'ed. */
+int ex_file_names(sqlite3 *db, const char *key, const char *const *stored, int n, char **out, uint8_t *unnamed,
+                  cv_err *e) {
   sqlite3_stmt *s = NULL;
-  for (int i = 0; i < n; i++) out[i] = NULL;
+  for (int i = 0; i < n; i++) {
+    out[i] = NULL;
+    if (unnamed) unnamed[i] = 0;
+  }
   if (sqlite3_prepare_v2(db, "SELECT value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = ?1), '{}')) "
                          "WHERE key = ?2", -1, &s, NULL) != SQLITE_OK)
     return cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
@@ -123,13 +138,28 @@ int ex_file_names(sqlite3 *db, const char *key, const char *const *stored, int n
     int r = sqlite3_step(s);
     const char *o = r == SQLITE_ROW ? (const char *)sqlite3_column_text(s, 0) : NULL;
     if (r != SQLITE_ROW && r != SQLITE_DONE) { rc = cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db)); break; }
-    for (int j = 0; o && j < n; j++)
-      if ((j != i && !strcmp(stored[j], o)) || (j < i && !strcmp(out[j], o))) o = NULL;
-    if (!(out[i] = strdup(o ? o : stored[i]))) rc = cv_fail(e, "out of memory");
+    if (o && name_taken(stored, out, n, i, o)) o = NULL;
+    if (!o) o = stored[i];
+    char made[64];
+    if (!*o) {
+      snprintf(made, sizeof made, "Unnamed: %d", i);
+      for (int k = 1; k <= n && name_taken(stored, out, n, i, made); k++) snprintf(made, sizeof made, "Unnamed: %d_%d", i, k);
+      o = made;
+      if (unnamed) unnamed[i] = 1;
+    }
+    if (!(out[i] = strdup(o))) rc = cv_fail(e, "out of memory");
   }
   sqlite3_finalize(s);
   if (rc) for (int i = 0; i < n; i++) { free(out[i]); out[i] = NULL; }
   return rc;
+}
+
+/* Why an h5ad cannot hold a frame column named nm (HDF5 takes '/' for a path between groups
+** and '.' for the group itself), or NULL. */
+static const char *name_problem(const char *nm) {
+  if (strchr(nm, '/')) return "has a '/', which HDF5 reads as a path between groups";
+  if (!strcmp(nm, ".")) return "is '.', which HDF5 reads as the frame's group itself";
+  return NULL;
 }
 
 void ex_xcol_free(xcol *c) {
@@ -193,13 +223,15 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
   { /* the names in the h5ad */
     const char **st = calloc((size_t)n + 1, sizeof *st);
     char **on = calloc((size_t)n + 1, sizeof *on);
-    int bad = !st || !on;
+    uint8_t *un = calloc((size_t)n + 1, 1);
+    int bad = !st || !on || !un;
     for (int i = 0; !bad && i < n; i++) st[i] = all[i].name;
     if (bad) cv_fail(e, "out of memory");
-    else if (ex_file_names(db, "obs_names", st, n, on, e)) bad = 1;
-    else for (int i = 0; i < n; i++) all[i].out = on[i];
+    else if (ex_file_names(db, "obs_names", st, n, on, un, e)) bad = 1;
+    else for (int i = 0; i < n; i++) all[i].out = on[i], all[i].unnamed = un[i];
     free(st);
     free(on);
+    free(un);
     if (bad) goto done;
   }
   if (sqlite3_prepare_v2(db, "SELECT value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'obs_ordered'), '[]'))",
@@ -267,6 +299,13 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
     all = sel;
     n = k;
   }
+  for (int i = 0; i < n; i++) {   /* before anything is written */
+    const char *why = name_problem(all[i].out);
+    if (why) {
+      cv_fail(e, "%s: obs column '%s' %s, so no h5ad can hold it under that name (--obs can leave it out)", path, all[i].out, why);
+      goto done;
+    }
+  }
   /* dictionaries */
   if (sqlite3_prepare_v2(db, "SELECT code, value FROM cells_dict WHERE col=? ORDER BY code", -1, &s, NULL) != SQLITE_OK) {
     cv_fail(e, "%s: cells_dict: %s", path, sqlite3_errmsg(db));
@@ -311,29 +350,32 @@ static hid_t code_type(uint32_t n_cats) {
   return n_cats <= 127 ? H5T_STD_I8LE : n_cats <= 32767 ? H5T_STD_I16LE : H5T_STD_I32LE;
 }
 
+/* The type c's categories are written in: dc_meta obs_cat_dtypes' where every label reads as
+** one (cv_cat_label, into vals), else NULL (strings).  A dataset written before 'uint64' was
+** recorded says 'int64' for categories of uint64: labels of 2^63 and up then read as uint64. */
+static const char *cat_type(const xcol *c, void *vals) {
+  const char *as[2] = {c->dtype, !strcmp(c->dtype, "int64") ? "uint64" : NULL};
+  for (int t = 0; t < 2 && as[t]; t++) {
+    int b = !strcmp(as[t], "bool");
+    uint32_t k = 0;
+    while (k < c->n_cats && cv_cat_label(as[t], c->cats[k], b ? (void *)((int8_t *)vals + k) : (void *)((uint64_t *)vals + k)))
+      k++;
+    if (k == c->n_cats) return as[t];
+  }
+  return NULL;
+}
+
 /* A categorical's categories: numbers (or booleans) where dc_meta obs_cat_dtypes says the input
 ** had them so and every label reads back as one, else strings. */
 static int put_categories(hid_t sub, const xcol *c, hid_t bt) {
-  int kind = !strcmp(c->dtype, "int64") ? 1 : !strcmp(c->dtype, "float64") ? 2 : !strcmp(c->dtype, "bool") ? 3 : 0;
-  void *vals = kind ? malloc(((size_t)c->n_cats + 1) * 8) : NULL;
-  int64_t *iv = vals;
-  double *fv = vals;
-  int8_t *bv = vals;
-  for (uint32_t k = 0; vals && k < c->n_cats; k++) {
-    const char *t = c->cats[k];
-    char *end = NULL;
-    errno = 0;
-    if (kind == 1) iv[k] = strtoll(t, &end, 10);
-    else if (kind == 2) fv[k] = strtod(t, &end);
-    else {
-      bv[k] = !strcmp(t, "True");
-      end = (char *)t + (bv[k] || !strcmp(t, "False") ? strlen(t) : 0);
-    }
-    if (!*t || errno || !end || *end) { free(vals); vals = NULL; }   /* not a number: strings */
+  void *vals = c->dtype[0] ? malloc(((size_t)c->n_cats + 1) * 8) : NULL;
+  const char *as = vals ? cat_type(c, vals) : NULL;
+  if (!as) {
+    free(vals);
+    return ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats);
   }
-  if (!vals) return ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats);
-  hid_t ft = kind == 1 ? H5T_STD_I64LE : kind == 2 ? H5T_IEEE_F64LE : bt;
-  hid_t mt = kind == 1 ? H5T_NATIVE_INT64 : kind == 2 ? H5T_NATIVE_DOUBLE : bt;
+  const cv_dtype *dt = cv_dtype_find(as);   /* NULL for bool */
+  hid_t ft = dt ? cv_dtype_file(dt) : bt, mt = dt ? cv_dtype_mem(dt) : bt;
   hid_t d = ex_dset(sub, "categories", ft, (hsize_t)c->n_cats, 0, "array", "0.2.0");
   int r = d < 0 || ex_dset_put(d, mt, vals, 0, (hsize_t)c->n_cats, 0);
   if (d >= 0) H5Dclose(d);
@@ -444,8 +486,12 @@ int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, 
   }
   di = ex_dset(g, iname, vt, (hsize_t)n_sel, 0, "string-array", "0.2.0");
   if (di < 0) { cv_fail(e, "%s: writing obs/%s", o->out, iname); goto done; }
-  for (int i = 0; i < nc; i++)
-    if (obs_create(g, &cols[i], (hsize_t)n_sel, bt)) { cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name); goto done; }
+  for (int i = 0; i < nc; i++) {
+    if (cols[i].unnamed)
+      fprintf(stderr, "deltacells: note: %s: an obs column has an empty name, which no h5ad can hold; it is written as "
+              "'%s' (as pandas names a column without a name: by its place among the obs columns, from 0)\n", o->path, cols[i].out);
+    if (obs_create(g, &cols[i], (hsize_t)n_sel, bt)) { cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].out); goto done; }
+  }
   sqlite3_str *q = sqlite3_str_new(NULL);
   sqlite3_str_appendall(q, "SELECT name");
   for (int i = 0; i < nc; i++) {
@@ -524,7 +570,7 @@ int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, 
   if (row != n_sel) { cv_fail(e, "%s: the cells changed while they were read", o->path); goto done; }
   for (int i = 0; i < nc; i++)
     if (cols[i].tg >= 0 && ex_put_strings(cols[i].tg, "categories", (const char *const *)cols[i].cats, cols[i].n_cats)) {
-      cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].name);
+      cv_fail(e, "%s: writing obs column '%s'", o->out, cols[i].out);
       goto done;
     }
   rc = 0;
@@ -598,6 +644,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
   int8_t *mk = malloc((size_t)x->n_out + 1);
   int *which = calloc((size_t)g->n_cols + 1, sizeof *which);
   char **vdt = NULL;     /* per genes column: its dc_meta var_dtypes type, or NULL */
+  uint8_t *unnamed = NULL;   /* per var column written: its name was empty */
   int n = 0, rc = -1;
   hid_t vg = -1, vt = ex_vlstr();
   char *iname = NULL;
@@ -613,7 +660,15 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
   if (!vdt) { cv_fail(e, "out of memory"); goto done; }
   if (var_dtypes(db, g, vdt, e)) goto done;
   vg = ex_group(root, "var", "dataframe", "0.2.0");
-  if (ex_file_names(db, "var_names", names, n, fnames, e)) goto done;
+  if (!(unnamed = calloc((size_t)n + 1, 1))) { cv_fail(e, "out of memory"); goto done; }
+  if (ex_file_names(db, "var_names", names, n, fnames, unnamed, e)) goto done;
+  for (int i = 0; i < n; i++) {
+    const char *why = name_problem(fnames[i]);
+    if (why) { cv_fail(e, "%s: var column '%s' %s, so no h5ad can hold it under that name", o->path, fnames[i], why); goto done; }
+    if (unnamed[i])
+      fprintf(stderr, "deltacells: note: %s: a var column has an empty name, which no h5ad can hold; it is written as "
+              "'%s' (as pandas names a column without a name: by its place among the var columns, from 0)\n", o->path, fnames[i]);
+  }
   if (!(iname = index_name(db, "var_index_name", (const char *const *)fnames, n))) { cv_fail(e, "out of memory"); goto done; }
   if (vg < 0 || ex_attr_str(vg, "_index", iname) || ex_attr_strs(vg, "column-order", (const char *const *)fnames, (size_t)n)) {
     cv_fail(e, "%s: writing var", o->out);
@@ -683,7 +738,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
     for (uint32_t c = 0; c < n_cats; c++) free(cats[c]);
     free(cats);
     cv_map_free(&cm);
-    if (bad) { cv_fail(e, "%s: writing var column '%s'", o->out, names[i]); goto done; }
+    if (bad) { cv_fail(e, "%s: writing var column '%s'", o->out, fnames[i]); goto done; }
   }
   rc = 0;
 done:
@@ -692,7 +747,7 @@ done:
   H5Tclose(vt);
   for (int i = 0; fnames && i < n; i++) free(fnames[i]);
   free(fnames);
-  free(names); free(tv); free(iv); free(fv); free(mk); free(which);
+  free(names); free(tv); free(iv); free(fv); free(mk); free(which); free(unnamed);
   for (int c = 0; vdt && c < g->n_cols; c++) free(vdt[c]);
   free(vdt);
   return rc;

@@ -81,7 +81,9 @@ int ex_genes_from_file(const gtable *g, const int64_t *orig_order, const char *f
 enum { OK_CAT = 1, OK_INT, OK_REAL, OK_BOOL, OK_TEXT };
 typedef struct xcol {
   char *name;
-  char *out;           /* its name in the h5ad: the inputs' name (dc_meta obs_names) or name */
+  char *out;           /* its name in the h5ad: the inputs' name (dc_meta obs_names) or name;
+                       ** 'Unnamed: I' for an empty name, I its place among the obs columns */
+  int unnamed;         /* out was made up for an empty name (export says so) */
   int ordered;         /* an ordered categorical (dc_meta obs_ordered) */
   char dtype[8];           /* int, real: the type in the files where narrower (dc_meta obs_dtypes);
                            ** category: its categories' type where numbers (obs_cat_dtypes); else "" */
@@ -105,7 +107,10 @@ typedef struct xcol {
 /* The obs columns to write (list: NULL for all, or a comma list; "" for none). */
 int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, int *n_out, cv_err *e);
 void ex_xcol_free(xcol *c);
-int ex_file_names(sqlite3 *db, const char *key, const char *const *stored, int n, char **out, cv_err *e);
+/* The names n frame columns (stored names) get in the h5ad (dc_meta `key`: obs_names,
+** var_names; an empty one 'Unnamed: I', unnamed[i] set then). */
+int ex_file_names(sqlite3 *db, const char *key, const char *const *stored, int n, char **out, uint8_t *unnamed,
+                  cv_err *e);
 /* The obs frame of the selected cells, in cell_id order, through the cells table. */
 int ex_write_obs(sqlite3 *db, const ex_opts *o, hid_t root, xcol *cols, int nc, int64_t n_sel, hid_t bt, cv_err *e);
 /* The var frame of the exported genes (x), from the genes table. */

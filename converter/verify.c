@@ -63,7 +63,8 @@ static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
 ** var_categories an object of arrays of text naming genes columns, obs_dtypes (var_dtypes) an
 ** object naming int (real) obs (genes) columns with an integer (float) type narrower than 64
 ** bits (var: or bool for an int column), obs_cat_dtypes an object naming categorical obs
-** columns whose labels are numbers ('int64', 'float64') or 'True'/'False' ('bool'). */
+** columns whose labels are numbers ('int64', 'uint64', 'float64') or 'True'/'False' ('bool'):
+** CV_CAT_DTYPES_SQL (a dataset of before 'uint64' has 'int64' for those). */
 static void verify_meta_columns(sqlite3 *db, vrep *rep) {
   /* the dtypes a column of each kind keeps (cv_dtype_kept), as SQL lists */
   char *ints = cv_dtype_kept_list(0, "'", ", "), *reals = cv_dtype_kept_list(1, "'", ", ");
@@ -76,7 +77,7 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
       "   FROM json_each(m.v) j WHERE j.type <> 'text' OR j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
       "  WHEN m.k = 'obs_cat_dtypes' THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not a categorical obs column with categories of that type' FROM json_each(m.v) j"
-      "   WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') OR j.value NOT IN ('int64', 'float64', 'bool')"
+      "   WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') OR j.value NOT IN (" CV_CAT_DTYPES_SQL ")"
       "   LIMIT 1)"
       "  WHEN m.k IN ('obs_dtypes', 'var_dtypes') THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not ' || CASE m.k WHEN 'obs_dtypes' THEN 'an obs' ELSE 'a var' END || ' column of that kind'"

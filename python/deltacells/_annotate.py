@@ -115,7 +115,9 @@ def _schema(dtypes, kinds):
             e = {"categories": [_label(x) for x in cats], "ordered": bool(dt.ordered)}
             ck = getattr(cats.dtype, "kind", "O")
             if ck in "iu" or ck == "f" or ck == "b":
-                e["categories_dtype"] = {"i": "int64", "u": "int64", "f": "float64", "b": "bool"}[ck]
+                # uint64 apart: its categories of 2^63 and up fit no int64 (docs/format.md)
+                u64 = ck == "u" and cats.dtype.itemsize == 8
+                e["categories_dtype"] = "uint64" if u64 else {"i": "int64", "u": "int64", "f": "float64", "b": "bool"}[ck]
             out[c] = e
         elif _NARROW.get(str(dt).lower()) == kinds[c]:   # pandas' UInt8 too
             out[c] = {"dtype": str(dt).lower()}

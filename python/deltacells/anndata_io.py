@@ -51,16 +51,34 @@ def _meta_json(meta, key, kind):
     return v
 
 
-def file_names(meta, key, columns):
-    """The names `columns` (stored names) get in an AnnData: a column the converter stored
-    under another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its
-    name in the input files back, unless another of the columns has that name (as export)."""
+def file_names(meta, key, columns, places=None, where=None):
+    """The names `columns` (stored names) get in an AnnData: a column the converter stored under
+    another name because its own was taken (dc_meta `key`: obs_names, var_names) gets its name in
+    the input files back, unless another of the columns has that name (as export).  A column
+    whose name is empty (no h5ad can hold it: write_h5ad would fail) is 'Unnamed: I', I its
+    place (places[name], else its index in columns), as pandas names a column without a name and
+    export writes it, with a warning naming `where`."""
     renamed = _meta_json(meta, key, dict)
     out = []
+
+    def taken(i, o):
+        return any(o == d for j, d in enumerate(columns) if j != i) or o in out
+
     for i, c in enumerate(columns):
         o = renamed.get(c)
-        if not isinstance(o, str) or any(o == d for j, d in enumerate(columns) if j != i) or o in out:
+        if not isinstance(o, str) or taken(i, o):
             o = c
+        if o == "":
+            place = i if places is None else places.get(c, i)
+            o = f"Unnamed: {place}"
+            for k in range(1, len(columns) + 1):
+                if not taken(i, o):
+                    break
+                o = f"Unnamed: {place}_{k}"
+            import warnings
+            frame = "an obs" if key == "obs_names" else "a var"
+            warnings.warn(f"{where}: {frame} column has an empty name, which no h5ad can hold; it is named "
+                          f"{o!r} (as pandas names a column without a name, and export writes it)", stacklevel=3)
         out.append(o)
     return out
 
@@ -77,14 +95,26 @@ def _nullable(d):
 
 def _typed_labels(labels, dtype):
     """A categorical's labels (text) as the numbers or booleans dc_meta obs_cat_dtypes says the
-    input had, or None (strings, or a label that is not one: as export does)."""
-    conv = {"int64": int, "float64": float, "bool": {"True": True, "False": False}.__getitem__}.get(dtype)
-    if conv is None:
+    input had (a numpy array of int64, uint64 or float64; a list of booleans), or None (strings,
+    or a label that is not one: as export does).  A dataset written before 'uint64' was recorded
+    says 'int64' for uint64 categories: those of 2^63 and up are read as uint64 then, as export
+    reads them."""
+    if dtype == "bool":
+        b = {"True": True, "False": False}
+        return [b[str(x)] for x in labels] if all(str(x) in b for x in labels) else None
+    if dtype not in ("int64", "uint64", "float64"):
         return None
     try:
-        return [conv(str(x)) for x in labels]
-    except (ValueError, KeyError):
+        if dtype == "float64":
+            return np.array([float(str(x)) for x in labels], dtype=np.float64)
+        ints = [int(str(x)) for x in labels]
+    except ValueError:
         return None
+    for d in (dtype, "uint64") if dtype == "int64" else (dtype,):
+        lo, hi = (0, 2**64 - 1) if d == "uint64" else (-2**63, 2**63 - 1)
+        if all(lo <= v <= hi for v in ints):
+            return np.array(ints, dtype=d)
+    return None
 
 
 def _var_types(var, meta):
@@ -122,7 +152,9 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
           or 'original' (the input's var order; with several inputs the union of their var,
           first input first; the stored order for a dataset that does not record it).
     obs:  the columns listed (default all), indexed by the cell names; categoricals keep
-          their category lists; with cell_id=True also a 'cell_id' column.
+          their category lists; with cell_id=True also a 'cell_id' column.  A column with an
+          empty name (which no h5ad can hold) is named 'Unnamed: I' as export writes it, with
+          a warning.
     var:  the genes table (total_counts, n_cells and the var columns), indexed by name.
     """
     import anndata
@@ -172,10 +204,12 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
             if kind == "category":
                 cats = cat.categories(c, con)
                 typed = _typed_labels(cats, cat_dtypes.get(c))
-                if typed is not None:             # numbers (or booleans) as the input had them
-                    to = dict(zip(cats, typed))
-                    cats, vals = typed, [None if v is None else to[v] for v in vals]
-                data[c] = pd.Categorical(vals, categories=cats, ordered=c in ordered)
+                if typed is not None:             # numbers (or booleans) as the input had them,
+                    code = {v: k for k, v in enumerate(cats)}   # in its type (uint64 stays uint64)
+                    codes = np.array([-1 if v is None else code.get(v, -1) for v in vals], dtype=np.int64)
+                    data[c] = pd.Categorical.from_codes(codes, categories=pd.Index(typed), ordered=c in ordered)
+                else:
+                    data[c] = pd.Categorical(vals, categories=cats, ordered=c in ordered)
             elif kind == "bool":
                 data[c] = (pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
                            if any(v is None for v in vals) else np.array(vals, dtype=bool))
@@ -192,11 +226,14 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
         obs_df = pd.DataFrame(data, index=index, columns=cols)
         if cell_id:
             obs_df["cell_id"] = ids
-        obs_df.columns = file_names(cat.meta, "obs_names", list(obs_df.columns))
+        obs_df.columns = file_names(cat.meta, "obs_names", list(obs_df.columns),
+                                    {c: i for i, c in enumerate(cat.columns)}, path)
         var = pd.read_sql_query("SELECT * FROM genes ORDER BY gene_id", con)
         var.index = pd.Index(var.pop("name").astype(str).tolist())
         _var_types(var, cat.meta)
-        var.columns = file_names(cat.meta, "var_names", list(var.columns))
+        own = {"gene_id", "total_counts", "n_cells", "orig_index", cat.meta.get("var_index_column")}
+        var.columns = file_names(cat.meta, "var_names", list(var.columns),   # places as export's
+                                 {c: i for i, c in enumerate(c for c in var.columns if c not in own)}, path)
         for df, key in ((obs_df, "obs_index_name"), (var, "var_index_name")):   # pandas' index.name
             name = cat.meta.get(key)
             if isinstance(name, str) and name not in df.columns:

@@ -944,6 +944,155 @@ def test_categories_that_are_numbers_round_trip(tmp_path):
     assert got(tmp_path / "two.dcdb")[1] == ["0", "1"]
 
 
+def test_uint64_categories_round_trip(tmp_path):
+    """A categorical whose categories are numpy uint64 (ids of 2^63 and up) came back from export
+    as strings: convert recorded them as 'int64' in dc_meta obs_cat_dtypes and export's int64
+    reading of '9223372036854775808' failed, so it wrote every label as text (to_anndata gave
+    uint64, small uint64 categories int64).  They are recorded as 'uint64' and come back as uint64
+    with the same values from export, to_anndata, append, merge and annotate; a dataset written
+    before ('int64' for them) gives those of 2^63 and up as uint64 too.  A plain uint64 obs or var
+    column with such values is refused by convert, naming the column (never wrapped to negative)."""
+    import deltacells
+    big = np.array([2**63, 2**63 + 5, 2**64 - 1], dtype=np.uint64)
+
+    def adata(prefix):
+        a = make_adata(n_cells=30, n_genes=6, cell_prefix=prefix)
+        a.obs = pd.DataFrame({
+            "uid": pd.Categorical.from_codes(np.arange(30) % 3, categories=big),
+            "small": pd.Categorical.from_codes(np.arange(30) % 2, categories=np.array([7, 9], dtype=np.uint64)),
+            "i64": pd.Categorical.from_codes(np.arange(30) % 2, categories=np.array([-3, 2**62], dtype=np.int64)),
+        }, index=a.obs_names)
+        return a
+
+    def check(db, a, small="uint64"):
+        v = dc("verify", db, check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+        for x in exported_and_loaded(db, tmp_path):
+            g = x.obs.loc[a.obs_names]
+            assert g["uid"].cat.categories.dtype == np.uint64, g["uid"].cat.categories
+            assert list(g["uid"].cat.categories) == [int(v) for v in big]
+            assert list(g["uid"].astype(object)) == [int(v) for v in a.obs["uid"].astype(object)]
+            assert g["small"].cat.categories.dtype == small and list(g["small"].cat.categories) == [7, 9]
+            assert g["i64"].cat.categories.dtype == np.int64 and list(g["i64"].cat.categories) == [-3, 2**62]
+            assert np.array_equal(g["small"].cat.codes.values, a.obs["small"].cat.codes.values)
+
+    a = adata("c")
+    db = tmp_path / "u.dcdb"
+    dc("convert", write(a, tmp_path / "u.h5ad"), "-o", db, "--quiet")
+    con = sqlite3.connect(db)
+    meta = json.loads(con.execute("SELECT value FROM dc_meta WHERE key = 'obs_cat_dtypes'").fetchone()[0])
+    con.close()
+    assert meta == {"uid": "uint64", "small": "uint64", "i64": "int64"}
+    check(db, a)
+    # append and merge keep it
+    b = adata("d")
+    dc("append", db, write(b, tmp_path / "d.h5ad"), "--quiet")
+    check(db, b)
+    e = adata("e")
+    dc("convert", write(e, tmp_path / "e.h5ad"), "-o", tmp_path / "e.dcdb", "--quiet")
+    dc("merge", db, tmp_path / "e.dcdb", "-o", tmp_path / "m.dcdb", "--quiet")
+    check(tmp_path / "m.dcdb", a)
+    check(tmp_path / "m.dcdb", e)
+    # a dataset written before 'uint64' was recorded: 'int64' for both
+    old = tmp_path / "old.dcdb"
+    dc("convert", tmp_path / "u.h5ad", "-o", old, "--quiet")
+    con = sqlite3.connect(old)
+    con.execute("UPDATE dc_meta SET value = ? WHERE key = 'obs_cat_dtypes'",
+                (json.dumps({"uid": "int64", "small": "int64", "i64": "int64"}),))
+    con.commit()
+    con.close()
+    check(old, a, small="int64")
+    # annotate from a DataFrame (its --schema categories_dtype) keeps them
+    df = pd.DataFrame({"ann": pd.Categorical.from_codes(np.arange(30) % 3, categories=big)}, index=a.obs_names)
+    deltacells.annotate(str(old), df)
+    for x in exported_and_loaded(old, tmp_path):
+        assert x.obs["ann"].cat.categories.dtype == np.uint64 and list(x.obs["ann"]) == list(df["ann"])
+    s = tmp_path / "s.json"
+    s.write_text('{"c": {"categories_dtype": "uint64"}}')
+    (tmp_path / "t.csv").write_text("name,c\n" + "".join(f"c{i:05d},{-1 if i == 3 else 5}\n" for i in range(30)))
+    p = dc("annotate", old, tmp_path / "t.csv", "--type", "c=category", "--schema", s, check=False)
+    assert p.returncode == 1 and "category '-1' is not a uint64" in p.stderr, p.stderr
+    s.write_text('{"c": {"categories_dtype": "uint32"}}')
+    p = dc("annotate", old, tmp_path / "t.csv", "--type", "c=category", "--schema", s, check=False)
+    assert p.returncode == 1 and "int64, uint64, float64 or bool" in p.stderr, p.stderr
+    verify_finds_bad_meta(tmp_path / "u.h5ad", tmp_path / "bad.dcdb", "obs_cat_dtypes", "uid", "uint32")
+    # plain uint64 columns: stored faithfully or refused, naming the column
+    for frame in ("obs", "var"):
+        c = make_adata(n_cells=10, n_genes=4)
+        getattr(c, frame)["big"] = np.array([1, 2**63 + 1] + [3] * (len(getattr(c, frame)) - 2), dtype=np.uint64)
+        out = tmp_path / f"{frame}.dcdb"
+        p = dc("convert", write(c, tmp_path / f"{frame}.h5ad"), "-o", out, "--quiet", check=False)
+        assert p.returncode == 1 and not out.exists(), p.stderr
+        assert f"{frame} column 'big'" in p.stderr and "9223372036854775809" in p.stderr, p.stderr
+        assert "does not fit a signed 64-bit integer" in p.stderr, p.stderr
+
+
+def unsealed(db, *sql):
+    """db as format version 2 wrote it (no seals, which cover the column names), then sql run on
+    it: a dataset whose columns are renamed by hand."""
+    con = sqlite3.connect(db)
+    for q in ["DROP INDEX tiles_data_meta",
+              *[f"ALTER TABLE {t} DROP COLUMN checksum" for t in ("tiles_data", "cells_blocks", "genes_blocks", "cells_columns")],
+              "DELETE FROM dc_meta WHERE key = 'dataset_id'", "UPDATE dc_meta SET value = 2 WHERE key = 'format_version'", *sql]:
+        con.execute(q)
+    con.commit()
+    con.close()
+    return db
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_column_without_a_name(tmp_path, taken):
+    """An obs (or var) column whose name is empty (renamed by hand: no h5ad can hold one) made
+    export fail with "OUT: writing obs column ''", naming the output and no reason, and
+    to_anndata's AnnData failed in write_h5ad ("expected bytes, str found").  Both name it
+    'Unnamed: I', I its place among the obs (var) columns from 0, as pandas names a column
+    without a name ('Unnamed: I_1' if another column has that name), and say so, naming the
+    dataset.  A name with a '/' (annotate takes one) is refused before anything is written,
+    naming the dataset, the column and why; --obs leaves it out."""
+    import deltacells
+    a = make_adata(n_cells=20, n_genes=6)
+    a.obs = pd.DataFrame({"a": np.arange(20), "score": np.linspace(0, 1, 20, dtype=np.float32),
+                          "k": pd.Categorical(["x", "y"] * 10)}, index=a.obs_names)
+    db = tmp_path / "u.dcdb"
+    dc("convert", write(a, tmp_path / "u.h5ad"), "-o", db, "--quiet")
+    unsealed(db, "UPDATE cells_columns SET name = '' WHERE name = 'score'",
+             """UPDATE dc_meta SET value = json_set(json_remove(value, '$.score'), '$.""', 'float32') WHERE key = 'obs_dtypes'""",
+             "UPDATE genes_columns SET name = '' WHERE name = 'gc'",
+             *(["UPDATE cells_columns SET name = 'Unnamed: 1' WHERE name = 'k'"] if taken else []))
+    v = dc("verify", db, check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+    name = "Unnamed: 1_1" if taken else "Unnamed: 1"
+    want = ["a", name, "Unnamed: 1" if taken else "k"]
+    out = tmp_path / "o.h5ad"
+    p = dc("export", db, "-o", out, "--force")
+    assert f"{db}: an obs column has an empty name" in p.stderr and f"written as '{name}'" in p.stderr, p.stderr
+    assert f"{db}: a var column has an empty name" in p.stderr and "written as 'Unnamed: 2'" in p.stderr, p.stderr
+    b = anndata.read_h5ad(out)
+    with pytest.warns(UserWarning, match="an obs column has an empty name"):
+        t = deltacells.to_anndata(str(db), gene_order="original")
+    t.write_h5ad(tmp_path / "t.h5ad")                  # it failed here
+    for x in (b, anndata.read_h5ad(tmp_path / "t.h5ad")):
+        assert list(x.obs.columns) == want
+        assert x.obs[name].dtype == np.float32 and np.array_equal(x.obs[name].values, a.obs["score"].values)
+        assert np.array_equal(x.obs["a"].values, a.obs["a"].values)
+        assert np.allclose(x.var["Unnamed: 2"].values, a.var["gc"].values)
+    assert list(b.var.columns) == ["gene_ids", "length", "Unnamed: 2", "feature_types"]
+    assert "Unnamed: 2" in t.var.columns
+    if taken:
+        return
+    # a name with a '/': refused, naming the dataset and the column, before anything is written
+    db2 = tmp_path / "s.dcdb"
+    dc("convert", tmp_path / "u.h5ad", "-o", db2, "--quiet")
+    (tmp_path / "t.csv").write_text("name,a/b\n" + "".join(f"c{i:05d},{i}\n" for i in range(20)))
+    dc("annotate", db2, tmp_path / "t.csv", "--quiet")
+    before = set(os.listdir(tmp_path))
+    p = dc("export", db2, "-o", tmp_path / "s.h5ad", check=False)
+    assert p.returncode == 1 and set(os.listdir(tmp_path)) == before, p.stderr
+    assert f"{db2}: obs column 'a/b' has a '/'" in p.stderr and "--obs can leave it out" in p.stderr, p.stderr
+    export(db2, tmp_path / "s.h5ad", "--obs", "a,k")
+    assert list(anndata.read_h5ad(tmp_path / "s.h5ad").obs.columns) == ["a", "k"]
+
+
 def test_merge_and_append_of_columns_that_differ_only_in_case(tmp_path):
     """Datasets whose obs or var columns differ only in case ('Score' and 'score': SQLite does not
     tell them apart): merge and append refused a var pair ('cannot declare the columns (duplicate
