@@ -394,6 +394,9 @@ int cv_export(const ex_opts *o, cv_err *e) {
     int64_t mx = 0;
     for (int64_t i = 0; g.c_total >= 0 && i < g.n; i++)
       if (g.cols[g.c_total].i[i] > mx) mx = g.cols[g.c_total].i[i];
+    if (dtype)   /* a name of a later version, or damage (verify reports it): said, not silent */
+      fprintf(stderr, "deltacells: note: %s: dc_meta.x_dtype '%s' is not a dtype this version knows; X is written as %s\n",
+              o->path, dtype, mx > INT32_MAX ? "int64" : "int32");
     free(dtype);
     dtype = strdup(mx > INT32_MAX ? "int64" : "int32");
     if (!dtype) { cv_fail(e, "out of memory"); goto done; }

@@ -723,7 +723,12 @@ def x_dtype(meta, count_bound):
     name = meta.get("x_dtype")
     if isinstance(name, str) and name in X_DTYPES:
         return name
-    return "int32" if count_bound is not None and count_bound <= INT32_MAX else "int64"
+    got = "int32" if count_bound is not None and count_bound <= INT32_MAX else "int64"
+    if name is not None:      # a later version's name, or damage (verify reports it): said, as export says it
+        import warnings
+        warnings.warn(f"dc_meta.x_dtype {name!r} is not a dtype this version knows; X is given as {got}",
+                      stacklevel=3)
+    return got
 
 
 def _exact_up_to(name):

@@ -6,6 +6,7 @@ when ../shared/data/real is there; the subsets (--where, --genes, --obs); the er
 written before the original order was recorded; to_anndata(gene_order=...).
 """
 import json
+import warnings
 import os
 import sqlite3
 import subprocess
@@ -265,9 +266,17 @@ def test_x_dtype_absent_or_unknown(tmp_path, x_dtype):
         con.execute("DELETE FROM dc_meta WHERE key = 'x_dtype'")
         con.commit()
         con.close()
-    export(db, tmp_path / "o.h5ad")
+    p = export(db, tmp_path / "o.h5ad")
     b = anndata.read_h5ad(tmp_path / "o.h5ad")
-    t = deltacells.to_anndata(str(db), gene_order="original")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        t = deltacells.to_anndata(str(db), gene_order="original")
+    said = [str(x.message) for x in w if "x_dtype" in str(x.message)]
+    if x_dtype is None:   # an older dataset: nothing to say
+        assert "x_dtype" not in p.stderr and not said
+    else:                 # a name this version does not know: said, not silent
+        assert f"dc_meta.x_dtype '{x_dtype}' is not a dtype this version knows; X is written as int32" in p.stderr
+        assert said and f"{x_dtype!r} is not a dtype this version knows; X is given as int32" in said[0]
     assert b.X.dtype == t.X.dtype == np.int32
     assert b.X.toarray().tolist() == t.X.toarray().tolist() == [[1, 1000, 0], [0, 3, 7]]
     v = dc("verify", db, check=False)
