@@ -133,6 +133,15 @@ static int parse_i64(const char *s, int64_t *v) {
   return 1;
 }
 
+/* s is a whole integer that fits no int64 (strtoll's ERANGE): parse_i64 refuses it, and the
+** message says why rather than "not an integer". */
+static int i64_out_of_range(const char *s) {
+  char *end;
+  errno = 0;
+  (void)strtoll(s, &end, 10);
+  return end != s && !*end && errno == ERANGE;
+}
+
 static int parse_f64(const char *s, double *v) {
   char *end;
   errno = 0;
@@ -467,6 +476,13 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       if (is_na(s)) continue;
       int ok = kind == DC_OBS_INT ? parse_i64(s, &iv) : kind == DC_OBS_REAL ? parse_f64(s, &fv)
                : kind == DC_OBS_BOOL ? (parse_bool(s, &bv) || (parse_i64(s, &iv) && (iv == 0 || iv == 1))) : 1;
+      if (!ok && kind == DC_OBS_INT && i64_out_of_range(s)) {   /* as convert says it of an obs column */
+        sqlite3_free(ums);
+        cv_fail(e, "%s: line %lld (%s '%s'): column '%s': value %s does not fit a signed 64-bit integer, which is how "
+                "the dataset stores integers; make the column real or text first (--type %s=real)",
+                o->table, (long long)t.rec[r].line, hdr[kc], t.rec[r].fld[kc], hdr[c], s, hdr[c]);
+        goto done;
+      }
       if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s", o->table, (long long)t.rec[r].line, hdr[c], s, kind == DC_OBS_INT ? "an integer" : kind == DC_OBS_REAL ? "a number" : "a boolean (true/false, 1/0)"); goto done; }
     }
     /* the values, cell by cell */

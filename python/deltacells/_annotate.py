@@ -169,6 +169,9 @@ def annotate(path, data, key="name", quiet=True):
         raise TypeError("data must be a pandas DataFrame or a dict of columns")
     if not cols:
         raise ValueError("no columns to add")
+    if "" in cols:   # the command would take '' for a missing name (--type =int: give COLUMN=KIND)
+        raise ValueError(f"an obs column needs a name: column {list(cols).index('')} of the data is named '' "
+                         "(rename it; nothing was written)")
     for c, vs in cols.items():
         if len(vs) != len(keys):
             raise ValueError(f"column {c!r} has {len(vs)} values for {len(keys)} keys")
