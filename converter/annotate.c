@@ -500,8 +500,12 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       char *rule = NULL;
       if ((cs.categories || cs.ordered || cs.cat_dtype) && kind != DC_OBS_CATEGORY) why = "categories, ordered and categories_dtype are for a category column";
       else if (cs.dtype && !schema_dtype(cs.dtype, kind, &dt)) why = (rule = schema_dtype_rule()) ? rule : "dtype: out of memory";
-      else if (cs.cat_dtype && !cv_cat_dtype_known(cs.cat_dtype))
-        why = "categories_dtype is int64, uint64, float64 or bool";
+      else if (cs.cat_dtype && !cv_cat_dtype_known(cs.cat_dtype)) {
+        char *names = cv_cat_dtype_list("", ", ");
+        why = rule = names ? sqlite3_mprintf("categories_dtype is one of %s", names) : NULL;
+        sqlite3_free(names);
+        if (!why) why = "categories_dtype: out of memory";
+      }
       if (why) {
         sqlite3_free(ums);
         cv_fail(e, "--schema %s: column '%s' (%s): %s", o->schema, hdr[c], cv_obs_kind_label(kind), why);
