@@ -133,6 +133,15 @@ static int parse_i64(const char *s, int64_t *v) {
   return 1;
 }
 
+/* s is a whole integer that fits no int64 (strtoll's ERANGE): parse_i64 refuses it, and the
+** message says why rather than "not an integer". */
+static int i64_out_of_range(const char *s) {
+  char *end;
+  errno = 0;
+  (void)strtoll(s, &end, 10);
+  return end != s && !*end && errno == ERANGE;
+}
+
 static int parse_f64(const char *s, double *v) {
   char *end;
   errno = 0;
@@ -467,6 +476,13 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       if (is_na(s)) continue;
       int ok = kind == DC_OBS_INT ? parse_i64(s, &iv) : kind == DC_OBS_REAL ? parse_f64(s, &fv)
                : kind == DC_OBS_BOOL ? (parse_bool(s, &bv) || (parse_i64(s, &iv) && (iv == 0 || iv == 1))) : 1;
+      if (!ok && kind == DC_OBS_INT && i64_out_of_range(s)) {   /* as convert says it of an obs column */
+        sqlite3_free(ums);
+        cv_fail(e, "%s: line %lld (%s '%s'): column '%s': value %s does not fit a signed 64-bit integer, which is how "
+                "the dataset stores integers; make the column real or text first (--type %s=real)",
+                o->table, (long long)t.rec[r].line, hdr[kc], t.rec[r].fld[kc], hdr[c], s, hdr[c]);
+        goto done;
+      }
       if (!ok) { sqlite3_free(ums); cv_fail(e, "%s: line %lld: column '%s': '%s' is not %s", o->table, (long long)t.rec[r].line, hdr[c], s, kind == DC_OBS_INT ? "an integer" : kind == DC_OBS_REAL ? "a number" : "a boolean (true/false, 1/0)"); goto done; }
     }
     /* the values, cell by cell */
@@ -484,8 +500,12 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
       char *rule = NULL;
       if ((cs.categories || cs.ordered || cs.cat_dtype) && kind != DC_OBS_CATEGORY) why = "categories, ordered and categories_dtype are for a category column";
       else if (cs.dtype && !schema_dtype(cs.dtype, kind, &dt)) why = (rule = schema_dtype_rule()) ? rule : "dtype: out of memory";
-      else if (cs.cat_dtype && !cv_cat_dtype_known(cs.cat_dtype))
-        why = "categories_dtype is int64, uint64, float64 or bool";
+      else if (cs.cat_dtype && !cv_cat_dtype_known(cs.cat_dtype)) {
+        char *names = cv_cat_dtype_list("", ", ");
+        why = rule = names ? sqlite3_mprintf("categories_dtype is one of %s", names) : NULL;
+        sqlite3_free(names);
+        if (!why) why = "categories_dtype: out of memory";
+      }
       if (why) {
         sqlite3_free(ums);
         cv_fail(e, "--schema %s: column '%s' (%s): %s", o->schema, hdr[c], cv_obs_kind_label(kind), why);

@@ -277,8 +277,8 @@ _Static_assert((int)CVK_CATEGORY == (int)DC_OBS_CATEGORY && (int)CVK_INT == (int
 ** which val gives a value (none: no key).  obs_names, var_names: the name in the files of a
 ** column stored under another; obs_ordered: the ordered categoricals; obs_dtypes: the values'
 ** type in the files where it is narrower than what the column stores (int64, float64),
-** obs_cat_dtypes the type of a categorical's categories where they are numbers, and
-** var_dtypes the same of var columns (and "bool" for booleans, which the genes table stores as
+** obs_cat_dtypes (var_cat_dtypes) the type of a categorical's categories where they are
+** numbers, and var_dtypes the same as obs_dtypes of var columns (and "bool" for booleans, which the genes table stores as
 ** ints). */
 static int write_col_meta(dsw *w, const char *key, int obj, const char *(*val)(const ocol *, int nf),
                           const ocol *c, int n, int nf, cv_err *e) {
@@ -345,10 +345,19 @@ static const char *col_dtype(const ocol *c, int nf) {
 }
 
 /* A categorical whose categories are numbers (or booleans) in every input that has it: their
-** type ("int64", "uint64", "float64", "bool"), for export to write the categories so (dc_meta
-** obs_cat_dtypes; the labels are stored as the numbers' text). */
+** type ("int16", "uint64", "float32", "bool", ...; inputs of different types: the one that
+** holds both, cv_cat_dtype_unite, else none), for export to write the categories so (dc_meta
+** obs_cat_dtypes, var_cat_dtypes; the labels are stored as the numbers' text). */
 static const char *col_cat_dtype(const ocol *c, int nf) {
-  return c->kind == CVK_CATEGORY ? agreed_dtype(c, nf) : NULL;
+  if (c->kind != CVK_CATEGORY || c->is_source) return NULL;
+  const char *d = NULL;
+  for (int f = 0; f < nf; f++) {
+    const h5col *s = c->src[f];
+    if (!s) continue;
+    if (s->kind != c->kind || !cv_cat_dtype_known(s->dtype)) return NULL;
+    if (!(d = d ? cv_cat_dtype_unite(d, s->dtype) : s->dtype)) return NULL;
+  }
+  return d;
 }
 
 /* A var column's type in the files (dc_meta var_dtypes): col_dtype's, and "bool" for a column
@@ -506,7 +515,8 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
   }
   if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e) ||
       write_col_meta(w, "var_names", 1, col_orig, cols, n, nf, e) ||
-      write_col_meta(w, "var_dtypes", 1, col_var_dtype, cols, n, nf, e) || write_index_name(w, "var_index_name", files, nf, 1, e))
+      write_col_meta(w, "var_dtypes", 1, col_var_dtype, cols, n, nf, e) ||
+      write_col_meta(w, "var_cat_dtypes", 1, col_cat_dtype, cols, n, nf, e) || write_index_name(w, "var_index_name", files, nf, 1, e))
     goto done;
   if (with_index) {
     free(cols[0].name);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sqlite3.h>
 #include <string.h>
@@ -125,10 +126,23 @@ const char *cv_dtype_unite(const char *a, const char *b) {
 }
 
 int cv_cat_dtype_known(const char *name) {
-  static const char *const known[] = {"int64", "uint64", "float64", "bool"};
-  for (size_t i = 0; name && i < sizeof known / sizeof *known; i++)
-    if (!strcmp(name, known[i])) return 1;
-  return 0;
+  if (name && !strcmp(name, "bool")) return 1;
+  const cv_dtype *d = cv_dtype_find(name);
+  return d && d->code != CV_FLOAT16;
+}
+
+char *cv_cat_dtype_list(const char *quote, const char *sep) {
+  sqlite3_str *s = sqlite3_str_new(NULL);
+  int n = 0;
+  for (int i = 0; i < CV_N_DTYPES; i++)
+    if (cv_cat_dtype_known(T[i].name)) sqlite3_str_appendf(s, "%s%s%s%s", n++ ? sep : "", quote, T[i].name, quote);
+  sqlite3_str_appendf(s, "%s%sbool%s", sep, quote, quote);
+  return sqlite3_str_finish(s);
+}
+
+const cv_dtype *cv_cat_dtype_wide(const char *dtype) {
+  const cv_dtype *d = cv_cat_dtype_known(dtype) ? cv_dtype_find(dtype) : NULL;
+  return !d ? NULL : &T[d->is_float ? CV_FLOAT64 : d->is_signed ? CV_INT64 : CV_UINT64];
 }
 
 int cv_cat_label(const char *dtype, const char *label, void *out) {
@@ -140,14 +154,37 @@ int cv_cat_label(const char *dtype, const char *label, void *out) {
     *(int8_t *)out = (int8_t)t;
     return 1;
   }
+  const cv_dtype *d = cv_cat_dtype_known(dtype) ? cv_dtype_find(dtype) : NULL;
+  if (!d || !*label) return 0;
   errno = 0;
-  if (!strcmp(dtype, "int64")) *(int64_t *)out = strtoll(label, &end, 10);
-  else if (!strcmp(dtype, "uint64")) {
+  if (d->is_float) {
+    double v = strtod(label, &end);
+    errno = 0;                                    /* a denormal's ERANGE: its value all the same */
+    if (isfinite(v) && fabs(v) > d->max) return 0;  /* float32: beyond its largest finite value */
+    *(double *)out = v;
+  } else if (d->is_signed) {
+    long long v = strtoll(label, &end, 10);
+    if (errno || v < d->lo || v > (long long)d->hi) return 0;
+    *(int64_t *)out = v;
+  } else {
     if (strchr(label, '-')) return 0;             /* strtoull takes "-1" as 2^64-1 */
-    *(uint64_t *)out = strtoull(label, &end, 10);
-  } else if (!strcmp(dtype, "float64")) {
-    *(double *)out = strtod(label, &end);       /* a denormal's ERANGE: its value all the same */
-    errno = 0;
-  } else return 0;
-  return *label && !errno && end && !*end;
+    unsigned long long v = strtoull(label, &end, 10);
+    if (errno || v > d->hi) return 0;
+    *(uint64_t *)out = v;
+  }
+  return end && !*end;
+}
+
+const char *cv_cat_dtype_unite(const char *a, const char *b) {
+  if (!cv_cat_dtype_known(a) || !cv_cat_dtype_known(b)) return NULL;
+  if (!strcmp(a, b)) return a;
+  const cv_dtype *x = cv_dtype_find(a), *y = cv_dtype_find(b);   /* NULL: bool */
+  if (!x || !y || x->is_float != y->is_float) return NULL;
+  if (x->is_float || x->is_signed == y->is_signed) return cv_dtype_unite(a, b);
+  const cv_dtype *u = x->is_signed ? y : x, *s = x->is_signed ? x : y;
+  if (u->size == 8) return NULL;
+  int size = 2 * u->size > s->size ? 2 * u->size : s->size;
+  for (int i = 0; i < CV_N_DTYPES; i++)
+    if (!T[i].is_float && T[i].is_signed && T[i].size == size) return T[i].name;
+  return NULL;
 }

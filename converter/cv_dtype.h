@@ -62,16 +62,32 @@ char *cv_dtype_kept_list(int real, const char *quote, const char *sep);
 ** else float64.  NULL if either is NULL or unknown. */
 const char *cv_dtype_unite(const char *a, const char *b);
 
-/* The types dc_meta obs_cat_dtypes (annotate --schema categories_dtype) names for the
-** categories of a categorical whose categories were numbers or booleans (the labels are their
-** text: "3", "18446744073709551615", "1.5", "True"), as an SQL list for verify.  uint64 is
-** for categories of numpy uint64 (those >= 2^63 fit no int64); other integer types are int64. */
-#define CV_CAT_DTYPES_SQL "'int64', 'uint64', 'float64', 'bool'"
-/* Whether `name` is one of CV_CAT_DTYPES_SQL's. */
+/* The types dc_meta obs_cat_dtypes and var_cat_dtypes (annotate --schema categories_dtype)
+** name for the categories of a categorical whose categories were numbers or booleans (the
+** labels are their text: "3", "18446744073709551615", "1.5", "True"): the table's names but
+** float16 (pandas has no float16 index), and "bool".  The input's exact type ("int16",
+** "uint32", "float32"); datasets written before that say "int64" for every integer type but
+** uint64 (or, earlier still, for uint64 too) and "float64" for every float. */
+/* Whether `name` is one of them. */
 int cv_cat_dtype_known(const char *name);
-/* Label `label` read as a category of type `dtype` (one of CV_CAT_DTYPES_SQL's) into *out: an
-** int64_t, uint64_t or double (8 bytes), or an int8_t 0/1 (bool).  Returns 1 when the whole
-** label is one (an integer in the type's range; uint64: no sign), else 0 (an unknown dtype too). */
+/* Their names as `sep` separated text, each between `quote`s (for SQL: "'int8', 'int16', ...";
+** for a message: "int8, int16, ..."); sqlite3_malloc()ed. */
+char *cv_cat_dtype_list(const char *quote, const char *sep);
+/* The dtype a label of a category of type `dtype` is read in by cv_cat_label: int64 for the
+** signed integers, uint64 for the unsigned, float64 for the floats; NULL for bool or unknown. */
+const cv_dtype *cv_cat_dtype_wide(const char *dtype);
+/* Label `label` read as a category of type `dtype` (one cv_cat_dtype_known knows) into *out:
+** an int64_t (signed integers), uint64_t (unsigned) or double (floats), 8 bytes, or an int8_t
+** 0/1 (bool).  Returns 1 when the whole label is one and in the type's range (uint*: no sign;
+** float32: within its largest finite value, or inf / nan), else 0 (an unknown dtype too). */
 int cv_cat_label(const char *dtype, const char *label, void *out);
+/* The categories' type of a column whose categories are of type a in one input (dataset) and b
+** in another (append, merge, convert of several inputs), where one holds both; NULL (the
+** categories are then strings) where either is NULL or unknown, one is bool and the other not,
+** one is an integer type and the other a float (labels "3" and "3.0" would name one number
+** twice), or one is uint64 and the other signed (no type holds both).  Equal names stay;
+** floats: float64 unless both are float32; integers of one signedness: the wider; a signed and
+** an unsigned one: the narrowest signed type that holds both (int8 and uint8: int16). */
+const char *cv_cat_dtype_unite(const char *a, const char *b);
 
 #endif

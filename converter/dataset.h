@@ -57,7 +57,7 @@ int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
 /* The dc_meta objects keyed by the stored name of an obs (var) column (docs/format.md), as an
 ** SQL list; obs_ordered is the array that names obs columns. */
 #define DSW_META_OBS_OBJECTS "('obs_names', 'obs_dtypes', 'obs_cat_dtypes')"
-#define DSW_META_VAR_OBJECTS "('var_names', 'var_dtypes', 'var_categories')"
+#define DSW_META_VAR_OBJECTS "('var_names', 'var_dtypes', 'var_categories', 'var_cat_dtypes')"
 /* Obs column `name` (its stored name) goes from dc_meta's obs objects and obs_ordered: it is
 ** replaced by a column that is neither renamed, nor ordered, nor of a type the inputs had. */
 int dsw_meta_forget_obs(sqlite3 *db, const char *name, cv_err *e);

@@ -350,34 +350,41 @@ static hid_t code_type(uint32_t n_cats) {
   return n_cats <= 127 ? H5T_STD_I8LE : n_cats <= 32767 ? H5T_STD_I16LE : H5T_STD_I32LE;
 }
 
-/* The type c's categories are written in: dc_meta obs_cat_dtypes' where every label reads as
-** one (cv_cat_label, into vals), else NULL (strings).  A dataset written before 'uint64' was
-** recorded says 'int64' for categories of uint64: labels of 2^63 and up then read as uint64. */
-static const char *cat_type(const xcol *c, void *vals) {
-  const char *as[2] = {c->dtype, !strcmp(c->dtype, "int64") ? "uint64" : NULL};
-  for (int t = 0; t < 2 && as[t]; t++) {
+/* The type categories `cats` are written in: `dtype`'s (dc_meta obs_cat_dtypes, var_cat_dtypes)
+** where every label reads as one (cv_cat_label, into vals: 8 bytes each, int8 for bool), else
+** the 64-bit type of its kind (int64, then uint64; float64) where they do, else NULL (strings):
+** never a value out of the type's range.  A dataset written before 'uint64' was recorded says
+** 'int64' for categories of uint64: labels of 2^63 and up then read as uint64. */
+static const char *cat_type(const char *dtype, char *const *cats, uint32_t n, void *vals) {
+  const cv_dtype *w = cv_cat_dtype_wide(dtype);
+  const char *as[3] = {dtype, w ? w->name : NULL, w && !w->is_float ? "uint64" : NULL};
+  for (int t = 0; t < 3 && as[t]; t++) {
+    if (t && !strcmp(as[t], as[t - 1])) continue;
     int b = !strcmp(as[t], "bool");
     uint32_t k = 0;
-    while (k < c->n_cats && cv_cat_label(as[t], c->cats[k], b ? (void *)((int8_t *)vals + k) : (void *)((uint64_t *)vals + k)))
+    while (k < n && cv_cat_label(as[t], cats[k], b ? (void *)((int8_t *)vals + k) : (void *)((uint64_t *)vals + k)))
       k++;
-    if (k == c->n_cats) return as[t];
+    if (k == n) return as[t];
   }
   return NULL;
 }
 
-/* A categorical's categories: numbers (or booleans) where dc_meta obs_cat_dtypes says the input
-** had them so and every label reads back as one, else strings. */
-static int put_categories(hid_t sub, const xcol *c, hid_t bt) {
-  void *vals = c->dtype[0] ? malloc(((size_t)c->n_cats + 1) * 8) : NULL;
-  const char *as = vals ? cat_type(c, vals) : NULL;
+/* A categorical's categories: numbers (or booleans) where dc_meta obs_cat_dtypes (var_cat_dtypes)
+** says the input had them so (dtype; "" if not) and every label reads back as one, in that type;
+** else strings. */
+static int put_categories(hid_t sub, const char *dtype, char *const *cats, uint32_t n, hid_t bt) {
+  void *vals = dtype && dtype[0] ? malloc(((size_t)n + 1) * 8) : NULL;
+  const char *as = vals ? cat_type(dtype, cats, n, vals) : NULL;
   if (!as) {
     free(vals);
-    return ex_put_strings(sub, "categories", (const char *const *)c->cats, c->n_cats);
+    return ex_put_strings(sub, "categories", (const char *const *)cats, n);
   }
   const cv_dtype *dt = cv_dtype_find(as);   /* NULL for bool */
-  hid_t ft = dt ? cv_dtype_file(dt) : bt, mt = dt ? cv_dtype_mem(dt) : bt;
-  hid_t d = ex_dset(sub, "categories", ft, (hsize_t)c->n_cats, 0, "array", "0.2.0");
-  int r = d < 0 || ex_dset_put(d, mt, vals, 0, (hsize_t)c->n_cats, 0);
+  /* the file's type exactly; the labels were read as int64, uint64 or double (HDF5 converts:
+  ** cv_cat_label checked the range) */
+  hid_t ft = dt ? cv_dtype_file(dt) : bt, mt = dt ? cv_dtype_mem(cv_cat_dtype_wide(as)) : bt;
+  hid_t d = ex_dset(sub, "categories", ft, (hsize_t)n, 0, "array", "0.2.0");
+  int r = d < 0 || ex_dset_put(d, mt, vals, 0, (hsize_t)n, 0);
   if (d >= 0) H5Dclose(d);
   free(vals);
   return r ? -1 : 0;
@@ -394,7 +401,7 @@ static int obs_create(hid_t g, xcol *c, hsize_t n, hid_t bt) {
       if (sub < 0 || ex_attr_bool(sub, "ordered", c->ordered)) goto done;
       c->ft = code_type(c->n_cats);
       c->d = ex_dset(sub, "codes", c->ft, n, 0, "array", "0.2.0");
-      if (c->d < 0 || put_categories(sub, c, bt)) goto done;
+      if (c->d < 0 || put_categories(sub, c->dtype, c->cats, c->n_cats, bt)) goto done;
       break;
     }
     case OK_INT: case OK_BOOL: {
@@ -609,6 +616,23 @@ static int var_categories(sqlite3 *db, const char *col, char ***cats, uint32_t *
   return 0;
 }
 
+/* The type of var column `col`'s categories where they were numbers or booleans (dc_meta
+** var_cat_dtypes) into out; "" if none (strings). */
+static int var_cat_dtype(sqlite3 *db, const char *col, char out[8], cv_err *e) {
+  sqlite3_stmt *s = NULL;
+  out[0] = 0;
+  if (sqlite3_prepare_v2(db, "SELECT value FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'var_cat_dtypes'), '{}'))"
+                         " WHERE key = ?1 AND type = 'text'", -1, &s, NULL) != SQLITE_OK)
+    return cv_fail(e, "dc_meta.var_cat_dtypes: %s", sqlite3_errmsg(db));
+  sqlite3_bind_text(s, 1, col, -1, SQLITE_STATIC);
+  int r = sqlite3_step(s);
+  if (r == SQLITE_ROW) snprintf(out, 8, "%s", (const char *)sqlite3_column_text(s, 0));
+  sqlite3_finalize(s);
+  if (r != SQLITE_ROW && r != SQLITE_DONE) return cv_fail(e, "dc_meta.var_cat_dtypes: %s", sqlite3_errmsg(db));
+  if (!cv_cat_dtype_known(out)) out[0] = 0;   /* a name this version does not know: strings */
+  return 0;
+}
+
 /* dc_meta var_dtypes into out[c] (the type name of genes column c, or NULL); a name export does
 ** not know for the column's kind leaves the column at its stored kind (verify reports it). */
 static int var_dtypes(sqlite3 *db, const gtable *g, char **out, cv_err *e) {
@@ -693,7 +717,9 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
     char **cats = NULL;
     uint32_t n_cats = 0;
     cv_map cm = {0};
-    if (k->kind == GK_TEXT && var_categories(db, names[i], &cats, &n_cats, &cm, e)) goto done;
+    char cdt[8] = "";
+    if (k->kind == GK_TEXT && (var_cat_dtype(db, names[i], cdt, e) || var_categories(db, names[i], &cats, &n_cats, &cm, e)))
+      goto done;
     if (n_cats) { /* categorical in the input: codes + categories */
       int32_t *codes = (int32_t *)iv; /* n_out int64 slots hold n_out int32 codes */
       for (int64_t j = 0; j < x->n_out && !bad; j++) {
@@ -706,7 +732,7 @@ int ex_write_var(sqlite3 *db, const ex_opts *o, hid_t root, const gtable *g, con
       sub = bad ? -1 : ex_group(vg, fnames[i], "categorical", "0.2.0");
       d = sub < 0 ? -1 : ex_dset(sub, "codes", code_type(n_cats), (hsize_t)x->n_out, 0, "array", "0.2.0");
       bad = bad || d < 0 || ex_attr_bool(sub, "ordered", 0) || ex_dset_put(d, H5T_NATIVE_INT32, codes, 0, (hsize_t)x->n_out, 0) ||
-            ex_put_strings(sub, "categories", (const char *const *)cats, n_cats);
+            put_categories(sub, cdt, cats, n_cats, bt);
     } else if (k->kind == GK_TEXT) bad = ex_put_strings(vg, fnames[i], tv, (hsize_t)x->n_out);
     else if (k->kind == GK_REAL) {
       hid_t ft = ex_num_type(vdt[which[i]], OK_REAL);

@@ -75,9 +75,9 @@ typedef struct h5col {
   uint32_t n_cats;
   int ordered;        /* category: its `ordered` attribute is true */
   char dtype[8];      /* int, real: the values' type as numpy names it ("int32", "float32"; "" if none);
-                      ** category: its categories' type where they are not strings ("uint64"
-                      ** for uint64, "int64" for other integers, "float64", "bool"; their labels
-                      ** are the numbers as text) */
+                      ** category: its categories' type where they are not strings ("int16",
+                      ** "uint64", "float32" (float16 too), "bool", ...: cv_cat_dtype_known's;
+                      ** their labels are the numbers as text) */
 } h5col;
 
 typedef struct h5frame {

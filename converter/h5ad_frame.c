@@ -103,9 +103,11 @@ static int read_labels(h5file *f, hid_t ds, const char *what, char ***out, uint3
   H5T_class_t cls = H5Tget_class(t);
   int rc = -1;
   if (!v) { cv_fail(e, "out of memory"); goto done; }
-  /* uint64 apart: its values of 2^63 and up fit no int64 (the other integers are kept as int64) */
-  int u64 = cls == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE && H5Tget_size(t) == 8;
-  snprintf(dtype, 8, "%s", cls == H5T_INTEGER ? (u64 ? "uint64" : "int64") : cls == H5T_FLOAT ? "float64" : cls == H5T_ENUM ? "bool" : "");
+  /* numbers: their exact type (int16, uint32, float32, ...; float16, which no pandas index
+  ** holds, as float32), for export to give the categories back in it (dc_meta obs_cat_dtypes) */
+  const cv_dtype *ct = cls == H5T_INTEGER || cls == H5T_FLOAT ? cv_dtype_of(t) : NULL;
+  if (ct && ct->code == CV_FLOAT16) ct = cv_dtype_at(CV_FLOAT32);
+  snprintf(dtype, 8, "%s", ct ? ct->name : cls == H5T_INTEGER ? "int64" : cls == H5T_FLOAT ? "float64" : cls == H5T_ENUM ? "bool" : "");
   if (cls == H5T_STRING) {
     for (int64_t s = 0; s < n; s += 65536) {
       size_t k = (size_t)(n - s < 65536 ? n - s : 65536);

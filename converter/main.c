@@ -241,8 +241,9 @@ static const char *HELP_ANNOTATE =
     "\"categories_dtype\": \"int64\"}, ...}: a categorical's categories in their order (unused\n"
     "ones kept; a value outside them is an error) and whether they are ordered; a number\n"
     "column's dtype (int8, int16, int32, uint8, uint16, uint32; float16, float32: values must fit);\n"
-    "the type of a categorical's categories (int64, uint64, float64, bool).  export and to_anndata\n"
-    "give them back.  deltacells.annotate(path, data_frame) writes it.\n";
+    "the type of a categorical's categories (int8 .. int64, uint8 .. uint64, float32, float64,\n"
+    "bool).  export and to_anndata give them back.  deltacells.annotate(path, data_frame)\n"
+    "writes it.\n";
 
 static int usage(const char *msg, const char *help) {
   char cmd[64] = "";

@@ -1,7 +1,7 @@
 /*
 ** merge_meta.c — the dc_meta entries that `append` and `merge` (cv_merge_into, merge.c) unite
 ** before the columns are: var categories, ordered categoricals, the files' column types
-** (obs_dtypes, var_dtypes, obs_cat_dtypes), X's dtype and the names of columns stored under
+** (obs_dtypes, var_dtypes, obs_cat_dtypes, var_cat_dtypes), X's dtype and the names of columns stored under
 ** another name (docs/format.md, dc_meta).  Each reads main's and src's entries and writes
 ** main's, or removes the key when nothing is left.
 */
@@ -86,7 +86,7 @@ static int merge_ordered(sqlite3 *db, dsw *w, cv_err *e) {
   return meta_from(db, w, "obs_ordered", st, e);
 }
 
-/* dc_meta `key` (obs_dtypes, obs_cat_dtypes: columns of `table` cells_columns, var_dtypes: genes_columns), the
+/* dc_meta `key` (obs_dtypes: columns of `table` cells_columns, var_dtypes: genes_columns), the
 ** columns' type in the files: main's entries that src has alike or where src lacks the column,
 ** and src's for the columns main does not have yet (called before the columns are united; a
 ** column the two have with different types is exported as int64 / float64). */
@@ -98,6 +98,33 @@ static int merge_dtypes(sqlite3 *db, dsw *w, const char *key, const char *table,
       "  SELECT k, v FROM d WHERE k NOT IN (SELECT name FROM src.\"%w\")"
       "   OR EXISTS (SELECT 1 FROM s WHERE s.k = d.k AND s.v = d.v)"
       "  UNION ALL SELECT k, v FROM s WHERE k NOT IN (SELECT name FROM main.\"%w\"))", key, key, table, table);
+  return meta_from(db, w, key, st, e);
+}
+
+/* dc_meta `key` (obs_cat_dtypes: columns of `table` cells_columns, var_cat_dtypes:
+** genes_columns), the type of a categorical's categories where they were numbers or booleans:
+** where both datasets have one for a column, the type that holds both's (cv_cat_dtype_unite:
+** int16 and int32 give int32), else none (strings: int and float categories, uint64 and a
+** signed type); main's where src lacks the column, src's where main does (a column one has
+** with string categories stays strings).  Called before the columns are united. */
+static void sql_cat_unite(sqlite3_context *cx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  const char *u = cv_cat_dtype_unite((const char *)sqlite3_value_text(argv[0]), (const char *)sqlite3_value_text(argv[1]));
+  if (u) sqlite3_result_text(cx, u, -1, SQLITE_TRANSIENT);   /* the table's name, or a or b: copied */
+  else sqlite3_result_null(cx);
+}
+
+static int merge_cat_dtypes(sqlite3 *db, dsw *w, const char *key, const char *table, cv_err *e) {
+  if (sqlite3_create_function(db, "dc_cat_dtype_unite", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_cat_unite, NULL, NULL) != SQLITE_OK)
+    return cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
+  sqlite3_stmt *st = cv_prep(db, e,
+      "WITH d(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = %Q), '{}'))),"
+      " s(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = %Q), '{}'))),"
+      " u(k, a, b) AS (SELECT k, (SELECT v FROM d WHERE d.k = x.k), (SELECT v FROM s WHERE s.k = x.k) FROM (SELECT k FROM d UNION SELECT k FROM s) x),"
+      " t(k, v) AS (SELECT k, CASE WHEN a IS NOT NULL AND b IS NOT NULL THEN dc_cat_dtype_unite(a, b)"
+      "   WHEN a IS NOT NULL THEN CASE WHEN k IN (SELECT name FROM src.\"%w\") THEN NULL ELSE a END"
+      "   ELSE CASE WHEN k IN (SELECT name FROM main.\"%w\") THEN NULL ELSE b END END FROM u)"
+      " SELECT count(*), json_group_object(k, v) FROM t WHERE v IS NOT NULL", key, key, table, table);
   return meta_from(db, w, key, st, e);
 }
 
@@ -125,7 +152,8 @@ static int merge_x_dtype(sqlite3 *db, dsw *w, cv_err *e) {
 int cv_merge_meta(sqlite3 *db, dsw *w, cv_err *e) {
   return merge_var_categories(db, w, e) || merge_ordered(db, w, e) ||
          merge_dtypes(db, w, "obs_dtypes", "cells_columns", e) || merge_dtypes(db, w, "var_dtypes", "genes_columns", e) ||
-         merge_dtypes(db, w, "obs_cat_dtypes", "cells_columns", e) || merge_x_dtype(db, w, e) ||
+         merge_cat_dtypes(db, w, "obs_cat_dtypes", "cells_columns", e) ||
+         merge_cat_dtypes(db, w, "var_cat_dtypes", "genes_columns", e) || merge_x_dtype(db, w, e) ||
          merge_renamed(db, w, "obs_names", "cells_columns", e) || merge_renamed(db, w, "var_names", "genes_columns", e)
              ? -1 : 0;
 }

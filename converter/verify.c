@@ -63,13 +63,17 @@ static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
 ** var_categories an object of arrays of text naming genes columns, obs_dtypes (var_dtypes) an
 ** object naming int (real) obs (genes) columns with an integer (float) type narrower than 64
 ** bits (var: or bool for an int column), obs_cat_dtypes an object naming categorical obs
-** columns whose labels are numbers ('int64', 'uint64', 'float64') or 'True'/'False' ('bool'):
-** CV_CAT_DTYPES_SQL (a dataset of before 'uint64' has 'int64' for those). */
+** columns whose labels are numbers ('int8' .. 'uint64', 'float32', 'float64') or
+** 'True'/'False' ('bool'): cv_cat_dtype_list's names (a dataset of before the exact type was
+** recorded has 'int64' or 'float64' for those); var_cat_dtypes the same of the var columns
+** var_categories names. */
 static void verify_meta_columns(sqlite3 *db, vrep *rep) {
-  /* the dtypes a column of each kind keeps (cv_dtype_kept), as SQL lists */
+  /* the dtypes a column of each kind keeps (cv_dtype_kept), and a categorical's categories
+  ** (cv_cat_dtype_known), as SQL lists */
   char *ints = cv_dtype_kept_list(0, "'", ", "), *reals = cv_dtype_kept_list(1, "'", ", ");
-  char *q = !ints || !reals ? NULL : sqlite3_mprintf(
-      "WITH m(k, v) AS (SELECT key, value FROM dc_meta WHERE key IN ('obs_names', 'var_names', 'obs_ordered', 'var_categories', 'obs_dtypes', 'var_dtypes', 'obs_cat_dtypes'))"
+  char *cats = cv_cat_dtype_list("'", ", ");
+  char *q = !ints || !reals || !cats ? NULL : sqlite3_mprintf(
+      "WITH m(k, v) AS (SELECT key, value FROM dc_meta WHERE key IN ('obs_names', 'var_names', 'obs_ordered', 'var_categories', 'obs_dtypes', 'var_dtypes', 'obs_cat_dtypes', 'var_cat_dtypes'))"
       " SELECT m.k, CASE WHEN NOT json_valid(m.v) THEN 'is not JSON'"
       "  WHEN json_type(m.v) <> CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
       "   THEN 'is not a JSON ' || CASE m.k WHEN 'obs_ordered' THEN 'array' ELSE 'object' END"
@@ -77,7 +81,13 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
       "   FROM json_each(m.v) j WHERE j.type <> 'text' OR j.value NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') LIMIT 1)"
       "  WHEN m.k = 'obs_cat_dtypes' THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not a categorical obs column with categories of that type' FROM json_each(m.v) j"
-      "   WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') OR j.value NOT IN (" CV_CAT_DTYPES_SQL ")"
+      "   WHERE j.key NOT IN (SELECT name FROM cells_columns WHERE kind = 'category') OR j.value NOT IN (%s)"
+      "   LIMIT 1)"
+      "  WHEN m.k = 'var_cat_dtypes' THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
+      "   || ', not a categorical var column (var_categories) with categories of that type' FROM json_each(m.v) j"
+      "   WHERE j.key NOT IN (SELECT c.key FROM json_each(coalesce((SELECT value FROM dc_meta WHERE key = 'var_categories'"
+      "     AND json_valid(value) AND json_type(value) = 'object'), '{}')) c WHERE c.key IN (SELECT name FROM genes_columns))"
+      "    OR j.value NOT IN (%s)"
       "   LIMIT 1)"
       "  WHEN m.k IN ('obs_dtypes', 'var_dtypes') THEN (SELECT 'names ' || quote(j.key) || ' with ' || quote(j.value)"
       "   || ', not ' || CASE m.k WHEN 'obs_dtypes' THEN 'an obs' ELSE 'a var' END || ' column of that kind'"
@@ -91,9 +101,10 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
       "   WHERE j.key NOT IN (SELECT name FROM cells_columns) OR j.type <> 'text' LIMIT 1)"
       "  ELSE (SELECT 'names ' || quote(j.key) || ', not a var column' FROM json_each(m.v) j"
       "   WHERE j.key NOT IN (SELECT name FROM genes_columns) OR j.type <> CASE m.k WHEN 'var_names' THEN 'text' ELSE 'array' END"
-      "   LIMIT 1) END FROM m", ints, reals, ints, reals);
+      "   LIMIT 1) END FROM m", cats, cats, ints, reals, ints, reals);
   sqlite3_free(ints);
   sqlite3_free(reals);
+  sqlite3_free(cats);
   sqlite3_stmt *s = NULL;
   int r = q ? sqlite3_prepare_v2(db, q, -1, &s, NULL) : SQLITE_NOMEM;
   const char *why = q ? NULL : "out of memory";

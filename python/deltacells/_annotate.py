@@ -105,7 +105,7 @@ def _schema(dtypes, kinds):
     (docs/format.md dc_meta obs_ordered, obs_dtypes, obs_cat_dtypes): a categorical's
     categories in order (unused ones too), whether they are ordered and their type; a number
     column's narrow dtype (uint8, float32, ...)."""
-    from .anndata_io import _NARROW
+    from .anndata_io import _CAT_DTYPES, _NARROW
     out = {}
     for c, dt in dtypes.items():
         if dt is None:
@@ -115,9 +115,9 @@ def _schema(dtypes, kinds):
             e = {"categories": [_label(x) for x in cats], "ordered": bool(dt.ordered)}
             ck = getattr(cats.dtype, "kind", "O")
             if ck in "iu" or ck == "f" or ck == "b":
-                # uint64 apart: its categories of 2^63 and up fit no int64 (docs/format.md)
-                u64 = ck == "u" and cats.dtype.itemsize == 8
-                e["categories_dtype"] = "uint64" if u64 else {"i": "int64", "u": "int64", "f": "float64", "b": "bool"}[ck]
+                # their exact type (int16, uint64, float32, ...: docs/format.md obs_cat_dtypes)
+                name = "float32" if str(cats.dtype) == "float16" else str(cats.dtype)
+                e["categories_dtype"] = name if name in _CAT_DTYPES else {"i": "int64", "u": "uint64", "f": "float64", "b": "bool"}[ck]
             out[c] = e
         elif _NARROW.get(str(dt).lower()) == kinds[c]:   # pandas' UInt8 too
             out[c] = {"dtype": str(dt).lower()}
@@ -169,6 +169,9 @@ def annotate(path, data, key="name", quiet=True):
         raise TypeError("data must be a pandas DataFrame or a dict of columns")
     if not cols:
         raise ValueError("no columns to add")
+    if "" in cols:   # the command would take '' for a missing name (--type =int: give COLUMN=KIND)
+        raise ValueError(f"an obs column needs a name: column {list(cols).index('')} of the data is named '' "
+                         "(rename it; nothing was written)")
     for c, vs in cols.items():
         if len(vs) != len(keys):
             raise ValueError(f"column {c!r} has {len(vs)} values for {len(keys)} keys")

@@ -1,5 +1,6 @@
 """deltacells.to_anndata: a selection of a dataset as an AnnData, for analysis and checks."""
 import json
+import math
 
 import numpy as np
 
@@ -93,28 +94,52 @@ def _nullable(d):
     return "boolean" if d == "bool" else d.capitalize().replace("Uint", "UInt")
 
 
+# the types dc_meta obs_cat_dtypes / var_cat_dtypes name for a categorical's categories
+# (docs/format.md; the converter's cv_cat_dtype_known): numpy's, but float16, and bool
+_CAT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+               "float32", "float64", "bool")
+
+
 def _typed_labels(labels, dtype):
-    """A categorical's labels (text) as the numbers or booleans dc_meta obs_cat_dtypes says the
-    input had (a numpy array of int64, uint64 or float64; a list of booleans), or None (strings,
-    or a label that is not one: as export does).  A dataset written before 'uint64' was recorded
-    says 'int64' for uint64 categories: those of 2^63 and up are read as uint64 then, as export
-    reads them."""
+    """A categorical's labels (text) as the numbers or booleans dc_meta obs_cat_dtypes
+    (var_cat_dtypes) says the input had (a numpy array of that type: int16, uint64, float32,
+    ...; a list of booleans), or None (strings, or a label that is not one: as export does).
+    A label out of the type's range reads in the 64-bit type of its kind (int64, then uint64;
+    float64), as export reads it, never wrapped; so a dataset written before the exact type (or
+    'uint64') was recorded, which says 'int64' for every integer type, gives int64 categories,
+    uint64 for those of 2^63 and up."""
     if dtype == "bool":
         b = {"True": True, "False": False}
         return [b[str(x)] for x in labels] if all(str(x) in b for x in labels) else None
-    if dtype not in ("int64", "uint64", "float64"):
+    if dtype not in _CAT_DTYPES:
         return None
+    real = np.dtype(dtype).kind == "f"
     try:
-        if dtype == "float64":
-            return np.array([float(str(x)) for x in labels], dtype=np.float64)
-        ints = [int(str(x)) for x in labels]
+        vals = [float(str(x)) if real else int(str(x)) for x in labels]
     except ValueError:
         return None
-    for d in (dtype, "uint64") if dtype == "int64" else (dtype,):
-        lo, hi = (0, 2**64 - 1) if d == "uint64" else (-2**63, 2**63 - 1)
-        if all(lo <= v <= hi for v in ints):
-            return np.array(ints, dtype=d)
+    for d in dict.fromkeys((dtype, "float64") if real else (dtype, "int64", "uint64")):
+        if real:
+            top = np.finfo(d).max
+            if all(not math.isfinite(v) or abs(v) <= top for v in vals):
+                return np.array(vals, dtype=d)
+        else:
+            info = np.iinfo(d)
+            if all(info.min <= v <= info.max for v in vals):
+                return np.array(vals, dtype=d)
     return None
+
+
+def _categorical(vals, cats, dtype, ordered=False):
+    """pd.Categorical of values `vals` (labels, None for missing) with categories `cats` (the
+    labels in order), the categories in type `dtype` (_typed_labels) where it gives them."""
+    import pandas as pd
+    typed = _typed_labels(cats, dtype)
+    if typed is None:
+        return pd.Categorical(vals, categories=cats, ordered=ordered)
+    code = {v: k for k, v in enumerate(cats)}
+    codes = np.array([-1 if v is None else code.get(v, -1) for v in vals], dtype=np.int64)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(typed), ordered=ordered)
 
 
 def _var_types(var, meta):
@@ -131,9 +156,11 @@ def _var_types(var, meta):
             var[c] = col.astype(_nullable(d))            # (a float keeps them as NaN, as export does)
         else:
             var[c] = col.astype(bool if d == "bool" else d)
+    cat_dtypes = {str(k): str(v) for k, v in _meta_json(meta, "var_cat_dtypes", dict).items()}
     for c, cats in _meta_json(meta, "var_categories", dict).items():
         if c in var.columns and isinstance(cats, list):
-            var[c] = pd.Categorical(var[c], categories=[str(x) for x in cats])
+            vals = [None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in var[c]]
+            var[c] = _categorical(vals, [str(x) for x in cats], cat_dtypes.get(c))
 
 
 def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_id=False,
@@ -202,14 +229,8 @@ def to_anndata(path, where=None, obs=None, genes=None, chunk_cells=20000, cell_i
             vals = [r[j] for r in rows]
             kind = cat.kind(c)
             if kind == "category":
-                cats = cat.categories(c, con)
-                typed = _typed_labels(cats, cat_dtypes.get(c))
-                if typed is not None:             # numbers (or booleans) as the input had them,
-                    code = {v: k for k, v in enumerate(cats)}   # in its type (uint64 stays uint64)
-                    codes = np.array([-1 if v is None else code.get(v, -1) for v in vals], dtype=np.int64)
-                    data[c] = pd.Categorical.from_codes(codes, categories=pd.Index(typed), ordered=c in ordered)
-                else:
-                    data[c] = pd.Categorical(vals, categories=cats, ordered=c in ordered)
+                # numbers (or booleans) as the input had them, in its type (int16 stays int16)
+                data[c] = _categorical(vals, cat.categories(c, con), cat_dtypes.get(c), c in ordered)
             elif kind == "bool":
                 data[c] = (pd.array([None if v is None else bool(v) for v in vals], dtype="boolean")
                            if any(v is None for v in vals) else np.array(vals, dtype=bool))

@@ -124,6 +124,43 @@ def test_bad_csv_names_line_and_reason_and_changes_nothing(ds, tmp_path, text, o
     verify_ok(ds)
 
 
+def test_annotate_integer_out_of_int64_range_says_so(ds, tmp_path):
+    """An integer beyond int64 in an int column was 'not an integer'; it is out of the signed
+    64-bit range, and the message names the column, the line and key, and the value (as convert
+    says it of such an obs column).  Nothing is changed."""
+    names = [r[0] for r in cells(ds, ["age"])]
+    before = sha(ds)
+    for big in ("9223372036854775808", "-9223372036854775809", "99999999999999999999999"):
+        csv = tmp_path / "big.csv"
+        csv.write_text(f"name,a\n{names[0]},1\n{names[1]},{big}\n")
+        p = run("annotate", ds, csv, "--type", "a=int", check=False)
+        assert p.returncode == 1, p.stderr
+        assert f"line 3 (name '{names[1]}'): column 'a': value {big} does not fit a signed 64-bit integer" in p.stderr, p.stderr
+        assert "is not an integer" not in p.stderr, p.stderr
+        assert sha(ds) == before
+    # the largest and smallest int64 are stored
+    csv.write_text(f"name,a\n{names[0]},9223372036854775807\n{names[1]},-9223372036854775808\n")
+    run("annotate", ds, csv, "--type", "a=int", "--quiet")
+    assert [r[1] for r in cells(ds, ["a"])[:2]] == [2**63 - 1, -2**63]
+    verify_ok(ds)
+
+
+def test_python_annotate_a_column_without_a_name_is_refused(ds):
+    """A DataFrame (or dict) column named '' failed with the command's '--type =int: give
+    COLUMN=KIND'; it is an error saying that an obs column needs a name, before anything is
+    written."""
+    import pandas as pd
+
+    import deltacells
+    names = [r[0] for r in cells(ds, ["age"])]
+    before = sha(ds)
+    df = pd.DataFrame({"ok": [1, 2], "": [3, 4]}, index=names[:2])
+    for data in (df, {"name": names[:2], "": ["x", "y"]}):
+        with pytest.raises(ValueError, match="an obs column needs a name: column [01] of the data is named ''"):
+            deltacells.annotate(str(ds), data)
+        assert sha(ds) == before
+
+
 def test_python_annotate_a_frame_keyed_by_its_default_index_changes_nothing(ds):
     """A DataFrame whose index is 0, 1, 2, ... (not the cell names) matches no cell by name: an
     error that suggests key='cell_id', and the column it would have emptied is kept."""

@@ -1021,10 +1021,10 @@ def test_uint64_categories_round_trip(tmp_path):
     (tmp_path / "t.csv").write_text("name,c\n" + "".join(f"c{i:05d},{-1 if i == 3 else 5}\n" for i in range(30)))
     p = dc("annotate", old, tmp_path / "t.csv", "--type", "c=category", "--schema", s, check=False)
     assert p.returncode == 1 and "category '-1' is not a uint64" in p.stderr, p.stderr
-    s.write_text('{"c": {"categories_dtype": "uint32"}}')
+    s.write_text('{"c": {"categories_dtype": "uint128"}}')
     p = dc("annotate", old, tmp_path / "t.csv", "--type", "c=category", "--schema", s, check=False)
-    assert p.returncode == 1 and "int64, uint64, float64 or bool" in p.stderr, p.stderr
-    verify_finds_bad_meta(tmp_path / "u.h5ad", tmp_path / "bad.dcdb", "obs_cat_dtypes", "uid", "uint32")
+    assert p.returncode == 1 and "categories_dtype is one of int8, " in p.stderr and "uint64, float32, float64, bool" in p.stderr, p.stderr
+    verify_finds_bad_meta(tmp_path / "u.h5ad", tmp_path / "bad.dcdb", "obs_cat_dtypes", "uid", "uint128")
     # plain uint64 columns: stored faithfully or refused, naming the column
     for frame in ("obs", "var"):
         c = make_adata(n_cells=10, n_genes=4)
@@ -1100,6 +1100,141 @@ def test_column_without_a_name(tmp_path, taken):
     assert f"{db2}: obs column 'a/b' has a '/'" in p.stderr and "--obs can leave it out" in p.stderr, p.stderr
     export(db2, tmp_path / "s.h5ad", "--obs", "a,k")
     assert list(anndata.read_h5ad(tmp_path / "s.h5ad").obs.columns) == ["a", "k"]
+
+
+def test_category_dtypes_round_trip_exactly(tmp_path):
+    """A categorical whose categories are int8, int16, int32, uint8, uint16, uint32 or float32
+    numbers (as pandas 2 writes them; h5py here) came back from export with int64 / float64
+    categories, and to_anndata likewise, and a var categorical with number categories with string
+    categories: convert recorded only 'int64' / 'float64' (dc_meta obs_cat_dtypes) and nothing for
+    var.  The exact type is recorded (obs_cat_dtypes, var_cat_dtypes) and given back, obs and var
+    (pandas then holds them as it holds such an index: pandas 1 as int64 / float64); verify takes
+    the names and refuses others.  Two inputs, append and merge of columns whose types differ keep
+    the type that holds both (int16 and int32: int32; int8 and uint8: int16), else strings (int and
+    float: '3' and '3.0' would name one number twice), never a wrapped value.  A dataset written
+    before (with 'int64' / 'float64', or no var_cat_dtypes) reads as it did."""
+    import h5py
+
+    import deltacells
+    types = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "u8": np.uint8, "u16": np.uint16,
+             "u32": np.uint32, "f32": np.float32, "i64": np.int64, "f64": np.float64}
+
+    def cats_of(t):   # each type's extremes, so that a narrower reading would have wrapped them
+        if np.dtype(t).kind == "f":
+            return np.array([-1.5, 0.1, 3e38 if t == np.float32 else 1e300], dtype=t)
+        info = np.iinfo(t)
+        return np.array([info.min, 7, info.max], dtype=t)
+
+    def adata(prefix, over=None):
+        """An AnnData and its h5ad whose categoricals' categories are of the types given."""
+        want = {**types, "vc": np.uint16, "vf": np.float32, **(over or {})}
+        a = make_adata(n_cells=30, n_genes=6, cell_prefix=prefix)
+        a.obs = pd.DataFrame({c: pd.Categorical.from_codes(np.arange(30) % 3, categories=cats_of(want[c]))
+                              for c in types}, index=a.obs_names)
+        for c in ("vc", "vf"):
+            a.var[c] = pd.Categorical.from_codes(np.arange(6) % 3, categories=cats_of(want[c]))
+        path = write(a, tmp_path / f"{prefix}.h5ad")
+        with h5py.File(path, "r+") as f:   # the categories in their own type (pandas 1 widens them)
+            for c, t in want.items():
+                g = f[("var/" if c.startswith("v") else "obs/") + c]
+                attrs = dict(g["categories"].attrs)
+                del g["categories"]
+                d = g.create_dataset("categories", data=cats_of(t))
+                d.attrs.update(attrs)
+        return a, path, want
+
+    def pandas_dtype(t):   # how pandas holds categories of type t
+        return np.dtype(object) if t is str else pd.Index(np.zeros(1, dtype=t)).dtype
+
+    def check(db, want, src=None):
+        v = dc("verify", db, check=False)
+        assert v.returncode == 0, v.stdout + v.stderr
+        b, t = exported_and_loaded(db, tmp_path)
+        with h5py.File(tmp_path / "o.h5ad") as f:   # export's file: the type itself
+            for c, w in want.items():
+                d = f[("var/" if c.startswith("v") else "obs/") + c + "/categories"]
+                assert (d.dtype.kind in "OS") if w is str else d.dtype == np.dtype(w), (c, d.dtype)
+        for x in (b, t):
+            for c, w in want.items():
+                frame = x.var if c.startswith("v") else x.obs
+                assert frame[c].cat.categories.dtype == pandas_dtype(w), (c, frame[c].cat.categories)
+                if src is not None:   # the values: the categories and each row's
+                    a, sw = src
+                    cats = cats_of(sw[c])
+                    assert np.array_equal(np.asarray(frame[c].cat.categories), cats.astype(pandas_dtype(w))), c
+                    codes = np.arange(30 if frame is x.obs else 6) % 3
+                    names = a.var_names if frame is x.var else a.obs_names
+                    assert np.array_equal(np.asarray(frame[c].loc[names], dtype=cats.dtype), cats[codes]), c
+
+    a = adata("c")
+    db = tmp_path / "a.dcdb"
+    dc("convert", a[1], "-o", db, "--quiet")
+    con = sqlite3.connect(db)
+    meta = dict(con.execute("SELECT key, value FROM dc_meta WHERE key IN ('obs_cat_dtypes', 'var_cat_dtypes')").fetchall())
+    con.close()
+    assert json.loads(meta["obs_cat_dtypes"]) == {c: np.dtype(t).name for c, t in types.items()}
+    assert json.loads(meta["var_cat_dtypes"]) == {"vc": "uint16", "vf": "float32"}
+    check(db, a[2], (a[0], a[2]))
+
+    # append and merge of the same types keep them; of different ones, the type that holds both
+    b = adata("d")
+    dc("append", db, b[1], "--quiet")
+    check(db, a[2], (b[0], b[2]))
+    m = adata("e", {"i8": np.uint8, "i16": np.int32, "u8": np.uint16, "f32": np.float64, "i32": np.float32,
+                    "u32": np.int8, "vc": np.int16})
+    dc("convert", m[1], "-o", tmp_path / "m.dcdb", "--quiet")
+    united = {**a[2], "i8": np.int16, "i16": np.int32, "u8": np.uint16, "f32": np.float64, "i32": str,
+              "u32": np.int64, "vc": np.int32}
+    for how in ("merge", "append", "convert"):
+        out = tmp_path / f"{how}.dcdb"
+        if how == "merge":
+            dc("merge", db, tmp_path / "m.dcdb", "-o", out, "--quiet")
+        elif how == "append":
+            dc("convert", a[1], "-o", out, "--quiet")
+            dc("append", out, m[1], "--quiet")
+        else:
+            dc("convert", a[1], m[1], "-o", out, "--quiet")
+        check(out, united)
+        x = deltacells.to_anndata(str(out))
+        for c in ("i8", "i16", "u32", "vc", "f32"):   # both inputs' extremes, none wrapped
+            frame = x.var if c == "vc" else x.obs
+            want = {float(v) for v in cats_of(a[2][c])} | {float(v) for v in cats_of(m[2][c])}
+            assert {float(v) for v in frame[c].cat.categories} == want, c
+            assert len(frame[c].cat.categories) == len(want), c
+        assert set(x.obs["i32"].cat.categories) >= {"-2147483648", "7", "2147483647", "-1.5"}, x.obs["i32"]
+
+    # a dataset written before: 'int64' / 'float64' for them, no var_cat_dtypes
+    old = tmp_path / "old.dcdb"
+    dc("convert", a[1], "-o", old, "--quiet")
+    con = sqlite3.connect(old)
+    con.execute("UPDATE dc_meta SET value = ? WHERE key = 'obs_cat_dtypes'",
+                (json.dumps({c: "float64" if np.dtype(t).kind == "f" else "int64" for c, t in types.items()}),))
+    con.execute("DELETE FROM dc_meta WHERE key = 'var_cat_dtypes'")
+    con.commit()
+    con.close()
+    check(old, {**{c: np.float64 if np.dtype(t).kind == "f" else np.int64 for c, t in types.items()}, "vc": str, "vf": str})
+
+    # annotate from a DataFrame records the type pandas has (int64 in pandas 1), int16 by --schema
+    df = pd.DataFrame({"ann": pd.Categorical.from_codes(np.arange(30) % 3, categories=cats_of(np.int16))}, index=a[0].obs_names)
+    deltacells.annotate(str(old), df)
+    s = tmp_path / "s.json"
+    (tmp_path / "t.csv").write_text("name,c\n" + "".join(f"c{i:05d},{-300 if i == 3 else 5}\n" for i in range(30)))
+    s.write_text('{"c": {"categories_dtype": "int16"}}')
+    dc("annotate", old, tmp_path / "t.csv", "--type", "c=category", "--schema", s, "--quiet")
+    check(old, {"ann": df["ann"].cat.categories.dtype.type, "c": np.int16})
+    s.write_text('{"c": {"categories_dtype": "int8"}}')
+    p = dc("annotate", old, tmp_path / "t.csv", "--type", "c=category", "--schema", s, check=False)
+    assert p.returncode == 1 and "category '-300' is not a int8" in p.stderr, p.stderr
+    s.write_text('{"c": {"categories_dtype": "float16"}}')
+    p = dc("annotate", old, tmp_path / "t.csv", "--type", "c=category", "--schema", s, check=False)
+    assert p.returncode == 1 and "categories_dtype is one of int8, int16, int32, int64, uint8" in p.stderr, p.stderr
+
+    # verify takes the names and refuses others, obs and var
+    for key, col in (("obs_cat_dtypes", "i8"), ("var_cat_dtypes", "vc")):
+        for bad in ("int128", "float16", "category"):
+            verify_finds_bad_meta(a[1], tmp_path / "bad.dcdb", key, col, bad)
+            os.unlink(tmp_path / "bad.dcdb")
+    verify_finds_bad_meta(a[1], tmp_path / "bad.dcdb", "var_cat_dtypes", "gene_ids", "int8")
 
 
 def test_merge_and_append_of_columns_that_differ_only_in_case(tmp_path):
