@@ -453,6 +453,7 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     if (!kind && cs.categories) kind = DC_OBS_CATEGORY;
     if (!kind) {  /* int, else bool, else real, else category or text */
       int all_i = 1, all_b = 1, all_f = 1;
+      size_t big = 0;     /* the first row with an integer beyond int64, while every value is an integer */
       cv_map dv = {0};
       uint64_t distinct = 0, nn = 0;
       for (size_t r = 1; r < t.n_rec; r++) {
@@ -460,12 +461,23 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
         if (is_na(s)) continue;
         int64_t iv; double fv; int bv;
         nn++;
-        all_i &= parse_i64(s, &iv);
+        int is_i = parse_i64(s, &iv);
+        if (!is_i && !big && i64_out_of_range(s)) big = r;
+        else if (!is_i) big = (size_t)-1;   /* not all integers: real or text, as before */
+        all_i &= is_i;
         all_b &= parse_bool(s, &bv);
         all_f &= parse_f64(s, &fv);
         if (distinct <= 65536 && !cv_map_ref(&dv, s)) { distinct++; if (cv_map_put(&dv, s, 0, e)) { cv_map_free(&dv); sqlite3_free(ums); goto done; } }
       }
       cv_map_free(&dv);
+      if (big && big != (size_t)-1) {   /* a real would round it, and text would be a guess: asked */
+        sqlite3_free(ums);
+        cv_fail(e, "%s: line %lld (%s '%s'): column '%s': value %s is an integer that does not fit a signed 64-bit "
+                "integer, which is how the dataset stores integers; say how to store the column: --type %s=text "
+                "(exact) or --type %s=real (rounded)", o->table, (long long)t.rec[big].line, hdr[kc], t.rec[big].fld[kc],
+                hdr[c], t.rec[big].fld[c], hdr[c], hdr[c]);
+        goto done;
+      }
       kind = !nn ? DC_OBS_TEXT : all_i ? DC_OBS_INT : all_b ? DC_OBS_BOOL : all_f ? DC_OBS_REAL
              : (distinct > 65536 || distinct * 2 > nn) ? DC_OBS_TEXT : DC_OBS_CATEGORY;
     }

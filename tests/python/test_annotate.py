@@ -138,6 +138,14 @@ def test_annotate_integer_out_of_int64_range_says_so(ds, tmp_path):
         assert f"line 3 (name '{names[1]}'): column 'a': value {big} does not fit a signed 64-bit integer" in p.stderr, p.stderr
         assert "is not an integer" not in p.stderr, p.stderr
         assert sha(ds) == before
+        # without --type the column was taken as real, rounding the value: now asked
+        p = run("annotate", ds, csv, check=False)
+        assert p.returncode == 1, p.stderr
+        assert (f"line 3 (name '{names[1]}'): column 'a': value {big} is an integer that does not fit a signed 64-bit "
+                "integer" in p.stderr and "--type a=text (exact) or --type a=real (rounded)" in p.stderr), p.stderr
+        assert sha(ds) == before
+    run("annotate", ds, csv, "--type", "a=text", "--quiet")     # kept exactly, as text
+    assert [r[1] for r in cells(ds, ["a"])[:2]] == ["1", "99999999999999999999999"]
     # the largest and smallest int64 are stored
     csv.write_text(f"name,a\n{names[0]},9223372036854775807\n{names[1]},-9223372036854775808\n")
     run("annotate", ds, csv, "--type", "a=int", "--quiet")
