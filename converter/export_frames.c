@@ -271,11 +271,14 @@ int ex_obs_columns(sqlite3 *db, const char *path, const char *list, xcol **out, 
     char *dup = strdup(list), *save = NULL;
     if (!sel || !used || !dup) { free(sel); free(used); free(dup); cv_fail(e, "out of memory"); goto done; }
     for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      int j = -1;
+      /* a column whose name has spaces around it is named as it is; else spaces around a name
+      ** in the list are dropped ("a, b") */
+      for (int i = 0; i < n && j < 0; i++) if (!strcmp(all[i].name, t) || !strcmp(all[i].out, t)) j = i;
       while (isspace((unsigned char)*t)) t++;
       char *z = t + strlen(t);
       while (z > t && isspace((unsigned char)z[-1])) *--z = 0;
-      if (!*t) continue;
-      int j = -1;
+      if (!*t && j < 0) continue;
       for (int i = 0; i < n && j < 0; i++) if (!strcmp(all[i].name, t)) j = i;
       for (int i = 0; i < n && j < 0; i++) if (!strcasecmp(all[i].name, t)) j = i; /* SQLite's names ignore case */
       for (int i = 0; i < n && j < 0; i++) if (!strcmp(all[i].out, t)) j = i;   /* the inputs' name */

@@ -369,6 +369,21 @@ def test_where_genes_obs_subsets(synth):
     assert b.shape == (0, a.n_vars) and list(b.obs.columns) == []
 
 
+def test_obs_list_names_a_column_with_spaces_around_its_name(tmp_path):
+    """--obs trimmed every name in its list, so a column named ' sp ace' (pandas keeps such
+    names) could not be asked for; a name as it is comes first, trimmed ones after."""
+    a = make_adata(n_cells=20, n_genes=6)
+    a.obs[" sp ace"] = np.arange(20, dtype=np.int64)
+    db = tmp_path / "s.dcdb"
+    dc("convert", write(a, tmp_path / "s.h5ad"), "-o", db, "--quiet")
+    export(db, tmp_path / "o.h5ad", "--obs", " sp ace,cell_type")
+    b = anndata.read_h5ad(tmp_path / "o.h5ad")
+    assert list(b.obs.columns) == [" sp ace", "cell_type"]
+    assert list(b.obs[" sp ace"]) == list(range(20))
+    export(db, tmp_path / "o.h5ad", "--obs", "frac , cell_type")     # spaces around a list's names
+    assert list(anndata.read_h5ad(tmp_path / "o.h5ad").obs.columns) == ["frac", "cell_type"]
+
+
 @pytest.mark.parametrize("opts, words", [
     (["--where", "no_such_column > 1"], ["--where", "no such column: no_such_column"]),
     (["--where", "cell_type = "], ["--where", "syntax error"]),
