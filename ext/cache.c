@@ -10,47 +10,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include "dc_cache.h"
+#include "dc_codec.h"
 
-/* Large buffers (decoded chunks, result blobs, tile buffers) are mapped
-** directly, 2 MiB aligned, with MADV_HUGEPAGE: touching fresh memory then
-** costs one page fault per 2 MiB instead of per 4 KiB (measured here: page
-** faults were most of the time of a batch into fresh buffers). */
-#define BIG_MIN ((size_t)4 << 20)
-#define HUGE_SZ ((size_t)2 << 20)
-
-static void *big_alloc(size_t n, size_t *map_len) {
-  size_t len = (n + HUGE_SZ - 1) & ~(HUGE_SZ - 1);
-  if (len < n) return NULL;
-  uint8_t *p = mmap(NULL, len + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  uintptr_t a = ((uintptr_t)p + HUGE_SZ - 1) & ~(uintptr_t)(HUGE_SZ - 1);
-  size_t head = (size_t)(a - (uintptr_t)p), tail = HUGE_SZ - head;
-  if (head) munmap(p, head);
-  if (tail) munmap((uint8_t *)a + len, tail);
-#ifdef MADV_HUGEPAGE
-  madvise((void *)a, len, MADV_HUGEPAGE);
-#endif
-  *map_len = len;
-  return (void *)a;
-}
-
-/* malloc for small sizes, big_alloc for large ones; *map_len = 0 for malloc */
-static void *mem_alloc(size_t n, size_t *map_len) {
-  *map_len = 0;
-  if (n >= BIG_MIN) {
-    void *p = big_alloc(n, map_len);
-    if (p) return p;
-    *map_len = 0;
-  }
-  return malloc(n);
-}
-static void mem_free(void *p, size_t map_len) {
-  if (!p) return;
-  if (map_len) munmap(p, map_len); else free(p);
-}
-
+/* Large buffers (decoded chunks, result blobs, tile buffers) come from dc_mem_alloc (the
+** codec's: 2 MiB aligned, with MADV_HUGEPAGE; measured here: page faults were most of the time
+** of a batch into fresh buffers). */
 #define CHUNK_HEAD ((sizeof(dc_chunk_data) + 15) & ~(uint64_t)15)
 
 uint64_t dc_chunk_size(uint32_t n_cells, uint64_t nnz) {
@@ -271,10 +236,10 @@ typedef struct rc_head {
   int64_t n_ref;
   uint64_t cap;
   dc_bufpool *pool;
-  uint64_t map_len;           /* mem_alloc's: 0 = malloc */
+  uint64_t map_len;           /* dc_mem_alloc's: 0 = malloc */
 } rc_head;
 
-static void rc_free(rc_head *h) { if (h) mem_free(h, (size_t)h->map_len); }
+static void rc_free(rc_head *h) { if (h) dc_mem_free(h, (size_t)h->map_len); }
 
 dc_bufpool *dc_bufpool_new(void) {
   dc_bufpool *p = calloc(1, sizeof *p);
@@ -345,7 +310,7 @@ void *rcbuf_new(dc_bufpool *p, uint64_t n) {
   }
   if (!h) {
     size_t map_len;
-    h = mem_alloc(RC_HEAD + (size_t)cap, &map_len);
+    h = dc_mem_alloc(RC_HEAD + (size_t)cap, &map_len);
     if (h) h->map_len = map_len;
     if (!h) {
       if (p) { pthread_mutex_lock(&p->mu); p->n_ref--; pool_unref_locked_free(p); }

@@ -261,6 +261,19 @@ int dc_simd_env_check(char *msg, size_t n);
 /* The per-chunk checksum: low 32 bits of XXH3-64 (Debian's libxxhash). */
 uint32_t dc_checksum(const void *buf, size_t len);
 
+/* A large buffer (decoder scratch, decoded chunks, result buffers): from DC_BIG_MIN bytes up
+** mapped directly, 2 MiB aligned, with MADV_HUGEPAGE where the system has it, so that touching
+** it fresh costs one page fault per 2 MiB instead of one per 4 KiB (on the development VM a
+** fault costs 10-25 us: a new process's first chunk decode faulted in its scratch 4 KiB at a
+** time); below that, or where mapping fails, malloc.  *map_len: what dc_mem_free needs (0 for
+** malloc).  NULL when out of memory. */
+#define DC_BIG_MIN ((size_t)4 << 20)
+void *dc_mem_alloc(size_t n, size_t *map_len);
+/* The same in huge pages whatever the size (a buffer of about 2 MiB that a new process would
+** otherwise fault in 4 KiB at a time: a decoder's tables). */
+void *dc_mem_alloc_huge(size_t n, size_t *map_len);
+void dc_mem_free(void *p, size_t map_len);
+
 #ifdef __cplusplus
 }
 #endif

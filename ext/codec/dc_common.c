@@ -10,8 +10,62 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <xxhash.h>
 #include <zstd.h>
+
+/* ------------------------------------------------------------ large buffers */
+/* Under AddressSanitizer every buffer comes from malloc, whose bounds it checks (a mapped one
+** has none: a decoder read past its scratch would go unseen by the tests and fuzzers). */
+#if defined(__SANITIZE_ADDRESS__)
+#define DC_MEM_PLAIN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DC_MEM_PLAIN 1
+#endif
+#endif
+
+#ifndef DC_MEM_PLAIN
+#define HUGE_SZ ((size_t)2 << 20)
+
+static void *big_alloc(size_t n, size_t *map_len) {
+  size_t len = (n + HUGE_SZ - 1) & ~(HUGE_SZ - 1);
+  if (len < n || len + HUGE_SZ < len) return NULL;
+  uint8_t *p = mmap(NULL, len + HUGE_SZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  uintptr_t a = ((uintptr_t)p + HUGE_SZ - 1) & ~(uintptr_t)(HUGE_SZ - 1);
+  size_t head = (size_t)(a - (uintptr_t)p), tail = HUGE_SZ - head;
+  if (head) munmap(p, head);
+  if (tail) munmap((uint8_t *)a + len, tail);
+#ifdef MADV_HUGEPAGE
+  madvise((void *)a, len, MADV_HUGEPAGE);
+#endif
+  *map_len = len;
+  return (void *)a;
+}
+#endif
+
+void *dc_mem_alloc_huge(size_t n, size_t *map_len) {
+  *map_len = 0;
+#ifndef DC_MEM_PLAIN
+  void *p = big_alloc(n ? n : 1, map_len);
+  if (p) return p;
+  *map_len = 0;
+#endif
+  return malloc(n ? n : 1);
+}
+
+void *dc_mem_alloc(size_t n, size_t *map_len) {
+  if (n >= DC_BIG_MIN) return dc_mem_alloc_huge(n, map_len);
+  *map_len = 0;
+  return malloc(n ? n : 1);
+}
+
+void dc_mem_free(void *p, size_t map_len) {
+  if (!p) return;
+  if (map_len) munmap(p, map_len);
+  else free(p);
+}
 
 /* ------------------------------------------------------------ errors */
 void dc_error_set(dc_error *err, int code, const char *fmt, ...) {

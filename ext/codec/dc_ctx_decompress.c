@@ -73,6 +73,9 @@ typedef struct ctx_state {
   uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
   uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
                                         escape is checked per chunk: see stage 2) */
+  uint8_t *blk;                      /* nsym, tab, inf, pinf and has_slow lie in one block
+                                        (dc_mem_alloc_huge), kept when the set is built again */
+  size_t blk_cap, blk_map;
 } ctx_state;
 
 /* A decoder keeps the tables of its last few tiles: a thread of a pool
@@ -88,11 +91,7 @@ typedef struct ctx_cache {
 
 static void state_clear(ctx_state *s) {
   free(s->key);
-  free(s->nsym);
-  free(s->tab);
-  free(s->inf);
-  free(s->pinf);
-  free(s->has_slow);
+  dc_mem_free(s->blk, s->blk_map);
   free(s->map);
   memset(s, 0, sizeof *s);
 }
@@ -224,14 +223,32 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   }
   why = "bad context counts";
   if (m->nrb != dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1) goto fail;
-  free(s->nsym); free(s->tab); free(s->inf); free(s->has_slow); free(s->pinf);
-  s->pinf = vec ? NULL : calloc(m->nq, PF_BYTES);
-  s->has_slow = calloc(m->n_ctx, 1);
-  s->nsym = calloc(m->n_ctx, sizeof *s->nsym);
-  s->tab = malloc((size_t)m->n_ctx * TAB_BYTES(vec));
+  /* the set's arrays in one block, 64-byte aligned each: in huge pages (a fresh process built
+  ** its first sets 4 KiB page by page: a quarter of a new DataLoader worker's page faults), and
+  ** kept for the next tile this set serves when it is large enough */
+  {
+    size_t o_tab = ((size_t)m->n_ctx * sizeof *s->nsym + 63) & ~(size_t)63;
+    size_t o_inf = o_tab + (((size_t)m->n_ctx * TAB_BYTES(vec) + 63) & ~(size_t)63);
+    size_t o_pinf = o_inf + (((size_t)m->n_ctx * 256 * sizeof *s->inf + 63) & ~(size_t)63);
+    size_t o_slow = o_pinf + (vec ? 0 : (((size_t)m->nq * PF_BYTES + 63) & ~(size_t)63));
+    size_t need = o_slow + m->n_ctx;
+    if (need > s->blk_cap) {
+      dc_mem_free(s->blk, s->blk_map);
+      s->blk = dc_mem_alloc_huge(need, &s->blk_map);
+      s->blk_cap = s->blk ? (s->blk_map ? s->blk_map : need) : 0;
+    }
+    s->nsym = NULL; s->tab = NULL; s->inf = NULL; s->pinf = NULL; s->has_slow = NULL;
+    if (!s->blk) { s->blk_map = 0; rc = DC_ENOMEM; why = "out of memory"; goto fail; }
+    uint8_t *b = s->blk;
+    memset(b, 0, o_tab);                       /* nsym: 0 = an unused context */
+    memset(b + o_inf, 0, need - o_inf);        /* inf, pinf, has_slow (the slot table is filled) */
+    s->nsym = (uint16_t *)(void *)b;
+    s->tab = b + o_tab;
+    s->inf = (dc_ctx_sinfo *)(void *)(b + o_inf);
+    s->pinf = vec ? NULL : b + o_pinf;
+    s->has_slow = b + o_slow;
+  }
   s->vec = vec;
-  s->inf = calloc((size_t)m->n_ctx * 256, sizeof *s->inf);
-  if (!s->nsym || !s->tab || !s->inf || !s->has_slow || (!vec && !s->pinf)) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
   for (uint32_t x = 0; x < m->n_ctx; x++) {
     uint64_t n1;
     why = "truncated";

@@ -17,15 +17,18 @@ void dc_decoder_free(dc_decoder *d) {
   if (d->zstd_dctx) ZSTD_freeDCtx(d->zstd_dctx);
   dc_rans_decoder_free(d->rans);
   dc_ctx_decoder_free(d->ctx);
-  free(d->scratch);
+  dc_mem_free(d->scratch, d->scratch_map);
   free(d);
 }
 
 int dc_decoder_scratch(dc_decoder *d, size_t need, dc_error *err) {
   if (need <= d->scratch_cap) return DC_OK;
-  free(d->scratch);
-  d->scratch = malloc(need);
-  d->scratch_cap = d->scratch ? need : 0;
+  /* grown by half at least, so that chunks of slowly growing sizes do not each map (and
+  ** fault in) a new buffer; large ones in huge pages (dc_mem_alloc) */
+  size_t cap = d->scratch_cap + d->scratch_cap / 2 > need ? d->scratch_cap + d->scratch_cap / 2 : need;
+  dc_mem_free(d->scratch, d->scratch_map);
+  d->scratch = dc_mem_alloc(cap, &d->scratch_map);
+  d->scratch_cap = d->scratch ? (d->scratch_map ? d->scratch_map : cap) : 0;
   if (!d->scratch) {
     dc_error_set(err, DC_ENOMEM, "out of memory for %zu bytes of decoder scratch", need);
     return DC_ENOMEM;

@@ -117,8 +117,8 @@ void dc_rans_free_model(void *model);
 
 struct dc_decoder {
   void *zstd_dctx;           /* ZSTD_DCtx*, created on first use */
-  uint8_t *scratch;          /* codec scratch, reused */
-  size_t scratch_cap;
+  uint8_t *scratch;          /* codec scratch, reused (dc_mem_alloc) */
+  size_t scratch_cap, scratch_map;
   void *rans;                /* rans-v1 decoder state (tables), codec private */
   void *ctx;                 /* rans decoder state (tables), codec private */
 };

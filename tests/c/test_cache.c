@@ -117,7 +117,11 @@ static void test_chunk_counts_held_memory(void) {
   dc_chunk_data *big = dc_chunk_new(p, 100, 1u << 20);      /* ~8 MiB: mapped */
   DCT_CHECK(big != NULL);
   size_t big_bytes = big->bytes;
+#if defined(__SANITIZE_ADDRESS__)   /* dc_mem_alloc mallocs every buffer there (ASan checks its bounds) */
+  DCT_CHECKF(big_bytes >= 8u << 20, "chunk counts %zu", big_bytes);
+#else
   DCT_CHECKF(big_bytes >= 8u << 20 && big_bytes % (2u << 20) == 0, "mapped chunk counts %zu", big_bytes);
+#endif
   dc_chunk_release(big);                                    /* back to the pool */
   dc_chunk_data *small = dc_chunk_new(p, 100, (1u << 20) * 6 / 10);   /* 0.6x: reuses it */
   DCT_CHECK(small != NULL);
