@@ -86,14 +86,19 @@ static int merge_ordered(sqlite3 *db, dsw *w, cv_err *e) {
   return meta_from(db, w, "obs_ordered", st, e);
 }
 
+/* The head of a WITH clause for a dc_meta object keyed by column (its key, %Q, given twice):
+** its entries (k, v) in main as d, in src as s. */
+#define ENTRIES_D_S                                                                                                     \
+  "WITH d(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = %Q), '{}'))),"  \
+  " s(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = %Q), '{}')))"
+
 /* dc_meta `key` (obs_dtypes: columns of `table` cells_columns, var_dtypes: genes_columns), the
 ** columns' type in the files: main's entries that src has alike or where src lacks the column,
 ** and src's for the columns main does not have yet (called before the columns are united; a
 ** column the two have with different types is exported as int64 / float64). */
 static int merge_dtypes(sqlite3 *db, dsw *w, const char *key, const char *table, cv_err *e) {
   sqlite3_stmt *st = cv_prep(db, e,
-      "WITH d(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = %Q), '{}'))),"
-      " s(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = %Q), '{}')))"
+      ENTRIES_D_S
       " SELECT count(*), json_group_object(k, v) FROM ("
       "  SELECT k, v FROM d WHERE k NOT IN (SELECT name FROM src.\"%w\")"
       "   OR EXISTS (SELECT 1 FROM s WHERE s.k = d.k AND s.v = d.v)"
@@ -118,8 +123,7 @@ static int merge_cat_dtypes(sqlite3 *db, dsw *w, const char *key, const char *ta
   if (sqlite3_create_function(db, "dc_cat_dtype_unite", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, sql_cat_unite, NULL, NULL) != SQLITE_OK)
     return cv_fail(e, "dc_meta.%s: %s", key, sqlite3_errmsg(db));
   sqlite3_stmt *st = cv_prep(db, e,
-      "WITH d(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM main.dc_meta WHERE key = %Q), '{}'))),"
-      " s(k, v) AS (SELECT key, value FROM json_each(coalesce((SELECT value FROM src.dc_meta WHERE key = %Q), '{}'))),"
+      ENTRIES_D_S ","
       " u(k, a, b) AS (SELECT k, (SELECT v FROM d WHERE d.k = x.k), (SELECT v FROM s WHERE s.k = x.k) FROM (SELECT k FROM d UNION SELECT k FROM s) x),"
       " t(k, v) AS (SELECT k, CASE WHEN a IS NOT NULL AND b IS NOT NULL THEN dc_cat_dtype_unite(a, b)"
       "   WHEN a IS NOT NULL THEN CASE WHEN k IN (SELECT name FROM src.\"%w\") THEN NULL ELSE a END"
