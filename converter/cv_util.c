@@ -354,6 +354,18 @@ void cv_list_names(char *buf, size_t cap, const char *const *names, int n) {
   }
 }
 
+int cv_gene_order_problem(const char *go, int has_col, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (go && strcmp(go, "union"))
+    snprintf(buf, cap, "dc_meta.gene_order is '%s'; the only order this version knows is 'union'", go);
+  else if (go && !has_col)
+    snprintf(buf, cap, "dc_meta.gene_order says the original gene order is recorded, but the genes table has no "
+             "orig_index column");
+  else if (!go && has_col)
+    snprintf(buf, cap, "the genes table has an orig_index column, but dc_meta.gene_order is missing");
+  return buf[0] != 0;
+}
+
 void cv_json_print(FILE *o, const char *s) {
   fputc('"', o);
   for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {

@@ -123,4 +123,10 @@ void cv_list_names(char *buf, size_t cap, const char *const *names, int n);
 /* s (NULL: "") as a JSON string, quoted and escaped, to o. */
 void cv_json_print(FILE *o, const char *s);
 
+/* dc_meta gene_order (go: its text, NULL when absent) against the genes table's orig_index
+** column (has_col): written together, so an older dataset has neither.  One without the other,
+** or an order other than 'union', is damage: returns 1 and says why in buf (verify reports it;
+** export, genes and to_anndata refuse the original order then), else 0 (buf ""). */
+int cv_gene_order_problem(const char *go, int has_col, char *buf, size_t cap);
+
 #endif

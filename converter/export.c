@@ -344,7 +344,7 @@ int cv_export(const ex_opts *o, cv_err *e) {
     return cv_fail(e, "--order: '%s' is not original or stored", o->order);
   if (ex_open(o->path, &db, &version, e)) return -1;
   if (ex_gtable_load(db, o->path, &g, e)) goto done;
-  if (g.orig_problem && !stored) {
+  if (g.orig_problem[0] && !stored) {
     cv_fail(e, "%s: %s, so the input's gene order is unknown (deltacells verify checks the dataset; --order stored "
             "exports the stored order)", o->path, g.orig_problem);
     goto done;

@@ -185,15 +185,8 @@ int ex_gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e) {
   g->orig = malloc(n * sizeof *g->orig);
   if (!g->orig) { cv_fail(e, "out of memory"); goto done; }
   char *go = ex_meta(db, "gene_order");
-  g->has_orig = go && !strcmp(go, "union") && g->c_orig >= 0;
-  /* gene_order and the orig_index column were written together (an older dataset has neither):
-  ** one without the other is damage, and the stored order in its place would be a silent swap */
-  if (go && strcmp(go, "union"))
-    g->orig_problem = "dc_meta.gene_order is not 'union', the only order this version knows";
-  else if (go && g->c_orig < 0)
-    g->orig_problem = "dc_meta.gene_order says the original gene order is recorded, but the genes table has no orig_index column";
-  else if (!go && g->c_orig >= 0)
-    g->orig_problem = "the genes table has an orig_index column, but dc_meta.gene_order is missing";
+  /* one without the other is damage, and the stored order in its place would be a silent swap */
+  g->has_orig = !cv_gene_order_problem(go, g->c_orig >= 0, g->orig_problem, sizeof g->orig_problem) && go;
   free(go);
   for (int64_t i = 0; i < g->n; i++) g->orig[i] = g->has_orig ? g->cols[g->c_orig].i[i] : i;
   if (g->has_orig) { /* a permutation of 0..n-1, or it cannot order anything */
@@ -241,7 +234,7 @@ int cv_genes(const char *path, int json, int original, cv_err *e) {
   gtable g;
   if (ex_open(path, &db, &version, e)) return -1;
   if (ex_gtable_load(db, path, &g, e)) { sqlite3_close(db); return -1; }
-  if (g.orig_problem) {   /* every listing shows orig_index */
+  if (g.orig_problem[0]) {   /* every listing shows orig_index */
     cv_fail(e, "%s: %s, so the input's gene order is unknown (deltacells verify checks the dataset)", path, g.orig_problem);
     ex_gtable_free(&g);
     sqlite3_close(db);

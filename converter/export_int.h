@@ -38,8 +38,8 @@ typedef struct gtable {
   int64_t *orig;     /* gene_id -> original position (orig_index, or gene_id) */
   int has_orig;
   /* why the original order cannot be used although the dataset says it records one (or the
-  ** other way round): a static message, NULL when there is nothing wrong */
-  const char *orig_problem;
+  ** other way round: cv_gene_order_problem), "" when there is nothing wrong */
+  char orig_problem[300];
 } gtable;
 
 int ex_gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e);

@@ -121,15 +121,10 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
 ** would make export and to_anndata lose the input's gene order.  Returns whether the column
 ** holds the order (verify_queries then checks that it is a permutation). */
 static int verify_gene_order(sqlite3 *db, vrep *rep) {
-  char *go = cv_meta_text(db, "gene_order");
+  char *go = cv_meta_text(db, "gene_order"), why[300];
   int col = cv_q_int(db, "SELECT count(*) FROM genes_columns WHERE name = 'orig_index' AND kind = 'int'", 0) > 0;
   int ok = 0;
-  if (go && strcmp(go, "union"))
-    VFAULT("dc_meta.gene_order is '%s'; the only order this version knows is 'union'", go);
-  else if (go && !col)
-    VFAULT("dc_meta.gene_order says the original gene order is recorded, but the genes table has no orig_index column");
-  else if (!go && col)
-    VFAULT("the genes table has an orig_index column, but dc_meta.gene_order is missing");
+  if (cv_gene_order_problem(go, col, why, sizeof why)) VFAULT("%s", why);
   else ok = go != NULL;
   free(go);
   return ok;
