@@ -105,13 +105,25 @@ const char *cv_dtype_kept(const char *name, int real) {
   return d && d->kept && d->is_float == !!real ? d->name : NULL;
 }
 
-char *cv_dtype_kept_list(int real, const char *quote, const char *sep) {
+/* The names of the table's rows `keep` takes (every row: keep NULL), then `extra` (unless
+** NULL), each between quotes, `sep` between them; sqlite3_malloc()ed. */
+static char *names_where(int (*keep)(const cv_dtype *, int), int arg, const char *extra, const char *quote,
+                         const char *sep) {
   sqlite3_str *s = sqlite3_str_new(NULL);
   int n = 0;
   for (int i = 0; i < CV_N_DTYPES; i++)
-    if (T[i].kept && T[i].is_float == !!real) sqlite3_str_appendf(s, "%s%s%s%s", n++ ? sep : "", quote, T[i].name, quote);
+    if (!keep || keep(&T[i], arg)) sqlite3_str_appendf(s, "%s%s%s%s", n++ ? sep : "", quote, T[i].name, quote);
+  if (extra) sqlite3_str_appendf(s, "%s%s%s%s", n ? sep : "", quote, extra, quote);
   return sqlite3_str_finish(s);
 }
+
+static int kept_of_kind(const cv_dtype *d, int real) { return d->kept && d->is_float == !!real; }
+
+char *cv_dtype_kept_list(int real, const char *quote, const char *sep) {
+  return names_where(kept_of_kind, real, NULL, quote, sep);
+}
+
+char *cv_dtype_list(const char *quote, const char *sep) { return names_where(NULL, 0, NULL, quote, sep); }
 
 const char *cv_dtype_unite(const char *a, const char *b) {
   const cv_dtype *x = cv_dtype_find(a), *y = cv_dtype_find(b);
@@ -131,14 +143,9 @@ int cv_cat_dtype_known(const char *name) {
   return d && d->code != CV_FLOAT16;
 }
 
-char *cv_cat_dtype_list(const char *quote, const char *sep) {
-  sqlite3_str *s = sqlite3_str_new(NULL);
-  int n = 0;
-  for (int i = 0; i < CV_N_DTYPES; i++)
-    if (cv_cat_dtype_known(T[i].name)) sqlite3_str_appendf(s, "%s%s%s%s", n++ ? sep : "", quote, T[i].name, quote);
-  sqlite3_str_appendf(s, "%s%sbool%s", sep, quote, quote);
-  return sqlite3_str_finish(s);
-}
+static int cat_known(const cv_dtype *d, int unused) { (void)unused; return cv_cat_dtype_known(d->name); }
+
+char *cv_cat_dtype_list(const char *quote, const char *sep) { return names_where(cat_known, 0, "bool", quote, sep); }
 
 const cv_dtype *cv_cat_dtype_wide(const char *dtype) {
   const cv_dtype *d = cv_cat_dtype_known(dtype) ? cv_dtype_find(dtype) : NULL;

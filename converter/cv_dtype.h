@@ -57,6 +57,8 @@ const char *cv_dtype_kept(const char *name, int real);
 /* The names cv_dtype_kept keeps for kind real (else int), as `sep` separated text, each
 ** between `quote`s ("int8, int16, ..." or "'int8', 'int16', ..." for SQL); sqlite3_malloc()ed. */
 char *cv_dtype_kept_list(int real, const char *quote, const char *sep);
+/* Every name of the table, so (x_dtype's: verify's message). */
+char *cv_dtype_list(const char *quote, const char *sep);
 /* The dtype that holds every value of both: equal names stay; integers of one signedness
 ** take the wider; mixed signedness int64; any float: float32 if both are float16 or float32,
 ** else float64.  NULL if either is NULL or unknown. */

@@ -342,9 +342,7 @@ static void xcheck_open(sqlite3 *db, vrep *rep, xcheck *x) {
   memset(x, 0, sizeof *x);
   char *name = cv_meta_text(db, "x_dtype");
   if (name && !(x->d = cv_dtype_find(name))) {
-    sqlite3_str *s = sqlite3_str_new(NULL);
-    for (int i = 0; i < CV_N_DTYPES; i++) sqlite3_str_appendf(s, "%s%s", i ? ", " : "", cv_dtype_at(i)->name);
-    char *all = sqlite3_str_finish(s);
+    char *all = cv_dtype_list("", ", ");
     VFAULT("dc_meta.x_dtype is '%s', which is not a dtype this version knows (%s): export and to_anndata would "
            "take X for int32 or int64", name, all ? all : "?");
     sqlite3_free(all);
