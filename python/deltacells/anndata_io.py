@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from ._core import Catalogue, read_x, x_dtype
+from ._core import X_DTYPES, Catalogue, read_x, x_dtype
 
 
 def original_gene_order(con):
@@ -95,9 +95,9 @@ def _nullable(d):
 
 
 # the types dc_meta obs_cat_dtypes / var_cat_dtypes name for a categorical's categories
-# (docs/format.md; the converter's cv_cat_dtype_known): numpy's, but float16, and bool
-_CAT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-               "float32", "float64", "bool")
+# (docs/format.md; the converter's cv_cat_dtype_known): the dtype table's (X_DTYPES), but
+# float16 (no pandas index holds it), and bool
+_CAT_DTYPES = tuple(d for d in X_DTYPES if d != "float16") + ("bool",)
 
 
 def _typed_labels(labels, dtype):
