@@ -19,7 +19,8 @@
 ** are fetched by max_inflight threads of the file: 2 requests ahead at the start of a stream, one
 ** more each time the reader takes one, up to max_inflight + 1 (about readahead_kb).  A read announced
 ** with dc_vfs_expect (its length known: a tile's blob) starts its stream at its first miss, every
-** request up to its end queued at once and none past it.  One request of
+** request up to its end queued at once and none past it (pf_end: the last request is cut there,
+** and the stream stays there until the reader misses a block past it).  One request of
 ** `pf_chunk` blocks each (readahead_kb / max_inflight), each thread on its own curl handle (its
 ** own connection, throttled as one).  A request's bytes stay in its entry (pf_ent) until the
 ** reading thread needs one of its blocks: it waits for the entry if in flight, then installs its
@@ -64,6 +65,7 @@ static int pf_abort(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off
 static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t *buf) {
   dc_hfile *f = p->f;
   int64_t total = (n - 1) * f->bsize + dc_block_len(first + n - 1, f->bsize, f->size);
+  if (getenv("DCDBG")) fprintf(stderr, "pf %lld..%lld\n", (long long)first, (long long)(first + n - 1));
   if (f->local) {
     double t0 = dh_now();
     int64_t done = 0;
@@ -233,8 +235,8 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
   if (f->pf_depth < 2) f->pf_depth = 2;
   if (f->pf_depth > p->nent) f->pf_depth = p->nent;
   int64_t limit = from + (int64_t)f->pf_depth * f->pf_chunk;
-  if (f->pf_end > from && limit > f->pf_end) limit = f->pf_end;   /* an announced read's end */
-  else if (f->pf_end && f->pf_end <= from) f->pf_end = 0;          /* the reader went past it */
+  if (f->pf_end && limit > f->pf_end) limit = f->pf_end;   /* an announced read's end (hf_read drops it
+                                                           ** when the reader misses a block past it) */
   if (f->pf_next < from || f->pf_next > limit) f->pf_next = from;
   int queued = 0;
   while (f->pf_next < limit && f->pf_next < nblocks) {
@@ -255,7 +257,7 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
     if (!e && old_st == PF_DONE) { pf_install(f, p, old, 0); e = old; }
     if (!e) break;
     int64_t n = 1;
-    while (n < f->pf_chunk && f->pf_next + n < nblocks && !pf_held(f, p, f->pf_next + n)) n++;
+    while (n < f->pf_chunk && (!f->pf_end || f->pf_next + n < f->pf_end) && f->pf_next + n < nblocks && !pf_held(f, p, f->pf_next + n)) n++;
     pthread_mutex_lock(&p->mu);
     e->first = f->pf_next; e->n = n; e->state = PF_QUEUED;
     pthread_mutex_unlock(&p->mu);

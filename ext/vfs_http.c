@@ -165,6 +165,17 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
   }
   int64_t end = off + amt < f->size ? off + amt : f->size;
   int64_t nblocks = (f->size + f->bsize - 1) / f->bsize;
+  /* an announced read begins where the run of pages read one after another that leads to its first
+  ** miss begins (its first blocks may be here already: read with the blob before it).  Pages:
+  ** reads of 512 bytes or more (the look at the header's change counter at the start of a
+  ** statement is smaller), not page 1 (the header and schema, which a statement may read first) */
+  if (f->expect_blocks > 0 && amt >= 512 && off > 0) {
+    if (f->expect_from < 0 || first > f->expect_last + 1 || first < f->expect_from / f->bsize) {
+      f->expect_from = off;
+      f->expect_page = amt;
+    }
+    f->expect_last = last;
+  }
   for (int64_t b = first; b <= last; b++) {
     int64_t bstart = b * f->bsize, blen;
     const uint8_t *blk = dc_blockcache_get(f->mem, b, &blen);
@@ -210,17 +221,28 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     /* a miss that continues the last one, or the first of a read announced by dc_vfs_expect:
     ** prefetch from it on (an announced read: every request to its end at once), and wait for
     ** its request */
-    int64_t expect = f->expect_blocks;
+    int64_t expect = f->expect_blocks, xfrom = f->expect_from;
     f->expect_blocks = 0;                   /* an announcement is for one miss */
+    if (expect > 0) {                       /* its end: counted from where it began, not from this miss */
+      /* its pages from where it began: the bytes, each page's 4-byte link to the next (<= 1/128 of
+      ** a page of 512 bytes or more), and one page more (the size of that run's first read); where
+      ** that run lies after this miss or too far before it to be the same, from this miss */
+      int64_t n = f->expect_bytes, span = n + n / 120 + f->expect_page, xend = b + expect;
+      if (xfrom >= 0 && xfrom < (b + 1) * f->bsize && b * f->bsize - xfrom <= span) xend = (xfrom + span) / f->bsize + 1;
+      if (xend > nblocks) xend = nblocks;
+      if (xend > b + 1) f->pf_end = xend;
+      else expect = 0;                      /* this miss is at its end: nothing more to fetch for it */
+    } else if (f->pf_end && b >= f->pf_end) f->pf_end = 0;   /* the reader went on past an announced read */
     int cont = goes_on(f, f->last_miss + 1, b);
-    int seq = cont || expect > 1;
+    int seq = cont || expect > 0;
     if (seq && !p) p = dh_pf_get(f);
     if (p) {
       e = NULL;
       if (seq) {
-        if (expect > 1) {
+        if (expect > 0) {
+          int64_t xend = f->pf_end;
           dh_pf_jump(p);                    /* a new stream, whatever was queued */
-          f->pf_end = b + expect < nblocks ? b + expect : nblocks;
+          f->pf_end = xend;
           f->pf_depth = 1 << 30;            /* (dh_pf_schedule: at most its entries) */
         }
         dh_pf_schedule(f, p, b);
@@ -240,9 +262,9 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     int64_t need = last - b + 1;
     int64_t want = need * dc_readahead_blocks(f->run, f->ra_blocks);
     if (want > f->ra_blocks && want > need) want = f->ra_blocks > need ? f->ra_blocks : need;
-    if (expect > 0) {                       /* an announced read: as much of it as one request takes */
-      int64_t ew = expect < f->ra_blocks ? expect : f->ra_blocks;
-      if (ew > want) want = ew;
+    if (f->pf_end > b) {                    /* in an announced read: to its end, as much as one request takes */
+      int64_t ew = f->pf_end - b < f->ra_blocks ? f->pf_end - b : f->ra_blocks;
+      want = ew > need ? ew : need;
     }
     int64_t x = b;
     while (x + 1 < b + want && x + 1 < nblocks) {
@@ -251,6 +273,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     }
     f->last_miss = x;
     int64_t total;
+    if (getenv("DCDBG")) fprintf(stderr, "fetch %lld..%lld (pf_end %lld)\n", (long long)b, (long long)x, (long long)f->pf_end);
     int rc = dh_fetch_range(f, b, x, &total);
     if (rc != SQLITE_OK) return rc;
     /* this read's part of it */
@@ -538,6 +561,8 @@ int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes) {
   if (!f) return -1;
   /* the read may begin anywhere in its first block: one block more */
   f->expect_blocks = nbytes > 0 ? nbytes / f->bsize + 2 : 0;
+  f->expect_bytes = nbytes > 0 ? nbytes : 0;
+  f->expect_from = -1;
   return f->expect_blocks;
 }
 

@@ -51,10 +51,16 @@ typedef struct dc_hfile {
   int pf_depth;                 /* requests the current stream may have ahead (grows from 2) */
   int64_t rd_next;              /* the block after the last one the reader read in order (-1:
                                    none yet): a take there moves the stream on (in_order) */
-  int64_t pf_end;               /* the block after an announced read's end: the stream queues
-                                   nothing past it until the reader is there (0: none) */
+  int64_t pf_end;               /* the block after an announced read's end: nothing past it is
+                                   fetched ahead (prefetch requests, read-ahead) until the reader
+                                   misses a block there (0: none) */
   int64_t expect_blocks;        /* dc_vfs_expect: the next miss starts a sequential read of about
                                    this many blocks (0: none) */
+  int64_t expect_bytes;         /* dc_vfs_expect: the announced read's length */
+  int64_t expect_from;          /* since the announcement: the file offset where the latest run of
+                                   pages read one after another begins (-1: none yet) */
+  int64_t expect_last;          /* the last block of that run */
+  int64_t expect_page;          /* the size of its first read (a page) */
   int pf_fd;                    /* a local file's descriptor for the prefetch threads (-1: none) */
   dc_prefetch *pf;              /* the prefetch threads (started on first use) */
 } dc_hfile;

@@ -17,13 +17,14 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _batch_util import CONVERTER as CLI, connect, generated  # noqa: E402
-from _remote_util import alarm  # noqa: E402
+from _remote_util import alarm, nginx_or_skip  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -201,6 +202,61 @@ def test_an_announced_read_is_requested_at_once_and_not_past_its_end(data):
     assert s1["prefetch_peak_inflight"] >= max(2, min(4, -(-blocks // 4)) - 1), s1
     # nothing past the announced end (a block of slack at each side)
     assert s1["bytes"] <= (blocks + 1) * 16384, (s1, len(got))
+
+
+def _blob_blocks(path, bsize):
+    """Per tile blob, in file order: (first block, last block) of its overflow pages, and of the
+    leaf page that holds its row."""
+    con = sqlite3.connect(path)
+    try:
+        ps = con.execute("PRAGMA page_size").fetchone()[0]
+        pages = {}
+        for p, pg in con.execute("SELECT path, pageno FROM dbstat WHERE name = 'tiles_data' AND pagetype = 'overflow'"):
+            pages.setdefault(p.split("+")[0], []).append(pg)
+    finally:
+        con.close()
+    return sorted(((min(v) - 1) * ps // bsize, (max(v) * ps - 1) // bsize) for v in pages.values()), ps
+
+
+@pytest.mark.parametrize("max_inflight", [0, 2, 4])
+def test_announced_reads_of_tiles_in_a_row_fetch_nothing_past_them(data, tmp_path, max_inflight):
+    """Tiles read one after another, each announced, as a worker's fetch-ahead reads its tiles (the
+    next tile's first blocks came with the last one's, so its first miss lies inside it): nothing
+    past the last tile is fetched, also once every request in flight has ended.  Before, a prefetch
+    request ran past an announced end and taking it let the stream go on (an epoch of 2 workers
+    fetched 1.37x the tiles' bytes: each worker about 10 blocks of 1 MiB past each of its tiles,
+    into tiles the other one reads), and the end was counted from the first miss."""
+    www = tmp_path / "www"
+    www.mkdir()
+    shutil.copy(data["db"], www / "d.dcdb")
+    n = nginx_or_skip(www, tmp_path / "nginx")
+    try:
+        blobs, ps = _blob_blocks(www / "d.dcdb", 16384)
+        con = deltacells.connect(n.url("d.dcdb"), remote=dict(OPTS, max_inflight=max_inflight))
+        try:
+            rows = con.execute("SELECT tile, length(data) FROM tiles_data ORDER BY tile").fetchall()
+            assert len(rows) == len(blobs) >= 8
+            time.sleep(0.3)             # the open's requests in flight end
+            before = len(n.requests())
+            for tile, size in rows[3:7]:
+                con.execute("SELECT length(data) FROM tiles_data WHERE tile = ?", (tile,)).fetchone()
+                con.execute("SELECT dc_vfs_expect('main', ?)", (size,)).fetchone()
+                (b,) = con.execute("SELECT data FROM tiles_data WHERE tile = ?", (tile,)).fetchone()
+                con.execute("SELECT dc_vfs_expect('main', 0)").fetchone()
+                assert len(b) == size
+            time.sleep(0.5)             # the requests still in flight end and are logged
+            log = n.requests()[before:]
+        finally:
+            con.close()
+    finally:
+        n.stop()
+    assert log
+    ends = [int(line.split('"')[1].split("-")[1]) for line in log]
+    # the blobs lie in tile order, each followed by its row's leaf page; the last one read ends at
+    # blobs[6][1]: past it, its leaf page, and a page and a block of slack
+    assert all(blobs[i][1] < blobs[i + 1][0] for i in range(len(blobs) - 1)), blobs
+    limit = (blobs[6][1] + 2 * (ps // 16384) + 1) * 16384
+    assert max(ends) < limit, (max(ends) // 16384, blobs[3:8], log)
 
 
 def test_an_announcement_without_prefetch_is_one_request(data):
