@@ -609,14 +609,26 @@ static int var_categories(sqlite3 *db, const char *col, char ***cats, uint32_t *
   int r;
   while ((r = sqlite3_step(s)) == SQLITE_ROW) {
     const char *v = (const char *)sqlite3_column_text(s, 0);
+    uint32_t seen;
+    if (cv_map_get(m, v ? v : "", &seen)) {   /* codes could not tell the two apart */
+      cv_fail(e, "dc_meta.var_categories: column '%s': category '%s' is listed twice (as %u and %u)", col, v ? v : "", seen,
+              *n);
+      break;
+    }
     if (cv_grow((void **)cats, &cap, *n + 1, sizeof **cats, e)) break;
     (*cats)[*n] = strdup(v ? v : "");
-    if (!(*cats)[*n] || cv_map_put(m, (*cats)[*n], *n, e)) { free((*cats)[*n]); cv_fail(e, "dc_meta.var_categories: column '%s': a repeated category or out of memory", col); break; }
+    if (!(*cats)[*n] || cv_map_put(m, (*cats)[*n], *n, e)) { free((*cats)[*n]); cv_fail(e, "out of memory"); break; }
     (*n)++;
   }
   sqlite3_finalize(s);
-  if (r != SQLITE_DONE) return e->msg[0] ? -1 : cv_fail(e, "dc_meta.var_categories: malformed");
-  return 0;
+  if (r == SQLITE_DONE) return 0;
+  /* nothing read is kept: the caller frees categories only when this succeeds */
+  for (uint32_t c = 0; c < *n; c++) free((*cats)[c]);
+  free(*cats);
+  *cats = NULL;
+  *n = 0;
+  cv_map_free(m);
+  return e->msg[0] ? -1 : cv_fail(e, "dc_meta.var_categories: malformed");
 }
 
 /* The type of var column `col`'s categories where they were numbers or booleans (dc_meta

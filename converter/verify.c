@@ -60,7 +60,8 @@ static char *gene_name(sqlite3 *db, int64_t version, int64_t id) {
 
 /* What export and to_anndata read from dc_meta about the columns: obs_names / var_names objects
 ** of text naming obs (genes) columns, obs_ordered an array naming categorical obs columns,
-** var_categories an object of arrays of text naming genes columns, obs_dtypes (var_dtypes) an
+** var_categories an object of arrays of text naming genes columns (no category twice in one: its
+** codes could not tell them apart), obs_dtypes (var_dtypes) an
 ** object naming int (real) obs (genes) columns with an integer (float) type narrower than 64
 ** bits (var: or bool for an int column), obs_cat_dtypes an object naming categorical obs
 ** columns whose labels are numbers ('int8' .. 'uint64', 'float32', 'float64') or
@@ -97,11 +98,14 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
       "    UNION ALL SELECT name FROM genes_columns WHERE m.k = 'var_dtypes' AND kind = CASE"
       "    WHEN j.value IN ('bool', %s) THEN 'int'"
       "    WHEN j.value IN (%s) THEN 'real' END) LIMIT 1)"
+      "  WHEN m.k = 'var_categories' THEN coalesce((SELECT 'names ' || quote(j.key) || ', not a var column' FROM json_each(m.v) j"
+      "   WHERE j.key NOT IN (SELECT name FROM genes_columns) OR j.type <> 'array' LIMIT 1),"
+      "   (SELECT 'lists ' || quote(a.value) || ' twice among the categories of ' || quote(j.key) FROM json_each(m.v) j,"
+      "    json_each(j.value) a GROUP BY j.key, a.value HAVING count(*) > 1 LIMIT 1))"
       "  WHEN m.k = 'obs_names' THEN (SELECT 'names ' || quote(j.key) || ', not an obs column' FROM json_each(m.v) j"
       "   WHERE j.key NOT IN (SELECT name FROM cells_columns) OR j.type <> 'text' LIMIT 1)"
       "  ELSE (SELECT 'names ' || quote(j.key) || ', not a var column' FROM json_each(m.v) j"
-      "   WHERE j.key NOT IN (SELECT name FROM genes_columns) OR j.type <> CASE m.k WHEN 'var_names' THEN 'text' ELSE 'array' END"
-      "   LIMIT 1) END FROM m", cats, cats, ints, reals, ints, reals);
+      "   WHERE j.key NOT IN (SELECT name FROM genes_columns) OR j.type <> 'text' LIMIT 1) END FROM m", cats, cats, ints, reals, ints, reals);
   sqlite3_free(ints);
   sqlite3_free(reals);
   sqlite3_free(cats);

@@ -1297,3 +1297,25 @@ def test_genes_lines_escape_tabs_and_newlines(tmp_path):
     assert [x.split("\t")[2] for x in lines] == ["A\\tB", "C\\nD", "E\\\\F", "G\\rH", "plain"]
     rows = json.loads(dc("genes", db, "--json", "--order", "original").stdout)["genes"]
     assert [r["name"] for r in rows] == odd
+
+
+def test_repeated_var_category_is_refused_without_a_leak(synth, tmp_path):
+    """dc_meta.var_categories naming one category twice: export refuses, naming the column and the
+    category (before: 'writing var column', with codes that could not tell the two apart), and
+    frees the categories it had read (run with the ASan converter, which make test also does,
+    LeakSanitizer reports them otherwise; with the plain one only the message is checked)."""
+    d, a, db = synth
+    bad = tmp_path / "bad.dcdb"
+    bad.write_bytes(db.read_bytes())
+    unsealed(bad, """UPDATE dc_meta SET value = '{"feature_types": ["Gene Expression", "CRISPR", "Gene Expression"]}'
+                     WHERE key = 'var_categories'""")
+    out = tmp_path / "bad.h5ad"
+    need_converter()
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0")
+    p = subprocess.run([CONVERTER, "export", bad, "-o", out, "--quiet"], capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 1, p.stderr
+    assert ("dc_meta.var_categories: column 'feature_types': category 'Gene Expression' is listed twice (as 0 and 2)"
+            in p.stderr), p.stderr
+    assert "LeakSanitizer" not in p.stderr, p.stderr
+    assert not out.exists()

@@ -146,6 +146,8 @@ def test_meta_not_an_integer(good, tmp_path):
     ("obs_ordered", '["cell_type"', "dc_meta.obs_ordered is not JSON"),
     ("obs_ordered", '[null]', "dc_meta.obs_ordered names NULL, not a categorical obs column"),
     ("var_categories", '{"feature_types": "Gene Expression"}', "dc_meta.var_categories names 'feature_types', not a var column"),
+    ("var_categories", '{"feature_types": ["Gene Expression", "CRISPR", "Gene Expression"]}',
+     "dc_meta.var_categories lists 'Gene Expression' twice among the categories of 'feature_types'"),
 ])
 def test_meta_of_export_checked(good, tmp_path, key, value, words):
     """dc_meta's keys that export and to_anndata read about the columns (names in the inputs,
