@@ -59,6 +59,13 @@ def test_results_carry_the_measurements_the_report_uses(smoke):
     remote = [q for q in rm["runs"] if q["source"] == "remote"]
     assert {q["max_inflight"] for q in remote} == {0, 2}
     assert all(q["cells_per_s"] > 0 and q["of_ceiling"] > 0 for q in remote)
+    # a cold and a warm epoch, with the bytes the store served in each (nginx's access log); one
+    # process's warm epoch comes from its block cache, and is then not set against the ceiling
+    for q in remote:
+        assert len(q["epochs"]) == 2 and q["epochs"][0]["store_MB"] > 0, q
+        w = q["warm"]
+        assert w["cells_per_s"] > 0 and isinstance(w["from_cache"], bool), q
+        assert (w.get("of_ceiling") is None) == w["from_cache"], q
     assert all(c["MB_per_s"] > 0 for c in rm["ceiling"].values())
     ap = json.loads((out / "append.json").read_text())[0]["result"]
     assert ap["append"]["files"] == 3 and ap["append"]["ratio"] > 0
