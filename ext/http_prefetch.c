@@ -65,7 +65,6 @@ static int pf_abort(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off
 static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t *buf) {
   dc_hfile *f = p->f;
   int64_t total = (n - 1) * f->bsize + dc_block_len(first + n - 1, f->bsize, f->size);
-  if (getenv("DCDBG")) fprintf(stderr, "pf %lld..%lld\n", (long long)first, (long long)(first + n - 1));
   if (f->local) {
     double t0 = dh_now();
     int64_t done = 0;

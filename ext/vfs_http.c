@@ -273,7 +273,6 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     }
     f->last_miss = x;
     int64_t total;
-    if (getenv("DCDBG")) fprintf(stderr, "fetch %lld..%lld (pf_end %lld)\n", (long long)b, (long long)x, (long long)f->pf_end);
     int rc = dh_fetch_range(f, b, x, &total);
     if (rc != SQLITE_OK) return rc;
     /* this read's part of it */
