@@ -227,12 +227,18 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       /* its pages from where it began: the bytes, each page's 4-byte link to the next (<= 1/128 of
       ** a page of 512 bytes or more), and one page more (the size of that run's first read); where
       ** that run lies after this miss or too far before it to be the same, from this miss */
-      int64_t n = f->expect_bytes, span = n + n / 120 + f->expect_page, xend = b + expect;
-      if (xfrom >= 0 && xfrom < (b + 1) * f->bsize && b * f->bsize - xfrom <= span) xend = (xfrom + span) / f->bsize + 1;
+      int64_t n = f->expect_bytes, span = n + n / 120 + f->expect_page, xbegin = b, xend = b + expect;
+      if (xfrom >= 0 && xfrom < (b + 1) * f->bsize && b * f->bsize - xfrom <= span) {
+        xbegin = xfrom / f->bsize;
+        xend = (xfrom + span) / f->bsize + 1;
+      }
       if (xend > nblocks) xend = nblocks;
-      if (xend > b + 1) f->pf_end = xend;
-      else expect = 0;                      /* this miss is at its end: nothing more to fetch for it */
-    } else if (f->pf_end && b >= f->pf_end) f->pf_end = 0;   /* the reader went on past an announced read */
+      if (xend > b + 1) {
+        f->pf_begin = xbegin;
+        f->pf_end = xend;
+      } else expect = 0;                    /* this miss is at its end: nothing more to fetch for it */
+    } else if (f->pf_end && (b >= f->pf_end || b < f->pf_begin))
+      f->pf_end = 0;                        /* a miss outside the announced read: the reader left it */
     int cont = goes_on(f, f->last_miss + 1, b);
     int seq = cont || expect > 0;
     if (seq && !p) p = dh_pf_get(f);
@@ -262,7 +268,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     int64_t need = last - b + 1;
     int64_t want = need * dc_readahead_blocks(f->run, f->ra_blocks);
     if (want > f->ra_blocks && want > need) want = f->ra_blocks > need ? f->ra_blocks : need;
-    if (f->pf_end > b) {                    /* in an announced read: to its end, as much as one request takes */
+    if (f->pf_end > b) {                    /* in an announced read (pf_begin <= b): to its end, as much as one request takes */
       int64_t ew = f->pf_end - b < f->ra_blocks ? f->pf_end - b : f->ra_blocks;
       want = ew > need ? ew : need;
     }

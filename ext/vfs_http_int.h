@@ -53,7 +53,8 @@ typedef struct dc_hfile {
                                    none yet): a take there moves the stream on (in_order) */
   int64_t pf_end;               /* the block after an announced read's end: nothing past it is
                                    fetched ahead (prefetch requests, read-ahead) until the reader
-                                   misses a block there (0: none) */
+                                   misses a block outside [pf_begin, pf_end) (0: none) */
+  int64_t pf_begin;             /* the announced read's first block */
   int64_t expect_blocks;        /* dc_vfs_expect: the next miss starts a sequential read of about
                                    this many blocks (0: none) */
   int64_t expect_bytes;         /* dc_vfs_expect: the announced read's length */

@@ -290,6 +290,34 @@ def test_a_withdrawn_announcement_leaves_the_next_read_alone(data):
     assert standing[0] > plain[0] + 4 * 16384, (standing, plain)
 
 
+@pytest.mark.parametrize("max_inflight", [0, 4])
+def test_a_finished_announcement_leaves_later_reads_elsewhere_alone(data, max_inflight):
+    """After an announced read, a read before it in the file (a leaf page of an earlier tile)
+    fetches what it would have fetched on a fresh connection: the announced read's end applies
+    inside that read only (it once made such a miss fetch as far as that end, up to readahead_kb)."""
+    opts = dict(OPTS, max_inflight=max_inflight)
+
+    def leaf_read(first_tile):
+        con = deltacells.connect(data["db"], remote=opts)
+        try:
+            con.execute("SELECT count(*) FROM cells_columns").fetchone()     # schema, open reads
+            if first_tile is not None:
+                (n,) = con.execute("SELECT length(data) FROM tiles_data WHERE tile = ?", (first_tile,)).fetchone()
+                con.execute("SELECT dc_vfs_expect('main', ?)", (n,)).fetchone()
+                con.execute("SELECT data FROM tiles_data WHERE tile = ?", (first_tile,)).fetchone()
+                con.execute("SELECT dc_vfs_expect('main', 0)").fetchone()
+            time.sleep(0.2)        # requests in flight end before the counters are reset
+            con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+            con.execute("SELECT length(data) FROM tiles_data WHERE tile = 1").fetchone()   # a leaf page before it
+            time.sleep(0.2)
+            return deltacells.vfs_stats(con)["bytes"]
+        finally:
+            con.close()
+    plain = leaf_read(None)
+    after = leaf_read(12)
+    assert after <= plain, (after, plain)
+
+
 def test_expect_arguments(data):
     con = deltacells.connect(data["db"])                  # a plain local connection
     try:
