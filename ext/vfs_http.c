@@ -236,7 +236,10 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       if (xend > b + 1) {
         f->pf_begin = xbegin;
         f->pf_end = xend;
-      } else expect = 0;                    /* this miss is at its end: nothing more to fetch for it */
+      } else {                              /* this miss is at its end: nothing more to fetch for it */
+        expect = 0;
+        f->pf_end = 0;                      /* (nor for an announced read before it) */
+      }
     } else if (f->pf_end && (b >= f->pf_end || b < f->pf_begin))
       f->pf_end = 0;                        /* a miss outside the announced read: the reader left it */
     int cont = goes_on(f, f->last_miss + 1, b);
