@@ -3,15 +3,18 @@
 ** Pure C: no SQLite.
 */
 #include "cells_blocks.h"
+#include "dc_spare.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define HEAD ((sizeof(cells_dblock) + 15) / 16 * 16)
 
+/* the block, its order and the scratch come from the process's reserve of spare buffers
+** (dc_spare.h): a new connection's first queries then reuse memory a closed one had touched */
 static void dblock_free(cells_dblock *d) {
-  free(d->order);
-  free(d);
+  dc_spare_free(d->order);
+  dc_spare_free(d);
 }
 
 void cells_dblock_release(cells_dblock *d) {
@@ -44,7 +47,7 @@ void cells_bcache_fit(cells_bcache *c, int64_t budget) {
 void cells_bcache_clear(cells_bcache *c) {
   if (c->ent) cells_bcache_fit(c, -1);
   free(c->ent);
-  free(c->scratch);
+  dc_spare_free(c->scratch);
   dc_obs_decoder_free(c->dec);
   memset(c, 0, sizeof *c);
 }
@@ -52,8 +55,8 @@ void cells_bcache_clear(cells_bcache *c) {
 void *cells_bcache_scratch(cells_bcache *c, size_t bytes) {
   if (bytes > c->scratch_cap || !c->scratch) {
     if (!bytes) bytes = 16;
-    free(c->scratch);   /* nothing in it to keep */
-    c->scratch = malloc(bytes);
+    dc_spare_free(c->scratch);   /* nothing in it to keep */
+    c->scratch = dc_spare_alloc(bytes);
     c->scratch_cap = c->scratch ? bytes : 0;
   }
   return c->scratch;
@@ -81,7 +84,7 @@ cells_dblock *cells_bcache_get(cells_bcache *c, int k, int64_t b) {
 }
 
 cells_dblock *cells_dblock_new(int k, int64_t b, size_t bytes) {
-  cells_dblock *d = malloc(HEAD + bytes);
+  cells_dblock *d = dc_spare_alloc(HEAD + bytes);
   if (!d) return NULL;
   memset(d, 0, sizeof *d);
   d->k = k;

@@ -3,6 +3,7 @@
 ** (see cells_filter.h).  Pure C: no SQLite.
 */
 #include "cells_filter.h"
+#include "dc_spare.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -339,8 +340,8 @@ static int build_order(cells_bcache *c, cells_dblock *d) {
   size_t n = b->n ? b->n : 1;
   /* keys (2n), rows (n) and counts in the cache's scratch, whose pages stay touched */
   uint64_t *k = cells_bcache_scratch(c, 2 * n * sizeof *k + n * sizeof(uint32_t) + 8 * 256 * sizeof(uint32_t));
-  uint32_t *ord = malloc(n * sizeof *ord);
-  if (!k || !ord) { free(ord); return -1; }
+  uint32_t *ord = dc_spare_alloc(n * sizeof *ord);   /* freed with the block (dc_spare_free) */
+  if (!k || !ord) { dc_spare_free(ord); return -1; }
   uint32_t *rt = (uint32_t *)(k + 2 * n);
   uint32_t (*cnt)[256] = (uint32_t (*)[256])(rt + n);
   uint32_t m = 0;

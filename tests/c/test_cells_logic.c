@@ -13,6 +13,7 @@
 #include "../../ext/cells_ivl.c"
 #include "../../ext/cells_blocks.c"
 #include "../../ext/cells_cost.c"
+#include "../../ext/spare.c"
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
