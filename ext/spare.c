@@ -56,13 +56,18 @@ static void free_head(void *h) {   /* a buffer of the reserve, freed */
   free(h);
 }
 
+/* with the lock held: the list emptied, its buffers freed */
+static void free_all(void) {
+  for (int i = 0; i < g_n; i++) free_head(g_buf[i]);
+  g_n = 0;
+  g_bytes = 0;
+}
+
 /* with the lock held: the list, emptied first where it was inherited from the parent */
 static void own_list(void) {
   pid_t me = getpid();
   if (g_pid == me) return;
-  for (int i = 0; i < g_n; i++) free_head(g_buf[i]);
-  g_n = 0;
-  g_bytes = 0;
+  free_all();
   g_pid = me;
 }
 
@@ -120,9 +125,7 @@ void dc_spare_free(void *p) {
 void dc_spare_trim(void) {
   pthread_mutex_lock(&g_mu);
   own_list();
-  for (int i = 0; i < g_n; i++) free_head(g_buf[i]);
-  g_n = 0;
-  g_bytes = 0;
+  free_all();
   pthread_mutex_unlock(&g_mu);
 }
 
