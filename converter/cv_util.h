@@ -128,5 +128,8 @@ void cv_json_print(FILE *o, const char *s);
 ** or an order other than 'union', is damage: returns 1 and says why in buf (verify reports it;
 ** export, genes and to_anndata refuse the original order then), else 0 (buf ""). */
 int cv_gene_order_problem(const char *go, int has_col, char *buf, size_t cap);
+/* A buffer for cv_gene_order_problem's message: room for each of them with an order name of
+** up to 200 bytes. */
+#define CV_GENE_ORDER_WHY 300
 
 #endif

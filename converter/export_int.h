@@ -39,7 +39,7 @@ typedef struct gtable {
   int has_orig;
   /* why the original order cannot be used although the dataset says it records one (or the
   ** other way round: cv_gene_order_problem), "" when there is nothing wrong */
-  char orig_problem[300];
+  char orig_problem[CV_GENE_ORDER_WHY];
 } gtable;
 
 int ex_gtable_load(sqlite3 *db, const char *path, gtable *g, cv_err *e);

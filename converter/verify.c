@@ -125,7 +125,7 @@ static void verify_meta_columns(sqlite3 *db, vrep *rep) {
 ** would make export and to_anndata lose the input's gene order.  Returns whether the column
 ** holds the order (verify_queries then checks that it is a permutation). */
 static int verify_gene_order(sqlite3 *db, vrep *rep) {
-  char *go = cv_meta_text(db, "gene_order"), why[300];
+  char *go = cv_meta_text(db, "gene_order"), why[CV_GENE_ORDER_WHY];
   int col = cv_q_int(db, "SELECT count(*) FROM genes_columns WHERE name = 'orig_index' AND kind = 'int'", 0) > 0;
   int ok = 0;
   if (cv_gene_order_problem(go, col, why, sizeof why)) VFAULT("%s", why);
