@@ -216,18 +216,19 @@ def main(argv):
                         os.environ["DC_HTTP_MAX_INFLIGHT"] = str(mi)
                     eps, vfs = epoch(src, a.workers, pf, a.batch_size, a.epochs,
                                      ng_log if mi is not None else None)
-                    dt, cells, first, served = eps[0]
+                    epochs = [{"epoch_s": dt, "cells": cells, "first_s": first,
+                               "store_MB": None if served is None else served / 1e6}
+                              for dt, cells, first, served in eps]
+                    dt, cells, first = eps[0][:3]
                     n_cells = cells
                     mbs = tile_bytes / dt / 1e6
                     r = {"source": where, "prefetch_tiles": pf, "max_inflight": mi, "workers": a.workers,
                          "cells_per_s": cells / dt, "MB_per_s": mbs, "first_s": first, "epoch_s": dt,
-                         "epochs": [{"epoch_s": e[0], "cells": e[1], "first_s": e[2],
-                                     "store_MB": None if e[3] is None else e[3] / 1e6} for e in eps]}
-                    if len(eps) > 1:   # the warm epochs: the median by wall time
-                        w = sorted(eps[1:], key=lambda e: e[0])[(len(eps) - 2) // 2]
-                        r["warm"] = {"cells_per_s": w[1] / w[0], "MB_per_s": tile_bytes / w[0] / 1e6,
-                                     "first_s": w[2], "epoch_s": w[0],
-                                     "store_MB": None if w[3] is None else w[3] / 1e6}
+                         "epochs": epochs}
+                    if len(epochs) > 1:   # the warm epochs: the median by wall time
+                        w = sorted(epochs[1:], key=lambda e: e["epoch_s"])[(len(epochs) - 2) // 2]
+                        r["warm"] = dict(w, cells_per_s=w["cells"] / w["epoch_s"],
+                                         MB_per_s=tile_bytes / w["epoch_s"] / 1e6)
                     if vfs:
                         r["vfs"] = vfs
                     if mi is None:
