@@ -96,6 +96,33 @@ void dc_sharedcache_publish(dc_sharedcache *c, int slot, uint64_t key, int64_t i
 ** here; their slots become empty */
 void dc_sharedcache_drop_fills(dc_sharedcache *c);
 
+/* --- versions a process has confirmed, so that another open of the same file soon after need
+** not ask the server again.  An entry: who (dc_known_who: the URL and the credential it was read
+** with), the version's validators and size, and when a response of the server last confirmed it
+** (seconds on a monotonic clock).  No locking here (the VFS holds its mutex around every call). */
+enum { DC_KNOWN_MAX = 16 };
+typedef struct {
+  uint64_t who;
+  dc_validator val;
+  int64_t size;
+  double at;
+} dc_known;
+typedef struct {
+  dc_known e[DC_KNOWN_MAX];
+  int n;
+} dc_knownset;
+uint64_t dc_known_who(const char *url, const char *credential);
+/* who's version is (val, size), confirmed at now: its entry replaced, or added (the entry confirmed
+** longest ago goes when the set is full) */
+void dc_known_put(dc_knownset *s, uint64_t who, const dc_validator *val, int64_t size, double now);
+/* a response at now confirmed who's version val: its entry's time moves on (only when the entry
+** is of that version) */
+void dc_known_seen(dc_knownset *s, uint64_t who, const dc_validator *val, double now);
+/* who's entry when it was confirmed at most fresh_s seconds before now (fresh_s > 0), else NULL */
+const dc_known *dc_known_get(const dc_knownset *s, uint64_t who, double now, double fresh_s);
+/* who's version changed on the server: its entry goes */
+void dc_known_forget(dc_knownset *s, uint64_t who);
+
 /* --- on-disk cache ------------------------------------------------------------ */
 /* a 64-bit key of one version of one file: URL, ETag, Last-Modified, size */
 uint64_t dc_cache_key(const char *url, const dc_validator *v);

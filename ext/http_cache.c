@@ -26,6 +26,7 @@
 ** (default 256; 0: off) of blocks up to 1 MiB */
 static dc_sharedcache *g_shared;
 static int64_t g_shared_bsize, g_shared_slots;
+static dc_knownset g_known;        /* versions confirmed, under g_shared_lock too */
 static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static void shared_prepare(void) { pthread_mutex_lock(&g_shared_lock); }
 static void shared_release(void) { pthread_mutex_unlock(&g_shared_lock); }
@@ -167,6 +168,10 @@ void dh_disk_put(dc_hfile *f, int64_t idx, const uint8_t *buf, int64_t len) {
 }
 
 /* --- blocks ---------------------------------------------------------------- */
+/* a version's blocks in the shared cache: its key, and the block size (files of one version
+** read with other block sizes have other blocks) */
+static uint64_t slot_key(uint64_t key, int64_t bsize) { return key ^ (uint64_t)bsize * 0x9E3779B97F4A7C15ull; }
+
 int dh_on_disk(dc_hfile *f, int64_t idx) {
   if (!f->cache_dir) return 0;
   char p[4096];
@@ -187,7 +192,7 @@ int dh_shared_keeps(dc_hfile *f, int64_t idx) {
 int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n, uint8_t *out) {
   if (!dh_shared_used(f)) return 0;
   pthread_mutex_lock(&g_shared_lock);
-  int ok = dc_sharedcache_get(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx, len, off, n, out);
+  int ok = dc_sharedcache_get(g_shared, slot_key(f->key, f->bsize), idx, len, off, n, out);
   pthread_mutex_unlock(&g_shared_lock);
   if (ok) atomic_fetch_add(&dh_st.shared_hits, 1);
   return ok;
@@ -196,7 +201,7 @@ int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n,
 int dh_shared_has(dc_hfile *f, int64_t idx) {
   if (!dh_shared_used(f)) return 0;
   pthread_mutex_lock(&g_shared_lock);
-  int ok = dc_sharedcache_has(g_shared, f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull, idx,
+  int ok = dc_sharedcache_has(g_shared, slot_key(f->key, f->bsize), idx,
                               dc_block_len(idx, f->bsize, f->size));
   pthread_mutex_unlock(&g_shared_lock);
   return ok;
@@ -204,7 +209,7 @@ int dh_shared_has(dc_hfile *f, int64_t idx) {
 
 void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
   if (!dh_shared_used(f)) return;
-  uint64_t key = f->key ^ (uint64_t)f->bsize * 0x9E3779B97F4A7C15ull;
+  uint64_t key = slot_key(f->key, f->bsize);
   int slot;
   pthread_mutex_lock(&g_shared_lock);
   uint8_t *dst = dc_sharedcache_claim(g_shared, key, idx, len, &slot);
@@ -213,5 +218,45 @@ void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
   memcpy(dst, b, (size_t)len);              /* unlocked: readers of other blocks go on */
   pthread_mutex_lock(&g_shared_lock);
   dc_sharedcache_publish(g_shared, slot, key, idx, len);
+  pthread_mutex_unlock(&g_shared_lock);
+}
+
+/* --- versions confirmed ---------------------------------------------------- */
+int dh_known_take(dc_hfile *f) {
+  if (!(f->revalidate_s > 0) || !dh_shared_used(f)) return 0;
+  int ok = 0;
+  pthread_mutex_lock(&g_shared_lock);
+  const dc_known *e = dc_known_get(&g_known, f->who, dh_now(), f->revalidate_s);
+  if (e && e->size > 0) {
+    uint64_t key = dc_cache_key(f->url, &e->val);
+    ok = dc_sharedcache_has(g_shared, slot_key(key, f->bsize), 0,
+                            dc_block_len(0, f->bsize, e->size));
+    if (ok) {
+      f->val = e->val;
+      f->size = e->size;
+      f->key = key;
+    }
+  }
+  pthread_mutex_unlock(&g_shared_lock);
+  return ok;
+}
+
+void dh_known_put(const dc_hfile *f) {
+  if (!dh_shared_used(f)) return;
+  pthread_mutex_lock(&g_shared_lock);
+  dc_known_put(&g_known, f->who, &f->val, f->size, dh_now());
+  pthread_mutex_unlock(&g_shared_lock);
+}
+
+void dh_known_seen(const dc_hfile *f) {
+  if (!dh_shared_used(f)) return;
+  pthread_mutex_lock(&g_shared_lock);
+  dc_known_seen(&g_known, f->who, &f->val, dh_now());
+  pthread_mutex_unlock(&g_shared_lock);
+}
+
+void dh_known_forget(const dc_hfile *f) {
+  pthread_mutex_lock(&g_shared_lock);
+  dc_known_forget(&g_known, f->who);
   pthread_mutex_unlock(&g_shared_lock);
 }

@@ -171,9 +171,11 @@ int dh_get_on(dc_hfile *f, CURL *c, int tries, int64_t off, int64_t len, uint8_t
       else {
         char d[400];
         if (dc_validator_differs(&f->val, &r.val, d, sizeof d)) {
+          dh_known_forget(f);        /* the next open asks the server */
           snprintf(err, err_n, "%s: %s; reopen it to read the new version", f->name, d);
           return SQLITE_IOERR_READ;
         }
+        dh_known_seen(f);
       }
       *got = r.got;
       dh_throttle(f, r.got, t0, stop);

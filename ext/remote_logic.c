@@ -275,6 +275,49 @@ uint64_t dc_cache_key(const char *url, const dc_validator *v) {
   return h;
 }
 
+uint64_t dc_known_who(const char *url, const char *credential) {
+  uint64_t h = 14695981039346656037ull;
+  h = fnv(h, url ? url : "");
+  return fnv(h, credential ? credential : "");
+}
+
+static int known_find(const dc_knownset *s, uint64_t who) {
+  for (int i = 0; i < s->n; i++)
+    if (s->e[i].who == who) return i;
+  return -1;
+}
+
+void dc_known_put(dc_knownset *s, uint64_t who, const dc_validator *val, int64_t size, double now) {
+  int i = known_find(s, who);
+  if (i < 0 && s->n < DC_KNOWN_MAX) i = s->n++;
+  if (i < 0) {
+    i = 0;
+    for (int k = 1; k < s->n; k++)
+      if (s->e[k].at < s->e[i].at) i = k;
+  }
+  s->e[i].who = who;
+  s->e[i].val = *val;
+  s->e[i].size = size;
+  s->e[i].at = now;
+}
+
+void dc_known_seen(dc_knownset *s, uint64_t who, const dc_validator *val, double now) {
+  char why[8];
+  int i = known_find(s, who);
+  if (i >= 0 && !dc_validator_differs(&s->e[i].val, val, why, sizeof why) && now > s->e[i].at) s->e[i].at = now;
+}
+
+const dc_known *dc_known_get(const dc_knownset *s, uint64_t who, double now, double fresh_s) {
+  int i = known_find(s, who);
+  if (i < 0 || !(fresh_s > 0) || now - s->e[i].at > fresh_s || now < s->e[i].at) return NULL;
+  return &s->e[i];
+}
+
+void dc_known_forget(dc_knownset *s, uint64_t who) {
+  int i = known_find(s, who);
+  if (i >= 0) s->e[i] = s->e[--s->n];
+}
+
 void dc_cache_name(char *out, size_t n, uint64_t key, int64_t bsize, int64_t idx) {
   snprintf(out, n, "dc-%016llx-%lldk-%lld.blk", (unsigned long long)key, (long long)(bsize >> 10), (long long)idx);
 }

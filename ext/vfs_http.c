@@ -24,6 +24,12 @@
 **   cache_mb   its budget in MiB (DC_CACHE_MB, default 1024)
 **   max_inflight  prefetch: background requests in flight at most, each thread on its own curl
 **              handle (DC_HTTP_MAX_INFLIGHT, default 4; 0, or readahead_kb=0: off)
+**   revalidate_s  an open takes, without a request, a version of the same URL (and credential)
+**              that this process's requests confirmed at most this many seconds ago, when
+**              its first block is in the shared cache: another connection, a forked
+**              DataLoader worker of a process that read it (DC_HTTP_REVALIDATE_S, 30; 0: every
+**              open asks the server).  Its reads are checked as any open's: a request that
+**              finds another version is an error, and the next open asks the server
 **   retries    attempts after the first (DC_HTTP_RETRIES, 4)
 **   timeout_ms a request's time limit (DC_HTTP_TIMEOUT_MS, 30000)
 **   latency_ms, mbps   the throttle: a fixed latency per request and a bandwidth
@@ -391,6 +397,22 @@ static int remote_setup(dc_hfile *f, const char *zName) {
     f->cache_budget = (int64_t)(mb * 1048576.0);
     f->cache_used = -1;
   }
+  f->who = dc_known_who(f->url, f->userpwd);
+  dh_shared_init(f->shared_mb);
+  /* a version this process confirmed moments ago (another connection, this worker's parent before
+  ** the fork), its first block in the shared cache: no request.  A later request that finds
+  ** another version is an error, as for any open (never a mix of two versions) */
+  if (dh_known_take(f)) {
+    atomic_fetch_add(&dh_st.opens_known, 1);
+    int64_t len = dc_block_len(0, f->bsize, f->size);
+    uint8_t *b0;       /* an open with a disk cache leaves the first block there, as one that fetched it */
+    if (f->cache_dir && !dh_on_disk(f, 0) && (b0 = dc_blockcache_slot(f->mem, 0)) != NULL &&
+        dh_shared_get(f, 0, len, 0, len, b0)) {
+      dc_blockcache_commit(f->mem, 0, len);
+      dh_disk_put(f, 0, b0, len);
+    }
+    return SQLITE_OK;
+  }
   /* the first block: the size and the validators of this version */
   uint8_t *slot = dc_blockcache_slot(f->mem, 0);
   if (!slot) return SQLITE_NOMEM;
@@ -408,9 +430,12 @@ static int remote_setup(dc_hfile *f, const char *zName) {
     f->no_shared = 1;
   }
   f->key = dc_cache_key(f->url, &f->val);
-  dh_shared_init(f->shared_mb);
   dc_blockcache_commit(f->mem, 0, got);
-  if (got == dc_block_len(0, f->bsize, f->size)) dh_disk_put(f, 0, slot, got);
+  if (got == dc_block_len(0, f->bsize, f->size)) {
+    dh_disk_put(f, 0, slot, got);
+    dh_shared_put(f, 0, slot, got);
+    dh_known_put(f);
+  }
   return SQLITE_OK;
 }
 
@@ -438,6 +463,7 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   f->shared_mb = param_int(zName, NULL, "DC_HTTP_SHARED_MB", 256, 0, 1 << 20, &bad);
   double lat_ms = param_num(zName, "latency_ms", "DC_THROTTLE_LATENCY_MS", 0, 0, 3600e3, 0, &bad);
   double mbps = param_num(zName, "mbps", "DC_THROTTLE_MBPS", 0, 0, 1e9, 0, &bad);
+  f->revalidate_s = param_num(zName, "revalidate_s", "DC_HTTP_REVALIDATE_S", 30, 0, 1e9, 0, &bad);
   f->mem = bad ? NULL : dc_blockcache_new(slots, f->bsize);
   /* read-ahead: at most readahead_kb (default 16 MiB) and half the memory blocks */
   f->ra_blocks = (ra_kb << 10) / f->bsize;
@@ -534,18 +560,20 @@ static void stats_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     dh_st.requests = dh_st.bytes = dh_st.retries = dh_st.mem_hits = dh_st.disk_hits = dh_st.disk_bytes = dh_st.disk_writes = 0;
     dh_st.evictions = dh_st.errors = dh_st.opens = dh_st.throttle_ns = dh_st.shared_hits = dh_st.disk_bad = 0;
     dh_st.pf_requests = dh_st.pf_failed = dh_st.pf_blocks = dh_st.pf_unused = dh_st.pf_waits = dh_st.pf_peak = 0;
+    dh_st.opens_known = 0;
   }
   char *m = sqlite3_mprintf(
       "{\"requests\": %lld, \"bytes\": %lld, \"retries\": %lld, \"mem_hits\": %lld, \"disk_hits\": %lld, "
       "\"disk_bytes\": %lld, \"disk_writes\": %lld, \"evictions\": %lld, \"errors\": %lld, \"opens\": %lld, "
       "\"throttle_s\": %.6f, \"shared_hits\": %lld, \"prefetch_requests\": %lld, \"prefetch_failed\": %lld, "
       "\"prefetch_blocks_used\": %lld, \"prefetch_blocks_unused\": %lld, \"prefetch_waits\": %lld, "
-      "\"prefetch_peak_inflight\": %lld, \"disk_bad\": %lld}",
+      "\"prefetch_peak_inflight\": %lld, \"disk_bad\": %lld, \"opens_known\": %lld}",
       (long long)dh_st.requests, (long long)dh_st.bytes, (long long)dh_st.retries, (long long)dh_st.mem_hits,
       (long long)dh_st.disk_hits, (long long)dh_st.disk_bytes, (long long)dh_st.disk_writes, (long long)dh_st.evictions,
       (long long)dh_st.errors, (long long)dh_st.opens, (double)dh_st.throttle_ns * 1e-9,
       (long long)dh_st.shared_hits, (long long)dh_st.pf_requests, (long long)dh_st.pf_failed, (long long)dh_st.pf_blocks,
-      (long long)dh_st.pf_unused, (long long)dh_st.pf_waits, (long long)dh_st.pf_peak, (long long)dh_st.disk_bad);
+      (long long)dh_st.pf_unused, (long long)dh_st.pf_waits, (long long)dh_st.pf_peak, (long long)dh_st.disk_bad,
+      (long long)dh_st.opens_known);
   if (!m) { sqlite3_result_error_nomem(ctx); return; }
   sqlite3_result_text(ctx, m, -1, sqlite3_free);
 }

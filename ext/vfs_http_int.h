@@ -43,6 +43,9 @@ typedef struct dc_hfile {
   int64_t mem_slots;
   int no_shared;                /* URI shared=0: not in the process's shared block cache */
   int64_t shared_mb;            /* DC_HTTP_SHARED_MB (default 256): the shared cache's size, if this open makes it */
+  uint64_t who;                 /* dc_known_who: the URL and the credential it is read with */
+  double revalidate_s;          /* URI revalidate_s: how recent a version this process confirmed may
+                                   be for the open to take it without a request (0: never) */
   uint8_t *rabuf;               /* a read-ahead request's bytes */
   int64_t rabuf_cap;
   int max_inflight;             /* prefetch requests in flight at most (0: no prefetch) */
@@ -71,7 +74,7 @@ typedef struct dc_hfile {
 ** most requests in flight at once on one file */
 typedef struct {
   _Atomic int64_t shared_hits, requests, bytes, retries, mem_hits, disk_hits, disk_bytes, disk_writes, evictions,
-      errors, opens, throttle_ns, disk_bad;
+      errors, opens, throttle_ns, disk_bad, opens_known;
   _Atomic int64_t pf_requests, pf_failed, pf_blocks, pf_unused, pf_waits, pf_peak;
 } dh_stats;
 extern dh_stats dh_st;
@@ -117,6 +120,16 @@ void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len);
 void dh_shared_init(int64_t mb);   /* the first call makes it, with mb slots of 1 MiB (0: none) */
 /* once, at the VFS's registration: no fork inside a shared-cache copy */
 void dh_shared_atfork(void);
+
+/* versions this process confirmed (dc_knownset, under the shared cache's lock; inherited by a
+** forked child): take: an open of f may take the version of f->who confirmed at most
+** f->revalidate_s seconds ago when block 0 of it is in the shared cache: 1, with f->val, f->size
+** and f->key set.  put: the open's own request confirmed f's version.  seen: a later response
+** matched it.  forget: it changed on the server (the next open asks again). */
+int dh_known_take(dc_hfile *f);
+void dh_known_put(const dc_hfile *f);
+void dh_known_seen(const dc_hfile *f);
+void dh_known_forget(const dc_hfile *f);
 
 /* --- http_prefetch.c -------------------------------------------------------- */
 typedef struct pf_ent pf_ent;

@@ -83,7 +83,7 @@ def load_extension(con, path=None):
 
 REMOTE_SCHEMES = ("http://", "https://", "s3://")
 VFS_PARAMS = ("block_kb", "readahead_kb", "mem_blocks", "shared", "cache_dir", "cache_mb", "retries", "timeout_ms",
-              "latency_ms", "mbps", "max_inflight")
+              "latency_ms", "mbps", "max_inflight", "revalidate_s")
 
 
 def is_remote(path):
@@ -234,7 +234,7 @@ def connect(path, *, readonly=True, check_same_thread=True, extension=None, time
     readonly: open with ``mode=ro`` (default); the dataset file must exist.
     extension: the library's path (default: see the module docstring).
     remote: URI parameters of the dchttp VFS (block_kb, readahead_kb, mem_blocks, cache_dir, cache_mb,
-    retries, timeout_ms, latency_ms, mbps, max_inflight); with a local path, opens it through dchttp
+    retries, timeout_ms, latency_ms, mbps, max_inflight, revalidate_s); with a local path, opens it through dchttp
     (read-only; latency_ms and mbps throttle it like an object store).
     """
     if not hasattr(sqlite3.Connection, "enable_load_extension"):

@@ -271,6 +271,48 @@ static void test_s3_error(void) {
   DCT_CHECK(dc_range_check(&big403, &tr, why, sizeof why) == DC_RESP_BAD && strcmp(why, "HTTP 403") == 0 && !dc_retryable(tr, 403));
 }
 
+/* versions a process confirmed: who (URL and credential), freshness, replacement, forgetting */
+static void test_known(void) {
+  dc_knownset s;
+  memset(&s, 0, sizeof s);
+  uint64_t a = dc_known_who("https://h/a.dcdb", NULL), a_signed = dc_known_who("https://h/a.dcdb", "AK:SK");
+  DCT_CHECK(a != a_signed && a == dc_known_who("https://h/a.dcdb", ""));
+  DCT_CHECK(a != dc_known_who("https://h/b.dcdb", NULL));
+  dc_validator v1 = {"\"e1\"", "", 1000}, v2 = {"\"e2\"", "", 1000};
+  DCT_CHECK(dc_known_get(&s, a, 10.0, 30) == NULL);
+  dc_known_put(&s, a, &v1, 1000, 10.0);
+  const dc_known *e = dc_known_get(&s, a, 39.0, 30);
+  DCT_CHECK(e && e->size == 1000 && strcmp(e->val.etag, "\"e1\"") == 0);
+  DCT_CHECK(dc_known_get(&s, a, 40.5, 30) == NULL);       /* older than fresh_s */
+  DCT_CHECK(dc_known_get(&s, a, 11.0, 0) == NULL);        /* fresh_s 0: never */
+  DCT_CHECK(dc_known_get(&s, a, 9.0, 30) == NULL);        /* a clock before the confirmation */
+  DCT_CHECK(dc_known_get(&s, a_signed, 11.0, 30) == NULL); /* another credential */
+  dc_known_seen(&s, a, &v2, 35.0);                        /* another version: no confirmation */
+  DCT_CHECK(dc_known_get(&s, a, 40.5, 30) == NULL);
+  dc_known_seen(&s, a, &v1, 35.0);                        /* the same: confirmed again */
+  DCT_CHECK(dc_known_get(&s, a, 60.0, 30) != NULL);
+  dc_validator partial = {"", "", -1};                    /* a response without validators matches */
+  dc_known_seen(&s, a, &partial, 50.0);
+  DCT_CHECK(dc_known_get(&s, a, 79.0, 30) != NULL);
+  dc_known_put(&s, a, &v2, 2000, 51.0);                   /* replaced, not added */
+  DCT_CHECK(s.n == 1 && dc_known_get(&s, a, 52.0, 30)->size == 2000);
+  dc_known_forget(&s, a);
+  DCT_CHECK(s.n == 0 && dc_known_get(&s, a, 52.0, 30) == NULL);
+  dc_known_forget(&s, a);                                 /* nothing to forget */
+  DCT_CHECK(s.n == 0);
+  /* full: the entry confirmed longest ago goes */
+  char url[64];
+  for (int i = 0; i < DC_KNOWN_MAX; i++) {
+    snprintf(url, sizeof url, "https://h/%d", i);
+    dc_known_put(&s, dc_known_who(url, NULL), &v1, 1000, 100.0 + (i == 3 ? -50 : i));
+  }
+  DCT_CHECK(s.n == DC_KNOWN_MAX);
+  dc_known_put(&s, a, &v1, 1000, 200.0);
+  DCT_CHECK(s.n == DC_KNOWN_MAX && dc_known_get(&s, a, 201.0, 30) != NULL);
+  DCT_CHECK(dc_known_get(&s, dc_known_who("https://h/3", NULL), 60.0, 1000) == NULL);
+  DCT_CHECK(dc_known_get(&s, dc_known_who("https://h/2", NULL), 110.0, 1000) != NULL);
+}
+
 int main(void) {
   DCT_RUN(test_blocks);
   DCT_RUN(test_readahead);
@@ -283,5 +325,6 @@ int main(void) {
   DCT_RUN(test_s3);
   DCT_RUN(test_range_check);
   DCT_RUN(test_s3_error);
+  DCT_RUN(test_known);
   return dct_done();
 }

@@ -450,7 +450,9 @@ def test_curl_handle_not_used_across_fork(nginx, data):
     local = deltacells.connect(data["small"])
     want = local.execute("SELECT * FROM cells ORDER BY cell_id").fetchall()
     local.close()
-    con = deltacells.connect(url, remote={"block_kb": 4, "mem_blocks": 1})
+    # shared=0: the child's reads cannot come from the process's shared cache (earlier tests of
+    # this file read the same blocks), so it must make requests
+    con = deltacells.connect(url, remote={"block_kb": 4, "mem_blocks": 1, "shared": 0})
     con.execute("SELECT count(*) FROM genes").fetchall()
     before = nginx.requests()
     parent_conn = before[-1].split()[0]

@@ -234,3 +234,27 @@ def test_keys_are_s3_keys_as_they_are(env, store, key):
         _same_answers(con, store["local"])
     finally:
         con.close()
+
+
+def test_a_version_confirmed_with_credentials_is_not_taken_without_them(env, store):
+    """An open takes a version this process confirmed moments ago without a request
+    (test_remote_known.py), but only one confirmed with the same credential: an anonymous open
+    of the private bucket after a signed one still asks the store, and gets its 403."""
+    _signed(env, store)
+    s = store["server"]
+    url = "s3://private-bucket/atlas/small.dcdb"
+    con = deltacells.connect(url)                       # shared cache: the version is recorded
+    try:
+        assert con.execute("SELECT count(*) FROM cells").fetchone() == (2000,)
+        n0 = len(s.log)
+        again = deltacells.connect(url)                 # signed again: taken, no request
+        again.close()
+        assert len(s.log) == n0
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            del env[k]
+        with pytest.raises(sqlite3.OperationalError) as e:
+            deltacells.connect(url)
+        assert "HTTP 403" in str(e.value)
+        assert len(s.log) == n0 + 1 and s.log[-1]["auth"] == "none"
+    finally:
+        con.close()
