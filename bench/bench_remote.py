@@ -18,8 +18,10 @@ default), each reader with its own connection, so there are max(workers, 1) conn
 throttled (each request in flight is throttled as one connection: latency + bytes / bandwidth).
 The first epoch is a new process's (`cold`: its imports, and every buffer's pages touched for the
 first time); the later ones (`warm`, the median by wall time) are what the rest of a training run
-gets.  nginx's access log gives the bytes the store served per epoch (`store_MB`): workers new every
-epoch read every tile from the store again, while one process (--workers 0) keeps the blocks it
+gets.  nginx's access log gives the bytes the store served per epoch (`store_MB`; the first epoch's
+from constructing the dataset on, as its time): workers new every
+epoch read every tile from the store again (the blocks their parent read they inherit, and the
+version it confirmed they take without asking: docs/guide.md), while one process (--workers 0) keeps the blocks it
 read in the VFS's memory cache, so its later epochs are not a measure of the store (they are shown,
 marked, and not set against the ceiling):
   cells/s      cells delivered / wall time of the epoch (the first: from constructing the loader)
@@ -121,6 +123,9 @@ def _epoch(url, workers, prefetch, batch_size, n_epochs=1, access_log=None):
     import torch
     import deltacells
     from torch.utils.data import DataLoader
+    # the first epoch counts from constructing the dataset: its time, and the bytes its open and
+    # catalogue fetched (a small dataset's tiles come in with them, through read-ahead)
+    b0 = _served(access_log)
     t = time.perf_counter()
     ds = deltacells.CellDataset(url, batch_size=batch_size, shuffle=True, seed=0, prefetch_tiles=prefetch)
     # workers started as a user's DataLoader starts them (fork, on Linux): this process was
@@ -134,7 +139,7 @@ def _epoch(url, workers, prefetch, batch_size, n_epochs=1, access_log=None):
         if ep:
             ds.set_epoch(ep)
             t = time.perf_counter()
-        b0 = _served(access_log)
+            b0 = _served(access_log)
         first = None
         cells = 0
         for b in loader:
