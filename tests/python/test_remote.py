@@ -451,8 +451,11 @@ def test_curl_handle_not_used_across_fork(nginx, data):
     want = local.execute("SELECT * FROM cells ORDER BY cell_id").fetchall()
     local.close()
     # shared=0: the child's reads cannot come from the process's shared cache (earlier tests of
-    # this file read the same blocks), so it must make requests
-    con = deltacells.connect(url, remote={"block_kb": 4, "mem_blocks": 1, "shared": 0})
+    # this file read the same blocks), so it must make requests; max_inflight=0: no prefetch
+    # thread runs at the fork (this test is about the handle; test_remote_prefetch.py forks with
+    # requests in flight), since under ASan a fork with other threads running can deadlock the
+    # child in ASan's allocator (_subproc.py): the ASan run once hung here for 120 s
+    con = deltacells.connect(url, remote={"block_kb": 4, "mem_blocks": 1, "shared": 0, "max_inflight": 0})
     con.execute("SELECT count(*) FROM genes").fetchall()
     before = nginx.requests()
     parent_conn = before[-1].split()[0]
