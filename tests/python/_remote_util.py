@@ -255,6 +255,18 @@ class FaultServer:
         self.httpd.server_close()
 
 
+def reset_vfs_counters(path):
+    """Zeroes the dchttp VFS's counters, which are the process's (a connection to any dataset
+    reaches them): a test file whose refused reads count as errors resets them when it is done,
+    for the files run after it in one process."""
+    import deltacells   # here: bench/bench_remote.py imports this module before the package's path is set
+    con = deltacells.connect(path)
+    try:
+        con.execute("SELECT dc_vfs_stats('reset')").fetchall()
+    finally:
+        con.close()
+
+
 @contextlib.contextmanager
 def alarm(seconds, what):
     """Fails the code inside after `seconds` (SIGALRM) instead of letting it hang."""

@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _python_data import gen  # noqa: E402
-from _remote_util import alarm, fault_server, wait_child  # noqa: E402
+from _remote_util import alarm, fault_server, reset_vfs_counters, wait_child  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -48,11 +48,7 @@ def reset_counters(data):
     """The VFS's counters are the process's: this file's refused reads count as errors, which
     other test files run after it in one process check; zero them when it is done."""
     yield
-    con = deltacells.connect(data["small"])
-    try:
-        con.execute("SELECT dc_vfs_stats('reset')").fetchall()
-    finally:
-        con.close()
+    reset_vfs_counters(data["small"])
 
 
 @pytest.fixture()

@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from _python_data import gen  # noqa: E402
 from _s3_util import S3Server, canonical_request, signing_key  # noqa: E402
+from _remote_util import reset_vfs_counters  # noqa: E402
 
 import deltacells  # noqa: E402
 
@@ -41,23 +42,15 @@ def env():
             os.environ[k] = v
 
 
-def _reset_counters(path):
-    con = deltacells.connect(path)
-    try:
-        con.execute("SELECT dc_vfs_stats('reset')").fetchall()
-    finally:
-        con.close()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def reset_counters(store):
     """The VFS's counters are the process's: zero before this file's tests (which check that signed
     reads had no errors; test_remote.py's faults, run before them in one process, left 23), and
     zero again afterwards (the refused opens here count as errors, and other test files check
     them)."""
-    _reset_counters(store["local"])
+    reset_vfs_counters(store["local"])
     yield
-    _reset_counters(store["local"])
+    reset_vfs_counters(store["local"])
 
 
 @pytest.fixture(scope="module")
