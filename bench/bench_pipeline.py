@@ -6,6 +6,8 @@
         [--before DIR]   # also run the loader of another checkout's python/ (same run)
         [--no-global]    # skip the loader with a global shuffle
         [--read]         # the training process reads every batch (by default it counts them)
+    With --bandwidth-mbps or --latency-ms (a remote dataset behind an emulated object store),
+    this runs bench/bench_remote.py with the same arguments: see its help.
 
 Data: scripts/gen_h5ad.py --cells N --genes 61497 (counts shaped like the reference tile),
 converted by build/deltacells; both cached in build/bench-data/.
@@ -461,6 +463,13 @@ def run_child(cfg, timeout=1800):
 
 
 def main(argv):
+    if any(a.split("=")[0] in ("--bandwidth-mbps", "--latency-ms") for a in argv):
+        # an emulated object store (issue 14's command line): bench_remote.py measures that,
+        # with its own options (--prefetch-tiles 0,2 --max-inflight ... --workers N)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_remote
+        bench_remote.main(argv)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", default="0,1,2")
     ap.add_argument("--batch-size", default="512,5000")

@@ -112,3 +112,20 @@ def test_report_refuses_what_is_not_results(tmp_path):
     p = subprocess.run([PY, "bench/report", "--results", str(empty), "--out", str(tmp_path / "b.md")],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "no results" in p.stderr
+
+
+def test_pipeline_bench_takes_the_remote_issues_command_line(tmp_path):
+    """bench_pipeline.py with --bandwidth-mbps / --latency-ms (issue 14's command) measures the
+    emulated object store: bench_remote.py's run, with its ceiling, not an argument error."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    p = subprocess.run([PY, "bench/bench_pipeline.py", "--bandwidth-mbps", "500", "--latency-ms", "2",
+                        "--prefetch-tiles", "0,2", "--max-inflight", "2", "--workers", "0", "--epochs", "1",
+                        "--cells", "1200", "--genes", "2000", "--batch-size", "300", "--block-kb", "64",
+                        "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout)
+    assert res["latency_ms"] == 2 and res["bandwidth_MBps_per_connection"] == 500
+    assert res["ceiling"]["2"]["MB_per_s"] > 0
+    remote = [r for r in res["runs"] if r["source"] == "remote"]
+    assert sorted(r["prefetch_tiles"] for r in remote) == [0, 2]
+    assert all(r["cells_per_s"] > 0 and r["of_ceiling"] > 0 for r in remote)
