@@ -62,7 +62,7 @@ EXTENSION_SAN := $(BUILD)/asan/deltacells.so
 CONVERTER_SAN := $(BUILD)/asan/deltacells
 
 .PHONY: all deps test demo clean fuzz fuzz-long sanitize bench benchmark coverage
-all: $(LIBCORE) $(EXTENSION) $(CONVERTER) $(BENCHES) $(CTESTS)
+all: $(LIBCORE) $(EXTENSION) $(CONVERTER) $(BENCHES) $(BUILD)/bench_decode_stages $(CTESTS)
 
 deps:
 	@sh scripts/install-deps.sh
@@ -109,6 +109,10 @@ $(CONVERTER_SAN): $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN)
 	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(CURL_LIBS) $(LDLIBS_CORE)
 $(BUILD)/bench_%: bench/bench_%.c $(LIBCORE)
 	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
+# bench_decode with the codec's stage timers (DC_CTX_PROFILE, compiled in only here): it also
+# prints where a decode's time goes (tables and bucket counts, streams, cells)
+$(BUILD)/bench_decode_stages: bench/bench_decode.c $(wildcard ext/codec/*.c) $(wildcard ext/codec/*.h)
+	$(CC) $(ALLCFLAGS) -DDC_CTX_PROFILE -o $@ bench/bench_decode.c $(wildcard ext/codec/*.c) $(LDLIBS_CORE)
 # reads datasets through SQLite (and nothing of the core library)
 $(BUILD)/bench_blob_read: bench/bench_blob_read.c
 	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(SQLITE_LIBS)

@@ -35,6 +35,9 @@
 
 #define TILE_CELLS 10000u
 
+#ifdef DC_CTX_PROFILE
+extern uint64_t dc_ctx_prof[4];   /* ext/codec/dc_ctx_decompress.c, in the stages build */
+#endif
 static clockid_t bench_clock = CLOCK_MONOTONIC;   /* --cpu: this thread's CPU time */
 static double now_ms(void) {
   struct timespec ts;
@@ -469,6 +472,28 @@ int main(int argc, char **argv) {
            threads[k], dec_ms[k], dec_ms[k] / memset_ms, nnz ? dec_ms[k] * 1e6 / nnz : 0, dec_ms[0] / dec_ms[k],
            threads[0], dec_min[k], dec_min[k] / memset_min);
 
+  /* where one decode's time goes: the codec's stage timers, in the build made for it */
+  double stage_ms[3] = {0, 0, 0};
+  int stages = 0;
+#ifdef DC_CTX_PROFILE
+  if (codec == DC_CODEC_RANS) {
+    stages = 1;
+    for (int r = 0; r < runs; r++) {
+      for (int i = 0; i < 3; i++) __atomic_store_n(&dc_ctx_prof[i], 0, __ATOMIC_RELAXED);
+      decode_all(&e, &o, p1, jobs);
+      for (int i = 0; i < 3; i++) {
+        double v = (double)__atomic_load_n(&dc_ctx_prof[i], __ATOMIC_RELAXED) / 1e6;
+        if (r == 0 || v < stage_ms[i]) stage_ms[i] = v;
+      }
+    }
+    static const char *const names[3] = {"tables and bucket counts", "streams", "cells (stage 3)"};
+    printf("stages of a decode on 1 thread (thread CPU time, the minimum of %d per stage):", runs);
+    for (int i = 0; i < 3; i++)
+      printf("%s %s %.2f ms = %.3f ns/nnz", i ? "," : "", names[i], stage_ms[i], nnz ? stage_ms[i] * 1e6 / nnz : 0);
+    printf("\n");
+  }
+#endif
+
   /* gather 5,000 shuffled cells out of the first decoded tile */
   uint32_t tc = e.hdr[0].n_cells, ng = 5000;
   double gather_ms = 0;
@@ -519,6 +544,9 @@ int main(int argc, char **argv) {
       if (threads[k] == 1) printf(",\"decode_1t_over_memset\":%.3f", dec_ms[k] / memset_ms);
     if (n_threads >= 2) printf(",\"speedup_%dt\":%.3f", threads[1], dec_ms[0] / dec_ms[1]);
     printf(",\"gather_5000_ms\":%.3f", gather_ms);
+    if (stages)
+      printf(",\"stage_tables_counts_ms\":%.3f,\"stage_streams_ms\":%.3f,\"stage_cells_ms\":%.3f", stage_ms[0],
+             stage_ms[1], stage_ms[2]);
     if (cmp_zstd) {
       printf(",\"zstd_level\":%d,\"zstd_bytes\":%llu,\"zstd_bits_per_nnz\":%.4f,\"zstd_encode_ms\":%.1f", z_level,
              (unsigned long long)z_bytes, z_bpn, z_enc);

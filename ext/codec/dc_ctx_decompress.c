@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <zstd.h>
 
-/* Stage timers for tuning (a harness defines DC_CTX_PROFILE; off in builds). */
+/* Stage timers (thread CPU time, summed over chunks and threads): defined only in the
+** build of build/bench_decode_stages (the Makefile), off in every other build.
+** dc_ctx_prof[0]: tables and bucket counts, [1]: streams, [2]: cells (stage 3). */
 #ifdef DC_CTX_PROFILE
 #include <time.h>
 uint64_t dc_ctx_prof[4];
@@ -32,7 +34,12 @@ static inline uint64_t prof_ns(void) {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
-#define PROF(i) do { uint64_t t_ = prof_ns(); dc_ctx_prof[i] += t_ - prof_t; prof_t = t_; } while (0)
+#define PROF(i)                                                                 \
+  do {                                                                          \
+    uint64_t t_ = prof_ns();                                                    \
+    __atomic_fetch_add(&dc_ctx_prof[i], t_ - prof_t, __ATOMIC_RELAXED);         \
+    prof_t = t_;                                                                \
+  } while (0)
 #define PROF_START uint64_t prof_t = prof_ns()
 #else
 #define PROF(i) do { } while (0)

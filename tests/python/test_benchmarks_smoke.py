@@ -129,3 +129,28 @@ def test_pipeline_bench_takes_the_remote_issues_command_line(tmp_path):
     remote = [r for r in res["runs"] if r["source"] == "remote"]
     assert sorted(r["prefetch_tiles"] for r in remote) == [0, 2]
     assert all(r["cells_per_s"] > 0 and r["of_ceiling"] > 0 for r in remote)
+
+
+@pytest.mark.parametrize("simd", ["scalar", None])
+def test_decode_stages_build_splits_a_decode(simd):
+    """build/bench_decode_stages (the codec with its stage timers compiled in) prints where one
+    decode's time goes: each stage measured, the streams and the cells each a real part of it,
+    and together no more than the decode's own time."""
+    env = dict(os.environ)
+    env.pop("DC_SIMD", None)
+    if simd:
+        env["DC_SIMD"] = simd
+    p = subprocess.run([os.path.join(ROOT, "build", "bench_decode_stages"), "--threads", "1", "--runs", "2",
+                        "--no-zstd", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    if simd:
+        assert res["simd"] == simd
+    assert "stages of a decode on 1 thread" in p.stdout
+    st = [res["stage_tables_counts_ms"], res["stage_streams_ms"], res["stage_cells_ms"]]
+    assert all(v > 0 for v in st), st
+    total = sum(st)
+    assert res["stage_streams_ms"] > 0.1 * total and res["stage_cells_ms"] > 0.1 * total, st
+    assert res["stage_tables_counts_ms"] < res["stage_streams_ms"], st
+    # thread CPU time of a one-thread decode, per stage the fastest run: not more than its wall time
+    assert total <= 1.5 * res["decode_1t_ms"], (st, res["decode_1t_ms"])
