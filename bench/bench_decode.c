@@ -2,7 +2,7 @@
 ** bench_decode.c — size and decode speed of the tile codec.
 **
 **   build/bench_decode [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N]
-**                      [--chunks N] [--runs N] [--no-zstd] [--json]
+**                      [--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--json]
 **
 ** Without --csr it generates the reference tile (10,000 cells x 61,497 genes,
 ** about 23.46 M nonzeros: lognormal gene abundances sigma 2.2, lognormal
@@ -256,6 +256,7 @@ typedef struct {     /* decoded output of every tile */
   int32_t **indices, **values;
 } outbufs_t;
 
+static int rans_v2;   /* --rans-v2: the version-2 model (one symbol per step), for comparison */
 static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, encoded_t *e) {
   e->n_tiles = (m->n_cells + TILE_CELLS - 1) / TILE_CELLS;
   if (!e->n_tiles) e->n_tiles = 1;
@@ -269,6 +270,7 @@ static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, en
   o.level = level;
   o.n_chunks = chunks;
   o.threads = 0;
+  o.rans_v2 = rans_v2;
   double t0 = now_ms();
   for (uint32_t t = 0; t < e->n_tiles; t++) {
     uint32_t a = t * TILE_CELLS, n = m->n_cells - a < TILE_CELLS ? m->n_cells - a : TILE_CELLS;
@@ -380,13 +382,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--chunks") && v) { chunks = (uint32_t)atoi(v); i++; }
     else if (!strcmp(a, "--runs") && v) { runs = atoi(v) > 0 ? atoi(v) : 1; i++; }
     else if (!strcmp(a, "--no-zstd")) cmp_zstd = 0;
+    else if (!strcmp(a, "--rans-v2")) rans_v2 = 1;
     else if (!strcmp(a, "--seed") && v) { rng_s = strtoull(v, NULL, 0); i++; }
     else if (!strcmp(a, "--gen-only")) gen_only = 1;
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--cpu")) bench_clock = CLOCK_THREAD_CPUTIME_ID;
     else {
       fprintf(stderr, "usage: %s [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N] "
-                      "[--chunks N] [--runs N] [--no-zstd] [--json]\n", argv[0]);
+                      "[--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--json]\n", argv[0]);
       return 2;
     }
   }

@@ -72,6 +72,14 @@ typedef struct dc_encode_opts {
                           what a codec takes)                               */
   uint32_t n_chunks;   /* chunks per tile; default 8; clamped to n_cells     */
   int threads;         /* encoder threads across chunks; 0 = one per core    */
+  int rans_v2;         /* rans: 1 writes the previous model (tile version 2:
+                          one symbol per rANS step everywhere), which readers
+                          before 2026-12 read; 0 (default) the current one
+                          (tile version 3: pairs of symbols per step where
+                          that pays, docs/codec-design.md)                  */
+  int rans_pairs;      /* rans, version 3: 0 (default) pairs where the model
+                          says they pay; 1 in every context that has two or
+                          more symbols; -1 in none (for tests and benchmarks) */
 } dc_encode_opts;
 void dc_encode_opts_default(dc_encode_opts *o);
 

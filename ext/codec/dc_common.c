@@ -173,6 +173,8 @@ void dc_encode_opts_default(dc_encode_opts *o) {
   o->level = 0;       /* codec default: zstd 19, rans 0 */
   o->n_chunks = 8;
   o->threads = 0;
+  o->rans_v2 = 0;
+  o->rans_pairs = 0;
 }
 
 void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m) {

@@ -208,7 +208,7 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     if (!pool) goto oom;
   }
   if (o.codec == DC_CODEC_RANS && nc > 0) {
-    rc = dc_ctx_build_model(in, o.level, pool, &model, &shared, err);
+    rc = dc_ctx_build_model(in, o.level, o.rans_v2 != 0, o.rans_pairs, x.first, nc, pool, &model, &shared, err);
     if (rc) goto done;
     x.shared = model;
   } else if (o.codec == DC_CODEC_RANS_V1 && nc > 0) {
@@ -240,7 +240,7 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   uint8_t *hp = tile.p;
   memset(hp, 0, (size_t)hl);
   dc_wr32(hp, DC_TILE_MAGIC);
-  dc_wr16(hp + 4, o.codec == DC_CODEC_RANS ? DC_TILE_VERSION : 1);
+  dc_wr16(hp + 4, o.codec == DC_CODEC_RANS ? (o.rans_v2 ? 2 : DC_TILE_VERSION) : 1);
   dc_wr16(hp + 6, (uint16_t)o.codec);
   dc_wr32(hp + 8, in->n_cells);
   dc_wr32(hp + 12, in->n_genes);

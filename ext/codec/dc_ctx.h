@@ -38,7 +38,12 @@
 #define DC_CTX_ESC_BITS  13u             /* an escaped symbol's joint id, raw */
 #define DC_CTX_MAXQ      4u              /* cell-size buckets */
 #define DC_CTX_MAXRB     32u             /* rank buckets */
-#define DC_CTX_MODEL_VERSION 2u
+#define DC_CTX_MODEL_VERSION 3u         /* written (tile version 3); 2 (tile version 2) is read too */
+#define DC_CTX_MAXSYM3   254u            /* version 3: coded symbols per context, so that symbol
+                                            indices stay below 255, the escaped pair's mark */
+#define DC_CTX_KMAX      32u             /* version 3: a pair context's top symbols, at most */
+#define DC_CTX_PAIR_ESC  0xffu           /* a symbol outside a pair context's top K, as the pair
+                                            decoders write it (its index follows raw) */
 #define DC_CTX_MAP_MIN   0.95            /* map when at most this share of genes occurs */
 
 /* Rank bucket of gene g under shift s (1 <= s <= 16). */
@@ -96,6 +101,13 @@ int dc_ctx_stream_scalar(const void *tab, const dc_ctx_stream *s, uint32_t n, ui
 void dc_ctx_stream_start(const dc_ctx_stream *s, uint32_t n, uint32_t *x);
 int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
                        uint32_t done, uint32_t n, uint8_t *out);
+/* Version 3's pair contexts: a stream of n steps, each two symbol indices (2n bytes out; a
+** symbol outside the context's top K comes out as DC_CTX_PAIR_ESC, replaced afterwards from
+** the stream's raw symbols).  Slot tables: vector layout u64 freq | bias << 12 | (sym0 | sym1 << 8) << 32;
+** portable layout u16 frequencies, u16 biases, then two symbol bytes per slot. */
+int dc_ctx_pairs_scalar(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+int dc_ctx_pairs_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
+                      uint32_t done, uint32_t n, uint8_t *out);
 /* What a symbol index means, for stage 3 (8 bytes, so that the place loop
 ** addresses it with one scaled index, and the AVX2 cell decoder loads it as
 ** one u64: gbase | cbase << 16 | gmask << 32 | nb << 48 | gb << 56).  Fast
@@ -122,6 +134,9 @@ typedef struct dc_ctx_sinfo {
 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
                           uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad);
 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+int dc_ctx_pairs_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
+/* Bit i set: byte i of the 64 at p is DC_CTX_PAIR_ESC (AVX2). */
+uint64_t dc_ctx_ff64(const uint8_t *p);
 /* Two streams decoded together (more independent work per round); returns 0,
 ** -1 when stream a is corrupt, -2 when stream b is. */
 int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na, uint8_t *oa,
@@ -130,7 +145,11 @@ int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na,
 
 /* The codec's entry points (dc_internal.h declares the rest of the codecs). */
 /* pool: NULL, or the pool the model's counts are counted on (in parts of the tile's cells) */
-int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model, dc_buf *shared, dc_error *err);
+/* first[0..n_chunks]: the chunks' cell boundaries (pairs are counted per chunk, as coded);
+** v2: 1 writes the version-2 model (one symbol per step everywhere, tile version 2); pairs: 0
+** pair contexts where they pay, 1 wherever possible, -1 none (dc_encode_opts) */
+int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uint32_t *first, uint32_t n_chunks,
+                       dc_pool *pool, void **model, dc_buf *shared, dc_error *err);
 int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err);
 void dc_ctx_free_model(void *model);
 /* One of: out (decode into a tile's arrays), pl (place each cell, dc_chunk_place), nnz

@@ -6,14 +6,23 @@
 */
 #include "dc_ctx.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <zstd.h>
 
 #define NIDX (DC_CTX_NID + 1u)          /* joint ids, then the escape */
 #define ESC_IX DC_CTX_NID
 
+#define KM DC_CTX_KMAX
+#define KM1 (DC_CTX_KMAX + 1u)          /* ranks 0..KM-1, then "not among the top KM" */
+#define NPC (KM1 * KM1)                 /* pair codes: (rank or K) x (K + 1) + (rank or K) */
+
 typedef struct ctx_model {
   dc_ctx_model m;
+  int v2;                            /* writing the version-2 model */
+  uint8_t *pk;                       /* n_ctx: K of a pair context, 0 = one symbol per step */
+  uint8_t (*rk)[256];                /* n_ctx x 256: a symbol index's rank (< K), else 255 */
+  uint16_t (*pfs)[NPC][2];           /* n_ctx x NPC: pair code frequency, start */
   /* per context and joint id: symbol index + 1 (0 = escaped) */
   uint8_t *six;                      /* n_ctx x NIDX */
   uint16_t (*fs)[256][2];            /* n_ctx x 256: frequency, start (index nsym = escape) */
@@ -28,6 +37,9 @@ void dc_ctx_free_model(void *model) {
   free(cm->fs);
   free(cm->nsym);
   free(cm->loc);
+  free(cm->pk);
+  free(cm->rk);
+  free(cm->pfs);
   free(cm);
 }
 
@@ -99,11 +111,79 @@ static void count_part(void *v, size_t p) {
   }
 }
 
-int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model, dc_buf *shared, dc_error *err) {
+/* Version 3: the pairs each context's stream would code, counted in parts of whole chunks.  A
+** chunk's stream of a context pairs its symbols (2k, 2k+1) from the chunk's start, so the counts
+** are exactly the pairs the chunks code; a symbol counts by its rank among the context's KM most
+** frequent (KM: not among them). */
+typedef struct pair_job {
+  const dc_csr *in;
+  const ctx_model *cm;
+  const uint32_t *first;   /* chunk cell boundaries */
+  const uint32_t *pcut;    /* parts + 1 chunk boundaries */
+  uint64_t **part;         /* per part: n_ctx x KM1 x KM1 counts */
+} pair_job;
+
+static void pair_part(void *v, size_t p) {
+  pair_job *j = v;
+  const dc_csr *in = j->in;
+  const ctx_model *cm = j->cm;
+  const dc_ctx_model *m = &cm->m;
+  uint64_t *cnt = j->part[p];
+  uint8_t pend[DC_CTX_MAXQ * DC_CTX_MAXRB];
+  for (uint32_t c = j->pcut[p]; c < j->pcut[p + 1]; c++) {
+    memset(pend, 0xff, sizeof pend);
+    for (uint32_t i = j->first[c]; i < j->first[c + 1]; i++) {
+      uint64_t s = in->indptr[i], t = in->indptr[i + 1];
+      uint32_t q = dc_ctx_q(m, t - s);
+      FOR_NZ(m, cm->loc, q, in->indices, in->data, s, t, {
+        uint32_t k = cm->six[(size_t)Z->ctx * NIDX + Z->id];
+        uint32_t r = cm->rk[Z->ctx][k ? k - 1 : cm->nsym[Z->ctx]];
+        if (r == 255) r = KM;
+        if (pend[Z->ctx] == 0xff) {
+          pend[Z->ctx] = (uint8_t)r;
+        } else {
+          cnt[((size_t)Z->ctx * KM1 + pend[Z->ctx]) * KM1 + r]++;
+          pend[Z->ctx] = 0xff;
+        }
+      });
+    }
+  }
+}
+
+/* Bits of a context's stream coded as pairs over its top K symbols and "another symbol" (rank
+** K), estimated: the (K + 1)^2 pair codes' entropy, 8 raw bits for each other symbol, and the
+** table in the shared section (the K symbols and (K + 1)^2 frequencies: about a byte per used
+** code after zstd, less for the unused ones).  pc: KM1 x KM1 pair counts by rank (KM: not
+** among the top KM); T: the pairs. */
+static double pair_bits(const uint64_t *pc, uint32_t K, uint64_t T) {
+  uint64_t cnt[KM1 * KM1];
+  memset(cnt, 0, sizeof cnt);
+  double h = 0;
+  uint32_t used = 0;
+  for (uint32_t a = 0; a < KM1; a++)
+    for (uint32_t b = 0; b < KM1; b++) {
+      uint64_t c = pc[a * KM1 + b];
+      uint32_t ra = a < K ? a : K, rb = b < K ? b : K;
+      cnt[ra * (K + 1) + rb] += c;
+      h += 8.0 * c * ((ra == K) + (rb == K));
+    }
+  for (uint32_t i = 0; i < (K + 1) * (K + 1); i++)
+    if (cnt[i]) {
+      h += (double)cnt[i] * log2((double)T / (double)cnt[i]);
+      used++;
+    }
+  return h + 8.0 * (K + used + 0.25 * ((K + 1) * (K + 1) - used));
+}
+/* A pair context may cost this much more than one symbol per step (its decoding takes about
+** half the time: docs/codec-design.md). */
+#define PAIR_SLACK 0.02
+
+int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uint32_t *first, uint32_t n_chunks,
+                       dc_pool *pool, void **model, dc_buf *shared, dc_error *err) {
   *model = NULL;
   ctx_model *cm = calloc(1, sizeof *cm);
-  uint64_t *cx = NULL, *key = NULL, *c = NULL;
-  uint32_t **part = NULL, *cut = NULL, n_parts = 0;
+  uint64_t *cx = NULL, *key = NULL, *sc = NULL, **ppart = NULL, *pcn = NULL;
+  uint32_t **part = NULL, *cut = NULL, n_parts = 0, *pcut = NULL, n_pparts = 0, *pci = NULL, *pcf = NULL;
   uint32_t *nnzs = NULL, *f = NULL, *ids = NULL;
   dc_buf raw = {0};
   int rc = DC_ENOMEM;
@@ -162,10 +242,18 @@ int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model,
   cm->fs = calloc(m->n_ctx, sizeof *cm->fs);
   cm->nsym = calloc(m->n_ctx, sizeof *cm->nsym);
   key = malloc(NIDX * sizeof *key);
-  c = malloc(257 * sizeof *c);
   f = malloc(257 * sizeof *f);
   ids = malloc(257 * sizeof *ids);
-  if (!part || !cut || !cx || !cm->six || !cm->fs || !cm->nsym || !key || !c || !f || !ids) goto done;
+  sc = calloc((size_t)m->n_ctx * 256, sizeof *sc);
+  cm->pk = calloc(m->n_ctx, 1);
+  cm->rk = calloc(m->n_ctx, sizeof *cm->rk);
+  cm->pfs = v2 ? NULL : calloc(m->n_ctx, sizeof *cm->pfs);
+  pcn = malloc(NPC * sizeof *pcn);
+  pci = malloc(NPC * sizeof *pci);
+  pcf = malloc(NPC * sizeof *pcf);
+  if (!part || !cut || !cx || !cm->six || !cm->fs || !cm->nsym || !key || !f || !ids || !sc || !cm->pk ||
+      !cm->rk || (!v2 && !cm->pfs) || !pcn || !pci || !pcf)
+    goto done;
   for (uint32_t p = 0; p < n_parts; p++)
     if (!(part[p] = calloc((size_t)m->n_ctx * NIDX, sizeof **part))) goto done;
   cut[0] = 0;
@@ -183,9 +271,76 @@ int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model,
   if (n_parts > 1) dc_pool_for(pool, n_parts, count_part, &cj);
   else count_part(&cj, 0);
 
-  /* per context: the 255 most frequent ids are coded, the rest escape */
-  dc_buf_put(&raw, (uint8_t[]){DC_CTX_MODEL_VERSION, (uint8_t)m->nq, (uint8_t)m->nrb, (uint8_t)m->shift,
-                               (uint8_t)m->mapped}, 5);
+  /* per context: the most frequent ids are coded (255 in version 2, 254 in version 3), the rest
+  ** escape; sc keeps each symbol index's count for the pairs */
+  cm->v2 = v2;
+  const uint32_t maxsym = v2 ? DC_CTX_MAXSYM : DC_CTX_MAXSYM3;
+  for (uint32_t x = 0; x < m->n_ctx; x++) {
+    for (uint32_t id = 0; id < NIDX; id++) cx[id] = part[0][(size_t)x * NIDX + id];
+    for (uint32_t p = 1; p < n_parts; p++)
+      for (uint32_t id = 0; id < NIDX; id++) cx[id] += part[p][(size_t)x * NIDX + id];
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < DC_CTX_NID; id++)
+      if (cx[id]) key[n++] = cx[id] << 13 | id;           /* ids < 2^13 */
+    if (!n) continue;
+    uint64_t esc = 0;
+    if (n > maxsym) {
+      qsort(key, n, sizeof *key, cmp_desc_u64);
+      for (uint32_t k = maxsym; k < n; k++) esc += key[k] >> 13;
+      n = maxsym;
+    }
+    for (uint32_t k = 0; k < n; k++) ids[k] = (uint32_t)(key[k] & 8191);
+    qsort(ids, n, sizeof *ids, cmp_u32);
+    uint64_t *c = sc + (size_t)x * 256;
+    for (uint32_t k = 0; k < n; k++) c[k] = cx[ids[k]];
+    c[n] = esc;                                            /* the escape, index n */
+    dc_normalize_freqs(c, f, n + 1, DC_CTX_M);   /* n + 1 >= 2: no frequency reaches M */
+    uint8_t *sx = cm->six + (size_t)x * NIDX;
+    cm->nsym[x] = (uint16_t)n;
+    uint32_t start = 0;
+    for (uint32_t k = 0; k <= n; k++) {
+      if (k < n) sx[ids[k]] = (uint8_t)(k + 1);
+      cm->fs[x][k][0] = (uint16_t)f[k];
+      cm->fs[x][k][1] = (uint16_t)start;
+      start += f[k];
+    }
+    /* ranks by count (ties: the lower index), symbols that occur only */
+    memset(cm->rk[x], 255, 256);
+    for (uint32_t r = 0; r < KM; r++) {
+      uint32_t best = UINT32_MAX;
+      for (uint32_t k = 0; k <= n; k++)
+        if (c[k] && cm->rk[x][k] == 255 && (best == UINT32_MAX || c[k] > c[best])) best = k;
+      if (best == UINT32_MAX) break;
+      cm->rk[x][best] = (uint8_t)r;
+    }
+  }
+
+  /* version 3: the pairs of every context, counted per chunk as coded */
+  if (!v2 && pairs >= 0 && n_chunks) {
+    uint32_t np = n_parts < n_chunks ? n_parts : n_chunks;
+    pcut = malloc(((size_t)np + 1) * sizeof *pcut);
+    ppart = calloc(np, sizeof *ppart);
+    if (!pcut || !ppart) goto done;
+    n_pparts = np;
+    for (uint32_t p = 0; p < np; p++)
+      if (!(ppart[p] = calloc((size_t)m->n_ctx * KM1 * KM1, sizeof **ppart))) goto done;
+    pcut[0] = 0;
+    pcut[np] = n_chunks;
+    for (uint32_t p = 1; p < np; p++) {      /* the first chunk at or past p/np of the nonzeros */
+      uint64_t target = in->indptr[0] + nnz / np * p;
+      uint32_t k = pcut[p - 1];
+      while (k < n_chunks && in->indptr[first[k]] < target) k++;
+      pcut[p] = k;
+    }
+    pair_job pj = {in, cm, first, pcut, ppart};
+    if (np > 1) dc_pool_for(pool, np, pair_part, &pj);
+    else pair_part(&pj, 0);
+    for (uint32_t p = 1; p < np; p++)
+      for (size_t i = 0; i < (size_t)m->n_ctx * KM1 * KM1; i++) ppart[0][i] += ppart[p][i];
+  }
+
+  dc_buf_put(&raw, (uint8_t[]){v2 ? 2u : DC_CTX_MODEL_VERSION, (uint8_t)m->nq, (uint8_t)m->nrb,
+                               (uint8_t)m->shift, (uint8_t)m->mapped}, 5);
   for (uint32_t k = 0; k + 1 < m->nq; k++) dc_buf_varint(&raw, m->q_lim[k]);
   if (m->mapped) {               /* varint n_local, then a bitmap of the genes that occur */
     dc_buf_varint(&raw, m->n_local);
@@ -197,37 +352,81 @@ int dc_ctx_build_model(const dc_csr *in, int level, dc_pool *pool, void **model,
     raw.len += nb;
   }
   for (uint32_t x = 0; x < m->n_ctx; x++) {
-    for (uint32_t id = 0; id < NIDX; id++) cx[id] = part[0][(size_t)x * NIDX + id];
-    for (uint32_t p = 1; p < n_parts; p++)
-      for (uint32_t id = 0; id < NIDX; id++) cx[id] += part[p][(size_t)x * NIDX + id];
-    uint32_t n = 0;
-    for (uint32_t id = 0; id < DC_CTX_NID; id++)
-      if (cx[id]) key[n++] = cx[id] << 13 | id;           /* ids < 2^13 */
-    if (!n) { dc_buf_varint(&raw, 0); continue; }
-    uint64_t esc = 0;
-    if (n > DC_CTX_MAXSYM) {
-      qsort(key, n, sizeof *key, cmp_desc_u64);
-      for (uint32_t k = DC_CTX_MAXSYM; k < n; k++) esc += key[k] >> 13;
-      n = DC_CTX_MAXSYM;
-    }
-    for (uint32_t k = 0; k < n; k++) ids[k] = (uint32_t)(key[k] & 8191);
-    qsort(ids, n, sizeof *ids, cmp_u32);
-    for (uint32_t k = 0; k < n; k++) c[k] = cx[ids[k]];
-    c[n] = esc;                                            /* the escape, index n */
-    dc_normalize_freqs(c, f, n + 1, DC_CTX_M);   /* n + 1 >= 2: no frequency reaches M */
-    uint8_t *sx = cm->six + (size_t)x * NIDX;
-    cm->nsym[x] = (uint16_t)n;
+    uint32_t n = cm->nsym[x];
+    const uint8_t *sx = cm->six + (size_t)x * NIDX;
+    if (!n) { dc_buf_varint(&raw, 0); continue; }   /* unused */
     dc_buf_varint(&raw, n + 1);
-    uint32_t start = 0;
-    for (uint32_t k = 0; k <= n; k++) {
-      if (k < n) {
-        dc_buf_varint(&raw, k ? ids[k] - ids[k - 1] - 1 : ids[k]);
-        sx[ids[k]] = (uint8_t)(k + 1);
+    if (v2) {                    /* version 2: (id delta, frequency - 1) per symbol, escape's */
+      for (uint32_t id = 0, k = 0, prev = 0; id < DC_CTX_NID; id++)
+        if (sx[id]) {
+          dc_buf_varint(&raw, k ? id - prev - 1 : id);
+          dc_buf_varint(&raw, cm->fs[x][k][0] - 1u);
+          prev = id;
+          k++;
+        }
+      dc_buf_varint(&raw, cm->fs[x][n][0] - 1u);
+      continue;
+    }
+    /* version 3: the id deltas, then K: 0 and the frequencies - 1 (one symbol per step), or
+    ** K >= 2, the symbol indices of ranks 0..K-1 and the K x K + 1 pair codes' frequencies */
+    for (uint32_t id = 0, k = 0, prev = 0; id < DC_CTX_NID; id++)
+      if (sx[id]) {
+        dc_buf_varint(&raw, k ? id - prev - 1 : id);
+        prev = id;
+        k++;
       }
-      dc_buf_varint(&raw, f[k] - 1);
-      cm->fs[x][k][0] = (uint16_t)f[k];
-      cm->fs[x][k][1] = (uint16_t)start;
-      start += f[k];
+    const uint64_t *c = sc + (size_t)x * 256, *pc = ppart ? ppart[0] + (size_t)x * KM1 * KM1 : NULL;
+    uint64_t T = 0, N = 0;
+    uint32_t nrk = 0;                            /* symbols with a rank */
+    for (uint32_t k = 0; k <= n; k++) {
+      N += c[k];
+      nrk += cm->rk[x][k] != 255;
+    }
+    double single = 8.0 * (n + 1);
+    for (uint32_t k = 0; k <= n; k++)
+      if (c[k]) single += (double)c[k] * log2((double)N / (double)c[k]);
+    for (size_t i = 0; pc && i < KM1 * KM1; i++) T += pc[i];
+    uint32_t K = 0;
+    double best = pairs > 0 ? INFINITY : pairs < 0 ? -1.0 : single * (1.0 + PAIR_SLACK);
+    for (uint32_t k = 2; T && k <= nrk; k++) {
+      double b = pair_bits(pc, k, T);
+      if (b < best) { best = b; K = k; }
+    }
+    cm->pk[x] = (uint8_t)K;
+    dc_buf_varint(&raw, K);
+    if (!K) {
+      for (uint32_t k = 0; k <= n; k++) dc_buf_varint(&raw, cm->fs[x][k][0] - 1u);
+      continue;
+    }
+    for (uint32_t r = 0; r < K; r++) {
+      uint32_t k = 0;
+      while (k <= n && cm->rk[x][k] != r) k++;     /* K <= the symbols that occur: found */
+      dc_buf_varint(&raw, k);
+    }
+    /* the used codes normalised together; unused codes get 0 (every pair a chunk codes was
+    ** counted, so no chunk needs one) */
+    uint32_t nu = 0, npc = (K + 1) * (K + 1);
+    memset(pcn, 0, npc * sizeof *pcn);
+    for (uint32_t a = 0; a < KM1; a++)
+      for (uint32_t b = 0; b < KM1; b++)
+        pcn[(a < K ? a : K) * (K + 1) + (b < K ? b : K)] += pc[a * KM1 + b];
+    for (uint32_t i = 0; i < npc; i++)
+      if (pcn[i]) {
+        pcn[nu] = pcn[i];
+        pci[nu++] = i;
+      }
+    if (nu == 1) {               /* one code: give a second one slot, so that none gets 2^12 */
+      pcn[nu] = 1;
+      pci[nu++] = pci[0] ? 0 : 1;
+    }
+    dc_normalize_freqs(pcn, pcf, nu, DC_CTX_M);
+    for (uint32_t i = 0; i < npc; i++) cm->pfs[x][i][0] = 0;
+    for (uint32_t i = 0; i < nu; i++) cm->pfs[x][pci[i]][0] = (uint16_t)pcf[i];
+    uint32_t start = 0;
+    for (uint32_t i = 0; i < npc; i++) {
+      cm->pfs[x][i][1] = (uint16_t)start;
+      start += cm->pfs[x][i][0];
+      dc_buf_varint(&raw, cm->pfs[x][i][0]);
     }
   }
   if (raw.oom) goto done;
@@ -249,9 +448,15 @@ done:
   free(cx);
   free(nnzs);
   free(key);
-  free(c);
   free(f);
   free(ids);
+  free(sc);
+  for (uint32_t p = 0; ppart && p < n_pparts; p++) free(ppart[p]);
+  free(ppart);
+  free(pcut);
+  free(pcn);
+  free(pci);
+  free(pcf);
   dc_buf_free(&raw);
   return rc;
 }
@@ -295,10 +500,13 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
   uint64_t *nper = calloc(nx, sizeof *nper), *at = calloc(nx, sizeof *at);
   uint8_t *syms = malloc(ch->nnz ? (size_t)ch->nnz : 1);
   uint32_t *bc = calloc(nrb, sizeof *bc);
+  /* a pair context's codes and raw symbols (at most one context's worth at a time) */
+  uint16_t *pcode = malloc((ch->nnz / 2 + 1) * sizeof *pcode);
+  uint8_t *side = malloc(ch->nnz ? (size_t)ch->nnz : 1);
   dc_buf counts = {0}, mant = {0}, streams = {0}, dir = {0};
   wstack ws[4] = {{0}};
   int rc = DC_OK;
-  if (!nper || !at || !syms || !bc) goto oom;
+  if (!nper || !at || !syms || !bc || !pcode || !side) goto oom;
 
   /* pass 1: per-cell bucket counts, symbols per context */
   for (uint32_t i = 0; i < ch->n_cells; i++) {
@@ -334,18 +542,33 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
   if (bw.n) bit_put(&bw, 0, 8 - bw.n);
   dc_buf_put(&mant, (uint8_t[8]){0}, 8);                     /* read-ahead room for the decoder */
 
-  /* pass 3: each context's stream, coded backwards */
+  /* pass 3: each context's stream, coded backwards; a pair context (version 3) codes the pairs
+  ** (2k, 2k+1) of its symbols, one code per step, and puts the symbols outside its top K (in
+  ** order) and an odd last symbol after its words, raw */
   for (uint32_t x = 0, o = 0; x < nx; x++) {
     uint32_t n = (uint32_t)nper[x];
     if (!n) continue;
     const uint8_t *sy = syms + o;
     o += n;
+    uint32_t K = cm->pk[x], steps = K ? n / 2 : n;
+    uint32_t nside = 0;
+    if (K) {
+      for (uint32_t k = 0; k < steps; k++) {
+        uint32_t a = cm->rk[x][sy[2 * k]], b = cm->rk[x][sy[2 * k + 1]];
+        if (a >= K) { a = K; side[nside++] = sy[2 * k]; }
+        if (b >= K) { b = K; side[nside++] = sy[2 * k + 1]; }
+        pcode[k] = (uint16_t)(a * (K + 1) + b);
+        if (!cm->pfs[x][pcode[k]][0]) goto internal;        /* cannot happen: the model counted it */
+      }
+      if (n & 1) side[nside++] = sy[n - 1];
+    }
     uint32_t st[DC_CTX_LANES];
     for (uint32_t l = 0; l < DC_CTX_LANES; l++) st[l] = DC_CTX_L;
     for (uint32_t g = 0; g < 4; g++) ws[g].n = 0;
-    const uint16_t (*fs)[2] = cm->fs[x];
-    for (uint32_t i = n; i-- > 0;) {
-      uint32_t l = i % DC_CTX_LANES, fr = fs[sy[i]][0], start = fs[sy[i]][1];
+    const uint16_t (*fs)[2] = K ? (const uint16_t (*)[2])cm->pfs[x] : (const uint16_t (*)[2])cm->fs[x];
+    for (uint32_t i = steps; i-- > 0;) {
+      uint32_t sv = K ? pcode[i] : sy[i];
+      uint32_t l = i % DC_CTX_LANES, fr = fs[sv][0], start = fs[sv][1];
       uint32_t xs = st[l];
       uint32_t xmax = fr << 20;                               /* ((L >> PREC) << 16) * f */
       if (xs >= xmax) {
@@ -355,7 +578,7 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
       st[l] = ((xs / fr) << DC_CTX_PREC) + xs % fr + start;
     }
     size_t before = streams.len;
-    uint32_t k = n < DC_CTX_LANES ? n : DC_CTX_LANES;
+    uint32_t k = steps < DC_CTX_LANES ? steps : DC_CTX_LANES;
     for (uint32_t l = 0; l < k; l++) {
       uint8_t b4[4];
       dc_wr32(b4, st[l]);
@@ -368,8 +591,10 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
         streams.len += 2;
       }
     }
+    if (K) dc_buf_put(&streams, side, nside);
     dc_buf_varint(&dir, streams.len - before);
     for (uint32_t g = 0; g < 3; g++) dc_buf_varint(&dir, ws[g].n);
+    if (K) dc_buf_varint(&dir, nside);
   }
 
   /* payload: counts (zstd), mantissa bits, stream directory, streams */
@@ -395,11 +620,17 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
 oom:
   rc = DC_ENOMEM;
   dc_error_set(err, rc, "out of memory encoding a chunk of %llu nonzeros", (unsigned long long)ch->nnz);
+  goto done;
+internal:
+  rc = DC_EARG;
+  dc_error_set(err, rc, "encode: a chunk's pair of symbols is not in the tile's model (a bug)");
 done:
   free(nper);
   free(at);
   free(syms);
   free(bc);
+  free(pcode);
+  free(side);
   for (uint32_t g = 0; g < 4; g++) free(ws[g].w);
   dc_buf_free(&counts);
   dc_buf_free(&mant);

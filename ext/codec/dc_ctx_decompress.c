@@ -51,7 +51,12 @@ static inline uint64_t prof_ns(void) {
 ** portable decoder's: the slots' u16 frequencies, then their u16 biases, then
 ** their u8 symbols (each a load at a constant offset from the table and the
 ** slot: no shifts and masks, no address arithmetic). */
-#define TAB_BYTES(vec) ((vec) ? 4u * DC_CTX_M : 5u * DC_CTX_M)
+#define TAB_BYTES1(vec) ((vec) ? 4u * DC_CTX_M : 5u * DC_CTX_M)
+/* A model of version 3 may hold pair contexts, whose slots carry two symbols: vector decoders'
+** 8-byte entries (freq | bias << 12, then sym0 | sym1 << 8), or the portable decoder's u16
+** frequencies, u16 biases and two bytes of symbols per slot.  One stride for all contexts. */
+#define TAB_BYTES2(vec) ((vec) ? 8u * DC_CTX_M : 6u * DC_CTX_M)
+#define TAB_BYTES(vec, ver) ((ver) == 3 ? TAB_BYTES2(vec) : TAB_BYTES1(vec))
 /* The fast symbols as the portable stage 3 reads them (gap + 1 = g1 + (bits
 ** & gmask), count = cbase + (bits >> gb & cmask)), one array per field and
 ** per cell-size bucket, entry b * 256 + symbol for rank bucket b: every
@@ -72,9 +77,12 @@ typedef struct ctx_state {
   size_t key_len;
   uint32_t key_genes;                /* and the tile's gene count */
   int vec;                           /* 1: tables laid out for the vector decoders */
+  uint32_t ver;                      /* model version: 2, or 3 (pair contexts) */
+  size_t tstride;                    /* bytes of one context's table */
   dc_ctx_model m;
-  uint16_t *nsym;                    /* per context: coded symbols, 0 = unused   */
-  uint8_t *tab;                      /* n_ctx x TAB_BYTES(vec): the slot entries (dc_ctx.h) */
+  uint16_t *nsym;                    /* per context: coded symbols + 1 (the escape), 0 = unused */
+  uint8_t *pk;                       /* per context: K of a pair context, 0: one symbol per step */
+  uint8_t *tab;                      /* n_ctx x tstride: the slot entries (dc_ctx.h) */
   dc_ctx_sinfo *inf;                        /* n_ctx x 256                              */
   uint8_t *pinf;                     /* nq x PF_BYTES, the portable stage 3's copy */
   uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
@@ -168,6 +176,23 @@ static void fill_slots(uint8_t *t, int vec, uint32_t start, uint32_t f, uint32_t
   }
 }
 
+/* Fills slots [start, start + f) of a pair context's table with the pair (s0, s1). */
+static void fill_pairs(uint8_t *t, int vec, uint32_t start, uint32_t f, uint32_t s0, uint32_t s1) {
+  if (vec) {
+    uint64_t *t64 = (uint64_t *)(void *)t + start, e0 = f | (uint64_t)(s0 | s1 << 8) << 32;
+    for (uint32_t j = 0; j < f; j++) t64[j] = e0 + (j << 12);
+  } else {
+    uint16_t *tf = (uint16_t *)(void *)t + start, *tb = (uint16_t *)(void *)t + DC_CTX_M + start;
+    uint8_t *ts = t + 4 * DC_CTX_M + 2 * (size_t)start;
+    for (uint32_t j = 0; j < f; j++) {
+      tf[j] = (uint16_t)f;
+      tb[j] = (uint16_t)j;
+      ts[2 * j] = (uint8_t)s0;
+      ts[2 * j + 1] = (uint8_t)s1;
+    }
+  }
+}
+
 static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t n_genes,
                         int vec, uint32_t c, dc_error *err) {
   size_t raw_len, k;
@@ -183,7 +208,10 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   why = "truncated";
   if (pe - p < 5) goto fail;
   why = "unknown model version";
-  if (p[0] != DC_CTX_MODEL_VERSION) goto fail;
+  const uint32_t ver = p[0];
+  if (ver != 2 && ver != 3) goto fail;
+  s->ver = ver;
+  s->tstride = TAB_BYTES(vec, ver);
   dc_ctx_model *m = &s->m;
   m->nq = p[1];
   m->nrb = p[2];
@@ -234,8 +262,8 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   ** its first sets 4 KiB page by page: a quarter of a new DataLoader worker's page faults), and
   ** kept for the next tile this set serves when it is large enough */
   {
-    size_t o_tab = ((size_t)m->n_ctx * sizeof *s->nsym + 63) & ~(size_t)63;
-    size_t o_inf = o_tab + (((size_t)m->n_ctx * TAB_BYTES(vec) + 63) & ~(size_t)63);
+    size_t o_tab = ((size_t)m->n_ctx * (sizeof *s->nsym + 1) + 63) & ~(size_t)63;
+    size_t o_inf = o_tab + (((size_t)m->n_ctx * s->tstride + 63) & ~(size_t)63);
     size_t o_pinf = o_inf + (((size_t)m->n_ctx * 256 * sizeof *s->inf + 63) & ~(size_t)63);
     size_t o_slow = o_pinf + (vec ? 0 : (((size_t)m->nq * PF_BYTES + 63) & ~(size_t)63));
     size_t need = o_slow + m->n_ctx;
@@ -244,12 +272,13 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       s->blk = dc_mem_alloc_huge(need, &s->blk_map);
       s->blk_cap = s->blk ? (s->blk_map ? s->blk_map : need) : 0;
     }
-    s->nsym = NULL; s->tab = NULL; s->inf = NULL; s->pinf = NULL; s->has_slow = NULL;
+    s->nsym = NULL; s->pk = NULL; s->tab = NULL; s->inf = NULL; s->pinf = NULL; s->has_slow = NULL;
     if (!s->blk) { s->blk_map = 0; rc = DC_ENOMEM; why = "out of memory"; goto fail; }
     uint8_t *b = s->blk;
-    memset(b, 0, o_tab);                       /* nsym: 0 = an unused context */
+    memset(b, 0, o_tab);                       /* nsym: 0 = an unused context; pk */
     memset(b + o_inf, 0, need - o_inf);        /* inf, pinf, has_slow (the slot table is filled) */
     s->nsym = (uint16_t *)(void *)b;
+    s->pk = b + (size_t)m->n_ctx * sizeof *s->nsym;
     s->tab = b + o_tab;
     s->inf = (dc_ctx_sinfo *)(void *)(b + o_inf);
     s->pinf = vec ? NULL : b + o_pinf;
@@ -262,17 +291,18 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     if (!(k = dc_get_varint(p, pe, &n1))) goto fail;
     p += k;
     why = "too many symbols in a context";
-    if (n1 > DC_CTX_MAXSYM + 1) goto fail;
+    if (n1 > (ver == 2 ? DC_CTX_MAXSYM : DC_CTX_MAXSYM3) + 1) goto fail;
     if (n1 == 0) continue;                    /* unused: a stream that uses it is corrupt */
     uint32_t n = (uint32_t)n1 - 1;
-    uint8_t *t = s->tab + (size_t)x * TAB_BYTES(vec);
+    uint8_t *t = s->tab + (size_t)x * s->tstride;
     dc_ctx_sinfo *inf = s->inf + (size_t)x * 256;
     /* the portable stage 3's fields of this context: rank bucket x % nrb of
     ** cell-size bucket x / nrb (entries k0 + symbol) */
     uint32_t *p32 = vec ? NULL : (uint32_t *)(void *)(s->pinf + (size_t)(x / m->nrb) * PF_BYTES);
     uint8_t *p8 = vec ? NULL : (uint8_t *)(p32 + PF_U32);
     const uint32_t k0 = (x % m->nrb) * 256;
-    uint32_t start = 0;
+    /* the symbols (version 2: each followed by its frequency - 1; version 3: all first) */
+    uint32_t fr[DC_CTX_MAXSYM + 1];
     int64_t prev = -1;
     for (uint32_t i = 0; i <= n; i++) {
       uint64_t dv = 0, fv;
@@ -284,14 +314,14 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
         if (dv >= DC_CTX_NID || prev + 1 + (int64_t)dv >= (int64_t)DC_CTX_NID) goto fail;
         prev = prev + 1 + (int64_t)dv;
       }
-      why = "truncated";
-      if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
-      p += k;
-      why = "frequencies do not sum to 2^12";
-      if (fv >= DC_CTX_M - 1 || start + fv + 1 > DC_CTX_M) goto fail;
-      uint32_t f = (uint32_t)fv + 1;
-      fill_slots(t, vec, start, f, i);
-      start += f;
+      if (ver == 2) {
+        why = "truncated";
+        if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
+        p += k;
+        why = "frequencies do not sum to 2^12";
+        if (fv >= DC_CTX_M - 1) goto fail;
+        fr[i] = (uint32_t)fv + 1;
+      }
       set_info(&inf[i], (uint32_t)prev, i == n);
       if (!vec) {
         const dc_ctx_sinfo *e = &inf[i];
@@ -305,9 +335,60 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       }
       s->has_slow[x] |= i < n && inf[i].nb == DC_CTX_SLOW;
     }
+    uint64_t K = 0;
+    if (ver == 3) {
+      why = "truncated";
+      if (!(k = dc_get_varint(p, pe, &K))) goto fail;
+      p += k;
+      why = "bad pair table";
+      if (K == 1 || K > DC_CTX_KMAX || K > n1) goto fail;
+    }
+    uint32_t start = 0;
+    if (!K) {                                 /* one symbol per step */
+      for (uint32_t i = 0; i <= n; i++) {
+        if (ver == 3) {
+          uint64_t fv;
+          why = "truncated";
+          if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
+          p += k;
+          why = "frequencies do not sum to 2^12";
+          if (fv >= DC_CTX_M - 1) goto fail;
+          fr[i] = (uint32_t)fv + 1;
+        }
+        why = "frequencies do not sum to 2^12";
+        if (start + fr[i] > DC_CTX_M) goto fail;
+        fill_slots(t, vec, start, fr[i], i);
+        start += fr[i];
+      }
+    } else {                                  /* pairs: ranks -> symbols, then (K + 1)^2 codes */
+      uint8_t sym[DC_CTX_KMAX];
+      uint8_t seen[DC_CTX_MAXSYM + 1] = {0};
+      for (uint32_t r = 0; r < K; r++) {
+        uint64_t v;
+        why = "truncated";
+        if (!(k = dc_get_varint(p, pe, &v))) goto fail;
+        p += k;
+        why = "bad pair table";
+        if (v >= n1 || seen[v]) goto fail;
+        seen[v] = 1;
+        sym[r] = (uint8_t)v;
+      }
+      for (uint32_t i = 0; i < (K + 1) * (K + 1); i++) {
+        uint64_t fv;
+        why = "truncated";
+        if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
+        p += k;
+        why = "frequencies do not sum to 2^12";
+        if (fv > DC_CTX_M - start || fv == DC_CTX_M) goto fail;
+        uint32_t a = i / (K + 1), b = i % (K + 1);
+        fill_pairs(t, vec, start, (uint32_t)fv, a < K ? sym[a] : DC_CTX_PAIR_ESC, b < K ? sym[b] : DC_CTX_PAIR_ESC);
+        start += (uint32_t)fv;
+      }
+    }
     why = "frequencies do not sum to 2^12";
     if (start != DC_CTX_M) goto fail;
     s->nsym[x] = (uint16_t)n1;
+    s->pk[x] = (uint8_t)K;
   }
   why = "trailing bytes";
   if (p != pe) goto fail;
@@ -367,6 +448,58 @@ static dc_ctx_stream_fn stream_fn(int vec) {
 #endif
   (void)vec;
   return dc_ctx_stream_scalar;
+}
+
+static dc_ctx_stream_fn pairs_fn(int vec) {
+#ifdef DC_CTX_X86
+  if (vec) return dc_ctx_pairs_avx2;
+#endif
+  (void)vec;
+  return dc_ctx_pairs_scalar;
+}
+
+/* A pair context's symbols outside its top K (DC_CTX_PAIR_ESC bytes; no symbol index reaches
+** 255) and an odd last symbol take the stream's raw symbols in order, each checked against the
+** context's n1 symbols.  Returns 0, or -1 when they do not match. */
+static int pair_fixup(uint8_t *o, uint64_t n, const uint8_t *side, uint64_t nside, uint32_t n1, int vec) {
+  const uint64_t m = n & ~(uint64_t)1, lo7 = 0x7f7f7f7f7f7f7f7full;
+  uint64_t i = 0, j = 0;
+  /* 64 bytes at a time (AVX2: a mask of the marks from two compares), or eight (portable: a byte
+  ** of w is 0xff exactly where its bit 7 is set in the hit mask) */
+  while (i < m) {
+    uint64_t e = m - i < 64 ? m : i + 64;
+#ifdef DC_CTX_X86
+    if (vec && e == i + 64) {
+      for (uint64_t hit = dc_ctx_ff64(o + i); hit; hit &= hit - 1) {
+        if (j == nside || side[j] >= n1) return -1;
+        o[i + (uint64_t)__builtin_ctzll(hit)] = side[j++];
+      }
+      i = e;
+      continue;
+    }
+#else
+    (void)vec;
+#endif
+    for (; i + 8 <= e; i += 8) {
+      uint64_t w;
+      memcpy(&w, o + i, 8);
+      uint64_t t = ~w, hit = ~(((t & lo7) + lo7) | t | lo7);
+      for (; hit; hit &= hit - 1) {
+        if (j == nside || side[j] >= n1) return -1;
+        o[i + ((uint64_t)__builtin_ctzll(hit) >> 3)] = side[j++];
+      }
+    }
+    for (; i < e; i++)
+      if (o[i] == DC_CTX_PAIR_ESC) {
+        if (j == nside || side[j] >= n1) return -1;
+        o[i] = side[j++];
+      }
+  }
+  if (n & 1) {
+    if (j == nside || side[j] >= n1) return -1;
+    o[n - 1] = side[j++];
+  }
+  return j == nside ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ stage 3 */
@@ -664,6 +797,8 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
 #endif
   int rc = get_tables(d, shared, shared_len, h->n_genes, vec, c, &s, err);
   if (rc) return rc;
+  if (s->ver != (h->version >= 3 ? 3u : 2u))
+    CORRUPT("chunk %u: rans tables of model version %u in a version %u tile", c, s->ver, h->version);
   const dc_ctx_model *m = &s->m;
   const uint8_t *pe = p + len;
   uint64_t craw, cz, mlen, dlen;
@@ -762,7 +897,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
     /* 2. streams.  A context is slow in this chunk if a coded symbol of it is
     ** slow or an escape occurs in its stream: stage 3's fast loops see
     ** neither, whatever the bytes say. */
-    dc_ctx_stream_fn fn = stream_fn(vec);
+    dc_ctx_stream_fn fn = stream_fn(vec), pfn = pairs_fn(vec);
     uint64_t o = 0;
     int pend = -1;                    /* a stream waiting for a partner */
     dc_ctx_stream pst;
@@ -771,16 +906,24 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       cur[x] = syms + o;
       if (!n) continue;
       if (!s->nsym[x]) CORRUPT("chunk %u: %llu symbols in an unused context", c, (unsigned long long)n);
-      /* directory entry: stream bytes, then the words of lane groups 0..2 */
-      uint64_t sl, nw[3];
+      /* directory entry: stream bytes, then the words of lane groups 0..2; a pair context's
+      ** (version 3) then its raw symbols, which end the stream */
+      const uint32_t K = s->pk[x];
+      const uint64_t steps = K ? n / 2 : n;
+      uint64_t sl, nw[3], nside = 0;
       if (!(k = dc_get_varint(dir, dire, &sl)) || sl > (uint64_t)(pe - sp))
         CORRUPT("chunk %u: stream directory: bad length", c);
       dir += k;
-      uint64_t st_len = 4ull * (n < DC_CTX_LANES ? n : DC_CTX_LANES), used = st_len;
+      uint64_t st_len = 4ull * (steps < DC_CTX_LANES ? steps : DC_CTX_LANES), used = st_len;
       for (uint32_t g = 0; g < 3; g++) {
         if (!(k = dc_get_varint(dir, dire, &nw[g])) || nw[g] > sl) CORRUPT("chunk %u: stream directory: bad length", c);
         dir += k;
         used += 2 * nw[g];
+      }
+      if (K) {
+        if (!(k = dc_get_varint(dir, dire, &nside)) || nside > sl) CORRUPT("chunk %u: stream directory: bad length", c);
+        dir += k;
+        used += nside;
       }
       if (used > sl || (sl - used) % 2) CORRUPT("chunk %u: stream of context %u: bad lengths", c, x);
       dc_ctx_stream st;
@@ -788,17 +931,24 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       const uint8_t *q = sp + st_len;
       for (uint32_t g = 0; g < 4; g++) {
         st.w[g] = q;
-        q = g < 3 ? q + 2 * nw[g] : sp + sl;
+        q = g < 3 ? q + 2 * nw[g] : sp + sl - nside;
         st.we[g] = q;
       }
-      const uint8_t *tab = s->tab + (size_t)x * TAB_BYTES(vec);
+      const uint8_t *tab = s->tab + (size_t)x * s->tstride;
+      if (K) {                        /* pairs: the steps, then the other symbols, raw */
+        if (pfn(tab, &st, (uint32_t)steps, syms + o))
+          CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, x);
+        if (pair_fixup(syms + o, n, sp + sl - nside, nside, s->nsym[x], vec))
+          CORRUPT("chunk %u: rans stream of context %u: its symbols do not match its %llu raw symbols", c, x,
+                  (unsigned long long)nside);
+      } else
 #ifdef DC_CTX_X86
       if (vec) {                      /* AVX2: two streams at a time */
         if (pend < 0) {
           pend = (int)x;
           pst = st;
         } else {
-          int r2 = dc_ctx_stream2_avx2(s->tab + (size_t)pend * TAB_BYTES(vec), &pst, (uint32_t)nper[pend],
+          int r2 = dc_ctx_stream2_avx2(s->tab + (size_t)pend * s->tstride, &pst, (uint32_t)nper[pend],
                                        (uint8_t *)cur[pend], tab, &st, (uint32_t)n, syms + o);
           if (r2) CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, r2 == -1 ? (uint32_t)pend : x);
           pend = -1;
@@ -811,7 +961,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       o += n;
     }
     if (dir != dire || sp != pe) CORRUPT("chunk %u: trailing bytes after the streams", c);
-    if (pend >= 0 && fn(s->tab + (size_t)pend * TAB_BYTES(vec), &pst, (uint32_t)nper[pend], (uint8_t *)cur[pend]))
+    if (pend >= 0 && fn(s->tab + (size_t)pend * s->tstride, &pst, (uint32_t)nper[pend], (uint8_t *)cur[pend]))
       CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, (uint32_t)pend);
     for (uint32_t x = 0; x < m->n_ctx; x++)
       slow[x] = nper[x] && (s->has_slow[x] || memchr(cur[x], s->nsym[x] - 1, (size_t)nper[x]));

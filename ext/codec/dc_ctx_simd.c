@@ -110,6 +110,78 @@ AVX2 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n,
   return dc_ctx_stream_tail(tab, 1, s, x, w, i, n, out);
 }
 
+/* Pair contexts (model version 3): the same step on 8-byte slot entries, two symbols per lane.
+** Entries of lanes 0,1,4,5 go to one register and 2,3,6,7 to another, so that a shuffle of
+** their low and high dwords gives the rANS fields and the pairs in lane order. */
+#define PAIR_STEP(X, S, W, TAB)                                                          \
+  do {                                                                                   \
+    uint32_t t_[8] __attribute__((aligned(32)));                                         \
+    _mm256_store_si256((__m256i *)t_, _mm256_and_si256(X, m12));                         \
+    __m256i v0_ = _mm256_setr_epi64x((long long)TAB[t_[0]], (long long)TAB[t_[1]],       \
+                                     (long long)TAB[t_[4]], (long long)TAB[t_[5]]);      \
+    __m256i v1_ = _mm256_setr_epi64x((long long)TAB[t_[2]], (long long)TAB[t_[3]],       \
+                                     (long long)TAB[t_[6]], (long long)TAB[t_[7]]);      \
+    __m256i e_ = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0_),         \
+                                                       _mm256_castsi256_ps(v1_), 0x88)); \
+    S = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0_),                  \
+                                              _mm256_castsi256_ps(v1_), 0xdd));          \
+    __m256i f_ = _mm256_and_si256(e_, m12);                                              \
+    __m256i b_ = _mm256_srli_epi32(e_, 12);      /* bits 24..31 are 0 */                 \
+    X = _mm256_add_epi32(_mm256_mullo_epi32(f_, _mm256_srli_epi32(X, 12)), b_);          \
+    __m256i lt_ = _mm256_cmpeq_epi32(_mm256_srli_epi32(X, 16), zero);                    \
+    int k_ = _mm256_movemask_ps(_mm256_castsi256_ps(lt_));                               \
+    __m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)W));             \
+    w_ = _mm256_permutevar8x32_epi32(w_, _mm256_load_si256((const __m256i *)perm[k_]));  \
+    X = _mm256_blendv_epi8(X, _mm256_or_si256(_mm256_slli_epi32(X, 16), w_), lt_);       \
+    W += 2 * __builtin_popcount((unsigned)k_);                                           \
+  } while (0)
+/* 32 lanes of u16 pairs -> 64 bytes in lane order */
+#define STORE64(P, S0, S1, S2, S3)                                                       \
+  do {                                                                                   \
+    _mm256_storeu_si256((__m256i *)(P), _mm256_permute4x64_epi64(_mm256_packus_epi32(S0, S1), 0xd8)); \
+    _mm256_storeu_si256((__m256i *)(P) + 1, _mm256_permute4x64_epi64(_mm256_packus_epi32(S2, S3), 0xd8)); \
+  } while (0)
+
+AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
+  const uint64_t *tab = tabv;
+  uint32_t x[DC_CTX_LANES] __attribute__((aligned(32)));
+  dc_ctx_stream_start(s, n, x);
+  const uint8_t *w[4] = {s->w[0], s->w[1], s->w[2], s->w[3]};
+  uint32_t i = 0;
+  if (n >= 2 * DC_CTX_LANES) {
+    pthread_once(&perm_once, perm_init);
+    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
+    __m256i X0 = _mm256_load_si256((const __m256i *)(x + 0));
+    __m256i X1 = _mm256_load_si256((const __m256i *)(x + 8));
+    __m256i X2 = _mm256_load_si256((const __m256i *)(x + 16));
+    __m256i X3 = _mm256_load_si256((const __m256i *)(x + 24));
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    for (; i + DC_CTX_LANES <= n; i += DC_CTX_LANES) {
+      const uint8_t *wn[4] = {w0, w1, w2, w3};
+      if (!ROOM(wn, s)) break;
+      __m256i S0, S1, S2, S3;
+      PAIR_STEP(X0, S0, w0, tab);
+      PAIR_STEP(X1, S1, w1, tab);
+      PAIR_STEP(X2, S2, w2, tab);
+      PAIR_STEP(X3, S3, w3, tab);
+      STORE64(out + 2 * (size_t)i, S0, S1, S2, S3);
+    }
+    w[0] = w0; w[1] = w1; w[2] = w2; w[3] = w3;
+    _mm256_store_si256((__m256i *)(x + 0), X0);
+    _mm256_store_si256((__m256i *)(x + 8), X1);
+    _mm256_store_si256((__m256i *)(x + 16), X2);
+    _mm256_store_si256((__m256i *)(x + 24), X3);
+  }
+  return dc_ctx_pairs_tail(tabv, 1, s, x, w, i, n, out);
+}
+
+AVX2 uint64_t dc_ctx_ff64(const uint8_t *p) {
+  const __m256i ff = _mm256_set1_epi8(-1);
+  uint32_t a = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)p), ff));
+  uint32_t b = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(p + 32)), ff));
+  return (uint64_t)b << 32 | a;
+}
+
 /* Two streams at once: their rounds are independent, so the core has twice
 ** the work between one round's table loads and the next round's. */
 AVX2 int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na, uint8_t *oa,

@@ -16,7 +16,7 @@
 #define DC_CODEC_DEFAULT   DC_CODEC_RANS
 
 #define DC_TILE_MAGIC      0x4C544344u   /* "DCTL" read as a little-endian u32 */
-#define DC_TILE_VERSION    2u         /* written; 1 and 2 are read (codec 3 needs 2) */
+#define DC_TILE_VERSION    3u         /* written (codec 3); 1 to 3 are read (codec 3 needs 2 or 3) */
 #define DC_HDR_FIXED       32u
 #define DC_HDR_CHUNK       24u
 #define DC_HDR_TAIL        8u

@@ -5,9 +5,23 @@
 #include "dctest.h"
 #include "dc_testutil.h"
 
-static const int codecs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
+/* The codecs, and two variants of rans: pairs of symbols in every context that can have them
+** (dc_encode_opts.rans_pairs = 1: the default codes pairs only where they pay, so small random
+** tiles would meet few), and the version-2 model (tile version 2, one symbol per step), which
+** datasets written before tile version 3 hold. */
+#define RANS_PAIRS (0x100 | DC_CODEC_RANS)
+#define RANS_V2 (0x200 | DC_CODEC_RANS)
+static const int codecs[] = {DC_CODEC_RANS, RANS_PAIRS, RANS_V2, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 
+static void set_codec(dc_encode_opts *o, int c) {
+  o->codec = c & 0xff;
+  o->rans_pairs = c == RANS_PAIRS;
+  o->rans_v2 = c == RANS_V2;
+}
+static const char *cname(int c) {
+  return c == RANS_PAIRS ? "rans (pairs everywhere)" : c == RANS_V2 ? "rans (version 2)" : dc_codec_name(c);
+}
 static int level_for(int codec, int variant) {
   if (codec == DC_CODEC_ZSTD) return variant ? 19 : 3;
   return variant;
@@ -18,23 +32,23 @@ static void roundtrip(const dct_mat *m, int codec, int level, uint32_t n_chunks,
   dc_csr in = dct_csr(m);
   dc_encode_opts o;
   dc_encode_opts_default(&o);
-  o.codec = codec; o.level = level; o.n_chunks = n_chunks; o.threads = threads;
+  set_codec(&o, codec); o.level = level; o.n_chunks = n_chunks; o.threads = threads;
   uint8_t *buf = NULL;
   size_t len = 0;
   dc_error err = {0};
   int rc = dc_tile_encode(&in, &o, &buf, &len, &err);
-  DCT_CHECKF(rc == DC_OK, "encode %s: %s", dc_codec_name(codec), err.msg);
+  DCT_CHECKF(rc == DC_OK, "encode %s: %s", cname(codec), err.msg);
   if (rc) return;
   for (int f32 = 0; f32 < 2; f32++) {
     dct_dec d;
     rc = dct_decode(buf, len, f32, &d, &err);
-    DCT_CHECKF(rc == DC_OK, "decode %s: %s", dc_codec_name(codec), err.msg);
+    DCT_CHECKF(rc == DC_OK, "decode %s: %s", cname(codec), err.msg);
     if (rc) break;
-    DCT_CHECKF(d.hdr.codec == (uint32_t)codec, "codec %u", d.hdr.codec);
+    DCT_CHECKF(d.hdr.codec == (uint32_t)(codec & 0xff), "codec %u", d.hdr.codec);
     uint32_t want_chunks = n_chunks ? n_chunks : 8;
     if (want_chunks > m->n_cells) want_chunks = m->n_cells;
     DCT_CHECKF(d.hdr.n_chunks == want_chunks, "%u chunks, want %u", d.hdr.n_chunks, want_chunks);
-    DCT_CHECKF(dct_same(m, &d, f32), "%s level %d chunks %u f32 %d: mismatch", dc_codec_name(codec), level,
+    DCT_CHECKF(dct_same(m, &d, f32), "%s level %d chunks %u f32 %d: mismatch", cname(codec), level,
                n_chunks, f32);
     dct_dec_free(&d);
   }
@@ -150,7 +164,7 @@ static void test_bad_input(void) {
   for (size_t ci = 0; ci < N_CODECS; ci++) {
     dc_encode_opts o;
     dc_encode_opts_default(&o);
-    o.codec = codecs[ci];
+    set_codec(&o, codecs[ci]);
     uint8_t *buf = (uint8_t *)1;
     size_t len = 7;
     dc_error err = {0};
@@ -193,7 +207,7 @@ static uint8_t *small_tile(int c, uint64_t seed, size_t *len, dct_mat *m, uint32
   dc_csr in = dct_csr(m);
   dc_encode_opts o;
   dc_encode_opts_default(&o);
-  o.codec = c; o.level = level_for(c, 0); o.n_chunks = chunks; o.threads = 1;
+  set_codec(&o, c); o.level = level_for(c, 0); o.n_chunks = chunks; o.threads = 1;
   uint8_t *buf = NULL;
   dc_error err;
   int rc = dc_tile_encode(&in, &o, &buf, len, &err);
@@ -387,7 +401,7 @@ static void test_pool_subset_gather(void) {
     dc_csr in = dct_csr(&m);
     dc_encode_opts o;
     dc_encode_opts_default(&o);
-    o.codec = codecs[ci]; o.level = level_for(codecs[ci], 0); o.n_chunks = 16; o.threads = 2;
+    set_codec(&o, codecs[ci]); o.level = level_for(codecs[ci], 0); o.n_chunks = 16; o.threads = 2;
     uint8_t *buf; size_t len; dc_error err;
     DCT_CHECK(dc_tile_encode(&in, &o, &buf, &len, &err) == DC_OK);
     dc_tile_hdr h;
@@ -528,7 +542,7 @@ static void check_path(const char *path, int level) {
       for (size_t ci = 0; ci < N_CODECS; ci++) {
         dc_encode_opts o;
         dc_encode_opts_default(&o);
-        o.codec = codecs[ci];
+        set_codec(&o, codecs[ci]);
         o.n_chunks = 1 + (uint32_t)(t % 3);
         uint8_t *buf = NULL;
         size_t len = 0;
@@ -537,13 +551,13 @@ static void check_path(const char *path, int level) {
         for (int f32 = 0; f32 < 2 && buf; f32++) {
           dct_dec a, b;
           int ra = decode_with(path, buf, len, f32, &a, &err);
-          DCT_CHECKF(ra == DC_OK, "%s %s: %s", path, dc_codec_name(codecs[ci]), err.msg);
+          DCT_CHECKF(ra == DC_OK, "%s %s: %s", path, cname(codecs[ci]), err.msg);
           int rb = decode_with("scalar", buf, len, f32, &b, &err);
-          DCT_CHECKF(rb == DC_OK, "scalar %s: %s", dc_codec_name(codecs[ci]), err.msg);
+          DCT_CHECKF(rb == DC_OK, "scalar %s: %s", cname(codecs[ci]), err.msg);
           if (ra == DC_OK && rb == DC_OK) {
             uint64_t nnz = a.hdr.nnz;
             DCT_CHECKF(dct_same(&m, &a, f32), "%s %s %u cells kind %d: mismatch", path,
-                       dc_codec_name(codecs[ci]), cells[t], kind);
+                       cname(codecs[ci]), cells[t], kind);
             DCT_CHECK(!memcmp(a.indptr, b.indptr, ((size_t)a.hdr.n_cells + 1) * 8));
             DCT_CHECK(!nnz || !memcmp(a.indices, b.indices, nnz * 4));
             DCT_CHECK(!nnz || !memcmp(a.values, b.values, nnz * 4));
@@ -659,19 +673,20 @@ static void test_rans_gene_map(void) {
   dct_mat_free(&c);
 }
 
-/* The tile version: rans (codec 3) tiles are version 2, the others stay
-** version 1 (first-release readers read them); an unknown version is
-** refused with a message that names it; a rans tile claiming version 1 is
-** corrupt. */
+/* The tile version: rans (codec 3) tiles are version 3 (version 2 with the previous model, on
+** request), the others stay version 1 (first-release readers read them); an unknown version
+** is refused with a message that names it; a rans tile claiming version 1 is corrupt, and so
+** is one whose header and model disagree (a version-3 model in a version-2 tile, or the
+** reverse).  Pairs forced on and off give different tiles that both decode to the input. */
 static void test_tile_versions(void) {
   dct_mat m;
   DCT_CHECK(dct_mat_random(&m, 31, 50, 500, 0.9, DCT_MIXED, 0.05, 0.0) == 0);
   dc_csr in = dct_csr(&m);
-  int cs[] = {DC_CODEC_RANS, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
-  for (int i = 0; i < 3; i++) {
+  int cs[] = {DC_CODEC_RANS, RANS_V2, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
+  for (int i = 0; i < 4; i++) {
     dc_encode_opts o;
     dc_encode_opts_default(&o);
-    o.codec = cs[i];
+    set_codec(&o, cs[i]);
     uint8_t *buf = NULL;
     size_t len = 0;
     dc_error err;
@@ -679,11 +694,13 @@ static void test_tile_versions(void) {
     if (!buf) continue;
     dc_tile_hdr h;
     DCT_CHECK(dc_tile_parse(buf, len, &h, &err) == DC_OK);
-    DCT_CHECKF(h.version == (cs[i] == DC_CODEC_RANS ? 2u : 1u), "codec %d version %u", cs[i], h.version);
+    uint32_t want = cs[i] == DC_CODEC_RANS ? 3u : cs[i] == RANS_V2 ? 2u : 1u;
+    DCT_CHECKF(h.version == want, "%s version %u", cname(cs[i]), h.version);
     uint8_t *x = malloc(len);
-    uint16_t bad[] = {3, 0, 1};
-    for (int b = 0; b < 3; b++) {
-      if (bad[b] == 1 && cs[i] != DC_CODEC_RANS) continue;
+    uint16_t bad[] = {4, 0, 1, 2, 3};
+    for (int b = 0; b < 5; b++) {
+      int rans = (cs[i] & 0xff) == DC_CODEC_RANS;
+      if ((bad[b] == 1 || bad[b] == 2 || bad[b] == 3) && (!rans || bad[b] == want)) continue;
       memcpy(x, buf, len);
       x[4] = (uint8_t)bad[b];
       x[5] = 0;
@@ -691,12 +708,40 @@ static void test_tile_versions(void) {
       int rc = dc_tile_parse(x, len, &h, &err);
       if (bad[b] == 1)
         DCT_CHECKF(rc == DC_ECORRUPT && strstr(err.msg, "version 1"), "rc %d %s", rc, err.msg);
-      else
-        DCT_CHECKF(rc == DC_EUNSUPPORTED && strstr(err.msg, "format version"), "rc %d %s", rc, err.msg);
+      else if (bad[b] == 2 || bad[b] == 3) {   /* parses; the chunks refuse the model of the other version */
+        DCT_CHECKF(rc == DC_OK, "rc %d %s", rc, err.msg);
+        dct_dec d;
+        rc = dct_decode(x, len, 0, &d, &err);
+        DCT_CHECKF(rc == DC_ECORRUPT && strstr(err.msg, "model version"), "%s as version %u: rc %d %s",
+                   cname(cs[i]), bad[b], rc, err.msg);
+        if (rc == DC_OK) dct_dec_free(&d);
+      } else
+        DCT_CHECKF(rc == DC_EUNSUPPORTED && strstr(err.msg, "format version") &&
+                       (bad[b] != 4 || strstr(err.msg, "reads 1 to 3")),
+                   "rc %d %s", rc, err.msg);
     }
     free(x);
     free(buf);
   }
+  /* pairs forced on and off */
+  uint8_t *bufs[2] = {NULL, NULL};
+  size_t lens[2] = {0, 0};
+  for (int v = 0; v < 2; v++) {
+    dc_encode_opts o;
+    dc_encode_opts_default(&o);
+    o.rans_pairs = v ? 1 : -1;
+    dc_error err;
+    DCT_CHECK(dc_tile_encode(&in, &o, &bufs[v], &lens[v], &err) == DC_OK);
+    dct_dec d;
+    DCT_CHECK(bufs[v] && dct_decode(bufs[v], lens[v], 0, &d, &err) == DC_OK);
+    if (bufs[v]) {
+      DCT_CHECK(dct_same(&m, &d, 0));
+      dct_dec_free(&d);
+    }
+  }
+  DCT_CHECK(bufs[0] && bufs[1] && (lens[0] != lens[1] || memcmp(bufs[0], bufs[1], lens[0])));
+  free(bufs[0]);
+  free(bufs[1]);
   DCT_CHECK(dc_codec_from_name("rans-v1") == DC_CODEC_RANS_V1 && !strcmp(dc_codec_name(DC_CODEC_RANS_V1), "rans-v1"));
   dct_mat_free(&m);
 }
