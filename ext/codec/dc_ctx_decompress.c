@@ -86,6 +86,8 @@ typedef struct ctx_state {
   dc_ctx_sinfo *inf;                        /* n_ctx x 256                              */
   uint8_t *pinf;                     /* nq x PF_BYTES, the portable stage 3's copy */
   uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
+  uint8_t *pesc;                     /* per pair context: 1 if the escape is among its top K
+                                        (else only its raw symbols can hold one) */
   uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
                                         escape is checked per chunk: see stage 2) */
   uint8_t *blk;                      /* nsym, tab, inf, pinf and has_slow lie in one block
@@ -266,13 +268,13 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     size_t o_inf = o_tab + (((size_t)m->n_ctx * s->tstride + 63) & ~(size_t)63);
     size_t o_pinf = o_inf + (((size_t)m->n_ctx * 256 * sizeof *s->inf + 63) & ~(size_t)63);
     size_t o_slow = o_pinf + (vec ? 0 : (((size_t)m->nq * PF_BYTES + 63) & ~(size_t)63));
-    size_t need = o_slow + m->n_ctx;
+    size_t need = o_slow + 2 * (size_t)m->n_ctx;
     if (need > s->blk_cap) {
       dc_mem_free(s->blk, s->blk_map);
       s->blk = dc_mem_alloc_huge(need, &s->blk_map);
       s->blk_cap = s->blk ? (s->blk_map ? s->blk_map : need) : 0;
     }
-    s->nsym = NULL; s->pk = NULL; s->tab = NULL; s->inf = NULL; s->pinf = NULL; s->has_slow = NULL;
+    s->nsym = NULL; s->pk = NULL; s->tab = NULL; s->inf = NULL; s->pinf = NULL; s->has_slow = NULL; s->pesc = NULL;
     if (!s->blk) { s->blk_map = 0; rc = DC_ENOMEM; why = "out of memory"; goto fail; }
     uint8_t *b = s->blk;
     memset(b, 0, o_tab);                       /* nsym: 0 = an unused context; pk */
@@ -283,6 +285,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     s->inf = (dc_ctx_sinfo *)(void *)(b + o_inf);
     s->pinf = vec ? NULL : b + o_pinf;
     s->has_slow = b + o_slow;
+    s->pesc = b + o_slow + m->n_ctx;
   }
   s->vec = vec;
   for (uint32_t x = 0; x < m->n_ctx; x++) {
@@ -372,6 +375,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
         if (v >= n1 || seen[v]) goto fail;
         seen[v] = 1;
         sym[r] = (uint8_t)v;
+        if (v == n) s->pesc[x] = 1;           /* the escape is one of the pair codes' symbols */
       }
       for (uint32_t i = 0; i < (K + 1) * (K + 1); i++) {
         uint64_t fv;
@@ -941,6 +945,9 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
         if (pair_fixup(syms + o, n, sp + sl - nside, nside, s->nsym[x], vec))
           CORRUPT("chunk %u: rans stream of context %u: its symbols do not match its %llu raw symbols", c, x,
                   (unsigned long long)nside);
+        /* an escape: among the pairs' symbols, or else only in the raw ones (no pass over all) */
+        slow[x] = s->has_slow[x] || (s->pesc[x] ? memchr(syms + o, s->nsym[x] - 1, (size_t)n)
+                                                : memchr(sp + sl - nside, s->nsym[x] - 1, (size_t)nside)) != NULL;
       } else
 #ifdef DC_CTX_X86
       if (vec) {                      /* AVX2: two streams at a time */
@@ -964,7 +971,7 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
     if (pend >= 0 && fn(s->tab + (size_t)pend * s->tstride, &pst, (uint32_t)nper[pend], (uint8_t *)cur[pend]))
       CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, (uint32_t)pend);
     for (uint32_t x = 0; x < m->n_ctx; x++)
-      slow[x] = nper[x] && (s->has_slow[x] || memchr(cur[x], s->nsym[x] - 1, (size_t)nper[x]));
+      if (!s->pk[x]) slow[x] = nper[x] && (s->has_slow[x] || memchr(cur[x], s->nsym[x] - 1, (size_t)nper[x]));
   }
 
   PROF(1);
