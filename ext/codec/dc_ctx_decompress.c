@@ -55,7 +55,7 @@ static inline uint64_t prof_ns(void) {
 /* A model of version 3 may hold pair contexts, whose slots carry two symbols: vector decoders'
 ** 8-byte entries (freq | bias << 12, then sym0 | sym1 << 8), or the portable decoder's u16
 ** frequencies, u16 biases and two bytes of symbols per slot.  One stride for all contexts. */
-#define TAB_BYTES2(vec) ((vec) ? 8u * DC_CTX_M : 6u * DC_CTX_M)
+#define TAB_BYTES2(vec) ((vec) ? 5u * DC_CTX_M : 6u * DC_CTX_M)
 #define TAB_BYTES(vec, ver) ((ver) == 3 ? TAB_BYTES2(vec) : TAB_BYTES1(vec))
 /* The fast symbols as the portable stage 3 reads them (gap + 1 = g1 + (bits
 ** & gmask), count = cbase + (bits >> gb & cmask)), one array per field and
@@ -181,8 +181,12 @@ static void fill_slots(uint8_t *t, int vec, uint32_t start, uint32_t f, uint32_t
 /* Fills slots [start, start + f) of a pair context's table with the pair (s0, s1). */
 static void fill_pairs(uint8_t *t, int vec, uint32_t start, uint32_t f, uint32_t s0, uint32_t s1) {
   if (vec) {
-    uint64_t *t64 = (uint64_t *)(void *)t + start, e0 = f | (uint64_t)(s0 | s1 << 8) << 32;
-    for (uint32_t j = 0; j < f; j++) t64[j] = e0 + (j << 12);
+    uint32_t *t32 = (uint32_t *)(void *)t + start, e0 = f | s0 << 24;
+    uint8_t *t1 = t + 4 * DC_CTX_M + start;
+    for (uint32_t j = 0; j < f; j++) {
+      t32[j] = e0 + (j << 12);
+      t1[j] = (uint8_t)s1;
+    }
   } else {
     uint16_t *tf = (uint16_t *)(void *)t + start, *tb = (uint16_t *)(void *)t + DC_CTX_M + start;
     uint8_t *ts = t + 4 * DC_CTX_M + 2 * (size_t)start;

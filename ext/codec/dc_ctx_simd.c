@@ -117,16 +117,13 @@ AVX2 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n,
   do {                                                                                   \
     uint32_t t_[8] __attribute__((aligned(32)));                                         \
     _mm256_store_si256((__m256i *)t_, _mm256_and_si256(X, m12));                         \
-    __m256i v0_ = _mm256_setr_epi64x((long long)TAB[t_[0]], (long long)TAB[t_[1]],       \
-                                     (long long)TAB[t_[4]], (long long)TAB[t_[5]]);      \
-    __m256i v1_ = _mm256_setr_epi64x((long long)TAB[t_[2]], (long long)TAB[t_[3]],       \
-                                     (long long)TAB[t_[6]], (long long)TAB[t_[7]]);      \
-    __m256i e_ = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0_),         \
-                                                       _mm256_castsi256_ps(v1_), 0x88)); \
-    S = _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(v0_),                  \
-                                              _mm256_castsi256_ps(v1_), 0xdd));          \
+    __m256i e_ = _mm256_setr_epi32((int)TAB[t_[0]], (int)TAB[t_[1]], (int)TAB[t_[2]], (int)TAB[t_[3]], \
+                                   (int)TAB[t_[4]], (int)TAB[t_[5]], (int)TAB[t_[6]], (int)TAB[t_[7]]); \
+    __m256i s1_ = _mm256_setr_epi32(T1[t_[0]], T1[t_[1]], T1[t_[2]], T1[t_[3]],          \
+                                    T1[t_[4]], T1[t_[5]], T1[t_[6]], T1[t_[7]]);         \
     __m256i f_ = _mm256_and_si256(e_, m12);                                              \
-    __m256i b_ = _mm256_srli_epi32(e_, 12);      /* bits 24..31 are 0 */                 \
+    __m256i b_ = _mm256_and_si256(_mm256_srli_epi32(e_, 12), m12);                       \
+    S = _mm256_or_si256(_mm256_srli_epi32(e_, 24), _mm256_slli_epi32(s1_, 8));           \
     X = _mm256_add_epi32(_mm256_mullo_epi32(f_, _mm256_srli_epi32(X, 12)), b_);          \
     __m256i lt_ = _mm256_cmpeq_epi32(_mm256_srli_epi32(X, 16), zero);                    \
     int k_ = _mm256_movemask_ps(_mm256_castsi256_ps(lt_));                               \
@@ -143,7 +140,8 @@ AVX2 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n,
   } while (0)
 
 AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
-  const uint64_t *tab = tabv;
+  const uint32_t *tab = tabv;
+  const uint8_t *T1 = (const uint8_t *)tabv + 4 * DC_CTX_M;
   uint32_t x[DC_CTX_LANES] __attribute__((aligned(32)));
   dc_ctx_stream_start(s, n, x);
   const uint8_t *w[4] = {s->w[0], s->w[1], s->w[2], s->w[3]};

@@ -55,8 +55,9 @@ int dc_ctx_pairs_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_t
                       uint32_t done, uint32_t n, uint8_t *out) {
   const uint8_t *t8 = tab;
   const uint16_t *t16 = tab;
-  if (vec) {               /* u64: freq | bias << 12, then sym0 | sym1 << 8 */
-    TAIL_LOOP(uint32_t e = dc_rd32(t8 + 8 * (size_t)slot); memcpy(out + 2 * (size_t)i, t8 + 8 * (size_t)slot + 4, 2);
+  if (vec) {               /* u32 freq | bias << 12 | sym0 << 24, then u8 sym1 per slot */
+    TAIL_LOOP(uint32_t e = dc_rd32(t8 + 4 * (size_t)slot); out[2 * (size_t)i] = (uint8_t)(e >> 24);
+              out[2 * (size_t)i + 1] = t8[4 * DC_CTX_M + slot];
               xs = (e & 0xfff) * (xs >> DC_CTX_PREC) + ((e >> 12) & 0xfff))
   } else {                 /* u16 freqs, u16 biases, two bytes of symbols */
     TAIL_LOOP(memcpy(out + 2 * (size_t)i, t8 + 4 * DC_CTX_M + 2 * (size_t)slot, 2);
