@@ -15,7 +15,7 @@
 
 #define KM DC_CTX_KMAX
 #define KM1 (DC_CTX_KMAX + 1u)          /* ranks 0..KM-1, then "not among the top KM" */
-#define NPC (KM1 * KM1)                 /* pair codes: (rank or K) x (K + 1) + (rank or K) */
+#define NPC (KM1 * KM1 + 1)             /* pair codes: (rank or K) x (K + 1) + (rank or K), escape */
 
 typedef struct ctx_model {
   dc_ctx_model m;
@@ -150,33 +150,54 @@ static void pair_part(void *v, size_t p) {
   }
 }
 
-/* Bits of a context's stream coded as pairs over its top K symbols and "another symbol" (rank
-** K), estimated: the (K + 1)^2 pair codes' entropy, 8 raw bits for each other symbol, and the
-** table in the shared section (the K symbols and (K + 1)^2 frequencies: about a byte per used
-** code after zstd, less for the unused ones).  pc: KM1 x KM1 pair counts by rank (KM: not
-** among the top KM); T: the pairs. */
-static double pair_bits(const uint64_t *pc, uint32_t K, uint64_t T) {
-  uint64_t cnt[KM1 * KM1];
-  memset(cnt, 0, sizeof cnt);
-  double h = 0;
-  uint32_t used = 0;
+/* A pair context's table for K: the (K + 1)^2 codes of pairs of ranks (rank K: another symbol,
+** which follows raw) and the escaped pair (code (K + 1)^2: both symbols raw).  A code expected
+** to get under a quarter of a slot is escaped instead: 1,089 codes on 4,096 slots would
+** otherwise take much of the probability from the common ones.  pc: KM1 x KM1 pair counts by
+** rank (KM: not among the top KM); T: the pairs.  Fills f (frequencies, 0 for an unused code)
+** and returns the stream's bits: the codes at their frequencies, 8 per raw symbol, and the
+** table in the shared section (about a byte per used code after zstd, less for the others). */
+static double pair_table(const uint64_t *pc, uint32_t K, uint64_t T, uint64_t *cnt, uint32_t *idx,
+                         uint32_t *f) {
+  const uint32_t nc = (K + 1) * (K + 1), esc = nc;
+  memset(cnt, 0, (nc + 1) * sizeof *cnt);
+  double raw = 0;
   for (uint32_t a = 0; a < KM1; a++)
     for (uint32_t b = 0; b < KM1; b++) {
       uint64_t c = pc[a * KM1 + b];
-      uint32_t ra = a < K ? a : K, rb = b < K ? b : K;
-      cnt[ra * (K + 1) + rb] += c;
-      h += 8.0 * c * ((ra == K) + (rb == K));
+      cnt[(a < K ? a : K) * (K + 1) + (b < K ? b : K)] += c;
     }
-  for (uint32_t i = 0; i < (K + 1) * (K + 1); i++)
-    if (cnt[i]) {
-      h += (double)cnt[i] * log2((double)T / (double)cnt[i]);
-      used++;
-    }
-  return h + 8.0 * (K + used + 0.25 * ((K + 1) * (K + 1) - used));
+  uint64_t lim = T / (4 * DC_CTX_M);      /* count below a quarter of a slot */
+  uint32_t nu = 0;
+  uint64_t nesc = 0;
+  for (uint32_t i = 0; i < nc; i++) {
+    if (!cnt[i]) continue;
+    if (cnt[i] < lim) { nesc += cnt[i]; cnt[i] = 0; continue; }
+    raw += 8.0 * (double)cnt[i] * ((i / (K + 1) == K) + (i % (K + 1) == K));
+    idx[nu++] = i;
+  }
+  cnt[esc] = nesc;
+  raw += 16.0 * (double)nesc;
+  idx[nu++] = esc;                        /* the escape always has a slot */
+  uint64_t cc[NPC + 1];
+  uint32_t ff[NPC + 1];
+  for (uint32_t i = 0; i < nu; i++) cc[i] = cnt[idx[i]] ? cnt[idx[i]] : 1;
+  if (nu == 1) cc[nu++] = 1, idx[1] = 0;  /* never one code alone (it would get 2^12) */
+  dc_normalize_freqs(cc, ff, nu, DC_CTX_M);
+  memset(f, 0, (nc + 1) * sizeof *f);
+  double h = raw;
+  for (uint32_t i = 0; i < nu; i++) {
+    f[idx[i]] = ff[i];
+    if (cnt[idx[i]]) h += (double)cnt[idx[i]] * log2((double)DC_CTX_M / ff[i]);
+  }
+  return h + 8.0 * (K + nu + 0.25 * (nc + 1 - nu));
 }
-/* A pair context may cost this much more than one symbol per step (its decoding takes about
-** half the time: docs/codec-design.md). */
-#define PAIR_SLACK 0.02
+/* A context is coded in pairs when they cost at most this much more than one symbol per step
+** (its stream then decodes in 0.6-0.8x the time: docs/codec-design.md).  1.5% keeps every real
+** file within 0.3% of its size in one symbol per step and puts 96% of the reference tile's
+** nonzeros in pairs; 2% would put 99.8% there but grow pisces_pbmc1k by 0.4%, a page more
+** than its dataset's size bound (issue 9: 1.25 x (expression + obs) + 256 KiB). */
+#define PAIR_SLACK 0.015
 
 int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uint32_t *first, uint32_t n_chunks,
                        dc_pool *pool, void **model, dc_buf *shared, dc_error *err) {
@@ -382,14 +403,14 @@ int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uin
       N += c[k];
       nrk += cm->rk[x][k] != 255;
     }
-    double single = 8.0 * (n + 1);
+    double single = 8.0 * (n + 1);      /* the symbols at their frequencies, and the table */
     for (uint32_t k = 0; k <= n; k++)
-      if (c[k]) single += (double)c[k] * log2((double)N / (double)c[k]);
+      if (c[k]) single += (double)c[k] * log2((double)DC_CTX_M / cm->fs[x][k][0]);
     for (size_t i = 0; pc && i < KM1 * KM1; i++) T += pc[i];
     uint32_t K = 0;
     double best = pairs > 0 ? INFINITY : pairs < 0 ? -1.0 : single * (1.0 + PAIR_SLACK);
-    for (uint32_t k = 2; T && k <= nrk; k++) {
-      double b = pair_bits(pc, k, T);
+    for (uint32_t k = 2; T && k <= nrk; k += k < 8 ? 1 : 4) {
+      double b = pair_table(pc, k, T, pcn, pci, pcf);
       if (b < best) { best = b; K = k; }
     }
     cm->pk[x] = (uint8_t)K;
@@ -403,30 +424,13 @@ int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uin
       while (k <= n && cm->rk[x][k] != r) k++;     /* K <= the symbols that occur: found */
       dc_buf_varint(&raw, k);
     }
-    /* the used codes normalised together; unused codes get 0 (every pair a chunk codes was
-    ** counted, so no chunk needs one) */
-    uint32_t nu = 0, npc = (K + 1) * (K + 1);
-    memset(pcn, 0, npc * sizeof *pcn);
-    for (uint32_t a = 0; a < KM1; a++)
-      for (uint32_t b = 0; b < KM1; b++)
-        pcn[(a < K ? a : K) * (K + 1) + (b < K ? b : K)] += pc[a * KM1 + b];
-    for (uint32_t i = 0; i < npc; i++)
-      if (pcn[i]) {
-        pcn[nu] = pcn[i];
-        pci[nu++] = i;
-      }
-    if (nu == 1) {               /* one code: give a second one slot, so that none gets 2^12 */
-      pcn[nu] = 1;
-      pci[nu++] = pci[0] ? 0 : 1;
-    }
-    dc_normalize_freqs(pcn, pcf, nu, DC_CTX_M);
-    for (uint32_t i = 0; i < npc; i++) cm->pfs[x][i][0] = 0;
-    for (uint32_t i = 0; i < nu; i++) cm->pfs[x][pci[i]][0] = (uint16_t)pcf[i];
+    pair_table(pc, K, T, pcn, pci, pcf);
     uint32_t start = 0;
-    for (uint32_t i = 0; i < npc; i++) {
+    for (uint32_t i = 0; i <= (K + 1) * (K + 1); i++) {
+      cm->pfs[x][i][0] = (uint16_t)pcf[i];
       cm->pfs[x][i][1] = (uint16_t)start;
-      start += cm->pfs[x][i][0];
-      dc_buf_varint(&raw, cm->pfs[x][i][0]);
+      start += pcf[i];
+      dc_buf_varint(&raw, pcf[i]);
     }
   }
   if (raw.oom) goto done;
@@ -558,7 +562,12 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
         if (a >= K) { a = K; side[nside++] = sy[2 * k]; }
         if (b >= K) { b = K; side[nside++] = sy[2 * k + 1]; }
         pcode[k] = (uint16_t)(a * (K + 1) + b);
-        if (!cm->pfs[x][pcode[k]][0]) goto internal;        /* cannot happen: the model counted it */
+        if (!cm->pfs[x][pcode[k]][0]) {                      /* a rare pair: escaped, both raw */
+          nside -= (a == K) + (b == K);
+          side[nside++] = sy[2 * k];
+          side[nside++] = sy[2 * k + 1];
+          pcode[k] = (uint16_t)((K + 1) * (K + 1));
+        }
       }
       if (n & 1) side[nside++] = sy[n - 1];
     }
@@ -620,10 +629,6 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
 oom:
   rc = DC_ENOMEM;
   dc_error_set(err, rc, "out of memory encoding a chunk of %llu nonzeros", (unsigned long long)ch->nnz);
-  goto done;
-internal:
-  rc = DC_EARG;
-  dc_error_set(err, rc, "encode: a chunk's pair of symbols is not in the tile's model (a bug)");
 done:
   free(nper);
   free(at);

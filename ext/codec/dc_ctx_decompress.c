@@ -367,7 +367,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
         fill_slots(t, vec, start, fr[i], i);
         start += fr[i];
       }
-    } else {                                  /* pairs: ranks -> symbols, then (K + 1)^2 codes */
+    } else {                                  /* pairs: ranks -> symbols, then (K + 1)^2 + 1 codes */
       uint8_t sym[DC_CTX_KMAX];
       uint8_t seen[DC_CTX_MAXSYM + 1] = {0};
       for (uint32_t r = 0; r < K; r++) {
@@ -381,15 +381,15 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
         sym[r] = (uint8_t)v;
         if (v == n) s->pesc[x] = 1;           /* the escape is one of the pair codes' symbols */
       }
-      for (uint32_t i = 0; i < (K + 1) * (K + 1); i++) {
+      for (uint32_t i = 0; i <= (K + 1) * (K + 1); i++) {
         uint64_t fv;
         why = "truncated";
         if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
         p += k;
         why = "frequencies do not sum to 2^12";
         if (fv > DC_CTX_M - start || fv == DC_CTX_M) goto fail;
-        uint32_t a = i / (K + 1), b = i % (K + 1);
-        fill_pairs(t, vec, start, (uint32_t)fv, a < K ? sym[a] : DC_CTX_PAIR_ESC, b < K ? sym[b] : DC_CTX_PAIR_ESC);
+        uint32_t a = i / (K + 1), b = i % (K + 1);   /* the last code: a = K + 1, the escape */
+        fill_pairs(t, vec, start, (uint32_t)fv, a < K ? sym[a] : DC_CTX_PAIR_ESC, a < K + 1 && b < K ? sym[b] : DC_CTX_PAIR_ESC);
         start += (uint32_t)fv;
       }
     }
