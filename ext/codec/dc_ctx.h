@@ -1,6 +1,6 @@
 /*
 ** dc_ctx.h — definitions shared by the encoder and the decoders of the
-** default codec, `rans` (codec id 3, tile format version 2).  Private to
+** default codec, `rans` (codec id 3, tile format version 3; 2 is read).  Private to
 ** ext/codec.  The bytes are written down in docs/format.md section 2; why the
 ** design looks like this, with measurements, in docs/codec-design.md.
 **
@@ -21,6 +21,15 @@
 ** so 8 (AVX2) or 16 (AVX-512) lanes decode per instruction, the scalar
 ** decoder is the same loop one lane at a time, and the four groups do not
 ** wait on each other's word pointers.
+**
+** Pairs (model version 3).  A context may instead code its stream two
+** symbols per step: step k codes the pair (2k, 2k+1) as one of (K+1)^2 codes
+** over its K <= 32 most frequent symbols and "another symbol", or as the
+** escaped pair; the other symbols, the escaped pairs' and an odd last one
+** follow the stream's words as raw bytes.  The decoders write 0xff for each
+** of them and a fix-up pass puts the raw bytes in; stage 3 is the same for
+** both kinds of context.  The encoder makes a context a pair context where
+** that costs at most PAIR_SLACK more bits (dc_ctx_compress.c).
 */
 #ifndef DC_CTX_H
 #define DC_CTX_H
@@ -89,6 +98,11 @@ static inline uint32_t dc_ctx_q(const dc_ctx_model *m, uint64_t nnz) {
 typedef struct dc_ctx_stream {
   const uint8_t *st;                 /* states, 4 bytes each                  */
   const uint8_t *w[4], *we[4];       /* word stream of lane group g: [w, we)  */
+  /* the AVX2 pair decoder puts a pair context's raw symbols in as it goes (NULL: not asked):
+  ** raw[*raw_at..n_raw), each < n1, for its whole rounds of 32 steps (*rounds of them) */
+  const uint8_t *raw;
+  uint64_t n_raw, *raw_at;
+  uint32_t n1, *rounds;
 } dc_ctx_stream;
 /* The stream decoders (one per instruction set) turn a stream of n symbols
 ** into n symbol indices.  Each returns 0, or -1 when the stream is corrupt
@@ -135,8 +149,11 @@ uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t 
                           uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad);
 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 int dc_ctx_pairs_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
-/* Bit i set: byte i of the 64 at p is DC_CTX_PAIR_ESC (AVX2). */
-uint64_t dc_ctx_ff64(const uint8_t *p);
+/* A pair context's fix-up (dc_ctx_decompress.c) on AVX2: from byte *i of the m at o, whole
+** blocks of 64, each mark (DC_CTX_PAIR_ESC) replaced by the next of the nside raw symbols (from
+** *j), each checked < n1.  Advances *i and *j; returns 0, or -1 when they do not match. */
+int dc_ctx_fixup_avx2(uint8_t *o, uint64_t m, const uint8_t *side, uint64_t nside, uint32_t n1, uint64_t *i,
+                      uint64_t *j);
 /* Two streams decoded together (more independent work per round); returns 0,
 ** -1 when stream a is corrupt, -2 when stream b is. */
 int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na, uint8_t *oa,

@@ -468,41 +468,47 @@ static dc_ctx_stream_fn pairs_fn(int vec) {
 
 /* A pair context's symbols outside its top K (DC_CTX_PAIR_ESC bytes; no symbol index reaches
 ** 255) and an odd last symbol take the stream's raw symbols in order, each checked against the
-** context's n1 symbols.  Returns 0, or -1 when they do not match. */
-static int pair_fixup(uint8_t *o, uint64_t n, const uint8_t *side, uint64_t nside, uint32_t n1, int vec) {
-  const uint64_t m = n & ~(uint64_t)1, lo7 = 0x7f7f7f7f7f7f7f7full;
-  uint64_t i = 0, j = 0;
-  /* 64 bytes at a time (AVX2: a mask of the marks from two compares), or eight (portable: a byte
-  ** of w is 0xff exactly where its bit 7 is set in the hit mask) */
-  while (i < m) {
-    uint64_t e = m - i < 64 ? m : i + 64;
+** context's n1 symbols, from byte i and raw symbol j on (the AVX2 decoder puts them in for its
+** whole rounds as it goes).  Returns 0, or -1 when they do not match. */
+/* The marks among 16 bytes as two words whose bytes are 0xff at a mark, with GCC/Clang vector
+** extensions (one 16-byte compare on SSE2 or NEON; no intrinsics). */
+typedef uint8_t dc_u8x16 __attribute__((vector_size(16)));
+static inline void marks16(const uint8_t *p, uint64_t *u) {
+  dc_u8x16 a;
+  memcpy(&a, p, 16);
+  const dc_u8x16 ff = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                       0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  dc_u8x16 x = (dc_u8x16)(a == ff);
+  memcpy(u, &x, 16);
+}
+static int pair_fixup(uint8_t *o, uint64_t n, const uint8_t *side, uint64_t nside, uint32_t n1, int vec,
+                      uint64_t i, uint64_t j) {
+  const uint64_t m = n & ~(uint64_t)1;
 #ifdef DC_CTX_X86
-    if (vec && e == i + 64) {
-      for (uint64_t hit = dc_ctx_ff64(o + i); hit; hit &= hit - 1) {
-        if (j == nside || side[j] >= n1) return -1;
-        o[i + (uint64_t)__builtin_ctzll(hit)] = side[j++];
-      }
-      i = e;
-      continue;
-    }
+  /* AVX2 (the decoder has done its whole rounds: bytes [0, i), raw symbols [0, j)): 64 bytes at a
+  ** time, a mask of the marks from two compares */
+  if (vec && dc_ctx_fixup_avx2(o, m, side, nside, n1, &i, &j)) return -1;
 #else
-    (void)vec;
+  (void)vec;
 #endif
-    for (; i + 8 <= e; i += 8) {
-      uint64_t w;
-      memcpy(&w, o + i, 8);
-      uint64_t t = ~w, hit = ~(((t & lo7) + lo7) | t | lo7);
-      for (; hit; hit &= hit - 1) {
+  /* portable: 16 bytes at a time, skipped when they hold no mark */
+  for (; i + 16 <= m; i += 16) {
+    uint64_t u[2];
+    marks16(o + i, u);
+    if (!(u[0] | u[1])) continue;
+    for (int h = 0; h < 2; h++)
+      for (uint64_t w = u[h]; w;) {
+        uint32_t b = (uint32_t)__builtin_ctzll(w) >> 3;
+        w &= ~(0xffull << (8 * b));
         if (j == nside || side[j] >= n1) return -1;
-        o[i + ((uint64_t)__builtin_ctzll(hit) >> 3)] = side[j++];
-      }
-    }
-    for (; i < e; i++)
-      if (o[i] == DC_CTX_PAIR_ESC) {
-        if (j == nside || side[j] >= n1) return -1;
-        o[i] = side[j++];
+        o[i + 8 * (uint64_t)h + b] = side[j++];
       }
   }
+  for (; i < m; i++)
+    if (o[i] == DC_CTX_PAIR_ESC) {
+      if (j == nside || side[j] >= n1) return -1;
+      o[i] = side[j++];
+    }
   if (n & 1) {
     if (j == nside || side[j] >= n1) return -1;
     o[n - 1] = side[j++];
@@ -935,6 +941,11 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       }
       if (used > sl || (sl - used) % 2) CORRUPT("chunk %u: stream of context %u: bad lengths", c, x);
       dc_ctx_stream st;
+      st.raw = NULL;
+      st.n_raw = 0;
+      st.raw_at = NULL;
+      st.n1 = 0;
+      st.rounds = NULL;
       st.st = sp;
       const uint8_t *q = sp + st_len;
       for (uint32_t g = 0; g < 4; g++) {
@@ -944,9 +955,16 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
       }
       const uint8_t *tab = s->tab + (size_t)x * s->tstride;
       if (K) {                        /* pairs: the steps, then the other symbols, raw */
+        uint64_t raw_at = 0;
+        uint32_t rounds = 0;
+        st.raw = sp + sl - nside;
+        st.n_raw = nside;
+        st.raw_at = &raw_at;
+        st.n1 = s->nsym[x];
+        st.rounds = &rounds;
         if (pfn(tab, &st, (uint32_t)steps, syms + o))
           CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, x);
-        if (pair_fixup(syms + o, n, sp + sl - nside, nside, s->nsym[x], vec))
+        if (pair_fixup(syms + o, n, sp + sl - nside, nside, s->nsym[x], vec, 64 * (uint64_t)rounds, raw_at))
           CORRUPT("chunk %u: rans stream of context %u: its symbols do not match its %llu raw symbols", c, x,
                   (unsigned long long)nside);
         /* an escape: among the pairs' symbols, or else only in the raw ones (no pass over all) */

@@ -110,6 +110,17 @@ AVX2 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n,
   return dc_ctx_stream_tail(tab, 1, s, x, w, i, n, out);
 }
 
+/* Replaces the marks of the 64 bytes at b (mask: bit i for byte i) with raw symbols; 0 or -1. */
+static inline int fix64(uint8_t *b, uint64_t hit, const uint8_t *side, uint64_t nside, uint32_t n1, uint64_t *pj) {
+  uint64_t j = *pj;
+  for (; hit; hit &= hit - 1) {
+    if (j == nside || side[j] >= n1) return -1;
+    b[__builtin_ctzll(hit)] = side[j++];
+  }
+  *pj = j;
+  return 0;
+}
+
 /* Pair contexts (model version 3): the same step on 8-byte slot entries, two symbols per lane.
 ** Entries of lanes 0,1,4,5 go to one register and 2,3,6,7 to another, so that a shuffle of
 ** their low and high dwords gives the rANS fields and the pairs in lane order. */
@@ -132,13 +143,6 @@ AVX2 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n,
     X = _mm256_blendv_epi8(X, _mm256_or_si256(_mm256_slli_epi32(X, 16), w_), lt_);       \
     W += 2 * __builtin_popcount((unsigned)k_);                                           \
   } while (0)
-/* 32 lanes of u16 pairs -> 64 bytes in lane order */
-#define STORE64(P, S0, S1, S2, S3)                                                       \
-  do {                                                                                   \
-    _mm256_storeu_si256((__m256i *)(P), _mm256_permute4x64_epi64(_mm256_packus_epi32(S0, S1), 0xd8)); \
-    _mm256_storeu_si256((__m256i *)(P) + 1, _mm256_permute4x64_epi64(_mm256_packus_epi32(S2, S3), 0xd8)); \
-  } while (0)
-
 AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
   const uint32_t *tab = tabv;
   const uint8_t *T1 = (const uint8_t *)tabv + 4 * DC_CTX_M;
@@ -148,7 +152,7 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
   uint32_t i = 0;
   if (n >= 2 * DC_CTX_LANES) {
     pthread_once(&perm_once, perm_init);
-    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
+    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256(), ff = _mm256_set1_epi8(-1);
     __m256i X0 = _mm256_load_si256((const __m256i *)(x + 0));
     __m256i X1 = _mm256_load_si256((const __m256i *)(x + 8));
     __m256i X2 = _mm256_load_si256((const __m256i *)(x + 16));
@@ -162,8 +166,21 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
       PAIR_STEP(X1, S1, w1, tab);
       PAIR_STEP(X2, S2, w2, tab);
       PAIR_STEP(X3, S3, w3, tab);
-      STORE64(out + 2 * (size_t)i, S0, S1, S2, S3);
+      /* 32 lanes of u16 pairs -> 64 bytes in lane order */
+      __m256i a_ = _mm256_permute4x64_epi64(_mm256_packus_epi32(S0, S1), 0xd8);
+      __m256i c_ = _mm256_permute4x64_epi64(_mm256_packus_epi32(S2, S3), 0xd8);
+      _mm256_storeu_si256((__m256i *)(out + 2 * (size_t)i), a_);
+      _mm256_storeu_si256((__m256i *)(out + 2 * (size_t)i) + 1, c_);
+      if (s->raw) {                 /* marks (raw symbols to put in): rare, done now */
+        __m256i qa_ = _mm256_cmpeq_epi8(a_, ff), qc_ = _mm256_cmpeq_epi8(c_, ff);
+        __m256i q_ = _mm256_or_si256(qa_, qc_);
+        if (!_mm256_testz_si256(q_, q_)) {
+          uint64_t hit = (uint64_t)(uint32_t)_mm256_movemask_epi8(qc_) << 32 | (uint32_t)_mm256_movemask_epi8(qa_);
+          if (fix64(out + 2 * (size_t)i, hit, s->raw, s->n_raw, s->n1, s->raw_at)) return -1;
+        }
+      }
     }
+    if (s->raw) *s->rounds = i / DC_CTX_LANES;
     w[0] = w0; w[1] = w1; w[2] = w2; w[3] = w3;
     _mm256_store_si256((__m256i *)(x + 0), X0);
     _mm256_store_si256((__m256i *)(x + 8), X1);
@@ -173,11 +190,17 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
   return dc_ctx_pairs_tail(tabv, 1, s, x, w, i, n, out);
 }
 
-AVX2 uint64_t dc_ctx_ff64(const uint8_t *p) {
+AVX2 int dc_ctx_fixup_avx2(uint8_t *o, uint64_t m, const uint8_t *side, uint64_t nside, uint32_t n1, uint64_t *pi,
+                           uint64_t *pj) {
   const __m256i ff = _mm256_set1_epi8(-1);
-  uint32_t a = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)p), ff));
-  uint32_t b = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(p + 32)), ff));
-  return (uint64_t)b << 32 | a;
+  uint64_t i = *pi;
+  for (; i + 64 <= m; i += 64) {
+    uint32_t a = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(o + i)), ff));
+    uint32_t b = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(o + i + 32)), ff));
+    if ((a | b) && fix64(o + i, (uint64_t)b << 32 | a, side, nside, n1, pj)) return -1;
+  }
+  *pi = i;
+  return 0;
 }
 
 /* Two streams at once: their rounds are independent, so the core has twice

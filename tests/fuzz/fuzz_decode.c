@@ -5,7 +5,7 @@
 **   0x40-0x7f  the rest is a tile whose checksums are recomputed first, so the
 **              decoder proper meets the mutated payload;
 **   0x80-0xff  the next 9 bytes are parameters of a valid random tile (any
-**              codec, chunk count, count distribution), then 3-byte edits
+**              codec, rans model variant, chunk count, count distribution), then 3-byte edits
 **              (offset u16, xor u8) are applied and the checksums recomputed.
 **              With no edits the decode must round-trip exactly (else abort).
 **              The tile of given parameters is encoded once per process and
@@ -144,6 +144,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dc_encode_opts o;
     dc_encode_opts_default(&o);
     o.codec = codec; o.level = codec == DC_CODEC_ZSTD ? level + 1 : level; o.n_chunks = chunks; o.threads = 1;
+    /* rans: the default model, pairs in every context, the version-2 model, no pairs */
+    o.rans_pairs = b[5] >> 6 == 1 ? 1 : b[5] >> 6 == 3 ? -1 : 0;
+    o.rans_v2 = b[5] >> 6 == 2;
     dc_error err;
     int rc = dc_tile_encode(&in, &o, &t->tile, &t->len, &err);
     if (rc == DC_EUNSUPPORTED) t->unsupported = 1;   /* codec not in this build */
