@@ -181,7 +181,7 @@ static double pair_table(const uint64_t *pc, uint32_t K, uint64_t T, uint64_t *c
   cnt[esc] = nesc;
   raw += 16.0 * (double)nesc;
   idx[nu++] = esc;                        /* the escape always has a slot */
-  uint64_t cc[NPC + 1];
+  uint64_t cc[NPC + 1] = {0};   /* (initialised: a maybe-uninitialized warning at -O1) */
   uint32_t ff[NPC + 1];
   for (uint32_t i = 0; i < nu; i++) cc[i] = cnt[idx[i]] ? cnt[idx[i]] : 1;
   if (nu == 1) cc[nu++] = 1, idx[1] = 0;  /* never one code alone (it would get 2^12) */

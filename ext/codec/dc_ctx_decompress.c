@@ -199,6 +199,23 @@ static void fill_pairs(uint8_t *t, int vec, uint32_t start, uint32_t f, uint32_t
   }
 }
 
+/* build_tables' readers of the model: the next varint into V, or fail as truncated; the next
+** frequency - 1 into fr[I] */
+#define NEXT_VARINT(V)                                                          \
+  do {                                                                          \
+    why = "truncated";                                                          \
+    if (!(k = dc_get_varint(p, pe, &(V)))) goto fail;                           \
+    p += k;                                                                     \
+  } while (0)
+#define NEXT_FREQ(I)                                                            \
+  do {                                                                          \
+    uint64_t fv_;                                                               \
+    NEXT_VARINT(fv_);                                                           \
+    why = "frequencies do not sum to 2^12";                                     \
+    if (fv_ >= DC_CTX_M - 1) goto fail;                                         \
+    fr[I] = (uint32_t)fv_ + 1;                                                  \
+  } while (0)
+
 static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t n_genes,
                         int vec, uint32_t c, dc_error *err) {
   size_t raw_len, k;
@@ -312,7 +329,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     uint32_t fr[DC_CTX_MAXSYM + 1];
     int64_t prev = -1;
     for (uint32_t i = 0; i <= n; i++) {
-      uint64_t dv = 0, fv;
+      uint64_t dv = 0;
       if (i < n) {
         why = "truncated";
         if (!(k = dc_get_varint(p, pe, &dv))) goto fail;
@@ -321,14 +338,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
         if (dv >= DC_CTX_NID || prev + 1 + (int64_t)dv >= (int64_t)DC_CTX_NID) goto fail;
         prev = prev + 1 + (int64_t)dv;
       }
-      if (ver == 2) {
-        why = "truncated";
-        if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
-        p += k;
-        why = "frequencies do not sum to 2^12";
-        if (fv >= DC_CTX_M - 1) goto fail;
-        fr[i] = (uint32_t)fv + 1;
-      }
+      if (ver == 2) NEXT_FREQ(i);
       set_info(&inf[i], (uint32_t)prev, i == n);
       if (!vec) {
         const dc_ctx_sinfo *e = &inf[i];
@@ -344,24 +354,14 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     }
     uint64_t K = 0;
     if (ver == 3) {
-      why = "truncated";
-      if (!(k = dc_get_varint(p, pe, &K))) goto fail;
-      p += k;
+      NEXT_VARINT(K);
       why = "bad pair table";
       if (K == 1 || K > DC_CTX_KMAX || K > n1) goto fail;
     }
     uint32_t start = 0;
     if (!K) {                                 /* one symbol per step */
       for (uint32_t i = 0; i <= n; i++) {
-        if (ver == 3) {
-          uint64_t fv;
-          why = "truncated";
-          if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
-          p += k;
-          why = "frequencies do not sum to 2^12";
-          if (fv >= DC_CTX_M - 1) goto fail;
-          fr[i] = (uint32_t)fv + 1;
-        }
+        if (ver == 3) NEXT_FREQ(i);
         why = "frequencies do not sum to 2^12";
         if (start + fr[i] > DC_CTX_M) goto fail;
         fill_slots(t, vec, start, fr[i], i);
@@ -372,9 +372,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       uint8_t seen[DC_CTX_MAXSYM + 1] = {0};
       for (uint32_t r = 0; r < K; r++) {
         uint64_t v;
-        why = "truncated";
-        if (!(k = dc_get_varint(p, pe, &v))) goto fail;
-        p += k;
+        NEXT_VARINT(v);
         why = "bad pair table";
         if (v >= n1 || seen[v]) goto fail;
         seen[v] = 1;
@@ -383,9 +381,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       }
       for (uint32_t i = 0; i <= (K + 1) * (K + 1); i++) {
         uint64_t fv;
-        why = "truncated";
-        if (!(k = dc_get_varint(p, pe, &fv))) goto fail;
-        p += k;
+        NEXT_VARINT(fv);
         why = "frequencies do not sum to 2^12";
         if (fv > DC_CTX_M - start || fv == DC_CTX_M) goto fail;
         uint32_t a = i / (K + 1), b = i % (K + 1);   /* the last code: a = K + 1, the escape */
