@@ -107,6 +107,13 @@ typedef struct dc_ctx_stream {
 /* The stream decoders (one per instruction set) turn a stream of n symbols
 ** into n symbol indices.  Each returns 0, or -1 when the stream is corrupt
 ** (runs out of words, has words left, or ends in a wrong state). */
+/* A pair context's next raw symbol into *dst: raw[*j] if one is left and it is below n1 (the
+** context's symbols); 0, or -1 when not. */
+static inline int dc_ctx_put_raw(uint8_t *dst, const uint8_t *raw, uint64_t n_raw, uint32_t n1, uint64_t *j) {
+  if (*j == n_raw || raw[*j] >= n1) return -1;
+  *dst = raw[(*j)++];
+  return 0;
+}
 typedef int (*dc_ctx_stream_fn)(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 int dc_ctx_stream_scalar(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 /* The initial states (the rest = L), and the one-symbol-at-a-time tail from
@@ -117,8 +124,9 @@ int dc_ctx_stream_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_
                        uint32_t done, uint32_t n, uint8_t *out);
 /* Version 3's pair contexts: a stream of n steps, each two symbol indices (2n bytes out; a
 ** symbol outside the context's top K comes out as DC_CTX_PAIR_ESC, replaced afterwards from
-** the stream's raw symbols).  Slot tables: vector layout u64 freq | bias << 12 | (sym0 | sym1 << 8) << 32;
-** portable layout u16 frequencies, u16 biases, then two symbol bytes per slot. */
+** the stream's raw symbols).  Slot tables: vector layout u32 freq | bias << 12 | sym0 << 24 per
+** slot, then a byte of sym1 per slot; portable layout u16 frequencies, u16 biases, then two
+** symbol bytes per slot. */
 int dc_ctx_pairs_scalar(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 int dc_ctx_pairs_tail(const void *tab, int vec, const dc_ctx_stream *s, uint32_t *x, const uint8_t **w,
                       uint32_t done, uint32_t n, uint8_t *out);

@@ -19,7 +19,6 @@
 
 typedef struct ctx_model {
   dc_ctx_model m;
-  int v2;                            /* writing the version-2 model */
   uint8_t *pk;                       /* n_ctx: K of a pair context, 0 = one symbol per step */
   uint8_t (*rk)[256];                /* n_ctx x 256: a symbol index's rank (< K), else 255 */
   uint16_t (*pfs)[NPC][2];           /* n_ctx x NPC: pair code frequency, start */
@@ -296,7 +295,6 @@ int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uin
 
   /* per context: the most frequent ids are coded (255 in version 2, 254 in version 3), the rest
   ** escape; sc keeps each symbol index's count for the pairs */
-  cm->v2 = v2;
   const uint32_t maxsym = v2 ? DC_CTX_MAXSYM : DC_CTX_MAXSYM3;
   for (uint32_t x = 0; x < m->n_ctx; x++) {
     for (uint32_t id = 0; id < NIDX; id++) cx[id] = part[0][(size_t)x * NIDX + id];
@@ -379,32 +377,24 @@ int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uin
     const uint8_t *sx = cm->six + (size_t)x * NIDX;
     if (!n) { dc_buf_varint(&raw, 0); continue; }   /* unused */
     dc_buf_varint(&raw, n + 1);
-    if (v2) {                    /* version 2: (id delta, frequency - 1) per symbol, escape's */
-      for (uint32_t id = 0, k = 0, prev = 0; id < DC_CTX_NID; id++)
-        if (sx[id]) {
-          dc_buf_varint(&raw, k ? id - prev - 1 : id);
-          dc_buf_varint(&raw, cm->fs[x][k][0] - 1u);
-          prev = id;
-          k++;
-        }
-      dc_buf_varint(&raw, cm->fs[x][n][0] - 1u);
-      continue;
-    }
-    /* version 3: the id deltas, then K: 0 and the frequencies - 1 (one symbol per step), or
-    ** K >= 2, the symbol indices of ranks 0..K-1 and the K x K + 1 pair codes' frequencies */
+    /* the id deltas (version 2: each followed by its frequency - 1, then the escape's) */
     for (uint32_t id = 0, k = 0, prev = 0; id < DC_CTX_NID; id++)
       if (sx[id]) {
         dc_buf_varint(&raw, k ? id - prev - 1 : id);
+        if (v2) dc_buf_varint(&raw, cm->fs[x][k][0] - 1u);
         prev = id;
         k++;
       }
-    const uint64_t *c = sc + (size_t)x * 256, *pc = ppart ? ppart[0] + (size_t)x * KM1 * KM1 : NULL;
-    uint64_t T = 0, N = 0;
-    uint32_t nrk = 0;                            /* symbols with a rank */
-    for (uint32_t k = 0; k <= n; k++) {
-      N += c[k];
-      nrk += cm->rk[x][k] != 255;
+    if (v2) {
+      dc_buf_varint(&raw, cm->fs[x][n][0] - 1u);
+      continue;
     }
+    /* version 3: then K: 0 and the frequencies - 1 (one symbol per step), or K >= 2, the symbol
+    ** indices of ranks 0..K-1 and the (K + 1)^2 + 1 pair codes' frequencies */
+    const uint64_t *c = sc + (size_t)x * 256, *pc = ppart ? ppart[0] + (size_t)x * KM1 * KM1 : NULL;
+    uint64_t T = 0;
+    uint32_t nrk = 0;                            /* symbols with a rank */
+    for (uint32_t k = 0; k <= n; k++) nrk += cm->rk[x][k] != 255;
     double single = 8.0 * (n + 1);      /* the symbols at their frequencies, and the table */
     for (uint32_t k = 0; k <= n; k++)
       if (c[k]) single += (double)c[k] * log2((double)DC_CTX_M / cm->fs[x][k][0]);
@@ -560,16 +550,14 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
     uint32_t nside = 0;
     if (K) {
       for (uint32_t k = 0; k < steps; k++) {
-        uint32_t a = cm->rk[x][sy[2 * k]], b = cm->rk[x][sy[2 * k + 1]];
-        if (a >= K) { a = K; side[nside++] = sy[2 * k]; }
-        if (b >= K) { b = K; side[nside++] = sy[2 * k + 1]; }
-        pcode[k] = (uint16_t)(a * (K + 1) + b);
-        if (!cm->pfs[x][pcode[k]][0]) {                      /* a rare pair: escaped, both raw */
-          nside -= (a == K) + (b == K);
-          side[nside++] = sy[2 * k];
-          side[nside++] = sy[2 * k + 1];
-          pcode[k] = (uint16_t)((K + 1) * (K + 1));
-        }
+        uint32_t a = cm->rk[x][sy[2 * k]], b = cm->rk[x][sy[2 * k + 1]], esc = (K + 1) * (K + 1);
+        a = a < K ? a : K;
+        b = b < K ? b : K;
+        uint32_t pc = a * (K + 1) + b;
+        if (!cm->pfs[x][pc][0]) pc = esc;                    /* a rare pair: escaped, both raw */
+        if (pc == esc || a == K) side[nside++] = sy[2 * k];
+        if (pc == esc || b == K) side[nside++] = sy[2 * k + 1];
+        pcode[k] = (uint16_t)pc;
       }
       if (n & 1) side[nside++] = sy[n - 1];
     }

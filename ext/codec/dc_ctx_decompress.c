@@ -52,9 +52,10 @@ static inline uint64_t prof_ns(void) {
 ** their u8 symbols (each a load at a constant offset from the table and the
 ** slot: no shifts and masks, no address arithmetic). */
 #define TAB_BYTES1(vec) ((vec) ? 4u * DC_CTX_M : 5u * DC_CTX_M)
-/* A model of version 3 may hold pair contexts, whose slots carry two symbols: vector decoders'
-** 8-byte entries (freq | bias << 12, then sym0 | sym1 << 8), or the portable decoder's u16
-** frequencies, u16 biases and two bytes of symbols per slot.  One stride for all contexts. */
+/* A model of version 3 may hold pair contexts, whose slots carry two symbols: the vector
+** decoders' u32 entries with the first symbol in their top byte, then a byte of second symbol
+** per slot, or the portable decoder's u16 frequencies, u16 biases and two bytes of symbols per
+** slot (dc_ctx.h).  One stride for all contexts. */
 #define TAB_BYTES2(vec) ((vec) ? 5u * DC_CTX_M : 6u * DC_CTX_M)
 #define TAB_BYTES(vec, ver) ((ver) == 3 ? TAB_BYTES2(vec) : TAB_BYTES1(vec))
 /* The fast symbols as the portable stage 3 reads them (gap + 1 = g1 + (bits
@@ -90,7 +91,7 @@ typedef struct ctx_state {
                                         (else only its raw symbols can hold one) */
   uint8_t *has_slow;                 /* per context: a coded symbol is slow (the
                                         escape is checked per chunk: see stage 2) */
-  uint8_t *blk;                      /* nsym, tab, inf, pinf and has_slow lie in one block
+  uint8_t *blk;                      /* nsym, pk, tab, inf, pinf, has_slow and pesc lie in one block
                                         (dc_mem_alloc_huge), kept when the set is built again */
   size_t blk_cap, blk_map;
 } ctx_state;
@@ -462,10 +463,6 @@ static dc_ctx_stream_fn pairs_fn(int vec) {
   return dc_ctx_pairs_scalar;
 }
 
-/* A pair context's symbols outside its top K (DC_CTX_PAIR_ESC bytes; no symbol index reaches
-** 255) and an odd last symbol take the stream's raw symbols in order, each checked against the
-** context's n1 symbols, from byte i and raw symbol j on (the AVX2 decoder puts them in for its
-** whole rounds as it goes).  Returns 0, or -1 when they do not match. */
 /* The marks among 16 bytes as two words whose bytes are 0xff at a mark, with GCC/Clang vector
 ** extensions (one 16-byte compare on SSE2 or NEON; no intrinsics). */
 typedef uint8_t dc_u8x16 __attribute__((vector_size(16)));
@@ -477,6 +474,10 @@ static inline void marks16(const uint8_t *p, uint64_t *u) {
   dc_u8x16 x = (dc_u8x16)(a == ff);
   memcpy(u, &x, 16);
 }
+/* A pair context's symbols outside its top K (DC_CTX_PAIR_ESC bytes; no symbol index reaches
+** 255) and an odd last symbol take the stream's raw symbols in order, each checked against the
+** context's n1 symbols, from byte i and raw symbol j on (the AVX2 decoder puts them in for its
+** whole rounds as it goes).  Returns 0, or -1 when they do not match. */
 static int pair_fixup(uint8_t *o, uint64_t n, const uint8_t *side, uint64_t nside, uint32_t n1, int vec,
                       uint64_t i, uint64_t j) {
   const uint64_t m = n & ~(uint64_t)1;
@@ -496,19 +497,12 @@ static int pair_fixup(uint8_t *o, uint64_t n, const uint8_t *side, uint64_t nsid
       for (uint64_t w = u[h]; w;) {
         uint32_t b = (uint32_t)__builtin_ctzll(w) >> 3;
         w &= ~(0xffull << (8 * b));
-        if (j == nside || side[j] >= n1) return -1;
-        o[i + 8 * (uint64_t)h + b] = side[j++];
+        if (dc_ctx_put_raw(o + i + 8 * (uint64_t)h + b, side, nside, n1, &j)) return -1;
       }
   }
   for (; i < m; i++)
-    if (o[i] == DC_CTX_PAIR_ESC) {
-      if (j == nside || side[j] >= n1) return -1;
-      o[i] = side[j++];
-    }
-  if (n & 1) {
-    if (j == nside || side[j] >= n1) return -1;
-    o[n - 1] = side[j++];
-  }
+    if (o[i] == DC_CTX_PAIR_ESC && dc_ctx_put_raw(o + i, side, nside, n1, &j)) return -1;
+  if ((n & 1) && dc_ctx_put_raw(o + n - 1, side, nside, n1, &j)) return -1;
   return j == nside ? 0 : -1;
 }
 
@@ -936,36 +930,31 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
         used += nside;
       }
       if (used > sl || (sl - used) % 2) CORRUPT("chunk %u: stream of context %u: bad lengths", c, x);
-      dc_ctx_stream st;
-      st.raw = NULL;
-      st.n_raw = 0;
-      st.raw_at = NULL;
-      st.n1 = 0;
-      st.rounds = NULL;
-      st.st = sp;
+      const uint8_t *raw = sp + sl - nside;   /* a pair context's raw symbols */
+      dc_ctx_stream st = {.st = sp};
       const uint8_t *q = sp + st_len;
       for (uint32_t g = 0; g < 4; g++) {
         st.w[g] = q;
-        q = g < 3 ? q + 2 * nw[g] : sp + sl - nside;
+        q = g < 3 ? q + 2 * nw[g] : raw;
         st.we[g] = q;
       }
       const uint8_t *tab = s->tab + (size_t)x * s->tstride;
       if (K) {                        /* pairs: the steps, then the other symbols, raw */
         uint64_t raw_at = 0;
         uint32_t rounds = 0;
-        st.raw = sp + sl - nside;
+        st.raw = raw;
         st.n_raw = nside;
         st.raw_at = &raw_at;
         st.n1 = s->nsym[x];
         st.rounds = &rounds;
         if (pfn(tab, &st, (uint32_t)steps, syms + o))
           CORRUPT("chunk %u: rans stream of context %u is corrupt or truncated", c, x);
-        if (pair_fixup(syms + o, n, sp + sl - nside, nside, s->nsym[x], vec, 64 * (uint64_t)rounds, raw_at))
+        if (pair_fixup(syms + o, n, raw, nside, s->nsym[x], vec, 64 * (uint64_t)rounds, raw_at))
           CORRUPT("chunk %u: rans stream of context %u: its symbols do not match its %llu raw symbols", c, x,
                   (unsigned long long)nside);
         /* an escape: among the pairs' symbols, or else only in the raw ones (no pass over all) */
         slow[x] = s->has_slow[x] || (s->pesc[x] ? memchr(syms + o, s->nsym[x] - 1, (size_t)n)
-                                                : memchr(sp + sl - nside, s->nsym[x] - 1, (size_t)nside)) != NULL;
+                                                : memchr(raw, s->nsym[x] - 1, (size_t)nside)) != NULL;
       } else
 #ifdef DC_CTX_X86
       if (vec) {                      /* AVX2: two streams at a time */

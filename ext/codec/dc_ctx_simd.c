@@ -110,20 +110,21 @@ AVX2 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n,
   return dc_ctx_stream_tail(tab, 1, s, x, w, i, n, out);
 }
 
-/* Replaces the marks of the 64 bytes at b (mask: bit i for byte i) with raw symbols; 0 or -1. */
+/* The marks (DC_CTX_PAIR_ESC bytes) of the 64 bytes a, c as a mask: bit i for byte i. */
+AVX2 static inline uint64_t marks64(__m256i a, __m256i c) {
+  const __m256i ff = _mm256_set1_epi8(-1);
+  return (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(c, ff)) << 32 |
+         (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, ff));
+}
+/* Replaces the marks of the 64 bytes at b (hit: their mask) with raw symbols; 0 or -1. */
 static inline int fix64(uint8_t *b, uint64_t hit, const uint8_t *side, uint64_t nside, uint32_t n1, uint64_t *pj) {
-  uint64_t j = *pj;
-  for (; hit; hit &= hit - 1) {
-    if (j == nside || side[j] >= n1) return -1;
-    b[__builtin_ctzll(hit)] = side[j++];
-  }
-  *pj = j;
+  for (; hit; hit &= hit - 1)
+    if (dc_ctx_put_raw(b + __builtin_ctzll(hit), side, nside, n1, pj)) return -1;
   return 0;
 }
 
-/* Pair contexts (model version 3): the same step on 8-byte slot entries, two symbols per lane.
-** Entries of lanes 0,1,4,5 go to one register and 2,3,6,7 to another, so that a shuffle of
-** their low and high dwords gives the rANS fields and the pairs in lane order. */
+/* Pair contexts (model version 3): the same step on the single step's u32 slot entries (the
+** first symbol in their top byte) plus a byte of second symbol per slot, two symbols per lane. */
 #define PAIR_STEP(X, S, W, TAB)                                                          \
   do {                                                                                   \
     uint32_t t_[8] __attribute__((aligned(32)));                                         \
@@ -172,12 +173,9 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
       _mm256_storeu_si256((__m256i *)(out + 2 * (size_t)i), a_);
       _mm256_storeu_si256((__m256i *)(out + 2 * (size_t)i) + 1, c_);
       if (s->raw) {                 /* marks (raw symbols to put in): rare, done now */
-        __m256i qa_ = _mm256_cmpeq_epi8(a_, ff), qc_ = _mm256_cmpeq_epi8(c_, ff);
-        __m256i q_ = _mm256_or_si256(qa_, qc_);
-        if (!_mm256_testz_si256(q_, q_)) {
-          uint64_t hit = (uint64_t)(uint32_t)_mm256_movemask_epi8(qc_) << 32 | (uint32_t)_mm256_movemask_epi8(qa_);
-          if (fix64(out + 2 * (size_t)i, hit, s->raw, s->n_raw, s->n1, s->raw_at)) return -1;
-        }
+        __m256i q_ = _mm256_or_si256(_mm256_cmpeq_epi8(a_, ff), _mm256_cmpeq_epi8(c_, ff));
+        if (!_mm256_testz_si256(q_, q_) && fix64(out + 2 * (size_t)i, marks64(a_, c_), s->raw, s->n_raw, s->n1, s->raw_at))
+          return -1;
       }
     }
     if (s->raw) *s->rounds = i / DC_CTX_LANES;
@@ -192,12 +190,10 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
 
 AVX2 int dc_ctx_fixup_avx2(uint8_t *o, uint64_t m, const uint8_t *side, uint64_t nside, uint32_t n1, uint64_t *pi,
                            uint64_t *pj) {
-  const __m256i ff = _mm256_set1_epi8(-1);
   uint64_t i = *pi;
   for (; i + 64 <= m; i += 64) {
-    uint32_t a = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(o + i)), ff));
-    uint32_t b = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(o + i + 32)), ff));
-    if ((a | b) && fix64(o + i, (uint64_t)b << 32 | a, side, nside, n1, pj)) return -1;
+    uint64_t hit = marks64(_mm256_loadu_si256((const __m256i *)(o + i)), _mm256_loadu_si256((const __m256i *)(o + i + 32)));
+    if (hit && fix64(o + i, hit, side, nside, n1, pj)) return -1;
   }
   *pi = i;
   return 0;
