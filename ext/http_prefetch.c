@@ -288,6 +288,7 @@ int64_t dh_pf_take(dc_hfile *f, dc_prefetch *p, pf_ent *e) {
 /* the reader took a request's blocks in order: the stream goes on, one more request ahead */
 void dh_pf_advance(dc_hfile *f, dc_prefetch *p, int64_t from) {
   f->pf_depth++;
+  f->pf_detour = 0;
   dh_pf_schedule(f, p, from);
 }
 
@@ -299,6 +300,7 @@ void dh_pf_jump(dc_prefetch *p) {
     if (p->ent[i].state == PF_QUEUED) p->ent[i].state = PF_FREE;
   pthread_mutex_unlock(&p->mu);
   p->f->pf_next = -1;
+  p->f->pf_detour = 0;
   p->f->pf_depth = 2;
   p->f->pf_end = 0;
 }

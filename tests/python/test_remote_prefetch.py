@@ -166,10 +166,10 @@ def test_requests_overlap_on_a_throttled_local_file(data):
 
 def fault_offsets(data, tiles):
     """Byte offsets inside the blobs of the given tiles (60% into each, on a 16 KiB block border),
-    where a fault meets a sequential reader mid-tile.  Whether the prefetcher or the reader asks
-    for such a block first depends on where the tiles fall in the file: the prefetcher runs ahead
-    in some tiles and not in others (2026-12-05: every other tile of this file), so the fault
-    tests try several tiles and need prefetch to have met the fault in at least one."""
+    where a fault meets a sequential reader mid-tile.  A plain scan of the tiles reads each row's
+    leaf page, past the end of the row's overflow chain, before the chain: the prefetcher must
+    run ahead in every tile all the same (until 2026-12-05 it did so in every other tile of this
+    file only), so the fault tests expect a prefetch request to meet the fault in each tile."""
     raw = open(data["big"], "rb").read()
     out = []
     for k in tiles:
@@ -199,13 +199,12 @@ def test_transient_server_errors_under_prefetch(faults, data):
             got.append(stats(con))
         finally:
             con.close()
-    assert all(s["prefetch_requests"] > s["prefetch_failed"] for s in got), got
-    assert max(s["prefetch_failed"] for s in got) >= 1, got
+    assert all(s["prefetch_requests"] > s["prefetch_failed"] >= 1 for s in got), got
 
 
 def test_persistent_server_error_under_prefetch_is_a_clear_error(faults, data):
     """500s from the middle of a tile on, for good: a clear error, soon, wherever the fault starts
-    (and in some of the tries a prefetch request has met it first)."""
+    (and in each try a prefetch request has met it first)."""
     n = len(data["tiles"])
     failed = []
     for fb in fault_offsets(data, range(n // 2, n // 2 + 4)):
@@ -220,14 +219,14 @@ def test_persistent_server_error_under_prefetch_is_a_clear_error(faults, data):
             failed.append(stats(con)["prefetch_failed"])
         finally:
             con.close()
-    assert max(failed) >= 1, failed
+    assert min(failed) >= 1, failed
 
 
 def test_file_replaced_on_the_server_under_prefetch(faults, data):
     """The file changes between reads while prefetch threads fetch ahead: the threads' requests
     see the new version and fail (they check it like any request), the reader's own request
     then reports the change: an error, never rows of two versions.  Replaced after the first,
-    second, ... tile (the prefetcher runs ahead in some tiles, not in all: fault_offsets)."""
+    second, ... tile: a prefetch request meets the change each time (fault_offsets)."""
     raw0 = open(data["big"], "rb").read()
     failed = []
     for k in range(1, 5):
@@ -248,7 +247,7 @@ def test_file_replaced_on_the_server_under_prefetch(faults, data):
             failed.append(s["prefetch_failed"])
         finally:
             con.close()
-    assert max(failed) >= 1, failed
+    assert min(failed) >= 1, failed
 
 
 def test_prefetch_under_fork(nginx, data):
