@@ -42,12 +42,12 @@ AVX2 static inline __m256i lookup8(const uint32_t *tab, __m256i slot) {
                            (int)tab[t[4]], (int)tab[t[5]], (int)tab[t[6]], (int)tab[t[7]]);
 }
 
-#define AVX2_STEP(X, S, W, TAB)                                                      \
+/* The state update of a step from its eight slot entries E (freq | bias << 12 | ...), and the
+** renormalisation: the lanes below L take consecutive words of their group's stream W. */
+#define AVX2_ADVANCE(X, E, W)                                                        \
   do {                                                                               \
-    __m256i e_ = LOOKUP8(X, TAB);                                                    \
-    __m256i f_ = _mm256_and_si256(e_, m12);                                          \
-    __m256i b_ = _mm256_and_si256(_mm256_srli_epi32(e_, 12), m12);                   \
-    S = _mm256_srli_epi32(e_, 24);                                                   \
+    __m256i f_ = _mm256_and_si256(E, m12);                                           \
+    __m256i b_ = _mm256_and_si256(_mm256_srli_epi32(E, 12), m12);                    \
     X = _mm256_add_epi32(_mm256_mullo_epi32(f_, _mm256_srli_epi32(X, 12)), b_);      \
     __m256i lt_ = _mm256_cmpeq_epi32(_mm256_srli_epi32(X, 16), zero);                \
     int k_ = _mm256_movemask_ps(_mm256_castsi256_ps(lt_));                           \
@@ -55,6 +55,27 @@ AVX2 static inline __m256i lookup8(const uint32_t *tab, __m256i slot) {
     w_ = _mm256_permutevar8x32_epi32(w_, _mm256_load_si256((const __m256i *)perm[k_])); \
     X = _mm256_blendv_epi8(X, _mm256_or_si256(_mm256_slli_epi32(X, 16), w_), lt_);   \
     W += 2 * __builtin_popcount((unsigned)k_);                                       \
+  } while (0)
+
+#define AVX2_STEP(X, S, W, TAB)                                                      \
+  do {                                                                               \
+    __m256i e_ = LOOKUP8(X, TAB);                                                    \
+    S = _mm256_srli_epi32(e_, 24);                                                   \
+    AVX2_ADVANCE(X, e_, W);                                                          \
+  } while (0)
+
+/* A stream's 32 states as four registers P0 .. P3 (declared here), and back. */
+#define STATES_LOAD(P, x)                                                            \
+  __m256i P##0 = _mm256_load_si256((const __m256i *)((x) + 0)),                      \
+          P##1 = _mm256_load_si256((const __m256i *)((x) + 8)),                      \
+          P##2 = _mm256_load_si256((const __m256i *)((x) + 16)),                     \
+          P##3 = _mm256_load_si256((const __m256i *)((x) + 24))
+#define STATES_STORE(x, P)                                                           \
+  do {                                                                               \
+    _mm256_store_si256((__m256i *)((x) + 0), P##0);                                  \
+    _mm256_store_si256((__m256i *)((x) + 8), P##1);                                  \
+    _mm256_store_si256((__m256i *)((x) + 16), P##2);                                 \
+    _mm256_store_si256((__m256i *)((x) + 24), P##3);                                 \
   } while (0)
 
 /* 32 symbols (each < 256 in a 32-bit lane) -> 32 bytes in lane order */
@@ -75,10 +96,7 @@ AVX2 static void rounds1(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n
   uint32_t i = *pi;
   const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  __m256i X0 = _mm256_load_si256((const __m256i *)(x + 0));
-  __m256i X1 = _mm256_load_si256((const __m256i *)(x + 8));
-  __m256i X2 = _mm256_load_si256((const __m256i *)(x + 16));
-  __m256i X3 = _mm256_load_si256((const __m256i *)(x + 24));
+  STATES_LOAD(X, x);
   const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
   for (; i + DC_CTX_LANES <= n; i += DC_CTX_LANES) {
     const uint8_t *wn[4] = {w0, w1, w2, w3};
@@ -91,10 +109,7 @@ AVX2 static void rounds1(const uint32_t *tab, const dc_ctx_stream *s, uint32_t n
     STORE32(out + i, S0, S1, S2, S3);
   }
   w[0] = w0; w[1] = w1; w[2] = w2; w[3] = w3;
-  _mm256_store_si256((__m256i *)(x + 0), X0);
-  _mm256_store_si256((__m256i *)(x + 8), X1);
-  _mm256_store_si256((__m256i *)(x + 16), X2);
-  _mm256_store_si256((__m256i *)(x + 24), X3);
+  STATES_STORE(x, X);
   *pi = i;
 }
 
@@ -133,16 +148,8 @@ static inline int fix64(uint8_t *b, uint64_t hit, const uint8_t *side, uint64_t 
                                    (int)TAB[t_[4]], (int)TAB[t_[5]], (int)TAB[t_[6]], (int)TAB[t_[7]]); \
     __m256i s1_ = _mm256_setr_epi32(T1[t_[0]], T1[t_[1]], T1[t_[2]], T1[t_[3]],          \
                                     T1[t_[4]], T1[t_[5]], T1[t_[6]], T1[t_[7]]);         \
-    __m256i f_ = _mm256_and_si256(e_, m12);                                              \
-    __m256i b_ = _mm256_and_si256(_mm256_srli_epi32(e_, 12), m12);                       \
     S = _mm256_or_si256(_mm256_srli_epi32(e_, 24), _mm256_slli_epi32(s1_, 8));           \
-    X = _mm256_add_epi32(_mm256_mullo_epi32(f_, _mm256_srli_epi32(X, 12)), b_);          \
-    __m256i lt_ = _mm256_cmpeq_epi32(_mm256_srli_epi32(X, 16), zero);                    \
-    int k_ = _mm256_movemask_ps(_mm256_castsi256_ps(lt_));                               \
-    __m256i w_ = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)W));             \
-    w_ = _mm256_permutevar8x32_epi32(w_, _mm256_load_si256((const __m256i *)perm[k_]));  \
-    X = _mm256_blendv_epi8(X, _mm256_or_si256(_mm256_slli_epi32(X, 16), w_), lt_);       \
-    W += 2 * __builtin_popcount((unsigned)k_);                                           \
+    AVX2_ADVANCE(X, e_, W);                                                              \
   } while (0)
 AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n, uint8_t *out) {
   const uint32_t *tab = tabv;
@@ -154,10 +161,7 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
   if (n >= 2 * DC_CTX_LANES) {
     pthread_once(&perm_once, perm_init);
     const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256(), ff = _mm256_set1_epi8(-1);
-    __m256i X0 = _mm256_load_si256((const __m256i *)(x + 0));
-    __m256i X1 = _mm256_load_si256((const __m256i *)(x + 8));
-    __m256i X2 = _mm256_load_si256((const __m256i *)(x + 16));
-    __m256i X3 = _mm256_load_si256((const __m256i *)(x + 24));
+    STATES_LOAD(X, x);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
     for (; i + DC_CTX_LANES <= n; i += DC_CTX_LANES) {
       const uint8_t *wn[4] = {w0, w1, w2, w3};
@@ -180,10 +184,7 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
     }
     if (s->raw) *s->rounds = i / DC_CTX_LANES;
     w[0] = w0; w[1] = w1; w[2] = w2; w[3] = w3;
-    _mm256_store_si256((__m256i *)(x + 0), X0);
-    _mm256_store_si256((__m256i *)(x + 8), X1);
-    _mm256_store_si256((__m256i *)(x + 16), X2);
-    _mm256_store_si256((__m256i *)(x + 24), X3);
+    STATES_STORE(x, X);
   }
   return dc_ctx_pairs_tail(tabv, 1, s, x, w, i, n, out);
 }
@@ -214,10 +215,8 @@ AVX2 int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_
   if (na >= 2 * DC_CTX_LANES && nb >= 2 * DC_CTX_LANES) {
     const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    __m256i A0 = _mm256_load_si256((const __m256i *)(xa + 0)), B0 = _mm256_load_si256((const __m256i *)(xb + 0));
-    __m256i A1 = _mm256_load_si256((const __m256i *)(xa + 8)), B1 = _mm256_load_si256((const __m256i *)(xb + 8));
-    __m256i A2 = _mm256_load_si256((const __m256i *)(xa + 16)), B2 = _mm256_load_si256((const __m256i *)(xb + 16));
-    __m256i A3 = _mm256_load_si256((const __m256i *)(xa + 24)), B3 = _mm256_load_si256((const __m256i *)(xb + 24));
+    STATES_LOAD(A, xa);
+    STATES_LOAD(B, xb);
     const uint8_t *a0 = wa[0], *a1 = wa[1], *a2 = wa[2], *a3 = wa[3];
     const uint8_t *b0 = wb[0], *b1 = wb[1], *b2 = wb[2], *b3 = wb[3];
     for (; ia + DC_CTX_LANES <= na && ib + DC_CTX_LANES <= nb; ia += DC_CTX_LANES, ib += DC_CTX_LANES) {
@@ -237,10 +236,8 @@ AVX2 int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_
     }
     wa[0] = a0; wa[1] = a1; wa[2] = a2; wa[3] = a3;
     wb[0] = b0; wb[1] = b1; wb[2] = b2; wb[3] = b3;
-    _mm256_store_si256((__m256i *)(xa + 0), A0); _mm256_store_si256((__m256i *)(xb + 0), B0);
-    _mm256_store_si256((__m256i *)(xa + 8), A1); _mm256_store_si256((__m256i *)(xb + 8), B1);
-    _mm256_store_si256((__m256i *)(xa + 16), A2); _mm256_store_si256((__m256i *)(xb + 16), B2);
-    _mm256_store_si256((__m256i *)(xa + 24), A3); _mm256_store_si256((__m256i *)(xb + 24), B3);
+    STATES_STORE(xa, A);
+    STATES_STORE(xb, B);
   }
   if (na >= 2 * DC_CTX_LANES) rounds1(ta, sa, na, oa, xa, wa, &ia);
   if (nb >= 2 * DC_CTX_LANES) rounds1(tb, sb, nb, ob, xb, wb, &ib);
