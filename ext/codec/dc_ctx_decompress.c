@@ -248,34 +248,39 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
     return pos;                                                                 \
   }
 
-/* Gathers a cell's symbols: bucket b's k symbols, widened with b << 8, 16
-** at a time (the symbol buffer has 64 bytes of slack and the list 32
-** entries), so that a bucket of at most 16 symbols, the common case in small
-** cells, is one pass of a loop compilers vectorise and one predictable
-** branch.  The AVX2 version is the same with intrinsics. */
+/* Gathers a cell's symbols: bucket b's k symbols, widened with b << 8, 32
+** at a time whatever k (the symbol buffer has 64 bytes of slack and the list
+** 32 entries; what lies past k is overwritten by the next bucket), then 16 at
+** a time past 32: in small cells, whose buckets hold a few symbols each, no
+** loop exit to mispredict (a loop of 16 at a time exited after one or two
+** passes by the bucket's size).  The AVX2 version is the same with intrinsics. */
+static inline void widen16(uint16_t *fl, const uint8_t *src, uint16_t hi) {
+  /* through local copies: with fl and src apart the compiler would need a
+  ** run-time overlap check, and at -O2 it then leaves the loop scalar */
+  uint8_t in[16];
+  uint16_t o[16];
+  memcpy(in, src, sizeof in);
+  for (uint32_t t = 0; t < 16; t++) o[t] = (uint16_t)(hi | in[t]);
+  memcpy(fl, o, sizeof o);
+}
 static inline uint16_t *gather_sym(uint16_t *fl, const uint8_t *src, uint32_t k, uint32_t b) {
   uint16_t hi = (uint16_t)(b << 8);
-  uint32_t j = 0;
-  do {
-    /* through local copies: with fl and src apart the compiler would need a
-    ** run-time overlap check, and at -O2 it then leaves the loop scalar */
-    uint8_t in[16];
-    uint16_t o[16];
-    memcpy(in, src + j, sizeof in);
-    for (uint32_t t = 0; t < 16; t++) o[t] = (uint16_t)(hi | in[t]);
-    memcpy(fl + j, o, sizeof o);
-    j += 16;
-  } while (j < k);
+  widen16(fl, src, hi);
+  widen16(fl + 16, src + 16, hi);
+  for (uint32_t j = 32; j < k; j += 16) widen16(fl + j, src + j, hi);
   return fl + k;
 }
 #ifdef DC_CTX_X86
 #include <immintrin.h>
+#define WIDEN16_AVX2(J)                                                         \
+  _mm256_storeu_si256((__m256i *)(fl + (J)),                                    \
+                      _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + (J))))))
 __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t *fl, const uint8_t *src,
                                                                       uint32_t k, uint32_t b) {
   const __m256i hi = _mm256_set1_epi16((short)(b << 8));
-  for (uint32_t j = 0; j < k; j += 16)
-    _mm256_storeu_si256((__m256i *)(fl + j),
-                        _mm256_or_si256(hi, _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(src + j)))));
+  WIDEN16_AVX2(0);
+  WIDEN16_AVX2(16);
+  for (uint32_t j = 32; j < k; j += 16) WIDEN16_AVX2(j);
   return fl + k;
 }
 #endif
