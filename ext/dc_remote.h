@@ -56,6 +56,24 @@ int dc_parse_content_range(const char *v, int64_t *start, int64_t *end, int64_t 
 void dc_header_value(const char *v, size_t n, char *out, size_t out_n);
 
 /* --- in-memory cache of blocks (LRU, a fixed number of slots) --------------- */
+/* Where a reader reads in order, which the prefetcher follows (vfs_http.c).  next: the block
+** after the last one read in order (-1: none yet); a read of that block, or up to one page
+** after it (a page between: a leaf page between two blobs that SQLite had in its own cache, or
+** read before the blob), is in order and moves it on.  A single read out of order (a row's
+** leaf page, read before the row's overflow chain that lies before it) leaves it where it was;
+** a read that starts where the last read out of order ended (alt) makes that the reader's new
+** place (it moved on to the next blob, say).  Pages far apart never are in order. */
+typedef struct dc_readorder {
+  int64_t next, alt;
+  int64_t page_blocks;          /* blocks a page spans, from the reads (at least 1) */
+} dc_readorder;
+void dc_readorder_init(dc_readorder *o);
+int dc_readorder_in_order(const dc_readorder *o, int64_t b);
+/* At the start of a read of amt bytes, blocks first .. last (blocks of bsize bytes). */
+void dc_readorder_read(dc_readorder *o, int64_t first, int64_t last, int64_t amt, int64_t bsize);
+/* Block b was read (from wherever it came). */
+void dc_readorder_at(dc_readorder *o, int64_t b);
+
 typedef struct dc_blockcache dc_blockcache;
 dc_blockcache *dc_blockcache_new(int slots, int64_t bsize);
 void dc_blockcache_free(dc_blockcache *c);

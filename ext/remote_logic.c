@@ -31,6 +31,29 @@ int64_t dc_readahead_blocks(int run, int64_t max_blocks) {
   return n < 1 ? 1 : n;
 }
 
+void dc_readorder_init(dc_readorder *o) {
+  o->next = o->alt = -1;
+  o->page_blocks = 1;
+}
+
+int dc_readorder_in_order(const dc_readorder *o, int64_t b) {
+  return o->next >= 0 && b >= o->next && b <= o->next + o->page_blocks;
+}
+
+void dc_readorder_read(dc_readorder *o, int64_t first, int64_t last, int64_t amt, int64_t bsize) {
+  if (amt >= 512 && bsize > 0) {              /* a page (smaller reads: the header's fields) */
+    int64_t pb = (amt + bsize - 1) / bsize;
+    o->page_blocks = pb > 1 ? pb : 1;
+  }
+  if (dc_readorder_in_order(o, first)) return;
+  if (o->alt >= 0 && first >= o->alt && first <= o->alt + 1) o->next = first;
+  else o->alt = last + 1;
+}
+
+void dc_readorder_at(dc_readorder *o, int64_t b) {
+  if (o->next < 0 || dc_readorder_in_order(o, b)) o->next = b + 1;
+}
+
 int dc_retryable(int transport, long status) {
   if (transport) return 1;
   return status == 408 || status == 429 || (status >= 500 && status <= 599);

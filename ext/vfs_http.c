@@ -147,16 +147,9 @@ static int goes_on(dc_hfile *f, int64_t from, int64_t b) {
   return 1;
 }
 
-/* Where the reader reads in order: rd_next is the block after the last one it read in order; a
-** read of that block, or one page after it (a page between, e.g. a leaf page between two blobs
-** that SQLite had in its own cache, or read before the blob), moves it on.  Reads elsewhere
-** (pages far apart) do not. */
-static int in_order(const dc_hfile *f, int64_t b) {
-  return f->rd_next >= 0 && b >= f->rd_next && b <= f->rd_next + f->page_blocks;
-}
-static void read_at(dc_hfile *f, int64_t b) {
-  if (f->rd_next < 0 || in_order(f, b)) f->rd_next = b + 1;
-}
+/* Where the reader reads in order (dc_readorder, remote_logic.c) */
+static int in_order(const dc_hfile *f, int64_t b) { return dc_readorder_in_order(&f->ro, b); }
+static void read_at(dc_hfile *f, int64_t b) { dc_readorder_at(&f->ro, b); }
 
 /* A read: each block from memory, the disk cache, or fetched.  Missing blocks are fetched
 ** together, one request for the run of missing blocks the read covers; a read that continues
@@ -172,18 +165,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
   }
   int64_t end = off + amt < f->size ? off + amt : f->size;
   int64_t nblocks = (f->size + f->bsize - 1) / f->bsize;
-  if (amt >= 512) {                         /* a page (smaller reads: the header's fields) */
-    int64_t pb = (amt + f->bsize - 1) / f->bsize;
-    f->page_blocks = pb > 1 ? pb : 1;
-  }
-  /* a read that starts where the last read out of order ended: the reader reads on in order
-  ** from there (it moved to a new place: a scan of the next blob, say); a single read out of
-  ** order (a row's leaf page, read before the row's overflow chain that lies before it) leaves
-  ** rd_next where it was */
-  if (!in_order(f, first)) {
-    if (f->rd_alt >= 0 && first >= f->rd_alt && first <= f->rd_alt + 1) f->rd_next = first;
-    else f->rd_alt = last + 1;
-  }
+  dc_readorder_read(&f->ro, first, last, amt, f->bsize);
   /* an announced read begins where the run of pages read one after another that leads to its first
   ** miss begins (its first blocks may be here already: read with the blob before it).  Pages:
   ** reads of 512 bytes or more (the look at the header's change counter at the start of a
@@ -278,7 +260,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       }
       if (e && (pend = dh_pf_take(f, p, e))) {
         f->last_miss = pend - 1;
-        f->rd_next = b;                  /* a stream starts here: the reader reads in order */
+        f->ro.next = b;                  /* a stream starts here: the reader reads in order */
         dh_pf_advance(f, p, pend);
         b--;                             /* block b is in memory now */
         continue;
@@ -493,9 +475,7 @@ static int hv_open(sqlite3_vfs *vfs, const char *zName, sqlite3_file *pf, int fl
   f->mem_slots = slots;
   f->pf_fd = -1;
   f->pf_next = -1;
-  f->rd_next = -1;
-  f->rd_alt = -1;
-  f->page_blocks = 1;
+  dc_readorder_init(&f->ro);
   /* prefetch: max_inflight requests (default 4; 0 or readahead_kb=0: off) of about
   ** readahead_kb / max_inflight each */
   if (ra_kb <= 0) mi = 0;

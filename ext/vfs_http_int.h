@@ -52,11 +52,7 @@ typedef struct dc_hfile {
   int64_t pf_chunk;             /* blocks per prefetch request */
   int64_t pf_next;              /* the block after the last one queued for prefetch */
   int pf_depth;                 /* requests the current stream may have ahead (grows from 2) */
-  int64_t rd_next;              /* the block after the last one the reader read in order (-1:
-                                   none yet): a take there moves the stream on (in_order) */
-  int64_t rd_alt;               /* the block after the last read out of order (-1: none): a read
-                                   that starts there makes it the reader's new place */
-  int64_t page_blocks;          /* blocks a page spans (from the reads: at least 1) */
+  dc_readorder ro;              /* where the reader reads in order (a take there moves the stream on) */
   int pf_detour;                /* a miss outside the live stream left it standing (hf_read) */
   int64_t pf_end;               /* the block after an announced read's end: nothing past it is
                                    fetched ahead (prefetch requests, read-ahead) until the reader

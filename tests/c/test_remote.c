@@ -2,7 +2,7 @@
 ** test_remote.c — the pure logic of the remote-file VFS (ext/remote_logic.c, compiled
 ** in here directly): block range math, retry policy and backoff, throttle, validators,
 ** Content-Range parsing, the in-memory block cache, cache names and the eviction plan,
-** s3:// URLs, and the checks on a range response.
+** s3:// URLs, the checks on a range response, and where a reader reads in order.
 */
 #include "dctest.h"
 #include "../../ext/remote_logic.c"
@@ -34,6 +34,55 @@ static void test_readahead(void) {
   DCT_CHECK(dc_readahead_blocks(40, 16) == 16);
   DCT_CHECK(dc_readahead_blocks(5, 12) == 12);
   DCT_CHECK(dc_readahead_blocks(5, 0) == 1);
+}
+
+/* a whole read through the tracker: blocks first .. last of a page of amt bytes */
+static void ro_page(dc_readorder *o, int64_t first, int64_t last, int64_t amt) {
+  dc_readorder_read(o, first, last, amt, 16384);
+  for (int64_t b = first; b <= last; b++) dc_readorder_at(o, b);
+}
+
+static void test_readorder(void) {
+  dc_readorder o;
+  /* 32 KiB pages of 2 blocks of 16 KiB: a scan of blobs, each row's leaf page lying after the
+  ** row's overflow chain (SQLite reads the leaf page first, then the chain from behind) */
+  dc_readorder_init(&o);
+  DCT_CHECK(!dc_readorder_in_order(&o, 0));               /* nothing read yet */
+  ro_page(&o, 46, 47, 32768);                              /* a chain's first page */
+  ro_page(&o, 48, 49, 32768);                              /* the next: reads on from there */
+  DCT_CHECK(o.next == 50 && o.page_blocks == 2);
+  for (int64_t b = 50; b < 58; b += 2) {
+    DCT_CHECK(dc_readorder_in_order(&o, b));
+    ro_page(&o, b, b + 1, 32768);
+  }
+  DCT_CHECK(o.next == 58);
+  /* the next row's leaf page, past its chain: out of order, the place stays */
+  ro_page(&o, 72, 73, 32768);
+  DCT_CHECK(o.next == 58);
+  /* its chain begins one page after the place (the previous row's leaf page, 58-59, was read
+  ** before its own chain): in order */
+  DCT_CHECK(dc_readorder_in_order(&o, 60));
+  ro_page(&o, 60, 61, 32768);
+  DCT_CHECK(o.next == 62);
+  /* with one block per page only one block between is in order */
+  dc_readorder_init(&o);
+  ro_page(&o, 10, 10, 4096);
+  DCT_CHECK(dc_readorder_in_order(&o, 11) && dc_readorder_in_order(&o, 12) && !dc_readorder_in_order(&o, 13));
+  /* pages far apart: never in order, and the place does not move */
+  dc_readorder_init(&o);
+  ro_page(&o, 100, 100, 4096);
+  ro_page(&o, 500, 500, 4096);
+  ro_page(&o, 900, 900, 4096);
+  ro_page(&o, 300, 300, 4096);
+  DCT_CHECK(o.next == 101 && !dc_readorder_in_order(&o, 301));
+  /* after going elsewhere, two reads one after the other there: the reader's new place */
+  ro_page(&o, 301, 301, 4096);
+  DCT_CHECK(o.next == 302 && dc_readorder_in_order(&o, 302));
+  /* a small read (the header's change counter) does not change the page size */
+  dc_readorder_init(&o);
+  ro_page(&o, 0, 1, 32768);
+  dc_readorder_read(&o, 0, 0, 100, 16384);
+  DCT_CHECK(o.page_blocks == 2);
 }
 
 static void test_retry_policy(void) {
@@ -316,6 +365,7 @@ static void test_known(void) {
 int main(void) {
   DCT_RUN(test_blocks);
   DCT_RUN(test_readahead);
+  DCT_RUN(test_readorder);
   DCT_RUN(test_retry_policy);
   DCT_RUN(test_throttle);
   DCT_RUN(test_validators);
