@@ -6,6 +6,7 @@ never more than max_inflight at once (the VFS's peak counter and nginx's connect
 error during prefetch gives the right answer after retries or a clear error; a file replaced on
 the server under prefetch is an error; a forked child reads correctly; close does not wait for a
 stalled server."""
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -81,6 +82,18 @@ def reset(con):
 # shared=0: every connection reads from the server, not from the blocks an earlier one left in
 # the process's shared cache; 16 KiB blocks: a tile is many blocks
 OPTS = {"block_kb": 16, "readahead_kb": 256, "shared": 0}
+
+
+@contextlib.contextmanager
+def fault_con(faults, **opts):
+    """A connection to the fault server's big.dcdb (OPTS and opts), its counters reset; closed
+    afterwards."""
+    con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, **opts))
+    try:
+        reset(con)
+        yield con
+    finally:
+        con.close()
 
 
 def test_tile_blobs_span_many_blocks(data):
@@ -183,42 +196,38 @@ def fault_offsets(data, tiles):
     return out
 
 
+def mid_tile_faults(data):
+    """fault_offsets of four tiles from the middle of the file on."""
+    n = len(data["tiles"])
+    return fault_offsets(data, range(n // 2, n // 2 + 4))
+
+
 def test_transient_server_errors_under_prefetch(faults, data):
     """500s from the middle of a tile on (the first three such requests): the prefetch requests
     that meet them fail, the reader fetches those blocks itself with retries: the right bytes,
     wherever the fault starts."""
-    n = len(data["tiles"])
     got = []
-    for fb in fault_offsets(data, range(n // 2, n // 2 + 4)):
-        con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=2, retries=4))
-        try:
-            reset(con)
+    for fb in mid_tile_faults(data):
+        with fault_con(faults, max_inflight=2, retries=4) as con:
             faults.count.clear()
             faults.faults["big.dcdb"] = {"from_byte": fb, "fail_first": 3, "status": 500}
             assert con.execute(TILES).fetchall() == data["tiles"]
             got.append(stats(con))
-        finally:
-            con.close()
     assert all(s["prefetch_requests"] > s["prefetch_failed"] >= 1 for s in got), got
 
 
 def test_persistent_server_error_under_prefetch_is_a_clear_error(faults, data):
     """500s from the middle of a tile on, for good: a clear error, soon, wherever the fault starts
     (and in each try a prefetch request has met it first)."""
-    n = len(data["tiles"])
     failed = []
-    for fb in fault_offsets(data, range(n // 2, n // 2 + 4)):
-        con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=4, retries=1))
-        try:
-            reset(con)
+    for fb in mid_tile_faults(data):
+        with fault_con(faults, max_inflight=4, retries=1) as con:
             faults.faults["big.dcdb"] = {"from_byte": fb, "status": 500}
             t = time.monotonic()
             with pytest.raises(sqlite3.Error, match="HTTP 500"):
                 con.execute(TILES).fetchall()
             assert time.monotonic() - t < 60
             failed.append(stats(con)["prefetch_failed"])
-        finally:
-            con.close()
     assert min(failed) >= 1, failed
 
 
@@ -232,9 +241,7 @@ def test_file_replaced_on_the_server_under_prefetch(faults, data):
     for k in range(1, 5):
         raw = bytearray(raw0)
         faults.replace("big.dcdb", bytes(raw))
-        con = deltacells.connect(faults.url("big.dcdb"), remote=dict(OPTS, max_inflight=4))
-        try:
-            reset(con)
+        with fault_con(faults, max_inflight=4) as con:
             cur = con.execute(TILES)
             for i in range(k):
                 assert cur.fetchone() == data["tiles"][i]
@@ -245,8 +252,6 @@ def test_file_replaced_on_the_server_under_prefetch(faults, data):
             s = stats(con)
             assert s["prefetch_requests"] > 0, s
             failed.append(s["prefetch_failed"])
-        finally:
-            con.close()
     assert min(failed) >= 1, failed
 
 
