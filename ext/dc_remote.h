@@ -55,7 +55,6 @@ int dc_parse_content_range(const char *v, int64_t *start, int64_t *end, int64_t 
 /* copy a header value (after "Name:") into out, trimmed of blanks and CR/LF */
 void dc_header_value(const char *v, size_t n, char *out, size_t out_n);
 
-/* --- in-memory cache of blocks (LRU, a fixed number of slots) --------------- */
 /* Where a reader reads in order, which the prefetcher follows (vfs_http.c).  next: the block
 ** after the last one read in order (-1: none yet); a read of that block, or up to one page
 ** after it (a page between: a leaf page between two blobs that SQLite had in its own cache, or
@@ -74,6 +73,7 @@ void dc_readorder_read(dc_readorder *o, int64_t first, int64_t last, int64_t amt
 /* Block b was read (from wherever it came). */
 void dc_readorder_at(dc_readorder *o, int64_t b);
 
+/* --- in-memory cache of blocks (LRU, a fixed number of slots) --------------- */
 typedef struct dc_blockcache dc_blockcache;
 dc_blockcache *dc_blockcache_new(int slots, int64_t bsize);
 void dc_blockcache_free(dc_blockcache *c);

@@ -131,12 +131,8 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
                         int vec, uint32_t c, dc_error *err) {
   size_t raw_len, k;
   const char *why;
-  int nomem = 0;
-  uint8_t *raw = dc_unpack_shared(d, sh, sh_len, 16u << 20, &raw_len, &why, &nomem);
-  if (!raw) {
-    dc_error_set(err, nomem ? DC_ENOMEM : DC_ECORRUPT, "chunk %u: rans tables: %s", c, why);
-    return nomem ? DC_ENOMEM : DC_ECORRUPT;
-  }
+  uint8_t *raw = dc_unpack_shared(d, sh, sh_len, 16u << 20, c, &raw_len, err);
+  if (!raw) return err->code;
   int rc = DC_ECORRUPT;
   const uint8_t *p = raw, *pe = raw + raw_len;
   why = "truncated";

@@ -36,33 +36,35 @@ int dc_decoder_scratch(dc_decoder *d, size_t need, dc_error *err) {
   return DC_OK;
 }
 
-uint8_t *dc_unpack_shared(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint64_t max, size_t *raw_len,
-                          const char **why, int *nomem) {
+uint8_t *dc_unpack_shared(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint64_t max, uint32_t c,
+                          size_t *raw_len, dc_error *err) {
   const uint8_t *end = sh + sh_len;
   uint64_t n;
   size_t k = dc_get_varint(sh, end, &n);
-  *why = "truncated";
-  if (!k) return NULL;
+  const char *why = "truncated";
+  int code = DC_ECORRUPT;
+  uint8_t *raw = NULL;
+  if (!k) goto fail;
   sh += k;
-  *why = "too large";
-  if (n > max) return NULL;
-  *why = "bad zstd frame";
-  if (ZSTD_getFrameContentSize(sh, (size_t)(end - sh)) != n) return NULL;
-  uint8_t *raw = malloc(n ? (size_t)n : 1);
+  why = "too large";
+  if (n > max) goto fail;
+  why = "bad zstd frame";
+  if (ZSTD_getFrameContentSize(sh, (size_t)(end - sh)) != n) goto fail;
+  raw = malloc(n ? (size_t)n : 1);
   if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
   if (!raw || !d->zstd_dctx) {
-    free(raw);
-    *why = "out of memory";
-    *nomem = 1;
-    return NULL;
+    why = "out of memory";
+    code = DC_ENOMEM;
+    goto fail;
   }
   size_t z = ZSTD_decompressDCtx(d->zstd_dctx, raw, (size_t)n, sh, (size_t)(end - sh));
-  if (ZSTD_isError(z) || z != n) {
-    free(raw);
-    return NULL;
-  }
+  if (ZSTD_isError(z) || z != n) goto fail;
   *raw_len = (size_t)n;
   return raw;
+fail:
+  free(raw);
+  dc_error_set(err, code, "chunk %u: rans tables: %s", c, why);
+  return NULL;
 }
 
 /* ------------------------------------------------------------ zstd codec */

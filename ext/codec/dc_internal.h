@@ -66,10 +66,11 @@ static inline uint32_t dc_vbits(uint32_t c) { return c < 8 ? 0 : (c - 8) / 2 + 2
 void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m);
 
 /* The shared section of a rANS tile: varint raw size (at most max), then
-** one zstd frame of it.  Returns a malloc'd copy of the raw bytes in *raw,
-** or NULL with *why set ("out of memory" sets *nomem). */
-uint8_t *dc_unpack_shared(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint64_t max, size_t *raw_len,
-                          const char **why, int *nomem);
+** one zstd frame of it.  Returns a malloc'd copy of the raw bytes (*raw_len
+** of them), or NULL with err set ("chunk C: rans tables: why", DC_ECORRUPT or
+** DC_ENOMEM in err->code). */
+uint8_t *dc_unpack_shared(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint64_t max, uint32_t c,
+                          size_t *raw_len, dc_error *err);
 
 /* ------------------------------------------------------------ byte buffer */
 typedef struct dc_buf {

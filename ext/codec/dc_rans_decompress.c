@@ -48,12 +48,8 @@ static int build_tables(dc_decoder *d, rans_state *s, const uint8_t *sh, size_t 
                         dc_error *err) {
   size_t raw_len, k;
   const char *why;
-  int nomem = 0;
-  uint8_t *raw = dc_unpack_shared(d, sh, sh_len, 64u << 20, &raw_len, &why, &nomem);
-  if (!raw) {
-    dc_error_set(err, nomem ? DC_ENOMEM : DC_ECORRUPT, "chunk %u: rans tables: %s", c, why);
-    return nomem ? DC_ENOMEM : DC_ECORRUPT;
-  }
+  uint8_t *raw = dc_unpack_shared(d, sh, sh_len, 64u << 20, c, &raw_len, err);
+  if (!raw) return err->code;
   int rc = DC_ECORRUPT;
   const uint8_t *p = raw, *pe = raw + raw_len;
   why = "truncated";
