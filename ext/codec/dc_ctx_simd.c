@@ -160,7 +160,7 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
   uint32_t i = 0;
   if (n >= 2 * DC_CTX_LANES) {
     pthread_once(&perm_once, perm_init);
-    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256(), ff = _mm256_set1_epi8(-1);
+    const __m256i m12 = _mm256_set1_epi32(0xfff), zero = _mm256_setzero_si256();
     STATES_LOAD(X, x);
     const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
     for (; i + DC_CTX_LANES <= n; i += DC_CTX_LANES) {
@@ -177,9 +177,8 @@ AVX2 int dc_ctx_pairs_avx2(const void *tabv, const dc_ctx_stream *s, uint32_t n,
       _mm256_storeu_si256((__m256i *)(out + 2 * (size_t)i), a_);
       _mm256_storeu_si256((__m256i *)(out + 2 * (size_t)i) + 1, c_);
       if (s->raw) {                 /* marks (raw symbols to put in): rare, done now */
-        __m256i q_ = _mm256_or_si256(_mm256_cmpeq_epi8(a_, ff), _mm256_cmpeq_epi8(c_, ff));
-        if (!_mm256_testz_si256(q_, q_) && fix64(out + 2 * (size_t)i, marks64(a_, c_), s->raw, s->n_raw, s->n1, s->raw_at))
-          return -1;
+        uint64_t hit = marks64(a_, c_);
+        if (hit && fix64(out + 2 * (size_t)i, hit, s->raw, s->n_raw, s->n1, s->raw_at)) return -1;
       }
     }
     if (s->raw) *s->rounds = i / DC_CTX_LANES;
