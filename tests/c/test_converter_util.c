@@ -94,6 +94,10 @@ static uint64_t sr_rand(void) {
   sr_state ^= sr_state << 17;
   return sr_state;
 }
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
 static void test_sort_row(void) {
   const uint32_t genes[] = {1, 2, 200, 256, 257, 1500, 2048, 6000, 65536, 70000, 1u << 22, (1u << 24) + 3, 4000000000u};
   const uint64_t lens[] = {0, 1, 2, 31, 32, 33, 47, 48, 300, 2047, 2048, 5000};
@@ -105,12 +109,13 @@ static void test_sort_row(void) {
       uint32_t ng = genes[gi];
       uint64_t n = lens[li];
       if (n > ng) continue;
-      /* n distinct genes: a random increasing run, then shuffled */
-      uint64_t k = 0;
-      for (uint64_t g = 0; k < n; g++) {
-        uint64_t left = (uint64_t)ng - g;
-        if (sr_rand() % left < n - k) want[k++] = (uint32_t)g;   /* selection sampling */
-      }
+      /* n distinct genes: a random increasing run (n draws from [0, ng - n] sorted, the k-th
+      ** raised by k: selection sampling walked all ng genes, 4e9 of them for the last), then
+      ** shuffled */
+      uint64_t k;
+      for (k = 0; k < n; k++) ka[k] = sr_rand() % ((uint64_t)ng - n + 1);
+      qsort(ka, n, sizeof *ka, cmp_u64);
+      for (k = 0; k < n; k++) want[k] = (uint32_t)(ka[k] + k);
       for (k = 0; k < n; k++) ix[k] = want[k];
       for (k = n; k > 1; k--) {
         uint64_t j = sr_rand() % k;
