@@ -238,13 +238,14 @@ void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which) {
 
 /* ------------------------------------------------------------ the take */
 
-static void take_low(batch_take *t, int64_t pos, int64_t val) {
+/* The smallest position of a value that does not fit, by compare-and-swap; its value is looked
+** up once the threads are done (batch_run_take): a value stored beside the position could be
+** another thread's, whose later position lost the race (seen under qemu on ARM64: position 56
+** reported with the value of another). */
+static void take_low(batch_take *t, int64_t pos) {
   int64_t cur = __atomic_load_n(&t->bad_pos, __ATOMIC_RELAXED);
-  while (pos < cur)
-    if (__atomic_compare_exchange_n(&t->bad_pos, &cur, pos, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-      __atomic_store_n(&t->bad_val, val, __ATOMIC_RELAXED);   /* the pair may tear only between */
-      return;                                                /* two bad values: both are real */
-    }
+  while (pos < cur && !__atomic_compare_exchange_n(&t->bad_pos, &cur, pos, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
 }
 
 /* one row's values (the stored counts: uint32), converted (-> the first index of a value the
@@ -301,7 +302,7 @@ static void take_block(void *arg, size_t b) {
     if (t->dst_val) {
       const uint32_t *v = (const uint32_t *)rw->val;
       int64_t e = take_row(t->kind, (char *)t->dst_val + (size_t)o * w, v, rw->n_in);
-      if (e >= 0) take_low(t, o + e, (int64_t)v[e]);
+      if (e >= 0) take_low(t, o + e);
     }
   }
 }
@@ -313,5 +314,11 @@ int batch_run_take(dc_pool *pool, batch_take *t) {
   size_t blocks = (size_t)((t->n + ROW_BLOCK - 1) / ROW_BLOCK);
   if (pool && blocks > 1) dc_pool_for(pool, blocks, take_block, t);
   else for (size_t b = 0; b < blocks; b++) take_block(t, b);
-  return t->bad_pos == INT64_MAX ? 0 : -1;
+  if (t->bad_pos == INT64_MAX) return 0;
+  for (int64_t i = 0; i < t->n; i++)           /* the row holding bad_pos: its value there */
+    if (t->bad_pos >= t->off[i] && t->bad_pos - t->off[i] < (int64_t)t->rows[i].n_in) {
+      t->bad_val = ((const uint32_t *)t->rows[i].val)[t->bad_pos - t->off[i]];
+      break;
+    }
+  return -1;
 }
