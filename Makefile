@@ -5,6 +5,8 @@
 #   make fuzz-long   run each fuzz target for FUZZ_SECONDS (default 600) on build/corpus/NAME, seeded
 #                    from tests/fuzz/corpus/NAME (fuzz_obs also from the encoder; findings worth
 #                    keeping go to tests/fuzz/corpus/)
+#   make test-cross  the pure-C core (codec, obs, aggregation) and its C tests built for ARM64 with
+#                    Debian's cross compiler and run under qemu-user (installs them; scripts/cross-test.sh)
 #   make coverage    line and branch coverage of ext/ and converter/ over the C, SQL and Python tests
 #                    (an instrumented copy in build-cov/; scripts/coverage.sh, docs/testing.md)
 PYTHON   ?= /usr/bin/python3
@@ -61,7 +63,7 @@ CONVERTER   := $(BUILD)/deltacells
 EXTENSION_SAN := $(BUILD)/asan/deltacells.so
 CONVERTER_SAN := $(BUILD)/asan/deltacells
 
-.PHONY: all deps test demo clean fuzz fuzz-long sanitize bench benchmark coverage
+.PHONY: all deps test test-cross demo clean fuzz fuzz-long sanitize bench benchmark coverage
 all: $(LIBCORE) $(EXTENSION) $(CONVERTER) $(BENCHES) $(BUILD)/bench_decode_stages $(CTESTS)
 
 deps:
@@ -122,7 +124,7 @@ $(BUILD)/bench_blob_read: bench/bench_blob_read.c
 	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(SQLITE_LIBS)
 $(BUILD)/tests/%: tests/c/%.c tests/c/dctest.h $(LIBCORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
+	$(CC) $(ALLCFLAGS) $(LDFLAGS) -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
 $(BUILD)/asan/tests/%: tests/c/%.c tests/c/dctest.h $(LIBCORE_SAN)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) $(SANFLAGS) -o $@ $< $(LIBCORE_SAN) $(LDLIBS_CORE)
@@ -176,6 +178,10 @@ fuzz-long: $(FUZZERS) $(FUZZ_SQL_DB)
 test: deps
 	@$(MAKE) --no-print-directory all sanitize fuzz
 	@PYTHON=$(PYTHON) bash tests/run_all.sh
+
+# the pure-C core and its C tests built for ARM64 and run under qemu-user (scripts/cross-test.sh)
+test-cross:
+	@bash scripts/cross-test.sh
 
 coverage:
 	@sh scripts/install-deps.sh gcovr
