@@ -110,7 +110,7 @@ $(EXTENSION_SAN): $(EXT_SOBJ) $(LIBCORE_SAN) ext/deltacells.map
 $(CONVERTER_SAN): $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN)
 	$(CC) $(SANFLAGS) -o $@ $(CONV_SOBJ) $(EXT_SCOBJ) $(LIBCORE_SAN) $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(CURL_LIBS) $(LDLIBS_CORE)
 $(BUILD)/bench_%: bench/bench_%.c $(LIBCORE)
-	$(CC) $(ALLCFLAGS) -O3 -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
+	$(CC) $(ALLCFLAGS) -O3 $(LDFLAGS) -o $@ $< $(LIBCORE) $(LDLIBS_CORE)
 # bench_decode with the codec's stage timers (DC_CTX_PROFILE, compiled in only here): it also
 # prints where a decode's time goes (tables and bucket counts, streams, cells).  Only the chunk
 # decoder is compiled again; the linker then takes the rest of the codec from the library.
