@@ -9,7 +9,8 @@
 # arm64 (libzstd-dev:arm64, libxxhash-dev:arm64; dpkg gets the arm64 architecture added).  The
 # tests are linked statically: bookworm's qemu-user (7.2) hangs in pthread_create of a dynamically
 # linked program on this kernel.  Builds into build/cross-aarch64/.  Each test function counts
-# once, as in tests/run_all.sh; the last line is "N passed, N failed, N skipped".
+# once, as in tests/run_all.sh (both count with tests/counting.sh); the last line is
+# "N passed, N failed, N skipped".
 # CROSS_TEST_TIMEOUT (seconds per test binary, default 900): qemu runs them 5-15x slower.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -49,26 +50,17 @@ fi
 declare -A QEMU_CANNOT=(
   [test_pool_fork]="qemu-user 7.2 itself aborts when a forked child of a threaded program starts a thread (assertion in qemu_plugin_vcpu_init_hook); the native and ASan runs of make test cover it"
 )
-pass=0; fail=0; skip=0; failed=(); skips=()
+# shellcheck source=tests/counting.sh
+. tests/counting.sh
 for t in "${tests[@]}"; do
   label="$ARCH/$(basename "$t")"
   why=${QEMU_CANNOT[$(basename "$t")]:-}
   if [ -n "$why" ]; then
-    skip=$((skip + 1)); skips+=("[$label] $why"); echo "[$label] skipped"
+    skip=$((skip + 1)); skip_why+=("[$label] $why"); echo "[$label] skipped"
     continue
   fi
   out=$(timeout "$TIMEOUT" "qemu-$ARCH" "$t" 2>&1); rc=$?
-  p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^skip ' <<<"$out")
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-    f=1
-    [ "$rc" -eq 124 ] && echo "  [$label] timed out after $TIMEOUT s" || echo "  [$label] exit status $rc:"
-    tail -20 <<<"$out"
-  fi
-  grep '^FAIL ' <<<"$out" | sed "s|^|  [$label] |"
-  while IFS= read -r l; do [ -n "$l" ] && skips+=("[$label] ${l#skip }"); done < <(grep '^skip ' <<<"$out")
-  [ "$f" -gt 0 ] && failed+=("$label")
-  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
-  echo "[$label] $p passed, $f failed, $s skipped"
+  count_lines "$out" "$rc" "$label"
 done
 # the reference tile (10,000 cells x 61,497 genes, 23.5 M nonzeros, made by bench_decode) encoded
 # and decoded on 1 and 2 threads, every value compared (bench_decode exits 1 at a mismatch)
@@ -77,12 +69,6 @@ out=$(timeout "$TIMEOUT" "qemu-$ARCH" "$OUT/bench_decode" --threads 1,2 --runs 1
 if [ "$rc" -eq 0 ] && grep -q '^decoder path: scalar' <<<"$out"; then
   pass=$((pass + 1)); echo "[$label] passed"
 else
-  fail=$((fail + 1)); failed+=("$label"); echo "  [$label] exit status $rc:"; tail -20 <<<"$out"
+  fail=$((fail + 1)); failed_names+=("$label"); echo "  [$label] exit status $rc:"; tail -20 <<<"$out"
 fi
-if [ "${#skips[@]}" -gt 0 ]; then
-  echo "skipped:"
-  printf '  %s\n' "${skips[@]}"
-fi
-[ "${#failed[@]}" -gt 0 ] && echo "failed: ${failed[*]}"
-echo "$pass passed, $fail failed, $skip skipped"
-[ "$fail" -eq 0 ]
+finish

@@ -17,19 +17,9 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 PYTHON=${PYTHON:-/usr/bin/python3}
 FUZZ_TEST_SECONDS=${FUZZ_TEST_SECONDS:-20}
-pass=0; fail=0; skip=0; failed_names=(); skip_why=()
+# shellcheck source=tests/counting.sh
+. tests/counting.sh
 log=build/test-logs; mkdir -p "$log"
-
-count_lines() {  # $1 = output of a C test binary or sql/tests/run.sh, $2 = its exit status, $3 = label
-  local out=$1 rc=$2 label=$3 p f s
-  p=$(grep -c '^ok ' <<<"$out"); f=$(grep -c '^FAIL ' <<<"$out"); s=$(grep -c '^skip ' <<<"$out")
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "  [$label] exit status $rc:"; tail -20 <<<"$out"; fi
-  grep '^FAIL ' <<<"$out" | sed "s|^|  [$label] |"
-  while IFS= read -r l; do [ -n "$l" ] && skip_why+=("[$label] ${l#skip }"); done < <(grep '^skip ' <<<"$out")
-  [ "$f" -gt 0 ] && failed_names+=("$label")
-  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
-  echo "[$label] $p passed, $f failed, $s skipped"
-}
 
 count_c() {  # $1 = binary, $2 = label
   local out rc
@@ -197,10 +187,4 @@ else
   fail=$((fail + 1)); failed_names+=("asan build"); echo "FAIL: build/asan/deltacells(.so) or $asan_lib is missing (make sanitize)"
 fi
 
-if [ "${#skip_why[@]}" -gt 0 ]; then
-  echo "skipped (how many: why (where)):"
-  printf '  %s\n' "${skip_why[@]}"
-fi
-[ "${#failed_names[@]}" -gt 0 ] && echo "failed: ${failed_names[*]}"
-echo "$pass passed, $fail failed, $skip skipped"
-[ "$fail" -eq 0 ]
+finish
