@@ -5,8 +5,9 @@
 # is compiled in, so the portable path decodes everything, its GCC vector extensions become NEON,
 # and plain `char` is unsigned.  CI runs it after `make test`.
 #
-# Installs what is missing: gcc-aarch64-linux-gnu, qemu-user, and the core's two libraries for
-# arm64 (libzstd-dev:arm64, libxxhash-dev:arm64; dpkg gets the arm64 architecture added).  The
+# Installs what is missing through scripts/install-deps.sh (the project's packages, and here
+# gcc-aarch64-linux-gnu, qemu-user and the core's two libraries for arm64: libzstd-dev:arm64,
+# libxxhash-dev:arm64; dpkg gets the arm64 architecture added first).  The
 # tests are linked statically: bookworm's qemu-user (7.2) hangs in pthread_create of a dynamically
 # linked program on this kernel.  Builds into build/cross-aarch64/.  Each test function counts
 # once, as in tests/run_all.sh (both count with tests/counting.sh); the last line is
@@ -17,22 +18,15 @@ cd "$(dirname "$0")/.." || exit 1
 ARCH=aarch64 DEB=arm64 TRIPLET=aarch64-linux-gnu
 OUT=build/cross-$ARCH
 TIMEOUT=${CROSS_TEST_TIMEOUT:-900}
-if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+# shellcheck source=tests/counting.sh
+. tests/counting.sh
 
-missing=""
-for p in "gcc-$TRIPLET" qemu-user "libzstd-dev:$DEB" "libxxhash-dev:$DEB"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "installing:$missing"
-  if ! dpkg --print-foreign-architectures | grep -qx "$DEB"; then
-    $SUDO dpkg --add-architecture "$DEB" || { echo "cannot add the $DEB architecture to dpkg"; exit 1; }
-  fi
-  $SUDO apt-get update -qq || { echo "apt-get update failed"; exit 1; }
-  # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null ||
-    { echo "cannot install:$missing"; exit 1; }
+# the arm64 packages need the architecture in dpkg before install-deps.sh's apt-get update
+if ! dpkg --print-foreign-architectures | grep -qx "$DEB"; then
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO dpkg --add-architecture "$DEB" || { echo "cannot add the $DEB architecture to dpkg"; exit 1; }
 fi
+sh scripts/install-deps.sh "gcc-$TRIPLET" qemu-user "libzstd-dev:$DEB" "libxxhash-dev:$DEB" || exit 1
 
 echo "== C tests built for $ARCH ($TRIPLET-gcc, static), run under qemu-$ARCH"
 # pkg-config answers for the target's libraries (the Makefile asks it for libzstd and libxxhash)
@@ -41,8 +35,8 @@ tests=()
 for src in tests/c/test_*.c; do n=$(basename "$src" .c); tests+=("$OUT/tests/$n"); done
 if ! make --no-print-directory -s -j"$(nproc)" BUILD="$OUT" CC="$TRIPLET-gcc" LDFLAGS=-static "${tests[@]}" \
      "$OUT/bench_decode"; then
-  echo "[cross-$ARCH build] FAIL"
-  echo "0 passed, 1 failed, 0 skipped"
+  fail=1; failed_names+=("cross-$ARCH build"); echo "[cross-$ARCH build] FAIL"
+  finish
   exit 1
 fi
 
@@ -50,8 +44,6 @@ fi
 declare -A QEMU_CANNOT=(
   [test_pool_fork]="qemu-user 7.2 itself aborts when a forked child of a threaded program starts a thread (assertion in qemu_plugin_vcpu_init_hook); the native and ASan runs of make test cover it"
 )
-# shellcheck source=tests/counting.sh
-. tests/counting.sh
 for t in "${tests[@]}"; do
   label="$ARCH/$(basename "$t")"
   why=${QEMU_CANNOT[$(basename "$t")]:-}
@@ -69,6 +61,7 @@ out=$(timeout "$TIMEOUT" "qemu-$ARCH" "$OUT/bench_decode" --threads 1,2 --runs 1
 if [ "$rc" -eq 0 ] && grep -q '^decoder path: scalar' <<<"$out"; then
   pass=$((pass + 1)); echo "[$label] passed"
 else
-  fail=$((fail + 1)); failed_names+=("$label"); echo "  [$label] exit status $rc:"; tail -20 <<<"$out"
+  fail=$((fail + 1)); failed_names+=("$label")
+  echo "  [$label] exit status $rc (want 0, and 'decoder path: scalar'):"; tail -20 <<<"$out"
 fi
 finish
