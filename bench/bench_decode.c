@@ -2,7 +2,8 @@
 ** bench_decode.c — size and decode speed of the tile codec.
 **
 **   build/bench_decode [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N]
-**                      [--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--json]
+**                      [--chunks N] [--runs N] [--no-zstd] [--rans-v2]
+**                      [--one-bucket auto|on|off] [--json]
 **
 ** Without --csr it generates the reference tile (10,000 cells x 61,497 genes,
 ** about 23.46 M nonzeros: lognormal gene abundances sigma 2.2, lognormal
@@ -22,7 +23,10 @@
 ** (DC_SIMD=avx512|avx2|scalar forces one; "simd" in the JSON).
 ** With --json the last line is one JSON object.  --cpu times with the calling
 ** thread's CPU time instead of the wall clock (for 1-thread runs on a busy
-** machine; multi-thread numbers are then meaningless).
+** machine; multi-thread numbers are then meaningless).  --one-bucket on|off
+** forces the rans model's one rank bucket on or off (dc_encode_opts
+** .rans_one_bucket; "one_bucket" in the JSON); auto, the default, lets the
+** encoder choose as the converter's does.
 */
 #include "dc_codec.h"
 
@@ -257,6 +261,7 @@ typedef struct {     /* decoded output of every tile */
 } outbufs_t;
 
 static int rans_v2;   /* --rans-v2: the version-2 model (one symbol per step), for comparison */
+static int one_bucket; /* --one-bucket on|off: one rank bucket forced (1) or never (-1); auto 0 */
 static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, encoded_t *e) {
   e->n_tiles = (m->n_cells + TILE_CELLS - 1) / TILE_CELLS;
   if (!e->n_tiles) e->n_tiles = 1;
@@ -271,6 +276,7 @@ static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, en
   o.n_chunks = chunks;
   o.threads = 0;
   o.rans_v2 = rans_v2;
+  o.rans_one_bucket = one_bucket;
   double t0 = now_ms();
   for (uint32_t t = 0; t < e->n_tiles; t++) {
     uint32_t a = t * TILE_CELLS, n = m->n_cells - a < TILE_CELLS ? m->n_cells - a : TILE_CELLS;
@@ -383,13 +389,18 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--runs") && v) { runs = atoi(v) > 0 ? atoi(v) : 1; i++; }
     else if (!strcmp(a, "--no-zstd")) cmp_zstd = 0;
     else if (!strcmp(a, "--rans-v2")) rans_v2 = 1;
+    else if (!strcmp(a, "--one-bucket") && v && (!strcmp(v, "auto") || !strcmp(v, "on") || !strcmp(v, "off"))) {
+      one_bucket = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : 0;
+      i++;
+    }
     else if (!strcmp(a, "--seed") && v) { rng_s = strtoull(v, NULL, 0); i++; }
     else if (!strcmp(a, "--gen-only")) gen_only = 1;
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--cpu")) bench_clock = CLOCK_THREAD_CPUTIME_ID;
     else {
       fprintf(stderr, "usage: %s [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N] "
-                      "[--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--json]\n", argv[0]);
+                      "[--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--one-bucket auto|on|off] [--json]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -546,6 +557,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < n_threads; k++)
       if (threads[k] == 1) printf(",\"decode_1t_over_memset\":%.3f", dec_ms[k] / memset_ms);
     if (n_threads >= 2) printf(",\"speedup_%dt\":%.3f", threads[1], dec_ms[0] / dec_ms[1]);
+    if (one_bucket) printf(",\"one_bucket\":\"%s\"", one_bucket > 0 ? "on" : "off");
     printf(",\"gather_5000_ms\":%.3f", gather_ms);
     if (stages)
       printf(",\"stage_tables_counts_ms\":%.3f,\"stage_streams_ms\":%.3f,\"stage_cells_ms\":%.3f", stage_ms[0],

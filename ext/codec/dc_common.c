@@ -175,6 +175,7 @@ void dc_encode_opts_default(dc_encode_opts *o) {
   o->threads = 0;
   o->rans_v2 = 0;
   o->rans_pairs = 0;
+  o->rans_one_bucket = 0;
 }
 
 void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m) {

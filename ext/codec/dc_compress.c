@@ -126,6 +126,62 @@ static void enc_item(void *v, size_t k, int tid) {
   x->rcs[k] = rc;
 }
 
+/* Encodes every chunk into x->bufs with x->shared; DC_OK or the first chunk's error. */
+static int encode_chunks(enc_ctx *x, dc_pool *pool, dc_error *err) {
+  dc_pool_for_tid(pool, x->n_chunks, enc_item, x);
+  for (uint32_t k = 0; k < x->n_chunks; k++)
+    if (x->rcs[k] != DC_OK) {
+      if (err) *err = x->errs[k];
+      return x->rcs[k];
+    }
+  return DC_OK;
+}
+
+static size_t chunks_len(const dc_buf *bufs, uint32_t nc) {
+  size_t n = 0;
+  for (uint32_t k = 0; k < nc; k++) n += bufs[k].len;
+  return n;
+}
+
+/* rans, a tile of small cells (dc_encode_opts.rans_one_bucket 0): the tile encoded again with
+** one rank bucket, which replaces the encoding in x (model, shared section, chunks) when it
+** is at most DC_CTX_ONE_BUCKET_SLACK larger. */
+static int try_one_bucket(enc_ctx *x, const dc_encode_opts *o, dc_pool *pool, void **model, dc_buf *shared,
+                          dc_error *err) {
+  void *m1 = NULL;
+  dc_buf sh1 = {0};
+  dc_buf *b0 = x->bufs, *b1 = calloc(x->n_chunks, sizeof *b1);
+  if (!b1) {
+    dc_error_set(err, DC_ENOMEM, "encode: out of memory");
+    return DC_ENOMEM;
+  }
+  int rc = dc_ctx_build_model(x->in, o->level, 0, o->rans_pairs, 1, x->first, x->n_chunks, pool, &m1, &sh1, err);
+  if (rc == DC_OK && dc_ctx_model_nrb(m1) < dc_ctx_model_nrb(*model)) {
+    x->bufs = b1;
+    x->shared = m1;
+    rc = encode_chunks(x, pool, err);
+    if (rc == DC_OK && (double)(sh1.len + chunks_len(b1, x->n_chunks)) <=
+                           (1.0 + DC_CTX_ONE_BUCKET_SLACK) * (double)(shared->len + chunks_len(b0, x->n_chunks))) {
+      dc_buf t = *shared;      /* keep the one-bucket encoding; free the other */
+      *shared = sh1;
+      sh1 = t;
+      void *tm = *model;
+      *model = m1;
+      m1 = tm;
+      dc_buf *tb = b0;
+      b0 = b1;
+      b1 = tb;
+    }
+  }
+  x->bufs = b0;
+  x->shared = *model;
+  for (uint32_t k = 0; k < x->n_chunks; k++) dc_buf_free(&b1[k]);
+  free(b1);
+  dc_ctx_free_model(m1);
+  dc_buf_free(&sh1);
+  return rc;
+}
+
 int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
                    uint8_t **out, size_t *out_len, dc_error *err) {
   dc_encode_opts o;
@@ -208,7 +264,8 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     if (!pool) goto oom;
   }
   if (o.codec == DC_CODEC_RANS && nc > 0) {
-    rc = dc_ctx_build_model(in, o.level, o.rans_v2 != 0, o.rans_pairs, x.first, nc, pool, &model, &shared, err);
+    rc = dc_ctx_build_model(in, o.level, o.rans_v2 != 0, o.rans_pairs, !o.rans_v2 && o.rans_one_bucket > 0, x.first,
+                            nc, pool, &model, &shared, err);
     if (rc) goto done;
     x.shared = model;
   } else if (o.codec == DC_CODEC_RANS_V1 && nc > 0) {
@@ -218,13 +275,16 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
   }
 
   if (nc > 0) {
-    dc_pool_for_tid(pool, nc, enc_item, &x);
-    for (uint32_t k = 0; k < nc; k++)
-      if (x.rcs[k] != DC_OK) {
-        rc = x.rcs[k];
-        if (err) *err = x.errs[k];
-        goto done;
-      }
+    rc = encode_chunks(&x, pool, err);
+    if (rc) goto done;
+  }
+  if (o.codec == DC_CODEC_RANS && nc > 0 && !o.rans_v2 && o.rans_one_bucket == 0) {
+    uint32_t nonempty = 0;
+    for (uint32_t i = 0; i < in->n_cells; i++) nonempty += in->indptr[i + 1] > in->indptr[i];
+    if (nnz < (uint64_t)DC_CTX_ONE_BUCKET_NNZ * nonempty) {
+      rc = try_one_bucket(&x, &o, pool, &model, &shared, err);
+      if (rc) goto done;
+    }
   }
 
   /* header */

@@ -5,7 +5,8 @@
 ** design looks like this, with measurements, in docs/codec-design.md.
 **
 ** Model.  A gene's *rank bucket* is 0 for genes below 2^s (s = the model's
-** shift) and floor(log2 gene) - s + 1 above.  Each chunk stores, per cell, how
+** shift: 4, or in a tile of small cells where it pays the smallest that puts
+** every gene in bucket 0, dc_tile_encode) and floor(log2 gene) - s + 1 above.  Each chunk stores, per cell, how
 ** many of its nonzeros fall in each rank bucket, so every nonzero's context =
 ** (cell-size bucket of its cell, rank bucket of its gene) is known before its
 ** symbol is decoded.  The symbols of one context form one order-0 stream,
@@ -173,8 +174,17 @@ int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_t na,
 /* first[0..n_chunks]: the chunks' cell boundaries (pairs are counted per chunk, as coded);
 ** v2: 1 writes the version-2 model (one symbol per step everywhere, tile version 2); pairs: 0
 ** pair contexts where they pay, 1 wherever possible, -1 none (dc_encode_opts) */
-int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uint32_t *first, uint32_t n_chunks,
-                       dc_pool *pool, void **model, dc_buf *shared, dc_error *err);
+/* one_bucket: 1 puts every gene in rank bucket 0 (the shift the smallest, from 4, that holds
+** the tile's genes, at most 16), 0 the shift 4 */
+int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, int one_bucket, const uint32_t *first,
+                       uint32_t n_chunks, dc_pool *pool, void **model, dc_buf *shared, dc_error *err);
+uint32_t dc_ctx_model_nrb(const void *model);      /* a built model's rank buckets */
+/* dc_tile_encode's default (dc_encode_opts.rans_one_bucket 0): a tile whose nonempty cells
+** hold fewer than ONE_BUCKET_NNZ nonzeros on average is also encoded with one rank bucket,
+** and that encoding kept when it is at most ONE_BUCKET_SLACK larger (docs/codec-design.md:
+** scanpy_10x10k_subset, 69 nonzeros per cell, 2.7% larger and decoded in 0.88x the time) */
+#define DC_CTX_ONE_BUCKET_NNZ   256u
+#define DC_CTX_ONE_BUCKET_SLACK 0.03
 int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err);
 void dc_ctx_free_model(void *model);
 /* One of: out (decode into a tile's arrays), pl (place each cell, dc_chunk_place), nnz

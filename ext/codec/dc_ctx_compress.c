@@ -200,8 +200,10 @@ static double pair_table(const uint64_t *pc, uint32_t K, uint64_t T, uint64_t *c
 ** than its dataset's size bound (issue 9: 1.25 x (expression + obs) + 256 KiB). */
 #define PAIR_SLACK 0.015
 
-int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uint32_t *first, uint32_t n_chunks,
-                       dc_pool *pool, void **model, dc_buf *shared, dc_error *err) {
+uint32_t dc_ctx_model_nrb(const void *model) { return ((const ctx_model *)model)->m.nrb; }
+
+int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, int one_bucket, const uint32_t *first,
+                       uint32_t n_chunks, dc_pool *pool, void **model, dc_buf *shared, dc_error *err) {
   *model = NULL;
   ctx_model *cm = calloc(1, sizeof *cm);
   uint64_t *cx = NULL, *key = NULL, *sc = NULL, **ppart = NULL, *pcn = NULL;
@@ -250,6 +252,7 @@ int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, const uin
     }
   }
   m->shift = 4;
+  while (one_bucket && m->shift < 16 && m->n_local > (1u << m->shift)) m->shift++;
   m->nrb = dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1;
   m->n_ctx = m->nq * m->nrb;
 

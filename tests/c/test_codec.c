@@ -4,23 +4,31 @@
 */
 #include "dctest.h"
 #include "dc_testutil.h"
+#include "dc_ctx.h"          /* DC_CTX_ONE_BUCKET_*: the default's choice, tested below */
 
-/* The codecs, and two variants of rans: pairs of symbols in every context that can have them
+/* The codecs, and four variants of rans: pairs of symbols in every context that can have them
 ** (dc_encode_opts.rans_pairs = 1: the default codes pairs only where they pay, so small random
 ** tiles would meet few), and the version-2 model (tile version 2, one symbol per step), which
-** datasets written before tile version 3 hold. */
+** datasets written before tile version 3 hold; and one rank bucket forced on
+** (dc_encode_opts.rans_one_bucket = 1: the default takes it only for small cells, where it
+** pays) and off (-1: random test tiles have small cells, and would mostly get one bucket). */
 #define RANS_PAIRS (0x100 | DC_CODEC_RANS)
 #define RANS_V2 (0x200 | DC_CODEC_RANS)
-static const int codecs[] = {DC_CODEC_RANS, RANS_PAIRS, RANS_V2, DC_CODEC_ZSTD, DC_CODEC_RANS_V1};
+#define RANS_ONE (0x300 | DC_CODEC_RANS)
+#define RANS_RANK (0x400 | DC_CODEC_RANS)
+static const int codecs[] = {DC_CODEC_RANS, RANS_PAIRS, RANS_V2, RANS_ONE, RANS_RANK, DC_CODEC_ZSTD,
+                             DC_CODEC_RANS_V1};
 #define N_CODECS (sizeof codecs / sizeof codecs[0])
 
 static void set_codec(dc_encode_opts *o, int c) {
   o->codec = c & 0xff;
   o->rans_pairs = c == RANS_PAIRS;
   o->rans_v2 = c == RANS_V2;
+  o->rans_one_bucket = c == RANS_ONE ? 1 : c == RANS_RANK ? -1 : 0;
 }
 static const char *cname(int c) {
-  return c == RANS_PAIRS ? "rans (pairs everywhere)" : c == RANS_V2 ? "rans (version 2)" : dc_codec_name(c);
+  return c == RANS_PAIRS ? "rans (pairs everywhere)" : c == RANS_V2 ? "rans (version 2)"
+         : c == RANS_ONE ? "rans (one rank bucket)" : c == RANS_RANK ? "rans (rank buckets)" : dc_codec_name(c);
 }
 static int level_for(int codec, int variant) {
   if (codec == DC_CODEC_ZSTD) return variant ? 19 : 3;
@@ -746,6 +754,80 @@ static void test_tile_versions(void) {
   dct_mat_free(&m);
 }
 
+/* Cells of a head and a tail: each of the genes below H nonzero with probability 0.7 (counts
+** 1..20), then T genes drawn uniformly above H (count 1). */
+static void mat_head_tail(dct_mat *m, uint64_t s, uint32_t cells, uint32_t genes, uint32_t H, uint32_t T) {
+  memset(m, 0, sizeof *m);
+  m->n_cells = cells;
+  m->n_genes = genes;
+  m->indptr = malloc(((size_t)cells + 1) * 8);
+  m->indices = malloc((size_t)cells * (H + T) * 4 + 4);
+  m->data = malloc((size_t)cells * (H + T) * 4 + 4);
+  uint8_t *on = calloc(genes, 1);
+  DCT_CHECK(m->indptr && m->indices && m->data && on);
+  if (!m->indptr || !m->indices || !m->data || !on) exit(1);
+  uint64_t k = 0;
+  m->indptr[0] = 0;
+  for (uint32_t i = 0; i < cells; i++) {
+    for (uint32_t g = 0; g < H; g++) on[g] = dct_unif(&s) < 0.7;
+    for (uint32_t t = 0; t < T; t++) on[H + dct_rng(&s) % (genes - H)] = 1;
+    for (uint32_t g = 0; g < genes; g++)
+      if (on[g]) {
+        m->indices[k] = g;
+        m->data[k++] = g < H ? 1 + (uint32_t)(dct_rng(&s) % 20) : 1;
+        on[g] = 0;
+      }
+    m->indptr[i + 1] = k;
+  }
+  free(on);
+}
+
+/* The default's choice of one rank bucket: a tile whose nonempty cells average fewer than
+** DC_CTX_ONE_BUCKET_NNZ nonzeros gets, byte for byte, the one-bucket encoding when that is at
+** most DC_CTX_ONE_BUCKET_SLACK larger than the rank-bucket one, and the rank-bucket one
+** otherwise; a tile of larger cells gets the rank-bucket one without a second encoding.  The
+** tiles below include both outcomes of the comparison. */
+static void test_rans_one_bucket(void) {
+  int took[2] = {0, 0};      /* small-cell tiles that kept rank buckets, took one */
+  for (int t = 0; t < 5; t++) {
+    dct_mat m;
+    if (t < 2) DCT_CHECK(dct_mat_random(&m, 40 + (uint64_t)t, 1000, 1000 + 3000 * (uint32_t)t, 0.9, t, 0.05, 0.0) == 0);
+    else if (t < 4) mat_head_tail(&m, 3, 3000, 40000, t == 2 ? 16 : 256, 40);   /* one bucket pays; not */
+    else mat_head_tail(&m, 5, 500, 40000, 512, 40);                               /* large cells */
+    dc_csr in = dct_csr(&m);
+    uint32_t nonempty = 0;
+    for (uint32_t i = 0; i < m.n_cells; i++) nonempty += m.indptr[i + 1] > m.indptr[i];
+    int small = m.indptr[m.n_cells] < (uint64_t)DC_CTX_ONE_BUCKET_NNZ * nonempty;
+    DCT_CHECKF(small == (t < 4), "tile %d: %llu nonzeros in %u cells", t, (unsigned long long)m.indptr[m.n_cells],
+               nonempty);
+    uint8_t *buf[3] = {NULL, NULL, NULL};
+    size_t len[3] = {0, 0, 0};
+    for (int v = 0; v < 3; v++) {            /* forced off, forced on, the default */
+      dc_encode_opts o;
+      dc_encode_opts_default(&o);
+      o.rans_one_bucket = v == 0 ? -1 : v == 1 ? 1 : 0;
+      dc_error err;
+      DCT_CHECKF(dc_tile_encode(&in, &o, &buf[v], &len[v], &err) == DC_OK, "encode: %s", err.msg);
+      dct_dec d;
+      DCT_CHECK(buf[v] && dct_decode(buf[v], len[v], 0, &d, &err) == DC_OK);
+      if (buf[v]) {
+        DCT_CHECK(dct_same(&m, &d, 0));
+        dct_dec_free(&d);
+      }
+    }
+    DCT_CHECK(len[0] != len[1] || memcmp(buf[0], buf[1], len[0]));
+    int one = small && (double)len[1] <= (1.0 + DC_CTX_ONE_BUCKET_SLACK) * (double)len[0];
+    if (small) took[one]++;
+    DCT_CHECKF(len[2] == len[one] && !memcmp(buf[2], buf[one], len[2]),
+               "tile %d: the default is not the %s encoding (%zu / %zu / %zu bytes)", t,
+               one ? "one-bucket" : "rank-bucket", len[0], len[1], len[2]);
+    for (int v = 0; v < 3; v++) free(buf[v]);
+    dct_mat_free(&m);
+  }
+  DCT_CHECKF(took[0] >= 1 && took[1] >= 1, "small-cell tiles that kept rank buckets %d, took one %d", took[0],
+             took[1]);
+}
+
 /* a tile whose rans tables are corrupt: every chunk fails, also when one
 ** decoder sees them again (the tables must not be cached half-built) */
 static void test_rans_bad_tables(void) {
@@ -801,6 +883,7 @@ int main(void) {
   DCT_RUN(test_checksum);
   DCT_RUN(test_pool_for);
   DCT_RUN(test_roundtrip_random);
+  DCT_RUN(test_rans_one_bucket);
   DCT_RUN(test_roundtrip_large);
   DCT_RUN(test_edge_cases);
   DCT_RUN(test_indptr_window);

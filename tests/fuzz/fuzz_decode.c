@@ -147,6 +147,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* rans: the default model, pairs in every context, the version-2 model, no pairs */
     o.rans_pairs = b[5] >> 6 == 1 ? 1 : b[5] >> 6 == 3 ? -1 : 0;
     o.rans_v2 = b[5] >> 6 == 2;
+    /* and one rank bucket as the default chooses it, forced on, forced off */
+    o.rans_one_bucket = (b[5] >> 2 & 3) == 1 ? 1 : (b[5] >> 2 & 3) == 2 ? -1 : 0;
     dc_error err;
     int rc = dc_tile_encode(&in, &o, &t->tile, &t->len, &err);
     if (rc == DC_EUNSUPPORTED) t->unsupported = 1;   /* codec not in this build */
