@@ -6,7 +6,8 @@
 **
 ** Model.  A gene's *rank bucket* is 0 for genes below 2^s (s = the model's
 ** shift: 4, or in a tile of small cells where it pays the smallest that puts
-** every gene in bucket 0, dc_tile_encode) and floor(log2 gene) - s + 1 above.  Each chunk stores, per cell, how
+** every gene in bucket 0, dc_tile_encode) and floor(log2 gene) - s + 1
+** above.  Each chunk stores, per cell, how
 ** many of its nonzeros fall in each rank bucket, so every nonzero's context =
 ** (cell-size bucket of its cell, rank bucket of its gene) is known before its
 ** symbol is decoded.  The symbols of one context form one order-0 stream,
@@ -182,7 +183,8 @@ uint32_t dc_ctx_model_nrb(const void *model);      /* a built model's rank bucke
 /* dc_tile_encode's default (dc_encode_opts.rans_one_bucket 0): a tile whose nonempty cells
 ** hold fewer than ONE_BUCKET_NNZ nonzeros on average is also encoded with one rank bucket,
 ** and that encoding kept when it is at most ONE_BUCKET_SLACK larger (docs/codec-design.md:
-** scanpy_10x10k_subset, 69 nonzeros per cell, 2.7% larger and decoded in 0.88x the time) */
+** scanpy_10x10k_subset, 69 nonzeros per cell: 2.7% larger, decoded in 0.87x the time on
+** the AVX2 path and 0.94x on the portable one) */
 #define DC_CTX_ONE_BUCKET_NNZ   256u
 #define DC_CTX_ONE_BUCKET_SLACK 0.03
 int dc_ctx_encode_chunk(const dc_chunk_in *c, int level, const void *model, dc_buf *out, dc_error *err);
