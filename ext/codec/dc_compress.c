@@ -148,6 +148,7 @@ static size_t chunks_len(const dc_buf *bufs, uint32_t nc) {
 ** is at most DC_CTX_ONE_BUCKET_SLACK larger. */
 static int try_one_bucket(enc_ctx *x, const dc_encode_opts *o, dc_pool *pool, void **model, dc_buf *shared,
                           dc_error *err) {
+  if (dc_ctx_model_nrb(*model) == 1) return DC_OK;   /* already one bucket (at most 16 genes) */
   void *m1 = NULL;
   dc_buf sh1 = {0};
   dc_buf *b0 = x->bufs, *b1 = calloc(x->n_chunks, sizeof *b1);
@@ -156,7 +157,7 @@ static int try_one_bucket(enc_ctx *x, const dc_encode_opts *o, dc_pool *pool, vo
     return DC_ENOMEM;
   }
   int rc = dc_ctx_build_model(x->in, o->level, 0, o->rans_pairs, 1, x->first, x->n_chunks, pool, &m1, &sh1, err);
-  if (rc == DC_OK && dc_ctx_model_nrb(m1) < dc_ctx_model_nrb(*model)) {
+  if (rc == DC_OK) {
     x->bufs = b1;
     x->shared = m1;
     rc = encode_chunks(x, pool, err);
@@ -205,7 +206,9 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     dc_error_set(err, DC_EARG, "encode: NULL indptr");
     return DC_EARG;
   }
+  uint32_t nonempty = 0;                      /* cells with a nonzero */
   for (uint32_t i = 0; i < in->n_cells; i++) {
+    nonempty += in->indptr[i + 1] > in->indptr[i];
     if (in->indptr[i + 1] < in->indptr[i]) {
       dc_error_set(err, DC_EARG, "encode: indptr decreases at cell %u", i);
       return DC_EARG;
@@ -278,13 +281,10 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     rc = encode_chunks(&x, pool, err);
     if (rc) goto done;
   }
-  if (o.codec == DC_CODEC_RANS && nc > 0 && !o.rans_v2 && o.rans_one_bucket == 0) {
-    uint32_t nonempty = 0;
-    for (uint32_t i = 0; i < in->n_cells; i++) nonempty += in->indptr[i + 1] > in->indptr[i];
-    if (nnz < (uint64_t)DC_CTX_ONE_BUCKET_NNZ * nonempty) {
-      rc = try_one_bucket(&x, &o, pool, &model, &shared, err);
-      if (rc) goto done;
-    }
+  if (o.codec == DC_CODEC_RANS && nc > 0 && !o.rans_v2 && o.rans_one_bucket == 0 &&
+      nnz < (uint64_t)DC_CTX_ONE_BUCKET_NNZ * nonempty) {
+    rc = try_one_bucket(&x, &o, pool, &model, &shared, err);
+    if (rc) goto done;
   }
 
   /* header */
