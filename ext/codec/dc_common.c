@@ -178,6 +178,43 @@ void dc_encode_opts_default(dc_encode_opts *o) {
   o->rans_one_bucket = 0;
 }
 
+/* Fixing the sum moves one slot at a time to (or from) the symbol where that costs least: the
+** largest v below, the lower index on ties.  The direction never changes (the sum moves by one
+** towards m).  A symbol's v only falls when it gets (loses) a slot, so a heap of the candidates
+** makes the same choices as a scan per slot, at log n instead of n (the scan was 7% of encoding
+** a real file: a pair context has up to 1,157 codes and many slots to move). */
+#define NF_HEAP_MAX 2048u
+static inline double nf_val(const uint64_t *c, const uint32_t *f, uint32_t i, int down) {
+  return down ? (double)f[i] / (double)(c[i] + 1) : (double)c[i] / (double)f[i];
+}
+static inline int nf_above(const double *v, uint32_t a, uint32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); }
+static void nf_sift(uint32_t *h, uint32_t k, uint32_t n, const double *v) {
+  for (;;) {
+    uint32_t l = 2 * k + 1, b = k;
+    if (l < n && nf_above(v, h[l], h[b])) b = l;
+    if (l + 1 < n && nf_above(v, h[l + 1], h[b])) b = l + 1;
+    if (b == k) return;
+    uint32_t t = h[k];
+    h[k] = h[b];
+    h[b] = t;
+    k = b;
+  }
+}
+static void nf_fix_heap(const uint64_t *c, uint32_t *f, uint32_t n, int down, uint32_t steps) {
+  double v[NF_HEAP_MAX];
+  uint32_t h[NF_HEAP_MAX], k = 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (!down || f[i] > 1) { v[i] = nf_val(c, f, i, down); h[k++] = i; }
+  for (uint32_t i = k / 2; i-- > 0;) nf_sift(h, i, k, v);
+  while (steps-- && k) {       /* k > 0 while n <= m: the slots to take are on symbols above 1 */
+    uint32_t b = h[0];
+    f[b] += down ? -1u : 1u;
+    if (down && f[b] <= 1) h[0] = h[--k];
+    else v[b] = nf_val(c, f, b, down);
+    nf_sift(h, 0, k, v);
+  }
+}
+
 void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m) {
   uint64_t s = 0;
   for (uint32_t i = 0; i < n; i++) s += c[i];
@@ -188,15 +225,19 @@ void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m) 
     tot += f[i];
   }
   /* fix the sum: cost change per slot ~ c / f */
-  while (tot != (int64_t)m) {
+  if (tot == (int64_t)m) return;
+  int down = tot > (int64_t)m;
+  uint32_t steps = (uint32_t)(down ? tot - (int64_t)m : (int64_t)m - tot);
+  if (n <= NF_HEAP_MAX) { nf_fix_heap(c, f, n, down, steps); return; }
+  while (steps--) {
     uint32_t best = 0;
     double bestv = -1;
     for (uint32_t i = 0; i < n; i++) {
-      if (tot > (int64_t)m && f[i] <= 1) continue;
-      double v = tot > (int64_t)m ? (double)f[i] / (double)(c[i] + 1) : (double)c[i] / (double)f[i];
+      if (down && f[i] <= 1) continue;
+      double v = nf_val(c, f, i, down);
       if (v > bestv) { bestv = v; best = i; }
     }
-    if (tot > (int64_t)m) { f[best]--; tot--; } else { f[best]++; tot++; }
+    f[best] += down ? -1u : 1u;
   }
 }
 

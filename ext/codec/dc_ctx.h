@@ -41,6 +41,17 @@
 #define DC_CTX_PREC      12u
 #define DC_CTX_M         (1u << DC_CTX_PREC)
 #define DC_CTX_L         (1u << 16)      /* states live in [L, 2^32) */
+
+/* The encoder divides a state x by a frequency f (1 <= f <= M) with x < f << 20 (below
+** ((L >> PREC) << 16) f, after renormalisation).  With r = ceil(2^44 / f) = (2^44 + e) / f,
+** 0 <= e < f: x r / 2^44 = x / f + x e / (f 2^44), and x e < f^2 2^20 <= 2^44, so the error
+** stays under 1 / f, less than the distance from x / f up to the next integer:
+** (x r) >> 44 = floor(x / f) exactly.  x r < 2^64: x <= f 2^20 - 1 gives
+** x r <= 2^64 + 2^20 e - (2^44 + e) / f, and e f < 2^24.  A multiplication instead of a division
+** (test_codec checks every f). */
+#define DC_CTX_RCP_SHIFT 44u
+static inline uint64_t dc_ctx_rcp(uint32_t f) { return (((uint64_t)1 << DC_CTX_RCP_SHIFT) + f - 1) / f; }
+static inline uint32_t dc_ctx_rcp_div(uint32_t x, uint64_t r) { return (uint32_t)(((uint64_t)x * r) >> DC_CTX_RCP_SHIFT); }
 #define DC_CTX_LANES     32u
 #define DC_CTX_MAXSYM    255u            /* coded symbols per context; index 255.. never used */
 #define DC_CTX_NCODES    66u             /* value codes 0..65 cover 0 .. 2^32-1 (see dc_vcode) */

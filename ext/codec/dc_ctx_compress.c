@@ -27,6 +27,7 @@ typedef struct ctx_model {
   uint16_t (*fs)[256][2];            /* n_ctx x 256: frequency, start (index nsym = escape) */
   uint16_t *nsym;                    /* n_ctx: coded symbols (0 = unused context) */
   uint32_t *loc;                     /* with a gene map: gene -> local id (n_genes) */
+  uint64_t *rcp;                     /* 0..M: the coder's reciprocals, dc_ctx_rcp */
 } ctx_model;
 
 void dc_ctx_free_model(void *model) {
@@ -39,6 +40,7 @@ void dc_ctx_free_model(void *model) {
   free(cm->pk);
   free(cm->rk);
   free(cm->pfs);
+  free(cm->rcp);
   free(cm);
 }
 
@@ -271,14 +273,17 @@ int dc_ctx_build_model(const dc_csr *in, int level, int v2, int pairs, int one_b
   ids = malloc(257 * sizeof *ids);
   sc = calloc((size_t)m->n_ctx * 256, sizeof *sc);
   cm->pk = calloc(m->n_ctx, 1);
+  cm->rcp = malloc((DC_CTX_M + 1) * sizeof *cm->rcp);
   cm->rk = calloc(m->n_ctx, sizeof *cm->rk);
   cm->pfs = v2 ? NULL : calloc(m->n_ctx, sizeof *cm->pfs);
   pcn = malloc(NPC * sizeof *pcn);
   pci = malloc(NPC * sizeof *pci);
   pcf = malloc(NPC * sizeof *pcf);
   if (!part || !cut || !cx || !cm->six || !cm->fs || !cm->nsym || !key || !f || !ids || !sc || !cm->pk ||
-      !cm->rk || (!v2 && !cm->pfs) || !pcn || !pci || !pcf)
+      !cm->rcp || !cm->rk || (!v2 && !cm->pfs) || !pcn || !pci || !pcf)
     goto done;
+  cm->rcp[0] = 0;                            /* a frequency of 0 is never coded */
+  for (uint32_t fr = 1; fr <= DC_CTX_M; fr++) cm->rcp[fr] = dc_ctx_rcp(fr);
   for (uint32_t p = 0; p < n_parts; p++)
     if (!(part[p] = calloc((size_t)m->n_ctx * NIDX, sizeof **part))) goto done;
   cut[0] = 0;
@@ -461,33 +466,34 @@ done:
 }
 
 /* ------------------------------------------------------------ chunks */
+/* The mantissa bits, least significant first, 32 at a time into room reserved per cell
+** (MANT_MAX bytes per nonzero at most): no call per byte. */
 typedef struct bitw {
-  dc_buf *b;
+  uint8_t *p;
   uint64_t acc;
   uint32_t n;
 } bitw;
-static inline void bit_put(bitw *w, uint64_t v, uint32_t nb) {   /* nb <= 32 */
+#define MANT_MAX 9u          /* an escape's 13 bits, a gap's up to 29 and a count's up to 30 */
+static inline void bit_put(bitw *w, uint64_t v, uint32_t nb) {   /* nb <= 32, v < 2^nb */
   w->acc |= v << w->n;
   w->n += nb;
-  while (w->n >= 8) {
-    uint8_t byte = (uint8_t)w->acc;
-    dc_buf_put(w->b, &byte, 1);
-    w->acc >>= 8;
-    w->n -= 8;
+  if (w->n >= 32) {
+    dc_wr32(w->p, (uint32_t)w->acc);
+    w->p += 4;
+    w->acc >>= 32;
+    w->n -= 32;
   }
 }
 
 /* Words of a stream in reverse read order. */
 typedef struct wstack { uint16_t *w; size_t n, cap; } wstack;
-static inline int wpush(wstack *s, uint16_t v) {
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 1024;
-    uint16_t *w = realloc(s->w, cap * sizeof *w);
-    if (!w) return -1;
-    s->w = w;
-    s->cap = cap;
-  }
-  s->w[s->n++] = v;
+static int wreserve(wstack *s, size_t n) {   /* room for n words (s->n is 0) */
+  if (n <= s->cap) return 0;
+  size_t cap = s->cap ? s->cap : 1024;
+  while (cap < n) cap *= 2;
+  free(s->w);
+  if (!(s->w = malloc(cap * sizeof *s->w))) { s->cap = 0; return -1; }
+  s->cap = cap;
   return 0;
 }
 
@@ -521,10 +527,12 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
   }
   for (uint32_t x = 0, o = 0; x < nx; x++) { at[x] = o; o += (uint32_t)nper[x]; }
   /* pass 2: symbol indices grouped by context; mantissa bits in nonzero order */
-  bitw bw = {&mant, 0, 0};
+  bitw bw = {NULL, 0, 0};
   for (uint32_t i = 0; i < ch->n_cells; i++) {
     uint64_t s = ch->indptr[i], t = ch->indptr[i + 1];
     uint32_t q = dc_ctx_q(m, t - s);
+    if (dc_buf_reserve(&mant, (t - s) * MANT_MAX + 8)) goto oom;
+    bw.p = mant.p + mant.len;
     FOR_NZ(m, cm->loc, q, ch->indices, ch->data, s, t, {
       if (!cm->nsym[Z->ctx]) goto oom;                       /* cannot happen: the model saw it */
       uint32_t k = cm->six[(size_t)Z->ctx * NIDX + Z->id];
@@ -537,8 +545,11 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
       bit_put(&bw, Z->gx, Z->gb);
       bit_put(&bw, Z->cx, Z->cb);
     });
+    mant.len = (size_t)(bw.p - mant.p);
   }
-  if (bw.n) bit_put(&bw, 0, 8 - bw.n);
+  if (dc_buf_reserve(&mant, 4)) goto oom;
+  for (bw.p = mant.p + mant.len; bw.n; bw.n = bw.n > 8 ? bw.n - 8 : 0, bw.acc >>= 8) *bw.p++ = (uint8_t)bw.acc;
+  mant.len = (size_t)(bw.p - mant.p);
   dc_buf_put(&mant, (uint8_t[8]){0}, 8);                     /* read-ahead room for the decoder */
 
   /* pass 3: each context's stream, coded backwards; a pair context (version 3) codes the pairs
@@ -566,19 +577,29 @@ int dc_ctx_encode_chunk(const dc_chunk_in *ch, int level, const void *model, dc_
     }
     uint32_t st[DC_CTX_LANES];
     for (uint32_t l = 0; l < DC_CTX_LANES; l++) st[l] = DC_CTX_L;
-    for (uint32_t g = 0; g < 4; g++) ws[g].n = 0;
+    /* a lane group's words: at most one per step of its 8 lanes, room made first, so that the
+    ** renormalisation (taken about half the time) writes its word whether taken or not and
+    ** keeps it by moving the pointer: no branch to mispredict */
+    size_t gmax = ((size_t)steps / DC_CTX_LANES + 1) * 8 + 1;
+    uint16_t *wp[4];
+    for (uint32_t g = 0; g < 4; g++) {
+      if (wreserve(&ws[g], gmax)) goto oom;
+      wp[g] = ws[g].w;
+    }
     const uint16_t (*fs)[2] = K ? (const uint16_t (*)[2])cm->pfs[x] : (const uint16_t (*)[2])cm->fs[x];
+    const uint64_t *rcp = cm->rcp;
     for (uint32_t i = steps; i-- > 0;) {
       uint32_t sv = K ? pcode[i] : sy[i];
       uint32_t l = i % DC_CTX_LANES, fr = fs[sv][0], start = fs[sv][1];
       uint32_t xs = st[l];
-      uint32_t xmax = fr << 20;                               /* ((L >> PREC) << 16) * f */
-      if (xs >= xmax) {
-        if (wpush(&ws[l / 8], (uint16_t)xs)) goto oom;        /* lane group l/8's stream */
-        xs >>= 16;
-      }
-      st[l] = ((xs / fr) << DC_CTX_PREC) + xs % fr + start;
+      uint32_t r = xs >= fr << 20;                            /* xmax = ((L >> PREC) << 16) * f */
+      *wp[l / 8] = (uint16_t)xs;                              /* lane group l/8's stream */
+      wp[l / 8] += r;
+      xs >>= r << 4;
+      uint32_t qt = dc_ctx_rcp_div(xs, rcp[fr]);
+      st[l] = (qt << DC_CTX_PREC) + (xs - qt * fr) + start;
     }
+    for (uint32_t g = 0; g < 4; g++) ws[g].n = (size_t)(wp[g] - ws[g].w);
     size_t before = streams.len;
     uint32_t k = steps < DC_CTX_LANES ? steps : DC_CTX_LANES;
     for (uint32_t l = 0; l < k; l++) {

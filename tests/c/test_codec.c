@@ -860,6 +860,109 @@ static void test_rans_bad_tables(void) {
   dct_mat_free(&m);
 }
 
+/* The encoder's division by a frequency as a multiplication (dc_ctx_rcp): floor(x / f) for
+** every f of the coder and every state it divides (x < f << 20): each f at both ends, around
+** multiples of f (where a rounding error would show first) up to the top, and at random. */
+static void test_rcp_div(void) {
+  uint64_t rs = 42;
+  uint32_t bad = 0, bad_f = 0, bad_x = 0;
+  for (uint32_t f = 1; f <= DC_CTX_M; f++) {
+    uint64_t r = dc_ctx_rcp(f), top = (uint64_t)f << 20;
+    uint64_t xs[64];
+    uint32_t n = 0;
+    xs[n++] = 0;
+    xs[n++] = 1;
+    xs[n++] = top - 1;
+    for (uint64_t k = 1; k < 8; k++) {              /* k f - 1, k f near the bottom and the top */
+      xs[n++] = k * f - 1;
+      xs[n++] = k * f;
+      xs[n++] = top - k * f;
+      xs[n++] = top - k * f - 1;
+    }
+    while (n < 64) xs[n++] = dct_rng(&rs) % top;
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t x = (uint32_t)xs[i];
+      if (dc_ctx_rcp_div(x, r) != x / f && !bad++) { bad_f = f; bad_x = x; }
+    }
+  }
+  DCT_CHECKF(bad == 0, "%u wrong quotients, the first %u / %u: %u", bad, bad_x, bad_f,
+             bad ? dc_ctx_rcp_div(bad_x, dc_ctx_rcp(bad_f)) : 0);
+}
+
+/* dc_normalize_freqs moves slots one at a time to where they cost least: the largest
+** f / (c + 1) loses one while the sum is above m (never below 1), the largest c / f gains one
+** while it is below; ties go to the lower index.  Its heap must choose as this scan does,
+** on counts where many slots move either way (most counts rounding up to 1, or to 0). */
+static void ref_normalize(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m) {
+  uint64_t s = 0;
+  for (uint32_t i = 0; i < n; i++) s += c[i];
+  int64_t tot = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t v = (uint64_t)((double)c[i] * m / (double)s + 0.5);
+    f[i] = v < 1 ? 1 : (uint32_t)v;
+    tot += f[i];
+  }
+  while (tot != (int64_t)m) {
+    uint32_t best = 0;
+    double bestv = -1;
+    for (uint32_t i = 0; i < n; i++) {
+      if (tot > (int64_t)m && f[i] <= 1) continue;
+      double v = tot > (int64_t)m ? (double)f[i] / (double)(c[i] + 1) : (double)c[i] / (double)f[i];
+      if (v > bestv) { bestv = v; best = i; }
+    }
+    if (tot > (int64_t)m) { f[best]--; tot--; } else { f[best]++; tot++; }
+  }
+}
+
+static void test_normalize_freqs(void) {
+  enum { NMAX = 2100 };
+  static uint64_t c[NMAX];
+  static uint32_t f[NMAX], g[NMAX];
+  const uint32_t ns[] = {2, 3, 17, 255, 256, 1090, 1157, 2047, 2048, 2049, 2100};
+  const uint32_t ms[] = {1u << 12, 1u << 11, 1u << 15};
+  uint64_t rs = 7;
+  int cases = 0, moved_up = 0, moved_down = 0;
+  for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+    for (size_t b = 0; b < sizeof ms / sizeof *ms; b++)
+      for (int kind = 0; kind < 5; kind++) {
+        uint32_t n = ns[a], m = ms[b];
+        if (n > m) continue;
+        uint64_t sum = 0;
+        for (uint32_t i = 0; i < n; i++) {
+          uint64_t r = dct_rng(&rs);
+          switch (kind) {
+            case 0: c[i] = 1 + r % 1000; break;                               /* even */
+            case 1: c[i] = (r % 8 == 0) ? 1 + (r >> 8) % 1000000 : r % 3; break; /* a few large, many 0-2 */
+            case 2: c[i] = i == 0 ? 100000000 : (r % 4 == 0); break;           /* one symbol takes all */
+            case 3: c[i] = (uint64_t)(1e6 / ((double)i + 1)); break;           /* Zipf */
+            default: c[i] = 5; break;                                          /* ties everywhere */
+          }
+          sum += c[i];
+        }
+        if (!sum) c[0] = sum = 1;
+        ref_normalize(c, g, n, m);
+        uint64_t tot0 = 0;
+        for (uint32_t i = 0; i < n; i++) {
+          uint64_t v = (uint64_t)((double)c[i] * m / (double)sum + 0.5);
+          tot0 += v < 1 ? 1 : v;
+        }
+        moved_up += tot0 < m;
+        moved_down += tot0 > m;
+        dc_normalize_freqs(c, f, n, m);
+        uint64_t tot = 0;
+        int same = 1, pos = 1;
+        for (uint32_t i = 0; i < n; i++) {
+          tot += f[i];
+          same &= f[i] == g[i];
+          pos &= f[i] >= 1;
+        }
+        DCT_CHECKF(same && tot == m && pos, "n %u, m %u, counts of kind %d: sum %llu, same as the scan: %d", n, m, kind,
+                   (unsigned long long)tot, same);
+        cases++;
+      }
+  DCT_CHECK(cases > 100 && moved_up > 10 && moved_down > 10);   /* both directions were exercised */
+}
+
 /* Known answers: the low 32 bits of XXH3-64 (seed 0), as docs/format.md defines the checksum.
  * The values come from the xxhash command-line tool (`xxhsum -H3 FILE`, Debian's xxhash
  * 0.8.1), not from this code; the empty input's 2D06800538D394C2 is also the value the xxHash
@@ -881,6 +984,8 @@ static void test_checksum(void) {
 
 int main(void) {
   DCT_RUN(test_checksum);
+  DCT_RUN(test_rcp_div);
+  DCT_RUN(test_normalize_freqs);
   DCT_RUN(test_pool_for);
   DCT_RUN(test_roundtrip_random);
   DCT_RUN(test_rans_one_bucket);
