@@ -90,6 +90,7 @@ int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *
     if (!(p->heads[k] = sqlite3_malloc64(sz))) { rc = SQLITE_NOMEM; goto fail; }
     memcpy(p->heads[k], h, sz);
     p->heads[k]->prefix = NULL;
+    p->heads[k]->genes = NULL;
   }
   cnt0[0] = 0;
   for (size_t q = 0, k = 0; q < p->n_keys; q++) {

@@ -33,6 +33,8 @@ typedef struct dc_tilehead {
   uint64_t blob_len;
   uint64_t prefix_len;     /* bytes before the first chunk payload */
   uint8_t *prefix;         /* those bytes (header + shared section) */
+  uint8_t *genes;          /* the tile's genes (dc_tile_gene_set), when genes_read; NULL: any */
+  int genes_read;
   /* Last, and allocated only up to chunk[hdr.n_chunks] (DC_TILEHEAD_SIZE):
   ** the full array of DC_MAX_CHUNKS entries is 12 KB per tile, which an
   ** index of 10,000 tiles would hold per connection.  Never copy it whole. */
@@ -113,6 +115,13 @@ void dc_reader_end(dc_reader *r);
 int64_t dc_reader_tile_of(const dc_reader *r, int64_t cell);
 /* The parsed header of a tile (read on first use). */
 int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **pzErr);
+/* The genes tile `tile` holds, as its gene map says (read from its head on first use and kept
+** with it): *set = a bitmap of the tile's n_genes bits, or NULL when any gene may occur
+** (dc_tile_gene_set).  A corrupt map is an error naming the tile. */
+int dc_reader_tile_genes(dc_reader *r, uint32_t tile, const uint8_t **set, uint32_t *n_bits, char **pzErr);
+/* *may = 0 when tile `tile` surely holds none of genes[0..n) (its gene set lacks them all, or
+** they lie past its genes), else 1: a query for those genes skips its chunks. */
+int dc_reader_tile_may_hold(dc_reader *r, uint32_t tile, const int32_t *genes, int64_t n, int *may, char **pzErr);
 /* The chunk of a tile holding tile-relative cell `cell` (header required). */
 uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell);
 

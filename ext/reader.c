@@ -54,7 +54,7 @@ static void free_arrays(dc_tileinfo *tiles, int64_t *tile_first, dc_tilehead **h
                         int64_t *gm_slot, char **gm_name, int64_t n_genes) {
   if (heads) {
     for (uint32_t i = 0; i < n_tiles; i++) {
-      if (heads[i]) { sqlite3_free(heads[i]->prefix); sqlite3_free(heads[i]); }
+      if (heads[i]) { sqlite3_free(heads[i]->prefix); free(heads[i]->genes); sqlite3_free(heads[i]); }
     }
   }
   sqlite3_free(heads);

@@ -199,6 +199,40 @@ fail:
   return rc;
 }
 
+int dc_reader_tile_genes(dc_reader *r, uint32_t tile, const uint8_t **set, uint32_t *n_bits, char **pzErr) {
+  const dc_tilehead *ch;
+  *set = NULL;
+  int rc = dc_reader_head(r, tile, &ch, pzErr);
+  if (rc != SQLITE_OK) return rc;
+  dc_tilehead *h = r->heads[tile];
+  *n_bits = h->hdr.n_genes;
+  if (!h->genes_read) {
+    dc_error err;
+    memset(&err, 0, sizeof err);
+    int drc = dc_tile_gene_set(h->prefix, (size_t)h->prefix_len, &h->hdr, &h->genes, &err);
+    if (drc != DC_OK)
+      return dc_err(pzErr, drc == DC_ENOMEM ? SQLITE_NOMEM : SQLITE_CORRUPT_VTAB, NULL, "%s: tile %u: %s", r->what, tile,
+                    err.msg);
+    h->genes_read = 1;
+  }
+  *set = h->genes;
+  return SQLITE_OK;
+}
+
+int dc_reader_tile_may_hold(dc_reader *r, uint32_t tile, const int32_t *genes, int64_t n, int *may, char **pzErr) {
+  const uint8_t *set;
+  uint32_t nb;
+  *may = 1;
+  int rc = dc_reader_tile_genes(r, tile, &set, &nb, pzErr);
+  if (rc != SQLITE_OK) return rc;
+  *may = 0;
+  for (int64_t i = 0; i < n && !*may; i++) {
+    uint32_t g = (uint32_t)genes[i];
+    *may = genes[i] >= 0 && g < nb && (!set || (set[g / 8] >> (g % 8) & 1));
+  }
+  return SQLITE_OK;
+}
+
 /* A tile-sized buffer holding the prefix and the payloads of the given
 ** chunks (sorted, distinct) of one tile; the rest is never touched. */
 static int read_chunks(dc_reader *r, uint32_t tile, const dc_tilehead *h, const uint32_t *chunks, size_t n,

@@ -34,7 +34,9 @@
 **
 ** Reading: the candidate cells are walked in ascending order; on entering a
 ** tile, the chunks holding the remaining candidates of that tile are fetched
-** together (decoded in parallel), up to the decode_mb budget at a time.
+** together (decoded in parallel), up to the decode_mb budget at a time.  With
+** gene_id terms, a tile that holds none of the genes (its gene map says so, or
+** they lie past its genes: dc_reader_tile_may_hold) is passed over undecoded.
 */
 #include <math.h>
 #include <stdarg.h>
@@ -402,6 +404,25 @@ static int long_seek(expr_cursor *c) {
   return 0;
 }
 
+/* long form with a gene list: 1 when the tile of `cell` (not the window's) holds none of the
+** genes, as its gene map says; the candidates then move past the tile. */
+static int skip_tile(expr_cursor *c, int64_t cell, int *skipped) {
+  expr_vtab *v = (expr_vtab *)c->base.pVtab;
+  dc_reader *r = v->reader;
+  *skipped = 0;
+  int64_t t = dc_reader_tile_of(r, cell);
+  if (!v->long_form || c->n_genes_list < 0 || t < 0 || t == c->win_tile) return SQLITE_OK;
+  char *err = NULL;
+  int may = 1, rc = dc_reader_tile_may_hold(r, (uint32_t)t, c->genes, c->n_genes_list, &may, &err);
+  if (err) { sqlite3_free(v->base.zErrMsg); v->base.zErrMsg = err; }
+  if (rc != SQLITE_OK || may) return rc;
+  int64_t end = r->tiles[t].first_cell + r->tiles[t].n_cells;
+  if (c->list) while (c->pos < c->n_list && c->list[c->pos] < end) c->pos++;
+  else c->cur = end;
+  *skipped = 1;
+  return SQLITE_OK;
+}
+
 /* Moves to the next row at or after the current candidate. */
 static int settle(expr_cursor *c) {
   expr_vtab *v = (expr_vtab *)c->base.pVtab;
@@ -410,7 +431,10 @@ static int settle(expr_cursor *c) {
     int64_t cell = peek_cell(c, n_cells);
     if (cell < 0) { c->eof = 1; return SQLITE_OK; }
     if (c->cell != cell || !c->d) {
-      int rc = load_cell(c, cell);
+      int skipped, rc = skip_tile(c, cell, &skipped);
+      if (rc != SQLITE_OK) return rc;
+      if (skipped) continue;
+      rc = load_cell(c, cell);
       if (rc != SQLITE_OK) return rc;
       c->cell = cell;
       c->gpos = 0;

@@ -205,6 +205,16 @@ int dc_chunk_cell_nnz(dc_decoder *d, const uint8_t *buf, size_t len,
 int dc_chunk_place(dc_decoder *d, const uint8_t *buf, size_t len,
                    const dc_tile_hdr *h, uint32_t c, const dc_place *pl, dc_error *err);
 
+/* The genes a tile holds, where it says (a rans tile with a gene map: a tile of one input of
+** a merged dataset, or of cells that leave many genes out): *set = a bitmap of h->n_genes bits
+** (bit g of byte g / 8 set: gene g has a nonzero in the tile; no other gene has), malloc'ed and
+** owned by the caller; or *set = NULL, when the tile says nothing (other codecs, a rans tile
+** without a map, an empty tile): any gene may occur.  Reads the header and the shared section
+** only (buf: at least the bytes before the first chunk payload), and checks its checksum and
+** the map as a decode would: DC_ECORRUPT otherwise.  A query for a few genes skips the tiles
+** that hold none of them. */
+int dc_tile_gene_set(const uint8_t *buf, size_t len, const dc_tile_hdr *h, uint8_t **set, dc_error *err);
+
 /* ---------------------------------------------------------------- threads */
 /* A pool of worker threads; the calling thread works too.  No function of
 ** the pool calls SQLite or any callback other than the one given. */

@@ -206,6 +206,9 @@ int dc_ctx_decode_chunk(dc_decoder *d, const uint8_t *shared, size_t shared_len,
                         const uint8_t *p, size_t len,
                         const dc_tile_hdr *h, uint32_t c, const dc_out *out, const dc_place *pl,
                         uint32_t *nnz, dc_error *err);
+/* The gene map's bitmap of a shared section (checked as the decoder checks it), malloc'ed into
+** *set, or *set NULL when the tile has no map (dc_tile_gene_set). */
+int dc_ctx_gene_set(const uint8_t *shared, size_t shared_len, uint32_t n_genes, uint8_t **set, dc_error *err);
 void dc_ctx_decoder_free(void *state);
 
 #endif /* DC_CTX_H */

@@ -127,6 +127,81 @@ static void fill_pairs(uint8_t *t, int vec, uint32_t start, uint32_t f, uint32_t
     fr[I] = (uint32_t)fv_ + 1;                                                  \
   } while (0)
 
+/* The model's head (docs/format.md, the shared section): version, buckets, shift, map flag,
+** cell-size limits and the gene map, checked.  *map: the map's bitmap (n_genes bits) among p's
+** bytes, or NULL when the tile has none; m->n_local is set.  Returns the bytes after the head, or
+** NULL with *why.  Both the decoder's tables and dc_ctx_gene_set read it here. */
+static const uint8_t *model_head(const uint8_t *p, const uint8_t *pe, uint32_t n_genes, uint32_t *ver,
+                                 dc_ctx_model *m, const uint8_t **map, const char **why) {
+  size_t k;
+  *map = NULL;
+  *why = "truncated";
+  if (pe - p < 5) return NULL;
+  *why = "unknown model version";
+  *ver = p[0];
+  if (*ver != 2 && *ver != 3) return NULL;
+  m->nq = p[1];
+  m->nrb = p[2];
+  m->shift = p[3];
+  m->mapped = p[4];
+  p += 5;
+  *why = "bad context counts";
+  if (m->nq < 1 || m->nq > DC_CTX_MAXQ || m->nrb < 1 || m->nrb > DC_CTX_MAXRB || m->shift < 1 ||
+      m->shift > 16 || m->nrb + m->shift > 33 || m->mapped > 1)
+    return NULL;
+  m->n_ctx = m->nq * m->nrb;
+  for (uint32_t b = 0; b + 1 < m->nq; b++) {
+    uint64_t v;
+    *why = "truncated";
+    if (!(k = dc_get_varint(p, pe, &v))) return NULL;
+    p += k;
+    *why = "bad cell-size buckets";
+    if (v > UINT32_MAX || (b && v <= m->q_lim[b - 1])) return NULL;
+    m->q_lim[b] = (uint32_t)v;
+  }
+  m->q_lim[m->nq - 1] = UINT32_MAX;
+  m->n_local = n_genes;
+  if (m->mapped) {
+    uint64_t nl, set = 0;
+    *why = "truncated";
+    if (!(k = dc_get_varint(p, pe, &nl))) return NULL;
+    p += k;
+    size_t nb = ((size_t)n_genes + 7) / 8;
+    *why = "bad gene map";
+    if (nl > n_genes || (size_t)(pe - p) < nb) return NULL;
+    for (size_t i = 0; i < nb; i++) set += (uint64_t)__builtin_popcount(p[i]);
+    if (set != nl || (n_genes % 8 && p[nb - 1] >> (n_genes % 8))) return NULL;
+    *map = p;
+    p += nb;
+    m->n_local = (uint32_t)nl;
+  }
+  *why = "bad context counts";
+  if (m->nrb != dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1) return NULL;
+  return p;
+}
+
+int dc_ctx_gene_set(const uint8_t *sh, size_t sh_len, uint32_t n_genes, uint8_t **set, dc_error *err) {
+  size_t raw_len;
+  *set = NULL;
+  uint8_t *raw = dc_unpack_shared(NULL, sh, sh_len, 16u << 20, 0, &raw_len, err);
+  if (!raw) return err->code;
+  dc_ctx_model m;
+  uint32_t ver;
+  const uint8_t *map;
+  const char *why;
+  int rc = DC_OK;
+  if (!model_head(raw, raw + raw_len, n_genes, &ver, &m, &map, &why)) {
+    rc = DC_ECORRUPT;
+    dc_error_set(err, rc, "rans tables: %s", why);
+  } else if (map) {
+    size_t nb = ((size_t)n_genes + 7) / 8;
+    if ((*set = malloc(nb ? nb : 1))) memcpy(*set, map, nb);
+    else dc_error_set(err, rc = DC_ENOMEM, "out of memory");
+  }
+  free(raw);
+  return rc;
+}
+
 static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t sh_len, uint32_t n_genes,
                         int vec, uint32_t c, dc_error *err) {
   size_t raw_len, k;
@@ -134,60 +209,21 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
   uint8_t *raw = dc_unpack_shared(d, sh, sh_len, 16u << 20, c, &raw_len, err);
   if (!raw) return err->code;
   int rc = DC_ECORRUPT;
-  const uint8_t *p = raw, *pe = raw + raw_len;
-  why = "truncated";
-  if (pe - p < 5) goto fail;
-  why = "unknown model version";
-  const uint32_t ver = p[0];
-  if (ver != 2 && ver != 3) goto fail;
-  s->ver = ver;
-  s->tstride = TAB_BYTES(vec, ver);
+  const uint8_t *p = raw, *pe = raw + raw_len, *bits;
   dc_ctx_model *m = &s->m;
-  m->nq = p[1];
-  m->nrb = p[2];
-  m->shift = p[3];
-  m->mapped = p[4];
-  p += 5;
-  why = "bad context counts";
-  if (m->nq < 1 || m->nq > DC_CTX_MAXQ || m->nrb < 1 || m->nrb > DC_CTX_MAXRB || m->shift < 1 ||
-      m->shift > 16 || m->nrb + m->shift > 33 || m->mapped > 1)
-    goto fail;
-  m->n_ctx = m->nq * m->nrb;
-  for (uint32_t b = 0; b + 1 < m->nq; b++) {
-    uint64_t v;
-    why = "truncated";
-    if (!(k = dc_get_varint(p, pe, &v))) goto fail;
-    p += k;
-    why = "bad cell-size buckets";
-    if (v > UINT32_MAX || (b && v <= m->q_lim[b - 1])) goto fail;
-    m->q_lim[b] = (uint32_t)v;
-  }
-  m->q_lim[m->nq - 1] = UINT32_MAX;
-  m->n_local = n_genes;
+  uint32_t ver;
   free(s->map);
   s->map = NULL;
-  if (m->mapped) {
-    uint64_t nl;
-    why = "truncated";
-    if (!(k = dc_get_varint(p, pe, &nl))) goto fail;
-    p += k;
-    size_t nb = ((size_t)n_genes + 7) / 8;
-    why = "bad gene map";
-    if (nl > n_genes || (size_t)(pe - p) < nb) goto fail;
-    s->map = malloc((nl ? nl : 1) * sizeof *s->map);
+  if (!(p = model_head(p, pe, n_genes, &ver, m, &bits, &why))) goto fail;
+  s->ver = ver;
+  s->tstride = TAB_BYTES(vec, ver);
+  if (bits) {
+    s->map = malloc((m->n_local ? m->n_local : 1) * sizeof *s->map);
     if (!s->map) { rc = DC_ENOMEM; why = "out of memory"; goto fail; }
     uint32_t n = 0;
     for (uint32_t g = 0; g < n_genes; g++)
-      if (p[g / 8] >> (g % 8) & 1) {
-        if (n == nl) goto fail;
-        s->map[n++] = g;
-      }
-    if (n != nl || (n_genes % 8 && p[nb - 1] >> (n_genes % 8))) goto fail;
-    p += nb;
-    m->n_local = n;
+      if (bits[g / 8] >> (g % 8) & 1) s->map[n++] = g;
   }
-  why = "bad context counts";
-  if (m->nrb != dc_ctx_rb(m->n_local ? m->n_local - 1 : 0, m->shift) + 1) goto fail;
   /* the set's arrays in one block, 64-byte aligned each: in huge pages (a fresh process built
   ** its first sets 4 KiB page by page: a quarter of a new DataLoader worker's page faults), and
   ** kept for the next tile this set serves when it is large enough */

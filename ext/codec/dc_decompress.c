@@ -51,13 +51,14 @@ uint8_t *dc_unpack_shared(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint6
   why = "bad zstd frame";
   if (ZSTD_getFrameContentSize(sh, (size_t)(end - sh)) != n) goto fail;
   raw = malloc(n ? (size_t)n : 1);
-  if (!d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
-  if (!raw || !d->zstd_dctx) {
+  if (d && !d->zstd_dctx) d->zstd_dctx = ZSTD_createDCtx();
+  if (!raw || (d && !d->zstd_dctx)) {
     why = "out of memory";
     code = DC_ENOMEM;
     goto fail;
   }
-  size_t z = ZSTD_decompressDCtx(d->zstd_dctx, raw, (size_t)n, sh, (size_t)(end - sh));
+  size_t z = d ? ZSTD_decompressDCtx(d->zstd_dctx, raw, (size_t)n, sh, (size_t)(end - sh))
+               : ZSTD_decompress(raw, (size_t)n, sh, (size_t)(end - sh));
   if (ZSTD_isError(z) || z != n) goto fail;
   *raw_len = (size_t)n;
   return raw;
@@ -242,6 +243,26 @@ int dc_chunk_decode(dc_decoder *d, const uint8_t *buf, size_t len,
       rc = DC_EUNSUPPORTED;
   }
   return chunk_done(rc, err);
+}
+
+int dc_tile_gene_set(const uint8_t *buf, size_t len, const dc_tile_hdr *h, uint8_t **set, dc_error *err) {
+  if (!buf || !h || !set) {
+    dc_error_set(err, DC_EARG, "tile gene set: NULL argument");
+    return DC_EARG;
+  }
+  *set = NULL;
+  if (h->codec != DC_CODEC_RANS || h->n_chunks == 0) return chunk_done(DC_OK, err);   /* no map: any gene */
+  if (h->shared_offset > len || h->shared_len > len - h->shared_offset) {
+    dc_error_set(err, DC_ECORRUPT, "rans tables at %llu+%llu past the end of %zu bytes", (unsigned long long)h->shared_offset,
+                 (unsigned long long)h->shared_len, len);
+    return DC_ECORRUPT;
+  }
+  const uint8_t *sh = buf + h->shared_offset;
+  if (h->shared_checksum != dc_checksum(sh, (size_t)h->shared_len)) {
+    dc_error_set(err, DC_ECORRUPT, "rans tables: checksum mismatch");
+    return DC_ECORRUPT;
+  }
+  return chunk_done(dc_ctx_gene_set(sh, (size_t)h->shared_len, h->n_genes, set, err), err);
 }
 
 /* dc_chunk_cell_nnz and dc_chunk_place: codec rans (3) only */

@@ -68,7 +68,8 @@ void dc_normalize_freqs(const uint64_t *c, uint32_t *f, uint32_t n, uint32_t m);
 /* The shared section of a rANS tile: varint raw size (at most max), then
 ** one zstd frame of it.  Returns a malloc'd copy of the raw bytes (*raw_len
 ** of them), or NULL with err set ("chunk C: rans tables: why", DC_ECORRUPT or
-** DC_ENOMEM in err->code). */
+** DC_ENOMEM in err->code).  d NULL: a zstd context of the call's own (no
+** decoder at hand: dc_tile_gene_set). */
 uint8_t *dc_unpack_shared(dc_decoder *d, const uint8_t *sh, size_t sh_len, uint64_t max, uint32_t c,
                           size_t *raw_len, dc_error *err);
 

@@ -681,6 +681,80 @@ static void test_rans_gene_map(void) {
   dct_mat_free(&c);
 }
 
+/* dc_tile_gene_set: a tile with a gene map gives exactly the genes that have a nonzero in it,
+** from its header and shared section alone (the payloads cut off); a tile without a map, a
+** zstd tile and an empty tile say nothing (NULL: any gene); a flipped byte in the shared section
+** is DC_ECORRUPT, and so is a map whose bit count disagrees (the section encoded again). */
+static void gene_set_of(const dct_mat *m, int codec, uint8_t **set, int *rc, uint8_t **tile, size_t *tlen) {
+  dc_csr in = dct_csr(m);
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  o.codec = codec;
+  dc_error err;
+  *set = NULL;
+  *rc = -100;
+  if (dc_tile_encode(&in, &o, tile, tlen, &err) != DC_OK) { DCT_CHECKF(0, "encode: %s", err.msg); return; }
+  dc_tile_hdr *h = malloc(sizeof *h);
+  if (!h || dc_tile_parse(*tile, *tlen, h, &err) != DC_OK) { DCT_CHECK(0); free(h); return; }
+  size_t prefix = h->n_chunks ? (size_t)h->chunk[0].offset : *tlen;   /* header + shared section only */
+  *rc = dc_tile_gene_set(*tile, prefix, h, set, &err);
+  free(h);
+}
+
+static void test_tile_gene_set(void) {
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 43, 200, 2000, 0.9, DCT_MIXED, 0.05, 0.0) == 0);
+  m.n_genes = 5 * 2000 + 3;                    /* every 5th gene (and 3 genes past them: none) */
+  uint64_t nnz = m.indptr[m.n_cells];
+  for (uint64_t j = 0; j < nnz; j++) m.indices[j] *= 5;
+  uint8_t *want = calloc(((size_t)m.n_genes + 7) / 8, 1), *set = NULL, *tile = NULL;
+  for (uint64_t j = 0; j < nnz; j++) want[m.indices[j] / 8] |= (uint8_t)(1u << (m.indices[j] % 8));
+  int rc;
+  size_t tlen;
+  gene_set_of(&m, DC_CODEC_RANS, &set, &rc, &tile, &tlen);
+  DCT_CHECKF(rc == DC_OK && set, "rc %d, set %p", rc, (void *)set);
+  if (set) DCT_CHECK(memcmp(set, want, ((size_t)m.n_genes + 7) / 8) == 0);
+  free(set);
+  /* a flipped byte of the shared section: its checksum */
+  dc_tile_hdr *h = malloc(sizeof *h);
+  dc_error err;
+  if (h && tile && dc_tile_parse(tile, tlen, h, &err) == DC_OK) {
+    tile[h->shared_offset + h->shared_len / 2] ^= 0x10;
+    set = NULL;
+    DCT_CHECK(dc_tile_gene_set(tile, tlen, h, &set, &err) == DC_ECORRUPT && !set && strstr(err.msg, "checksum"));
+    /* resealed: the zstd frame or the model is found bad, or the byte lay outside the head and
+    ** the map (a frequency, say): the set is then the tile's, never another */
+    dct_reseal(tile, tlen);
+    DCT_CHECK(dc_tile_parse(tile, tlen, h, &err) == DC_OK);
+    rc = dc_tile_gene_set(tile, tlen, h, &set, &err);
+    DCT_CHECKF((rc == DC_ECORRUPT && !set) || (rc == DC_OK && set && !memcmp(set, want, ((size_t)m.n_genes + 7) / 8)),
+               "rc %d: %s", rc, err.msg);
+    free(set);
+    set = NULL;
+    DCT_CHECK(dc_tile_gene_set(NULL, tlen, h, &set, &err) == DC_EARG);
+  }
+  free(h);
+  free(tile);
+  tile = NULL;
+  /* no map: a tile of compact genes; the zstd codec; an empty tile */
+  dct_mat c;
+  DCT_CHECK(dct_mat_random(&c, 44, 200, 2000, 0.9, DCT_MIXED, 0.05, 0.05) == 0);   /* dense cells: every gene occurs */
+  gene_set_of(&c, DC_CODEC_RANS, &set, &rc, &tile, &tlen);
+  DCT_CHECK(rc == DC_OK && !set);
+  free(tile);
+  gene_set_of(&m, DC_CODEC_ZSTD, &set, &rc, &tile, &tlen);
+  DCT_CHECK(rc == DC_OK && !set);
+  free(tile);
+  dct_mat e = c;
+  e.n_cells = 0;
+  gene_set_of(&e, DC_CODEC_RANS, &set, &rc, &tile, &tlen);
+  DCT_CHECK(rc == DC_OK && !set);
+  free(tile);
+  free(want);
+  dct_mat_free(&m);
+  dct_mat_free(&c);
+}
+
 /* The tile version: rans (codec 3) tiles are version 3 (version 2 with the previous model, on
 ** request), the others stay version 1 (first-release readers read them); an unknown version
 ** is refused with a message that names it; a rans tile claiming version 1 is corrupt, and so
@@ -1003,6 +1077,7 @@ int main(void) {
   DCT_RUN(test_path_avx512);
   DCT_RUN(test_rans_escape);
   DCT_RUN(test_rans_gene_map);
+  DCT_RUN(test_tile_gene_set);
   DCT_RUN(test_tile_versions);
   DCT_RUN(test_rans_bad_tables);
   DCT_RUN(test_decoder_many_tiles);

@@ -103,6 +103,19 @@ static void decode_all(const uint8_t *buf, size_t len, int f32, const dct_mat *c
     }
   }
   place_all(buf, len, &h, f32, ok ? ip : NULL, ix, vv, check != NULL);
+  /* the tile's gene set (dc_tile_gene_set): an error with a message, or a set that holds every
+  ** gene the chunks decoded to, and only genes below n_genes; the encoder's tiles always give one */
+  uint8_t *set = NULL;
+  rc = dc_tile_gene_set(buf, len, &h, &set, &err);
+  if (rc != DC_OK) {
+    if (!err.msg[0] || rc == DC_EARG || set || check) abort();
+  } else if (set) {
+    if (ok)
+      for (uint64_t j = 0; j < h.nnz; j++)
+        if ((uint32_t)ix[j] >= h.n_genes || !(set[ix[j] / 8] >> (ix[j] % 8) & 1)) abort();
+    if (h.n_genes % 8 && set[h.n_genes / 8] >> (h.n_genes % 8)) abort();
+  }
+  free(set);
   free(ip); free(ix); free(vv);
 }
 
