@@ -50,7 +50,9 @@
 ** of its chunks that hold selected cells are read (ext/reader.c; chunks
 ** already in the decoded-chunk cache are used as they are), and the chunks
 ** are decoded and accumulated on the pool [threads] by ext/agg/dc_agg.c,
-** which never sees SQLite.  Memory: the accumulators, threads x groups x
+** which never sees SQLite.  With a gene panel, the chunks of a tile whose gene
+** map shows none of the panel's genes are not read: their cells go to dc_agg
+** as cells without a count (they count in n_cells and in the means).  Memory: the accumulators, threads x groups x
 ** genes x 16 bytes (24 with mean_log1p_cpm), at most 4 x decode_mb (else
 ** an error naming group_by), plus one window; nothing per cell of the
 ** dataset.  Decoded chunks are not put in the cache (a whole-dataset pass
@@ -332,6 +334,8 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   dc_tilebytes *tb = NULL;
   size_t ntb = 0, n_cached = 0;
   char *group_col = NULL;
+  int64_t *nothing = NULL;           /* zeros: the indptr of a chunk whose tile holds no panel gene */
+  uint8_t *none = NULL;              /* per key: its tile holds no panel gene (not decoded) */
 
   cursor_clear(c, v);
   /* the plan: the arguments by hidden column, and what the statement uses */
@@ -557,12 +561,33 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
         dc_chunkkey *miss = sqlite3_malloc64(n_keys * sizeof *miss);
         if (!jobs || !cached || !miss) { sqlite3_free(miss); rc = SQLITE_NOMEM; goto done; }
         memset(jobs, 0, n_keys * sizeof *jobs);
+        /* with a panel, a tile whose gene map shows none of its genes is not read: its selected
+        ** cells count as cells without a count of any panel gene (dc_reader_tile_may_hold) */
+        sqlite3_free(none);
+        if (!(none = sqlite3_malloc64(n_keys))) { sqlite3_free(miss); rc = SQLITE_NOMEM; goto done; }
+        uint32_t most = 0;
+        for (size_t q = 0; q < n_keys; q++) {
+          int may = 1;
+          if (panel && (q == 0 || keys[q].tile != keys[q - 1].tile) &&
+              (rc = dc_reader_tile_may_hold(r, keys[q].tile, c->gene_ids, n_out, &may, &err)) != SQLITE_OK) {
+            sqlite3_free(miss);
+            goto done;
+          }
+          none[q] = q > 0 && keys[q].tile == keys[q - 1].tile ? none[q - 1] : !may;
+          uint32_t nc = r->heads[keys[q].tile]->hdr.chunk[keys[q].chunk].n_cells;
+          if (none[q] && nc > most) most = nc;
+        }
+        if (most) {
+          sqlite3_free(nothing);
+          if (!(nothing = sqlite3_malloc64(((uint64_t)most + 1) * sizeof *nothing))) { sqlite3_free(miss); rc = SQLITE_NOMEM; goto done; }
+          memset(nothing, 0, ((size_t)most + 1) * sizeof *nothing);
+        }
         struct dc_cache *cache = dc_conn_cache(v->conn);
         size_t n_miss = 0;
         n_cached = n_keys;
         for (size_t q = 0; q < n_keys; q++) {
-          cached[q] = cache ? dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk) : NULL;
-          if (!cached[q]) miss[n_miss++] = keys[q];
+          cached[q] = cache && !none[q] ? dc_cache_get(cache, r->ns, keys[q].tile, keys[q].chunk) : NULL;
+          if (!cached[q] && !none[q]) miss[n_miss++] = keys[q];
         }
         rc = dc_reader_read(r, miss, n_miss, &tb, &ntb, &err);
         sqlite3_free(miss);
@@ -574,7 +599,10 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
           dc_agg_job *j = &jobs[q];
           j->chunk = keys[q].chunk;
           j->group = labels + (r->tiles[keys[q].tile].first_cell - first) + ci->first_cell;
-          if (cached[q]) {
+          if (none[q]) {
+            j->n_cells = ci->n_cells;
+            j->indptr = nothing;
+          } else if (cached[q]) {
             if (cached[q]->n_cells != ci->n_cells) {
               rc = dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, AGG_NAME(v), "tile %u chunk %u: cached chunk has %u cells, expected %u",
                           keys[q].tile, keys[q].chunk, cached[q]->n_cells, ci->n_cells);
@@ -638,6 +666,8 @@ done:
   dc_reader_read_free(tb, ntb);
   sqlite3_free(jobs);
   sqlite3_free(keys);
+  sqlite3_free(none);
+  sqlite3_free(nothing);
   sqlite3_free(labels);
   sqlite3_finalize(st);
   sqlite3_free(group_col);

@@ -121,3 +121,27 @@ def test_appended_genes_past_a_tile_skip_it(inputs):
     _, rows, misses = query(db, "SELECT cell_id, count FROM expression_long WHERE gene_id = ? ORDER BY cell_id", (g,))
     assert rows == truth(adatas[:2], "S3")
     assert misses == chunks_of(con, [(0, 450)])
+
+
+def test_aggregate_panel_skips_tiles_without_its_genes(inputs):
+    """dc_aggregate with a gene panel: a tile holding none of the panel's genes is not decoded, and
+    its cells still count (n_cells, means with zeros, mean_log1p_cpm), as the inputs say."""
+    d, adatas = inputs
+    db = d / "abc_agg.dcdb"
+    run("convert", d / "a.h5ad", d / "b.h5ad", d / "c.h5ad", "-o", db, "--tile-cells", TILE, "--quiet", "--force")
+    spans = {"a": (0, 250), "b": (250, 450), "c": (450, 600)}
+    for panel, where in ((["B7", "B9"], "b"), (["A1", "B7"], "ab"), (["S3"], "abc"), (["A0"], "ac")):
+        con, rows, misses = query(db, "SELECT label, gene, n_cells, sum, n_expressing, mean_log1p_cpm FROM "
+                                      "dc_aggregate('source', NULL, ?) ORDER BY label, gene", (str(panel).replace("'", '"'),))
+        assert misses == chunks_of(con, [spans[k] for k in where]), panel
+        want = []
+        for a, name in zip(adatas, ("a.h5ad", "b.h5ad", "c.h5ad")):
+            x = a.X.toarray().astype(np.float64)
+            tot = x.sum(axis=1)
+            for gene in sorted(panel):
+                col = x[:, a.var_names.get_loc(gene)] if gene in a.var_names else np.zeros(a.n_obs)
+                want.append((name, gene, a.n_obs, int(col.sum()), int((col > 0).sum()),
+                             float(np.mean(np.log1p(col / tot * 1e4)))))
+        got = [(lab, g, n, s, e, m) for lab, g, n, s, e, m in rows]
+        assert [r[:5] for r in got] == [w[:5] for w in sorted(want)], panel
+        assert np.allclose([r[5] for r in got], [w[5] for w in sorted(want)], rtol=1e-12), panel
