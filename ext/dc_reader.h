@@ -115,12 +115,9 @@ void dc_reader_end(dc_reader *r);
 int64_t dc_reader_tile_of(const dc_reader *r, int64_t cell);
 /* The parsed header of a tile (read on first use). */
 int dc_reader_head(dc_reader *r, uint32_t tile, const dc_tilehead **out, char **pzErr);
-/* The genes tile `tile` holds, as its gene map says (read from its head on first use and kept
-** with it): *set = a bitmap of the tile's n_genes bits, or NULL when any gene may occur
-** (dc_tile_gene_set).  A corrupt map is an error naming the tile. */
-int dc_reader_tile_genes(dc_reader *r, uint32_t tile, const uint8_t **set, uint32_t *n_bits, char **pzErr);
-/* *may = 0 when tile `tile` surely holds none of genes[0..n) (its gene set lacks them all, or
-** they lie past its genes), else 1: a query for those genes skips its chunks. */
+/* *may = 0 when tile `tile` surely holds none of genes[0..n) (its gene map, read from its head
+** on first use and kept with it, lacks them all: dc_tile_gene_set; or they lie past its genes),
+** else 1: a query for those genes skips its chunks.  A corrupt map is an error naming the tile. */
 int dc_reader_tile_may_hold(dc_reader *r, uint32_t tile, const int32_t *genes, int64_t n, int *may, char **pzErr);
 /* The chunk of a tile holding tile-relative cell `cell` (header required). */
 uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell);

@@ -199,7 +199,8 @@ fail:
   return rc;
 }
 
-int dc_reader_tile_genes(dc_reader *r, uint32_t tile, const uint8_t **set, uint32_t *n_bits, char **pzErr) {
+/* The genes tile `tile` holds: *set = a bitmap of its n_genes bits, or NULL when any may occur. */
+static int tile_genes(dc_reader *r, uint32_t tile, const uint8_t **set, uint32_t *n_bits, char **pzErr) {
   const dc_tilehead *ch;
   *set = NULL;
   int rc = dc_reader_head(r, tile, &ch, pzErr);
@@ -223,7 +224,7 @@ int dc_reader_tile_may_hold(dc_reader *r, uint32_t tile, const int32_t *genes, i
   const uint8_t *set;
   uint32_t nb;
   *may = 1;
-  int rc = dc_reader_tile_genes(r, tile, &set, &nb, pzErr);
+  int rc = tile_genes(r, tile, &set, &nb, pzErr);
   if (rc != SQLITE_OK) return rc;
   *may = 0;
   for (int64_t i = 0; i < n && !*may; i++) {

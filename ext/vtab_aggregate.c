@@ -52,11 +52,12 @@
 ** are decoded and accumulated on the pool [threads] by ext/agg/dc_agg.c,
 ** which never sees SQLite.  With a gene panel, the chunks of a tile whose gene
 ** map shows none of the panel's genes are not read: their cells go to dc_agg
-** as cells without a count (they count in n_cells and in the means).  Memory: the accumulators, threads x groups x
-** genes x 16 bytes (24 with mean_log1p_cpm), at most 4 x decode_mb (else
-** an error naming group_by), plus one window; nothing per cell of the
-** dataset.  Decoded chunks are not put in the cache (a whole-dataset pass
-** would only evict what other queries use).
+** as cells without a count (they count in n_cells and in the means).
+** Memory: the accumulators, threads x groups x genes x 16 bytes (24 with
+** mean_log1p_cpm), at most 4 x decode_mb (else an error naming group_by),
+** plus one window; nothing per cell of the dataset.  Decoded chunks are not
+** put in the cache (a whole-dataset pass would only evict what other queries
+** use).
 **
 ** Plans: the shared plan codec (dc_plan.h): the arguments as exact terms on the hidden
 ** columns, then the words "log1p" (mean_log1p_cpm is used) and "names" (gene names are
