@@ -21,7 +21,7 @@ size_t batch_find_direct(const int64_t *ids, const batch_cellref *ref, int64_t n
     runs[n_runs].row0 = (uint64_t)i;
     runs[n_runs].out_base = 0;
     n_runs++;
-    memset(direct + i, 1, (size_t)len);
+    memset(direct + i, BATCH_ROW_DIRECT, (size_t)len);
     for (int64_t k = 0; k < len; k++) rows[i + k].n_out = -1;   /* filled by the decoder */
     rows[i].n_out = -1 - (int64_t)ci->nnz;                     /* the run's total, marked */
     i += len;
@@ -147,7 +147,7 @@ int64_t batch_layout(int64_t n, const uint8_t *direct, const batch_row *rows, co
   size_t qd = 0;
   indptr[0] = 0;
   for (int64_t i = 0; i < n;) {
-    if (direct[i]) {
+    if (direct[i] == BATCH_ROW_DIRECT) {
       int64_t nnz = -1 - rows[i].n_out;
       int64_t len = info(ictx, ref[i].tile, ref[i].chunk)->n_cells;
       runs[qd++].out_base = total;          /* direct runs are in row order */

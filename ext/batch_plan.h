@@ -46,15 +46,20 @@ typedef struct batch_run {
   int64_t out_base;
 } batch_run;
 
-/* Step 2.  Marks direct[i] = 1 for the rows of direct runs (direct and rows zeroed by the
+/* What direct[i] says of row i: fetched from its decoded chunk (0), a row of a direct run, or
+** empty without a chunk (a gene panel none of whose genes its tile holds; rows[i].n_out 0).
+** Steps 3a and 4 read it; only direct-run rows are laid out from the runs. */
+enum { BATCH_ROW_FETCH = 0, BATCH_ROW_DIRECT = 1, BATCH_ROW_EMPTY = 2 };
+
+/* Step 2.  Marks direct[i] = BATCH_ROW_DIRECT for the rows of direct runs (direct and rows zeroed by the
 ** caller), sets their rows' n_out as described above, and writes the runs to runs (room
 ** for n / 2 + 1: a run has at least two rows); returns how many.  cached may be NULL (no
 ** cache). */
 size_t batch_find_direct(const int64_t *ids, const batch_cellref *ref, int64_t n, batch_info_fn info, void *ictx,
                          batch_cached_fn cached, void *cctx, uint8_t *direct, batch_row *rows, batch_run *runs);
 
-/* Step 3a.  The distinct chunks of the rows that are not direct, sorted by (tile, chunk), in
-** keys (room for n); rowkey[i] is the index in keys of row i's chunk (rows not direct).
+/* Step 3a.  The distinct chunks of the rows to fetch (direct[i] 0), sorted by (tile, chunk), in
+** keys (room for n); rowkey[i] is the index in keys of row i's chunk (those rows only).
 ** Returns how many keys. */
 size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t n, dc_chunkkey *keys,
                         uint32_t *rowkey);
@@ -74,8 +79,9 @@ int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int6
 uint32_t batch_groups(const dc_chunkkey *keys, size_t n_keys, dc_chunk_data *const *chunks, batch_info_fn info,
                       void *ictx, int64_t budget, uint32_t *group);
 
-/* Step 4.  off[i] (rows not direct), indptr[0..n] and runs[].out_base (runs in row order,
-** as batch_find_direct wrote them); returns the output's nonzeros. */
+/* Step 4.  off[i] (rows not of a direct run; an empty row's n_out is 0), indptr[0..n] and
+** runs[].out_base (runs in row order, as batch_find_direct wrote them); returns the output's
+** nonzeros. */
 int64_t batch_layout(int64_t n, const uint8_t *direct, const batch_row *rows, const batch_cellref *ref,
                      batch_info_fn info, void *ictx, batch_run *runs, int64_t *off, int64_t *indptr);
 

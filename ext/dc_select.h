@@ -26,6 +26,7 @@ typedef struct dc_panel {
   int arg_len;
   uint64_t ns;             /* the reader's namespace it was made in */
   int32_t *map;            /* n_genes entries: panel position or -1 */
+  int32_t *ids;            /* size entries: the gene id at each panel position */
   int64_t size;            /* genes in the panel */
   int sorted;              /* positions increase with gene id */
 } dc_panel;

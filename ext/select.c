@@ -12,7 +12,8 @@
 void dc_panel_clear(dc_panel *p) {
   sqlite3_free(p->arg);
   sqlite3_free(p->map);
-  p->arg = NULL; p->map = NULL;
+  sqlite3_free(p->ids);
+  p->arg = NULL; p->map = NULL; p->ids = NULL;
   p->type = 0; p->arg_len = 0; p->size = 0;
 }
 
@@ -210,8 +211,10 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
     sqlite3_finalize(st);
     st = NULL;
   }
+  v->ids = sqlite3_malloc64((uint64_t)(pos ? pos : 1) * sizeof *v->ids);
   v->arg = sqlite3_malloc64((uint64_t)(len ? len : 1));
-  if (!v->arg) { rc = SQLITE_NOMEM; goto fail; }
+  if (!v->arg || !v->ids) { sqlite3_free(v->ids); sqlite3_free(v->arg); v->ids = NULL; v->arg = NULL; rc = SQLITE_NOMEM; goto fail; }
+  for (int64_t g = 0; g < r->n_genes; g++) if (map[g] >= 0) v->ids[map[g]] = (int32_t)g;
   if (len) memcpy(v->arg, bytes, (size_t)len);
   v->arg_len = len;
   v->type = t;

@@ -350,8 +350,39 @@ static void test_keys_random(void) {
   }
 }
 
+/* With a panel (no direct runs): rows the glue marked BATCH_ROW_EMPTY (their tile holds none of
+** the panel's genes) get no key and an empty place in the layout, between the others' rows. */
+static void test_empty_rows(void) {
+  setup();
+  int64_t ids[] = {9, 2, 15, 0, 17, 9, 5};
+  int64_t n = (int64_t)(sizeof ids / sizeof ids[0]);
+  batch_cellref ref[7];
+  uint8_t direct[7];
+  batch_row rows[7];
+  memset(rows, 0, sizeof rows);
+  for (int64_t i = 0; i < n; i++) {
+    ref[i] = ref_of(ids[i]);
+    direct[i] = ref[i].tile == 1 ? BATCH_ROW_EMPTY : BATCH_ROW_FETCH;   /* tile 1 skipped */
+  }
+  dc_chunkkey keys[7];
+  uint32_t rowkey[7];
+  size_t nk = batch_chunk_keys(ref, direct, n, keys, rowkey);
+  /* tile 0 only: (0,0) [cells 2, 0] and (0,1) [cell 5] */
+  DCT_CHECK(nk == 2 && keys[0].tile == 0 && keys[0].chunk == 0 && keys[1].tile == 0 && keys[1].chunk == 1);
+  DCT_CHECK(rowkey[1] == 0 && rowkey[3] == 0 && rowkey[6] == 1);
+  int64_t n_out[7] = {0, 3, 0, 5, 0, 0, 1};
+  for (int64_t i = 0; i < n; i++) rows[i].n_out = n_out[i];
+  int64_t off[8], indptr[8];
+  int64_t total = batch_layout(n, direct, rows, ref, info, NULL, NULL, off, indptr);
+  int64_t want_ptr[8] = {0, 0, 3, 3, 8, 8, 8, 9};
+  DCT_CHECK(total == 9);
+  for (int64_t i = 0; i <= n; i++) DCT_CHECKF(indptr[i] == want_ptr[i], "row %lld", (long long)i);
+  for (int64_t i = 0; i < n; i++) DCT_CHECK(off[i] == want_ptr[i]);
+}
+
 int main(void) {
   DCT_RUN(test_direct);
+  DCT_RUN(test_empty_rows);
   DCT_RUN(test_groups);
   DCT_RUN(test_kernels);
   DCT_RUN(test_take);

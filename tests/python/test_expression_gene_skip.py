@@ -145,3 +145,44 @@ def test_aggregate_panel_skips_tiles_without_its_genes(inputs):
         want.sort()
         assert [r[:5] for r in rows] == [w[:5] for w in want], panel
         assert np.allclose([r[5] for r in rows], [w[5] for w in want], rtol=1e-12), panel
+
+
+def test_batch_panel_skips_tiles_without_its_genes(inputs):
+    """dc_batch with a gene panel: the cells of a tile holding none of the panel's genes are empty
+    rows and the tile is not decoded; every row equals the inputs' panel columns, in request
+    order, repeats and cached chunks included."""
+    d, adatas = inputs
+    db = d / "abc_batch.dcdb"
+    run("convert", d / "a.h5ad", d / "b.h5ad", d / "c.h5ad", "-o", db, "--tile-cells", TILE, "--quiet", "--force")
+    spans = {"a": (0, 250), "b": (250, 450), "c": (450, 600)}
+    first = {"a": 0, "b": 250, "c": 450}
+    rng = np.random.default_rng(7)
+    cells = rng.permutation(600)
+    cells = np.concatenate([cells, cells[:40]]).astype(np.int64)          # repeats
+
+    def want_rows(panel):
+        out = []
+        for cid in cells:
+            k = "a" if cid < 250 else "b" if cid < 450 else "c"
+            a = adatas["abc".index(k)]
+            row = a.X[int(cid) - first[k]].toarray().ravel()
+            out.append([(p, int(row[a.var_names.get_loc(g)])) for p, g in enumerate(panel)
+                        if g in a.var_names and row[a.var_names.get_loc(g)] != 0])
+        return out
+
+    for panel, where in ((["B7", "B9"], "b"), (["A1", "B7"], "ab"), (["S3"], "abc"), (["A0", "A2"], "ac")):
+        con = connect(db)
+        for by_id in (False, True):                  # names as JSON, or an int32 blob of ids
+            arg = (np.array([gene_id(con, g) for g in panel], dtype="<i4").tobytes() if by_id
+                   else str(panel).replace("'", '"'))
+            n, ng, indptr, indices, data = con.execute(
+                "SELECT n_cells, n_genes, indptr, indices, data FROM dc_batch(?, ?)", (cells.tobytes(), arg)).fetchone()
+            misses = con.execute("SELECT dc_config('cache_misses')").fetchone()[0]
+            # the first call decodes the chunks of the tiles that may hold a panel gene; the
+            # second finds them cached and reads no other
+            assert misses == chunks_of(con, [spans[k] for k in where]), (panel, by_id)
+            ip = np.frombuffer(indptr, "<i8")
+            ix, dv = np.frombuffer(indices, "<i4"), np.frombuffer(data, "<i4")
+            got = [list(zip(ix[ip[i]:ip[i + 1]].tolist(), dv[ip[i]:ip[i + 1]].tolist())) for i in range(n)]
+            assert (n, ng) == (len(cells), len(panel))
+            assert got == want_rows(panel), (panel, by_id)
