@@ -153,7 +153,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
 	  -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
 
-# the SQL-level target: the extension compiled in (SQLITE_CORE), over a small dataset made once
+# the SQL-level target: the extension compiled in (SQLITE_CORE), over a small dataset made once,
+# of two inputs with different genes (the second one's tile maps its genes: tiles skipped by gene)
 FUZZ_SQL_DB := $(BUILD)/fuzz/fuzz_sql.dcdb
 $(BUILD)/fuzz/fuzz_sql: tests/fuzz/fuzz_sql.c $(CORE_SRC) $(EXT_SRC) $(BUILD)/gen/dc_modules.h
 	@mkdir -p $(dir $@)
@@ -162,9 +163,10 @@ $(BUILD)/fuzz/fuzz_sql: tests/fuzz/fuzz_sql.c $(CORE_SRC) $(EXT_SRC) $(BUILD)/ge
 	  $(CURL_LIBS) $(LDLIBS_CORE)
 $(FUZZ_SQL_DB): $(CONVERTER) scripts/gen_h5ad.py
 	@mkdir -p $(dir $@)
-	$(PYTHON) scripts/gen_h5ad.py --cells 300 --genes 200 --seed 5 -o $(BUILD)/fuzz/fuzz_sql.h5ad
-	$(CONVERTER) convert $(BUILD)/fuzz/fuzz_sql.h5ad -o $@ --tile-cells 100 --chunks 4 --quiet --force \
-	  --dataset-id 0123456789abcdef
+	$(PYTHON) scripts/gen_h5ad.py --cells 200 --genes 200 --seed 5 -o $(BUILD)/fuzz/fuzz_sql.h5ad
+	$(PYTHON) scripts/gen_h5ad.py --cells 100 --genes 120 --seed 6 -o $(BUILD)/fuzz/fuzz_sql_b.h5ad
+	$(CONVERTER) convert $(BUILD)/fuzz/fuzz_sql.h5ad $(BUILD)/fuzz/fuzz_sql_b.h5ad -o $@ --tile-cells 100 --chunks 4 \
+	  --quiet --force --dataset-id 0123456789abcdef
 
 sanitize: $(CTESTS_SAN) $(CTESTS_TSAN) $(TSAN_VFS_DB) $(EXTENSION_SAN) $(CONVERTER_SAN)
 fuzz: $(FUZZERS) $(FUZZ_SQL_DB)

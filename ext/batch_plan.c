@@ -168,32 +168,41 @@ int64_t batch_layout(int64_t n, const uint8_t *direct, const batch_row *rows, co
 
 #define ROW_BLOCK 64
 
+int64_t batch_panel_bits(const int32_t *map, int64_t n_genes, uint64_t *bits) {
+  int64_t size = 0;
+  memset(bits, 0, (size_t)((n_genes + 63) / 64) * sizeof *bits);
+  for (int64_t g = 0; g < n_genes; g++)
+    if (map[g] >= 0) { bits[g >> 6] |= 1ull << (g & 63); size++; }
+  return size;
+}
+
 static void count_block(void *arg, size_t b) {
   batch_kernel *k = arg;
   size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
+  const uint64_t *bits = k->bits;
+  uint32_t ng = (uint32_t)k->n_genes;
   for (size_t j = b * ROW_BLOCK; j < end; j++) {
     batch_row *rw = &k->rows[k->which ? k->which[j] : j];
     if (!k->map) { rw->n_out = rw->n_in; continue; }
     int64_t c = 0;
     for (uint32_t e = 0; e < rw->n_in; e++) {
-      int32_t g = rw->idx[e];
-      if (g < 0 || g >= k->n_genes) { __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED); break; }
-      c += k->map[g] >= 0;
+      uint32_t g = (uint32_t)rw->idx[e];
+      if (g >= ng) { __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED); break; }
+      c += bits[g >> 6] >> (g & 63) & 1;
     }
     rw->n_out = c;
   }
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
+/* Rows of at most this many panel genes are put in order by an insertion sort; longer ones
+** by a scatter over the panel's positions (their order, walked word by word). */
+#define FEW_OUT 16
 
 static void fill_block(void *arg, size_t b) {
   batch_kernel *k = arg;
   size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
-  uint64_t *tmp = NULL;
-  size_t tmp_cap = 0;
+  int32_t *sv = NULL;               /* unsorted panel: a value per position, */
+  uint64_t *occ = NULL;             /* and which positions hold one (kept all zero between rows) */
   for (size_t j = b * ROW_BLOCK; j < end; j++) {
     uint64_t row = k->which ? k->which[j] : j;
     batch_row *rw = &k->rows[row];
@@ -203,29 +212,53 @@ static void fill_block(void *arg, size_t b) {
       memcpy(dv, rw->val, (size_t)rw->n_in * sizeof *dv);
       continue;
     }
-    if (k->sorted) {
-      int64_t o = 0;
-      for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
-        int32_t p = k->map[rw->idx[e]];
-        if (p >= 0) { di[o] = p; dv[o] = rw->val[e]; o++; }
+    /* the row's panel genes in its order, without a branch per gene: each is written at o,
+    ** o moves on for members only (o < n_out, so every write stays in the row) */
+    int64_t o = 0, n = rw->n_out;
+    for (uint32_t e = 0; e < rw->n_in && o < n; e++) {
+      int32_t p = k->map[rw->idx[e]];
+      di[o] = p;
+      dv[o] = rw->val[e];
+      o += p >= 0;
+    }
+    if (k->sorted || n < 2) continue;
+    if (n <= FEW_OUT) {
+      for (int64_t e = 1; e < n; e++) {
+        int32_t p = di[e], v = dv[e];
+        int64_t at = e;
+        for (; at > 0 && di[at - 1] > p; at--) { di[at] = di[at - 1]; dv[at] = dv[at - 1]; }
+        di[at] = p;
+        dv[at] = v;
       }
       continue;
     }
-    if ((size_t)rw->n_out > tmp_cap) {
-      free(tmp);
-      tmp_cap = (size_t)rw->n_out * 2;
-      tmp = malloc(tmp_cap * sizeof *tmp);
-      if (!tmp) { tmp_cap = 0; __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); return; }
+    if (!sv) {
+      size_t words = (size_t)(k->panel_size + 63) / 64;
+      sv = malloc((size_t)(k->panel_size ? k->panel_size : 1) * sizeof *sv);
+      occ = calloc(words ? words : 1, sizeof *occ);
+      if (!sv || !occ) { __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); break; }
     }
-    int64_t o = 0;
-    for (uint32_t e = 0; e < rw->n_in && o < rw->n_out; e++) {
-      int32_t p = k->map[rw->idx[e]];
-      if (p >= 0) tmp[o++] = (uint64_t)(uint32_t)p << 32 | (uint32_t)rw->val[e];
+    int32_t lo = INT32_MAX, hi = 0;
+    for (int64_t e = 0; e < n; e++) {
+      int32_t p = di[e];
+      sv[p] = dv[e];
+      occ[p >> 6] |= 1ull << (p & 63);
+      lo = p < lo ? p : lo;
+      hi = p > hi ? p : hi;
     }
-    if (o > 1) qsort(tmp, (size_t)o, sizeof *tmp, cmp_u64);
-    for (int64_t e = 0; e < o; e++) { di[e] = (int32_t)(tmp[e] >> 32); dv[e] = (int32_t)(uint32_t)tmp[e]; }
+    o = 0;
+    for (int32_t w = lo >> 6; w <= hi >> 6; w++) {
+      for (uint64_t m = occ[w]; m; m &= m - 1) {
+        int32_t p = (int32_t)(w * 64 + __builtin_ctzll(m));
+        di[o] = p;
+        dv[o] = sv[p];
+        o++;
+      }
+      occ[w] = 0;
+    }
   }
-  free(tmp);
+  free(sv);
+  free(occ);
 }
 
 void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which) {

@@ -85,14 +85,23 @@ uint32_t batch_groups(const dc_chunkkey *keys, size_t n_keys, dc_chunk_data *con
 int64_t batch_layout(int64_t n, const uint8_t *direct, const batch_row *rows, const batch_cellref *ref,
                      batch_info_fn info, void *ictx, batch_run *runs, int64_t *off, int64_t *indptr);
 
+/* A gene panel's members as a bitmap: bit g of bits[g / 64] set when map[g] >= 0 (n_genes
+** entries; bits has (n_genes + 63) / 64 words).  Returns the panel's size.  The count kernel
+** tests membership there (a few KB, in the L1 cache) instead of in the map (4 bytes a gene). */
+int64_t batch_panel_bits(const int32_t *map, int64_t n_genes, uint64_t *bits);
+
 /* The row kernels over rows[which[0..n)] (which NULL: rows 0..n-1). */
 typedef struct batch_kernel {
   batch_row *rows;
   const uint64_t *which;
   size_t n;
   const int32_t *map;         /* panel map (gene -> position, -1 dropped) or NULL */
+  const uint64_t *bits;       /* with a map: its bitmap (batch_panel_bits) */
+  int64_t panel_size;         /* with a map: its positions (0 .. panel_size - 1) */
   int64_t n_genes;            /* bound of source gene indices (for the map) */
-  int sorted;                 /* the map keeps gene order */
+  int sorted;                 /* the map keeps gene order; else a row's mapped genes are
+                              ** put in order by position (a scatter into a scratch of
+                              ** panel_size values, or a sort of rows of few) */
   const int64_t *dst_off;     /* fill: destination offset of each row (by row number) */
   int32_t *dst_idx, *dst_val;
   int bad;                    /* count: 1 = a source gene index out of range; fill: 2 = out of memory */

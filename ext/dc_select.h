@@ -27,6 +27,7 @@ typedef struct dc_panel {
   uint64_t ns;             /* the reader's namespace it was made in */
   int32_t *map;            /* n_genes entries: panel position or -1 */
   int32_t *ids;            /* size entries: the gene id at each panel position */
+  uint64_t *bits;          /* the members as a bitmap (batch_panel_bits) */
   int64_t size;            /* genes in the panel */
   int sorted;              /* positions increase with gene id */
 } dc_panel;

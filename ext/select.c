@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_select.h"
+#include "batch_plan.h"   /* batch_panel_bits */
 
 /* Sets *pzErr to "WHAT: message" and returns rc. */
 
@@ -13,7 +14,8 @@ void dc_panel_clear(dc_panel *p) {
   sqlite3_free(p->arg);
   sqlite3_free(p->map);
   sqlite3_free(p->ids);
-  p->arg = NULL; p->map = NULL; p->ids = NULL;
+  sqlite3_free(p->bits);
+  p->arg = NULL; p->map = NULL; p->ids = NULL; p->bits = NULL;
   p->type = 0; p->arg_len = 0; p->size = 0;
 }
 
@@ -212,9 +214,16 @@ int dc_panel_parse(dc_panel *v, sqlite3 *db, dc_reader *r, sqlite3_value *val, c
     st = NULL;
   }
   v->ids = sqlite3_malloc64((uint64_t)(pos ? pos : 1) * sizeof *v->ids);
+  v->bits = sqlite3_malloc64((uint64_t)((r->n_genes + 63) / 64 + 1) * sizeof *v->bits);
   v->arg = sqlite3_malloc64((uint64_t)(len ? len : 1));
-  if (!v->arg || !v->ids) { sqlite3_free(v->ids); sqlite3_free(v->arg); v->ids = NULL; v->arg = NULL; rc = SQLITE_NOMEM; goto fail; }
+  if (!v->arg || !v->ids || !v->bits) {
+    sqlite3_free(v->ids); sqlite3_free(v->bits); sqlite3_free(v->arg);
+    v->ids = NULL; v->bits = NULL; v->arg = NULL;
+    rc = SQLITE_NOMEM;
+    goto fail;
+  }
   for (int64_t g = 0; g < r->n_genes; g++) if (map[g] >= 0) v->ids[map[g]] = (int32_t)g;
+  batch_panel_bits(map, r->n_genes, v->bits);
   if (len) memcpy(v->arg, bytes, (size_t)len);
   v->arg_len = len;
   v->type = t;

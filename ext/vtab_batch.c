@@ -531,7 +531,8 @@ static int fetch_groups(batch_vtab *v, batch_job *j, dc_pool *pool, struct dc_ca
       j->rows[i].n_in = (uint32_t)(d->indptr[j->ref[i].cell + 1] - d->indptr[j->ref[i].cell]);
       j->which[nw++] = (uint64_t)i;
     }
-    batch_kernel k = { j->rows, j->which, nw, j->map, r->n_genes, v->panel.sorted, NULL, NULL, NULL, 0 };
+    batch_kernel k = {.rows = j->rows, .which = j->which, .n = nw, .map = j->map, .bits = v->panel.bits,
+                      .panel_size = v->panel.size, .n_genes = r->n_genes, .sorted = v->panel.sorted};
     batch_run_kernel(pool, &k, BATCH_COUNT);
     if (k.bad)
       return dc_err(&v->base.zErrMsg, SQLITE_CORRUPT_VTAB, NULL, "dc_batch: a decoded gene index is out of range (a chunk of tile %u "
@@ -605,8 +606,9 @@ static int assemble(batch_vtab *v, batch_job *j, dc_pool *pool, int64_t *t) {
   t[1] = now_ns();
   size_t nw = 0;
   for (int64_t i = 0; i < n; i++) if (!j->direct[i]) j->which[nw++] = (uint64_t)i;
-  batch_kernel k = { j->rows, j->which, nw, j->staged ? NULL : j->map, r->n_genes, v->panel.sorted, j->off, j->o_idx,
-                     j->o_val, 0 };
+  batch_kernel k = {.rows = j->rows, .which = j->which, .n = nw, .map = j->staged ? NULL : j->map, .bits = v->panel.bits,
+                    .panel_size = v->panel.size, .n_genes = r->n_genes, .sorted = v->panel.sorted, .dst_off = j->off,
+                    .dst_idx = j->o_idx, .dst_val = j->o_val};
   batch_run_kernel(pool, &k, BATCH_FILL);
   return k.bad ? SQLITE_NOMEM : SQLITE_OK;
 }

@@ -147,7 +147,11 @@ static void test_kernels(void) {
     uint64_t which[ROWS];
     size_t nw = 0;
     for (int r = 0; r < ROWS; r += 1 + (variant & 1)) which[nw++] = (uint64_t)r;
-    batch_kernel k = {rows, which, nw, map, GENES, map != map_shuffled, NULL, NULL, NULL, 0};
+    uint64_t bits[(GENES + 63) / 64];
+    int64_t size = map ? batch_panel_bits(map, GENES, bits) : 0;
+    DCT_CHECK(size == (map ? 40 : 0));
+    batch_kernel k = {.rows = rows, .which = which, .n = nw, .map = map, .bits = map ? bits : NULL, .panel_size = size,
+                      .n_genes = GENES, .sorted = map != map_shuffled};
     batch_run_kernel(p, &k, BATCH_COUNT);
     DCT_CHECK(k.bad == 0);
     int64_t off[ROWS], total = 0;
@@ -184,11 +188,13 @@ static void test_kernels(void) {
   /* a gene index out of range is reported, not followed */
   int32_t bad_idx[2] = {3, GENES + 5}, bad_val[2] = {1, 1};
   batch_row br = {bad_idx, bad_val, 2, 0};
-  batch_kernel k = {&br, NULL, 1, map_sorted, GENES, 1, NULL, NULL, NULL, 0};
+  uint64_t bits[(GENES + 63) / 64];
+  batch_kernel k = {.rows = &br, .n = 1, .map = map_sorted, .bits = bits, .panel_size = batch_panel_bits(map_sorted, GENES, bits),
+                    .n_genes = GENES, .sorted = 1};
   batch_run_kernel(pool, &k, BATCH_COUNT);
   DCT_CHECK(k.bad == 1);
   /* nothing to do */
-  batch_kernel none = {rows, NULL, 0, NULL, GENES, 1, NULL, NULL, NULL, 0};
+  batch_kernel none = {.rows = rows, .n_genes = GENES, .sorted = 1};
   batch_run_kernel(pool, &none, BATCH_FILL);
   DCT_CHECK(none.bad == 0);
   dc_pool_free(pool);
@@ -380,11 +386,83 @@ static void test_empty_rows(void) {
   for (int64_t i = 0; i < n; i++) DCT_CHECK(off[i] == want_ptr[i]);
 }
 
+/* The fill with a panel in another order than the genes' (positions put in order by the insertion
+** sort for rows of at most FEW_OUT panel genes, by the scatter for longer ones), and in gene order,
+** against a plain reference: random panels of 1 .. all genes, rows of 0 .. all genes, a negative
+** index and one past the genes reported by the count. */
+static void test_kernels_panels(void) {
+  enum { G = 700, R = 60 };
+  static int32_t idx[R][G], val[R][G], map[G], di[R * G], dv[R * G];
+  static uint64_t bits[(G + 63) / 64];
+  static batch_row rows[R];
+  static int64_t off[R];
+  uint64_t x = 99;
+#define RND() (x = x * 6364136223846793005ull + 1442695040888963407ull, (uint32_t)(x >> 33))
+  dc_pool *pool = dc_pool_new(3);
+  for (int trial = 0; trial < 40; trial++) {
+    int psize = trial == 0 ? G : trial == 1 ? 1 : 1 + (int)(RND() % G);
+    int order[G];
+    for (int g = 0; g < G; g++) { order[g] = g; map[g] = -1; }
+    for (int g = G - 1; g > 0; g--) { int o = (int)(RND() % (uint32_t)(g + 1)), t = order[g]; order[g] = order[o]; order[o] = t; }
+    int sorted = trial % 4 == 3;
+    if (sorted) {   /* the chosen genes, positions in gene order */
+      int chosen[G] = {0};
+      for (int j = 0; j < psize; j++) chosen[order[j]] = 1;
+      for (int g = 0, p = 0; g < G; g++) if (chosen[g]) map[g] = p++;
+    } else {
+      for (int j = 0; j < psize; j++) map[order[j]] = j;
+    }
+    int64_t size = batch_panel_bits(map, G, bits);
+    DCT_CHECK(size == psize);
+    for (int g = 0; g < G; g++) DCT_CHECK(((bits[g / 64] >> (g % 64)) & 1) == (map[g] >= 0));
+    for (int r = 0; r < R; r++) {
+      uint32_t dens = r % 5 == 0 ? 1000 : r % 5 == 1 ? 0 : RND() % 1000;   /* per mille */
+      int n = 0;
+      for (int g = 0; g < G; g++) if (RND() % 1000 < dens) { idx[r][n] = g; val[r][n] = (int32_t)RND(); n++; }
+      rows[r] = (batch_row){idx[r], val[r], (uint32_t)n, 0};
+    }
+    batch_kernel k = {.rows = rows, .n = R, .map = map, .bits = bits, .panel_size = size, .n_genes = G, .sorted = sorted};
+    batch_run_kernel(trial & 1 ? pool : NULL, &k, BATCH_COUNT);
+    DCT_CHECK(k.bad == 0);
+    int64_t total = 0;
+    for (int r = 0; r < R; r++) { off[r] = total; total += rows[r].n_out; }
+    k.dst_off = off; k.dst_idx = di; k.dst_val = dv;
+    batch_run_kernel(trial & 1 ? pool : NULL, &k, BATCH_FILL);
+    DCT_CHECK(k.bad == 0);
+    for (int r = 0; r < R; r++) {
+      /* the reference: every position of the panel in order, the row's value where it has the gene */
+      int64_t o = 0;
+      int ok = 1;
+      int32_t at[G];
+      for (int p = 0; p < psize; p++) at[p] = -1;
+      for (uint32_t e = 0; e < rows[r].n_in; e++) if (map[idx[r][e]] >= 0) at[map[idx[r][e]]] = (int32_t)e;
+      for (int p = 0; p < psize; p++) {
+        if (at[p] < 0) continue;
+        ok &= o < rows[r].n_out && di[off[r] + o] == p && dv[off[r] + o] == val[r][at[p]];
+        o++;
+      }
+      DCT_CHECKF(ok && o == rows[r].n_out, "trial %d (panel %d, %s) row %d (%lld of %u genes)", trial, psize,
+                 sorted ? "gene order" : "any order", r, (long long)rows[r].n_out, rows[r].n_in);
+    }
+  }
+  /* a negative gene index and one past the genes: reported by the count */
+  for (int bad = 0; bad < 2; bad++) {
+    int32_t bi[3] = {1, bad ? G : -4, 5}, bv[3] = {1, 1, 1};
+    batch_row br = {bi, bv, 3, 0};
+    batch_kernel k = {.rows = &br, .n = 1, .map = map, .bits = bits, .panel_size = batch_panel_bits(map, G, bits), .n_genes = G};
+    batch_run_kernel(NULL, &k, BATCH_COUNT);
+    DCT_CHECK(k.bad == 1);
+  }
+#undef RND
+  dc_pool_free(pool);
+}
+
 int main(void) {
   DCT_RUN(test_direct);
   DCT_RUN(test_empty_rows);
   DCT_RUN(test_groups);
   DCT_RUN(test_kernels);
+  DCT_RUN(test_kernels_panels);
   DCT_RUN(test_take);
   DCT_RUN(test_rows_by_key);
   DCT_RUN(test_keys_random);
