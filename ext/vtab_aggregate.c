@@ -413,10 +413,8 @@ static int agg_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr, 
   }
   c->gene_ids = sqlite3_malloc64((uint64_t)(n_out ? n_out : 1) * sizeof *c->gene_ids);
   if (!c->gene_ids) { rc = SQLITE_NOMEM; goto done; }
-  for (int64_t g = 0; g < r->n_genes; g++) {
-    int64_t p = panel ? panel[g] : g;
-    if (p >= 0) c->gene_ids[p] = (int32_t)g;
-  }
+  if (panel) memcpy(c->gene_ids, v->panel.ids, (size_t)n_out * sizeof *c->gene_ids);   /* the panel's own */
+  else for (int64_t g = 0; g < n_out; g++) c->gene_ids[g] = (int32_t)g;
   if (use_names) {
     /* names copied (the reader may reload them later) */
     int64_t bytes = 0;

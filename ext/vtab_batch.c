@@ -440,7 +440,7 @@ static int mark_empty(batch_vtab *v, batch_job *j) {
       rc = dc_reader_tile_may_hold(r, t, v->panel.ids, v->panel.size, &m, &j->err);
       may[t] = (int8_t)m;
     }
-    if (rc == SQLITE_OK && !may[t]) { j->direct[i] = BATCH_ROW_EMPTY; j->rows[i].n_out = 0; }
+    if (rc == SQLITE_OK && !may[t]) j->direct[i] = BATCH_ROW_EMPTY;   /* its row: n_out 0 (zeroed) */
   }
   sqlite3_free(may);
   return rc;
