@@ -141,3 +141,22 @@ done:
   return rc;
 }
 
+int batch_place_panel(batch_place *p, const int32_t *map, const uint64_t *bits, int64_t size, int sorted,
+                      int64_t n_genes) {
+  size_t words = (size_t)(n_genes + 63) / 64;
+  p->pmap = sqlite3_malloc64((uint64_t)(n_genes ? n_genes : 1) * sizeof *p->pmap);
+  p->pbits = sqlite3_malloc64((words ? words : 1) * sizeof *p->pbits);
+  if (!p->pmap || !p->pbits) {
+    sqlite3_free(p->pmap);
+    sqlite3_free(p->pbits);
+    p->pmap = NULL;
+    p->pbits = NULL;
+    return SQLITE_NOMEM;
+  }
+  memcpy(p->pmap, map, (size_t)n_genes * sizeof *map);
+  memcpy(p->pbits, bits, words * sizeof *bits);
+  p->psize = size;
+  p->pgenes = n_genes;
+  p->psorted = sorted;
+  return SQLITE_OK;
+}

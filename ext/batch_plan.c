@@ -198,11 +198,83 @@ static void count_block(void *arg, size_t b) {
 ** by a scatter over the panel's positions (their order, walked word by word). */
 #define FEW_OUT 16
 
+/* A row's panel genes in its order, without a branch per gene: each gene is written at o as
+** its position (-1 for a gene outside the panel), with its value, and o moves on for members
+** only.  At most room entries are kept (the fill: the row's n_out, so no write leaves the row).
+** In place (di == si, dv == sv) each write lands at or before the entry just read.  A gene
+** index of ng or more reads gene 0 and sets *bad.  Returns the members kept. */
+static int64_t map_row(const int32_t *map, uint32_t ng, const int32_t *si, const int32_t *sv, uint32_t n_in,
+                       int32_t *di, int32_t *dv, int64_t room, uint32_t *bad) {
+  int64_t o = 0;
+  uint32_t over = 0;
+  for (uint32_t e = 0; e < n_in && o < room; e++) {
+    uint32_t g = (uint32_t)si[e];
+    int32_t v = sv[e];
+    over |= g >= ng;
+    int32_t p = map[g < ng ? g : 0];
+    di[o] = p;
+    dv[o] = v;
+    o += p >= 0;
+  }
+  *bad |= over;
+  return o;
+}
+
+/* Puts a row of n panel positions (and their values) in order of position, for a panel not
+** in gene order; sc holds the scatter's scratch, made at its first use.  -1: out of memory. */
+static int order_row(const batch_kernel *k, int32_t *di, int32_t *dv, int64_t n, batch_scratch *sc) {
+  if (k->sorted || n < 2) return 0;
+  if (n <= FEW_OUT) {
+    for (int64_t e = 1; e < n; e++) {
+      int32_t p = di[e], v = dv[e];
+      int64_t at = e;
+      for (; at > 0 && di[at - 1] > p; at--) { di[at] = di[at - 1]; dv[at] = dv[at - 1]; }
+      di[at] = p;
+      dv[at] = v;
+    }
+    return 0;
+  }
+  if (!sc->sv) {
+    size_t words = (size_t)(k->panel_size + 63) / 64;
+    sc->sv = malloc((size_t)(k->panel_size ? k->panel_size : 1) * sizeof *sc->sv);
+    sc->occ = calloc(words ? words : 1, sizeof *sc->occ);   /* kept all zero between rows */
+    if (!sc->sv || !sc->occ) return -1;
+  }
+  int32_t *sv = sc->sv;
+  uint64_t *occ = sc->occ;
+  int32_t lo = INT32_MAX, hi = 0;
+  for (int64_t e = 0; e < n; e++) {
+    int32_t p = di[e];
+    sv[p] = dv[e];
+    occ[p >> 6] |= 1ull << (p & 63);
+    lo = p < lo ? p : lo;
+    hi = p > hi ? p : hi;
+  }
+  int64_t o = 0;
+  for (int32_t w = lo >> 6; w <= hi >> 6; w++) {
+    for (uint64_t m = occ[w]; m; m &= m - 1) {
+      int32_t p = (int32_t)(w * 64 + __builtin_ctzll(m));
+      di[o] = p;
+      dv[o] = sv[p];
+      o++;
+    }
+    occ[w] = 0;
+  }
+  return 0;
+}
+
+void batch_scratch_free(batch_scratch *sc) {
+  free(sc->sv);
+  free(sc->occ);
+  sc->sv = NULL;
+  sc->occ = NULL;
+}
+
 static void fill_block(void *arg, size_t b) {
   batch_kernel *k = arg;
   size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
-  int32_t *sv = NULL;               /* unsorted panel: a value per position, */
-  uint64_t *occ = NULL;             /* and which positions hold one (kept all zero between rows) */
+  batch_scratch sc = {NULL, NULL};
+  uint32_t bad = 0;
   for (size_t j = b * ROW_BLOCK; j < end; j++) {
     uint64_t row = k->which ? k->which[j] : j;
     batch_row *rw = &k->rows[row];
@@ -212,53 +284,43 @@ static void fill_block(void *arg, size_t b) {
       memcpy(dv, rw->val, (size_t)rw->n_in * sizeof *dv);
       continue;
     }
-    /* the row's panel genes in its order, without a branch per gene: each is written at o,
-    ** o moves on for members only (o < n_out, so every write stays in the row) */
-    int64_t o = 0, n = rw->n_out;
-    for (uint32_t e = 0; e < rw->n_in && o < n; e++) {
-      int32_t p = k->map[rw->idx[e]];
-      di[o] = p;
-      dv[o] = rw->val[e];
-      o += p >= 0;
-    }
-    if (k->sorted || n < 2) continue;
-    if (n <= FEW_OUT) {
-      for (int64_t e = 1; e < n; e++) {
-        int32_t p = di[e], v = dv[e];
-        int64_t at = e;
-        for (; at > 0 && di[at - 1] > p; at--) { di[at] = di[at - 1]; dv[at] = dv[at - 1]; }
-        di[at] = p;
-        dv[at] = v;
-      }
-      continue;
-    }
-    if (!sv) {
-      size_t words = (size_t)(k->panel_size + 63) / 64;
-      sv = malloc((size_t)(k->panel_size ? k->panel_size : 1) * sizeof *sv);
-      occ = calloc(words ? words : 1, sizeof *occ);
-      if (!sv || !occ) { __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); break; }
-    }
-    int32_t lo = INT32_MAX, hi = 0;
-    for (int64_t e = 0; e < n; e++) {
-      int32_t p = di[e];
-      sv[p] = dv[e];
-      occ[p >> 6] |= 1ull << (p & 63);
-      lo = p < lo ? p : lo;
-      hi = p > hi ? p : hi;
-    }
-    o = 0;
-    for (int32_t w = lo >> 6; w <= hi >> 6; w++) {
-      for (uint64_t m = occ[w]; m; m &= m - 1) {
-        int32_t p = (int32_t)(w * 64 + __builtin_ctzll(m));
-        di[o] = p;
-        dv[o] = sv[p];
-        o++;
-      }
-      occ[w] = 0;
-    }
+    /* (the count checked the genes: none is out of range here) */
+    map_row(k->map, (uint32_t)k->n_genes, rw->idx, rw->val, rw->n_in, di, dv, rw->n_out, &bad);
+    if (order_row(k, di, dv, rw->n_out, &sc)) { __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); break; }
   }
-  free(sv);
-  free(occ);
+  batch_scratch_free(&sc);
+}
+
+int64_t batch_panel_inplace(const batch_kernel *k, int32_t *idx, int32_t *val, uint32_t n_in, batch_scratch *sc) {
+  /* members kept (gene ids) by the bitmap, a few KB in L1, without a branch per gene; then
+  ** only they look up their positions in the map (4 bytes a gene of the dataset) */
+  const uint64_t *bits = k->bits;
+  uint32_t ng = (uint32_t)k->n_genes, over = 0;
+  for (uint32_t e = 0; e < n_in; e++) over |= (uint32_t)idx[e] >= ng;   /* (vectorised) */
+  if (over) return -1;
+  int64_t o = 0;
+  for (uint32_t e = 0; e < n_in; e++) {
+    uint32_t g = (uint32_t)idx[e];
+    int32_t v = val[e];
+    idx[o] = (int32_t)g;
+    val[o] = v;
+    o += (int64_t)(bits[g >> 6] >> (g & 63) & 1);
+  }
+  for (int64_t e = 0; e < o; e++) idx[e] = k->map[idx[e]];
+  return order_row(k, idx, val, o, sc) ? -2 : o;
+}
+
+int64_t batch_compact(int64_t n, const int64_t *src, const int64_t *cnt, int32_t *idx, void *val, size_t width,
+                      int64_t dst) {
+  for (int64_t i = 0; i < n; i++) {
+    if (cnt[i] < 0 || src[i] < dst) return -1;
+    if (src[i] != dst && cnt[i]) {
+      memmove(idx + dst, idx + src[i], (size_t)cnt[i] * sizeof *idx);
+      memmove((char *)val + (size_t)dst * width, (char *)val + (size_t)src[i] * width, (size_t)cnt[i] * width);
+    }
+    dst += cnt[i];
+  }
+  return dst;
 }
 
 void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which) {

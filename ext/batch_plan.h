@@ -108,6 +108,26 @@ typedef struct batch_kernel {
 } batch_kernel;
 
 enum { BATCH_COUNT, BATCH_FILL };
+
+/* Scratch of the kernels for a panel not in gene order (made at first use; free with
+** batch_scratch_free; zero-initialise it). */
+typedef struct batch_scratch { int32_t *sv; uint64_t *occ; } batch_scratch;
+void batch_scratch_free(batch_scratch *sc);
+
+/* A placed row filtered to the panel in place: its n_in (gene index, value) pairs become
+** its panel members' (position, value), in order of position, at its front (values are
+** copied as 4-byte words: int32 or float32 alike).  Uses k's map, bits, panel_size,
+** n_genes and sorted.  Returns the members, -1 when a gene index is n_genes or more (the
+** row is then left in an arbitrary state), -2 out of memory. */
+int64_t batch_panel_inplace(const batch_kernel *k, int32_t *idx, int32_t *val, uint32_t n_in, batch_scratch *sc);
+
+/* Moves rows i = 0 .. n-1 of (idx, val), each cnt[i] entries at offset src[i], to follow one
+** another from offset dst on (values of width bytes), in order: a batch laid out for its
+** rows' sizes before a panel, packed to their sizes after it.  Each row moves towards the
+** front: a src[i] below where row i goes, or a negative cnt, is -1 (nothing after it moved).
+** Returns the offset after the last row. */
+int64_t batch_compact(int64_t n, const int64_t *src, const int64_t *cnt, int32_t *idx, void *val, size_t width,
+                      int64_t dst);
 /* Runs the count (n_out of each row) or the fill (copy, mapped and sorted) on the pool
 ** (pool NULL: on the calling thread).  Check k->bad afterwards. */
 void batch_run_kernel(dc_pool *pool, batch_kernel *k, int which);

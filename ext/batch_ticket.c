@@ -28,6 +28,8 @@ void batch_place_unref(batch_place *p) {
   sqlite3_free(p->rows);
   sqlite3_free(p->row_cell);
   sqlite3_free(p->nnz);
+  sqlite3_free(p->pmap);
+  sqlite3_free(p->pbits);
   sqlite3_free(p);
 }
 
@@ -198,18 +200,43 @@ out:
 }
 
 
+/* A placing result with a gene panel: each placed cell filtered to it where it lies, by the
+** decoder's per-cell hook (dc_place.filter) on the thread that placed it, while the cell is in
+** that core's cache.  One per job: the scratch of a panel not in gene order is its own. */
+typedef struct place_filter {
+  const batch_kernel *k;            /* the panel (map, bits, panel_size, n_genes, sorted) */
+  batch_scratch sc;
+  int bad;                          /* 1 a gene index out of range, 2 out of memory */
+} place_filter;
+
+static uint32_t filter_cell(void *arg, int32_t *ix, void *val, uint32_t n) {
+  place_filter *f = arg;
+  if (f->bad) return 0;
+  int64_t m = batch_panel_inplace(f->k, ix, val, n, &f->sc);
+  if (m < 0) {
+    f->bad = m == -1 ? 1 : 2;
+    return 0;
+  }
+  return (uint32_t)m;
+}
+
 /* Exchanges a placing ticket of dc_batch for its cells, each decoded straight to the caller's
 ** address for it, and releases it.  Row i (the i-th requested cell) goes to ix_addr[i]
 ** (int32 gene indices) and val_addr[i] (counts: kind 0 the stored uint32 bits as int32,
 ** unchecked, so the caller makes sure that no count reaches 2^31, as the Python loader does
-** from the genes' totals; kind 1 float32); each must have room for that row's nonzeros as dc_batch's cell_nnz gave them.  Both NULL:
+** from the genes' totals; kind 1 float32); each must have room for that row's nonzeros as dc_batch's cell_nnz gave them.
+** row_nnz (n_cells int64, or NULL): each row's size as written; with a gene panel (required
+** then) the row holds its panel genes only, as (position, value) at the front of its place,
+** in order of position, and row_nnz says how many (the caller packs the rows: the
+** compaction, deltacells_rows_compact).  Both addresses NULL:
 ** release only.  Returns 0; -1 unknown ticket (taken, released, never issued, of a closed
-** connection, or not a placing one); -3 n_cells or nnz differ from the result's; -4 a kind
+** connection, or not a placing one); -3 n_cells or nnz differ from the result's, or a panel
+** without row_nnz; -4 a kind
 ** other than int32 or float32; -5 a chunk could not be decoded (msg, msg_len bytes: which and
 ** why), the places then hold arbitrary values; -6 out of memory.  Thread rules as for
 ** deltacells_ticket_take. */
 int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uint64_t *ix_addr,
-                            const uint64_t *val_addr, int kind, char *msg, int msg_len) {
+                            const uint64_t *val_addr, int kind, int64_t *row_nnz, char *msg, int msg_len) {
   if (msg && msg_len > 0) msg[0] = 0;
   if (!id) return -1;
   ticket t = ticket_claim(id, 1);
@@ -217,11 +244,15 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
   dc_job *jobs = NULL;
   dc_place *pl = NULL;
   void **ptrs = NULL;
+  place_filter *filt = NULL;
+  uint32_t *n_out = NULL;
   if (!t.id) { rc = -1; goto out; }
   if (!ix_addr && !val_addr) goto out;
   batch_place *p = t.place;
-  if (n_cells != p->n || nnz != p->total || !ix_addr || !val_addr) { rc = -3; goto out; }
+  if (n_cells != p->n || nnz != p->total || !ix_addr || !val_addr || (p->pmap && !row_nnz)) { rc = -3; goto out; }
   if (kind != BATCH_KIND_I32 && kind != BATCH_KIND_F32) { rc = -4; goto out; }
+  batch_kernel panel = {.map = p->pmap, .bits = p->pbits, .panel_size = p->psize, .n_genes = p->pgenes,
+                       .sorted = p->psorted};
   /* per key, one pointer per cell of its chunk (NULL: decoded into the sink) */
   uint64_t n_ptr = 0;
   for (size_t q = 0; q < p->n_keys; q++) n_ptr += p->heads[p->key_tb[q]]->hdr.chunk[p->keys[q].chunk].n_cells;
@@ -229,6 +260,12 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
   pl = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *pl);
   ptrs = sqlite3_malloc64((n_ptr ? 2 * n_ptr : 1) * sizeof *ptrs);
   if (!jobs || !pl || !ptrs) { rc = -6; goto out; }
+  if (p->pmap) {
+    filt = sqlite3_malloc64((p->n_keys ? p->n_keys : 1) * sizeof *filt);
+    n_out = sqlite3_malloc64((n_ptr ? n_ptr : 1) * sizeof *n_out);
+    if (!filt || !n_out) { rc = -6; goto out; }
+    memset(filt, 0, p->n_keys * sizeof *filt);
+  }
   memset(ptrs, 0, 2 * n_ptr * sizeof *ptrs);
   memset(jobs, 0, p->n_keys * sizeof *jobs);
   uint64_t o = 0;
@@ -242,7 +279,13 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
       ix[p->row_cell[row]] = (void *)(uintptr_t)ix_addr[row];
       val[p->row_cell[row]] = (void *)(uintptr_t)val_addr[row];
     }
-    pl[q] = (dc_place){ (int32_t *const *)ix, val, kind == BATCH_KIND_F32 };
+    pl[q] = (dc_place){ (int32_t *const *)ix, val, kind == BATCH_KIND_F32, NULL, NULL, NULL };
+    if (filt) {
+      filt[q].k = &panel;
+      pl[q].filter = filter_cell;
+      pl[q].filter_arg = &filt[q];
+      pl[q].n_out = n_out + (o - nc);
+    }
     jobs[q].buf = p->tb[p->key_tb[q]].buf;
     jobs[q].len = (size_t)h->blob_len;
     jobs[q].hdr = &h->hdr;
@@ -260,11 +303,41 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
                    jobs[q].err.msg[0] ? jobs[q].err.msg : dc_strerror(jobs[q].rc));
         break;
       }
+  } else if (filt) {
+    o = 0;
+    for (size_t q = 0; q < p->n_keys && !rc; q++) {
+      if (filt[q].bad) {
+        rc = filt[q].bad == 2 ? -6 : -5;
+        if (rc == -5 && msg && msg_len > 0)
+          snprintf(msg, (size_t)msg_len, "tile %u chunk %u: a gene index of %lld or more", p->keys[q].tile,
+                   p->keys[q].chunk, (long long)p->pgenes);
+      }
+      for (uint64_t k = p->row0[q]; k < p->row0[q + 1]; k++) row_nnz[p->rows[k]] = n_out[o + p->row_cell[p->rows[k]]];
+      o += p->heads[p->key_tb[q]]->hdr.chunk[p->keys[q].chunk].n_cells;
+    }
+  } else if (row_nnz) {
+    for (int64_t i = 0; i < p->n; i++) row_nnz[i] = p->nnz[i];
   }
 out:
+  if (filt && t.place)
+    for (size_t q = 0; q < t.place->n_keys; q++) batch_scratch_free(&filt[q].sc);
+  sqlite3_free(filt);
+  sqlite3_free(n_out);
   sqlite3_free(jobs);
   sqlite3_free(pl);
   sqlite3_free(ptrs);
   ticket_done(&t);
   return rc;
+}
+
+/* Packs rows laid out for their sizes before a gene panel into their sizes after it (see
+** deltacells_ticket_place's row_nnz): rows i = 0 .. n-1 of (idx, val), each cnt[i] entries at
+** offset src[i] (in entries), moved in order to follow one another from offset dst on;
+** values of width bytes (1 .. 8).  Returns the offset after the last row, or -1 when a row
+** would move towards the end (a src[i] below its new place) or a count is negative: nothing
+** from that row on moved. */
+int64_t deltacells_rows_compact(int64_t n, const int64_t *src, const int64_t *cnt, int32_t *idx, void *val, int width,
+                                int64_t dst) {
+  if (n < 0 || width < 1 || width > 8 || dst < 0 || (n && (!src || !cnt || !idx || !val))) return -1;
+  return batch_compact(n, src, cnt, idx, val, (size_t)width, dst);
 }

@@ -30,7 +30,8 @@
 **     nnz HIDDEN         -- read only: the batch's nonzeros (length(data) / 4,
 **                        --   without making the data blob)
 **     cell_nnz HIDDEN    -- read only, with place: int32 LE, each requested
-**                        --   cell's nonzeros, in request order; NULL when the
+**                        --   cell's nonzeros, in request order (with a gene
+**                        --   panel: before it, the room its place needs); NULL when the
 **                        --   cells cannot be placed (a repeated cell, a tile of
 **                        --   a codec other than rans): ask without place then
 **     obs_values HIDDEN  -- read only, with obs: the values of those columns for
@@ -60,7 +61,7 @@
 ** released.  An unknown (taken, released or made-up) ticket is an error, never
 ** a memory access.
 **
-** Placing (place = 1; no gene panel): the loader's shuffled batches each take cells from
+** Placing (place = 1): the loader's shuffled batches each take cells from
 ** every chunk of a window of tiles, so a window's chunks decoded into the chunk cache and
 ** then copied row by row into each batch cost a decode and a copy of every value.  With
 ** place, the call reads the raw bytes of the chunks holding the requested cells (on the
@@ -68,7 +69,12 @@
 ** cell_nnz and a ticket; the caller lays out its batches from cell_nnz and hands the ticket
 ** to deltacells_ticket_place (ctypes) with one address per cell, which decodes each chunk
 ** once on the pool, every requested cell straight to its address: no cache entry, no copy.
-** The indptr, indices, data and cell_ids columns are NULL then.
+** The indptr, indices, data and cell_ids columns are NULL then.  With a gene panel, cell_nnz
+** is each cell's size before the panel (the room its place needs); each placed row is filtered
+** to the panel where it lies, on the thread that placed it while it is in that core's cache,
+** and its size after the panel comes back (deltacells_ticket_place's row_nnz); the caller
+** packs its batches then (deltacells_rows_compact).  One pass over each value, where reading
+** batch by batch decodes into the cache, counts each row's panel genes, then copies them.
 **
 ** Cells may come in any order and repeat; rows follow the request.  The
 ** table reads nothing but its own schema's tiles_data, dc_meta and genes, so
@@ -644,10 +650,6 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   if (obs_arg && sqlite3_value_type(obs_arg) != SQLITE_NULL) {
     if ((rc = parse_obs(v, r->schema, obs_arg, &j->obs_cols, &j->n_obs, &j->err)) != SQLITE_OK) goto done;
   }
-  if (place && j->map) {
-    rc = dc_err(&j->err, SQLITE_ERROR, NULL, "dc_batch: place (argument 4) takes no gene panel: pass NULL genes");
-    goto done;
-  }
   dc_pool *pool = dc_conn_pool(v->conn);
   if (!pool) { rc = SQLITE_NOMEM; goto done; }
   struct dc_cache *cache = dc_conn_cache(v->conn);
@@ -655,6 +657,9 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
   if (place) {
     t1 = now_ns();
     if ((rc = batch_place_read(r, v->conn, pool, j->ids, j->n, &c->place, &j->err)) != SQLITE_OK) goto done;
+    if (c->place && j->map &&
+        (rc = batch_place_panel(c->place, v->panel.map, v->panel.bits, v->panel.size, v->panel.sorted, r->n_genes)) != SQLITE_OK)
+      goto done;
     t23[0] = t23[1] = now_ns();
     if (c->place) {
       int32_t *cn = rcbuf_new(v->conn->bufpool, (uint64_t)j->n * 4 + 4);

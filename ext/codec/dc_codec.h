@@ -191,11 +191,21 @@ int dc_tile_decode(dc_decoder *d, const uint8_t *buf, size_t len,
 ** decoded but kept nowhere.  No indptr is written.  Codec rans (3) only: the
 ** other codecs give DC_EUNSUPPORTED (the caller decodes and copies).  A
 ** corrupt chunk is an error as for dc_chunk_decode; the places of a failed
-** chunk hold arbitrary values. */
+** chunk hold arbitrary values.
+**
+** filter (optional): called for each kept cell right after it is placed, on the
+** decoding thread, while the cell is in that core's cache, with the cell's place
+** and size; it may rewrite the cell in place (dc_batch keeps a gene panel's
+** genes only) and returns the cell's size after it (at most n), which goes to
+** n_out[i] (one entry per cell of the chunk; cells kept nowhere are not
+** written).  It reports its own errors through filter_arg. */
 typedef struct dc_place {
   int32_t *const *ix;
   void *const *val;
   int values_f32;        /* 1: write counts as float32                     */
+  uint32_t (*filter)(void *filter_arg, int32_t *ix, void *val, uint32_t n);
+  void *filter_arg;
+  uint32_t *n_out;
 } dc_place;
 /* nnz[i] = the nonzeros of cell i of chunk c (chunk-relative), read from the
 ** chunk's per-cell counts without decoding it.  Verifies the chunk checksum

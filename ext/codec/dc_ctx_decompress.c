@@ -361,6 +361,10 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
       if (prev >= (int64_t)n_genes) return -1;                                  \
       if (map && ix != sink)      /* local ids (checked) -> genes, from L1 */ \
         for (uint64_t j_ = 0; j_ < tot; j_++) ix[j_] = (int32_t)map[ix[j_]];   \
+      if (PLACING && pl->filter && ix != sink) {  /* the caller's, while in cache */ \
+        uint32_t k_ = pl->filter(pl->filter_arg, ix, (void *)vi, (uint32_t)tot); \
+        pl->n_out[c] = k_ < tot ? k_ : (uint32_t)tot;                             \
+      }                                                                         \
       ix += tot;                                                                \
       vi += tot;                                                                \
       vf += tot;                                                                \

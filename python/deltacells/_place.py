@@ -22,9 +22,15 @@ groups that fit it, each decoding the window's chunks again, as the cache then d
 whose pool has no buffers yet makes its first batch alone, the window's chunks decoded again
 for the rest (first_alone()).
 
-Used when the batches are a contiguous run of the plan's sequence (cuts known), values are
-int32 or float32 and there is no gene panel; otherwise, and for cells that cannot be placed
-(a tile of another codec, a repeated cell), batches are read one by one as before.
+With a gene panel, the batches are laid out for their cells' sizes before the panel; the
+extension filters each placed cell to the panel where it lies (on the thread that decoded it,
+while it is in that core's cache) and says its size after the panel, and each batch is then
+packed (rows_compact: a move of its panel genes towards the front).  Read batch by batch, a
+panel costs a decode into the cache, a count of each row's panel genes and a copy of them.
+
+Used when the batches are a contiguous run of the plan's sequence (cuts known) and values are
+int32 or float32; otherwise, and for cells that cannot be placed (a tile of another codec, a
+repeated cell), batches are read one by one as before.
 DELTACELLS_PLACE=0 turns placing off (to compare).
 """
 import bisect
@@ -34,7 +40,7 @@ import time
 
 import numpy as np
 
-from ._core import ObsReader, _ticket_place_fn, place_into, place_plan, release_place
+from ._core import ObsReader, _rows_compact_fn, _ticket_place_fn, place_into, place_plan, release_place, rows_compact
 
 
 def enabled(ds, pool):
@@ -43,7 +49,9 @@ def enabled(ds, pool):
         return False
     from ._convert import take_dtype
     kind = np.dtype(take_dtype(ds.dtype)).name
-    if ds._panel is not None or kind not in ("int32", "float32"):
+    if kind not in ("int32", "float32"):
+        return False
+    if ds._panel is not None and _rows_compact_fn() is None:
         return False
     if kind == "int32" and not ds._cat.counts_fit_int32():
         return False          # placing writes the stored uint32 counts unchecked
@@ -147,9 +155,10 @@ class Placer:
             if e > a:
                 segs.append((b, a, e))
         cells = np.concatenate([self.batches[b][a - self.starts[b]:e - self.starts[b]] for b, a, e in segs])
+        panel = ds._panel
         t0 = time.perf_counter()
         try:
-            got = place_plan(con, cells, codes)
+            got = place_plan(con, cells, codes, panel)
         except sqlite3.Error as e:      # the window's tiles hold more than batch_mb: one by one
             if "batch_mb" in str(e):
                 return False
@@ -169,7 +178,8 @@ class Placer:
             name = np.dtype(self._dtype()).name
             ix_addr = np.empty(len(cells), dtype=np.int64)     # addresses (below 2^63)
             val_addr = np.empty(len(cells), dtype=np.int64)
-            done = []             # (batch, indptr, indices, data, parts) finished by this window
+            done = []             # [batch, indptr, indices, data, parts] finished by this window
+            laid = []             # per segment: (its done entry or None, ix, val, first offset, offsets)
             for (b, a, e), obs in zip(segs, obs_parts):
                 nz = cell_nnz[a - g0:e - g0]
                 before = self.carry[1] if self.carry is not None and self.carry[0] == b else []
@@ -188,8 +198,9 @@ class Placer:
                         data[o:o + m] = pval
                         o += m
                     ix_base, val_base = indices.ctypes.data, data.ctypes.data
-                    done.append((b, indptr, indices, data, before + [(nz, None, None, obs)]))
+                    done.append([b, indptr, indices, data, before + [(nz, None, None, obs)]])
                     self.carry = None
+                    seg_ix, seg_val, seg_done = indices, data, done[-1]
                 else:                                           # it goes on in the next window
                     m = int(nz.sum())
                     ix_buf = np.empty(max(1, m), dtype=np.int32)
@@ -197,13 +208,28 @@ class Placer:
                     head = 0
                     ix_base, val_base = ix_buf.ctypes.data, val_buf.ctypes.data
                     self.carry = (b, before + [(nz, ix_buf[:m], val_buf[:m], obs)])
+                    seg_ix, seg_val, seg_done = ix_buf, val_buf, None
                 off = np.zeros(len(nz), dtype=np.int64)       # each cell's first value
                 np.cumsum(nz[:-1], out=off[1:])
                 off += head
                 ix_addr[a - g0:e - g0] = ix_base + 4 * off
                 val_addr[a - g0:e - g0] = val_base + np.dtype(name).itemsize * off
-            place_into(ticket, len(cells), total, ix_addr, val_addr, name)
+                laid.append((seg_done, seg_ix, seg_val, head, off))
+            row_nnz = np.empty(len(cells), dtype=np.int64) if panel is not None else None
+            place_into(ticket, len(cells), total, ix_addr, val_addr, name, row_nnz)
             ticket = None
+            if panel is not None:
+                # each row holds its panel genes at the front of its place: pack the segments
+                for (b, a, e), (entry, ix, val, head, off) in zip(segs, laid):
+                    pnz = row_nnz[a - g0:e - g0]
+                    end = rows_compact(off, pnz, ix, val, head)
+                    if entry is not None:
+                        parts = entry[4]
+                        parts[-1] = (pnz,) + parts[-1][1:]
+                        entry[2], entry[3] = ix[:end], val[:end]
+                    else:
+                        before = self.carry[1][:-1]
+                        self.carry = (b, before + [(pnz, ix[:end], val[:end], self.carry[1][-1][3])])
         finally:
             if ticket is not None:
                 release_place(ticket)
@@ -216,6 +242,9 @@ class Placer:
             sizes = np.concatenate([p[0] for p in parts])
             indptr[0] = 0
             np.cumsum(sizes, out=indptr[1:])
+            if panel is not None and panel.pos is not None:    # panel genes the dataset lacks: zero columns
+                indices = panel.pos[indices]
+                g = len(panel)
             obs = {}
             if codes.columns:
                 dicts = [p[3] for p in parts]

@@ -392,7 +392,7 @@ static void test_empty_rows(void) {
 ** index and one past the genes reported by the count. */
 static void test_kernels_panels(void) {
   enum { G = 700, R = 60 };
-  static int32_t idx[R][G], val[R][G], map[G], di[R * G], dv[R * G];
+  static int32_t idx[R][G], val[R][G], map[G], di[R * G], dv[R * G], pi[R * G], pv[R * G];
   static uint64_t bits[(G + 63) / 64];
   static batch_row rows[R];
   static int64_t off[R];
@@ -444,6 +444,35 @@ static void test_kernels_panels(void) {
       DCT_CHECKF(ok && o == rows[r].n_out, "trial %d (panel %d, %s) row %d (%lld of %u genes)", trial, psize,
                  sorted ? "gene order" : "any order", r, (long long)rows[r].n_out, rows[r].n_in);
     }
+    /* placing: the rows laid out for their sizes before the panel, each filtered where it lies,
+    ** then packed: the same as the fill's output */
+    int64_t src[R], cnt[R], at = 0;
+    batch_scratch sc = {NULL, NULL};
+    for (int r = 0; r < R; r++) {
+      src[r] = at;
+      memcpy(pi + at, idx[r], rows[r].n_in * sizeof *pi);
+      memcpy(pv + at, val[r], rows[r].n_in * sizeof *pv);
+      cnt[r] = batch_panel_inplace(&k, pi + at, pv + at, rows[r].n_in, &sc);
+      DCT_CHECKF(cnt[r] == rows[r].n_out, "trial %d row %d: %lld in place, %lld counted", trial, r, (long long)cnt[r],
+                 (long long)rows[r].n_out);
+      at += rows[r].n_in;
+    }
+    batch_scratch_free(&sc);
+    DCT_CHECK(batch_compact(R, src, cnt, pi, pv, sizeof *pv, 0) == total);
+    DCT_CHECKF(!memcmp(pi, di, (size_t)total * sizeof *pi) && !memcmp(pv, dv, (size_t)total * sizeof *pv),
+               "trial %d: placed and packed rows differ from the fill's", trial);
+  }
+  /* the compaction moves rows towards the front only */
+  {
+    int32_t ci[6] = {0, 1, 2, 3, 4, 5}, cv[6] = {10, 11, 12, 13, 14, 15};
+    int64_t s2[2] = {0, 3}, n2[2] = {1, 2};
+    DCT_CHECK(batch_compact(2, s2, n2, ci, cv, sizeof *cv, 1) == -1);   /* row 0 would move to 1 */
+    DCT_CHECK(batch_compact(2, s2, n2, ci, cv, sizeof *cv, 0) == 3);
+    DCT_CHECK(ci[0] == 0 && ci[1] == 3 && ci[2] == 4 && cv[0] == 10 && cv[1] == 13 && cv[2] == 14);
+    int64_t s3[2] = {0, 1}, n3[2] = {2, 1};
+    DCT_CHECK(batch_compact(2, s3, n3, ci, cv, sizeof *cv, 0) == -1);   /* row 1 would move to 2 */
+    int64_t s4[1] = {2}, n4[1] = {-1};
+    DCT_CHECK(batch_compact(1, s4, n4, ci, cv, sizeof *cv, 0) == -1);
   }
   /* a negative gene index and one past the genes: reported by the count */
   for (int bad = 0; bad < 2; bad++) {
@@ -452,6 +481,9 @@ static void test_kernels_panels(void) {
     batch_kernel k = {.rows = &br, .n = 1, .map = map, .bits = bits, .panel_size = batch_panel_bits(map, G, bits), .n_genes = G};
     batch_run_kernel(NULL, &k, BATCH_COUNT);
     DCT_CHECK(k.bad == 1);
+    batch_scratch sc = {NULL, NULL};
+    DCT_CHECK(batch_panel_inplace(&k, bi, bv, 3, &sc) == -1);
+    batch_scratch_free(&sc);
   }
 #undef RND
   dc_pool_free(pool);

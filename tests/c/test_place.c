@@ -2,7 +2,8 @@
 ** test_place.c — placing (dc_chunk_cell_nnz, dc_chunk_place, and dc_pool_decode's jobs of
 ** both kinds): every cell of a chunk decoded straight to its own place must equal what a
 ** whole-tile decode gives, on every decoder path, for int32 and float32, with cells kept
-** and cells dropped (decoded into the sink), on tiles with a gene map; and a corrupt
+** and cells dropped (decoded into the sink), on tiles with a gene map, with a per-cell filter
+** (dc_place.filter, float32) and without; and a corrupt
 ** chunk or a codec without placing is an error, never a write out of bounds.
 */
 #include "dctest.h"
@@ -19,6 +20,17 @@ static uint8_t *encode(const dct_mat *m, int codec, uint32_t chunks, size_t *len
   int rc = dc_tile_encode(&in, &o, &buf, len, &err);
   DCT_CHECKF(rc == DC_OK, "encode: %s", err.msg);
   return rc == DC_OK ? buf : NULL;
+}
+
+/* A filter (dc_place.filter): keeps the nonzeros of odd genes, in place, and counts its calls. */
+typedef struct { uint32_t calls; } odd_arg;
+static uint32_t keep_odd(void *arg, int32_t *ix, void *val, uint32_t n) {
+  uint32_t o = 0;
+  int32_t *v = val;
+  for (uint32_t j = 0; j < n; j++)
+    if (ix[j] & 1) { ix[o] = ix[j]; v[o] = v[j]; o++; }
+  ((odd_arg *)arg)->calls++;
+  return o;
 }
 
 /* One tile, one path: counts per cell equal the input's; placing with every kept cell in
@@ -56,21 +68,36 @@ static void check_tile(const dct_mat *m, uint32_t chunks, const char *path, uint
         val[i] = keep ? malloc(k * 4) : NULL;
         if (keep) { memset(ix[i], 0xab, k * 4); memset(val[i], 0xab, k * 4); }
       }
-      dc_place pl = {ix, val, f32};
+      /* float32 with a filter: each kept cell's odd genes, n_out its count (cells kept nowhere
+      ** are neither filtered nor written: n_out keeps its marker) */
+      odd_arg oa = {0};
+      uint32_t *n_out = malloc((n + 1) * sizeof *n_out), kept = 0;
+      DCT_CHECK(n_out != NULL);
+      for (uint32_t i = 0; i < n; i++) { n_out[i] = 0xdeadbeef; kept += ix[i] != NULL; }
+      dc_place pl = {ix, val, f32, f32 ? keep_odd : NULL, &oa, f32 ? n_out : NULL};
       rc = dc_chunk_place(d, buf, len, &h, c, &pl, &err);
       DCT_CHECKF(rc == DC_OK, "%s chunk %u place: %s", path, c, err.msg);
+      DCT_CHECK(oa.calls == (f32 ? kept : 0));
       for (uint32_t i = 0; i < n && rc == DC_OK; i++) {
-        if (!ix[i]) continue;
+        if (!ix[i]) {
+          DCT_CHECK(n_out[i] == 0xdeadbeef);
+          continue;
+        }
         uint32_t cell = ci->first_cell + i;
         uint64_t a = m->indptr[cell];
         int same = 1;
+        uint32_t o = 0;
         for (uint32_t j = 0; j < nnz[i]; j++) {
-          same &= (uint32_t)ix[i][j] == m->indices[a + j];
-          if (f32) same &= ((float *)val[i])[j] == (float)m->data[a + j];
-          else same &= (uint32_t)((int32_t *)val[i])[j] == m->data[a + j];
+          if (f32 && !(m->indices[a + j] & 1)) continue;
+          same &= (uint32_t)ix[i][o] == m->indices[a + j];
+          if (f32) same &= ((float *)val[i])[o] == (float)m->data[a + j];
+          else same &= (uint32_t)((int32_t *)val[i])[o] == m->data[a + j];
+          o++;
         }
+        if (f32) same &= n_out[i] == o;
         DCT_CHECKF(same, "%s f32 %d cell %u: placed values differ from the input", path, f32, cell);
       }
+      free(n_out);
       for (uint32_t i = 0; i < n; i++) { free(ix[i]); free(val[i]); ix[i] = NULL; val[i] = NULL; }
     }
     free(nnz); free(ix); free(val);
@@ -155,7 +182,7 @@ static void test_place_jobs_and_errors(void) {
     ix[c] = malloc(n * sizeof(int32_t *));
     val[c] = malloc(n * sizeof(void *));
     for (uint32_t i = 0; i < n; i++) { ix[c][i] = all_ix + o; val[c][i] = all_v + o; o += nnz[c][i]; }
-    pl[c] = (dc_place){ix[c], val[c], 0};
+    pl[c] = (dc_place){ix[c], val[c], 0, NULL, NULL, NULL};
     jobs[c] = (dc_job){buf, len, &h, c, {NULL, NULL, NULL, 0}, -1, {0, {0}}, &pl[c], NULL};
   }
   DCT_CHECK(o == total);

@@ -50,7 +50,7 @@ static void place_all(const uint8_t *buf, size_t len, const dc_tile_hdr *h, int 
         pval[i] = malloc((size_t)nnz[i] * 4 + 1);
         if (!pix[i] || !pval[i]) abort();
       }
-      dc_place pl = {pix, pval, f32};
+      dc_place pl = {pix, pval, f32, NULL, NULL, NULL};
       rc = dc_chunk_place(dec, buf, len, h, c, &pl, &err);
       if (rc == DC_OK && ip) {                      /* equal to the decode */
         for (uint32_t i = 0; i < n; i++) {

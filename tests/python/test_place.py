@@ -4,9 +4,10 @@ of reading them one by one (DELTACELLS_PLACE=0): the same cells in the same orde
 (indices, values, dtype) and the same obs values and dtypes; whatever the batch size against
 the windows (batches inside a window, spanning two, longer than a window), with where-filters,
 obs columns with NULLs, prefetch on and off, in DataLoader workers, when resuming and with pad
-batches; and where it cannot place (a zstd tile, a narrow dtype, a gene panel) it reads the
-usual way.  The SQL side: cell_nnz, its refusals and the ticket's errors."""
+batches, with gene panels too (each placed row filtered to the panel where it lies, then the
+batch packed); and where it cannot place (a zstd tile, a narrow dtype) it reads the usual way.  The SQL side: cell_nnz, its refusals and the ticket's errors."""
 import ctypes
+import json
 import os
 import shutil
 import sys
@@ -213,14 +214,9 @@ def test_dataloader_workers(small):
 
 
 def test_not_placed_where_it_cannot_be(small, tmp_path):
-    """A narrow dtype and a gene panel are read one by one; a zstd tile cannot be placed, and
-    the reader falls back for the rest of the epoch."""
+    """A narrow dtype is read one by one; a zstd tile cannot be placed, and the reader falls
+    back for the rest of the epoch."""
     ds = deltacells.CellDataset(small[1], batch_size=300, prefetch_tiles=0, dtype=torch.int16)
-    with iter(ds) as it:
-        next(it)
-        assert it._placer is None
-    genes = stored_gene_names(small[1])[:20]
-    ds = deltacells.CellDataset(small[1], batch_size=300, prefetch_tiles=0, genes=genes)
     with iter(ds) as it:
         next(it)
         assert it._placer is None
@@ -247,6 +243,101 @@ def test_merged_inputs_place(small, tmp_path):
     same(new, old)
 
 
+def _panels(db):
+    names = stored_gene_names(db)
+    rng = np.random.default_rng(12)
+    return {"gene order": list(names[10:250:3]),                            # a sorted panel
+            "shuffled": [str(g) for g in rng.permutation(names)[:120]],     # scatter-ordered rows
+            "few": [str(g) for g in rng.permutation(names)[:5]],            # rows of <= 16: insertion sort
+            "every gene, reversed": list(names[::-1])}
+
+
+@pytest.mark.parametrize("panel", ["gene order", "shuffled", "few", "every gene, reversed"])
+@pytest.mark.parametrize("batch_size,prefetch", [(7, 0), (250, 2), (1000, 0)])
+def test_placed_with_a_gene_panel(small, panel, batch_size, prefetch):
+    """A gene panel is placed: batches equal those read one by one, whatever the panel's order
+    and size, batches inside, across and longer than a window; and they equal the input."""
+    genes = _panels(small[1])[panel]
+    kw = dict(batch_size=batch_size, seed=4, prefetch_tiles=prefetch, genes=genes, obs=["cell_type", "score"])
+    new, placed = batches(small[1], "1", **kw)
+    old, _ = batches(small[1], "0", **kw)
+    assert placed in (True, None)
+    same(new, old)
+    ref = reindexed_X(read_h5ad(small[0]), genes)
+    for b in new[:3]:
+        assert np.array_equal(b["X"].to_dense().numpy(), ref[b["cell_id"].numpy()].toarray())
+
+
+def test_placed_panel_with_missing_genes_and_workers(small, tmp_path):
+    """Panel genes the dataset lacks (missing_genes='zeros') and a merged dataset's tiles (gene
+    maps), placed in forked DataLoader workers."""
+    h2, _ = gen(tmp_path, 700, 450, 11, 200)
+    m = convert(small[0], tmp_path / "m.dcdb", TILE, [str(h2)])
+    genes = ["NOT_A_GENE"] + list(stored_gene_names(m)[::7]) + ["ALSO_MISSING"]
+    kw = dict(batch_size=260, seed=7, genes=genes, missing_genes="zeros", obs=["cell_type"])
+    out = {}
+    for place in ("1", "0"):
+        os.environ["DELTACELLS_PLACE"] = place
+        try:
+            out[place] = list(DataLoader(deltacells.CellDataset(m, **kw), batch_size=None, num_workers=2,
+                                         timeout=120))
+        finally:
+            os.environ.pop("DELTACELLS_PLACE", None)
+    same(out["1"], out["0"])
+    assert out["1"][0]["X"].shape[1] == len(genes)
+    one, placed = batches(m, "1", prefetch_tiles=0, **kw)
+    assert placed
+    same(one, batches(m, "0", prefetch_tiles=0, **kw)[0])
+
+
+def test_sql_place_with_a_panel(small):
+    """dc_batch(cells, genes, NULL, 1): cell_nnz are the sizes before the panel; the ticket needs
+    row_nnz, fills each place with the panel's (position, value) and says how many; the packed
+    rows equal dc_batch(cells, genes)'s."""
+    con = deltacells.connect(small[1])
+    ids = np.array([5, 1999, 0, 700, 701, 3], dtype="<i8")
+    names = stored_gene_names(small[1])
+    genes = json.dumps([str(g) for g in np.random.default_rng(3).permutation(names)[:60]])
+    n, g, nnz, ticket, cnz = con.execute("SELECT n_cells, n_genes, nnz, ticket, cell_nnz FROM dc_batch(?, ?, ?, 1)",
+                                         (ids.tobytes(), genes, None)).fetchone()
+    full = np.frombuffer(con.execute("SELECT indptr FROM dc_batch(?)", (ids.tobytes(),)).fetchone()[0], "<i8")
+    sizes = np.frombuffer(cnz, "<i4").astype(np.int64)
+    assert g == 60 and np.array_equal(sizes, np.diff(full)) and nnz == sizes.sum()
+    off = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    ix = np.full(max(1, nnz), -7, np.int32)
+    val = np.full(max(1, nnz), -7, np.int32)
+    ia = (ix.ctypes.data + 4 * off).astype(np.uint64)
+    va = (val.ctypes.data + 4 * off).astype(np.uint64)
+    msg = ctypes.create_string_buffer(256)
+    fn = _fn()
+    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, None, msg, 256) == -3     # no row_nnz
+    ticket = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), genes, None)).fetchone()[0]
+    row_nnz = np.full(6, -1, np.int64)
+    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, msg, 256) == 0
+    ip, ref_ix, ref_v = (np.frombuffer(b, t) for b, t in zip(
+        con.execute("SELECT indptr, indices, data FROM dc_batch(?, ?)", (ids.tobytes(), genes)).fetchone(),
+        ("<i8", "<i4", "<i4")))
+    assert np.array_equal(row_nnz, np.diff(ip))
+    end = _core.rows_compact(off, row_nnz, ix, val, 0)
+    assert end == ip[-1]
+    assert np.array_equal(ix[:end], ref_ix) and np.array_equal(val[:end], ref_v)
+    # without a panel, row_nnz (when given) holds the sizes
+    t2 = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, None)).fetchone()[0]
+    assert fn(t2, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, msg, 256) == 0
+    assert np.array_equal(row_nnz, sizes)
+
+
+def test_rows_compact_refuses_a_move_towards_the_end():
+    ix = np.arange(10, dtype=np.int32)
+    val = np.arange(10, dtype=np.float32) * 2
+    assert _core.rows_compact([0, 5], [2, 3], ix, val, 0) == 5
+    assert ix[:5].tolist() == [0, 1, 5, 6, 7] and val[:5].tolist() == [0, 2, 10, 12, 14]
+    with pytest.raises(RuntimeError, match="towards the end"):
+        _core.rows_compact([0, 1], [3, 1], ix, val, 0)        # row 1 would land at 3, after its 1
+    with pytest.raises(RuntimeError, match="towards the end"):
+        _core.rows_compact([4], [-1], ix, val, 0)
+
+
 # --- SQL and the ticket ----------------------------------------------------------------------
 def _fn():
     fn = _core._ticket_place_fn()
@@ -269,29 +360,27 @@ def test_sql_cell_nnz_and_refusals(small):
     fn = _fn()
     ia = np.array([a.ctypes.data for a in ix], np.uint64)
     va = np.array([a.ctypes.data for a in val], np.uint64)
-    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, msg, 256) == 0
+    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == 0
     row = con.execute("SELECT indices, data FROM dc_batch(?)", (ids.tobytes(),)).fetchone()
     ref_ix, ref_v = np.frombuffer(row[0], "<i4"), np.frombuffer(row[1], "<i4")
     for i, s in enumerate(sizes):
         assert np.array_equal(ix[i][:s], ref_ix[ip[i]:ip[i + 1]])
         assert np.array_equal(val[i][:s], ref_v[ip[i]:ip[i + 1]].astype(np.float32))
     # used once; unknown; a place ticket is not a take ticket and back
-    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, msg, 256) == -1
+    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == -1
     take = _core._ticket_take_fn()
     t2 = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, None)).fetchone()[0]
     assert take(t2, 6, int(nnz), None, None, None, 0, None, None) == -1
-    assert fn(t2, 5, int(nnz), ia.ctypes.data, va.ctypes.data, 1, msg, 256) == -3      # wrong size: released
+    assert fn(t2, 5, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == -3      # wrong size: released
     t3 = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, None)).fetchone()[0]
-    assert fn(t3, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 2, msg, 256) == -4      # int16: not placed
+    assert fn(t3, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 2, None, msg, 256) == -4      # int16: not placed
     t4 = con.execute("SELECT ticket FROM dc_batch(?)", (ids.tobytes(),)).fetchone()[0]
-    assert fn(t4, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, msg, 256) == -1
+    assert fn(t4, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == -1
     # a repeated cell has one place: no placing result
     rep = np.array([5, 6, 5], dtype="<i8").tobytes()
     assert con.execute("SELECT cell_nnz, ticket FROM dc_batch(?, ?, ?, 1)", (rep, None, None)).fetchone() == (None, None)
     with pytest.raises(Exception, match="place .argument 4. must be 0 or 1"):
         con.execute("SELECT n_cells FROM dc_batch(?, ?, ?, 2)", (ids.tobytes(), None, None)).fetchall()
-    with pytest.raises(Exception, match="no gene panel"):
-        con.execute("SELECT n_cells FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), '["GENE1"]', None)).fetchall()
     assert con.execute("SELECT cell_nnz FROM dc_batch(?, ?, ?, 0)", (ids.tobytes(), None, None)).fetchone() == (None,)
 
 
