@@ -23,8 +23,8 @@ int batch_locate(dc_reader *r, const int64_t *ids, int64_t n, batch_cellref *ref
   return SQLITE_OK;
 }
 
-int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, batch_place **out,
-                     char **pzErr) {
+int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, const int32_t *genes,
+                     int64_t n_genes, batch_place **out, char **pzErr) {
   uint64_t nn = (uint64_t)(n ? n : 1);
   int rc = SQLITE_OK;
   batch_cellref *ref = NULL;
@@ -49,9 +49,28 @@ int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *
   if (!ref || !p->keys || !p->rows || !p->row_cell || !p->nnz || !rowkey || !nodirect) { rc = SQLITE_NOMEM; goto fail; }
   memset(nodirect, 0, nn);
   if ((rc = batch_locate(r, ids, n, ref, pzErr)) != SQLITE_OK) goto fail;
+  if (genes) {
+    /* a gene panel: the rows of tiles whose gene maps show none of its genes are empty (as
+    ** dc_batch's mark_empty): no chunk read, nothing placed */
+    int8_t *may = sqlite3_malloc64(r->n_tiles ? r->n_tiles : 1);   /* per tile: -1 not asked yet */
+    if (!may) { rc = SQLITE_NOMEM; goto fail; }
+    memset(may, -1, r->n_tiles ? r->n_tiles : 1);
+    for (int64_t i = 0; i < n && rc == SQLITE_OK; i++) {
+      uint32_t t = ref[i].tile;
+      if (may[t] < 0) {
+        int m = 1;
+        rc = dc_reader_tile_may_hold(r, t, genes, n_genes, &m, pzErr);
+        may[t] = (int8_t)m;
+      }
+      if (rc == SQLITE_OK && !may[t]) nodirect[i] = BATCH_ROW_EMPTY;
+    }
+    sqlite3_free(may);
+    if (rc != SQLITE_OK) goto fail;
+  }
   for (int64_t i = 0; i < n; i++) {
-    if (r->heads[ref[i].tile]->hdr.codec != DC_CODEC_RANS) goto not_placeable;
+    if (!nodirect[i] && r->heads[ref[i].tile]->hdr.codec != DC_CODEC_RANS) goto not_placeable;
     p->row_cell[i] = ref[i].cell;
+    rowkey[i] = BATCH_NO_KEY;
   }
   p->n_keys = batch_chunk_keys(ref, nodirect, n, p->keys, rowkey);
   {
@@ -121,7 +140,7 @@ int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *
     goto fail;
   }
   for (int64_t i = 0; i < n; i++) {
-    p->nnz[i] = cnt[cnt0[rowkey[i]] + p->row_cell[i]];
+    p->nnz[i] = rowkey[i] == BATCH_NO_KEY ? 0 : cnt[cnt0[rowkey[i]] + p->row_cell[i]];
     p->total += p->nnz[i];
   }
   *out = p;

@@ -93,9 +93,10 @@ size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t
 int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int64_t n, size_t n_keys,
                           uint64_t *row0, int64_t *rows) {
   memset(row0, 0, (n_keys + 1) * sizeof *row0);
-  for (int64_t i = 0; i < n; i++) row0[rowkey[i] + 1]++;
+  for (int64_t i = 0; i < n; i++) if (rowkey[i] != BATCH_NO_KEY) row0[rowkey[i] + 1]++;
   for (size_t q = 0; q < n_keys; q++) row0[q + 1] += row0[q];
-  for (int64_t i = 0; i < n; i++) rows[row0[rowkey[i]]++] = i;    /* row0[q] ends at key q's end */
+  for (int64_t i = 0; i < n; i++)
+    if (rowkey[i] != BATCH_NO_KEY) rows[row0[rowkey[i]]++] = i;    /* row0[q] ends at key q's end */
   for (size_t q = n_keys; q > 0; q--) row0[q] = row0[q - 1];
   row0[0] = 0;
   /* repeats: a bitmap of the cells asked for so far, per key (rows in row order) */

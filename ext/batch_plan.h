@@ -65,10 +65,12 @@ size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t
                         uint32_t *rowkey);
 
 /* Placing (dc_batch's place argument): the rows grouped by their key, rowkey as
-** batch_chunk_keys wrote it (no direct rows): rows[row0[q] .. row0[q + 1]) are the rows of
-** key q, in row order (row0 has n_keys + 1 entries).  Returns -1, or the first row (in
-** row order) that repeats a cell an earlier row already asked for (a cell has one place);
-** -2 when out of memory. */
+** batch_chunk_keys wrote it, BATCH_NO_KEY for a row without a chunk (an empty row: a gene
+** panel none of whose genes its tile holds; not listed): rows[row0[q] .. row0[q + 1]) are
+** the rows of key q, in row order (row0 has n_keys + 1 entries).  Returns -1, or the first
+** row (in row order) that repeats a cell an earlier row already asked for (a cell has one
+** place; empty rows are not checked); -2 when out of memory. */
+#define BATCH_NO_KEY UINT32_MAX
 int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int64_t n, size_t n_keys,
                           uint64_t *row0, int64_t *rows);
 

@@ -304,6 +304,7 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
         break;
       }
   } else if (filt) {
+    memset(row_nnz, 0, (size_t)p->n * sizeof *row_nnz);   /* empty rows (no chunk) stay 0 */
     o = 0;
     for (size_t q = 0; q < p->n_keys && !rc; q++) {
       if (filt[q].bad) {

@@ -59,10 +59,12 @@ void batch_place_unref(batch_place *p);       /* NULL: nothing */
 ** batch_place_read: a placing result for cells ids[0..n) in *out (one reference), the chunk
 ** bytes read and each cell's nonzeros counted on pool; *out stays NULL, and the call succeeds,
 ** when the cells cannot be placed (a cell asked for twice, a tile of a codec other than
-** rans); over batch_mb of tile bytes held is SQLITE_TOOBIG. */
+** rans); over batch_mb of tile bytes held is SQLITE_TOOBIG.  genes (n_genes gene ids, or
+** NULL): a gene panel; the cells of tiles whose gene maps hold none of them are empty rows
+** (size 0, no chunk read). */
 int batch_locate(dc_reader *r, const int64_t *ids, int64_t n, batch_cellref *ref, char **pzErr);
-int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, batch_place **out,
-                     char **pzErr);
+int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, const int32_t *genes,
+                     int64_t n_genes, batch_place **out, char **pzErr);
 /* Gives a placing result the gene panel (map of n_genes entries, its bitmap, size, whether it
 ** keeps gene order), copied: the vtab's panel may change before the ticket is placed.
 ** SQLITE_NOMEM or SQLITE_OK. */

@@ -656,7 +656,9 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
 
   if (place) {
     t1 = now_ns();
-    if ((rc = batch_place_read(r, v->conn, pool, j->ids, j->n, &c->place, &j->err)) != SQLITE_OK) goto done;
+    if ((rc = batch_place_read(r, v->conn, pool, j->ids, j->n, j->map ? v->panel.ids : NULL, j->map ? v->panel.size : 0,
+                               &c->place, &j->err)) != SQLITE_OK)
+      goto done;
     if (c->place && j->map &&
         (rc = batch_place_panel(c->place, v->panel.map, v->panel.bits, v->panel.size, v->panel.sorted, r->n_genes)) != SQLITE_OK)
       goto done;

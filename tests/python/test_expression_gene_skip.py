@@ -3,6 +3,7 @@ gene maps say (a dataset of several inputs: no tile spans two, and a tile of one
 genes), or as the tile's gene count says (genes appended later): the rows are the same as the
 input's, and the chunks decoded (dc_config('cache_misses')) are those of the tiles that may hold
 a gene, no others."""
+import json
 import warnings
 
 import anndata as ad
@@ -12,6 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 from _batch_util import connect
+from deltacells import _core
 from _converter_util import run
 
 warnings.filterwarnings("ignore")
@@ -186,3 +188,26 @@ def test_batch_panel_skips_tiles_without_its_genes(inputs):
             got = [list(zip(ix[ip[i]:ip[i + 1]].tolist(), dv[ip[i]:ip[i + 1]].tolist())) for i in range(n)]
             assert (n, ng) == (len(cells), len(panel))
             assert got == want_rows(panel), (panel, by_id)
+        # placing (the loader's path): the same skip, the same rows (cells once each: a repeated
+        # cell has no place of its own)
+        uniq = cells[:600]
+        arg = str(panel).replace("'", '"')
+        n, nnz, ticket, cnz = con.execute("SELECT n_cells, nnz, ticket, cell_nnz FROM dc_batch(?, ?, ?, 1)",
+                                          (uniq.tobytes(), arg, None)).fetchone()
+        last = json.loads(con.execute("SELECT dc_config('last_batch')").fetchone()[0])
+        assert last["fetched_chunks"] == chunks_of(con, [spans[k] for k in where]), panel
+        sizes = np.frombuffer(cnz, "<i4").astype(np.int64)
+        off = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        ix, dv = np.zeros(max(1, nnz), np.int32), np.zeros(max(1, nnz), np.int32)
+        row_nnz = np.full(n, -1, np.int64)
+        fn = _core._ticket_place_fn()
+        assert fn(ticket, n, nnz, (ix.ctypes.data + 4 * off).astype(np.uint64).ctypes.data,
+                  (dv.ctypes.data + 4 * off).astype(np.uint64).ctypes.data, 0, row_nnz.ctypes.data, None, 0) == 0
+        want = want_rows(panel)[:600]
+        for i in range(n):
+            k = "a" if uniq[i] < 250 else "b" if uniq[i] < 450 else "c"
+            if k not in where:
+                assert sizes[i] == 0 and row_nnz[i] == 0
+            got = list(zip(ix[off[i]:off[i] + row_nnz[i]].tolist(), dv[off[i]:off[i] + row_nnz[i]].tolist()))
+            assert got == want[i], (panel, i)
+        con.close()
