@@ -6,6 +6,7 @@
         [--before DIR]   # also run the loader of another checkout's python/ (same run)
         [--no-global]    # skip the loader with a global shuffle
         [--read]         # the training process reads every batch (by default it counts them)
+        [--panel N]      # train on a gene panel: N genes (as highly variable genes are picked)
     With --bandwidth-mbps or --latency-ms (a remote dataset behind an emulated object store),
     this runs bench/bench_remote.py with the same arguments: see its help.
 
@@ -59,6 +60,11 @@ in a worker's first epoch) pays for it in the figure.  One run (2026-12-03, --wo
 0 workers in the third epoch but 0.30x the ceiling's first epoch in their first (0.53x in a
 run without --read minutes later); new workers every epoch 0.39x of 0 workers, 1.76x the same
 through lanes.
+Panel (--panel N): every loader takes genes= N genes drawn at random (seed 0, in that random
+order) from the dataset's 20,000 most expressed, as a highly-variable-gene panel is; the
+baselines hold X already cut to those columns in that order (scipy CSR, indices sorted per
+row), their column selection done at load time and not timed, so the ceiling is an in-memory
+HVG matrix.
 Targets (2 cores, batch 5,000, shuffled): deltacells >= 3x the ceiling's cells/s;
 peak RSS <= 1.5 GB with prefetch_tiles=2; time to first batch <= 0.3 s.
 """
@@ -272,7 +278,8 @@ def child(cfg):
             if cfg.get("global_shuffle"):
                 kw["shuffle_window"] = 1 << 20        # every tile: one global shuffle
             ds = deltacells.CellDataset(cfg["db"], batch_size=bs, shuffle=True, seed=0,
-                                        prefetch_tiles=cfg["prefetch_tiles"], output="csr", **kw)
+                                        prefetch_tiles=cfg["prefetch_tiles"], output="csr",
+                                        genes=cfg.get("panel"), **kw)
             epochs = cfg.get("epochs", 1)
             persistent = epochs > 1 and cfg["workers"] > 0 and cfg.get("persistent", True)
             loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"],
@@ -315,6 +322,18 @@ def child(cfg):
                 # cannot row-index ("Output dtype not compatible"): one index dtype
                 ad.X = scipy.sparse.csr_matrix(ad.X)
         n_cells = ad.n_obs
+        cols = None
+        if cfg.get("panel"):      # the panel's columns, in its order (not timed: done at load)
+            cols = ad.var_names.get_indexer(cfg["panel"])
+            if (cols < 0).any():
+                raise RuntimeError("--panel: genes missing from the h5ad")
+            if kind != "anndata_backed":
+                # (one index dtype: scipy cannot index anndata 0.8's int64 indptr + int32 indices)
+                X0 = ad.X
+                X0 = scipy.sparse.csr_matrix((X0.data, X0.indices.astype(np.int64), X0.indptr.astype(np.int64)),
+                                             shape=X0.shape)[:, cols]
+                X0.sort_indices()
+                ad = anndata.AnnData(X=X0, obs=ad.obs)
         ceiling = kind.startswith("ceiling")
         X = None
         if ceiling:     # the loader's output format: float32 values, int32 indices
@@ -332,6 +351,10 @@ def child(cfg):
                 sub = ad[idx].X
             else:
                 sub = ad[np.sort(idx)].X
+                if cols is not None:
+                    sub = scipy.sparse.csr_matrix(sub)
+                    sub = scipy.sparse.csr_matrix((sub.data, sub.indices.astype(np.int64),
+                                                   sub.indptr.astype(np.int64)), shape=sub.shape)[:, cols]
                 if not scipy.sparse.issparse(sub):
                     sub = scipy.sparse.csr_matrix(sub)
             return torch.sparse_csr_tensor(torch.from_numpy(sub.indptr.astype(np.int64)),
@@ -384,7 +407,7 @@ def breakdown(cfg, res):
     import torch
     ds = deltacells.CellDataset(cfg["db"], batch_size=cfg["batch_size"], shuffle=True, seed=0,
                                 prefetch_tiles=0, output="csr", obs=cfg.get("obs"),
-                                timings=True)
+                                genes=cfg.get("panel"), timings=True)
     t0 = time.perf_counter()
     n = 0
     with iter(ds) as it:
@@ -419,7 +442,7 @@ def breakdown_workers(cfg, res):
 
     ds = deltacells.CellDataset(cfg["db"], batch_size=cfg["batch_size"], shuffle=True, seed=0,
                                 prefetch_tiles=cfg["prefetch_tiles"], output="csr",
-                                obs=cfg.get("obs"), timings=True)
+                                obs=cfg.get("obs"), genes=cfg.get("panel"), timings=True)
     t0 = time.perf_counter()
     n = nb = 0
     wait = 0.0
@@ -449,6 +472,21 @@ def breakdown_workers(cfg, res):
                received={"mapped": _xfer.stats.get("mapped", 0),
                          "copied": _xfer.stats["arrays"] - _xfer.stats.get("mapped", 0)})
     return res
+
+
+def panel_genes(db, n):
+    """n gene names drawn at random (seed 0, kept in the drawn order) from the dataset's 20,000
+    most expressed (the stored order is by decreasing total counts), as an HVG panel is."""
+    import numpy as np
+    import deltacells
+    con = deltacells.connect(db)
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM genes ORDER BY gene_id LIMIT 20000")]
+    finally:
+        con.close()
+    if n > len(names):
+        raise SystemExit(f"--panel {n}: the dataset has {len(names)} genes to draw from")
+    return [names[i] for i in np.random.default_rng(0).choice(len(names), n, replace=False)]
 
 
 def run_child(cfg, timeout=1800):
@@ -508,6 +546,8 @@ def main(argv):
     ap.add_argument("--read", action="store_true",
                     help="the training process reads every batch's values and column indices "
                          "(loaders and baselines alike; by default it only counts them)")
+    ap.add_argument("--panel", type=int, default=0, metavar="N",
+                    help="a gene panel of N genes (random among the 20,000 most expressed, random order)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -529,6 +569,7 @@ def main(argv):
         h5, db = ensure_data(a.cells, a.genes)
     workers = [int(w) for w in a.workers.split(",")]
     sizes = [int(b) for b in a.batch_size.split(",")]
+    panel = panel_genes(db, a.panel) if a.panel else None
     results = []
     for bs in sizes:
         cfgs = []
@@ -537,7 +578,7 @@ def main(argv):
                              ("anndata_backed", a.backed_batches)):
                 if kind not in a.baselines.split(","):
                     continue
-                cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0, "epochs": a.epochs}
+                cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0, "epochs": a.epochs, "panel": panel}
                 if mb:
                     cfg["max_batches"] = max(1, mb if bs >= 5000 else mb * 10)
                 cfgs.append(cfg)
@@ -559,7 +600,7 @@ def main(argv):
                 if kind.startswith("deltacells_fresh") and w == 0:
                     continue
                 cfgs.append(dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
-                                  "prefetch_tiles": a.prefetch_tiles, "epochs": a.epochs}, **extra))
+                                  "prefetch_tiles": a.prefetch_tiles, "epochs": a.epochs, "panel": panel}, **extra))
         if a.read:
             for cfg in cfgs:
                 cfg["read"] = True
@@ -575,7 +616,7 @@ def main(argv):
         for i in range(len(cfgs)):
             results.append(median_run(runs[i]))
         cfg = {"kind": "breakdown", "batch_size": bs, "db": db, "workers": 0,
-               "obs": [c for c in a.obs.split(",") if c]}
+               "obs": [c for c in a.obs.split(",") if c], "panel": panel}
         results.append(run_child(cfg))
         if not a.json:
             show_breakdown(results[-1])

@@ -160,20 +160,18 @@ done:
   return rc;
 }
 
-int batch_place_panel(batch_place *p, const int32_t *map, const uint64_t *bits, int64_t size, int sorted,
-                      int64_t n_genes) {
-  size_t words = (size_t)(n_genes + 63) / 64;
+int batch_place_panel(batch_place *p, const int32_t *map, int64_t size, int sorted, int64_t n_genes) {
   p->pmap = sqlite3_malloc64((uint64_t)(n_genes ? n_genes : 1) * sizeof *p->pmap);
-  p->pbits = sqlite3_malloc64((words ? words : 1) * sizeof *p->pbits);
-  if (!p->pmap || !p->pbits) {
+  p->pin = sqlite3_malloc64((uint64_t)batch_member_mask(n_genes) + 1);
+  if (!p->pmap || !p->pin) {
     sqlite3_free(p->pmap);
-    sqlite3_free(p->pbits);
+    sqlite3_free(p->pin);
     p->pmap = NULL;
-    p->pbits = NULL;
+    p->pin = NULL;
     return SQLITE_NOMEM;
   }
   memcpy(p->pmap, map, (size_t)n_genes * sizeof *map);
-  memcpy(p->pbits, bits, words * sizeof *bits);
+  p->pmask = batch_panel_member(map, n_genes, p->pin);
   p->psize = size;
   p->pgenes = n_genes;
   p->psorted = sorted;

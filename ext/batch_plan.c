@@ -292,20 +292,31 @@ static void fill_block(void *arg, size_t b) {
   batch_scratch_free(&sc);
 }
 
+uint32_t batch_member_mask(int64_t n_genes) {
+  uint32_t m = 0;
+  while ((int64_t)m + 1 < n_genes) m = m << 1 | 1;
+  return m;
+}
+
+uint32_t batch_panel_member(const int32_t *map, int64_t n_genes, uint8_t *member) {
+  uint32_t mask = batch_member_mask(n_genes);
+  memset(member, 0, (size_t)mask + 1);
+  for (int64_t g = 0; g < n_genes; g++) member[g] = map[g] >= 0;
+  return mask;
+}
+
 int64_t batch_panel_inplace(const batch_kernel *k, int32_t *idx, int32_t *val, uint32_t n_in, batch_scratch *sc) {
-  /* members kept (gene ids) by the bitmap, a few KB in L1, without a branch per gene; then
-  ** only they look up their positions in the map (4 bytes a gene of the dataset) */
-  const uint64_t *bits = k->bits;
-  uint32_t ng = (uint32_t)k->n_genes, over = 0;
-  for (uint32_t e = 0; e < n_in; e++) over |= (uint32_t)idx[e] >= ng;   /* (vectorised) */
-  if (over) return -1;
+  /* members kept (gene ids) by the byte table, without a branch per gene; then only they look
+  ** up their positions in the map (4 bytes a gene of the dataset) */
+  const uint8_t *in = k->member;
+  const uint32_t mask = k->member_mask;
   int64_t o = 0;
   for (uint32_t e = 0; e < n_in; e++) {
-    uint32_t g = (uint32_t)idx[e];
+    uint32_t g = (uint32_t)idx[e] & mask;
     int32_t v = val[e];
     idx[o] = (int32_t)g;
     val[o] = v;
-    o += (int64_t)(bits[g >> 6] >> (g & 63) & 1);
+    o += in[g];
   }
   for (int64_t e = 0; e < o; e++) idx[e] = k->map[idx[e]];
   return order_row(k, idx, val, o, sc) ? -2 : o;

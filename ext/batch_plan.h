@@ -99,6 +99,8 @@ typedef struct batch_kernel {
   size_t n;
   const int32_t *map;         /* panel map (gene -> position, -1 dropped) or NULL */
   const uint64_t *bits;       /* with a map: its bitmap (batch_panel_bits) */
+  const uint8_t *member;      /* batch_panel_inplace's membership: batch_panel_member's table */
+  uint32_t member_mask;       /* its size - 1 */
   int64_t panel_size;         /* with a map: its positions (0 .. panel_size - 1) */
   int64_t n_genes;            /* bound of source gene indices (for the map) */
   int sorted;                 /* the map keeps gene order; else a row's mapped genes are
@@ -116,11 +118,19 @@ enum { BATCH_COUNT, BATCH_FILL };
 typedef struct batch_scratch { int32_t *sv; uint64_t *occ; } batch_scratch;
 void batch_scratch_free(batch_scratch *sc);
 
+/* The in-place filter's membership table: member[g] = 1 for a panel gene (map[g] >= 0), 0
+** for every other g up to the returned mask, the table's size - 1 (a power of two - 1, at
+** least n_genes - 1; member has room for batch_member_mask(n_genes) + 1 bytes). */
+uint32_t batch_member_mask(int64_t n_genes);
+uint32_t batch_panel_member(const int32_t *map, int64_t n_genes, uint8_t *member);
+
 /* A placed row filtered to the panel in place: its n_in (gene index, value) pairs become
 ** its panel members' (position, value), in order of position, at its front (values are
-** copied as 4-byte words: int32 or float32 alike).  Uses k's map, bits, panel_size,
-** n_genes and sorted.  Returns the members, -1 when a gene index is n_genes or more (the
-** row is then left in an arbitrary state), -2 out of memory. */
+** copied as 4-byte words: int32 or float32 alike).  Uses k's member, member_mask, map,
+** panel_size and sorted.  Membership is one load per nonzero, with no branch: a gene index
+** is taken modulo the table's size (a decoded row holds none of n_genes or more: the decoder
+** checks them; whatever a row holds, nothing outside the tables is read, and no index of
+** n_genes or more is kept).  Returns the members, or -2 out of memory. */
 int64_t batch_panel_inplace(const batch_kernel *k, int32_t *idx, int32_t *val, uint32_t n_in, batch_scratch *sc);
 
 /* Moves rows i = 0 .. n-1 of (idx, val), each cnt[i] entries at offset src[i], to follow one

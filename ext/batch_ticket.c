@@ -29,7 +29,7 @@ void batch_place_unref(batch_place *p) {
   sqlite3_free(p->row_cell);
   sqlite3_free(p->nnz);
   sqlite3_free(p->pmap);
-  sqlite3_free(p->pbits);
+  sqlite3_free(p->pin);
   sqlite3_free(p);
 }
 
@@ -206,7 +206,7 @@ out:
 typedef struct place_filter {
   const batch_kernel *k;            /* the panel (map, bits, panel_size, n_genes, sorted) */
   batch_scratch sc;
-  int bad;                          /* 1 a gene index out of range, 2 out of memory */
+  int bad;                          /* 2 out of memory */
 } place_filter;
 
 static uint32_t filter_cell(void *arg, int32_t *ix, void *val, uint32_t n) {
@@ -214,7 +214,7 @@ static uint32_t filter_cell(void *arg, int32_t *ix, void *val, uint32_t n) {
   if (f->bad) return 0;
   int64_t m = batch_panel_inplace(f->k, ix, val, n, &f->sc);
   if (m < 0) {
-    f->bad = m == -1 ? 1 : 2;
+    f->bad = 2;
     return 0;
   }
   return (uint32_t)m;
@@ -251,8 +251,8 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
   batch_place *p = t.place;
   if (n_cells != p->n || nnz != p->total || !ix_addr || !val_addr || (p->pmap && !row_nnz)) { rc = -3; goto out; }
   if (kind != BATCH_KIND_I32 && kind != BATCH_KIND_F32) { rc = -4; goto out; }
-  batch_kernel panel = {.map = p->pmap, .bits = p->pbits, .panel_size = p->psize, .n_genes = p->pgenes,
-                       .sorted = p->psorted};
+  batch_kernel panel = {.map = p->pmap, .member = p->pin, .member_mask = p->pmask,
+                       .panel_size = p->psize, .n_genes = p->pgenes, .sorted = p->psorted};
   /* per key, one pointer per cell of its chunk (NULL: decoded into the sink) */
   uint64_t n_ptr = 0;
   for (size_t q = 0; q < p->n_keys; q++) n_ptr += p->heads[p->key_tb[q]]->hdr.chunk[p->keys[q].chunk].n_cells;
@@ -307,12 +307,7 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
     memset(row_nnz, 0, (size_t)p->n * sizeof *row_nnz);   /* empty rows (no chunk) stay 0 */
     o = 0;
     for (size_t q = 0; q < p->n_keys && !rc; q++) {
-      if (filt[q].bad) {
-        rc = filt[q].bad == 2 ? -6 : -5;
-        if (rc == -5 && msg && msg_len > 0)
-          snprintf(msg, (size_t)msg_len, "tile %u chunk %u: a gene index of %lld or more", p->keys[q].tile,
-                   p->keys[q].chunk, (long long)p->pgenes);
-      }
+      if (filt[q].bad) rc = -6;
       for (uint64_t k = p->row0[q]; k < p->row0[q + 1]; k++) row_nnz[p->rows[k]] = n_out[o + p->row_cell[p->rows[k]]];
       o += p->heads[p->key_tb[q]]->hdr.chunk[p->keys[q].chunk].n_cells;
     }

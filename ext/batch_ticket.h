@@ -46,7 +46,8 @@ typedef struct batch_place {
   /* a gene panel (dc_batch's genes argument), or pmap NULL: each placed row is filtered to
   ** it where it was placed (batch_panel_inplace), and its size after the panel returned */
   int32_t *pmap;                    /* owned copy: n_genes entries, panel position or -1 */
-  uint64_t *pbits;                  /* owned copy of its bitmap */
+  uint8_t *pin;                     /* owned: batch_panel_member's table, */
+  uint32_t pmask;                   /* and its size - 1 */
   int64_t psize, pgenes;            /* panel genes; genes of the dataset */
   int psorted;
 } batch_place;
@@ -65,11 +66,10 @@ void batch_place_unref(batch_place *p);       /* NULL: nothing */
 int batch_locate(dc_reader *r, const int64_t *ids, int64_t n, batch_cellref *ref, char **pzErr);
 int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, const int32_t *genes,
                      int64_t n_genes, batch_place **out, char **pzErr);
-/* Gives a placing result the gene panel (map of n_genes entries, its bitmap, size, whether it
-** keeps gene order), copied: the vtab's panel may change before the ticket is placed.
-** SQLITE_NOMEM or SQLITE_OK. */
-int batch_place_panel(batch_place *p, const int32_t *map, const uint64_t *bits, int64_t size, int sorted,
-                      int64_t n_genes);
+/* Gives a placing result the gene panel (map of n_genes entries, size, whether it keeps gene
+** order), copied, with its membership table: the vtab's panel may change before the ticket is
+** placed.  SQLITE_NOMEM or SQLITE_OK. */
+int batch_place_panel(batch_place *p, const int32_t *map, int64_t size, int sorted, int64_t n_genes);
 
 /* Registers a result: indptr (int64, n_cells + 1) and either indices/data (int32 blobs, nnz
 ** each) or pend; the buffers are rcbufs and pend is counted (references taken here).  Returns

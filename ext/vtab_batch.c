@@ -660,7 +660,7 @@ static int batch_filter(sqlite3_vtab_cursor *cur, int idxNum, const char *idxStr
                                &c->place, &j->err)) != SQLITE_OK)
       goto done;
     if (c->place && j->map &&
-        (rc = batch_place_panel(c->place, v->panel.map, v->panel.bits, v->panel.size, v->panel.sorted, r->n_genes)) != SQLITE_OK)
+        (rc = batch_place_panel(c->place, v->panel.map, v->panel.size, v->panel.sorted, r->n_genes)) != SQLITE_OK)
       goto done;
     t23[0] = t23[1] = now_ns();
     if (c->place) {
