@@ -220,23 +220,68 @@ static uint32_t filter_cell(void *arg, int32_t *ix, void *val, uint32_t n) {
   return (uint32_t)m;
 }
 
+/* Packing the caller's runs of rows after a panel (deltacells_ticket_place's seg): run s's rows
+** at offsets rel[] from its first row's address, each moved to follow the one before it. */
+typedef struct pack_ctx {
+  const int64_t *seg, *rel, *cnt;
+  const uint64_t *ix_addr, *val_addr;
+  int bad;                          /* atomic */
+} pack_ctx;
+
+static void pack_run(void *arg, size_t s) {
+  pack_ctx *c = arg;
+  int64_t a = c->seg[s], e = c->seg[s + 1];
+  if (e > a && batch_compact(e - a, c->rel + a, c->cnt + a, (int32_t *)(uintptr_t)c->ix_addr[a],
+                             (void *)(uintptr_t)c->val_addr[a], 4, 0) < 0)
+    __atomic_store_n(&c->bad, 1, __ATOMIC_RELAXED);
+}
+
+static int pack_runs(const batch_place *p, const uint64_t *ix_addr, const uint64_t *val_addr, const int64_t *row_nnz,
+                     int64_t n_seg, const int64_t *seg) {
+  if (seg[0] != 0 || seg[n_seg] != p->n) return -3;
+  for (int64_t s = 0; s < n_seg; s++) if (seg[s + 1] < seg[s]) return -3;
+  int64_t *rel = sqlite3_malloc64((uint64_t)(p->n ? p->n : 1) * sizeof *rel);
+  if (!rel) return -6;
+  int rc = 0;
+  for (int64_t s = 0; s < n_seg && !rc; s++)
+    for (int64_t r = seg[s]; r < seg[s + 1]; r++) {
+      /* values are 4 bytes (int32 or float32): a row lies as far from its run's first row in
+      ** both arrays, a whole number of entries */
+      uint64_t d = ix_addr[r] - ix_addr[seg[s]], dv = val_addr[r] - val_addr[seg[s]];
+      if (d != dv || d % 4 || d / 4 > (uint64_t)p->total) { rc = -3; break; }
+      rel[r] = (int64_t)(d / 4);
+    }
+  if (!rc) {
+    pack_ctx c = {seg, rel, row_nnz, ix_addr, val_addr, 0};
+    dc_pool_for(p->conn->pool, (size_t)n_seg, pack_run, &c);
+    if (c.bad) rc = -3;
+  }
+  sqlite3_free(rel);
+  return rc;
+}
+
 /* Exchanges a placing ticket of dc_batch for its cells, each decoded straight to the caller's
 ** address for it, and releases it.  Row i (the i-th requested cell) goes to ix_addr[i]
 ** (int32 gene indices) and val_addr[i] (counts: kind 0 the stored uint32 bits as int32,
 ** unchecked, so the caller makes sure that no count reaches 2^31, as the Python loader does
 ** from the genes' totals; kind 1 float32); each must have room for that row's nonzeros as dc_batch's cell_nnz gave them.
 ** row_nnz (n_cells int64, or NULL): each row's size as written; with a gene panel (required
-** then) the row holds its panel genes only, as (position, value) at the front of its place,
-** in order of position, and row_nnz says how many (the caller packs the rows: the
-** compaction, deltacells_rows_compact).  Both addresses NULL:
-** release only.  Returns 0; -1 unknown ticket (taken, released, never issued, of a closed
-** connection, or not a placing one); -3 n_cells or nnz differ from the result's, or a panel
-** without row_nnz; -4 a kind
+** then) the row holds its panel genes only, as (position, value) in order of position, and
+** row_nnz says how many.  seg (n_seg + 1 row numbers, 0 = seg[0] <= ... <= seg[n_seg] =
+** n_cells; with a panel only, else ignored): the caller's buffers, rows seg[s] .. seg[s+1]-1
+** laid out one after the other from row seg[s]'s address (a batch); each such run is packed
+** after the panel (row i then follows row i-1 of its run, from the run's first address), the
+** runs in parallel on the pool.  Without seg the rows stay at the front of their places.
+** Both addresses NULL: release only.  Returns 0; -1 unknown ticket (taken, released, never
+** issued, of a closed connection, or not a placing one); -3 n_cells or nnz differ from the
+** result's, a panel without row_nnz, or seg not as described (a row not where its run's
+** layout puts it: nothing of that run packed); -4 a kind
 ** other than int32 or float32; -5 a chunk could not be decoded (msg, msg_len bytes: which and
 ** why), the places then hold arbitrary values; -6 out of memory.  Thread rules as for
 ** deltacells_ticket_take. */
 int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uint64_t *ix_addr,
-                            const uint64_t *val_addr, int kind, int64_t *row_nnz, char *msg, int msg_len) {
+                            const uint64_t *val_addr, int kind, int64_t *row_nnz, int64_t n_seg, const int64_t *seg,
+                            char *msg, int msg_len) {
   if (msg && msg_len > 0) msg[0] = 0;
   if (!id) return -1;
   ticket t = ticket_claim(id, 1);
@@ -311,6 +356,7 @@ int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uin
       for (uint64_t k = p->row0[q]; k < p->row0[q + 1]; k++) row_nnz[p->rows[k]] = n_out[o + p->row_cell[p->rows[k]]];
       o += p->heads[p->key_tb[q]]->hdr.chunk[p->keys[q].chunk].n_cells;
     }
+    if (!rc && seg && n_seg > 0) rc = pack_runs(p, ix_addr, val_addr, row_nnz, n_seg, seg);
   } else if (row_nnz) {
     for (int64_t i = 0; i < p->n; i++) row_nnz[i] = p->nnz[i];
   }
@@ -324,16 +370,4 @@ out:
   sqlite3_free(ptrs);
   ticket_done(&t);
   return rc;
-}
-
-/* Packs rows laid out for their sizes before a gene panel into their sizes after it (see
-** deltacells_ticket_place's row_nnz): rows i = 0 .. n-1 of (idx, val), each cnt[i] entries at
-** offset src[i] (in entries), moved in order to follow one another from offset dst on;
-** values of width bytes (1 .. 8).  Returns the offset after the last row, or -1 when a row
-** would move towards the end (a src[i] below its new place) or a count is negative: nothing
-** from that row on moved. */
-int64_t deltacells_rows_compact(int64_t n, const int64_t *src, const int64_t *cnt, int32_t *idx, void *val, int width,
-                                int64_t dst) {
-  if (n < 0 || width < 1 || width > 8 || dst < 0 || (n && (!src || !cnt || !idx || !val))) return -1;
-  return batch_compact(n, src, cnt, idx, val, (size_t)width, dst);
 }

@@ -72,8 +72,8 @@
 ** The indptr, indices, data and cell_ids columns are NULL then.  With a gene panel, cell_nnz
 ** is each cell's size before the panel (the room its place needs); each placed row is filtered
 ** to the panel where it lies, on the thread that placed it while it is in that core's cache,
-** and its size after the panel comes back (deltacells_ticket_place's row_nnz); the caller
-** packs its batches then (deltacells_rows_compact).  One pass over each value, where reading
+** and its size after the panel comes back (deltacells_ticket_place's row_nnz); the ticket
+** packs the caller's batches too (its seg argument, on the pool).  One pass over each value, where reading
 ** batch by batch decodes into the cache, counts each row's panel genes, then copies them.
 **
 ** Cells may come in any order and repeat; rows follow the request.  The

@@ -886,32 +886,7 @@ def _ticket_place_fn():
     import ctypes
     return _ext_function("deltacells_ticket_place", lambda: [
         ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int])
-
-
-def _rows_compact_fn():
-    """deltacells_rows_compact of the loaded extension, through ctypes (None when it cannot be had)."""
-    import ctypes
-    fn = _ext_function("deltacells_rows_compact", lambda: [
-        ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-        ctypes.c_int64])
-    if fn is not None:
-        fn.restype = ctypes.c_int64
-    return fn
-
-
-def rows_compact(src, cnt, indices, data, dst):
-    """Packs rows i of (indices, data), cnt[i] entries at offset src[i] (int64 arrays, offsets
-    in entries), to follow one another from offset dst on, in order (each moves towards the
-    front: a batch laid out for its rows' sizes before a gene panel, after the panel filtered
-    them where they lie).  Returns the offset after the last row."""
-    src = np.ascontiguousarray(src, dtype=np.int64)
-    cnt = np.ascontiguousarray(cnt, dtype=np.int64)
-    end = _rows_compact_fn()(len(src), src.ctypes.data, cnt.ctypes.data, indices.ctypes.data, data.ctypes.data,
-                             data.itemsize, int(dst))
-    if end < 0:
-        raise RuntimeError("rows_compact: a row would move towards the end (inconsistent sizes)")
-    return int(end)
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int])
 
 
 def place_plan(con, cell_ids, obs=None, panel=None):
@@ -924,12 +899,17 @@ def place_plan(con, cell_ids, obs=None, panel=None):
     ids = np.ascontiguousarray(cell_ids, dtype="<i8")
     blob = panel.blob if panel is not None else None
     # (NULL arguments bound, not written: SQLite takes a literal "= NULL" as always false)
-    if obs is not None and obs.columns:
-        cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, cell_nnz, obs_values "
-                          "FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), blob, obs.arg))
-    else:
-        cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, cell_nnz, NULL "
-                          "FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), blob, None))
+    try:
+        if obs is not None and obs.columns:
+            cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, cell_nnz, obs_values "
+                              "FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), blob, obs.arg))
+        else:
+            cur = con.execute("SELECT n_cells, n_genes, nnz, ticket, cell_nnz, NULL "
+                              "FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), blob, None))
+    except sqlite3.OperationalError as e:
+        if blob is not None and "takes no gene panel" in str(e):
+            return None           # an extension older than panel placing: read one by one
+        raise
     row = cur.fetchone()
     cur.close()
     if row is None:
@@ -943,12 +923,14 @@ def place_plan(con, cell_ids, obs=None, panel=None):
     return np.frombuffer(cnz, dtype="<i4").astype(np.int64), ticket, int(nnz), int(g), ob
 
 
-def place_into(ticket, n, nnz, ix_addr, val_addr, value_dtype, row_nnz=None):
+def place_into(ticket, n, nnz, ix_addr, val_addr, value_dtype, row_nnz=None, seg=None):
     """Decodes the cells of a place_plan ticket, cell i straight to the addresses ix_addr[i]
     (int32 gene indices) and val_addr[i] (values of value_dtype: int32 or float32), each with
     room for cell_nnz[i] values (uint64 arrays of n addresses).  row_nnz (int64 [n], needed
     with a gene panel): each cell's size as written; with a panel, its panel genes only
-    (positions, in order) at the front of its place."""
+    (positions, in order).  seg (with a panel): the runs of cells laid out one after the other
+    (a batch's part: cells seg[s] .. seg[s+1]-1, int64, seg[0] = 0, seg[-1] = n); each run is
+    packed after the panel, from its first cell's address on."""
     import ctypes
     fn = _ticket_place_fn()
     ix_addr = np.ascontiguousarray(ix_addr, dtype=np.uint64)
@@ -957,9 +939,12 @@ def place_into(ticket, n, nnz, ix_addr, val_addr, value_dtype, row_nnz=None):
         raise ValueError(f"place_into: {len(ix_addr)} and {len(val_addr)} addresses for {n} cells")
     if row_nnz is not None and (row_nnz.dtype != np.int64 or len(row_nnz) != n or not row_nnz.flags.c_contiguous):
         raise ValueError(f"place_into: row_nnz must be a contiguous int64 array of {n} entries")
+    if seg is not None:
+        seg = np.ascontiguousarray(seg, dtype=np.int64)
     msg = ctypes.create_string_buffer(512)
     rc = fn(ticket or 0, n, nnz, ix_addr.ctypes.data, val_addr.ctypes.data, _KINDS[np.dtype(value_dtype).name],
-            None if row_nnz is None else row_nnz.ctypes.data, msg, len(msg))
+            None if row_nnz is None else row_nnz.ctypes.data, 0 if seg is None else len(seg) - 1,
+            None if seg is None else seg.ctypes.data, msg, len(msg))
     if rc == -5:
         raise RuntimeError(f"dc_batch: {msg.value.decode('utf-8', 'replace')}")
     if rc == -6:
@@ -971,7 +956,7 @@ def place_into(ticket, n, nnz, ix_addr, val_addr, value_dtype, row_nnz=None):
 def release_place(ticket):
     fn = _ticket_place_fn()
     if fn is not None and ticket:
-        fn(ticket, 0, 0, None, None, 0, None, None, 0)
+        fn(ticket, 0, 0, None, None, 0, None, 0, None, None, 0)
 
 
 def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0, dtype="int32",

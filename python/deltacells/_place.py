@@ -25,7 +25,7 @@ for the rest (first_alone()).
 With a gene panel, the batches are laid out for their cells' sizes before the panel; the
 extension filters each placed cell to the panel where it lies (on the thread that decoded it,
 while it is in that core's cache) and says its size after the panel, and each batch is then
-packed (rows_compact: a move of its panel genes towards the front).  Read batch by batch, a
+packed (by the extension, batches in parallel: a move of its panel genes towards the front).  Read batch by batch, a
 panel costs a decode into the cache, a count of each row's panel genes and a copy of them.
 
 Used when the batches are a contiguous run of the plan's sequence (cuts known) and values are
@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from ._core import ObsReader, _rows_compact_fn, _ticket_place_fn, place_into, place_plan, release_place, rows_compact
+from ._core import ObsReader, _ticket_place_fn, place_into, place_plan, release_place
 
 
 def enabled(ds, pool):
@@ -50,8 +50,6 @@ def enabled(ds, pool):
     from ._convert import take_dtype
     kind = np.dtype(take_dtype(ds.dtype)).name
     if kind not in ("int32", "float32"):
-        return False
-    if ds._panel is not None and _rows_compact_fn() is None:
         return False
     if kind == "int32" and not ds._cat.counts_fit_int32():
         return False          # placing writes the stored uint32 counts unchecked
@@ -215,14 +213,16 @@ class Placer:
                 ix_addr[a - g0:e - g0] = ix_base + 4 * off
                 val_addr[a - g0:e - g0] = val_base + np.dtype(name).itemsize * off
                 laid.append((seg_done, seg_ix, seg_val, head, off))
-            row_nnz = np.empty(len(cells), dtype=np.int64) if panel is not None else None
-            place_into(ticket, len(cells), total, ix_addr, val_addr, name, row_nnz)
+            row_nnz = seg = None
+            if panel is not None:     # each segment (a batch's part) packed after the panel, on the pool
+                row_nnz = np.empty(len(cells), dtype=np.int64)
+                seg = np.array([a - g0 for _, a, _ in segs] + [len(cells)], dtype=np.int64)
+            place_into(ticket, len(cells), total, ix_addr, val_addr, name, row_nnz, seg)
             ticket = None
             if panel is not None:
-                # each row holds its panel genes at the front of its place: pack the segments
                 for (b, a, e), (entry, ix, val, head, off) in zip(segs, laid):
                     pnz = row_nnz[a - g0:e - g0]
-                    end = rows_compact(off, pnz, ix, val, head)
+                    end = head + int(pnz.sum())
                     if entry is not None:
                         parts = entry[4]
                         parts[-1] = (pnz,) + parts[-1][1:]

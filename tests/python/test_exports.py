@@ -15,5 +15,5 @@ def test_exported_symbols():
     out = subprocess.run(["nm", "-D", "--defined-only", str(EXTENSION)], capture_output=True, text=True,
                          check=True).stdout
     names = sorted(line.split()[-1] for line in out.splitlines() if line.strip())
-    assert names == ["deltacells_rows_compact", "deltacells_slot_cas", "deltacells_ticket_place", "deltacells_ticket_take",
+    assert names == ["deltacells_slot_cas", "deltacells_ticket_place", "deltacells_ticket_take",
                      "sqlite3_deltacells_init"]

@@ -202,7 +202,7 @@ def test_batch_panel_skips_tiles_without_its_genes(inputs):
         row_nnz = np.full(n, -1, np.int64)
         fn = _core._ticket_place_fn()
         assert fn(ticket, n, nnz, (ix.ctypes.data + 4 * off).astype(np.uint64).ctypes.data,
-                  (dv.ctypes.data + 4 * off).astype(np.uint64).ctypes.data, 0, row_nnz.ctypes.data, None, 0) == 0
+                  (dv.ctypes.data + 4 * off).astype(np.uint64).ctypes.data, 0, row_nnz.ctypes.data, 0, None, None, 0) == 0
         want = want_rows(panel)[:600]
         for i in range(n):
             k = "a" if uniq[i] < 250 else "b" if uniq[i] < 450 else "c"

@@ -292,8 +292,9 @@ def test_placed_panel_with_missing_genes_and_workers(small, tmp_path):
 
 def test_sql_place_with_a_panel(small):
     """dc_batch(cells, genes, NULL, 1): cell_nnz are the sizes before the panel; the ticket needs
-    row_nnz, fills each place with the panel's (position, value) and says how many; the packed
-    rows equal dc_batch(cells, genes)'s."""
+    row_nnz, fills each place with the panel's (position, value) and says how many; with seg it
+    packs each run of rows (a batch's part) from the run's first address on, equal to
+    dc_batch(cells, genes)'s rows; a run whose rows do not lie as seg says is refused."""
     con = deltacells.connect(small[1])
     ids = np.array([5, 1999, 0, 700, 701, 3], dtype="<i8")
     names = stored_gene_names(small[1])
@@ -303,39 +304,56 @@ def test_sql_place_with_a_panel(small):
     full = np.frombuffer(con.execute("SELECT indptr FROM dc_batch(?)", (ids.tobytes(),)).fetchone()[0], "<i8")
     sizes = np.frombuffer(cnz, "<i4").astype(np.int64)
     assert g == 60 and np.array_equal(sizes, np.diff(full)) and nnz == sizes.sum()
-    off = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    ix = np.full(max(1, nnz), -7, np.int32)
-    val = np.full(max(1, nnz), -7, np.int32)
-    ia = (ix.ctypes.data + 4 * off).astype(np.uint64)
-    va = (val.ctypes.data + 4 * off).astype(np.uint64)
-    msg = ctypes.create_string_buffer(256)
-    fn = _fn()
-    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, None, msg, 256) == -3     # no row_nnz
-    ticket = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), genes, None)).fetchone()[0]
-    row_nnz = np.full(6, -1, np.int64)
-    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, msg, 256) == 0
     ip, ref_ix, ref_v = (np.frombuffer(b, t) for b, t in zip(
         con.execute("SELECT indptr, indices, data FROM dc_batch(?, ?)", (ids.tobytes(), genes)).fetchone(),
         ("<i8", "<i4", "<i4")))
+    msg = ctypes.create_string_buffer(256)
+    fn = _fn()
+
+    def layout():
+        # two runs (rows 0-2 and 3-5), laid out for the sizes before the panel, the second run
+        # first in the arrays (so that one run over both is a row before its run's start)
+        ix, val = np.full(int(nnz) + 1, -7, np.int32), np.full(int(nnz) + 1, -7, np.int32)
+        ia, va = np.zeros(6, np.uint64), np.zeros(6, np.uint64)
+        bufs = []
+        base = 0
+        for a, e in ((3, 6), (0, 3)):
+            off = base + np.concatenate([[0], np.cumsum(sizes[a:e])[:-1]]).astype(np.uint64)
+            ia[a:e] = ix.ctypes.data + 4 * off
+            va[a:e] = val.ctypes.data + 4 * off
+            bufs.append((ix[base:], val[base:]))
+            base += int(sizes[a:e].sum())
+        return bufs[::-1], ia, va, (ix, val)
+
+    def fresh():
+        return con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), genes, None)).fetchone()[0]
+
+    bufs, ia, va, keep = layout()
+    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, None, 0, None, msg, 256) == -3  # no row_nnz
+    row_nnz = np.full(6, -1, np.int64)
+    seg = np.array([0, 3, 6], np.int64)
+    assert fn(fresh(), 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, 2, seg.ctypes.data,
+              msg, 256) == 0
     assert np.array_equal(row_nnz, np.diff(ip))
-    end = _core.rows_compact(off, row_nnz, ix, val, 0)
-    assert end == ip[-1]
-    assert np.array_equal(ix[:end], ref_ix) and np.array_equal(val[:end], ref_v)
+    for (ix, val), (a, e) in zip(bufs, ((0, 3), (3, 6))):
+        m = int(row_nnz[a:e].sum())
+        assert np.array_equal(ix[:m], ref_ix[ip[a]:ip[e]]) and np.array_equal(val[:m], ref_v[ip[a]:ip[e]])
+    # without seg: each row's panel genes at the front of its own place
+    bufs, ia, va, keep = layout()
+    assert fn(fresh(), 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, 0, None, msg, 256) == 0
+    ix0 = np.frombuffer((ctypes.c_int32 * int(row_nnz[4])).from_address(int(ia[4])), np.int32)
+    assert np.array_equal(ix0, ref_ix[ip[4]:ip[5]])
+    # seg not as the rows lie (one run over two buffers; bounds that do not cover the cells): refused
+    for bad in ([0, 6], [0, 4, 3, 6], [1, 6]):
+        bufs, ia, va, keep = layout()
+        sb = np.array(bad, np.int64)
+        assert fn(fresh(), 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, len(bad) - 1,
+                  sb.ctypes.data, msg, 256) == -3, bad
     # without a panel, row_nnz (when given) holds the sizes
     t2 = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, None)).fetchone()[0]
-    assert fn(t2, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, msg, 256) == 0
+    bufs, ia, va, keep = layout()
+    assert fn(t2, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 0, row_nnz.ctypes.data, 0, None, msg, 256) == 0
     assert np.array_equal(row_nnz, sizes)
-
-
-def test_rows_compact_refuses_a_move_towards_the_end():
-    ix = np.arange(10, dtype=np.int32)
-    val = np.arange(10, dtype=np.float32) * 2
-    assert _core.rows_compact([0, 5], [2, 3], ix, val, 0) == 5
-    assert ix[:5].tolist() == [0, 1, 5, 6, 7] and val[:5].tolist() == [0, 2, 10, 12, 14]
-    with pytest.raises(RuntimeError, match="towards the end"):
-        _core.rows_compact([0, 1], [3, 1], ix, val, 0)        # row 1 would land at 3, after its 1
-    with pytest.raises(RuntimeError, match="towards the end"):
-        _core.rows_compact([4], [-1], ix, val, 0)
 
 
 # --- SQL and the ticket ----------------------------------------------------------------------
@@ -360,22 +378,22 @@ def test_sql_cell_nnz_and_refusals(small):
     fn = _fn()
     ia = np.array([a.ctypes.data for a in ix], np.uint64)
     va = np.array([a.ctypes.data for a in val], np.uint64)
-    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == 0
+    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, 0, None, msg, 256) == 0
     row = con.execute("SELECT indices, data FROM dc_batch(?)", (ids.tobytes(),)).fetchone()
     ref_ix, ref_v = np.frombuffer(row[0], "<i4"), np.frombuffer(row[1], "<i4")
     for i, s in enumerate(sizes):
         assert np.array_equal(ix[i][:s], ref_ix[ip[i]:ip[i + 1]])
         assert np.array_equal(val[i][:s], ref_v[ip[i]:ip[i + 1]].astype(np.float32))
     # used once; unknown; a place ticket is not a take ticket and back
-    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == -1
+    assert fn(ticket, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, 0, None, msg, 256) == -1
     take = _core._ticket_take_fn()
     t2 = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, None)).fetchone()[0]
     assert take(t2, 6, int(nnz), None, None, None, 0, None, None) == -1
-    assert fn(t2, 5, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == -3      # wrong size: released
+    assert fn(t2, 5, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, 0, None, msg, 256) == -3      # wrong size: released
     t3 = con.execute("SELECT ticket FROM dc_batch(?, ?, ?, 1)", (ids.tobytes(), None, None)).fetchone()[0]
-    assert fn(t3, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 2, None, msg, 256) == -4      # int16: not placed
+    assert fn(t3, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 2, None, 0, None, msg, 256) == -4      # int16: not placed
     t4 = con.execute("SELECT ticket FROM dc_batch(?)", (ids.tobytes(),)).fetchone()[0]
-    assert fn(t4, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, msg, 256) == -1
+    assert fn(t4, 6, int(nnz), ia.ctypes.data, va.ctypes.data, 1, None, 0, None, msg, 256) == -1
     # a repeated cell has one place: no placing result
     rep = np.array([5, 6, 5], dtype="<i8").tobytes()
     assert con.execute("SELECT cell_nnz, ticket FROM dc_batch(?, ?, ?, 1)", (rep, None, None)).fetchone() == (None, None)
@@ -429,3 +447,23 @@ def test_batch_mb_bounds_a_window(small, tmp_path, monkeypatch):
     new, placed = batches(small[1], "1", **kw)
     assert calls == [1] and placed is False
     same(new, old)
+
+
+def test_an_extension_without_panel_placing_reads_one_by_one(small):
+    """An extension older than panel placing refuses dc_batch(cells, genes, obs, 1): place_plan
+    then says the cells cannot be placed (the loader reads them one by one); other errors
+    still raise."""
+    import sqlite3
+
+    class Old:
+        def __init__(self, msg):
+            self.msg = msg
+
+        def execute(self, *a):
+            raise sqlite3.OperationalError(self.msg)
+    panel = deltacells.CellDataset(small[1], genes=stored_gene_names(small[1])[:5])._panel
+    ids = np.arange(4)
+    assert _core.place_plan(Old("dc_batch: place (argument 4) takes no gene panel: pass NULL genes"), ids,
+                            None, panel) is None
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _core.place_plan(Old("disk I/O error"), ids, None, panel)
