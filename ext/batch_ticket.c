@@ -204,9 +204,9 @@ out:
 ** decoder's per-cell hook (dc_place.filter) on the thread that placed it, while the cell is in
 ** that core's cache.  One per job: the scratch of a panel not in gene order is its own. */
 typedef struct place_filter {
-  const batch_kernel *k;            /* the panel (map, bits, panel_size, n_genes, sorted) */
+  const batch_kernel *k;            /* the panel (map, member table, panel_size, sorted) */
   batch_scratch sc;
-  int bad;                          /* 2 out of memory */
+  int bad;                          /* out of memory (the scratch) */
 } place_filter;
 
 static uint32_t filter_cell(void *arg, int32_t *ix, void *val, uint32_t n) {
@@ -214,7 +214,7 @@ static uint32_t filter_cell(void *arg, int32_t *ix, void *val, uint32_t n) {
   if (f->bad) return 0;
   int64_t m = batch_panel_inplace(f->k, ix, val, n, &f->sc);
   if (m < 0) {
-    f->bad = 2;
+    f->bad = 1;
     return 0;
   }
   return (uint32_t)m;
