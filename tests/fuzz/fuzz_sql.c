@@ -5,7 +5,8 @@
 ** once by the Makefile: build/fuzz/fuzz_sql.dcdb; DC_FUZZ_DATASET names another).  The
 ** program's steps damage stored rows (any column of tiles_data, cells_blocks, cells_columns,
 ** cells_dict, genes_blocks, genes_columns, dc_meta set to a fuzzed value, a byte of a blob
-** changed, a row deleted) and run queries with fuzzed arguments: dc_batch (cell ids, genes),
+** changed, a row deleted) and run queries with fuzzed arguments: dc_batch (cell ids, genes;
+** and placing: its ticket placed into buffers, with and without a gene panel),
 ** cells with pushed-down terms of every operator on every column kind, expression and
 ** expression_long, genes, tiles, dc_aggregate, dc_config.  Every statement must end in a row
 ** or an error: a crash, an out-of-bounds access, undefined behaviour or a hang is a finding
@@ -120,6 +121,59 @@ static void run(sqlite3 *db, const char *sql, in_t *in, int ids_param) {
   sqlite3_finalize(st);
 }
 
+int deltacells_ticket_place(uint64_t id, int64_t n_cells, int64_t nnz, const uint64_t *ix_addr,
+                            const uint64_t *val_addr, int kind, int64_t *row_nnz, int64_t n_seg, const int64_t *seg,
+                            char *msg, int msg_len);
+
+/* placing, as the loader does it: dc_batch(cells, genes, NULL, 1), then the ticket placed into
+** two runs of buffers laid out from cell_nnz (a gene panel filters each cell where it lies and
+** the runs are packed); an error is fine, a row longer than cell_nnz said is a finding */
+static void place(sqlite3 *db, in_t *in) {
+  static const char *const Q[] = {
+    "SELECT n_cells, nnz, ticket, cell_nnz FROM dc_batch(?1, NULL, NULL, 1)",
+    "SELECT n_cells, nnz, ticket, cell_nnz FROM dc_batch(?1, ?2, NULL, 1)",
+    "SELECT n_cells, nnz, ticket, cell_nnz FROM dc_batch(?1, (SELECT json_group_array(name) FROM "
+    "(SELECT name FROM genes WHERE gene_id % (abs(?2) % 7 + 2) = 0 ORDER BY (gene_id * 7919) % 101)), NULL, 1)"};
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, Q[u8(in) % 3], -1, &st, NULL) != SQLITE_OK) return;
+  bind_ids(st, 1, in);
+  if (sqlite3_bind_parameter_count(st) >= 2) bind_any(st, 2, in);
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    int64_t n = sqlite3_column_int64(st, 0), nnz = sqlite3_column_int64(st, 1);
+    uint64_t ticket = (uint64_t)sqlite3_column_int64(st, 2);
+    const int32_t *cnz = sqlite3_column_blob(st, 3);
+    int cl = sqlite3_column_bytes(st, 3);
+    int32_t *ix = NULL, *val = NULL;
+    uint64_t *ia = NULL, *va = NULL;
+    int64_t *row_nnz = NULL;
+    if (ticket && cnz && n > 0 && n <= 64 && cl == 4 * n && nnz >= 0 && nnz < (1 << 24)) {
+      ix = malloc((size_t)(nnz + 1) * 4);
+      val = malloc((size_t)(nnz + 1) * 4);
+      ia = malloc((size_t)n * 8);
+      va = malloc((size_t)n * 8);
+      row_nnz = malloc((size_t)n * 8);
+    }
+    if (ix && val && ia && va && row_nnz) {
+      int64_t at = 0, seg[3] = {0, n / 2, n};
+      for (int64_t i = 0; i < n; i++) {
+        ia[i] = (uint64_t)(uintptr_t)(ix + at);
+        va[i] = (uint64_t)(uintptr_t)(val + at);
+        at += cnz[i];
+      }
+      char msg[256];
+      int with_seg = u8(in) & 1;
+      if (at == nnz &&
+          deltacells_ticket_place(ticket, n, nnz, ia, va, (int)(u8(in) & 1), row_nnz, with_seg ? 2 : 0,
+                                  with_seg ? seg : NULL, msg, (int)sizeof msg) == 0)
+        for (int64_t i = 0; i < n; i++)
+          if (row_nnz[i] < 0 || row_nnz[i] > cnz[i]) abort();
+    }
+    deltacells_ticket_place(ticket, 0, 0, NULL, NULL, 0, NULL, 0, NULL, NULL, 0);   /* released if not yet */
+    free(ix); free(val); free(ia); free(va); free(row_nnz);
+  }
+  sqlite3_finalize(st);
+}
+
 /* ------------------------------------------------------------ the steps */
 static const char *const DAMAGE[] = {
   "UPDATE tiles_data SET %s = ?1 WHERE tile = ?2",
@@ -149,7 +203,7 @@ static const char *const CONFIG[] = {"threads", "cache_mb", "decode_mb", "batch_
 
 static void step(sqlite3 *db, in_t *in) {
   char sql[512];
-  unsigned op = u8(in) % 16;
+  unsigned op = u8(in) % 17;
   switch (op) {
     case 0: case 1: {   /* set a stored column to a fuzzed value */
       unsigned t = u8(in) % 5, k = 0;
@@ -219,6 +273,7 @@ static void step(sqlite3 *db, in_t *in) {
       snprintf(sql, sizeof sql, "SELECT dc_config('%s', ?1)", CONFIG[u8(in) % 8]);
       run(db, sql, in, 0);
       break;
+    case 16: place(db, in); break;
     default:
       run(db, "SELECT * FROM dc_batch(?1, (SELECT json_group_array(name) FROM genes WHERE gene_id < ?2))", in, 1);
       break;
