@@ -23,6 +23,25 @@ int batch_locate(dc_reader *r, const int64_t *ids, int64_t n, batch_cellref *ref
   return SQLITE_OK;
 }
 
+int batch_mark_empty(dc_reader *r, const batch_cellref *ref, int64_t n, const int32_t *genes, int64_t n_genes,
+                     uint8_t *direct, char **pzErr) {
+  int8_t *may = sqlite3_malloc64(r->n_tiles ? r->n_tiles : 1);   /* per tile: -1 not asked yet */
+  if (!may) return SQLITE_NOMEM;
+  memset(may, -1, r->n_tiles ? r->n_tiles : 1);
+  int rc = SQLITE_OK;
+  for (int64_t i = 0; i < n && rc == SQLITE_OK; i++) {
+    uint32_t t = ref[i].tile;
+    if (may[t] < 0) {
+      int m = 1;
+      rc = dc_reader_tile_may_hold(r, t, genes, n_genes, &m, pzErr);
+      may[t] = (int8_t)m;
+    }
+    if (rc == SQLITE_OK && !may[t]) direct[i] = BATCH_ROW_EMPTY;
+  }
+  sqlite3_free(may);
+  return rc;
+}
+
 int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, const int32_t *genes,
                      int64_t n_genes, batch_place **out, char **pzErr) {
   uint64_t nn = (uint64_t)(n ? n : 1);
@@ -49,24 +68,8 @@ int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *
   if (!ref || !p->keys || !p->rows || !p->row_cell || !p->nnz || !rowkey || !nodirect) { rc = SQLITE_NOMEM; goto fail; }
   memset(nodirect, 0, nn);
   if ((rc = batch_locate(r, ids, n, ref, pzErr)) != SQLITE_OK) goto fail;
-  if (genes) {
-    /* a gene panel: the rows of tiles whose gene maps show none of its genes are empty (as
-    ** dc_batch's mark_empty): no chunk read, nothing placed */
-    int8_t *may = sqlite3_malloc64(r->n_tiles ? r->n_tiles : 1);   /* per tile: -1 not asked yet */
-    if (!may) { rc = SQLITE_NOMEM; goto fail; }
-    memset(may, -1, r->n_tiles ? r->n_tiles : 1);
-    for (int64_t i = 0; i < n && rc == SQLITE_OK; i++) {
-      uint32_t t = ref[i].tile;
-      if (may[t] < 0) {
-        int m = 1;
-        rc = dc_reader_tile_may_hold(r, t, genes, n_genes, &m, pzErr);
-        may[t] = (int8_t)m;
-      }
-      if (rc == SQLITE_OK && !may[t]) nodirect[i] = BATCH_ROW_EMPTY;
-    }
-    sqlite3_free(may);
-    if (rc != SQLITE_OK) goto fail;
-  }
+  /* a gene panel: no chunk read and nothing placed for the rows of tiles without its genes */
+  if (genes && (rc = batch_mark_empty(r, ref, n, genes, n_genes, nodirect, pzErr)) != SQLITE_OK) goto fail;
   for (int64_t i = 0; i < n; i++) {
     if (!nodirect[i] && r->heads[ref[i].tile]->hdr.codec != DC_CODEC_RANS) goto not_placeable;
     p->row_cell[i] = ref[i].cell;

@@ -199,28 +199,6 @@ static void count_block(void *arg, size_t b) {
 ** by a scatter over the panel's positions (their order, walked word by word). */
 #define FEW_OUT 16
 
-/* A row's panel genes in its order, without a branch per gene: each gene is written at o as
-** its position (-1 for a gene outside the panel), with its value, and o moves on for members
-** only.  At most room entries are kept (the fill: the row's n_out, so no write leaves the row).
-** In place (di == si, dv == sv) each write lands at or before the entry just read.  A gene
-** index of ng or more reads gene 0 and sets *bad.  Returns the members kept. */
-static int64_t map_row(const int32_t *map, uint32_t ng, const int32_t *si, const int32_t *sv, uint32_t n_in,
-                       int32_t *di, int32_t *dv, int64_t room, uint32_t *bad) {
-  int64_t o = 0;
-  uint32_t over = 0;
-  for (uint32_t e = 0; e < n_in && o < room; e++) {
-    uint32_t g = (uint32_t)si[e];
-    int32_t v = sv[e];
-    over |= g >= ng;
-    int32_t p = map[g < ng ? g : 0];
-    di[o] = p;
-    dv[o] = v;
-    o += p >= 0;
-  }
-  *bad |= over;
-  return o;
-}
-
 /* Puts a row of n panel positions (and their values) in order of position, for a panel not
 ** in gene order; sc holds the scatter's scratch, made at its first use.  -1: out of memory. */
 static int order_row(const batch_kernel *k, int32_t *di, int32_t *dv, int64_t n, batch_scratch *sc) {
@@ -275,7 +253,6 @@ static void fill_block(void *arg, size_t b) {
   batch_kernel *k = arg;
   size_t end = (b + 1) * ROW_BLOCK < k->n ? (b + 1) * ROW_BLOCK : k->n;
   batch_scratch sc = {NULL, NULL};
-  uint32_t bad = 0;
   for (size_t j = b * ROW_BLOCK; j < end; j++) {
     uint64_t row = k->which ? k->which[j] : j;
     batch_row *rw = &k->rows[row];
@@ -285,9 +262,16 @@ static void fill_block(void *arg, size_t b) {
       memcpy(dv, rw->val, (size_t)rw->n_in * sizeof *dv);
       continue;
     }
-    /* (the count checked the genes: none is out of range here) */
-    map_row(k->map, (uint32_t)k->n_genes, rw->idx, rw->val, rw->n_in, di, dv, rw->n_out, &bad);
-    if (order_row(k, di, dv, rw->n_out, &sc)) { __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); break; }
+    /* the row's panel genes in its order, without a branch per gene: each is written at o,
+    ** o moves on for members only (o < n_out, so every write stays in the row) */
+    int64_t o = 0, n = rw->n_out;
+    for (uint32_t e = 0; e < rw->n_in && o < n; e++) {
+      int32_t p = k->map[rw->idx[e]];
+      di[o] = p;
+      dv[o] = rw->val[e];
+      o += p >= 0;
+    }
+    if (order_row(k, di, dv, n, &sc)) { __atomic_store_n(&k->bad, 2, __ATOMIC_RELAXED); break; }
   }
   batch_scratch_free(&sc);
 }

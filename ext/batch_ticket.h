@@ -64,6 +64,11 @@ void batch_place_unref(batch_place *p);       /* NULL: nothing */
 ** NULL): a gene panel; the cells of tiles whose gene maps hold none of them are empty rows
 ** (size 0, no chunk read). */
 int batch_locate(dc_reader *r, const int64_t *ids, int64_t n, batch_cellref *ref, char **pzErr);
+/* batch_mark_empty: with a gene panel (genes, n_genes gene ids), direct[i] = BATCH_ROW_EMPTY
+** for the rows whose tiles' gene maps hold none of its genes (dc_reader_tile_may_hold, asked
+** once per tile); other rows untouched.  dc_batch's read and its placing both use it. */
+int batch_mark_empty(dc_reader *r, const batch_cellref *ref, int64_t n, const int32_t *genes, int64_t n_genes,
+                     uint8_t *direct, char **pzErr);
 int batch_place_read(dc_reader *r, dc_conn *conn, dc_pool *pool, const int64_t *ids, int64_t n, const int32_t *genes,
                      int64_t n_genes, batch_place **out, char **pzErr);
 /* Gives a placing result the gene panel (map of n_genes entries, size, whether it keeps gene

@@ -430,28 +430,6 @@ static int batch_args(batch_vtab *v, int idxNum, const char *idxStr, int argc, s
   return SQLITE_OK;
 }
 
-/* With a gene panel: the rows of tiles whose gene maps show none of the panel's genes (tiles
-** of inputs with other genes, or holding only genes below the panel's: appended later) are
-** empty, and their chunks are never read (dc_reader_tile_may_hold). */
-static int mark_empty(batch_vtab *v, batch_job *j) {
-  dc_reader *r = v->reader;
-  int8_t *may = sqlite3_malloc64(r->n_tiles ? r->n_tiles : 1);   /* per tile: -1 not asked yet */
-  if (!may) return SQLITE_NOMEM;
-  memset(may, -1, r->n_tiles ? r->n_tiles : 1);
-  int rc = SQLITE_OK;
-  for (int64_t i = 0; i < j->n && rc == SQLITE_OK; i++) {
-    uint32_t t = j->ref[i].tile;
-    if (may[t] < 0) {
-      int m = 1;
-      rc = dc_reader_tile_may_hold(r, t, v->panel.ids, v->panel.size, &m, &j->err);
-      may[t] = (int8_t)m;
-    }
-    if (rc == SQLITE_OK && !may[t]) j->direct[i] = BATCH_ROW_EMPTY;   /* its row: n_out 0 (zeroed) */
-  }
-  sqlite3_free(may);
-  return rc;
-}
-
 /* 1. cells -> (tile, chunk, cell), the size checked against batch_mb before anything is
 ** decoded; 2. direct runs: whole chunks requested in order, not cached, no panel. */
 static int map_cells(batch_vtab *v, batch_job *j, struct dc_cache *cache) {
@@ -468,7 +446,11 @@ static int map_cells(batch_vtab *v, batch_job *j, struct dc_cache *cache) {
   memset(j->rows, 0, (size_t)(n ? n : 1) * sizeof *j->rows);
   memcpy(j->o_ids, j->ids, (size_t)n * 8);
   if ((rc = batch_locate(r, j->ids, n, j->ref, &j->err)) != SQLITE_OK) return rc;
-  if (j->map && (rc = mark_empty(v, j)) != SQLITE_OK) return rc;
+  /* with a gene panel, the rows of tiles whose gene maps show none of its genes (tiles of inputs
+  ** with other genes, or holding only genes below the panel's: appended later) are empty (n_out
+  ** 0, zeroed above) and their chunks are never read */
+  if (j->map && (rc = batch_mark_empty(r, j->ref, n, v->panel.ids, v->panel.size, j->direct, &j->err)) != SQLITE_OK)
+    return rc;
   double est_nnz = 0;   /* the output's nonzeros as the tile index predicts them */
   for (int64_t i = 0; i < n; i++) {
     if (j->direct[i] == BATCH_ROW_EMPTY) continue;

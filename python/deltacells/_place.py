@@ -177,7 +177,7 @@ class Placer:
             ix_addr = np.empty(len(cells), dtype=np.int64)     # addresses (below 2^63)
             val_addr = np.empty(len(cells), dtype=np.int64)
             done = []             # [batch, indptr, indices, data, parts] finished by this window
-            laid = []             # per segment: (its done entry or None, ix, val, first offset, offsets)
+            laid = []             # per segment: (its done entry or None, ix, val, its first offset)
             for (b, a, e), obs in zip(segs, obs_parts):
                 nz = cell_nnz[a - g0:e - g0]
                 before = self.carry[1] if self.carry is not None and self.carry[0] == b else []
@@ -212,7 +212,7 @@ class Placer:
                 off += head
                 ix_addr[a - g0:e - g0] = ix_base + 4 * off
                 val_addr[a - g0:e - g0] = val_base + np.dtype(name).itemsize * off
-                laid.append((seg_done, seg_ix, seg_val, head, off))
+                laid.append((seg_done, seg_ix, seg_val, head))
             row_nnz = seg = None
             if panel is not None:     # each segment (a batch's part) packed after the panel, on the pool
                 row_nnz = np.empty(len(cells), dtype=np.int64)
@@ -220,7 +220,7 @@ class Placer:
             place_into(ticket, len(cells), total, ix_addr, val_addr, name, row_nnz, seg)
             ticket = None
             if panel is not None:
-                for (b, a, e), (entry, ix, val, head, off) in zip(segs, laid):
+                for (b, a, e), (entry, ix, val, head) in zip(segs, laid):
                     pnz = row_nnz[a - g0:e - g0]
                     end = head + int(pnz.sum())
                     if entry is not None:
