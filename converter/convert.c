@@ -221,9 +221,9 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   if (make_labels(files, nf, e)) goto done;
   if (!o->keep_gene_whitespace)
     for (int f = 0; f < nf; f++) {
+      if (!h5ad_strip_gene_names(&files[f], 0)) continue;   /* most files: no map of their names */
       int64_t r0 = count_repeats(&files[f]);
-      uint64_t k = h5ad_strip_gene_names(&files[f]);
-      if (!k) continue;
+      uint64_t k = h5ad_strip_gene_names(&files[f], 1);
       int64_t r1 = count_repeats(&files[f]);
       char more[200] = "";
       if (r0 >= 0 && r1 > r0)
@@ -363,8 +363,8 @@ int cv_convert(const cv_opts *o, cv_err *e) {
     printf("%s: %llu cells x %u genes, %llu nonzeros in %llu tiles; expression %.2f MB (%.2f bits/nonzero), "
            "obs %.2f MB, file %.2f MB; %.1f s (gene totals %.1f s, tiles %.1f s, genes+obs %.1f s)\n", o->out, (unsigned long long)n_cells, g.n,
            (unsigned long long)nnz, (unsigned long long)n_tiles, (double)xbytes / 1e6,
-           nnz ? 8.0 * (double)xbytes / (double)nnz : 0.0, (double)obytes / 1e6, (double)fb / 1e6, cv_now() - t0, tp2 - tp1, tp3 - tp2,
-           cv_now() - tp3);
+           nnz ? 8.0 * (double)xbytes / (double)nnz : 0.0, (double)obytes / 1e6, (double)fb / 1e6, cv_now() - t0, tp2 - tp1, tg - tp2,
+           cv_now() - tg);
   }
   rc = 0;
 done:

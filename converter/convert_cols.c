@@ -458,61 +458,41 @@ static int stored_kind(int kind) {
   }
 }
 
+/* The values of one genes column, kept until every column is written (dsw_genes_columns encodes
+** them all at once, on the converter's threads). */
+typedef struct gvals {
+  const char **tv;
+  uint32_t *tl;
+  int64_t *iv;
+  uint8_t *valid;
+  double *fv;
+} gvals;
+
+static int gvals_alloc(gvals *a, uint64_t nn, int kind) {
+  memset(a, 0, sizeof *a);
+  switch (kind) {
+    case DC_OBS_TEXT: a->tv = malloc(nn * sizeof *a->tv); a->tl = malloc(nn * sizeof *a->tl); return a->tv && a->tl ? 0 : -1;
+    case DC_OBS_INT: a->iv = malloc(nn * sizeof *a->iv); a->valid = malloc(nn); return a->iv && a->valid ? 0 : -1;
+    default: a->fv = malloc(nn * sizeof *a->fv); return a->fv ? 0 : -1;
+  }
+}
+
+static void gvals_free(gvals *a) {
+  free(a->tv); free(a->tl); free(a->iv); free(a->valid); free(a->fv);
+}
+
 int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw *w, int64_t *bytes_out,
                    cv_err *e) {
   static const char *const reserved[] = {"gene_id", "name", "total_counts", "n_cells", "orig_index", NULL};
+  enum { NFIXED = 4 };
   ocol *cols = NULL;
-  int n = 0, rc = -1;
-  colbuf *conv = NULL, tmp = {0};      /* conv[f]: file f's var column in the united kind */
+  int n = 0, rc = -1, nw = 0;
+  colbuf *conv = NULL, tmp = {0};      /* conv[i * nf + f]: file f's var column i in the united kind */
+  gvals *gv = NULL;
+  dsw_gcol *wc = NULL;
   uint32_t ng = g->n, block = o->genes_block ? o->genes_block : DC_GENES_BLOCK;
   uint64_t nn = (uint64_t)ng + 1;
-  const char **tv = malloc(nn * sizeof *tv);
-  uint32_t *tl = malloc(nn * sizeof *tl);
-  int64_t *iv = malloc(nn * sizeof *iv);
-  uint8_t *valid = malloc(nn);
-  double *fv = malloc(nn * sizeof *fv);
-  int64_t bytes = 0, b = 0;
   int with_index = o->gene_key != NULL; /* the var index kept as a column when names come from a key */
-  if (!tv || !tl || !iv || !valid || !fv) { cv_fail(e, "out of memory"); goto done; }
-  /* the fixed columns */
-  {
-    dc_obs_values v;
-    memset(&v, 0, sizeof v);
-    v.n = ng;
-    v.kind = DC_OBS_TEXT;
-    for (uint32_t id = 0; id < ng; id++) {
-      tv[id] = g->name[g->order[id]];
-      tl[id] = (uint32_t)strlen(tv[id]);
-    }
-    v.text = tv;
-    v.text_len = tl;
-    if (dsw_genes_column(w, 0, "name", &v, block, &b, e)) goto done;
-    bytes += b;
-    memset(&v, 0, sizeof v);
-    v.n = ng;
-    v.kind = DC_OBS_INT;
-    v.i64 = iv;
-    for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->total[g->order[id]];
-    if (dsw_genes_column(w, 1, "total_counts", &v, block, &b, e)) goto done;
-    bytes += b;
-    for (uint32_t id = 0; id < ng; id++) iv[id] = (int64_t)g->ncells[g->order[id]];
-    if (dsw_genes_column(w, 2, "n_cells", &v, block, &b, e)) goto done;
-    bytes += b;
-    /* the original order (dc_meta gene_order 'union'): a gene's place in the union of the inputs'
-    ** var, first input first, each in its var order (genes left out not counted); then the
-    ** genes of --gene-order or append that no input has, in their order.  A permutation of
-    ** 0 .. ng-1, which export and the k-th-repeat rule of merge (cv_gene_repeats) read. */
-    for (uint32_t id = 0; id < ng; id++) iv[id] = -1;
-    int64_t next = 0;
-    for (int f = 0; f < nf; f++)
-      for (uint64_t j = 0; j < files[f].n_vars; j++) {
-        uint32_t id = g->fmap[f][j];
-        if (id != UINT32_MAX && iv[id] < 0) iv[id] = next++;
-      }
-    for (uint32_t id = 0; id < ng; id++) if (iv[id] < 0) iv[id] = next++;
-    if (dsw_genes_column(w, 3, "orig_index", &v, block, &b, e)) goto done;
-    bytes += b;
-  }
   if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e) ||
       write_col_meta(w, "var_names", 1, col_orig, cols, n, nf, e) ||
       write_col_meta(w, "var_dtypes", 1, col_var_dtype, cols, n, nf, e) ||
@@ -524,10 +504,49 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
     if (!cols[0].name) { cv_fail(e, "out of memory"); goto done; }
     if (dsw_meta_text(w, "var_index_column", cols[0].name, e)) goto done; /* export's var index */
   }
-  conv = calloc((size_t)nf, sizeof *conv);
-  if (!conv) { cv_fail(e, "out of memory"); goto done; }
+  gv = calloc((size_t)(NFIXED + n), sizeof *gv);
+  wc = calloc((size_t)(NFIXED + n), sizeof *wc);
+  conv = calloc((size_t)(n ? n : 1) * (size_t)nf, sizeof *conv);
+  if (!gv || !wc || !conv) { cv_fail(e, "out of memory"); goto done; }
+  /* the fixed columns */
+  {
+    static const char *const fixed[NFIXED] = {"name", "total_counts", "n_cells", "orig_index"};
+    for (int i = 0; i < NFIXED; i++) {
+      int kind = i ? DC_OBS_INT : DC_OBS_TEXT;
+      if (gvals_alloc(&gv[i], nn, kind)) { cv_fail(e, "out of memory"); goto done; }
+      wc[i].col = i;
+      wc[i].name = fixed[i];
+      wc[i].v.n = ng;
+      wc[i].v.kind = kind;
+      wc[i].v.text = gv[i].tv;
+      wc[i].v.text_len = gv[i].tl;
+      wc[i].v.i64 = gv[i].iv;
+    }
+    nw = NFIXED;
+    for (uint32_t id = 0; id < ng; id++) {
+      gv[0].tv[id] = g->name[g->order[id]];
+      gv[0].tl[id] = (uint32_t)strlen(gv[0].tv[id]);
+      gv[1].iv[id] = (int64_t)g->total[g->order[id]];
+      gv[2].iv[id] = (int64_t)g->ncells[g->order[id]];
+    }
+    /* the original order (dc_meta gene_order 'union'): a gene's place in the union of the inputs'
+    ** var, first input first, each in its var order (genes left out not counted); then the
+    ** genes of --gene-order or append that no input has, in their order.  A permutation of
+    ** 0 .. ng-1, which export and the k-th-repeat rule of merge (cv_gene_repeats) read. */
+    int64_t *iv = gv[3].iv;
+    for (uint32_t id = 0; id < ng; id++) iv[id] = -1;
+    int64_t next = 0;
+    for (int f = 0; f < nf; f++)
+      for (uint64_t j = 0; j < files[f].n_vars; j++) {
+        uint32_t id = g->fmap[f][j];
+        if (id != UINT32_MAX && iv[id] < 0) iv[id] = next++;
+      }
+    for (uint32_t id = 0; id < ng; id++) if (iv[id] < 0) iv[id] = next++;
+  }
+  /* the var columns: read (HDF5, this thread) and kept until all are written */
   for (int i = 0; i < n; i++) {
     const ocol *c = &cols[i];
+    colbuf *cv = conv + (size_t)i * nf;
     for (int f = 0; f < nf; f++) {
       const h5col *sc = c->src[f];
       if (!sc) continue;
@@ -536,46 +555,51 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
         cv_prefix(e, "%s column '%s'", files[f].var.path, sc->name);
         goto done;
       }
-      if (colbuf_reset(&conv[f], c->kind, k, e) || cast_into(c, f, sc, &tmp, &conv[f], 0, k, e)) goto done;
-      if (c->kind == CVK_TEXT) colbuf_text_done(&conv[f]);
+      if (colbuf_reset(&cv[f], c->kind, k, e) || cast_into(c, f, sc, &tmp, &cv[f], 0, k, e)) goto done;
+      if (c->kind == CVK_TEXT) colbuf_text_done(&cv[f]);
     }
-    dc_obs_values v;
-    memset(&v, 0, sizeof v);
-    v.n = ng;
-    v.kind = stored_kind(c->kind);
+    gvals *a = &gv[NFIXED + i];
+    int kind = stored_kind(c->kind);
+    if (gvals_alloc(a, nn, kind)) { cv_fail(e, "out of memory"); goto done; }
     for (uint32_t id = 0; id < ng; id++) {
       uint32_t gl = g->order[id], f = g->file[gl], j = g->local[gl];
-      const colbuf *src = f != UINT32_MAX && c->src[f] ? &conv[f] : NULL;
-      tv[id] = NULL;
-      tl[id] = 0;
-      valid[id] = 0;
-      iv[id] = 0;
-      fv[id] = NAN;
+      const colbuf *src = f != UINT32_MAX && c->src[f] ? &cv[f] : NULL;
+      switch (kind) {
+        case DC_OBS_TEXT: a->tv[id] = NULL; a->tl[id] = 0; break;
+        case DC_OBS_INT: a->iv[id] = 0; a->valid[id] = 0; break;
+        default: a->fv[id] = NAN; break;
+      }
       if (!src) continue;
       switch (c->kind) {
         case CVK_CATEGORY:
-          if (src->codes[j] >= 0) { tv[id] = c->labels[src->codes[j]]; tl[id] = (uint32_t)strlen(tv[id]); }
+          if (src->codes[j] >= 0) { a->tv[id] = c->labels[src->codes[j]]; a->tl[id] = (uint32_t)strlen(a->tv[id]); }
           break;
         case CVK_TEXT:
-          if (src->text[j]) { tv[id] = src->text[j]; tl[id] = src->text_len[j]; }
+          if (src->text[j]) { a->tv[id] = src->text[j]; a->tl[id] = src->text_len[j]; }
           break;
         case CVK_INT:
-          if (src->valid[j]) { valid[id] = 1; iv[id] = src->i64[j]; }
+          if (src->valid[j]) { a->valid[id] = 1; a->iv[id] = src->i64[j]; }
           break;
         case CVK_BOOL:
-          if (src->b8[j] >= 0) { valid[id] = 1; iv[id] = src->b8[j]; }
+          if (src->b8[j] >= 0) { a->valid[id] = 1; a->iv[id] = src->b8[j]; }
           break;
-        case CVK_REAL: fv[id] = src->f64[j]; break;
+        case CVK_REAL: a->fv[id] = src->f64[j]; break;
       }
     }
-    v.text = tv;
-    v.text_len = tl;
-    v.i64 = iv;
-    v.valid = valid;
-    v.f64 = fv;
-    if (dsw_genes_column(w, 4 + i, c->name, &v, block, &b, e)) goto done;
-    bytes += b;
+    dsw_gcol *x = &wc[nw++];
+    x->col = NFIXED + i;
+    x->name = c->name;
+    x->v.n = ng;
+    x->v.kind = kind;
+    x->v.text = a->tv;
+    x->v.text_len = a->tl;
+    x->v.i64 = a->iv;
+    x->v.valid = a->valid;
+    x->v.f64 = a->fv;
   }
+  if (dsw_genes_columns(w, wc, nw, block, o->threads > 0 ? o->threads : cv_ncores(), e)) goto done;
+  int64_t bytes = 0;
+  for (int i = 0; i < nw; i++) bytes += wc[i].bytes;
   { /* categorical var columns are stored as text: dc_meta var_categories keeps their categories
     ** (in order) so that export writes them back as categoricals */
     sqlite3_str *js = sqlite3_str_new(NULL);
@@ -601,10 +625,12 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
   if (bytes_out) *bytes_out = bytes;
   rc = 0;
 done:
-  if (conv) for (int f = 0; f < nf; f++) colbuf_free(&conv[f]);
+  if (conv) for (size_t k = 0; k < (size_t)n * nf; k++) colbuf_free(&conv[k]);
   free(conv);
   colbuf_free(&tmp);
-  free(tv); free(tl); free(iv); free(valid); free(fv);
+  if (gv) for (int i = 0; i < NFIXED + n; i++) gvals_free(&gv[i]);
+  free(gv);
+  free(wc);
   ocols_free(cols, n, nf);
   return rc;
 }

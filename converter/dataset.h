@@ -69,6 +69,16 @@ int dsw_tile(dsw *w, int64_t tile, int64_t first_cell, int64_t n_cells, int64_t 
 ** NULL) gets the stored bytes. */
 int dsw_genes_column(dsw *w, int64_t col, const char *name, const dc_obs_values *v, uint32_t block,
                      int64_t *bytes_out, cv_err *e);
+/* Several genes columns at once: their blocks encoded on `threads` threads (1: this one), then
+** written in order, as dsw_genes_column would write each.  cols[i].bytes gets column i's stored
+** bytes. */
+typedef struct dsw_gcol {
+  int64_t col;
+  const char *name;
+  dc_obs_values v;
+  int64_t bytes;
+} dsw_gcol;
+int dsw_genes_columns(dsw *w, dsw_gcol *cols, int n, uint32_t block, int threads, cv_err *e);
 int dsw_column(dsw *w, int64_t col, const char *name, const char *kind, int64_t n_categories,
                int64_t null_count, int64_t bytes, int64_t dict_seal, cv_err *e);
 int dsw_dict(dsw *w, int64_t col, int64_t code, const char *value, size_t len, cv_err *e);

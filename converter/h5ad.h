@@ -147,8 +147,9 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
 void h5ad_close(h5file *f);
 
 /* Removes surrounding whitespace (isspace) from f->var_names in place (a
-** name that is all blank stays as it is); returns how many names changed. */
-uint64_t h5ad_strip_gene_names(h5file *f);
+** name that is all blank stays as it is); returns how many names changed.
+** With apply 0, only counts the names it would change. */
+uint64_t h5ad_strip_gene_names(h5file *f, int apply);
 
 /* The parts of h5ad_open that the other readers (tenx.c) share. */
 /* Opens column `name` of group g as a frame column of n_rows values (fpath:

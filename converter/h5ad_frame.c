@@ -517,7 +517,7 @@ int h5ad_gene_names(h5file *f, const char *gene_key, cv_err *e) {
 }
 
 
-uint64_t h5ad_strip_gene_names(h5file *f) {
+uint64_t h5ad_strip_gene_names(h5file *f, int apply) {
   uint64_t n = 0;
   for (uint64_t i = 0; f->var_names && i < f->n_vars; i++) {
     char *s = f->var_names[i];
@@ -525,9 +525,10 @@ uint64_t h5ad_strip_gene_names(h5file *f) {
     while (a < b && isspace((unsigned char)s[a])) a++;
     while (b > a && isspace((unsigned char)s[b - 1])) b--;
     if (a == b || (a == 0 && s[b] == 0)) continue; /* all blank: kept as it is */
+    n++;
+    if (!apply) continue;
     memmove(s, s + a, b - a);
     s[b - a] = 0;
-    n++;
   }
   return n;
 }

@@ -302,6 +302,23 @@ static int build(enc *e) {
   return DC_EARG;
 }
 
+/* zstd at level `level`, its match finder's tables no larger than the window that holds the
+** input.  From level 13 on, zstd sizes them for inputs over 256 KiB as for a window twice as
+** large as the one it then uses (hash and chain logs windowLog + 1): 17 MB for the 566 KB of
+** pisces_pbmc1k's gene names at level 16, whose fresh pages took most of the time of compressing
+** them.  Logs of the window's size gave the same bytes there (level 16 and 19) in 0.6-0.8x the
+** time (docs/converter.md).  Up to 4 MiB, where the default logs (22 and up) are not smaller. */
+static size_t compress_sized(ZSTD_CCtx *cctx, void *dst, size_t cap, const void *src, size_t len, int level) {
+  if (level < 13 || len <= (256u << 10) || len > (4u << 20)) return ZSTD_compressCCtx(cctx, dst, cap, src, len, level);
+  int wl = 10;
+  while (((size_t)1 << wl) < len) wl++;           /* the window zstd takes for len bytes */
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  size_t r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_hashLog, wl);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_chainLog, wl);
+  return ZSTD_isError(r) ? r : ZSTD_compress2(cctx, dst, cap, src, len);
+}
+
 int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
                   size_t *out_len, dc_obs_stats *st_out, dc_error *err) {
   dc_error dummy;
@@ -355,7 +372,7 @@ int dc_obs_encode(const dc_obs_values *v, int level, uint8_t **out,
   uint8_t flags = e.nullmap_len ? OBS_F_NULLMAP : 0;
   size_t stored = c->len;
   if (c->len > 0) {
-    size_t z = ZSTD_compressCCtx(cctx, blob + OBS_HDR_LEN, bound, c->buf, c->len, level);
+    size_t z = compress_sized(cctx, blob + OBS_HDR_LEN, bound, c->buf, c->len, level);
     if (ZSTD_isError(z)) {
       dc_error_set(err, DC_ENOMEM, "zstd: %s", ZSTD_getErrorName(z));
       rc = DC_ENOMEM;
