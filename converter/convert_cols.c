@@ -468,13 +468,30 @@ typedef struct gvals {
   double *fv;
 } gvals;
 
-static int gvals_alloc(gvals *a, uint64_t nn, int kind) {
+/* Column x (col, name, kind: every gene's value) with its arrays in a; nullable: an int column
+** with a null map (the var columns'; the fixed ones have a value for every gene). */
+static int gvals_column(gvals *a, dsw_gcol *x, int64_t col, const char *name, int kind, int nullable,
+                        uint32_t ng) {
+  uint64_t nn = (uint64_t)ng + 1;
   memset(a, 0, sizeof *a);
   switch (kind) {
-    case DC_OBS_TEXT: a->tv = malloc(nn * sizeof *a->tv); a->tl = malloc(nn * sizeof *a->tl); return a->tv && a->tl ? 0 : -1;
-    case DC_OBS_INT: a->iv = malloc(nn * sizeof *a->iv); a->valid = malloc(nn); return a->iv && a->valid ? 0 : -1;
-    default: a->fv = malloc(nn * sizeof *a->fv); return a->fv ? 0 : -1;
+    case DC_OBS_TEXT: a->tv = malloc(nn * sizeof *a->tv); a->tl = malloc(nn * sizeof *a->tl); break;
+    case DC_OBS_INT: a->iv = malloc(nn * sizeof *a->iv); if (nullable) a->valid = malloc(nn); break;
+    default: a->fv = malloc(nn * sizeof *a->fv); break;
   }
+  if (kind == DC_OBS_TEXT ? !a->tv || !a->tl : kind == DC_OBS_INT ? !a->iv || (nullable && !a->valid) : !a->fv)
+    return -1;
+  memset(x, 0, sizeof *x);
+  x->col = col;
+  x->name = name;
+  x->v.n = ng;
+  x->v.kind = kind;
+  x->v.text = a->tv;
+  x->v.text_len = a->tl;
+  x->v.i64 = a->iv;
+  x->v.valid = a->valid;
+  x->v.f64 = a->fv;
+  return 0;
 }
 
 static void gvals_free(gvals *a) {
@@ -491,7 +508,6 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
   gvals *gv = NULL;
   dsw_gcol *wc = NULL;
   uint32_t ng = g->n, block = o->genes_block ? o->genes_block : DC_GENES_BLOCK;
-  uint64_t nn = (uint64_t)ng + 1;
   int with_index = o->gene_key != NULL; /* the var index kept as a column when names come from a key */
   if (ocols_build(files, nf, 1, with_index, 0, reserved, &cols, &n, e) ||
       write_col_meta(w, "var_names", 1, col_orig, cols, n, nf, e) ||
@@ -511,17 +527,11 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
   /* the fixed columns */
   {
     static const char *const fixed[NFIXED] = {"name", "total_counts", "n_cells", "orig_index"};
-    for (int i = 0; i < NFIXED; i++) {
-      int kind = i ? DC_OBS_INT : DC_OBS_TEXT;
-      if (gvals_alloc(&gv[i], nn, kind)) { cv_fail(e, "out of memory"); goto done; }
-      wc[i].col = i;
-      wc[i].name = fixed[i];
-      wc[i].v.n = ng;
-      wc[i].v.kind = kind;
-      wc[i].v.text = gv[i].tv;
-      wc[i].v.text_len = gv[i].tl;
-      wc[i].v.i64 = gv[i].iv;
-    }
+    for (int i = 0; i < NFIXED; i++)
+      if (gvals_column(&gv[i], &wc[i], i, fixed[i], i ? DC_OBS_INT : DC_OBS_TEXT, 0, ng)) {
+        cv_fail(e, "out of memory");
+        goto done;
+      }
     nw = NFIXED;
     for (uint32_t id = 0; id < ng; id++) {
       gv[0].tv[id] = g->name[g->order[id]];
@@ -560,7 +570,7 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
     }
     gvals *a = &gv[NFIXED + i];
     int kind = stored_kind(c->kind);
-    if (gvals_alloc(a, nn, kind)) { cv_fail(e, "out of memory"); goto done; }
+    if (gvals_column(a, &wc[nw++], NFIXED + i, c->name, kind, 1, ng)) { cv_fail(e, "out of memory"); goto done; }
     for (uint32_t id = 0; id < ng; id++) {
       uint32_t gl = g->order[id], f = g->file[gl], j = g->local[gl];
       const colbuf *src = f != UINT32_MAX && c->src[f] ? &cv[f] : NULL;
@@ -586,16 +596,6 @@ int cv_write_genes(h5file *files, int nf, const genes *g, const cv_opts *o, dsw 
         case CVK_REAL: a->fv[id] = src->f64[j]; break;
       }
     }
-    dsw_gcol *x = &wc[nw++];
-    x->col = NFIXED + i;
-    x->name = c->name;
-    x->v.n = ng;
-    x->v.kind = kind;
-    x->v.text = a->tv;
-    x->v.text_len = a->tl;
-    x->v.i64 = a->iv;
-    x->v.valid = a->valid;
-    x->v.f64 = a->fv;
   }
   if (dsw_genes_columns(w, wc, nw, block, o->threads > 0 ? o->threads : cv_ncores(), e)) goto done;
   int64_t bytes = 0;
