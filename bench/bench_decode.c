@@ -3,7 +3,7 @@
 **
 **   build/bench_decode [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N]
 **                      [--chunks N] [--runs N] [--no-zstd] [--rans-v2]
-**                      [--one-bucket auto|on|off] [--json]
+**                      [--one-bucket auto|on|off] [--pairs auto|on|off] [--json]
 **
 ** Without --csr it generates the reference tile (10,000 cells x 61,497 genes,
 ** about 23.46 M nonzeros: lognormal gene abundances sigma 2.2, lognormal
@@ -26,7 +26,9 @@
 ** machine; multi-thread numbers are then meaningless).  --one-bucket on|off
 ** forces the rans model's one rank bucket on or off (dc_encode_opts
 ** .rans_one_bucket; "one_bucket" in the JSON); auto, the default, lets the
-** encoder choose as the converter's does.
+** encoder choose as the converter's does.  --pairs on|off codes every context
+** that can be in pairs, or none (dc_encode_opts .rans_pairs; "pairs" in the
+** JSON); auto, the default, pairs a context where that pays (the converter's).
 */
 #include "dc_codec.h"
 
@@ -262,6 +264,7 @@ typedef struct {     /* decoded output of every tile */
 
 static int rans_v2;   /* --rans-v2: the version-2 model (one symbol per step), for comparison */
 static int one_bucket; /* --one-bucket on|off: one rank bucket forced (1) or never (-1); auto 0 */
+static int pairs;      /* --pairs on|off: pair contexts everywhere they can be (1) or nowhere (-1); auto 0 */
 static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, encoded_t *e) {
   e->n_tiles = (m->n_cells + TILE_CELLS - 1) / TILE_CELLS;
   if (!e->n_tiles) e->n_tiles = 1;
@@ -277,6 +280,7 @@ static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, en
   o.threads = 0;
   o.rans_v2 = rans_v2;
   o.rans_one_bucket = one_bucket;
+  o.rans_pairs = pairs;
   double t0 = now_ms();
   for (uint32_t t = 0; t < e->n_tiles; t++) {
     uint32_t a = t * TILE_CELLS, n = m->n_cells - a < TILE_CELLS ? m->n_cells - a : TILE_CELLS;
@@ -393,13 +397,17 @@ int main(int argc, char **argv) {
       one_bucket = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : 0;
       i++;
     }
+    else if (!strcmp(a, "--pairs") && v && (!strcmp(v, "auto") || !strcmp(v, "on") || !strcmp(v, "off"))) {
+      pairs = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : 0;
+      i++;
+    }
     else if (!strcmp(a, "--seed") && v) { rng_s = strtoull(v, NULL, 0); i++; }
     else if (!strcmp(a, "--gen-only")) gen_only = 1;
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--cpu")) bench_clock = CLOCK_THREAD_CPUTIME_ID;
     else {
       fprintf(stderr, "usage: %s [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N] "
-                      "[--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--one-bucket auto|on|off] [--json]\n",
+                      "[--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--one-bucket auto|on|off] [--pairs auto|on|off] [--json]\n",
               argv[0]);
       return 2;
     }
@@ -558,6 +566,7 @@ int main(int argc, char **argv) {
       if (threads[k] == 1) printf(",\"decode_1t_over_memset\":%.3f", dec_ms[k] / memset_ms);
     if (n_threads >= 2) printf(",\"speedup_%dt\":%.3f", threads[1], dec_ms[0] / dec_ms[1]);
     if (one_bucket) printf(",\"one_bucket\":\"%s\"", one_bucket > 0 ? "on" : "off");
+    if (pairs) printf(",\"pairs\":\"%s\"", pairs > 0 ? "on" : "off");
     printf(",\"gather_5000_ms\":%.3f", gather_ms);
     if (stages)
       printf(",\"stage_tables_counts_ms\":%.3f,\"stage_streams_ms\":%.3f,\"stage_cells_ms\":%.3f", stage_ms[0],

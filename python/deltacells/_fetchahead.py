@@ -43,8 +43,10 @@ def tile_order(batches, tile_of):
 class FetchAhead:
     """See the module doc.  at(i): the loader starts batch i: reads may run up to `ahead`
     tiles past the tiles of batches <= i, and at() returns once those of batch i have been
-    read (or the fetcher stopped or failed: the loader then reads them itself).  close():
-    stop (the reads in progress finish).
+    read (or the fetcher stopped or failed: the loader then reads them itself).  advance(i):
+    the loader has made every batch before i (a window placed at once: its tiles are done
+    with, though the loader still hands out its batches), so reads may run as at(i) lets
+    them, without waiting.  close(): stop (the reads in progress finish).
 
     readers: threads, each with its own connection (connect() is called once per thread),
     taking the tiles of the order in turn (reader j the tiles k with k % readers == j).  Two
@@ -105,6 +107,14 @@ class FetchAhead:
             need = self._tiles_upto(i)
             while self._running and self.error is None and self._done < need:
                 self._cv.wait(0.5)
+
+    def advance(self, i):
+        if os.getpid() != self._pid:
+            return
+        with self._cv:
+            if i > self._batch:
+                self._batch = i
+                self._cv.notify_all()
 
     _walk = None      # the statement that reads a tile's pages (set on the first tile)
 

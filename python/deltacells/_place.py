@@ -114,6 +114,12 @@ class Placer:
                 return None
         return self.ready.pop(i)
 
+    def unplaced(self):
+        """The first batch not wholly made yet (n_real once all are), or None once placing is off."""
+        if self.off:
+            return None
+        return int(np.searchsorted(self.starts, self.pos, side="right")) - 1
+
     def _group(self):
         """(g0, g1, b0, b1): the next call's positions [g0, g1) and the batches b0 .. b1-1
         that overlap them."""

@@ -390,6 +390,18 @@ def _next_batch(ds, con, reader, batches, i, pool, timings, placer):
     return ds._make_batch(con, reader, batches[i], pool, timings)
 
 
+def _fetch_past(fa, placer, first):
+    """After a batch: the fetch-ahead (if any) may read past the tiles of every batch the placer
+    has made (a window at once), not only past the batch handed out.  A DataLoader worker hands
+    out its window's batches only as the loader asks for them; until its next window the
+    fetch-ahead stood still, and the store idled while the main process took the batches
+    (2 workers over an emulated store: 0.38 s of a 1.49 s epoch without a request)."""
+    if fa is not None and placer is not None:
+        k = placer.unplaced()
+        if k is not None:
+            fa.advance(k - first)
+
+
 def _placer(ds, batches, cuts, start, pool):
     """The Placer of a reader whose batches are a contiguous run of the plan (cuts not None)."""
     if cuts is None or not _place.enabled(ds, pool):
@@ -688,6 +700,7 @@ class _Producer:
                     fa.at(i - start)
                 with gate:
                     item = _next_batch(ds, con, reader, batches, i, pool, timings, placer)
+                _fetch_past(fa, placer, start)
                 if not put(item):
                     return
             put(_END)
@@ -842,6 +855,7 @@ class _BatchIterator:
             except BaseException:
                 self._dirty = True    # an error inside SQLite: the connection serves no other reader
                 raise
+            _fetch_past(self._fa, self._placer, self._fa0)
         self._i += 1
         if self.progress is not None:
             self.progress["done"] += 1

@@ -92,6 +92,67 @@ def test_reads_ahead_within_the_limit_and_waits(data):
     assert not any(t.name == "deltacells-fetchahead" for t in threading.enumerate())
 
 
+def test_advance_lets_reads_run_past_made_batches_without_waiting(data):
+    """A loader that made a window of batches at once says so with advance(): reads may then go
+    `ahead` tiles past the window's tiles while it hands the window's batches out, and advance()
+    itself never waits for a read."""
+    log = []
+    order = [(i, t) for i, t in enumerate([3, 0, 5, 1, 4, 2])]     # one tile per batch
+    fa = _fetchahead.FetchAhead(lambda: Recording(data["db"], log, 0.3), order, ahead=2)
+    try:
+        fa.at(0)
+        settle(lambda: len(log) >= 3, log, quiet=0.4)
+        assert log == [3, 0, 5]                # batch 0's tile and 2 more
+        fa.advance(2)                          # batches 0 and 1 made
+        assert fa.fetched < 5                  # returned at once (at(2) would wait for tile 5 read)
+        settle(lambda: len(log) >= 5, log, quiet=0.7)
+        assert log == [3, 0, 5, 1, 4]          # the tiles of batches <= 2, and 2 more: no further
+        fa.advance(1)                          # never backwards
+        fa.at(1)
+        time.sleep(0.5)
+        assert log == [3, 0, 5, 1, 4]
+        fa.advance(3)
+        fa.at(5)
+        assert log == [3, 0, 5, 1, 4, 2] and fa.fetched == 6 and fa.error is None
+    finally:
+        fa.close()
+
+
+def test_the_loader_advances_the_fetcher_past_its_placed_windows():
+    """dataset._fetch_past: after a batch, the fetcher may read past every batch the placer has
+    made (Placer.unplaced: the first batch not wholly placed), in the fetcher's numbering (batch
+    index - its first); nothing once placing is off or without a fetcher."""
+    from deltacells import _place, dataset
+
+    batches = [np.arange(5), np.arange(5, 10), np.arange(10, 13)]
+    pl = _place.Placer(None, batches, cuts=[10], n_real=3, first=0)
+    assert pl.unplaced() == 0
+    pl.pos = 7                                 # a window ended inside batch 1 (its head carried)
+    assert pl.unplaced() == 1
+    pl.pos = 10
+    assert pl.unplaced() == 2
+    pl.pos = 13
+    assert pl.unplaced() == 3
+
+    class Fetcher:
+        def __init__(self):
+            self.calls = []
+
+        def advance(self, i):
+            self.calls.append(i)
+
+    fa = Fetcher()
+    pl.pos = 10
+    dataset._fetch_past(fa, pl, 1)
+    assert fa.calls == [1]
+    pl.off = True
+    assert pl.unplaced() is None
+    dataset._fetch_past(fa, pl, 1)
+    dataset._fetch_past(None, pl, 1)
+    dataset._fetch_past(fa, None, 1)
+    assert fa.calls == [1]
+
+
 def test_a_failing_fetcher_does_not_hang_the_loader(data):
     def boom():
         raise sqlite3.OperationalError("no store today")
