@@ -100,9 +100,7 @@ class FetchAhead:
         if os.getpid() != self._pid:
             return
         with self._cv:
-            if i > self._batch:
-                self._batch = i
-                self._cv.notify_all()
+            self._move_locked(i)
             self._start_locked()
             need = self._tiles_upto(i)
             while self._running and self.error is None and self._done < need:
@@ -112,9 +110,13 @@ class FetchAhead:
         if os.getpid() != self._pid:
             return
         with self._cv:
-            if i > self._batch:
-                self._batch = i
-                self._cv.notify_all()
+            self._move_locked(i)
+
+    def _move_locked(self, i):
+        """The readers' bound moves on to batch i (never back)."""
+        if i > self._batch:
+            self._batch = i
+            self._cv.notify_all()
 
     _walk = None      # the statement that reads a tile's pages (set on the first tile)
 
