@@ -766,6 +766,7 @@ class _BatchIterator:
         self._reader = None
         self._pool = None
         self._fa = None           # fetch-ahead of the direct path (remote datasets)
+        self._fa0 = 0             # the batch it began at (its numbering starts there)
         self._dirty = False
         self.timings = {} if ds.timings else None
         if ds.timings:
