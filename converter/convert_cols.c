@@ -474,13 +474,24 @@ static int gvals_column(gvals *a, dsw_gcol *x, int64_t col, const char *name, in
                         uint32_t ng) {
   uint64_t nn = (uint64_t)ng + 1;
   memset(a, 0, sizeof *a);
+  int ok;
   switch (kind) {
-    case DC_OBS_TEXT: a->tv = malloc(nn * sizeof *a->tv); a->tl = malloc(nn * sizeof *a->tl); break;
-    case DC_OBS_INT: a->iv = malloc(nn * sizeof *a->iv); if (nullable) a->valid = malloc(nn); break;
-    default: a->fv = malloc(nn * sizeof *a->fv); break;
+    case DC_OBS_TEXT:
+      a->tv = malloc(nn * sizeof *a->tv);
+      a->tl = malloc(nn * sizeof *a->tl);
+      ok = a->tv && a->tl;
+      break;
+    case DC_OBS_INT:
+      a->iv = malloc(nn * sizeof *a->iv);
+      if (nullable) a->valid = malloc(nn);
+      ok = a->iv && (!nullable || a->valid);
+      break;
+    default:
+      a->fv = malloc(nn * sizeof *a->fv);
+      ok = a->fv != NULL;
+      break;
   }
-  if (kind == DC_OBS_TEXT ? !a->tv || !a->tl : kind == DC_OBS_INT ? !a->iv || (nullable && !a->valid) : !a->fv)
-    return -1;
+  if (!ok) return -1;
   memset(x, 0, sizeof *x);
   x->col = col;
   x->name = name;

@@ -116,9 +116,11 @@ class Placer:
 
     def unplaced(self):
         """The first batch not wholly made yet (n_real once all are), or None once placing is off."""
-        if self.off:
-            return None
-        return int(np.searchsorted(self.starts, self.pos, side="right")) - 1
+        return None if self.off else self._batch_at(self.pos)
+
+    def _batch_at(self, pos):
+        """The batch holding position pos (n_real at the end)."""
+        return int(np.searchsorted(self.starts, pos, side="right")) - 1
 
     def _group(self):
         """(g0, g1, b0, b1): the next call's positions [g0, g1) and the batches b0 .. b1-1
@@ -126,7 +128,7 @@ class Placer:
         g0 = self.pos
         k = bisect.bisect_right(self.cuts, g0)
         g1 = self.cuts[k] if k < len(self.cuts) else int(self.starts[-1])
-        b0 = int(np.searchsorted(self.starts, g0, side="right")) - 1
+        b0 = self._batch_at(g0)
         if self.max_batches:          # within the memory budget: the window's chunks are decoded again
             g1 = min(g1, int(self.starts[min(b0 + self.max_batches, self.n_real)]))
         if self.first_alone:
