@@ -29,6 +29,8 @@
 ** encoder choose as the converter's does.  --pairs on|off codes every context
 ** that can be in pairs, or none (dc_encode_opts .rans_pairs; "pairs" in the
 ** JSON); auto, the default, pairs a context where that pays (the converter's).
+** Chunks per tile: by default the converter's (up to 8, at least DC_CHUNK_CELLS
+** cells each where a tile has room for two); --chunks N gives exactly N.
 */
 #include "dc_codec.h"
 
@@ -265,6 +267,9 @@ typedef struct {     /* decoded output of every tile */
 static int rans_v2;   /* --rans-v2: the version-2 model (one symbol per step), for comparison */
 static int one_bucket; /* --one-bucket on|off: one rank bucket forced (1) or never (-1); auto 0 */
 static int pairs;      /* --pairs on|off: pair contexts everywhere they can be (1) or nowhere (-1); auto 0 */
+/* chunks: at most that many per tile, at least DC_CHUNK_CELLS cells each as the converter makes
+** them (0), or exactly that many (--chunks N) */
+static uint32_t chunks_exact;
 static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, encoded_t *e) {
   e->n_tiles = (m->n_cells + TILE_CELLS - 1) / TILE_CELLS;
   if (!e->n_tiles) e->n_tiles = 1;
@@ -277,6 +282,7 @@ static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, en
   o.codec = codec;
   o.level = level;
   o.n_chunks = chunks;
+  if (chunks_exact) o.chunk_cells = 0;
   o.threads = 0;
   o.rans_v2 = rans_v2;
   o.rans_one_bucket = one_bucket;
@@ -389,7 +395,7 @@ int main(int argc, char **argv) {
       if (!codec) { fprintf(stderr, "bench_decode: unknown codec '%s' (rans|zstd|rans-v1)\n", v); return 2; }
       i++;
     } else if (!strcmp(a, "--level") && v) { level = atoi(v); i++; }
-    else if (!strcmp(a, "--chunks") && v) { chunks = (uint32_t)atoi(v); i++; }
+    else if (!strcmp(a, "--chunks") && v) { chunks = (uint32_t)atoi(v); chunks_exact = 1; i++; }
     else if (!strcmp(a, "--runs") && v) { runs = atoi(v) > 0 ? atoi(v) : 1; i++; }
     else if (!strcmp(a, "--no-zstd")) cmp_zstd = 0;
     else if (!strcmp(a, "--rans-v2")) rans_v2 = 1;
@@ -432,8 +438,8 @@ int main(int argc, char **argv) {
   encoded_t e;
   encode_all(&m, codec, level, chunks, &e);
   double bpn = nnz ? 8.0 * e.bytes / nnz : 0;
-  printf("%s: %llu bytes in %u tile(s), %.3f bits/nnz, encode %.0f ms\n", dc_codec_name(codec),
-         (unsigned long long)e.bytes, e.n_tiles, bpn, e.encode_ms);
+  printf("%s: %llu bytes in %u tile(s) of %llu chunk(s) in all, %.3f bits/nnz, encode %.0f ms\n", dc_codec_name(codec),
+         (unsigned long long)e.bytes, e.n_tiles, (unsigned long long)n_jobs_of(&e), bpn, e.encode_ms);
   outbufs_t o;
   alloc_out(&e, &o);
   dc_job *jobs = xmalloc(n_jobs_of(&e) * sizeof(dc_job));

@@ -293,7 +293,7 @@ int cv_convert(const cv_opts *o, cv_err *e) {
   tstart[n_tiles] = n_cells;
 
   /* pass 2 */
-  if (dsw_open(&w, o->out, o->dataset_id_set ? &o->dataset_id : NULL, e)) goto done;
+  if (dsw_open(&w, o->out, o->dataset_id_set ? &o->dataset_id : NULL, dc_page_size_for(nnz1), e)) goto done;
   w.genes_level = o->genes_level;
   w.obs_level = o->obs_level;
   w.no_sync = o->no_sync;
@@ -344,7 +344,8 @@ int cv_convert(const cv_opts *o, cv_err *e) {
               dsw_meta_int(&w, "n_tiles", (int64_t)n_tiles, e) ||
               dsw_meta_text(&w, "codec", dc_codec_name(codec), e) ||
               dsw_meta_int(&w, "level", o->level_set ? o->level : 0, e) ||
-              dsw_meta_int(&w, "chunks", o->chunks, e) || dsw_meta_int(&w, "tile_cells", o->tile_cells, e) ||
+              dsw_meta_int(&w, "chunks", o->chunks, e) || dsw_meta_int(&w, "chunk_cells", o->chunk_cells, e) ||
+              dsw_meta_int(&w, "tile_cells", o->tile_cells, e) ||
               dsw_meta_int(&w, "obs_block_cells", OBS_BLOCK, e) ||
               dsw_meta_int(&w, "genes_block", o->genes_block ? o->genes_block : DC_GENES_BLOCK, e) ||
               dsw_meta_text(&w, "sources", sources, e) || cv_meta_export(&w, files, nf, e) ||

@@ -14,7 +14,9 @@ typedef struct cv_opts {
   const char *layer;    /* NULL or a layer name */
   int raw;              /* read raw/X and raw/var */
   uint32_t tile_cells;  /* default 10000 */
-  uint32_t chunks;      /* default 8 */
+  uint32_t chunks;      /* at most this many chunks per tile (default 8) */
+  uint32_t chunk_cells; /* the fewest cells a chunk should hold (dc_encode_opts.chunk_cells;
+                           main() sets DC_CHUNK_CELLS); 0: `chunks` per tile exactly */
   int level;            /* codec level; level_set = 0 uses the codec default */
   int level_set;
   int threads;          /* 0 = one per core */

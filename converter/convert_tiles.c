@@ -232,6 +232,7 @@ int cv_pass2(h5file *files, int nf, const uint64_t *first, const uint64_t *tstar
   if (o->codec) pp.opts.codec = o->codec;
   if (o->level_set) pp.opts.level = o->level;
   pp.opts.n_chunks = o->chunks;
+  pp.opts.chunk_cells = o->chunk_cells;
   pp.opts.threads = workers == 0 ? threads : threads / workers > 1 ? threads / workers : 1;
   pthread_t *tid = calloc((size_t)workers + 1, sizeof *tid);
   sort_scratch sc[SORT_PARTS];

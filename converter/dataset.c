@@ -167,7 +167,7 @@ int dsw_remove_stale(const char *out_path) {
   return removed;
 }
 
-int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e) {
+int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, int page_size, cv_err *e) {
   memset(w, 0, sizeof *w);
   w->lock_fd = -1;
   dsw_remove_stale(out_path);
@@ -222,7 +222,7 @@ int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e
            /* the journal off before the first write (application_id creates the file): the
            ** temporary file is renamed into place only when complete, so no journal is needed */
            "PRAGMA page_size=%d; PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;"
-           "PRAGMA application_id=0x44435442; PRAGMA cache_size=-16384; BEGIN;", DC_PAGE_SIZE);
+           "PRAGMA application_id=0x44435442; PRAGMA cache_size=-16384; BEGIN;", page_size);
   if (exec(w, pragmas, e) ||
       exec(w, SCHEMA, e) ||
       prep(w, "INSERT INTO " DC_TILES_DATA " VALUES(?,?,?,?,?,?,?)", &w->ins_tile, e) ||

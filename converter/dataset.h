@@ -51,7 +51,7 @@ int dsw_remove_stale(const char *out_path);
 ** and writes dc_meta.dataset_id: *dataset_id, or a fresh random one when NULL.  dsw_tile,
 ** dsw_genes_column and dsw_obs_block seal their rows; dsw_column takes the
 ** dictionary's seal, which the caller computes with dc_seal.h. */
-int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, cv_err *e);
+int dsw_open(dsw *w, const char *out_path, const uint64_t *dataset_id, int page_size, cv_err *e);
 int dsw_meta_int(dsw *w, const char *key, int64_t v, cv_err *e);
 int dsw_meta_text(dsw *w, const char *key, const char *v, cv_err *e);
 /* The dc_meta objects keyed by the stored name of an obs (var) column (docs/format.md), as an

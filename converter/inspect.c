@@ -119,6 +119,7 @@ int cv_info(const char *path, int json, cv_err *e) {
   int64_t gb = version >= DC_FORMAT_GENES_MIN ? cv_q_int(db, "SELECT sum(bytes) FROM genes_columns", 0) : -1;
   int64_t fb = cv_file_size(path);
   int64_t level = cv_meta_int(db, "level"), chunks = cv_meta_int(db, "chunks"), tc = cv_meta_int(db, "tile_cells");
+  int64_t ccells = cv_meta_int(db, "chunk_cells");   /* -1: absent (then every tile had `chunks`) */
   char *codec = cv_meta_text(db, "codec"), *sources = cv_meta_text(db, "sources"), *by = cv_meta_text(db, "created_by");
   double bpn = nnz > 0 ? 8.0 * (double)xb / (double)nnz : 0;
   if (json) {
@@ -131,8 +132,8 @@ int cv_info(const char *path, int json, cv_err *e) {
            (long long)ob, (long long)ncol, (long long)fb, bpn);
     cv_json_print(stdout, codec);
     if (gb >= 0) printf(",\"genes_bytes\":%lld", (long long)gb);
-    printf(",\"level\":%lld,\"chunks\":%lld,\"tile_cells\":%lld,\"sources\":%s,\"created_by\":", (long long)level,
-           (long long)chunks, (long long)tc, sources ? sources : "[]");
+    printf(",\"level\":%lld,\"chunks\":%lld,\"chunk_cells\":%lld,\"tile_cells\":%lld,\"sources\":%s,\"created_by\":",
+           (long long)level, (long long)chunks, (long long)(ccells > 0 ? ccells : 0), (long long)tc, sources ? sources : "[]");
     cv_json_print(stdout, by);
     printf("}\n");
   } else {
@@ -157,7 +158,11 @@ int cv_info(const char *path, int json, cv_err *e) {
     char lv[32];
     if (level == 0) snprintf(lv, sizeof lv, "default");
     else snprintf(lv, sizeof lv, "%lld", (long long)level);
-    printf("codec        %s, level %s, %lld chunks per tile\n", codec ? codec : "?", lv, (long long)chunks);
+    if (ccells > 0)
+      printf("codec        %s, level %s, up to %lld chunks per tile of at least %lld cells each\n", codec ? codec : "?", lv,
+             (long long)chunks, (long long)ccells);
+    else
+      printf("codec        %s, level %s, %lld chunks per tile\n", codec ? codec : "?", lv, (long long)chunks);
     printf("sources      %s\n", sources ? sources : "?");
     printf("created by   %s\n", by ? by : "?");
   }

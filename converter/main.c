@@ -63,7 +63,9 @@ static const char *HELP_CONVERT =
     "  --raw                  read counts from raw/X (with raw/var) instead of X\n"
     "  --tile-cells N         cells per tile (default 10000); each input has tiles of its\n"
     "                         own (its last one shorter), so no tile spans two inputs\n"
-    "  --chunks N             independently compressed chunks per tile (default 8, at most 256)\n"
+    "  --chunks N             independently compressed chunks per tile (at most 256).  By\n"
+    "                         default up to 8, with at least 512 cells each where a tile\n"
+    "                         has room for two (a small tile's streams stay long)\n"
     "  --codec rans|zstd|rans-v1  tile codec (default rans: smaller than zstd and faster to\n"
     "                         encode and decode; zstd is the published design, kept to\n"
     "                         compare; rans-v1 is the first release's codec)\n"
@@ -128,7 +130,8 @@ static const char *HELP_INFO =
     "Prints cells, genes, nonzeros, tiles, expression bytes (and bits per nonzero), obs\n"
     "bytes, file bytes, the codec settings and the source files.  --json prints one JSON\n"
     "object with n_cells, n_genes, nnz, tiles, expression_bytes, obs_bytes, file_bytes,\n"
-    "bits_per_nnz, codec, level, chunks, tile_cells, sources.\n";
+    "bits_per_nnz, codec, level, chunks, chunk_cells (0: every tile has `chunks`), tile_cells,\n"
+    "sources.\n";
 
 static const char *HELP_OBS =
     "usage: deltacells obs info DATASET\n"
@@ -293,6 +296,7 @@ static int cmd_convert(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   o.tile_cells = 10000;
   o.chunks = 8;
+  o.chunk_cells = DC_CHUNK_CELLS;
   const char **in = calloc((size_t)argc + 1, sizeof *in);
   const char *gene_order = NULL;
   if (!in) return 1;
@@ -340,6 +344,7 @@ static int cmd_convert(int argc, char **argv) {
       } else if (!strcmp(opt, "--chunks")) {
         if (int_arg(opt, v, 1, DC_MAX_CHUNKS, &x, HELP_CONVERT)) { free(in); return 2; }
         o.chunks = (uint32_t)x;
+        o.chunk_cells = 0;   /* given: exactly that many */
       } else if (!strcmp(opt, "--level")) {
         if (int_arg(opt, v, -1000, 1000, &x, HELP_CONVERT)) { free(in); return 2; }
         o.level = (int)x;

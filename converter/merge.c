@@ -306,6 +306,7 @@ static int reencode_tiles(sqlite3 *db, dsw *w, const dsinfo *D, const dsinfo *S,
   job.eo.codec = dc_codec_from_name(D->codec) ? dc_codec_from_name(D->codec) : job.eo.codec;
   job.eo.level = (int)D->level;
   job.eo.n_chunks = (uint32_t)D->chunks;
+  job.eo.chunk_cells = (uint32_t)D->chunk_cells;
   int pending = 0;            /* the statement's row is the next batch's first tile */
   int64_t budget = RE_BATCH_NNZ * nt;
   const char *bv = getenv("DELTACELLS_MERGE_BATCH_NNZ");

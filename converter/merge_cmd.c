@@ -159,6 +159,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
   co.threads = o->threads;
   co.tile_cells = (uint32_t)D.tile_cells;
   co.chunks = (uint32_t)D.chunks;
+  co.chunk_cells = (uint32_t)D.chunk_cells;
   co.codec = dc_codec_from_name(D.codec);
   co.level = (int)D.level;
   co.level_set = D.level != 0;
@@ -241,10 +242,12 @@ static int sqllist_run(sqlite3 *db, const sqllist *l, cv_err *e) {
   return 0;
 }
 
-/* main (an empty file) set up for the first dataset (ATTACHed as `first`): its page size, then
-** one transaction (BEGIN) in which everything of `first` is read, so that a writer changing it
-** meanwhile cannot make the copy a mix of two versions; its application id and user version. */
-static int open_first(sqlite3 *db, const char *path, cv_err *e) {
+/* main (an empty file) set up for the first dataset (ATTACHed as `first`): its page size, or
+** min_page where that is larger (a merged dataset of many nonzeros gets the large pages even if
+** its first input was small: dc_page_size_for), then one transaction (BEGIN) in which
+** everything of `first` is read, so that a writer changing it meanwhile cannot make the copy a
+** mix of two versions; its application id and user version. */
+static int open_first(sqlite3 *db, const char *path, int64_t min_page, cv_err *e) {
   static const char *const KEEP[] = {"page_size", "application_id", "user_version"};
   int64_t kv[3];
   for (int k = 0; k < 3; k++) {
@@ -255,6 +258,7 @@ static int open_first(sqlite3 *db, const char *path, cv_err *e) {
     kv[k] = sqlite3_column_int64(q, 0);
     sqlite3_finalize(q);
     if (qr != SQLITE_ROW) return cv_sql_fail(db, e, path);
+    if (k == 0 && kv[0] < min_page) kv[0] = min_page;
     if (k == 0) {   /* before the transaction: main's journal mode cannot change inside one */
       char *prag = sqlite3_mprintf("PRAGMA main.page_size=%lld; PRAGMA main.journal_mode=OFF; PRAGMA main.synchronous=OFF; "
                                    "PRAGMA main.cache_size=-2048", (long long)kv[0]);
@@ -322,8 +326,10 @@ static int copy_first(sqlite3 *db, const char *path, uint64_t old_id, uint64_t n
 
 /* A warning for each input that is an earlier one, or a copy of it (the same dataset id): its
 ** cells would be stored twice, as convert warns of a file given twice.  Inputs it cannot read
-** are left to the merge, which names what is wrong with them. */
-static void warn_repeated(const cv_merge_opts *o) {
+** are left to the merge, which names what is wrong with them.  Returns the nonzeros of the
+** inputs it could read. */
+static uint64_t warn_repeated(const cv_merge_opts *o) {
+  uint64_t nnz = 0;
   uint64_t *ids = calloc((size_t)o->n_inputs + 1, sizeof *ids);
   int *ok = calloc((size_t)o->n_inputs + 1, sizeof *ok);
   for (int i = 0; ids && ok && i < o->n_inputs; i++) {
@@ -336,6 +342,7 @@ static void warn_repeated(const cv_merge_opts *o) {
         cv_read_meta(db, "main", o->inputs[i], &m, &ignored) == 0) {
       ids[i] = m.id;
       ok[i] = 1;
+      nnz += m.nnz > 0 ? (uint64_t)m.nnz : 0;
     }
     free(m.sources);
     sqlite3_close(db);
@@ -351,6 +358,7 @@ static void warn_repeated(const cv_merge_opts *o) {
   }
   free(ids);
   free(ok);
+  return nnz;
 }
 
 int cv_merge(const cv_merge_opts *o, cv_err *e) {
@@ -366,7 +374,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
   }
   for (int i = 0; i < o->n_inputs; i++)
     if (stat(o->inputs[i], &st) != 0) return cv_fail(e, "%s: %s", o->inputs[i], strerror(errno));
-  warn_repeated(o);
+  uint64_t nnz_in = warn_repeated(o);
   double t0 = cv_now();
   dsw_remove_stale(o->out);
   int fd = -1, rc = -1, reenc = 0;
@@ -388,7 +396,7 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
     sqlite3_finalize(at);
     if (ar != SQLITE_DONE) { if (at) cv_sql_fail(db, e, o->inputs[0]); goto done; }
   }
-  if (open_first(db, o->inputs[0], e) || cv_read_meta(db, "first", o->inputs[0], &D, e)) goto done;
+  if (open_first(db, o->inputs[0], dc_page_size_for(nnz_in), e) || cv_read_meta(db, "first", o->inputs[0], &D, e)) goto done;
   D.out = o->out;
   /* a fresh dataset id: every seal of the first again (each checked under the old id first) */
   uint64_t old = D.id;

@@ -74,7 +74,7 @@ int cv_read_meta(sqlite3 *db, const char *schema, const char *path, dsinfo *m, c
   m->path = path;
   struct { const char *k; int64_t *v; int need; } ints[] = {
       {"format_version", &m->version, 1}, {"n_cells", &m->n_cells, 1}, {"n_genes", &m->n_genes, 1},
-      {"nnz", &m->nnz, 1}, {"n_tiles", &m->n_tiles, 1}, {"level", &m->level, 0}, {"chunks", &m->chunks, 0},
+      {"nnz", &m->nnz, 1}, {"n_tiles", &m->n_tiles, 1}, {"level", &m->level, 0}, {"chunks", &m->chunks, 0}, {"chunk_cells", &m->chunk_cells, 0},
       {"tile_cells", &m->tile_cells, 0}, {"obs_block_cells", &m->obs_block, 0}, {"genes_block", &m->genes_block, 0}};
   for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
     sqlite3_stmt *st = NULL;
@@ -100,6 +100,10 @@ int cv_read_meta(sqlite3 *db, const char *schema, const char *path, dsinfo *m, c
   if (m->tile_cells < 1 || m->tile_cells > CV_MAX_TILE_CELLS || m->chunks < 1 || m->chunks > DC_MAX_CHUNKS)
     return cv_fail(e, "%s: dc_meta.tile_cells (%lld) or chunks (%lld) is impossible (1..%d and 1..%d)", path,
                    (long long)m->tile_cells, (long long)m->chunks, CV_MAX_TILE_CELLS, DC_MAX_CHUNKS);
+  /* chunk_cells: absent before 2026-12-06, when every tile had `chunks` chunks (0 says so) */
+  if (m->chunk_cells < 0 || m->chunk_cells > CV_MAX_TILE_CELLS)
+    return cv_fail(e, "%s: dc_meta.chunk_cells (%lld) is impossible (0..%d)", path, (long long)m->chunk_cells,
+                   CV_MAX_TILE_CELLS);
   sqlite3_stmt *st = NULL;
   if (meta_get(db, schema, "codec", &st, e) == 0) {
     snprintf(m->codec, sizeof m->codec, "%s", (const char *)sqlite3_column_text(st, 0));

@@ -23,7 +23,7 @@ typedef struct dsinfo {
   const char *path;
   const char *out;         /* where main is written when not at path (merge: its output), for errors */
   const char *label;       /* what errors call it, if not path (append: the files appended) */
-  int64_t version, n_cells, n_genes, nnz, n_tiles, level, chunks, tile_cells, obs_block, genes_block;
+  int64_t version, n_cells, n_genes, nnz, n_tiles, level, chunks, chunk_cells, tile_cells, obs_block, genes_block;
   char codec[32];
   uint64_t id;
   uint64_t genes_id;       /* the id main's genes blocks are sealed under: id, except in merge until

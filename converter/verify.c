@@ -412,12 +412,14 @@ int cv_verify(const char *path, int quiet, int json, cv_err *e) {
     VFAULT("dc_meta has impossible sizes (n_cells %lld, n_genes %lld, n_tiles %lld)", (long long)mv[0], (long long)mv[1],
            (long long)mv[3]);   /* the extension's rule (tile_check.c) */
   /* the codec settings append and merge encode new tiles with (optional: older datasets lack them) */
-  static const struct { const char *k; int64_t hi; } set[2] = {{"tile_cells", CV_MAX_TILE_CELLS}, {"chunks", DC_MAX_CHUNKS}};
-  for (int k = 0; k < 2; k++) {
+  static const struct { const char *k; int64_t lo, hi; } set[3] = {
+      {"tile_cells", 1, CV_MAX_TILE_CELLS}, {"chunks", 1, DC_MAX_CHUNKS}, {"chunk_cells", 0, CV_MAX_TILE_CELLS}};
+  for (int k = 0; k < 3; k++) {
     char q[128];
     snprintf(q, sizeof q, "SELECT CASE typeof(value) WHEN 'integer' THEN value ELSE -1 END FROM dc_meta WHERE key = '%s'", set[k].k);
-    int64_t v = cv_q_int(db, q, 1);
-    if (v < 1 || v > set[k].hi) VFAULT("dc_meta.%s is not an integer in 1..%lld (convert's range)", set[k].k, (long long)set[k].hi);
+    int64_t v = cv_q_int(db, q, set[k].lo);
+    if (v < set[k].lo || v > set[k].hi)
+      VFAULT("dc_meta.%s is not an integer in %lld..%lld (convert's range)", set[k].k, (long long)set[k].lo, (long long)set[k].hi);
   }
   /* an impossible n_genes was said above: the tiles are then checked against their own gene
   ** counts, and nothing is allocated from it (2^40 genes had made verify run out of memory) */

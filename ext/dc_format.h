@@ -53,7 +53,15 @@
 #define DC_TILES_INDEX_SQL                                                                         \
   "CREATE INDEX IF NOT EXISTS \"%w\".\"%w" DC_TILES_INDEX_SUFFIX "\" ON \"%w\"(tile, first_cell, n_cells, nnz, chunks, checksum)"
 #define DC_FORMAT_SEALED 3         /* the first version with seals (dc_seal.h) */
-#define DC_PAGE_SIZE 32768         /* PRAGMA page_size of a new dataset */
+/* PRAGMA page_size of a new dataset: 32 KiB, or 16 KiB for one of fewer than
+** DC_PAGE_SMALL_NNZ nonzeros, whose every table and every blob's last page weigh more
+** than a few hundredths of a millisecond of blob reading (docs/format.md, "Page size"). */
+#define DC_PAGE_SIZE 32768
+#define DC_PAGE_SIZE_SMALL 16384
+#define DC_PAGE_SMALL_NNZ 4000000
+static inline int dc_page_size_for(unsigned long long nnz) {
+  return nnz < DC_PAGE_SMALL_NNZ ? DC_PAGE_SIZE_SMALL : DC_PAGE_SIZE;
+}
 #define DC_GENES_BLOCK 1048576     /* genes per genes_blocks row (default) */
 
 #endif

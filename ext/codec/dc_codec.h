@@ -70,7 +70,13 @@ typedef struct dc_encode_opts {
                           nonzeros, 2, 3, 4 from 12 M); rans-v1: 1..8.
                           Out of range: the default (dc_codec_levels says
                           what a codec takes)                               */
-  uint32_t n_chunks;   /* chunks per tile; default 8; clamped to n_cells     */
+  uint32_t n_chunks;   /* chunks per tile, at most; default 8               */
+  uint32_t chunk_cells;/* the fewest cells a chunk should hold: a tile gets
+                          min(n_chunks, max(2, n_cells / chunk_cells))
+                          chunks, so that a small tile's context streams
+                          stay long (docs/codec-design.md, 2026-12-06,
+                          later); default DC_CHUNK_CELLS; 0: n_chunks
+                          exactly.  Either way at most n_cells          */
   int threads;         /* encoder threads across chunks; 0 = one per core    */
   int rans_v2;         /* rans: 1 writes the previous model (tile version 2:
                           one symbol per rANS step everywhere), which readers
@@ -87,6 +93,9 @@ typedef struct dc_encode_opts {
                           buckets of 16 genes and octaves above) */
 } dc_encode_opts;
 void dc_encode_opts_default(dc_encode_opts *o);
+#define DC_CHUNK_CELLS 512
+/* The chunks a tile of n_cells cells is encoded in under o (the rule above). */
+uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells);
 
 /* A CSR tile given to the encoder.  indptr has n_cells+1 entries, indptr[0]
 ** need not be 0 (the tile may be a window of a larger CSR); indices and data

@@ -168,10 +168,22 @@ const char *dc_simd_name(int level) {
   }
 }
 
+uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells) {
+  uint32_t nc = o->n_chunks ? o->n_chunks : 8;
+  if (nc > DC_MAX_CHUNKS) nc = DC_MAX_CHUNKS;
+  if (o->chunk_cells) {
+    uint32_t room = n_cells / o->chunk_cells;
+    if (room < 2) room = 2;
+    if (nc > room) nc = room;
+  }
+  return nc < n_cells ? nc : n_cells;
+}
+
 void dc_encode_opts_default(dc_encode_opts *o) {
   o->codec = DC_CODEC_DEFAULT;
   o->level = 0;       /* codec default: zstd 19, rans 0 */
   o->n_chunks = 8;
+  o->chunk_cells = DC_CHUNK_CELLS;
   o->threads = 0;
   o->rans_v2 = 0;
   o->rans_pairs = 0;

@@ -224,9 +224,7 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     dc_error_set(err, DC_EARG, "encode: NULL indices or data");
     return DC_EARG;
   }
-  uint32_t nc = o.n_chunks ? o.n_chunks : 8;
-  if (nc > DC_MAX_CHUNKS) nc = DC_MAX_CHUNKS;
-  if (nc > in->n_cells) nc = in->n_cells;
+  uint32_t nc = dc_encode_chunks(&o, in->n_cells);
 
   int rc = DC_OK;
   dc_pool *pool = NULL;

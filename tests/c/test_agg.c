@@ -82,6 +82,7 @@ static int tile_make(tile *t, const dct_mat *m, uint32_t n_chunks) {
   dc_encode_opts o;
   dc_encode_opts_default(&o);
   o.n_chunks = n_chunks;
+  o.chunk_cells = 0;   /* exactly that many */
   o.threads = 1;
   dc_csr in = dct_csr(m);
   dc_error err;

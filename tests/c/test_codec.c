@@ -40,7 +40,7 @@ static void roundtrip(const dct_mat *m, int codec, int level, uint32_t n_chunks,
   dc_csr in = dct_csr(m);
   dc_encode_opts o;
   dc_encode_opts_default(&o);
-  set_codec(&o, codec); o.level = level; o.n_chunks = n_chunks; o.threads = threads;
+  set_codec(&o, codec); o.level = level; o.n_chunks = n_chunks; o.chunk_cells = 0; o.threads = threads;
   uint8_t *buf = NULL;
   size_t len = 0;
   dc_error err = {0};
@@ -81,6 +81,51 @@ static void test_roundtrip_random(void) {
       roundtrip(&m, codecs[ci], level_for(codecs[ci], t & 1), chunks[t % 6], 1 + t % 3);
       dct_mat_free(&m);
     }
+}
+
+/* Chunks per tile: at most n_chunks, at least chunk_cells cells each where a tile has room for
+** two, never more than its cells; chunk_cells 0 gives n_chunks exactly.  A default-encoded small
+** tile gets that count, balanced by nonzeros, and decodes to its input. */
+static void test_chunk_count_rule(void) {
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  DCT_CHECK(o.n_chunks == 8 && o.chunk_cells == DC_CHUNK_CELLS && DC_CHUNK_CELLS == 512);
+  static const uint32_t cells[] = {0, 1, 2, 3, 511, 1000, 1535, 1536, 2700, 4095, 4096, 10000, 200000};
+  static const uint32_t want[] = {0, 1, 2, 2, 2, 2, 2, 3, 5, 7, 8, 8, 8};
+  for (size_t i = 0; i < sizeof cells / sizeof *cells; i++)
+    DCT_CHECKF(dc_encode_chunks(&o, cells[i]) == want[i], "%u cells: %u chunks, want %u", cells[i],
+               dc_encode_chunks(&o, cells[i]), want[i]);
+  o.n_chunks = 3;
+  DCT_CHECK(dc_encode_chunks(&o, 1000) == 2 && dc_encode_chunks(&o, 100000) == 3);
+  o.n_chunks = 1;
+  DCT_CHECK(dc_encode_chunks(&o, 100000) == 1);
+  o.n_chunks = 8;
+  o.chunk_cells = 0;                     /* exactly n_chunks, at most the cells */
+  DCT_CHECK(dc_encode_chunks(&o, 1000) == 8 && dc_encode_chunks(&o, 5) == 5);
+  o.n_chunks = 1000;                     /* more than a tile may hold */
+  DCT_CHECK(dc_encode_chunks(&o, 100000) == DC_MAX_CHUNKS);
+  o.n_chunks = 0;                        /* 0: the default of 8 */
+  DCT_CHECK(dc_encode_chunks(&o, 100000) == 8);
+  o.chunk_cells = 100;
+  DCT_CHECK(dc_encode_chunks(&o, 450) == 4 && dc_encode_chunks(&o, 150) == 2);
+
+  /* encoded with the defaults: 1,000 cells in 2 chunks, about half the nonzeros each */
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 31, 1000, 4000, 0.8, DCT_MIXED, 0.05, 0.0) == 0);
+  dc_csr in = dct_csr(&m);
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  dc_error err = {0};
+  DCT_CHECK(dc_tile_encode(&in, NULL, &buf, &len, &err) == DC_OK);
+  dct_dec d;
+  DCT_CHECK(dct_decode(buf, len, 0, &d, &err) == DC_OK);
+  DCT_CHECKF(d.hdr.n_chunks == 2, "%u chunks", d.hdr.n_chunks);
+  uint64_t nnz = m.indptr[m.n_cells];
+  DCT_CHECK(d.hdr.chunk[0].nnz * 4 >= nnz && d.hdr.chunk[0].nnz * 4 <= 3 * nnz);
+  DCT_CHECK(dct_same(&m, &d, 0));
+  dct_dec_free(&d);
+  free(buf);
+  dct_mat_free(&m);
 }
 
 static void test_roundtrip_large(void) {
@@ -215,7 +260,7 @@ static uint8_t *small_tile(int c, uint64_t seed, size_t *len, dct_mat *m, uint32
   dc_csr in = dct_csr(m);
   dc_encode_opts o;
   dc_encode_opts_default(&o);
-  set_codec(&o, c); o.level = level_for(c, 0); o.n_chunks = chunks; o.threads = 1;
+  set_codec(&o, c); o.level = level_for(c, 0); o.n_chunks = chunks; o.chunk_cells = 0; o.threads = 1;
   uint8_t *buf = NULL;
   dc_error err;
   int rc = dc_tile_encode(&in, &o, &buf, len, &err);
@@ -409,7 +454,7 @@ static void test_pool_subset_gather(void) {
     dc_csr in = dct_csr(&m);
     dc_encode_opts o;
     dc_encode_opts_default(&o);
-    set_codec(&o, codecs[ci]); o.level = level_for(codecs[ci], 0); o.n_chunks = 16; o.threads = 2;
+    set_codec(&o, codecs[ci]); o.level = level_for(codecs[ci], 0); o.n_chunks = 16; o.chunk_cells = 0; o.threads = 2;
     uint8_t *buf; size_t len; dc_error err;
     DCT_CHECK(dc_tile_encode(&in, &o, &buf, &len, &err) == DC_OK);
     dc_tile_hdr h;
@@ -552,6 +597,7 @@ static void check_path(const char *path, int level) {
         dc_encode_opts_default(&o);
         set_codec(&o, codecs[ci]);
         o.n_chunks = 1 + (uint32_t)(t % 3);
+        o.chunk_cells = 0;
         uint8_t *buf = NULL;
         size_t len = 0;
         dc_error err = {0};
@@ -1062,6 +1108,7 @@ int main(void) {
   DCT_RUN(test_normalize_freqs);
   DCT_RUN(test_pool_for);
   DCT_RUN(test_roundtrip_random);
+  DCT_RUN(test_chunk_count_rule);
   DCT_RUN(test_rans_one_bucket);
   DCT_RUN(test_roundtrip_large);
   DCT_RUN(test_edge_cases);

@@ -13,6 +13,7 @@ static int encode(const dct_mat *m, int codec, uint32_t chunks, int threads, uin
   dc_encode_opts_default(&o);
   o.codec = codec;
   o.n_chunks = chunks;
+  o.chunk_cells = 0;   /* exactly that many */
   o.threads = threads;
   dc_error err = {0};
   int rc = dc_tile_encode(&in, &o, buf, len, &err);

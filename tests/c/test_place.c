@@ -15,6 +15,7 @@ static uint8_t *encode(const dct_mat *m, int codec, uint32_t chunks, size_t *len
   dc_encode_opts_default(&o);
   o.codec = codec;
   o.n_chunks = chunks;
+  o.chunk_cells = 0;   /* exactly that many */
   uint8_t *buf = NULL;
   dc_error err = {0};
   int rc = dc_tile_encode(&in, &o, &buf, len, &err);

@@ -54,6 +54,7 @@ static int tile_make(tile_t *t) {
   dc_encode_opts o;
   dc_encode_opts_default(&o);
   o.n_chunks = 12;
+  o.chunk_cells = 0;   /* exactly that many */
   o.threads = 2;
   dc_error err = {0};
   if (dc_tile_encode(&in, &o, &t->buf, &t->len, &err) != DC_OK) return 0;

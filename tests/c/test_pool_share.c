@@ -22,6 +22,7 @@ static int tile_make(tile_t *t, uint64_t seed, uint32_t n_cells, uint32_t n_chun
   dc_encode_opts o;
   dc_encode_opts_default(&o);
   o.n_chunks = n_chunks;
+  o.chunk_cells = 0;   /* exactly that many */
   o.threads = 1;
   dc_error err = {0};
   if (dc_tile_encode(&in, &o, &t->buf, &t->len, &err) != DC_OK) return 0;

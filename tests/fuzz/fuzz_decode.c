@@ -156,7 +156,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dc_csr in = dct_csr(&t->m);
     dc_encode_opts o;
     dc_encode_opts_default(&o);
-    o.codec = codec; o.level = codec == DC_CODEC_ZSTD ? level + 1 : level; o.n_chunks = chunks; o.threads = 1;
+    o.codec = codec; o.level = codec == DC_CODEC_ZSTD ? level + 1 : level; o.n_chunks = chunks; o.chunk_cells = 0; o.threads = 1;
     /* rans: the default model, pairs in every context, the version-2 model, no pairs */
     o.rans_pairs = b[5] >> 6 == 1 ? 1 : b[5] >> 6 == 3 ? -1 : 0;
     o.rans_v2 = b[5] >> 6 == 2;

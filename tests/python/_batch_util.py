@@ -78,18 +78,18 @@ def convert(h5, db, tile_cells=None, extra=()):
     return Path(db)
 
 
-def generated(out_dir, cells, genes, seed, tile_cells):
-    """A generated h5ad and its dataset (cached in out_dir)."""
+def generated(out_dir, cells, genes, seed, tile_cells, extra=()):
+    """A generated h5ad and its dataset (cached in out_dir; extra: more convert options)."""
     need_build()
     out_dir = Path(out_dir)
     h5 = out_dir / f"gen_{cells}_{genes}_{seed}.h5ad"
-    db = out_dir / f"gen_{cells}_{genes}_{seed}_{tile_cells}.dcdb"
+    db = out_dir / f"gen_{cells}_{genes}_{seed}_{tile_cells}{''.join(extra)}.dcdb"
     if not h5.exists():
         subprocess.run([PY, str(ROOT / "scripts" / "gen_h5ad.py"), "--cells", str(cells), "--genes",
                         str(genes), "--seed", str(seed), "-o", str(h5)], check=True, timeout=600,
                        capture_output=True)
     if not db.exists():
-        convert(h5, db, tile_cells)
+        convert(h5, db, tile_cells, extra)
     return h5, db
 
 

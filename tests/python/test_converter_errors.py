@@ -303,7 +303,7 @@ def test_full_disk_tmpfs(tmp_path):
                                            capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here")
     try:
-        p = small(tmp_path, n=3000, g=400)
+        p = small(tmp_path, n=6000, g=400)     # a dataset of 0.85 MB: more than the 512 KiB
         out = mnt / "out.dcdb"
         out.write_bytes(b"old")
         r = convert(p, out, "--force", check=False)
@@ -354,10 +354,14 @@ def test_info_obs_info(tmp_path):
     assert j["expression_bytes"] == ds.db.execute("SELECT sum(length(data)) FROM tiles_data").fetchone()[0]
     assert j["obs_bytes"] == ds.db.execute("SELECT sum(bytes) FROM cells_columns").fetchone()[0]
     assert j["file_bytes"] == os.path.getsize(out)
-    assert j["chunks"] == 8 and j["tile_cells"] == 100 and j["codec"] in ("rans", "zstd")
+    assert j["chunks"] == 8 and j["chunk_cells"] == 512 and j["tile_cells"] == 100 and j["codec"] in ("rans", "zstd")
     ds.close()
     t = run("info", out).stdout
     assert "cells        300" in t and "bits per nonzero" in t
+    assert "up to 8 chunks per tile of at least 512 cells each" in t
+    convert(p, out, "--tile-cells", "100", "--chunks", "4", "--force")   # given: exactly 4
+    assert json.loads(run("info", out, "--json").stdout)["chunk_cells"] == 0
+    assert "4 chunks per tile\n" in run("info", out).stdout
     o = run("obs", "info", out).stdout
     assert "_index" in o and "ct" in o and "category" in o and "per 100M cells" in o
     r = run("info", tmp_path / "nope.dcdb", check=False)

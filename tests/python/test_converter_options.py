@@ -54,7 +54,7 @@ def read_back(out, adata):
 
 
 @pytest.mark.parametrize("codec,level,chunks", [
-    ("zstd", None, None),        # the codec's default level (19), 8 chunks
+    ("zstd", None, None),        # the codec's default level (19); tiles of 500 and 300 cells: 2 chunks
     ("zstd", 1, 3),
     ("rans", 3, 1),              # 3 cell-size buckets, one chunk per tile
     ("rans", None, 256),         # the most chunks allowed: 1 or 2 cells each
@@ -72,9 +72,10 @@ def test_codec_level_chunks_read_back(tmp_path, source, codec, level, chunks):
     meta, hdrs = read_back(out, adata)
     assert meta["codec"] == codec
     assert int(meta["chunks"]) == (chunks or 8)
+    assert int(meta["chunk_cells"]) == (0 if chunks else 512)     # --chunks N: exactly N
     assert int(meta["level"]) == (level or 0)
     assert [h[1] for h in hdrs] == [500, 500, 300]
-    want_chunks = chunks or 8
+    want_chunks = chunks or 2     # by default at most 8, at least 512 cells each where a tile has room for 2
     X = adata.X.tocsr()
     first = 0
     for codec_id, n_cells, n_chunks, chunk_cells, chunk_nnz, _ in hdrs:

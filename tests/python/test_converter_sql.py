@@ -42,7 +42,10 @@ def test_schema_declares_the_virtual_tables(made):
     for m in ("deltacells_genes", "deltacells_cells", "deltacells_tiles", "deltacells_expression",
               "deltacells_expression_long", "deltacells_batch"):
         assert f"USING {m}" in sql
-    assert con.execute("PRAGMA page_size").fetchone()[0] == 32768   # DC_PAGE_SIZE, ext/dc_format.h
+    # dc_page_size_for (ext/dc_format.h): 16 KiB pages below 4,000,000 nonzeros, 32 KiB from there
+    nnz = con.execute("SELECT value FROM dc_meta WHERE key = 'nnz'").fetchone()[0]
+    assert 0 < nnz < 4_000_000
+    assert con.execute("PRAGMA page_size").fetchone()[0] == 16384
     assert con.execute("PRAGMA application_id").fetchone()[0] == 0x44435442
     con.close()
 

@@ -251,3 +251,33 @@ def test_a_corrupt_tile_encoded_again_on_a_pool_thread_stops_the_merge(apart, tm
     assert p.returncode == 1, p.stdout + p.stderr
     assert "bad.dcdb" in p.stderr and "tile 5" in p.stderr and "checksum" in p.stderr, p.stderr
     assert os.listdir(out.parent) == []
+
+
+def test_page_size_follows_the_nonzeros(tmp_path):
+    """A dataset of fewer than 4,000,000 nonzeros gets 16 KiB pages, a larger one 32 KiB
+    (dc_page_size_for, ext/dc_format.h): convert decides from its inputs' nonzeros, and merge from
+    its inputs' together, so that merging small datasets into a large one gives the large pages."""
+    need_converter()
+    h = [gen_h5ad(tmp_path / f"s{s}.h5ad", s, 2200, 6000) for s in (1, 2)]
+    a, b, m = tmp_path / "a.dcdb", tmp_path / "b.dcdb", tmp_path / "m.dcdb"
+    run("convert", h[0], "-o", a, "--quiet")
+    run("convert", h[1], "-o", b, "--quiet", "--gene-order", a)
+
+    def page_and_nnz(p):
+        con = sqlite3.connect(p)
+        r = (con.execute("PRAGMA page_size").fetchone()[0],
+             con.execute("SELECT value FROM dc_meta WHERE key = 'nnz'").fetchone()[0])
+        con.close()
+        return r
+
+    (pa, na), (pb, nb) = page_and_nnz(a), page_and_nnz(b)
+    assert na < 4_000_000 and nb < 4_000_000 and na + nb >= 4_000_000, (na, nb)
+    assert pa == pb == 16384
+    run("merge", a, b, "-o", m, "--quiet")
+    assert page_and_nnz(m) == (32768, na + nb)
+    p = run("verify", m, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # one convert of both inputs: the large pages too
+    w = tmp_path / "w.dcdb"
+    run("convert", *h, "-o", w, "--quiet")
+    assert page_and_nnz(w) == (32768, na + nb)

@@ -95,9 +95,12 @@ def test_a_truncated_dataset_is_called_damaged(db, tmp_path, fraction):
     shutil.copy(db, bad)
     size = max(20, int(os.path.getsize(db) * fraction))
     os.truncate(bad, size)
+    # cut inside SQLite's 100-byte header, the reason SQLite gives depends on which of its
+    # fields survived (a 21-byte cut lacks the payload fractions: "file is not a database")
+    why = "database disk image is malformed" if size >= 100 else "(database disk image is malformed|file is not a database)"
     for open_it in (deltacells.connect, deltacells.CellDataset, deltacells.CellMapDataset):
         with pytest.raises(ValueError, match=rf"cut\.dcdb' is damaged or truncated: a SQLite file of {size} "
-                                             r"bytes that SQLite reports malformed \(database disk image is malformed"):
+                                             rf"bytes that SQLite reports malformed \({why}"):
             open_it(bad)
     # a SQLite header with a bad page size: SQLITE_NOTADB, damaged too
     shutil.copy(db, bad)

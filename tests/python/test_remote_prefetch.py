@@ -36,7 +36,7 @@ def time_limit():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("prefetch")
-    big = gen(d, 20000, 400, 8, 2000)[1]
+    big = gen(d, 20000, 400, 8, 2000, ("--chunks", "8"))[1]   # the layout these tests were sized on
     www = d / "www"
     www.mkdir()
     shutil.copy(big, www / "big.dcdb")

@@ -457,7 +457,7 @@ def test_export_with_n_cells_lowered_fails_cleanly(good, tmp_path, n_cells):
 
 
 @pytest.mark.parametrize("key,value", [("tile_cells", "1 << 40"), ("tile_cells", "-1"), ("chunks", "300"),
-                                       ("chunks", "-1")])
+                                       ("chunks", "-1"), ("chunk_cells", "-1"), ("chunk_cells", "1 << 40")])
 def test_append_refuses_impossible_codec_settings(h5, good, tmp_path, key, value):
     """append encodes new tiles with dc_meta's tile_cells and chunks: out of what convert accepts
     they are an error naming them (tile_cells 2^40 hung, the others were taken as they came)."""
@@ -466,7 +466,8 @@ def test_append_refuses_impossible_codec_settings(h5, good, tmp_path, key, value
     r = subprocess.run([str(CONVERTER), "append", str(bad), str(h5), "--quiet"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 1, (r.returncode, r.stderr)
-    assert "dc_meta.tile_cells" in r.stderr and "is impossible" in r.stderr, r.stderr
+    assert f"dc_meta.{'chunk_cells' if key == 'chunk_cells' else 'tile_cells'}" in r.stderr, r.stderr
+    assert "is impossible" in r.stderr, r.stderr
     assert bad.read_bytes() == before
 
 
@@ -481,11 +482,12 @@ def test_empty_tile_blob_is_a_truncated_header(good, tmp_path):
 
 
 @pytest.mark.parametrize("key,value", [("tile_cells", "1099511627776"), ("tile_cells", "0"), ("chunks", "257"),
-                                       ("chunks", "'x'")])
+                                       ("chunks", "'x'"), ("chunk_cells", "-1"), ("chunk_cells", "'x'")])
 def test_codec_settings_out_of_range(good, tmp_path, key, value):
     """dc_meta.tile_cells and chunks are what append and merge encode new tiles with (they refuse
     values convert does not accept: tile_cells 2^40 hung append); verify reported nothing."""
     bad = damaged(good, tmp_path, f"UPDATE dc_meta SET value = {value} WHERE key = '{key}'")
     r = verify(bad)
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
-    assert f"dc_meta.{key} is not an integer in 1.." in r.stderr, r.stderr
+    lo = 0 if key == "chunk_cells" else 1     # chunk_cells 0: every tile has `chunks` chunks
+    assert f"dc_meta.{key} is not an integer in {lo}.." in r.stderr, r.stderr
