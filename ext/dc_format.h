@@ -54,8 +54,9 @@
   "CREATE INDEX IF NOT EXISTS \"%w\".\"%w" DC_TILES_INDEX_SUFFIX "\" ON \"%w\"(tile, first_cell, n_cells, nnz, chunks, checksum)"
 #define DC_FORMAT_SEALED 3         /* the first version with seals (dc_seal.h) */
 /* PRAGMA page_size of a new dataset: 32 KiB, or 16 KiB for one of fewer than
-** DC_PAGE_SMALL_NNZ nonzeros, whose every table and every blob's last page weigh more
-** than a few hundredths of a millisecond of blob reading (docs/format.md, "Page size"). */
+** DC_PAGE_SMALL_NNZ nonzeros: there a page per table and the part-filled last page of each
+** blob are a large share of the file, and larger pages save no measurable blob reading
+** (docs/format.md, "Page size"). */
 #define DC_PAGE_SIZE 32768
 #define DC_PAGE_SIZE_SMALL 16384
 #define DC_PAGE_SMALL_NNZ 4000000
