@@ -1,7 +1,7 @@
 .load build/deltacells
 .headers on
 ATTACH 'build/fixtures/small.oracle.db' AS o;
--- what only the dataset knows: the stored size and the chunks of each tile (--chunks, default 8)
+-- the stored size and the chunks of each tile (up to 8, at least 512 cells each: these 1,000-cell tiles have 2)
 SELECT tile, bytes > 0 AS has_bytes, chunks FROM tiles;
 -- consistent with the shadow table tiles_data, and the cells and nonzeros are the oracle's
 SELECT count(*) AS consistent FROM tiles t JOIN tiles_data d USING (tile) JOIN o.tiles u USING (tile)
