@@ -6,7 +6,7 @@
 # and plain `char` is unsigned.  CI runs it after `make test`.
 #
 # Installs what is missing through scripts/install-deps.sh (the project's packages, and here
-# gcc-aarch64-linux-gnu, qemu-user and the core's two libraries for arm64: libzstd-dev:arm64,
+# gcc-aarch64-linux-gnu with libc6-dev-arm64-cross, qemu-user and the core's two libraries for arm64: libzstd-dev:arm64,
 # libxxhash-dev:arm64; dpkg gets the arm64 architecture added first).  The
 # tests are linked statically: bookworm's qemu-user (7.2) hangs in pthread_create of a dynamically
 # linked program on this kernel.  Builds into build/cross-aarch64/.  Each test function counts
@@ -26,7 +26,10 @@ if ! dpkg --print-foreign-architectures | grep -qx "$DEB"; then
   if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO dpkg --add-architecture "$DEB" || { echo "cannot add the $DEB architecture to dpkg"; exit 1; }
 fi
-sh scripts/install-deps.sh "gcc-$TRIPLET" qemu-user "libzstd-dev:$DEB" "libxxhash-dev:$DEB" || exit 1
+# libc6-dev-arm64-cross: the target's C library and headers, only a Recommends of the cross
+# compiler, which install-deps.sh leaves out (--no-install-recommends): without it the build
+# stops at <bits/libc-header-start.h> on a machine that did not have it already
+sh scripts/install-deps.sh "gcc-$TRIPLET" "libc6-dev-$DEB-cross" qemu-user "libzstd-dev:$DEB" "libxxhash-dev:$DEB" || exit 1
 
 echo "== C tests built for $ARCH ($TRIPLET-gcc, static), run under qemu-$ARCH"
 # pkg-config answers for the target's libraries (the Makefile asks it for libzstd and libxxhash)
