@@ -100,6 +100,21 @@ static inline dc_csr dct_csr(const dct_mat *m) {
   return c;
 }
 
+/* m encoded into exactly n_chunks chunks (at most its cells; 0: 8), not the encoder's default
+** of fewer, longer chunks in small tiles (dc_encode_opts.chunk_cells): the tests choose their
+** chunk layouts.  codec 0: the default codec; threads 0: one per core.  The caller frees *buf. */
+static inline int dct_encode(const dct_mat *m, int codec, uint32_t n_chunks, int threads, uint8_t **buf,
+                             size_t *len, dc_error *err) {
+  dc_csr in = dct_csr(m);
+  dc_encode_opts o;
+  dc_encode_opts_default(&o);
+  if (codec) o.codec = codec;
+  o.n_chunks = n_chunks;
+  o.chunk_cells = 0;
+  o.threads = threads;
+  return dc_tile_encode(&in, &o, buf, len, err);
+}
+
 /* Recomputes every checksum of a tile (after a mutation), if its header is
 ** readable; leaves it alone otherwise.  Knows the layout of docs/format.md 2. */
 static inline void dct_reseal(uint8_t *buf, size_t len) {

@@ -79,14 +79,8 @@ typedef struct tile {
 } tile;
 
 static int tile_make(tile *t, const dct_mat *m, uint32_t n_chunks) {
-  dc_encode_opts o;
-  dc_encode_opts_default(&o);
-  o.n_chunks = n_chunks;
-  o.chunk_cells = 0;   /* exactly that many */
-  o.threads = 1;
-  dc_csr in = dct_csr(m);
   dc_error err;
-  if (dc_tile_encode(&in, &o, &t->buf, &t->len, &err) != DC_OK) return -1;
+  if (dct_encode(m, 0, n_chunks, 1, &t->buf, &t->len, &err) != DC_OK) return -1;
   return dc_tile_parse(t->buf, t->len, &t->hdr, &err) == DC_OK ? 0 : -1;
 }
 

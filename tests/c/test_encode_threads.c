@@ -8,15 +8,8 @@
 
 /* Encodes m with `threads` threads; the caller frees *buf. */
 static int encode(const dct_mat *m, int codec, uint32_t chunks, int threads, uint8_t **buf, size_t *len) {
-  dc_csr in = dct_csr(m);
-  dc_encode_opts o;
-  dc_encode_opts_default(&o);
-  o.codec = codec;
-  o.n_chunks = chunks;
-  o.chunk_cells = 0;   /* exactly that many */
-  o.threads = threads;
   dc_error err = {0};
-  int rc = dc_tile_encode(&in, &o, buf, len, &err);
+  int rc = dct_encode(m, codec, chunks, threads, buf, len, &err);
   DCT_CHECKF(rc == DC_OK, "encode (%u cells, %d threads): %s", m->n_cells, threads, err.msg);
   return rc;
 }

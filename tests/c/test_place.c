@@ -10,15 +10,9 @@
 #include "dc_testutil.h"
 
 static uint8_t *encode(const dct_mat *m, int codec, uint32_t chunks, size_t *len) {
-  dc_csr in = dct_csr(m);
-  dc_encode_opts o;
-  dc_encode_opts_default(&o);
-  o.codec = codec;
-  o.n_chunks = chunks;
-  o.chunk_cells = 0;   /* exactly that many */
   uint8_t *buf = NULL;
   dc_error err = {0};
-  int rc = dc_tile_encode(&in, &o, &buf, len, &err);
+  int rc = dct_encode(m, codec, chunks, 0, &buf, len, &err);
   DCT_CHECKF(rc == DC_OK, "encode: %s", err.msg);
   return rc == DC_OK ? buf : NULL;
 }

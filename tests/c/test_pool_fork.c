@@ -50,14 +50,8 @@ typedef struct { dct_mat m; uint8_t *buf; size_t len; dc_tile_hdr h; } tile_t;
 
 static int tile_make(tile_t *t) {
   if (dct_mat_random(&t->m, 77, 600, 1500, 0.7, DCT_MIXED, 0.05, 0.01) != 0) return 0;
-  dc_csr in = dct_csr(&t->m);
-  dc_encode_opts o;
-  dc_encode_opts_default(&o);
-  o.n_chunks = 12;
-  o.chunk_cells = 0;   /* exactly that many */
-  o.threads = 2;
   dc_error err = {0};
-  if (dc_tile_encode(&in, &o, &t->buf, &t->len, &err) != DC_OK) return 0;
+  if (dct_encode(&t->m, 0, 12, 2, &t->buf, &t->len, &err) != DC_OK) return 0;
   return dc_tile_parse(t->buf, t->len, &t->h, &err) == DC_OK;
 }
 

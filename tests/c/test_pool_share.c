@@ -18,14 +18,8 @@ typedef struct { dct_mat m; uint8_t *buf; size_t len; dc_tile_hdr h; } tile_t;
 static int tile_make(tile_t *t, uint64_t seed, uint32_t n_cells, uint32_t n_chunks) {
   memset(t, 0, sizeof *t);
   if (dct_mat_random(&t->m, seed, n_cells, 900, 0.7, DCT_MIXED, 0.05, 0.01) != 0) return 0;
-  dc_csr in = dct_csr(&t->m);
-  dc_encode_opts o;
-  dc_encode_opts_default(&o);
-  o.n_chunks = n_chunks;
-  o.chunk_cells = 0;   /* exactly that many */
-  o.threads = 1;
   dc_error err = {0};
-  if (dc_tile_encode(&in, &o, &t->buf, &t->len, &err) != DC_OK) return 0;
+  if (dct_encode(&t->m, 0, n_chunks, 1, &t->buf, &t->len, &err) != DC_OK) return 0;
   return dc_tile_parse(t->buf, t->len, &t->h, &err) == DC_OK;
 }
 
