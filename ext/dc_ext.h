@@ -125,8 +125,9 @@ const char *dc_vfs_last_error(void);
 /* Announces a read of nbytes to the dchttp file of db's schema: its next miss starts a stream
 ** with every request to the read's end queued at once (max_inflight at a time) and none past it
 ** (without prefetch: one request for it).  The end is counted from where the read began: the
-** first page of the run of pages read in order that leads to the miss.  For one miss: withdraw
-** an unused one with nbytes 0.
+** first page of the run of pages read in order that leads to the miss (or to a block of it that
+** a stream before it fetched: that sets the end too, without using the announcement).  For one
+** miss: withdraw an unused one with nbytes 0.
 ** Returns the blocks announced, -1 when that schema's file is no dchttp file (nothing done).
 ** Call on the thread that runs the connection's queries.  SQL: dc_vfs_expect(schema, nbytes). */
 int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes);

@@ -20,7 +20,9 @@
 ** more each time the reader takes one, up to max_inflight + 1 (about readahead_kb).  A read announced
 ** with dc_vfs_expect (its length known: a tile's blob) starts its stream at its first miss, every
 ** request up to its end queued at once and none past it (pf_end: the last request is cut there,
-** and the stream stays there until the reader misses a block outside the read).  One request of
+** requests queued past it are dropped, and the stream stays there until the reader misses a block
+** outside the read); a read whose blocks the stream before it fetched sets pf_end when the reader
+** takes them.  One request of
 ** `pf_chunk` blocks each (readahead_kb / max_inflight), each thread on its own curl handle (its
 ** own connection, throttled as one).  A request's bytes stay in its entry (pf_ent) until the
 ** reading thread needs one of its blocks: it waits for the entry if in flight, then installs its
@@ -236,6 +238,13 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
   int64_t limit = from + (int64_t)f->pf_depth * f->pf_chunk;
   if (f->pf_end && limit > f->pf_end) limit = f->pf_end;   /* an announced read's end (hf_read drops it
                                                            ** when the reader misses a block outside it) */
+  if (f->pf_end) {               /* requests queued past an announced read's end (before its end was
+                                 ** known) are dropped; those in flight or fetched stay */
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->nent; i++)
+      if (p->ent[i].state == PF_QUEUED && p->ent[i].first >= f->pf_end) p->ent[i].state = PF_FREE;
+    pthread_mutex_unlock(&p->mu);
+  }
   if (f->pf_next < from || f->pf_next > limit) f->pf_next = from;
   int queued = 0;
   while (f->pf_next < limit && f->pf_next < nblocks) {

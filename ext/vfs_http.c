@@ -147,6 +147,22 @@ static int goes_on(dc_hfile *f, int64_t from, int64_t b) {
   return 1;
 }
 
+/* The blocks [*xbegin, *xend) of the read announced by dc_vfs_expect, seen from its block b (a miss,
+** or a block the stream before it fetched): its pages from where it began (expect_from: the first
+** page of the run of pages read in order that leads to b), that is its bytes, each page's 4-byte
+** link to the next (<= 1/128 of a page of 512 bytes or more), and one page more (the size of that
+** run's first read); where that run lies after b or too far before it to be the same, from b */
+static void announced_blocks(const dc_hfile *f, int64_t b, int64_t nblocks, int64_t *xbegin, int64_t *xend) {
+  int64_t n = f->expect_bytes, span = n + n / 120 + f->expect_page, xfrom = f->expect_from;
+  *xbegin = b;
+  *xend = b + f->expect_blocks;
+  if (xfrom >= 0 && xfrom < (b + 1) * f->bsize && b * f->bsize - xfrom <= span) {
+    *xbegin = xfrom / f->bsize;
+    *xend = (xfrom + span) / f->bsize + 1;
+  }
+  if (*xend > nblocks) *xend = nblocks;
+}
+
 /* Where the reader reads in order (dc_readorder, remote_logic.c) */
 static int in_order(const dc_hfile *f, int64_t b) { return dc_readorder_in_order(&f->ro, b); }
 static void read_at(dc_hfile *f, int64_t b) { dc_readorder_at(&f->ro, b); }
@@ -193,6 +209,18 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       ** would deepen the stream and it would fetch everything between them, while a scan that
       ** reads a leaf page ahead and comes back to its blob goes on */
       f->last_miss = pend - 1;
+      if (f->expect_blocks > 0) {
+        /* a block of an announced read that the stream before it fetched (its first blocks came
+        ** with the read before it, or all of them did): the stream stops at the read's end here
+        ** too, not only at a miss, else tiles read one after another, each found in the stream,
+        ** would deepen it past the last one.  The announcement stays for a miss: the run of pages
+        ** it counts from may begin before this block (expect_from moves back to it, and the end
+        ** with it, at the next block taken) */
+        int64_t xbegin, xend;
+        announced_blocks(f, b, nblocks, &xbegin, &xend);
+        f->pf_begin = xbegin;
+        f->pf_end = xend > b + 1 ? xend : b + 1;
+      }
       if (in_order(f, b)) dh_pf_advance(f, p, pend);
       b--;
       continue;
@@ -222,18 +250,10 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     /* a miss that continues the last one, or the first of a read announced by dc_vfs_expect:
     ** prefetch from it on (an announced read: every request to its end at once), and wait for
     ** its request */
-    int64_t expect = f->expect_blocks, xfrom = f->expect_from;
-    f->expect_blocks = 0;                   /* an announcement is for one miss */
+    int64_t expect = f->expect_blocks;
     if (expect > 0) {                       /* its end: counted from where it began, not from this miss */
-      /* its pages from where it began: the bytes, each page's 4-byte link to the next (<= 1/128 of
-      ** a page of 512 bytes or more), and one page more (the size of that run's first read); where
-      ** that run lies after this miss or too far before it to be the same, from this miss */
-      int64_t n = f->expect_bytes, span = n + n / 120 + f->expect_page, xbegin = b, xend = b + expect;
-      if (xfrom >= 0 && xfrom < (b + 1) * f->bsize && b * f->bsize - xfrom <= span) {
-        xbegin = xfrom / f->bsize;
-        xend = (xfrom + span) / f->bsize + 1;
-      }
-      if (xend > nblocks) xend = nblocks;
+      int64_t xbegin, xend;
+      announced_blocks(f, b, nblocks, &xbegin, &xend);
       if (xend > b + 1) {
         f->pf_begin = xbegin;
         f->pf_end = xend;
@@ -241,6 +261,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
         expect = 0;
         f->pf_end = 0;                      /* (nor for an announced read before it) */
       }
+      f->expect_blocks = 0;                 /* an announcement is for one miss */
     } else if (f->pf_end && (b >= f->pf_end || b < f->pf_begin))
       f->pf_end = 0;                        /* a miss outside the announced read: the reader left it */
     int cont = goes_on(f, f->last_miss + 1, b);

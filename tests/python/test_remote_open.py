@@ -43,12 +43,9 @@ def time_limit():
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("open")
     # 8 chunks of 125 cells per tile, as the tests below count blocks for (a cell's chunk is a
-    # few blocks of the tile); by default a 1,000-cell tile has 2 chunks.  With 2, the announced
-    # reads of tiles in a row fetched up to 19 blocks past the last one at max_inflight 4: its
-    # blocks were all found in requests of the stream before it, and an announcement only bounds
-    # the stream at a miss (noted for the remote issue; the 10,000-cell tiles convert writes by
-    # default still have 8 chunks)
+    # few blocks of the tile); by default a 1,000-cell tile has 2 chunks (`two`: the same cells)
     h5, db = generated(d, 20000, 400, 8, 1000, ("--chunks", "8"))
+    two = generated(d, 20000, 400, 8, 1000)[1]
     con = sqlite3.connect(db)
     rows = con.execute(LOAD).fetchall()
     tile_bytes = con.execute("SELECT sum(length(data)) FROM tiles_data").fetchone()[0]
@@ -59,7 +56,7 @@ def data(tmp_path_factory):
     con.execute("DROP INDEX tiles_data_meta")
     con.commit()
     con.close()
-    return {"dir": d, "h5": h5, "db": db, "bare": bare, "rows": rows, "tile_bytes": tile_bytes}
+    return {"dir": d, "h5": h5, "db": db, "bare": bare, "rows": rows, "tile_bytes": tile_bytes, "two": two}
 
 
 def index_names(path):
@@ -224,17 +221,22 @@ def _blob_blocks(path, bsize):
     return sorted(((min(v) - 1) * ps // bsize, (max(v) * ps - 1) // bsize) for v in pages.values()), ps
 
 
+@pytest.mark.parametrize("layout", ["db", "two"])
 @pytest.mark.parametrize("max_inflight", [0, 2, 4])
-def test_announced_reads_of_tiles_in_a_row_fetch_nothing_past_them(data, tmp_path, max_inflight):
+def test_announced_reads_of_tiles_in_a_row_fetch_nothing_past_them(data, tmp_path, max_inflight, layout):
     """Tiles read one after another, each announced, as a worker's fetch-ahead reads its tiles (the
     next tile's first blocks came with the last one's, so its first miss lies inside it): nothing
     past the last tile is fetched, also once every request in flight has ended.  Before, a prefetch
     request ran past an announced end and taking it let the stream go on (an epoch of 2 workers
     fetched 1.37x the tiles' bytes: each worker about 10 blocks of 1 MiB past each of its tiles,
-    into tiles the other one reads), and the end was counted from the first miss."""
+    into tiles the other one reads), and the end was counted from the first miss.
+    `two`: the same cells in tiles of 2 chunks, laid out so that each tile's first blocks came
+    with the tile before and no block of theirs missed: the end was set only at a miss, and the
+    stream went 19 blocks past the last tile at max_inflight 4.  Now a block taken from the stream
+    sets it too."""
     www = tmp_path / "www"
     www.mkdir()
-    shutil.copy(data["db"], www / "d.dcdb")
+    shutil.copy(data[layout], www / "d.dcdb")
     n = nginx_or_skip(www, tmp_path / "nginx")
     try:
         blobs, ps = _blob_blocks(www / "d.dcdb", 16384)
