@@ -642,7 +642,7 @@ static void expect_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 /* dc_vfs_file(schema): that schema's dchttp file as it was opened, JSON: "shared" (1 when its
 ** blocks go through the process's shared block cache, so that another connection's reads of the
 ** same version reach it: the Python fetch-ahead's condition), "max_inflight", "block_kb",
-** "readahead_kb"; NULL when the schema's file is no dchttp file */
+** "readahead_kb", "size" (the file's bytes); NULL when the schema's file is no dchttp file */
 static void file_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   (void)argc;
   dc_hfile *f = hfile_of(sqlite3_context_db_handle(ctx), (const char *)sqlite3_value_text(argv[0]));
@@ -650,9 +650,9 @@ static void file_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_null(ctx);
     return;
   }
-  char *j = sqlite3_mprintf("{\"shared\": %d, \"max_inflight\": %d, \"block_kb\": %lld, \"readahead_kb\": %lld}",
-                            dh_shared_used(f), f->max_inflight, (long long)(f->bsize >> 10),
-                            (long long)((f->ra_blocks * f->bsize) >> 10));
+  char *j = sqlite3_mprintf("{\"shared\": %d, \"max_inflight\": %d, \"block_kb\": %lld, \"readahead_kb\": %lld, "
+                            "\"size\": %lld}", dh_shared_used(f), f->max_inflight, (long long)(f->bsize >> 10),
+                            (long long)((f->ra_blocks * f->bsize) >> 10), (long long)f->size);
   if (!j) sqlite3_result_error_nomem(ctx);
   else sqlite3_result_text(ctx, j, -1, sqlite3_free);
 }

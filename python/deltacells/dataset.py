@@ -308,13 +308,17 @@ class _Base:
         if not self._vfs or not self._vfs["shared"]:
             return None           # nothing it reads would reach the loader's connection
         path = self.path
-        # two readers, each with half of the store's requests in flight (see FetchAhead)
-        mi = int(self._vfs["max_inflight"])
-        readers = 2 if mi >= 2 else 1
-        remote = {"max_inflight": mi // readers} if readers > 1 else None
+        # readers, each with its share of the store's requests in flight, and tiles ahead, by
+        # the tiles' size in blocks (_fetchahead.plan: 2 readers for tiles of many blocks)
+        n_tiles = len(self._cat.tile_id)
+        size = self._vfs.get("size")
+        readers, per_reader, ahead = _fetchahead.plan(
+            int(self._vfs["max_inflight"]), self.prefetch_tiles, size / n_tiles if size and n_tiles else None,
+            int(self._vfs["block_kb"]) << 10)
+        remote = {"max_inflight": per_reader} if readers > 1 else None
         return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False, remote=remote),
                                       _fetchahead.tile_order(batches, self._cat.tile_of),
-                                      self.prefetch_tiles, readers=readers)
+                                      ahead, readers=readers)
 
     def _obs_reader(self):
         """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the

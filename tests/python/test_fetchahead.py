@@ -317,19 +317,50 @@ def test_a_failing_reader_stops_the_others(data):
     assert isinstance(fa.error, sqlite3.OperationalError) and fa.fetched < 12
 
 
-def test_a_remote_dataset_fetches_with_two_readers_of_half_the_requests(nginx, data):
-    ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2)
-    fa = ds._fetch_ahead([np.array([0, 1500])])         # two tiles
-    try:
-        assert fa._readers == 2
-        con = fa._connect()
+def test_plan_readers_follow_the_tiles_blocks():
+    """_fetchahead.plan: (readers, requests in flight per reader, tiles ahead)."""
+    mib = 1 << 20
+    plan = _fetchahead.plan
+    # 10,000-cell tiles of the reference data (about 12 MB): two readers of half the requests
+    assert plan(4, 2, 12e6, mib) == (2, 2, 2)
+    assert plan(8, 2, 12e6, mib) == (2, 4, 2)
+    assert plan(4, 2, 6e6, mib) == (2, 2, 2)               # 5.7 blocks: ceil(8 / 5.7) = 2
+    # tiles of few blocks: more readers with fewer requests each, and tiles ahead for them all
+    assert plan(4, 2, 3.5e6, mib) == (3, 1, 5)
+    assert plan(4, 2, 2.4e6, mib) == (4, 1, 6)
+    assert plan(8, 2, 2.4e6, mib) == (4, 2, 6)             # at most 4 readers
+    assert plan(4, 10, 2.4e6, mib) == (4, 1, 10)           # prefetch_tiles beyond that is kept
+    assert plan(4, 2, 1000, mib) == (4, 1, 6)              # a tile within one block
+    assert plan(2, 2, 1000, mib) == (2, 1, 2)              # no more readers than requests
+    # fewer than 2 requests in flight: one reader; tile size unknown: two
+    assert plan(1, 2, 1000, mib) == (1, 1, 2)
+    assert plan(0, 3, 1000, mib) == (1, 0, 3)
+    assert plan(4, 2, None, mib) == (2, 2, 2)
+    assert plan(4, 0, 12e6, mib) == (2, 2, 1)              # at least one tile ahead
+
+
+def test_a_remote_dataset_fetches_with_readers_by_its_tiles_blocks(nginx, data, monkeypatch):
+    """This dataset's tiles are far smaller than a block of 1 MiB: 4 readers of one request each
+    (max_inflight 4 by default), 6 tiles ahead; in blocks of 4 KiB they are many blocks each: 2
+    readers of half the requests, prefetch_tiles ahead.  The readers' connections get their
+    share of the requests."""
+    import json
+    for block_kb, readers, ahead in ((None, 4, 6), ("4", 2, 2)):
+        if block_kb:
+            monkeypatch.setenv("DC_HTTP_BLOCK_KB", block_kb)
+        ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2)
+        fa = ds._fetch_ahead([np.arange(0, 6000, 500)])     # every tile
         try:
-            import json
-            assert json.loads(con.execute("SELECT dc_vfs_file('main')").fetchone()[0])["max_inflight"] == 2
+            assert data["n_tiles"] == 6 and (fa._readers, fa._ahead) == (readers, ahead), block_kb
+            con = fa._connect()
+            try:
+                got = json.loads(con.execute("SELECT dc_vfs_file('main')").fetchone()[0])
+                assert got["max_inflight"] == 4 // readers, (block_kb, got)
+                assert got["size"] == os.path.getsize(data["db"]), got
+            finally:
+                con.close()
         finally:
-            con.close()
-    finally:
-        fa.close()
+            fa.close()
 
 
 def test_fetcher_under_fork(nginx, data):
