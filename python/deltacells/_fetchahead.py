@@ -55,10 +55,14 @@ def plan(max_inflight, prefetch_tiles, tile_bytes, block_bytes):
     flight stay as many), and, with more than 2 readers, readers + 2 tiles ahead (at least
     prefetch_tiles), else the readers past prefetch_tiles would wait.  The default 10,000-cell
     tiles of the reference data (12 blocks of 1 MiB) get 2 readers up to max_inflight 8.
-    Measured (2 workers, 50 ms and 150 MB/s per request, max_inflight 4, 100,000 cells in tiles
-    of 2,000, 1 MiB blocks; bench_remote.py): 2 readers, 2 tiles ahead: 46-47% of the store's
-    raw-read ceiling; 4 readers, 6 ahead: 59-73%.  With 10,000-cell tiles, 4 readers made it
-    80% against 98% for 2."""
+    Measured (2 workers new every epoch, 50 ms and 150 MB/s per request, max_inflight 4,
+    100,000 cells in tiles of 2,000, 1 MiB blocks; bench_remote.py, later epochs): 2 readers, 2
+    tiles ahead: 44-47% of the store's raw-read ceiling in six runs; 4 readers, 6 ahead: 53% in
+    two runs alternating with them (1.17-1.24x the cells/s), 59-73% in three earlier ones.  Most
+    of what is left is each epoch's start (new workers open the store and wait for their first
+    tiles: first batch about 0.6 s against 0.33 s from the local file), not the store's rate:
+    past the first batch the loader no longer waits for the fetch-ahead.  With 10,000-cell
+    tiles, 4 readers made it 80% against 98% for 2."""
     mi = max(0, int(max_inflight))
     ahead = max(1, int(prefetch_tiles))
     if mi < 2:
