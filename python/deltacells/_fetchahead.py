@@ -40,10 +40,11 @@ def tile_order(batches, tile_of):
     return out
 
 
-def plan(max_inflight, prefetch_tiles, tile_bytes, block_bytes):
+def plan(max_inflight, prefetch_tiles, tile_bytes, block_bytes, tiles=None):
     """(readers, requests in flight per reader, tiles ahead) of a dataset's fetch-ahead, from
     the store's requests in flight (max_inflight), the loader's prefetch_tiles, a tile's mean
-    bytes (None: unknown) and the VFS's block size.
+    bytes (None: unknown), the VFS's block size and the tiles the epoch reads (None: unknown;
+    no more readers than tiles, so that an epoch of few tiles keeps all of its requests).
 
     A tile costs a round trip for its row's leaf page (before it the VFS does not know where
     the blob lies), then one for its blocks, all requested at once.  A tile of many blocks
@@ -74,6 +75,8 @@ def plan(max_inflight, prefetch_tiles, tile_bytes, block_bytes):
         readers = max(2, min(top, -int(-(2 * mi) // blocks)))
     if readers > 2:
         ahead = max(ahead, readers + 2)
+    if tiles is not None and 0 < tiles < readers:
+        readers = int(tiles)
     return readers, mi // readers, ahead
 
 

@@ -312,13 +312,13 @@ class _Base:
         # the tiles' size in blocks (_fetchahead.plan: 2 readers for tiles of many blocks)
         n_tiles = len(self._cat.tile_id)
         size = self._vfs.get("size")
+        order = _fetchahead.tile_order(batches, self._cat.tile_of)
         readers, per_reader, ahead = _fetchahead.plan(
             int(self._vfs["max_inflight"]), self.prefetch_tiles, size / n_tiles if size and n_tiles else None,
-            int(self._vfs["block_kb"]) << 10)
+            int(self._vfs["block_kb"]) << 10, tiles=len(order))
         remote = {"max_inflight": per_reader} if readers > 1 else None
         return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False, remote=remote),
-                                      _fetchahead.tile_order(batches, self._cat.tile_of),
-                                      ahead, readers=readers)
+                                      order, ahead, readers=readers)
 
     def _obs_reader(self):
         """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the

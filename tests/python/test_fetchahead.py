@@ -337,21 +337,29 @@ def test_plan_readers_follow_the_tiles_blocks():
     assert plan(0, 3, 1000, mib) == (1, 0, 3)
     assert plan(4, 2, None, mib) == (2, 2, 2)
     assert plan(4, 0, 12e6, mib) == (2, 2, 1)              # at least one tile ahead
+    # no more readers than the epoch's tiles, each with its share of all the requests
+    assert plan(4, 2, 2.4e6, mib, tiles=3) == (3, 1, 6)
+    assert plan(4, 2, 2.4e6, mib, tiles=2) == (2, 2, 6)
+    assert plan(4, 2, 12e6, mib, tiles=1) == (1, 4, 2)
+    assert plan(4, 2, 2.4e6, mib, tiles=40) == (4, 1, 6)
 
 
 def test_a_remote_dataset_fetches_with_readers_by_its_tiles_blocks(nginx, data, monkeypatch):
     """This dataset's tiles are far smaller than a block of 1 MiB: 4 readers of one request each
     (max_inflight 4 by default), 6 tiles ahead; in blocks of 4 KiB they are many blocks each: 2
     readers of half the requests, prefetch_tiles ahead.  The readers' connections get their
-    share of the requests."""
+    share of the requests.  An epoch of two tiles: 2 readers of 2 requests each."""
     import json
-    for block_kb, readers, ahead in ((None, 4, 6), ("4", 2, 2)):
+    every = np.arange(0, 6000, 500)
+    for block_kb, readers, ahead, cells in ((None, 4, 6, every), ("4", 2, 2, every), (None, 2, 6, np.array([0, 1500]))):
         if block_kb:
             monkeypatch.setenv("DC_HTTP_BLOCK_KB", block_kb)
+        else:
+            monkeypatch.delenv("DC_HTTP_BLOCK_KB", raising=False)
         ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2)
-        fa = ds._fetch_ahead([np.arange(0, 6000, 500)])     # every tile
+        fa = ds._fetch_ahead([cells])
         try:
-            assert data["n_tiles"] == 6 and (fa._readers, fa._ahead) == (readers, ahead), block_kb
+            assert data["n_tiles"] == 6 and (fa._readers, fa._ahead) == (readers, ahead), (block_kb, cells)
             con = fa._connect()
             try:
                 got = json.loads(con.execute("SELECT dc_vfs_file('main')").fetchone()[0])
