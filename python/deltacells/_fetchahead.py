@@ -20,6 +20,7 @@ Each reader does its SQLite work holding a fork Gate of its own (see _forksafe),
 child never uses or closes the parent's threads or connections.
 """
 import bisect
+import math
 import os
 import threading
 
@@ -72,7 +73,7 @@ def plan(max_inflight, prefetch_tiles, tile_bytes, block_bytes, tiles=None):
     readers = 2
     if tile_bytes and block_bytes:
         blocks = max(1.0, float(tile_bytes) / float(block_bytes))
-        readers = max(2, min(top, -int(-(2 * mi) // blocks)))
+        readers = max(2, min(top, math.ceil(2 * mi / blocks)))
     if readers > 2:
         ahead = max(ahead, readers + 2)
     if tiles is not None and 0 < tiles < readers:
