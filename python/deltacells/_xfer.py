@@ -97,6 +97,9 @@ HEADER = 1 << 21        # a lane's header: [0] its serial counter, [1 + s] slot 
                         # the bytes of slot s ever populated (by any process)
 assert 8 * (1 + 2 * LANE_SLOTS) <= 4096      # the header's words: its first page (the rest of its
                         # 2 MiB is never touched; it keeps the slots 2 MiB aligned, for huge pages)
+FIRST_WORD = 511        # lane 0's last header word of that page: the DataLoader worker generation
+                        # whose worker 0 has made its first batch (first_batch_mark/_wait)
+assert 1 + 2 * LANE_SLOTS < FIRST_WORD < 4096 // 8
 _TAKEN, _SENT, _HELD = 1, 2, 3
 HUGE = 2 << 20          # a transparent huge page (x86-64, and ARM64 with 4 KiB pages)
 HUGE_MIN = 1 << 20      # private buffers from this size up are whole, aligned huge pages (_private_alloc)
@@ -303,6 +306,43 @@ def arena():
     except (OSError, ValueError, OverflowError, ImportError):
         return None
     return a
+
+
+def first_batch_mark(key):
+    """This process (a generation's worker 0) has made its first batch: its siblings waiting in
+    first_batch_wait(key) may start.  key: the generation's, non-zero (an aligned 8-byte store
+    into the arena that the generation's parent made before forking it).  False without an arena."""
+    ar = _live_arena()
+    if ar is None or ar.pid == os.getpid():
+        return False
+    try:
+        ar.header(0)[FIRST_WORD] = key
+    except (OSError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def first_batch_wait(key, timeout):
+    """Wait until the generation's worker 0 has made its first batch (first_batch_mark(key)), at
+    most timeout seconds (worker 0 failed, or is slow: this worker then goes on).  The seconds
+    waited, or None without an arena (nothing to wait on)."""
+    import time
+    ar = _live_arena()
+    if ar is None or ar.pid == os.getpid():
+        return None
+    try:
+        hd = ar.header(0)
+    except (OSError, ValueError, OverflowError):
+        return None
+    t0 = time.monotonic()
+    pause = 0.001
+    while int(hd[FIRST_WORD]) != key:
+        waited = time.monotonic() - t0
+        if waited >= timeout:
+            break
+        time.sleep(min(pause, timeout - waited))
+        pause = min(2 * pause, 0.01)
+    return time.monotonic() - t0
 
 
 class _Lane:

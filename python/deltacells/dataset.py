@@ -94,6 +94,11 @@ def _cores():
         return os.cpu_count() or 1
 
 
+# How long a DataLoader worker waits for worker 0's first batch before making its own
+# (_BatchIterator._first_turn); worker 0 failing or slow costs its siblings at most this.
+FIRST_WAIT_S = 2.0
+
+
 def worker_threads(num_workers):
     """Decoder threads of one of num_workers DataLoader workers: the cores this process may
     run on (its affinity mask, else the machine's), shared out, at least one."""
@@ -456,7 +461,8 @@ class CellDataset(_Base, IterableDataset):
                     (blob reads + decoding), ext_direct (decoding into the output), ext_copy
                     (gather), copy_out (into the batch's buffers), tensor, obs (text obs
                     columns; the others come with dc_batch, in sql_call), transform,
-                    wait (the consumer blocked on the prefetch queue)
+                    wait (the consumer blocked on the prefetch queue), first_wait (a
+                    DataLoader worker waiting for worker 0's first batch: _first_turn)
 
     Iterators are context managers (`with iter(ds) as it: ...`) and have close(); an
     iterator also closes itself at the end of the epoch.  X's buffers are reused once the
@@ -647,13 +653,18 @@ class CellDataset(_Base, IterableDataset):
                 lens = [hi - lo for lo, hi in
                         (worker_range(n, w, nw, starts) for w in range(nw))]
         threads = None
+        first = None
         if wi is not None:
             threads = worker_thread_schedule(lens, worker)
+            if nw > 1 and len(batches) and lens[0] > 0:
+                # the workers of one DataLoader iteration share seed - id (torch: base_seed + id)
+                key = ((int(wi.seed) - int(wi.id)) & ((1 << 63) - 1)) or 1
+                first = ("lead" if worker == 0 else "follow", key)
         progress = None
         if wi is None:
             progress = {"epoch": self._epoch, "done": skip_total}
             self._progress = progress
-        return _BatchIterator(self, batches, threads, progress, cuts)
+        return _BatchIterator(self, batches, threads, progress, cuts, first)
 
     def __getstate__(self):
         s = super().__getstate__()
@@ -745,8 +756,10 @@ class _BatchIterator:
     iterator inherited from the parent), it leaves the parent's thread and connection
     alone and reads with a new connection (and thread) of its own from where it was."""
 
-    def __init__(self, ds, batches, threads, progress, cuts=None):
+    def __init__(self, ds, batches, threads, progress, cuts=None, first=None):
         self.ds = ds
+        self._first = first       # ("lead" | "follow", key): a DataLoader worker's first-batch turn
+        self.first_turn_at = None  # time.monotonic() when that turn came (for tests)
         self.batches = batches
         self.progress = progress
         self.cuts = cuts          # (window starts, real batches) when batches run contiguously
@@ -854,12 +867,19 @@ class _BatchIterator:
                 self._set_threads(self._schedule[self._i])
             if self._fa is not None:
                 self._fa.at(self._i - self._fa0)
+            lead = self._first_turn()
             try:
                 item = _next_batch(self.ds, self._con, self._reader, self.batches, self._i,
                                    self._pool, self.timings, self._placer)
             except BaseException:
                 self._dirty = True    # an error inside SQLite: the connection serves no other reader
                 raise
+            finally:
+                if lead is not None:
+                    self.first_turn_at = time.monotonic()
+                    _xfer.first_batch_mark(lead)        # (also after a failure: nobody waits on it)
+            if lead is not None and self._schedule is not None:
+                self._set_threads(self._scheduled(self._i))   # (unchanged unless it took every core)
             _fetch_past(self._fa, self._placer, self._fa0)
         self._i += 1
         if self.progress is not None:
@@ -868,6 +888,32 @@ class _BatchIterator:
 
     def __len__(self):
         return len(self.batches) - self._i
+
+    def _first_turn(self):
+        """Before a DataLoader worker's first batch.  Where a worker makes it alone because its
+        lane is cold (_place.first_alone: a persistent worker's first epoch), worker 0 makes it
+        with every core while its siblings wait for it (at most FIRST_WAIT_S), so that the loader's
+        first batch, which worker 0 delivers, comes after one batch's placing on all the cores
+        instead of after every worker's first batch at once, each on its share of them.  Worker 0
+        marks its first batch made whatever its lane (_xfer.first_batch_mark; a sibling on a cold
+        lane may wait for it while its own lane is warm); returns its key, else None."""
+        f, self._first = self._first, None
+        if f is None:
+            return None
+        role, key = f
+        alone = self._placer is not None and self._placer.first_alone
+        if role == "lead":
+            if alone and self._schedule is not None:     # the decoder threads are the loader's to set
+                self._set_threads(_cores())
+            return key
+        if not alone:
+            return None
+        waited = _xfer.first_batch_wait(key, FIRST_WAIT_S)
+        if waited is not None:
+            self.first_turn_at = time.monotonic()
+            if self.timings is not None:
+                self.timings["first_wait"] = self.timings.get("first_wait", 0.0) + waited
+        return None
 
     def _scheduled(self, i):
         if not self._schedule:

@@ -754,3 +754,104 @@ def test_resume_applies_to_the_next_epoch_only(db, workers, persistent, start):
     kw = dict(num_workers=workers, persistent_workers=persistent, multiprocessing_context=start)
     out = run(RESUME.replace("KW", repr(kw)), db)
     assert "ok" in out.split(), out
+
+
+FIRST_TURN = """
+    import sys, time, numpy as np, torch
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+    import deltacells
+    from deltacells import dataset as dsm
+    db = sys.argv[1]
+
+    class Probe(IterableDataset):
+        # each worker's first batch with: its id, when its turn came (worker 0: when it marked
+        # its first batch made; the others: when their wait ended; CLOCK_MONOTONIC is the
+        # system's, comparable across processes; -1: no turn), how long it waited for worker 0
+        # (-1: it did not wait), and its decoder threads after that batch
+        def __init__(self, ds):
+            self.ds = ds
+        def __iter__(self):
+            it = iter(self.ds)
+            first = True
+            for b in it:
+                if first:
+                    first = False
+                    t = it.first_turn_at if it.first_turn_at is not None else -1.0
+                    th = int(it._con.execute("SELECT dc_config('threads')").fetchone()[0])
+                    b["_probe"] = torch.tensor([get_worker_info().id, t,
+                                                (it.timings or {}).get("first_wait", -1.0), th,
+                                                dsm.worker_threads(2)], dtype=torch.float64)
+                yield b
+
+    ds = deltacells.CellDataset(db, batch_size=BATCH, seed=2, timings=True)
+    ref = sorted(int(c) for b in DataLoader(ds, batch_size=None) for c in b["cell_id"])
+    loader = DataLoader(Probe(ds), batch_size=None, num_workers=2, persistent_workers=True,
+                        multiprocessing_context="fork")
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        probes, cells = {}, []
+        for b in loader:
+            cells += b["cell_id"].tolist()
+            if "_probe" in b:
+                w, t, wait, th, share = b["_probe"].tolist()
+                probes[int(w)] = (t, wait, int(th), int(share))
+        assert sorted(cells) == ref
+        assert set(probes) == {0, 1}, probes
+        (t0, wait0, th0, share), (t1, wait1, th1, _) = probes[0], probes[1]
+        if epoch == 0:
+            # worker 1 waited for worker 0's first batch: its wait ended after worker 0 had made it
+            assert wait0 == -1.0 and wait1 >= 0.0, probes
+            assert t0 > 0 and t1 >= t0, probes
+        else:
+            # the lanes are warm: nobody waits (worker 0 still marks its first batch made)
+            assert wait0 == wait1 == t1 == -1.0 and t0 > 0, probes
+        # worker 0 is back on its share of the cores after its first batch
+        assert th0 == th1 == share, probes
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("batch", [100, 400])
+def test_worker_0_makes_the_first_batch_while_the_others_wait(db, batch):
+    """_BatchIterator._first_turn: in a persistent worker's first epoch (its lane cold, its first
+    batch made alone), worker 0 makes its first batch on every core while worker 1 waits for it
+    (the loader's first batch is worker 0's); then each has its share of the cores again, and
+    later epochs do not wait.  The batches are those of 0 workers."""
+    out = run(FIRST_TURN.replace("BATCH", str(batch)), db, env=LANES_ENV)
+    assert "ok" in out.split(), out
+
+
+TURN_WAIT = """
+    import os, sys, time
+    from deltacells import _xfer
+    ar = _xfer.arena()
+    assert _xfer.first_batch_wait(7, 5.0) is None       # the arena's own process: nothing to wait on
+    assert not _xfer.first_batch_mark(7)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                          # worker 0: marks after 0.3 s
+        time.sleep(0.3)
+        _xfer.first_batch_mark(11)
+        os._exit(0)
+    pid2 = os.fork()
+    if pid2 == 0:                                         # worker 1: waits for it
+        t = time.monotonic()
+        waited = _xfer.first_batch_wait(11, 10.0)
+        ok = 0.2 < waited < 5.0 and time.monotonic() - t < 5.0
+        # a generation whose worker 0 never marks: at most the timeout
+        t = time.monotonic()
+        waited2 = _xfer.first_batch_wait(12, 0.2)
+        ok = ok and 0.2 <= waited2 < 2.0 and time.monotonic() - t < 2.0
+        # a mark already there: no wait
+        ok = ok and _xfer.first_batch_wait(11, 10.0) < 0.5
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0); os.waitpid(pid2, 0)
+    assert os.read(r, 1) == b"1"
+    print("ok")
+"""
+
+
+def test_first_batch_wait_returns_at_the_mark_or_the_timeout(db):
+    out = run(TURN_WAIT, db)
+    assert "ok" in out.split(), out
