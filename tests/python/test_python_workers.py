@@ -783,6 +783,7 @@ FIRST_TURN = """
                                                 dsm.worker_threads(2)], dtype=torch.float64)
                 yield b
 
+    dsm.FIRST_WAIT_S = 300.0      # worker 1 waits for worker 0 however slow the machine (sanitizers)
     ds = deltacells.CellDataset(db, batch_size=BATCH, seed=2, timings=True)
     ref = sorted(int(c) for b in DataLoader(ds, batch_size=None) for c in b["cell_id"])
     loader = DataLoader(Probe(ds), batch_size=None, num_workers=2, persistent_workers=True,
