@@ -786,7 +786,7 @@ FIRST_TURN = """
     dsm.FIRST_WAIT_S = 300.0      # worker 1 waits for worker 0 however slow the machine (sanitizers)
     ds = deltacells.CellDataset(db, batch_size=BATCH, seed=2, timings=True)
     ref = sorted(int(c) for b in DataLoader(ds, batch_size=None) for c in b["cell_id"])
-    loader = DataLoader(Probe(ds), batch_size=None, num_workers=2, persistent_workers=True,
+    loader = DataLoader(Probe(ds), batch_size=None, num_workers=2, persistent_workers=PERSISTENT,
                         multiprocessing_context="fork")
     for epoch in range(2):
         ds.set_epoch(epoch)
@@ -799,26 +799,29 @@ FIRST_TURN = """
         assert sorted(cells) == ref
         assert set(probes) == {0, 1}, probes
         (t0, wait0, th0, share), (t1, wait1, th1, _) = probes[0], probes[1]
-        if epoch == 0:
-            # worker 1 waited for worker 0's first batch: its wait ended after worker 0 had made it
+        if epoch == 0 or not PERSISTENT:
+            # a worker's first epoch (workers new every epoch: every epoch): worker 1 waited for
+            # worker 0's first call; its wait ended after worker 0 had marked it done
             assert wait0 == -1.0 and wait1 >= 0.0, probes
             assert t0 > 0 and t1 >= t0, probes
         else:
-            # the lanes are warm: nobody waits (worker 0 still marks its first batch made)
-            assert wait0 == wait1 == t1 == -1.0 and t0 > 0, probes
+            # a persistent worker's later epochs: no turns
+            assert wait0 == wait1 == t0 == t1 == -1.0, probes
         # worker 0 is back on its share of the cores after its first batch
         assert th0 == th1 == share, probes
     print("ok")
 """
 
 
-@pytest.mark.parametrize("batch", [100, 400])
-def test_worker_0_makes_the_first_batch_while_the_others_wait(db, batch):
-    """_BatchIterator._first_turn: in a persistent worker's first epoch (its lane cold, its first
-    batch made alone), worker 0 makes its first batch on every core while worker 1 waits for it
-    (the loader's first batch is worker 0's); then each has its share of the cores again, and
-    later epochs do not wait.  The batches are those of 0 workers."""
-    out = run(FIRST_TURN.replace("BATCH", str(batch)), db, env=LANES_ENV)
+@pytest.mark.parametrize("batch,persistent", [(100, True), (400, True), (400, False)])
+def test_worker_0_makes_the_first_batch_while_the_others_wait(db, batch, persistent):
+    """_BatchIterator._first_turn: in a worker's first epoch (workers new every epoch: every
+    epoch) worker 0 places first (its first batch alone where its lane is cold, else its first
+    window), on every core, while worker 1 waits for it (the loader's first batch is worker
+    0's); then each has its share of the cores again; a persistent worker's later epochs take
+    no turns.  The batches are those of 0 workers."""
+    code = FIRST_TURN.replace("BATCH", str(batch)).replace("PERSISTENT", str(persistent))
+    out = run(code, db)
     assert "ok" in out.split(), out
 
 
