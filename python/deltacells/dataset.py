@@ -762,7 +762,7 @@ class _BatchIterator:
 
     def __init__(self, ds, batches, threads, progress, cuts=None, first=None):
         self.ds = ds
-        self._first = first       # ("lead" | "follow", key): a DataLoader worker's first-batch turn
+        self._first = first       # ("lead" | "follow", key, workers): a DataLoader worker's first turn
         self.first_turn_at = None  # time.monotonic() when that turn came (for tests)
         self.batches = batches
         self.progress = progress
@@ -896,14 +896,15 @@ class _BatchIterator:
     def _first_turn(self):
         """Before a DataLoader worker's first call that places batches (its first window, or its
         first batch alone where its lane is cold: _place.first_alone), in the worker's first
-        iterator of the dataset (CellDataset.__iter__: every epoch of workers that live one).  The loader's first batch
-        is worker 0's, and every worker places its first window at the same time, each on its
-        share of the cores.  So worker 0 places first, on every core, while the others wait for
-        it (_xfer.first_batch_wait, at most FIRST_WAIT_S); then they place theirs.  Where worker 0
-        placed a whole window it hands its batches out and waits to be asked for more, so the
-        others share every core for their own first window; where it placed one batch alone it
-        goes on at once, and each keeps its share.  Returns None or (the key worker 0 marks when
-        its call is done, or None; whether the threads go back to the worker's share after it)."""
+        iterator of the dataset (CellDataset.__iter__: every epoch of workers that live one).
+        The loader's first batch is worker 0's, and every worker would place its first window at
+        the same time, each on its share of the cores.  So worker 0 places first, on every core,
+        while the others wait for it (_xfer.first_batch_wait, at most FIRST_WAIT_S); then they
+        place theirs.  Where worker 0 placed a whole window it hands its batches out and waits to
+        be asked for more, so the others share every core for their own first window; where it
+        placed one batch alone it goes on at once, and each keeps its share.  Returns None or
+        (the key worker 0 marks when its call is done, or None; whether the threads go back to
+        the worker's share after it)."""
         f, self._first = self._first, None
         if f is None or self._placer is None:
             return None
