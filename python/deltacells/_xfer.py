@@ -308,17 +308,26 @@ def arena():
     return a
 
 
+def _first_header():
+    """Lane 0's header words in the arena this process's parent made before forking it, or None
+    (no arena, or the arena is this process's own: no sibling shares it)."""
+    ar = _live_arena()
+    if ar is None or ar.pid == os.getpid():
+        return None
+    try:
+        return ar.header(0)
+    except (OSError, ValueError, OverflowError):
+        return None
+
+
 def first_batch_mark(key):
     """This process (a generation's worker 0) has made its first batch: its siblings waiting in
     first_batch_wait(key) may start.  key: the generation's, non-zero (an aligned 8-byte store
     into the arena that the generation's parent made before forking it).  False without an arena."""
-    ar = _live_arena()
-    if ar is None or ar.pid == os.getpid():
+    hd = _first_header()
+    if hd is None:
         return False
-    try:
-        ar.header(0)[FIRST_WORD] = key
-    except (OSError, ValueError, OverflowError):
-        return False
+    hd[FIRST_WORD] = key
     return True
 
 
@@ -327,12 +336,8 @@ def first_batch_wait(key, timeout):
     most timeout seconds (worker 0 failed, or is slow: this worker then goes on).  The seconds
     waited, or None without an arena (nothing to wait on)."""
     import time
-    ar = _live_arena()
-    if ar is None or ar.pid == os.getpid():
-        return None
-    try:
-        hd = ar.header(0)
-    except (OSError, ValueError, OverflowError):
+    hd = _first_header()
+    if hd is None:
         return None
     t0 = time.monotonic()
     pause = 0.001
