@@ -33,7 +33,8 @@ epochs as the loaders):
 The loader runs with its default shuffle window (deltacells) and with a global shuffle
 (deltacells_global: shuffle_window = every tile).  With --before DIR, the loader of DIR
 (e.g. a `git archive` of the previous commit's python/) runs too, against the same
-extension (deltacells_before), so before/after are ratios from one run.
+extension (deltacells_before; with --fresh-workers also deltacells_fresh_before), so
+before/after are ratios from one run.
 Breakdown: one more pass at 0 workers with prefetch off and timings=True prints where a
 batch's time goes, per stage (SQL call and its parts inside the extension, copy into the
 batch's buffers, tensor construction, obs); with workers, one more pass per worker count
@@ -521,7 +522,8 @@ def main(argv):
                     help="which baselines run (comma-separated; anndata_mem reads the whole h5ad)")
     ap.add_argument("--before", metavar="DIR",
                     help="a python/ directory of another version of deltacells: its loader runs "
-                         "too (deltacells_before), same data, same extension, same run")
+                         "too (deltacells_before; with --fresh-workers deltacells_fresh_before), "
+                         "same data, same extension, same run")
     ap.add_argument("--no-global", action="store_true",
                     help="skip the loader with a global shuffle (deltacells_global)")
     ap.add_argument("--epochs", type=int, default=1,
@@ -593,6 +595,9 @@ def main(argv):
             kinds.append(("deltacells_fresh", {"persistent": False}))
             kinds.append(("deltacells_fresh_lanes", {"persistent": False,
                                                      "env": {"DELTACELLS_WORKER_HANDOFF": "lanes"}}))
+            if a.before:
+                kinds.append(("deltacells_fresh_before", {"persistent": False,
+                                                          "pythonpath": os.path.abspath(a.before)}))
         for w in workers:
             for kind, extra in kinds:
                 if kind in ("deltacells_global", "deltacells_malloc") and w != 0:
@@ -702,8 +707,9 @@ def summarize(results):
             ratios = {k: r["cells_per_s"] / b["cells_per_s"] for k, b in base.items()}
             if r["workers"] and r["kind"] in w0:
                 ratios["same loader, 0 workers"] = r["cells_per_s"] / w0[r["kind"]]["cells_per_s"]
-            if r["kind"].startswith("deltacells_fresh") and "deltacells" in w0:
-                ratios["0 workers"] = r["cells_per_s"] / w0["deltacells"]["cells_per_s"]
+            zero = "deltacells_before" if r["kind"].endswith("_before") else "deltacells"
+            if r["kind"].startswith("deltacells_fresh") and zero in w0:
+                ratios["0 workers"] = r["cells_per_s"] / w0[zero]["cells_per_s"]
             if r["kind"] == "deltacells_fresh":
                 lanes = [b for b in ok if b["kind"] == "deltacells_fresh_lanes"
                          and b["workers"] == r["workers"]]
@@ -711,8 +717,8 @@ def summarize(results):
                     ratios["handed over through lanes"] = r["cells_per_s"] / lanes[0]["cells_per_s"]
             if r["kind"] == "deltacells_malloc" and "deltacells" in w0:
                 ratios["deltacells, malloc untouched"] = r["cells_per_s"] / w0["deltacells"]["cells_per_s"]
-            bef = [b for b in ok if b["kind"] == "deltacells_before" and b["workers"] == r["workers"]]
-            if r["kind"] == "deltacells" and bef:
+            bef = [b for b in ok if b["kind"] == r["kind"] + "_before" and b["workers"] == r["workers"]]
+            if r["kind"] in ("deltacells", "deltacells_fresh") and bef:
                 ratios["before"] = r["cells_per_s"] / bef[0]["cells_per_s"]
                 r["first_vs_before"] = r["first_s"] / bef[0]["first_s"]
                 r["rss_vs_before"] = r["rss_mb"] / bef[0]["rss_mb"]
