@@ -1023,8 +1023,8 @@ def read_csr(con, cell_ids, genes_blob=None, chunk_cells=20000, nnz_hint=0, dtyp
     return indptr, indices[:o], data[:o], int(g)
 
 
-def with_connection(path, threads=None, cache_mb=None, check_same_thread=True):
-    con = connect(path, check_same_thread=check_same_thread)
+def with_connection(path, threads=None, cache_mb=None, check_same_thread=True, mmap=False):
+    con = connect(path, check_same_thread=check_same_thread, mmap=mmap)
     if threads is not None:
         con.execute("SELECT dc_config('threads', ?)", (int(threads),)).fetchall()
     if cache_mb is not None:
@@ -1044,7 +1044,7 @@ def with_connection(path, threads=None, cache_mb=None, check_same_thread=True):
 # took ~4,500 page faults per epoch of 100,000 cells, most of what glibc's malloc tuning saved.
 # Kept per process: a forked child never uses (nor closes) its parent's.
 SPARE_CONNECTIONS = 2
-_spare_cons = {"pid": None, "cons": []}        # [((path, cache_mb, threads), (st_dev, st_ino), con)]
+_spare_cons = {"pid": None, "cons": []}        # [((path, cache_mb, mmap, threads), (st_dev, st_ino), con)]
 _spare_cons_lock = _forksafe.Lock()
 
 
@@ -1065,11 +1065,11 @@ def _spare_list():
     return _spare_cons["cons"]
 
 
-def take_connection(path, threads=None, cache_mb=None):
+def take_connection(path, threads=None, cache_mb=None, mmap=False):
     """A connection for one reader (usable from any thread, one at a time): a spare one of an
-    earlier reader of the same file and cache size (its decoder threads set to `threads`:
-    None, one per core), else a new one.  A spare whose path now names another file
-    (converted again and renamed over it) is closed, not used."""
+    earlier reader of the same file, cache size and mmap (its decoder threads set to
+    `threads`: None, one per core), else a new one.  A spare whose path now names another
+    file (converted again and renamed over it) is closed, not used."""
     fid, stale = _file_id(path), []
     con = had = None
     with _spare_cons_lock:
@@ -1079,19 +1079,19 @@ def take_connection(path, threads=None, cache_mb=None):
             if k[0] == str(path) and f != fid:
                 stale.append(c)
                 del cons[i]
-            elif con is None and k[:2] == (str(path), cache_mb) and fid is not None:
-                con, had = c, k[2]
+            elif con is None and k[:3] == (str(path), cache_mb, bool(mmap)) and fid is not None:
+                con, had = c, k[3]
                 del cons[i]
     for c in stale:
         c.close()
     if con is None:
-        return with_connection(path, threads, cache_mb, check_same_thread=False)
+        return with_connection(path, threads, cache_mb, check_same_thread=False, mmap=mmap)
     if had != threads:
         con.execute("SELECT dc_config('threads', ?)", (int(threads or 0),)).fetchall()
     return con
 
 
-def give_connection(con, path, threads=None, cache_mb=None, wait=True):
+def give_connection(con, path, threads=None, cache_mb=None, wait=True, mmap=False):
     """A reader is done with a connection from take_connection (no statement left running):
     keep it for the next reader, or close it when SPARE_CONNECTIONS are kept already.
     wait=False (an iterator's __del__, which may run wherever the collector does): close it
@@ -1106,7 +1106,7 @@ def give_connection(con, path, threads=None, cache_mb=None, wait=True):
         if fid is None:
             old.append(con)
         else:
-            cons.append(((str(path), cache_mb, threads), fid, con))
+            cons.append(((str(path), cache_mb, bool(mmap), threads), fid, con))
         while len(cons) > SPARE_CONNECTIONS:
             old.append(cons.pop(0)[2])
     finally:

@@ -145,7 +145,7 @@ class _Base:
     """Argument checking and batch building shared by the iterable and map datasets."""
 
     def _setup(self, path, where, obs, genes, output, dtype, threads, cache_mb, cells=None,
-               transform=None, missing_code=-100, missing_genes="error"):
+               transform=None, missing_code=-100, missing_genes="error", mmap=True):
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         self.path = os.fspath(path)
@@ -156,6 +156,9 @@ class _Base:
             numpy_dtype(self.dtype)
         self.threads = None if threads is None else _check_int("threads", threads, 1)
         self.cache_mb = None if cache_mb is None else _check_int("cache_mb", cache_mb, 0)
+        if not isinstance(mmap, (bool, np.bool_)):
+            raise TypeError(f"mmap must be True or False, not {type(mmap).__name__}")
+        self.mmap = bool(mmap)
         if isinstance(missing_code, bool) or not isinstance(missing_code, (int, np.integer)):
             raise TypeError(f"missing_code must be an integer, not {type(missing_code).__name__}")
         self.missing_code = int(missing_code)
@@ -281,12 +284,22 @@ class _Base:
 
     def _open(self, threads=None):
         t, cache = self._settings(threads)
-        return self._same(with_connection(self.path, threads=t, cache_mb=cache))
+        return self._same(with_connection(self.path, threads=t, cache_mb=cache, mmap=self._mmap()))
 
     def _take_connection(self, threads=None):
         """A reader's connection: the last reader's, where it left one (_core.take_connection)."""
         t, cache = self._settings(threads)
-        return self._same(take_connection(self.path, t, cache))
+        return self._same(take_connection(self.path, t, cache, self._mmap()))
+
+    def _mmap(self):
+        """Whether this process's readers map the file (mmap=True): not in a DataLoader worker.
+        Measured with 2 workers on 100,000 cells of the reference data (bench_pipeline.py
+        --before, medians of 3-5): persistent workers 1.01-1.21x the cells/s for 1.16-1.19x
+        the process tree's RSS (each worker's map counts the file's pages again); workers that
+        live one epoch 0.89x (a new process faults the map in afresh every epoch)."""
+        if not getattr(self, "mmap", False):      # (a dataset pickled before the argument)
+            return False
+        return get_worker_info() is None
 
     def _same(self, con):
         """con, if it reads the version of the dataset this object was made from (else closed,
@@ -300,7 +313,7 @@ class _Base:
 
     def _give_connection(self, con, threads=None, wait=True):
         t, cache = self._settings(threads)
-        give_connection(con, self.path, t, cache, wait)
+        give_connection(con, self.path, t, cache, wait, self._mmap())
 
     def _default_cache_mb(self):
         return None
@@ -463,6 +476,11 @@ class CellDataset(_Base, IterableDataset):
                     columns; the others come with dc_batch, in sql_call), transform,
                     wait (the consumer blocked on the prefetch queue), first_wait (a
                     DataLoader worker waiting for worker 0's first batch: _first_turn)
+    mmap:           True (default): readers in this process (not in DataLoader workers)
+                    map a local file into memory (deltacells.connect(mmap=True)): tile
+                    blobs read 5-8x faster, 0 workers about 1.1-1.2x the cells/s; a file cut
+                    short by another program in the middle of a read then ends the process
+                    with SIGBUS instead of an error. False: read calls.
 
     Iterators are context managers (`with iter(ds) as it: ...`) and have close(); an
     iterator also closes itself at the end of the epoch.  X's buffers are reused once the
@@ -478,7 +496,7 @@ class CellDataset(_Base, IterableDataset):
                  genes=None, output="csr", dtype=torch.float32, prefetch_tiles=2, threads=None,
                  drop_last=False, shuffle_window=2, cache_mb=None, rank=None, world_size=None,
                  equal_batches=False, *, cells=None, transform=None, missing_code=-100,
-                 missing_genes="error", timings=False):
+                 missing_genes="error", timings=False, mmap=True):
         super().__init__()
         self.timings = bool(timings)
         self.last_timings = None
@@ -502,7 +520,8 @@ class CellDataset(_Base, IterableDataset):
                 raise ValueError(f"rank {rank} is not below world_size {world_size}")
         self._rank_arg = (rank, world_size)
         self._setup(path, where, obs, genes, output, dtype, threads, cache_mb, cells=cells,
-                    transform=transform, missing_code=missing_code, missing_genes=missing_genes)
+                    transform=transform, missing_code=missing_code, missing_genes=missing_genes,
+                    mmap=mmap)
         self._tiles = self._cat.per_tile(self._selected)
         self._epoch_box = _SharedInts(1)
         # the resume of load_state_dict, shared with the DataLoader workers (see _take_resume):

@@ -174,7 +174,7 @@ class CellMapDataset(_Base, Dataset):
     len(ds) == ds.n_cells
 
     Arguments as CellDataset's (path, where, obs, genes, output, dtype, threads, cache_mb,
-    cells, transform, missing_code, missing_genes), and:
+    cells, transform, missing_code, missing_genes, mmap), and:
     row:     'dense' (default) or 'sparse': the form of X of a single cell.  torch's
              default collate stacks dense rows; it cannot stack sparse rows in DataLoader
              workers: with row='sparse' use collate_fn=deltacells.collate.
@@ -184,13 +184,14 @@ class CellMapDataset(_Base, Dataset):
 
     def __init__(self, path, where=None, obs=None, genes=None, output="csr",
                  dtype=torch.float32, threads=None, cache_mb=None, *, cells=None, row="dense",
-                 transform=None, missing_code=-100, missing_genes="error"):
+                 transform=None, missing_code=-100, missing_genes="error", mmap=True):
         super().__init__()
         if row not in ROWS:
             raise ValueError(f"row must be one of {ROWS}, got {row!r}")
         self.row = row
         self._setup(path, where, obs, genes, output, dtype, threads, cache_mb, cells=cells,
-                    transform=transform, missing_code=missing_code, missing_genes=missing_genes)
+                    transform=transform, missing_code=missing_code, missing_genes=missing_genes,
+                    mmap=mmap)
         self._ids = self.cell_ids
         self._slot = ConnSlot(self._open_slot)
 
