@@ -7,6 +7,7 @@
         [--no-global]    # skip the loader with a global shuffle
         [--read]         # the training process reads every batch (by default it counts them)
         [--panel N]      # train on a gene panel: N genes (as highly variable genes are picked)
+        [--map]          # also the map-style CellMapDataset: WindowBatchSampler, and a plain shuffle
     With --bandwidth-mbps or --latency-ms (a remote dataset behind an emulated object store),
     this runs bench/bench_remote.py with the same arguments: see its help.
 
@@ -30,6 +31,11 @@ epochs as the loaders):
                opt-in), which keeps the ceiling's per-batch allocations out of fresh pages
   anndata_mem  anndata.read_h5ad in memory, adata[idx].X -> torch sparse CSR
   anndata_backed  anndata.read_h5ad(backed='r'), adata[sorted idx].X (a few batches)
+With --map, the map-style CellMapDataset too, both with collate_fn=deltacells.collate and the
+loader's batch size: deltacells_map through deltacells.WindowBatchSampler (CellDataset's order,
+the dataset's cache_mb set to the sampler's), and deltacells_map_shuffled through
+DataLoader(shuffle=True), timed over --backed-batches batches (nearly every cell of such a batch
+needs a chunk decoded for it alone).
 The loader runs with its default shuffle window (deltacells) and with a global shuffle
 (deltacells_global: shuffle_window = every tile).  With --before DIR, the loader of DIR
 (e.g. a `git archive` of the previous commit's python/) runs too, against the same
@@ -271,6 +277,8 @@ def child(cfg):
         res["malloc_tuned"] = deltacells._malloc.tune()
     if kind == "breakdown":
         return breakdown(cfg, res) if not cfg.get("workers") else breakdown_workers(cfg, res)
+    if kind.startswith("deltacells_map"):
+        return map_child(cfg, res)
     if kind.startswith("deltacells"):
         from torch.utils.data import DataLoader
         with PeakMemory() as mem:
@@ -387,6 +395,55 @@ def child(cfg):
     res.update(cells=n, nnz=nnz, seconds=t1 - t0, load_s=load_s, first_s=first - t_start + load_s,
                cells_per_s=n / (t1 - t0), epoch_cells_per_s=per_epoch,
                rss_mb=mem.rss / 1024, pss_mb=mem.pss / 1024)
+    return res
+
+
+def map_child(cfg, res):
+    """CellMapDataset through a DataLoader with collate_fn=deltacells.collate: deltacells_map with
+    WindowBatchSampler (and the dataset's cache sized by it), deltacells_map_shuffled with a plain
+    shuffle, timed over max_batches batches."""
+    import deltacells
+    from torch.utils.data import DataLoader
+    bs, w = cfg["batch_size"], cfg["workers"]
+    epochs = cfg.get("epochs", 1)
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        m = deltacells.CellMapDataset(cfg["db"], output="csr", genes=cfg.get("panel"))
+        persistent = epochs > 1 and w > 0
+        if cfg["kind"] == "deltacells_map":
+            sampler = deltacells.WindowBatchSampler(m, batch_size=bs, seed=0, num_workers=w)
+            m.cache_mb = sampler.cache_mb             # before any connection opens
+            loader = DataLoader(m, batch_sampler=sampler, collate_fn=deltacells.collate, num_workers=w,
+                                persistent_workers=persistent)
+            limit = None
+        else:
+            sampler = None
+            loader = DataLoader(m, batch_size=bs, shuffle=True, collate_fn=deltacells.collate,
+                                num_workers=w, persistent_workers=persistent)
+            limit = cfg.get("max_batches") or 3
+        first = None
+        per_epoch = []
+        for e in range(epochs):
+            if sampler is not None:
+                sampler.set_epoch(e)
+            t_e = time.perf_counter()
+            n = nnz = 0
+            for k, b in enumerate(loader):
+                if first is None:
+                    first = time.perf_counter()
+                    mem.mark()
+                n += b["X"].shape[0]
+                nnz += _touch(b["X"])
+                if limit and k + 1 >= limit:
+                    break
+            t1 = time.perf_counter()
+            per_epoch.append(n / (t1 - t_e))
+            mem.mark()
+        del loader
+    if limit is None:
+        assert n == m.n_cells, (n, m.n_cells)
+    res.update(cells=n, nnz=nnz, seconds=t1 - t_e, first_s=first - t0, cells_per_s=n / (t1 - t_e),
+               epoch_cells_per_s=per_epoch, rss_mb=mem.rss / 1024, pss_mb=mem.pss / 1024)
     return res
 
 
@@ -535,6 +592,10 @@ def main(argv):
                          "build/bench-data/)")
     ap.add_argument("--no-malloc", action="store_true",
                     help="skip the loader with deltacells.tune_malloc() (deltacells_malloc)")
+    ap.add_argument("--map", action="store_true",
+                    help="also the map-style CellMapDataset: through deltacells.WindowBatchSampler "
+                         "(deltacells_map) and a plain shuffle (deltacells_map_shuffled, "
+                         "--backed-batches batches)")
     ap.add_argument("--fresh-workers", action="store_true",
                     help="with workers and --epochs > 1, also the loader with workers that are not "
                          "persistent (DataLoader's default: new processes every epoch; "
@@ -598,6 +659,9 @@ def main(argv):
             if a.before:
                 kinds.append(("deltacells_fresh_before", {"persistent": False,
                                                           "pythonpath": os.path.abspath(a.before)}))
+        if a.map:
+            kinds.append(("deltacells_map", {}))
+            kinds.append(("deltacells_map_shuffled", {"max_batches": a.backed_batches}))
         for w in workers:
             for kind, extra in kinds:
                 if kind in ("deltacells_global", "deltacells_malloc") and w != 0:
@@ -715,6 +779,14 @@ def summarize(results):
                          and b["workers"] == r["workers"]]
                 if lanes:
                     ratios["handed over through lanes"] = r["cells_per_s"] / lanes[0]["cells_per_s"]
+            if r["kind"].startswith("deltacells_map"):
+                cd = [b for b in ok if b["kind"] == "deltacells" and b["workers"] == r["workers"]]
+                if cd:
+                    ratios["CellDataset"] = r["cells_per_s"] / cd[0]["cells_per_s"]
+            if r["kind"] == "deltacells_map":
+                sh = [b for b in ok if b["kind"] == "deltacells_map_shuffled" and b["workers"] == r["workers"]]
+                if sh:
+                    ratios["DataLoader(shuffle=True)"] = r["cells_per_s"] / sh[0]["cells_per_s"]
             if r["kind"] == "deltacells_malloc" and "deltacells" in w0:
                 ratios["deltacells, malloc untouched"] = r["cells_per_s"] / w0["deltacells"]["cells_per_s"]
             bef = [b for b in ok if b["kind"] == r["kind"] + "_before" and b["workers"] == r["workers"]]

@@ -11,7 +11,7 @@
     deltacells.annotate("pbmc.dcdb", labels_df)                # add/replace obs columns (keyed by cell name)
 
 to_anndata and aggregate import numpy/pandas/anndata on first use; the PyTorch parts (CellDataset, CellMapDataset,
-GroupBatchSampler, CellBatch, CSRBatch, collate, transforms, train_val_split) import torch
+GroupBatchSampler, WindowBatchSampler, CellBatch, CSRBatch, collate, transforms, train_val_split) import torch
 on first use.
 """
 from ._connect import (NO_LOADING_MESSAGE, ExtensionNotFoundError, connect, find_extension,
@@ -34,7 +34,8 @@ if _os.environ.get("DELTACELLS_MALLOC_TUNE") == "1":
     _malloc.tune()
 
 _LAZY = {"annotate": "_annotate", "to_anndata": "anndata_io", "aggregate": "_aggregate", "CellDataset": "dataset", "CellMapDataset": "mapdataset",
-         "GroupBatchSampler": "mapdataset", "collate": "mapdataset", "CellBatch": "mapdataset",
+         "GroupBatchSampler": "mapdataset", "WindowBatchSampler": "mapdataset", "collate": "mapdataset",
+         "CellBatch": "mapdataset",
          "CSRBatch": "_convert", "Categories": "_core", "train_val_split": "split",
          "Split": "split", "transforms": None}
 
