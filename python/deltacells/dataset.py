@@ -141,6 +141,15 @@ def _check_int(name, v, lo):
     return int(v)
 
 
+def _check_equal_batches(v):
+    """equal_batches -> None, 'pad' or 'drop' (True is 'pad')."""
+    if v is True:
+        v = "pad"
+    if v not in (False, None, "pad", "drop"):
+        raise ValueError(f"equal_batches must be False, True, 'pad' or 'drop', got {v!r}")
+    return v or None
+
+
 class _Base:
     """Argument checking and batch building shared by the iterable and map datasets."""
 
@@ -506,11 +515,7 @@ class CellDataset(_Base, IterableDataset):
         self.seed = _check_int("seed", seed, 0)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
-        if equal_batches is True:
-            equal_batches = "pad"
-        if equal_batches not in (False, None, "pad", "drop"):
-            raise ValueError(f"equal_batches must be False, True, 'pad' or 'drop', got {equal_batches!r}")
-        self.equal_batches = equal_batches or None
+        self.equal_batches = _check_equal_batches(equal_batches)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if world_size is not None:

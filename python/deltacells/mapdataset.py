@@ -41,7 +41,7 @@ DEFAULT_CACHE_MB = 512      # the extension's default decoded-chunk cache (one p
 from ._forksafe import ConnSlot
 from ._convert import CSRBatch
 from ._plan import EpochPlan, interleave
-from .dataset import _Base, _check_int, worker_threads
+from .dataset import _Base, _check_equal_batches, _check_int, worker_threads
 
 ROWS = ("dense", "sparse")
 
@@ -283,6 +283,21 @@ class CellMapDataset(_Base, Dataset):
         self._slot = ConnSlot(self._open_slot)
 
 
+def _replicas(num_replicas, rank):
+    """A sampler's DDP (num_replicas, rank): as given, else the process group's, else (1, 0)."""
+    if num_replicas is None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            num_replicas = torch.distributed.get_world_size()
+            rank = torch.distributed.get_rank() if rank is None else rank
+        else:
+            num_replicas, rank = 1, 0 if rank is None else rank
+    num_replicas = _check_int("num_replicas", num_replicas, 1)
+    rank = _check_int("rank", 0 if rank is None else rank, 0)
+    if rank >= num_replicas:
+        raise ValueError(f"rank {rank} is not below num_replicas {num_replicas}")
+    return num_replicas, rank
+
+
 class GroupBatchSampler(Sampler):
     """Batches of dataset positions, each drawn from one group of an obs column
     (one cell type, one perturbation ...).
@@ -309,16 +324,7 @@ class GroupBatchSampler(Sampler):
         self.shuffle = bool(shuffle)
         self.seed = _check_int("seed", seed, 0)
         self.drop_last = bool(drop_last)
-        if num_replicas is None:
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                num_replicas = torch.distributed.get_world_size()
-                rank = torch.distributed.get_rank() if rank is None else rank
-            else:
-                num_replicas, rank = 1, 0 if rank is None else rank
-        self.num_replicas = _check_int("num_replicas", num_replicas, 1)
-        self.rank = _check_int("rank", 0 if rank is None else rank, 0)
-        if self.rank >= self.num_replicas:
-            raise ValueError(f"rank {self.rank} is not below num_replicas {self.num_replicas}")
+        self.num_replicas, self.rank = _replicas(num_replicas, rank)
         keys = labels.astype(str) if labels.dtype == object else labels
         self.groups, inverse = np.unique(keys, return_inverse=True)
         order = np.argsort(inverse, kind="stable")
@@ -398,21 +404,8 @@ class WindowBatchSampler(Sampler):
         self.num_workers = _check_int("num_workers", num_workers, 0)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
-        if equal_batches is True:
-            equal_batches = "pad"
-        if equal_batches not in (False, None, "pad", "drop"):
-            raise ValueError(f"equal_batches must be False, True, 'pad' or 'drop', got {equal_batches!r}")
-        self.equal_batches = equal_batches or None
-        if num_replicas is None:
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                num_replicas = torch.distributed.get_world_size()
-                rank = torch.distributed.get_rank() if rank is None else rank
-            else:
-                num_replicas, rank = 1, 0 if rank is None else rank
-        self.num_replicas = _check_int("num_replicas", num_replicas, 1)
-        self.rank = _check_int("rank", 0 if rank is None else rank, 0)
-        if self.rank >= self.num_replicas:
-            raise ValueError(f"rank {self.rank} is not below num_replicas {self.num_replicas}")
+        self.equal_batches = _check_equal_batches(equal_batches)
+        self.num_replicas, self.rank = _replicas(num_replicas, rank)
         self._ids = data.cell_ids
         self._tiles = data._cat.per_tile(data._selected)
         nnz = data._cat.tile_nnz
