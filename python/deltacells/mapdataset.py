@@ -23,7 +23,8 @@ without building single cells:
 
 Shuffled batches over all cells (shuffle=True) decode a chunk for nearly every cell (a chunk is
 decoded whole); WindowBatchSampler gives CellDataset's order (cells shuffled within windows of
-tiles), whose batches share their window's chunks: about 130-220x the cells/s.
+tiles), whose batches share their window's chunks: 129x the cells/s at batch 256, 9.5x at
+5,000 (bench_pipeline.py --map).
 
 Fork safety: the dataset keeps one connection per process and thread, opened on first
 use; a DataLoader worker forked after the parent used the dataset opens its own.
