@@ -243,9 +243,10 @@ def connect(path, *, readonly=True, check_same_thread=True, extension=None, time
     (read-only; latency_ms and mbps throttle it like an object store).
     mmap: read a local file through a memory map (``PRAGMA mmap_size``, up to SQLite's cap:
     2 GiB in most builds): a tile blob is then one copy out of the OS page cache instead of
-    one read call per page, 5-8x faster (python/README.md, "Reading through a memory map").  A
-    file truncated by something other than SQLite while it is mapped then ends the process
-    with SIGBUS instead of an error.  Ignored for URLs and ``remote=``.
+    one read call per page, about 8x faster (python/README.md, "Reading through a memory
+    map").  A file cut short by another program in the middle of a statement then ends the
+    process with SIGBUS instead of an error (between statements SQLite notices the new size).
+    Ignored for URLs and ``remote=``.
     """
     if not hasattr(sqlite3.Connection, "enable_load_extension"):
         raise RuntimeError(NO_LOADING_MESSAGE)

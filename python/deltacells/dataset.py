@@ -487,7 +487,7 @@ class CellDataset(_Base, IterableDataset):
                     DataLoader worker waiting for worker 0's first batch: _first_turn)
     mmap:           True (default): readers in this process (not in DataLoader workers)
                     map a local file into memory (deltacells.connect(mmap=True)): tile
-                    blobs read 5-8x faster, 0 workers about 1.1-1.2x the cells/s; a file cut
+                    blobs read about 8x faster, 0 workers 1.1-1.2x the cells/s; a file cut
                     short by another program in the middle of a read then ends the process
                     with SIGBUS instead of an error. False: read calls.
 
