@@ -4,8 +4,10 @@ process of the group, workers included, first prints the stacks of its threads (
 the group is killed and the test fails with that output: a hang that happens once in many runs
 says where it waited.  (Under ASan, see run_python.)"""
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import warnings
 
 import pytest
@@ -31,7 +33,22 @@ def run_python(argv, env, timeout, what="subprocess"):
 
 
 def _run_once(argv, env, timeout):
-    """(return code, output), or (None, output with the stacks) after a timeout."""
+    """(return code, output), or (None, output with the stacks) after a timeout.  The
+    subprocess gets a temporary directory of its own as TMPDIR (unless the caller chose one),
+    removed afterwards: what its processes leave there (multiprocessing's pymp-* directories
+    of DataLoader workers killed at exit or ended with os._exit) does not pile up in /tmp."""
+    tmp = None
+    if env.get("TMPDIR") == os.environ.get("TMPDIR"):
+        tmp = tempfile.mkdtemp(prefix="dc-subproc-")
+        env = dict(env, TMPDIR=tmp)
+    try:
+        return _run_in(argv, env, timeout)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_in(argv, env, timeout):
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          env=dict(env, PYTHONFAULTHANDLER="1"), start_new_session=True)
     try:
