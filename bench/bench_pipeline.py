@@ -293,21 +293,7 @@ def child(cfg):
             persistent = epochs > 1 and cfg["workers"] > 0 and cfg.get("persistent", True)
             loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"],
                                 persistent_workers=persistent)
-            first = None
-            per_epoch = []
-            for e in range(epochs):      # with epochs > 1: cells/s of the last epoch
-                ds.set_epoch(e)
-                t_e = time.perf_counter()
-                n = nnz = 0
-                for b in loader:
-                    if first is None:
-                        first = time.perf_counter()
-                        mem.mark()           # PSS while a one-epoch run's workers live
-                    n += b["X"].shape[0]
-                    nnz += _touch(b["X"])
-                t1 = time.perf_counter()
-                per_epoch.append(n / (t1 - t_e))
-                mem.mark()                   # PSS with the workers alive, untimed
+            n, nnz, t_e, t1, first, per_epoch = _epochs(loader, epochs, mem, ds.set_epoch)
             del loader
         assert n == ds.n_cells, (n, ds.n_cells)
         res.update(cells=n, nnz=nnz, seconds=t1 - t_e, first_s=first - t0,
@@ -398,6 +384,31 @@ def child(cfg):
     return res
 
 
+def _epochs(loader, epochs, mem, set_epoch=None, limit=None):
+    """The loader's epochs (set_epoch(e) before each; each cut after `limit` batches if given),
+    every batch's X touched: (cells and nonzeros of the last epoch, its start and end, when the
+    first batch came, cells/s per epoch).  With epochs > 1 the caller reports the last."""
+    first = None
+    per_epoch = []
+    for e in range(epochs):
+        if set_epoch is not None:
+            set_epoch(e)
+        t_e = time.perf_counter()
+        n = nnz = 0
+        for k, b in enumerate(loader):
+            if first is None:
+                first = time.perf_counter()
+                mem.mark()               # PSS while a one-epoch run's workers live
+            n += b["X"].shape[0]
+            nnz += _touch(b["X"])
+            if limit and k + 1 >= limit:
+                break
+        t1 = time.perf_counter()
+        per_epoch.append(n / (t1 - t_e))
+        mem.mark()                       # PSS with the workers alive, untimed
+    return n, nnz, t_e, t1, first, per_epoch
+
+
 def map_child(cfg, res):
     """CellMapDataset through a DataLoader with collate_fn=deltacells.collate: deltacells_map with
     WindowBatchSampler (and the dataset's cache sized by it), deltacells_map_shuffled with a plain
@@ -421,24 +432,8 @@ def map_child(cfg, res):
             loader = DataLoader(m, batch_size=bs, shuffle=True, collate_fn=deltacells.collate,
                                 num_workers=w, persistent_workers=persistent)
             limit = cfg.get("max_batches") or 3
-        first = None
-        per_epoch = []
-        for e in range(epochs):
-            if sampler is not None:
-                sampler.set_epoch(e)
-            t_e = time.perf_counter()
-            n = nnz = 0
-            for k, b in enumerate(loader):
-                if first is None:
-                    first = time.perf_counter()
-                    mem.mark()
-                n += b["X"].shape[0]
-                nnz += _touch(b["X"])
-                if limit and k + 1 >= limit:
-                    break
-            t1 = time.perf_counter()
-            per_epoch.append(n / (t1 - t_e))
-            mem.mark()
+        n, nnz, t_e, t1, first, per_epoch = _epochs(loader, epochs, mem,
+                                                    sampler.set_epoch if sampler else None, limit)
         del loader
     if limit is None:
         assert n == m.n_cells, (n, m.n_cells)

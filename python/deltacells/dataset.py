@@ -150,6 +150,17 @@ def _check_equal_batches(v):
     return v or None
 
 
+def window_cache_mb(cat, window, n_tiles, spare=0):
+    """MB of decoded-chunk cache that a shuffle window of `window` tiles (of n_tiles) and
+    `spare` tiles more hold, the largest tile counted for each.  The cache counts the memory
+    its buffers hold: a decoded chunk's size rounded up to its size class (at most 1/8 more)
+    and, when mapped, to 2 MiB.  A window past the last tile holds no more tiles."""
+    if not len(cat.tile_nnz):
+        return 0.0
+    per_tile = float(cat.tile_nnz.max()) * 8 * 1.25 / 2**20
+    return per_tile * (min(window, n_tiles) + spare)
+
+
 class _Base:
     """Argument checking and batch building shared by the iterable and map datasets."""
 
@@ -585,16 +596,12 @@ class CellDataset(_Base, IterableDataset):
     def _default_cache_mb(self):
         if not len(self._cat.tile_nnz):
             return None
-        # the cache counts the memory its buffers hold: a decoded chunk's size rounded up
-        # to its size class (at most 1/8 more) and, when mapped, to 2 MiB
-        per_tile = float(self._cat.tile_nnz.max()) * 8 * 1.25 / 2**20
-        window = min(self.shuffle_window, len(self._tiles))   # a window past the last tile
-        # holds no more tiles.  In the main process one tile more, for the batch that spans
-        # two windows while the prefetch thread reads ahead; a DataLoader worker reads its
-        # own whole windows, one batch at a time (see _plan): its window is enough, and
-        # N workers' caches together stay near N windows, not N (window + 1) tiles
+        # In the main process one tile more than a window, for the batch that spans two
+        # windows while the prefetch thread reads ahead; a DataLoader worker reads its own
+        # whole windows, one batch at a time (see _plan): its window is enough, and N workers'
+        # caches together stay near N windows, not N (window + 1) tiles
         spare = 0 if get_worker_info() is not None else 1
-        return int(per_tile * (window + spare)) + 16
+        return int(window_cache_mb(self._cat, self.shuffle_window, len(self._tiles), spare)) + 16
 
     # --- resuming ------------------------------------------------------------
     def state_dict(self, batches_done=None):

@@ -42,9 +42,15 @@ DEFAULT_CACHE_MB = 512      # the extension's default decoded-chunk cache (one p
 from ._forksafe import ConnSlot
 from ._convert import CSRBatch
 from ._plan import EpochPlan, interleave
-from .dataset import _Base, _check_equal_batches, _check_int, worker_threads
+from .dataset import _Base, _check_equal_batches, _check_int, window_cache_mb, worker_threads
 
 ROWS = ("dense", "sparse")
+
+
+def _worker_cache_mb(num_workers):
+    """CellMapDataset's decoded-chunk cache in each of num_workers DataLoader workers: the
+    extension's default shared among them; None (the extension's own) for 0 or 1."""
+    return max(16, DEFAULT_CACHE_MB // num_workers) if num_workers > 1 else None
 
 
 def _row_parts(X, i):
@@ -216,9 +222,7 @@ class CellMapDataset(_Base, Dataset):
 
     def _default_cache_mb(self):
         wi = get_worker_info()
-        if wi is not None and wi.num_workers > 1:
-            return max(16, DEFAULT_CACHE_MB // wi.num_workers)
-        return None
+        return _worker_cache_mb(wi.num_workers if wi is not None else 0)
 
     def close(self):
         """Close this thread's connection now (others close when their thread ends or the
@@ -409,13 +413,10 @@ class WindowBatchSampler(Sampler):
         self.num_replicas, self.rank = _replicas(num_replicas, rank)
         self._ids = data.cell_ids
         self._tiles = data._cat.per_tile(data._selected)
-        nnz = data._cat.tile_nnz
-        per_tile = float(nnz.max()) * 8 * 1.25 / 2**20 if len(nnz) else 0.0
-        # a window's decoded chunks (as CellDataset's default budget counts them) and one tile
-        # more, for the batch that spans two windows
-        window = min(self.shuffle_window, max(1, len(self._tiles)))
-        self.cache_mb = int(per_tile * (window + 1)) + 16
-        self._window_mb = per_tile * window
+        # a window's decoded chunks and one tile more, for the batch that spans two windows
+        n_tiles = max(1, len(self._tiles))
+        self.cache_mb = int(window_cache_mb(data._cat, self.shuffle_window, n_tiles, 1)) + 16
+        self._window_mb = window_cache_mb(data._cat, self.shuffle_window, n_tiles)
         self._data = data
         self._checked = False
         self.epoch = 0
@@ -433,13 +434,9 @@ class WindowBatchSampler(Sampler):
         """Once, when the first epoch begins: warn if the dataset's decoded-chunk cache (per
         process: CellMapDataset's own default with workers) cannot hold a window."""
         self._checked = True
-        d = self._data
-        if d.cache_mb is not None:
-            have = d.cache_mb
-        elif self.num_workers > 1:
-            have = max(16, DEFAULT_CACHE_MB // self.num_workers)
-        else:
-            have = DEFAULT_CACHE_MB
+        have = self._data.cache_mb
+        if have is None:
+            have = _worker_cache_mb(self.num_workers) or DEFAULT_CACHE_MB
         if have < self._window_mb:
             warnings.warn(
                 f"WindowBatchSampler: the dataset's decoded-chunk cache ({have} MB per process) holds "
