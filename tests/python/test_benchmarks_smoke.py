@@ -154,3 +154,24 @@ def test_decode_stages_build_splits_a_decode(simd):
     assert res["stage_tables_counts_ms"] < res["stage_streams_ms"], st
     # thread CPU time of a one-thread decode, per stage the fastest run: not more than its wall time
     assert total <= 1.5 * res["decode_1t_ms"], (st, res["decode_1t_ms"])
+
+
+def test_first_touch_bench_measures_each_kind_of_page():
+    """build/bench_first_touch prints the cost per 4 KiB page of each way a loader's buffers
+    meet memory for the first time, and the two hand-overs of a worker new every epoch as the
+    sums of their parts; a page written before costs less than a fresh one (a bench whose
+    timer measured nothing would fail here)."""
+    p = subprocess.run([os.path.join(ROOT, "build", "bench_first_touch"), "--mib", "4", "--runs", "3", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["mib"] == 4 and res["runs"] == 3
+    parts = ["private_4k_us", "private_huge_us", "shared_write_us", "child_write_us", "rewrite_us", "copy_us"]
+    assert all(res[k] > 0 for k in parts), res
+    assert res["fresh_worker_lanes_us"] == pytest.approx(res["child_populate_us"] + res["child_write_us"], abs=1e-3)
+    assert res["fresh_worker_copy_us"] == pytest.approx(res["private_huge_us"] + res["copy_us"], abs=1e-3)
+    assert res["rewrite_us"] < res["private_4k_us"], res
+    assert ("lanes cost less" in p.stdout) == (res["fresh_worker_lanes_us"] <= res["fresh_worker_copy_us"])
+    p = subprocess.run([os.path.join(ROOT, "build", "bench_first_touch"), "--mib", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--mib must be at least 2" in p.stderr
