@@ -657,6 +657,15 @@ class BufferPool:
         """A batch's (indptr int32 [n+1], indices int32 [nnz], data dtype [nnz])."""
         return self.take(n + 1, np.int32), self.take(nnz, np.int32), self.take(nnz, dtype)
 
+    def side(self):
+        """A second pool that goes with this one (from epoch to epoch), for arrays a reader
+        holds only for a while (placing's carried parts of a batch): taken from this pool,
+        their sizes would crowd out the batches' buffers and make it allocate again."""
+        sp = getattr(self, "_side", None)
+        if sp is None:
+            sp = self._side = BufferPool(keep=4, alloc=self._alloc)
+        return sp
+
     def clear(self):
         self._bufs = []
         self._forked = set()

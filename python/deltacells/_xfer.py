@@ -593,6 +593,9 @@ class WorkerSlots:
     def take(self, n, dtype):              # BufferPool's interface
         return self.private.take(n, dtype)
 
+    def side(self):
+        return self.private.side()
+
     def warm(self, shapes):
         """Gives their pages now to the slots that batches of these (cells, nonzeros, dtype)
         would take: each taken and freed again (later takes pick the same slots: the smallest

@@ -58,6 +58,35 @@ def test_kept_batches_are_not_overwritten(small, ref):
         assert seen == N_CELLS
 
 
+def test_carried_parts_of_batches_reuse_buffers(small, ref, monkeypatch):
+    """Batches larger than a shuffle window (1,000 cells; windows of two 300-cell tiles) are
+    each made from parts of two or three windows; a part waits for the next window in buffers
+    of the pool's side pool, which goes from epoch to epoch with the pool, so a later epoch
+    allocates nothing (fresh arrays for every part had faulted in 2,000-5,000 pages an epoch
+    of a where= selection), and every batch is right."""
+    sizes = []
+    real = _core._alloc
+    monkeypatch.setattr(_core, "_alloc", lambda n: sizes.append(n) or real(n))
+    monkeypatch.setattr(_core, "_spare", {"pid": None, "pools": []})
+    ds = deltacells.CellDataset(small[1], batch_size=1000, seed=2, prefetch_tiles=0, output="csr_parts")
+    assert ds.shuffle_window * TILE < 1000
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        n_before, n = len(sizes), 0
+        with iter(ds) as it:
+            for b in it:
+                ids = b["cell_id"].numpy()
+                n += len(ids)
+                assert np.array_equal(b["X"].to_dense().numpy(), ref[ids].toarray())
+                del b
+        assert n == N_CELLS
+        side = _core._spare["pools"][0].side()
+        if epoch == 0:
+            assert len(side._bufs) >= 2          # the parts came from it
+        else:
+            assert len(sizes) == n_before, f"epoch {epoch} allocated {len(sizes) - n_before} buffers"
+
+
 def test_dropped_batches_reuse_buffers(small, ref):
     """A loop that keeps no batch touches the same few buffers, and every batch is right."""
     ds = deltacells.CellDataset(small[1], batch_size=250, seed=2, prefetch_tiles=0,
