@@ -8,6 +8,7 @@
         [--read]         # the training process reads every batch (by default it counts them)
         [--panel N]      # train on a gene panel: N genes (as highly variable genes are picked)
         [--map]          # also the map-style CellMapDataset: WindowBatchSampler, and a plain shuffle
+        [--where EXPR]   # train on the cells an obs filter selects (loaders and baselines alike)
     With --bandwidth-mbps or --latency-ms (a remote dataset behind an emulated object store),
     this runs bench/bench_remote.py with the same arguments: see its help.
 
@@ -67,6 +68,10 @@ in a worker's first epoch) pays for it in the figure.  One run (2026-12-03, --wo
 0 workers in the third epoch but 0.30x the ceiling's first epoch in their first (0.53x in a
 run without --read minutes later); new workers every epoch 0.39x of 0 workers, 1.76x the same
 through lanes.
+Selection (--where EXPR, an SQL expression over obs, as CellDataset's where=): every loader
+gets where=EXPR, and the baselines draw their shuffled batches from the same cells (their row
+numbers, found once through the dataset: the ceiling indexes its whole in-memory matrix by them,
+as a user holding the matrix would); cells/s counts the selected cells.
 Panel (--panel N): every loader takes genes= N genes drawn at random (seed 0, in that random
 order) from the dataset's 20,000 most expressed, as a highly-variable-gene panel is; the
 baselines hold X already cut to those columns in that order (scipy CSR, indices sorted per
@@ -288,7 +293,7 @@ def child(cfg):
                 kw["shuffle_window"] = 1 << 20        # every tile: one global shuffle
             ds = deltacells.CellDataset(cfg["db"], batch_size=bs, shuffle=True, seed=0,
                                         prefetch_tiles=cfg["prefetch_tiles"], output="csr",
-                                        genes=cfg.get("panel"), **kw)
+                                        genes=cfg.get("panel"), where=cfg.get("where"), **kw)
             epochs = cfg.get("epochs", 1)
             persistent = epochs > 1 and cfg["workers"] > 0 and cfg.get("persistent", True)
             loader = DataLoader(ds, batch_size=None, num_workers=cfg["workers"],
@@ -316,7 +321,13 @@ def child(cfg):
                 # anndata 0.8 reads int64 indptr with int32 indices, which scipy 1.10
                 # cannot row-index ("Output dtype not compatible"): one index dtype
                 ad.X = scipy.sparse.csr_matrix(ad.X)
-        n_cells = ad.n_obs
+        rows = np.arange(ad.n_obs)
+        if cfg.get("where"):      # the selected cells' rows (not timed, as loading is not)
+            sel = deltacells.CellDataset(cfg["db"], where=cfg["where"], batch_size=1)
+            rows = np.asarray(sel.cell_ids, dtype=np.int64)
+            if len(rows) and rows[-1] >= ad.n_obs:
+                raise RuntimeError("--where: the dataset's cell ids are not the h5ad's rows")
+        n_cells = len(rows)
         cols = None
         if cfg.get("panel"):      # the panel's columns, in its order (not timed: done at load)
             cols = ad.var_names.get_indexer(cfg["panel"])
@@ -362,7 +373,7 @@ def child(cfg):
         first = t_start = None
         per_epoch = []
         for e in range(1 if kind == "anndata_backed" else cfg.get("epochs", 1)):
-            perm = np.random.default_rng(e).permutation(n_cells)
+            perm = rows[np.random.default_rng(e).permutation(n_cells)]
             batches = [perm[i:i + bs] for i in range(0, n_cells, bs)]
             if max_batches:
                 batches = batches[:max_batches]
@@ -419,7 +430,7 @@ def map_child(cfg, res):
     epochs = cfg.get("epochs", 1)
     with PeakMemory() as mem:
         t0 = time.perf_counter()
-        m = deltacells.CellMapDataset(cfg["db"], output="csr", genes=cfg.get("panel"))
+        m = deltacells.CellMapDataset(cfg["db"], output="csr", genes=cfg.get("panel"), where=cfg.get("where"))
         persistent = epochs > 1 and w > 0
         if cfg["kind"] == "deltacells_map":
             sampler = deltacells.WindowBatchSampler(m, batch_size=bs, seed=0, num_workers=w)
@@ -460,7 +471,7 @@ def breakdown(cfg, res):
     import torch
     ds = deltacells.CellDataset(cfg["db"], batch_size=cfg["batch_size"], shuffle=True, seed=0,
                                 prefetch_tiles=0, output="csr", obs=cfg.get("obs"),
-                                genes=cfg.get("panel"), timings=True)
+                                genes=cfg.get("panel"), where=cfg.get("where"), timings=True)
     t0 = time.perf_counter()
     n = 0
     with iter(ds) as it:
@@ -495,7 +506,8 @@ def breakdown_workers(cfg, res):
 
     ds = deltacells.CellDataset(cfg["db"], batch_size=cfg["batch_size"], shuffle=True, seed=0,
                                 prefetch_tiles=cfg["prefetch_tiles"], output="csr",
-                                obs=cfg.get("obs"), genes=cfg.get("panel"), timings=True)
+                                obs=cfg.get("obs"), genes=cfg.get("panel"), where=cfg.get("where"),
+                                timings=True)
     t0 = time.perf_counter()
     n = nb = 0
     wait = 0.0
@@ -606,6 +618,9 @@ def main(argv):
                          "(loaders and baselines alike; by default it only counts them)")
     ap.add_argument("--panel", type=int, default=0, metavar="N",
                     help="a gene panel of N genes (random among the 20,000 most expressed, random order)")
+    ap.add_argument("--where", metavar="EXPR",
+                    help="an obs filter (SQL, as CellDataset's where=): loaders and baselines use only "
+                         "the cells it selects")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -636,7 +651,8 @@ def main(argv):
                              ("anndata_backed", a.backed_batches)):
                 if kind not in a.baselines.split(","):
                     continue
-                cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0, "epochs": a.epochs, "panel": panel}
+                cfg = {"kind": kind, "batch_size": bs, "h5": h5, "workers": 0, "epochs": a.epochs, "panel": panel,
+                       "db": db, "where": a.where}
                 if mb:
                     cfg["max_batches"] = max(1, mb if bs >= 5000 else mb * 10)
                 cfgs.append(cfg)
@@ -664,7 +680,8 @@ def main(argv):
                 if kind.startswith("deltacells_fresh") and w == 0:
                     continue
                 cfgs.append(dict({"kind": kind, "batch_size": bs, "db": db, "workers": w,
-                                  "prefetch_tiles": a.prefetch_tiles, "epochs": a.epochs, "panel": panel}, **extra))
+                                  "prefetch_tiles": a.prefetch_tiles, "epochs": a.epochs, "panel": panel,
+                                  "where": a.where}, **extra))
         if a.read:
             for cfg in cfgs:
                 cfg["read"] = True
@@ -680,7 +697,7 @@ def main(argv):
         for i in range(len(cfgs)):
             results.append(median_run(runs[i]))
         cfg = {"kind": "breakdown", "batch_size": bs, "db": db, "workers": 0,
-               "obs": [c for c in a.obs.split(",") if c], "panel": panel}
+               "obs": [c for c in a.obs.split(",") if c], "panel": panel, "where": a.where}
         results.append(run_child(cfg))
         if not a.json:
             show_breakdown(results[-1])

@@ -175,3 +175,24 @@ def test_first_touch_bench_measures_each_kind_of_page():
     p = subprocess.run([os.path.join(ROOT, "build", "bench_first_touch"), "--mib", "1"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--mib must be at least 2" in p.stderr
+
+
+def test_pipeline_bench_where_selects_the_same_cells_for_loader_and_ceiling():
+    """bench_pipeline.py --where: the loader (CellDataset(where=)) and the in-memory ceiling
+    each deliver exactly the cells the filter selects, counted by SQL on the same dataset."""
+    p = subprocess.run([PY, "bench/bench_pipeline.py", "--cells", "1200", "--genes", "2000", "--workers", "0",
+                        "--batch-size", "100", "--baselines", "ceiling", "--no-global", "--no-malloc",
+                        "--where", "cell_type = 'B cell'", "--json"],
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads(p.stdout)["results"]
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import deltacells
+    con = deltacells.connect(os.path.join(ROOT, "build", "bench-data", "bench_1200x2000_s1.dcdb"))
+    want = con.execute("SELECT count(*) FROM cells WHERE cell_type = 'B cell'").fetchone()[0]
+    con.close()
+    assert 0 < want < 1200
+    timed = [r for r in res if r["kind"] in ("ceiling", "deltacells")]
+    assert sorted(r["kind"] for r in timed) == ["ceiling", "deltacells"]
+    assert all(r["cells"] == want and r["cells_per_s"] > 0 for r in timed), timed
