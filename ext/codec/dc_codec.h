@@ -197,10 +197,11 @@ int dc_tile_decode(dc_decoder *d, const uint8_t *buf, size_t len,
 ** intermediate copy of the chunk.  Cell i of the chunk (chunk-relative) goes
 ** to ix[i] (gene indices, sorted) and val[i] (counts, int32 or float32); its
 ** size is what dc_chunk_cell_nnz said.  A NULL ix[i] or val[i]: the cell is
-** kept nowhere (its streams are decoded, as they must be for the cells after it,
-** but its genes and counts are not: the sum of its symbols' mantissa widths
-** moves on past it; a cell with a rare slow symbol is decoded into a sink).  No indptr is written.  Codec rans (3) only: the
-** other codecs give DC_EUNSUPPORTED (the caller decodes and copies).  A
+** kept nowhere (its streams are decoded, as they must be for the cells after
+** it, but its genes and counts are not: the sum of its symbols' mantissa
+** widths moves on past it; a cell with a rare slow symbol is decoded into a
+** sink).  No indptr is written.  Codec rans (3) only: the other codecs give
+** DC_EUNSUPPORTED (the caller decodes and copies).  A
 ** corrupt chunk is an error as for dc_chunk_decode; the places of a failed
 ** chunk hold arbitrary values.
 **
