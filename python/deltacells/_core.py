@@ -608,6 +608,7 @@ class BufferPool:
         self._alloc = alloc or _alloc       # nbytes -> a uint8 numpy buffer
         self._bufs = []
         self._forked = set()                # ids of buffers a forked child may share (at_fork)
+        self._side = None                   # side(), made when first asked for
 
     def cold(self):
         """No buffer yet: whatever is taken first is fresh memory."""
@@ -661,10 +662,9 @@ class BufferPool:
         """A second pool that goes with this one (from epoch to epoch), for arrays a reader
         holds only for a while (placing's carried parts of a batch): taken from this pool,
         their sizes would crowd out the batches' buffers and make it allocate again."""
-        sp = getattr(self, "_side", None)
-        if sp is None:
-            sp = self._side = BufferPool(keep=4, alloc=self._alloc)
-        return sp
+        if self._side is None:
+            self._side = BufferPool(keep=4, alloc=self._alloc)
+        return self._side
 
     def clear(self):
         self._bufs = []
