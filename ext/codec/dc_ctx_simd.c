@@ -271,13 +271,15 @@ CELL_AVX2 static inline __m256i prefix8(__m256i x) {
 ** before this step's B, so that the loads of the next entries are under way
 ** while this step waits on its mantissa load (the core's window alone did
 ** not overlap them enough). */
+/* entry K broadcast to the four qwords: a load alone (vbroadcastsd), no shuffle */
+#define BQ(K) _mm256_castpd_si256(_mm256_broadcast_sd((const double *)(const void *)(inf + (K))))
 #define STEP_A(TAIL, J, LO, HI, NB, PN)                                          \
   do {                                                                           \
     const uint16_t *f_ = fl + (J);                                               \
-    __m256i v0_ = _mm256_setr_epi64x((long long)inf[f_[0]], (long long)inf[f_[1]], \
-                                     (long long)inf[f_[4]], (long long)inf[f_[5]]); \
-    __m256i v1_ = _mm256_setr_epi64x((long long)inf[f_[2]], (long long)inf[f_[3]], \
-                                     (long long)inf[f_[6]], (long long)inf[f_[7]]); \
+    __m256i v0_ = _mm256_blend_epi32(_mm256_blend_epi32(BQ(f_[0]), BQ(f_[1]), 0x0c),       \
+                                     _mm256_blend_epi32(BQ(f_[4]), BQ(f_[5]), 0xc0), 0xf0); \
+    __m256i v1_ = _mm256_blend_epi32(_mm256_blend_epi32(BQ(f_[2]), BQ(f_[3]), 0x0c),       \
+                                     _mm256_blend_epi32(BQ(f_[6]), BQ(f_[7]), 0xc0), 0xf0); \
     LO = _mm256_castps_si256(                                                    \
         _mm256_shuffle_ps(_mm256_castsi256_ps(v0_), _mm256_castsi256_ps(v1_), 0x88)); \
     HI = _mm256_castps_si256(                                                    \
