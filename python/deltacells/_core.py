@@ -666,10 +666,6 @@ class BufferPool:
             self._side = BufferPool(keep=4, alloc=self._alloc)
         return self._side
 
-    def clear(self):
-        self._bufs = []
-        self._forked = set()
-
 
 # data kinds of deltacells_ticket_take
 _KINDS = {"int32": 0, "float32": 1, "int16": 2, "int8": 3, "uint8": 4, "float64": 5, "int64": 6,
