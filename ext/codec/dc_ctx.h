@@ -168,6 +168,10 @@ typedef struct dc_ctx_sinfo {
 ** bit position, and sets *bad when a gene index reaches n_genes. */
 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
                           uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad);
+/* The sum of the widths nbt[sp[j]] of n symbols of one context whose indices are below nsym
+** (<= 256): 32 symbols per step, a shuffle per 16 entries of nbt (a skipped cell's bits, AVX2).
+** Reads up to 31 bytes past sp + n (the symbol buffers' slack). */
+uint64_t dc_ctx_width_sum_avx2(const uint8_t *nbt, uint32_t nsym, const uint8_t *sp, uint32_t n);
 int dc_ctx_stream_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 int dc_ctx_pairs_avx2(const void *tab, const dc_ctx_stream *s, uint32_t n, uint8_t *out);
 /* A pair context's fix-up (dc_ctx_decompress.c) on AVX2: from byte *i of the m at o, whole

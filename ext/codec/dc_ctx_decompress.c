@@ -288,22 +288,30 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
 /* The mantissa bits of a cell whose symbols are all fast, without decoding it:
 ** the sum of its symbols' widths (a cell that is placed nowhere), its streams'
 ** cursors moved past it.  Four sums, so that the loads are not one chain. */
-static inline uint64_t skip_cell(const dc_ctx_sinfo *inf, const uint8_t **cq, const uint32_t *bc,
-                                 uint32_t used) {
+static inline uint64_t skip_cell(const uint8_t *nbt, const uint16_t *nsym, int vec, const uint8_t **cq,
+                                 const uint32_t *bc, uint32_t used) {
   uint64_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;
   for (uint32_t u = used; u; u &= u - 1) {
     uint32_t b = (uint32_t)__builtin_ctz(u);
-    const dc_ctx_sinfo *e = inf + ((size_t)b << 8);
+    const uint8_t *e = nbt + ((size_t)b << 8);     /* bucket b's widths: 256 bytes */
     const uint8_t *sp = cq[b];
     uint32_t n = bc[b], j = 0;
-    for (; j + 4 <= n; j += 4) {
-      w0 += e[sp[j]].nb;
-      w1 += e[sp[j + 1]].nb;
-      w2 += e[sp[j + 2]].nb;
-      w3 += e[sp[j + 3]].nb;
-    }
-    for (; j < n; j++) w0 += e[sp[j]].nb;
     cq[b] = sp + n;
+#ifdef DC_CTX_X86
+    if (vec) {
+      w0 += dc_ctx_width_sum_avx2(e, nsym[b], sp, n);
+      continue;
+    }
+#else
+    (void)nsym; (void)vec;
+#endif
+    for (; j + 4 <= n; j += 4) {
+      w0 += e[sp[j]];
+      w1 += e[sp[j + 1]];
+      w2 += e[sp[j + 2]];
+      w3 += e[sp[j + 3]];
+    }
+    for (; j < n; j++) w0 += e[sp[j]];
   }
   return w0 + w1 + w2 + w3;
 }
@@ -355,7 +363,7 @@ static inline uint64_t skip_cell(const dc_ctx_sinfo *inf, const uint8_t **cq, co
       if (PLACING && ix == sink && !(used & slowmask[q])) {                     \
         /* kept nowhere: its symbols' widths move pos on, nothing is written   \
         ** (the kept cells' output and the section's end check are the same) */ \
-        pos += skip_cell(inf, cq, bc, used);                                    \
+        pos += skip_cell(s->nbt + ((size_t)q * nrb << 8), s->nsym + (size_t)q * nrb, USE_VEC, cq, bc, used); \
         continue;                                                               \
       }                                                                         \
       if (!USE_VEC && !(used & slowmask[q]) &&                                \

@@ -245,6 +245,31 @@ AVX2 int dc_ctx_stream2_avx2(const void *tab_a, const dc_ctx_stream *sa, uint32_
   return ra ? -1 : rb ? -2 : 0;
 }
 
+/* Widths of skipped cells: each 32 symbols split into high and low nibbles; for each 16 entries
+** k of the table, a shuffle looks the low nibbles up, kept where the high nibble is k; the
+** bytes (at most 28 each) are summed by vpsadbw. */
+AVX2 uint64_t dc_ctx_width_sum_avx2(const uint8_t *nbt, uint32_t nsym, const uint8_t *sp, uint32_t n) {
+  const __m256i m0f = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256(), one = _mm256_set1_epi8(1);
+  const __m256i lane = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                        21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+  const uint32_t nk = (nsym + 15) / 16;
+  __m256i acc = zero;
+  for (uint32_t j = 0; j < n; j += 32) {
+    __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(sp + j));
+    __m256i lo = _mm256_and_si256(x, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m0f);
+    __m256i w = zero, kv = zero;
+    for (uint32_t k = 0; k < nk; k++, kv = _mm256_add_epi8(kv, one)) {
+      __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(nbt + 16 * k)));
+      w = _mm256_or_si256(w, _mm256_and_si256(_mm256_shuffle_epi8(t, lo), _mm256_cmpeq_epi8(hi, kv)));
+    }
+    if (n - j < 32)       /* the bytes past n are another segment's: they count nothing */
+      w = _mm256_and_si256(w, _mm256_cmpgt_epi8(_mm256_set1_epi8((char)(n - j)), lane));
+    acc = _mm256_add_epi64(acc, _mm256_sad_epu8(w, zero));
+  }
+  __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  return (uint64_t)_mm_cvtsi128_si64(s2) + (uint64_t)_mm_extract_epi64(s2, 1);
+}
+
 /* ------------------------------------------------------------ stage 3
 ** One cell, eight nonzeros per step.  The eight symbols' table entries give
 ** their mantissa widths; a prefix sum of the widths places each symbol's bits

@@ -237,23 +237,26 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     size_t o_tab = ((size_t)m->n_ctx * (sizeof *s->nsym + 1) + 63) & ~(size_t)63;
     size_t o_inf = o_tab + (((size_t)m->n_ctx * s->tstride + 63) & ~(size_t)63);
     size_t o_pinf = o_inf + (((size_t)m->n_ctx * 256 * sizeof *s->inf + 63) & ~(size_t)63);
-    size_t o_slow = o_pinf + (vec ? 0 : (((size_t)m->nq * PF_BYTES + 63) & ~(size_t)63));
+    size_t o_nbt = o_pinf + (vec ? 0 : (((size_t)m->nq * PF_BYTES + 63) & ~(size_t)63));
+    size_t o_slow = o_nbt + (((size_t)m->n_ctx * 256 + 63) & ~(size_t)63);
     size_t need = o_slow + 2 * (size_t)m->n_ctx;
     if (need > s->blk_cap) {
       dc_mem_free(s->blk, s->blk_map);
       s->blk = dc_mem_alloc_huge(need, &s->blk_map);
       s->blk_cap = s->blk ? (s->blk_map ? s->blk_map : need) : 0;
     }
-    s->nsym = NULL; s->pk = NULL; s->tab = NULL; s->inf = NULL; s->pinf = NULL; s->has_slow = NULL; s->pesc = NULL;
+    s->nsym = NULL; s->pk = NULL; s->tab = NULL; s->inf = NULL; s->pinf = NULL; s->nbt = NULL; s->has_slow = NULL;
+    s->pesc = NULL;
     if (!s->blk) { s->blk_map = 0; rc = DC_ENOMEM; why = "out of memory"; goto fail; }
     uint8_t *b = s->blk;
     memset(b, 0, o_tab);                       /* nsym: 0 = an unused context; pk */
-    memset(b + o_inf, 0, need - o_inf);        /* inf, pinf, has_slow (the slot table is filled) */
+    memset(b + o_inf, 0, need - o_inf);        /* inf, pinf, nbt, has_slow (the slot table is filled) */
     s->nsym = (uint16_t *)(void *)b;
     s->pk = b + (size_t)m->n_ctx * sizeof *s->nsym;
     s->tab = b + o_tab;
     s->inf = (dc_ctx_sinfo *)(void *)(b + o_inf);
     s->pinf = vec ? NULL : b + o_pinf;
+    s->nbt = b + o_nbt;
     s->has_slow = b + o_slow;
     s->pesc = b + o_slow + m->n_ctx;
   }
@@ -289,6 +292,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       }
       if (ver == 2) NEXT_FREQ(i);
       set_info(&inf[i], (uint32_t)prev, i == n);
+      s->nbt[(size_t)x * 256 + i] = inf[i].nb;
       if (!vec) {
         const dc_ctx_sinfo *e = &inf[i];
         uint32_t k = k0 + i;
