@@ -8,6 +8,7 @@
 */
 #include "dctest.h"
 #include "dc_testutil.h"
+#include "dc_ctx.h"
 
 static uint8_t *encode(const dct_mat *m, int codec, uint32_t chunks, size_t *len) {
   uint8_t *buf = NULL;
@@ -216,10 +217,44 @@ static void test_place_jobs_and_errors(void) {
   dct_mat_free(&m);
 }
 
+/* dc_ctx_width_sum_avx2 (the widths of the cells placing skips, 32 symbols at a time) against
+** a plain sum: contexts of 1 to 256 symbols (one to sixteen shuffles per 32), segments of 0 to
+** 100 symbols (tails of every length), and bytes past a segment (another segment's: any value,
+** also symbols the context does not have) that must count nothing. */
+static void test_width_sum(void) {
+#ifdef DC_CTX_X86
+  if (!dc_simd_supported(DC_SIMD_AVX2)) {
+    DCT_SKIP("this CPU has no avx2");
+    return;
+  }
+  uint8_t nbt[256], sp[100 + 32];
+  uint64_t r = 88172645463325252ull;
+#define NEXT() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
+  for (uint32_t nsym = 1; nsym <= 256; nsym += nsym < 40 ? 1 : 9) {
+    for (uint32_t i = 0; i < 256; i++) nbt[i] = (uint8_t)(i < nsym ? NEXT() % 29 : 100 + NEXT() % 100);
+    for (uint32_t n = 0; n <= 100; n++) {
+      uint64_t want = 0;
+      for (uint32_t i = 0; i < sizeof sp; i++) {
+        sp[i] = (uint8_t)(i < n ? NEXT() % nsym : NEXT() % 256);
+        if (i < n) want += nbt[sp[i]];
+      }
+      uint64_t got = dc_ctx_width_sum_avx2(nbt, nsym, sp, n);
+      DCT_CHECKF(got == want, "%u symbols, segment of %u: %llu, want %llu", nsym, n, (unsigned long long)got,
+                 (unsigned long long)want);
+      if (got != want) return;
+    }
+  }
+#undef NEXT
+#else
+  DCT_SKIP("not an x86-64 build: there is no AVX2 width sum");
+#endif
+}
+
 int main(void) {
   DCT_RUN(test_place_random);
   DCT_RUN(test_place_gene_map);
   DCT_RUN(test_place_edges);
   DCT_RUN(test_place_jobs_and_errors);
+  DCT_RUN(test_width_sum);
   return dct_done();
 }
