@@ -287,9 +287,9 @@ __attribute__((target("avx2"))) static inline uint16_t *gather_sym_avx2(uint16_t
 
 /* The mantissa bits of a cell whose symbols are all fast, without decoding it:
 ** the sum of its symbols' widths (a cell that is placed nowhere), its streams'
-** cursors moved past it.  The widths come from nbt (a byte per symbol); on AVX2
-** 32 symbols at a time (dc_ctx_width_sum_avx2), else four sums, so that the loads
-** are not one chain. */
+** cursors moved past it.  The widths: a byte per symbol, 256 per rank bucket (nbt
+** of the vector tables, the nb bytes of the portable ones); on AVX2 32 symbols at a
+** time (dc_ctx_width_sum_avx2), else four sums, so that the loads are not one chain. */
 static inline uint64_t skip_cell(const uint8_t *nbt, const uint16_t *nsym, int vec, const uint8_t **cq,
                                  const uint32_t *bc, uint32_t used) {
   uint64_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;
@@ -365,8 +365,8 @@ static inline uint64_t skip_cell(const uint8_t *nbt, const uint16_t *nsym, int v
       if (PLACING && ix == sink && !(used & slowmask[q])) {                     \
         /* kept nowhere: its symbols' widths move pos on, nothing is written   \
         ** (the kept cells' output and the section's end check are the same) */ \
-        pos += skip_cell(s->nbt + ((size_t)q * nrb << 8), s->nsym + (size_t)q * nrb, \
-                         USE_VEC, cq, bc, used);                                \
+        pos += skip_cell(USE_VEC ? s->nbt + ((size_t)q * nrb << 8) : pinf + 4 * PF_U32, \
+                         s->nsym + (size_t)q * nrb, USE_VEC, cq, bc, used);     \
         continue;                                                               \
       }                                                                         \
       if (!USE_VEC && !(used & slowmask[q]) &&                                \

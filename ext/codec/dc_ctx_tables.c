@@ -238,7 +238,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     size_t o_inf = o_tab + (((size_t)m->n_ctx * s->tstride + 63) & ~(size_t)63);
     size_t o_pinf = o_inf + (((size_t)m->n_ctx * 256 * sizeof *s->inf + 63) & ~(size_t)63);
     size_t o_nbt = o_pinf + (vec ? 0 : (((size_t)m->nq * PF_BYTES + 63) & ~(size_t)63));
-    size_t o_slow = o_nbt + (((size_t)m->n_ctx * 256 + 63) & ~(size_t)63);
+    size_t o_slow = o_nbt + (vec ? (((size_t)m->n_ctx * 256 + 63) & ~(size_t)63) : 0);
     size_t need = o_slow + 2 * (size_t)m->n_ctx;
     if (need > s->blk_cap) {
       dc_mem_free(s->blk, s->blk_map);
@@ -256,7 +256,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
     s->tab = b + o_tab;
     s->inf = (dc_ctx_sinfo *)(void *)(b + o_inf);
     s->pinf = vec ? NULL : b + o_pinf;
-    s->nbt = b + o_nbt;
+    s->nbt = vec ? b + o_nbt : NULL;
     s->has_slow = b + o_slow;
     s->pesc = b + o_slow + m->n_ctx;
   }
@@ -292,7 +292,7 @@ static int build_tables(dc_decoder *d, ctx_state *s, const uint8_t *sh, size_t s
       }
       if (ver == 2) NEXT_FREQ(i);
       set_info(&inf[i], (uint32_t)prev, i == n);
-      s->nbt[(size_t)x * 256 + i] = inf[i].nb;
+      if (vec) s->nbt[(size_t)x * 256 + i] = inf[i].nb;
       if (!vec) {
         const dc_ctx_sinfo *e = &inf[i];
         uint32_t k = k0 + i;

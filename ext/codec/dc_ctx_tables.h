@@ -47,8 +47,9 @@ typedef struct ctx_state {
   uint8_t *tab;                      /* n_ctx x tstride: the slot entries (dc_ctx.h) */
   dc_ctx_sinfo *inf;                        /* n_ctx x 256                              */
   uint8_t *pinf;                     /* nq x PF_BYTES, the portable stage 3's copy */
-  uint8_t *nbt;                      /* n_ctx x 256: inf's mantissa widths alone (cells that
-                                        placing skips: 16 at a time per shuffle on AVX2) */
+  uint8_t *nbt;                      /* vector layout: n_ctx x 256, inf's mantissa widths alone
+                                        (cells that placing skips, 16 entries per shuffle on
+                                        AVX2; the portable layout has them in pinf) */
   uint32_t *map;                     /* with a gene map: local id -> gene (n_local) */
   uint8_t *pesc;                     /* per pair context: 1 if the escape is among its top K
                                         (else only its raw symbols can hold one) */
