@@ -228,14 +228,13 @@ static void test_width_sum(void) {
     return;
   }
   uint8_t nbt[256], sp[100 + 32];
-  uint64_t r = 88172645463325252ull;
-#define NEXT() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
+  uint64_t r = 7;
   for (uint32_t nsym = 1; nsym <= 256; nsym += nsym < 40 ? 1 : 9) {
-    for (uint32_t i = 0; i < 256; i++) nbt[i] = (uint8_t)(i < nsym ? NEXT() % 29 : 100 + NEXT() % 100);
+    for (uint32_t i = 0; i < 256; i++) nbt[i] = (uint8_t)(i < nsym ? dct_rng(&r) % 29 : 100 + dct_rng(&r) % 100);
     for (uint32_t n = 0; n <= 100; n++) {
       uint64_t want = 0;
       for (uint32_t i = 0; i < sizeof sp; i++) {
-        sp[i] = (uint8_t)(i < n ? NEXT() % nsym : NEXT() % 256);
+        sp[i] = (uint8_t)(i < n ? dct_rng(&r) % nsym : dct_rng(&r) % 256);
         if (i < n) want += nbt[sp[i]];
       }
       uint64_t got = dc_ctx_width_sum_avx2(nbt, nsym, sp, n);
@@ -244,7 +243,6 @@ static void test_width_sum(void) {
       if (got != want) return;
     }
   }
-#undef NEXT
 #else
   DCT_SKIP("not an x86-64 build: there is no AVX2 width sum");
 #endif
