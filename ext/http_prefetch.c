@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "vfs_http_int.h"
+#include "dc_codec.h"     /* dc_mem_alloc_huge */
 
 /* --- prefetch: background requests for the blocks ahead of a sequential reader ------------
 ** When a miss continues the last one (an overflow chain: a tile, a long column), the blocks ahead
@@ -39,7 +40,9 @@ enum { PF_FREE = 0, PF_QUEUED, PF_BUSY, PF_DONE, PF_FAILED };
 struct pf_ent {
   int state;
   int64_t first, n;
-  uint8_t *buf;
+  uint8_t *buf;                 /* pf_chunk blocks, in huge pages where the system has them (a new
+                                   process fills it in fresh memory: dc_mem_alloc_huge) */
+  size_t buf_map;               /* dc_mem_free's */
 };
 
 struct dc_prefetch {
@@ -88,10 +91,11 @@ static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t
   curl_easy_setopt(*cp, CURLOPT_XFERINFODATA, p);
   char err[900];
   int64_t got = 0;
+  double t0 = dh_trace ? dh_now() : 0;
   int rc = dh_get_on(f, *cp, 0, first * f->bsize, total, buf, &got, 0, err, sizeof err, &p->stop);
   if (dh_trace)
-    fprintf(stderr, "dchttp: %s prefetched blocks %lld..%lld: %s\n", f->name, (long long)first,
-            (long long)(first + n - 1), rc == SQLITE_OK ? "ok" : err);
+    fprintf(stderr, "dchttp: %.3f %d %s prefetched blocks %lld..%lld in %.3f s: %s\n", dh_now(), (int)getpid(), f->name,
+            (long long)first, (long long)(first + n - 1), dh_now() - t0, rc == SQLITE_OK ? "ok" : err);
   return rc == SQLITE_OK && got == total;
 }
 
@@ -113,7 +117,7 @@ static void *pf_main(void *arg) {
     int64_t first = e->first, n = e->n;
     pthread_mutex_unlock(&p->mu);
     int ok = 0;
-    if (!e->buf) e->buf = malloc((size_t)(p->f->pf_chunk * p->f->bsize));
+    if (!e->buf) e->buf = dc_mem_alloc_huge((size_t)(p->f->pf_chunk * p->f->bsize), &e->buf_map);
     if (e->buf) ok = pf_fetch(p, &c, first, n, e->buf);
     /* into the process's shared cache here, off the reading thread (its copies into fresh memory
     ** are slow on some machines); it has its own lock and no SQLite */
@@ -186,7 +190,7 @@ void dh_pf_close(dc_hfile *f) {
   for (int i = 0; i < p->nth; i++) pthread_join(p->th[i], NULL);
   for (int i = 0; i < p->nent; i++) {
     if (p->ent[i].state == PF_DONE) atomic_fetch_add(&dh_st.pf_unused, p->ent[i].n);
-    free(p->ent[i].buf);
+    dc_mem_free(p->ent[i].buf, p->ent[i].buf_map);
   }
   pthread_mutex_destroy(&p->mu); pthread_cond_destroy(&p->work); pthread_cond_destroy(&p->done);
   free(p->ent); free(p->th); free(p);

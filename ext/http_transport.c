@@ -207,7 +207,7 @@ int dh_fetch_range(dc_hfile *f, int64_t idx, int64_t last, int64_t *total_out) {
     if (!nb) return SQLITE_IOERR_NOMEM;
     f->rabuf = nb; f->rabuf_cap = total;
   }
-  if (dh_trace) fprintf(stderr, "dchttp: %s blocks %lld..%lld (bytes %lld..%lld)\n", f->name, (long long)idx,
+  if (dh_trace) fprintf(stderr, "dchttp: %.3f %d %s blocks %lld..%lld (bytes %lld..%lld)\n", dh_now(), (int)getpid(), f->name, (long long)idx,
                        (long long)last, (long long)(idx * f->bsize), (long long)(idx * f->bsize + total - 1));
   if (f->local) {
     double t0 = dh_now();

@@ -3,6 +3,8 @@
 ** No SQLite, no libcurl, no I/O.
 */
 #include "dc_remote.h"
+#include "dc_codec.h"     /* dc_mem_alloc_huge */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,8 +196,11 @@ struct dc_sharedcache {
   uint64_t *key;
   int64_t *idx, *len;
   uint64_t *used, tick;
-  uint8_t **buf;
-  int64_t *bcap;       /* each slot's buffer size */
+  uint8_t **buf;       /* slot i: arena + i * cap */
+  uint8_t *arena;      /* every slot's bytes, in huge pages where the system has them (dc_mem_alloc_huge):
+                          a new process (a DataLoader worker each epoch) fills slots in fresh memory,
+                          one page fault per 2 MiB instead of one per 4 KiB; reserved, touched as filled */
+  size_t arena_len;    /* dc_mem_free's */
   uint8_t *filling;    /* claimed, being filled by its caller: neither visible nor picked */
 };
 
@@ -209,20 +214,27 @@ dc_sharedcache *dc_sharedcache_new(int slots, int64_t cap) {
   c->len = calloc((size_t)slots, sizeof *c->len);
   c->used = calloc((size_t)slots, sizeof *c->used);
   c->buf = calloc((size_t)slots, sizeof *c->buf);
-  c->bcap = calloc((size_t)slots, sizeof *c->bcap);
   c->filling = calloc((size_t)slots, sizeof *c->filling);
-  if (!c->key || !c->idx || !c->len || !c->used || !c->buf || !c->bcap || !c->filling) {
+  if ((uint64_t)cap > SIZE_MAX / (size_t)slots) {
     dc_sharedcache_free(c);
     return NULL;
   }
-  for (int i = 0; i < slots; i++) c->idx[i] = -1;
+  c->arena = dc_mem_alloc_huge((size_t)slots * (size_t)cap, &c->arena_len);
+  if (!c->key || !c->idx || !c->len || !c->used || !c->buf || !c->filling || !c->arena) {
+    dc_sharedcache_free(c);
+    return NULL;
+  }
+  for (int i = 0; i < slots; i++) {
+    c->idx[i] = -1;
+    c->buf[i] = c->arena + (size_t)i * (size_t)cap;
+  }
   return c;
 }
 
 void dc_sharedcache_free(dc_sharedcache *c) {
   if (!c) return;
-  if (c->buf) for (int i = 0; i < c->slots; i++) free(c->buf[i]);
-  free(c->buf); free(c->bcap); free(c->filling); free(c->key); free(c->idx); free(c->len); free(c->used); free(c);
+  dc_mem_free(c->arena, c->arena_len);
+  free(c->buf); free(c->filling); free(c->key); free(c->idx); free(c->len); free(c->used); free(c);
 }
 
 int dc_sharedcache_get(dc_sharedcache *c, uint64_t key, int64_t idx, int64_t len, int64_t off, int64_t n,
@@ -253,11 +265,6 @@ uint8_t *dc_sharedcache_claim(dc_sharedcache *c, uint64_t key, int64_t idx, int6
     if (v < 0 || (c->idx[v] >= 0 && (c->idx[i] < 0 || c->used[i] < c->used[v]))) v = i;
   }
   if (v < 0) return NULL;                       /* every slot is being filled */
-  if (c->bcap[v] < len) {
-    uint8_t *nb = realloc(c->buf[v], (size_t)(len ? len : 1));
-    if (!nb) return NULL;
-    c->buf[v] = nb; c->bcap[v] = len;
-  }
   c->idx[v] = -1;
   c->filling[v] = 1;
   *slot = v;
