@@ -2,6 +2,7 @@
 ** dataset.c — the SQLite side of the converter (see dataset.h, docs/format.md).
 */
 #include "dataset.h"
+#include "merge_store.h"   /* cv_write_pagemap */
 #include "dc_format.h"
 #include "dc_seal.h"
 #include "dc_codec.h"
@@ -515,6 +516,7 @@ int dsw_finish(dsw *w, const char *out_path, int force, cv_err *e) {
   sqlite3_free(msg);
   for (size_t i = 0; i < sizeof VTABS / sizeof *VTABS; i++)
     if (exec(w, VTABS[i], e)) return -1;
+  if (cv_write_pagemap(w->db, e)) return cv_prefix(e, "%s", w->out_path ? w->out_path : w->tmp_path);
   if (exec(w, "COMMIT;", e)) return -1;
   sqlite3_stmt **sts[] = {&w->ins_tile, &w->ins_block, &w->ins_dict, &w->ins_col, &w->ins_gblock, &w->ins_gcol, &w->ins_meta};
   for (size_t i = 0; i < sizeof sts / sizeof *sts; i++) {

@@ -203,6 +203,7 @@ int cv_append(const cv_append_opts *o, cv_err *e) {
     sqlite3_free(ix);
     if (xr) { cv_prefix(e, "%s", o->dataset); goto done; }
   }
+  if (cv_write_pagemap(db, e)) { cv_prefix(e, "%s", o->dataset); goto done; }
   if (cv_commit(db, o->dataset, e)) goto done;
   in_tx = 0;
   if (getenv("DELTACELLS_TIMING")) fprintf(stderr, "append: commit %.3f s\n", cv_now() - tc);
@@ -432,7 +433,8 @@ int cv_merge(const cv_merge_opts *o, cv_err *e) {
       goto done;
     }
     sqlite3_free(msg);
-    if (cv_exec(db, "BEGIN", e) || sqllist_run(db, &late, e) || cv_exec(db, "COMMIT", e)) goto done;
+    if (cv_exec(db, "BEGIN", e) || sqllist_run(db, &late, e) || cv_write_pagemap(db, e) || cv_exec(db, "COMMIT", e))
+      goto done;
   }
   if (sqlite3_close(db) != SQLITE_OK) { cv_fail(e, "%s: close", tmp); db = NULL; goto done; }
   db = NULL;

@@ -17,6 +17,9 @@
 int cv_sql_fail(sqlite3 *db, cv_err *e, const char *what);
 int cv_exec(sqlite3 *db, const char *sql, cv_err *e);
 sqlite3_stmt *cv_prep(sqlite3 *db, cv_err *e, const char *fmt, ...);
+/* (Re)writes main's page map of its tiles (DC_TILES_PAGES, dc_format.h; pagemap.c): last, once the
+** tiles are in, in the writer's transaction.  0 also where SQLite has no dbstat (no map). */
+int cv_write_pagemap(sqlite3 *db, cv_err *e);
 
 /* A dataset's dc_meta (defaults where older datasets lack a key). */
 typedef struct dsinfo {

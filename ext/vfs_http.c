@@ -163,6 +163,20 @@ static void announced_blocks(const dc_hfile *f, int64_t b, int64_t nblocks, int6
   if (*xend > nblocks) *xend = nblocks;
 }
 
+/* Blocks b..x of a request (in f->rabuf) into the caches: the disk cache and the process's shared
+** cache; into this file's memory those from keep_from on that the shared cache does not keep */
+static void install_fetched(dc_hfile *f, int64_t b, int64_t x, int64_t keep_from) {
+  for (int64_t k = b; k <= x; k++) {
+    int64_t lk = dc_block_len(k, f->bsize, f->size);
+    const uint8_t *src = f->rabuf + (k - b) * f->bsize;
+    if (!f->local) { dh_disk_put(f, k, src, lk); dh_shared_put(f, k, src, lk); }
+    if (k >= keep_from && !dh_shared_keeps(f, k)) {
+      uint8_t *s2 = dc_blockcache_slot(f->mem, k);
+      if (s2) { memcpy(s2, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
+    }
+  }
+}
+
 /* Where the reader reads in order (dc_readorder, remote_logic.c) */
 static int in_order(const dc_hfile *f, int64_t b) { return dc_readorder_in_order(&f->ro, b); }
 static void read_at(dc_hfile *f, int64_t b) { dc_readorder_at(&f->ro, b); }
@@ -318,16 +332,8 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     memcpy(dst + (from - off), f->rabuf + (from - bstart), (size_t)(to - from));
     for (int64_t k = b; k <= x && k <= last; k++) read_at(f, k);
     /* every block into the disk cache; into memory those that fit, the last ones kept */
-    int64_t nb = x - b + 1, keep_from = b + (nb > f->mem_slots ? nb - f->mem_slots : 0);
-    for (int64_t k = b; k <= x; k++) {
-      int64_t lk = dc_block_len(k, f->bsize, f->size);
-      const uint8_t *src = f->rabuf + (k - b) * f->bsize;
-      if (!f->local) { dh_disk_put(f, k, src, lk); dh_shared_put(f, k, src, lk); }
-      if (k >= keep_from && !dh_shared_keeps(f, k)) {
-        uint8_t *s2 = dc_blockcache_slot(f->mem, k);
-        if (s2) { memcpy(s2, src, (size_t)lk); dc_blockcache_commit(f->mem, k, lk); }
-      }
-    }
+    int64_t nb = x - b + 1;
+    install_fetched(f, b, x, b + (nb > f->mem_slots ? nb - f->mem_slots : 0));
     b = x;
   }
   if (end < off + amt) {
@@ -625,6 +631,114 @@ int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes) {
   return f->expect_blocks;
 }
 
+/* Fetches the blocks of byte ranges [off[i], off[i] + len[i]) that this process does not hold, all
+** requested at once (the file's prefetch requests, max_inflight in flight; on the calling thread
+** when it has none), and waits for them: they are then in the caches like any block read.  The
+** ranges' blocks, in order, merged where they meet.  Returns the blocks fetched, or -1 with dh_err
+** set when a request failed after its retries. */
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+static int64_t fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]) {
+  int64_t nblocks = (f->size + f->bsize - 1) / f->bsize, fetched = 0;
+  int m = 0;
+  for (int i = 0; i < n; i++) {             /* byte ranges -> block runs [first, last] */
+    if (r[i][1] <= 0 || r[i][0] < 0 || r[i][0] >= f->size) continue;
+    int64_t e = r[i][0] + r[i][1] < f->size ? r[i][0] + r[i][1] : f->size;
+    r[m][0] = r[i][0] / f->bsize;
+    r[m][1] = (e - 1) / f->bsize;
+    m++;
+  }
+  qsort(r, (size_t)m, sizeof r[0], cmp_i64);
+  int k = 0;
+  for (int i = 0; i < m; i++) {
+    if (k && r[i][0] <= r[k - 1][1] + 1) { if (r[i][1] > r[k - 1][1]) r[k - 1][1] = r[i][1]; }
+    else { r[k][0] = r[i][0]; r[k][1] = r[i][1]; k++; }
+  }
+  dc_prefetch *p = dh_pf_get(f);
+  if (p) {                                  /* every run queued (as far as the entries go), in order */
+    dh_pf_jump(p);
+    for (int i = 0; i < k; i++) {
+      f->pf_begin = r[i][0];
+      f->pf_end = r[i][1] + 1;
+      f->pf_depth = 1 << 30;
+      dh_pf_schedule(f, p, r[i][0]);
+    }
+  }
+  for (int i = 0; i < k; i++)
+    for (int64_t b = r[i][0]; b <= r[i][1] && b < nblocks; b++) {
+      if (have_block(f, b) || dh_on_disk(f, b)) continue;
+      pf_ent *e = p ? dh_pf_find(p, b) : NULL;
+      if (!e && p) {                        /* not queued (no entry was free): from here on */
+        f->pf_begin = b;
+        f->pf_end = r[i][1] + 1;
+        f->pf_depth = 1 << 30;
+        dh_pf_schedule(f, p, b);
+        e = dh_pf_find(p, b);
+      }
+      int64_t pend;
+      if (e && (pend = dh_pf_take(f, p, e))) {
+        fetched += pend - b;
+        b = pend - 1;
+        continue;
+      }
+      /* no prefetcher, or its request failed: on this thread, with retries */
+      int64_t x = b, total;
+      while (x < r[i][1] && x - b + 1 < f->ra_blocks && !have_block(f, x + 1) && !(p && dh_pf_find(p, x + 1))) x++;
+      if (dh_fetch_range(f, b, x, &total) != SQLITE_OK) {
+        if (p) dh_pf_jump(p);
+        return -1;
+      }
+      install_fetched(f, b, x, b);
+      fetched += x - b + 1;
+      b = x;
+    }
+  if (p) dh_pf_jump(p);                     /* no stream goes on from here */
+  return fetched;
+}
+
+int64_t dc_vfs_fetch(sqlite3 *db, const char *schema, int n, const int64_t *off, const int64_t *len) {
+  dc_hfile *f = hfile_of(db, schema);
+  if (!f) return -2;
+  if (n <= 0) return 0;
+  int64_t (*r)[2] = malloc(sizeof *r * (size_t)n);
+  if (!r) return -1;
+  for (int i = 0; i < n; i++) { r[i][0] = off[i]; r[i][1] = len[i]; }
+  int64_t got = fetch_ranges(f, n, r);
+  free(r);
+  return got;
+}
+
+/* dc_vfs_fetch(schema, offset, nbytes [, offset, nbytes ...]) in SQL: the blocks fetched, NULL for a
+** file not read through dchttp */
+static void fetch_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  if (argc < 3 || argc % 2 == 0) {
+    sqlite3_result_error(ctx, "dc_vfs_fetch: arguments are schema, then offset and nbytes pairs", -1);
+    return;
+  }
+  int n = (argc - 1) / 2;
+  int64_t off[32], len[32];
+  if (n > 32) {
+    sqlite3_result_error(ctx, "dc_vfs_fetch: at most 32 ranges", -1);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    sqlite3_value *a = argv[1 + 2 * i], *b = argv[2 + 2 * i];
+    if (sqlite3_value_type(a) != SQLITE_INTEGER || sqlite3_value_type(b) != SQLITE_INTEGER ||
+        sqlite3_value_int64(a) < 0 || sqlite3_value_int64(b) < 0) {
+      sqlite3_result_error(ctx, "dc_vfs_fetch: offsets and nbytes must be integers >= 0", -1);
+      return;
+    }
+    off[i] = sqlite3_value_int64(a);
+    len[i] = sqlite3_value_int64(b);
+  }
+  int64_t got = dc_vfs_fetch(sqlite3_context_db_handle(ctx), (const char *)sqlite3_value_text(argv[0]), n, off, len);
+  if (got == -2) sqlite3_result_null(ctx);
+  else if (got < 0) sqlite3_result_error(ctx, dh_err, -1);
+  else sqlite3_result_int64(ctx, got);
+}
+
 /* dc_vfs_expect(schema, nbytes) in SQL: the blocks announced, NULL for a file not read through
 ** dchttp (dc_ext.h has what an announcement does) */
 static void expect_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
@@ -700,6 +814,9 @@ int dc_register_vfs(sqlite3 *db) {
     rc = sqlite3_create_function(db, "dc_vfs_error", 0, SQLITE_UTF8, NULL, error_func, NULL, NULL);
   if (rc == SQLITE_OK)
     rc = sqlite3_create_function(db, "dc_vfs_file", 1, SQLITE_UTF8, NULL, file_func, NULL, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_create_function(db, "dc_vfs_fetch", -1, SQLITE_UTF8 | SQLITE_DIRECTONLY, NULL, fetch_func, NULL,
+                                 NULL);
   if (rc == SQLITE_OK)
     rc = sqlite3_create_function(db, "dc_vfs_expect", 2, SQLITE_UTF8 | SQLITE_DIRECTONLY, NULL, expect_func,
                                  NULL, NULL);

@@ -8,6 +8,10 @@ of the store's requests in flight: one tile's first request, its row's leaf page
 other's transfer; more for tiles of few blocks: plan()).  What it reads lands in the
 dchttp VFS's caches (the process's shared block cache, DC_HTTP_SHARED_MB, and the disk cache
 when there is one), where the loader's own connection then finds it: fetching overlaps decoding.
+Where the file has a page map (page_map(): the converter's tiles_data_pages), a reader asks for a
+tile's leaf page and its overflow pages in one round trip (dc_vfs_fetch) and reads nothing through
+SQLite; else it reads the tile's pages through SQLite, which costs a round trip for the leaf page
+before the one for the blob.
 It decodes nothing (the loader's decoded-chunk cache is for that) and holds no result.
 The loader waits for the tiles of its batch to have been read (at()), rather than requesting
 the same blocks a second time on its own connection while the fetcher has them in flight: all
@@ -22,11 +26,37 @@ child never uses or closes the parent's threads or connections.
 import bisect
 import math
 import os
+import sqlite3
 import threading
 
 import numpy as np
 
 from . import _forksafe
+
+
+def page_map(con):
+    """{tile: (leaf offset, page size, first overflow page's offset, bytes to the last)}: where
+    each tile's pages lie in the file, from the page map the converter writes (tiles_data_pages,
+    ext/dc_format.h), for the tiles whose overflow pages lie together (all of them in a file
+    written in one go); None when the file has no map or one that does not fit it (a map
+    outlived by a VACUUM: its pages past the file's end).  With it a tile costs one round trip
+    to the store, not two (the leaf page, then the overflow pages it names): FetchAhead."""
+    try:
+        if not con.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'tiles_data_pages'").fetchone():
+            return None
+        ps = con.execute("PRAGMA page_size").fetchone()[0]
+        n_pages = con.execute("PRAGMA page_count").fetchone()[0]
+        rows = con.execute("SELECT tile, leaf, first, last, pages FROM tiles_data_pages").fetchall()
+    except sqlite3.Error:
+        return None
+    out = {}
+    for tile, leaf, first, last, pages in rows:
+        if max(leaf, last) > n_pages or leaf < 1:
+            return None
+        if pages and last - first + 1 != pages:
+            continue                # pages apart: read as without a map
+        out[int(tile)] = ((leaf - 1) * ps, ps, (first - 1) * ps if pages else 0, pages * ps)
+    return out
 
 
 def tile_order(batches, tile_of):
@@ -95,8 +125,9 @@ class FetchAhead:
     the blob lies) with the other's transfer; the dataset gives each half of the store's
     max_inflight, so the requests in flight stay as many as with one."""
 
-    def __init__(self, connect, order, ahead, readers=1):
+    def __init__(self, connect, order, ahead, readers=1, pages=None):
         self._connect = connect
+        self._pages = pages or {}   # page_map(): a tile's pages asked for in one round trip
         self._order = order
         self._first_batch = [b for b, _ in order]    # sorted: the order is by first need
         self._ahead = max(1, int(ahead))
@@ -162,12 +193,21 @@ class FetchAhead:
     _walk = None      # the statement that reads a tile's pages (set on the first tile)
 
     def _fetch(self, con, tile):
-        """The tile blob's pages through the VFS, announced first (dc_vfs_expect: its length,
+        """The tile's pages into the shared block cache.  With the page map: its leaf page and
+        its overflow pages, requested at once (dc_vfs_fetch); a map that does not fit the file
+        costs requests, never data (the loader reads what is missing itself).  Else through the
+        VFS, announced first (dc_vfs_expect: its length,
         from the row's leaf page, so that the VFS requests all its blocks at once instead of
         one block first and then a stream that grows).  Where tiles are sealed the pages are
         walked by reading the checksum that follows the blob (no copy of the blob into Python:
         a fresh 12 MB object per tile costs more than the walk); else the blob is read and
         dropped."""
+        where = self._pages.get(tile)
+        if where is not None:
+            # the leaf page and the overflow pages at once, into the shared block cache, where the
+            # loader's read finds them; nothing to walk
+            con.execute("SELECT dc_vfs_fetch('main', ?, ?, ?, ?)", where).fetchone()
+            return
         if self._walk is None:
             cols = {r[1] for r in con.execute("PRAGMA table_info(tiles_data)")}
             # NOT INDEXED: the covering index has the checksum too; the table's is after the blob

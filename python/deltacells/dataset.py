@@ -188,6 +188,8 @@ class _Base:
         try:
             # the fetch-ahead's condition, asked of a connection like those that read later
             self._vfs = _vfs_file(con)
+            # where each tile's pages lie, for the fetch-ahead of a remote dataset
+            self._pages = _fetchahead.page_map(con) if self._vfs else None
             cat = Catalogue(con, self.path)
             try:
                 self.obs = cat.resolve_obs(obs)
@@ -356,7 +358,7 @@ class _Base:
             int(self._vfs["block_kb"]) << 10, tiles=len(order))
         remote = {"max_inflight": per_reader} if readers > 1 else None
         return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False, remote=remote),
-                                      order, ahead, readers=readers)
+                                      order, ahead, readers=readers, pages=getattr(self, "_pages", None))
 
     def _obs_reader(self):
         """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the

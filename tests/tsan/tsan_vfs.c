@@ -19,6 +19,10 @@
 **                              once (their prefetchers filling the shared block cache, the reading
 **                              threads one on-disk cache directory); then a
 **                              fourth file without prefetch reads every block from that cache
+**   tsan_vfs_fetch_threads     three threads, a connection each on one URL, ask for every tile's
+**                              pages with dc_vfs_fetch (the page map's ranges; prefetch threads
+**                              filling the shared block cache) and read the tiles: each the same
+**                              blobs as the local file
 **   tsan_vfs_sql_concurrent    dc_batch over every cell and SELECT * FROM cells in five threads at
 **                              once: three with a connection each (two over HTTP, one a throttled
 **                              local file) and two sharing one connection over HTTP, all with
@@ -601,6 +605,93 @@ static int test_sql_concurrent(const char *path, char *why, size_t nwhy) {
   return ok;
 }
 
+/* tsan_vfs_fetch_threads: three threads, a connection each on one URL (their prefetchers filling
+** the shared block cache), each asks for every tile's pages with dc_vfs_fetch (the page map's
+** ranges) from a different tile on, then reads the tile's blob: the XOR of the blobs' digests must
+** be the local file's */
+static uint64_t tiles_digest(sqlite3 *db, int start, int fetch, char *why, size_t nwhy) {
+  sqlite3_stmt *m = NULL, *f = NULL, *b = NULL;
+  uint64_t h = 0;
+  int64_t ps = 0, n = 0;
+  int ok = 0;
+  if (sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &m, NULL) != SQLITE_OK || sqlite3_step(m) != SQLITE_ROW) goto out;
+  ps = sqlite3_column_int64(m, 0);
+  sqlite3_finalize(m);
+  if (sqlite3_prepare_v2(db, "SELECT tile, leaf, first, last, pages FROM tiles_data_pages", -1, &m, NULL) != SQLITE_OK ||
+      sqlite3_prepare_v2(db, "SELECT dc_vfs_fetch('main', ?1, ?2, ?3, ?4)", -1, &f, NULL) != SQLITE_OK ||
+      sqlite3_prepare_v2(db, "SELECT data FROM tiles_data WHERE tile = ?1", -1, &b, NULL) != SQLITE_OK)
+    goto out;
+  int64_t rows[4096][5];
+  while (sqlite3_step(m) == SQLITE_ROW && n < 4096) {
+    for (int c = 0; c < 5; c++) rows[n][c] = sqlite3_column_int64(m, c);
+    n++;
+  }
+  if (n == 0) { snprintf(why, nwhy, "no page map"); goto done; }
+  for (int64_t k = 0; k < n; k++) {
+    int64_t *r = rows[(start + k) % n];
+    if (fetch) {
+      sqlite3_bind_int64(f, 1, (r[1] - 1) * ps);
+      sqlite3_bind_int64(f, 2, ps);
+      sqlite3_bind_int64(f, 3, r[4] ? (r[2] - 1) * ps : 0);
+      sqlite3_bind_int64(f, 4, r[4] * ps);
+      if (sqlite3_step(f) != SQLITE_ROW || sqlite3_column_type(f, 0) != SQLITE_INTEGER) goto out;
+      sqlite3_reset(f);
+    }
+    sqlite3_bind_int64(b, 1, r[0]);
+    if (sqlite3_step(b) != SQLITE_ROW) goto out;
+    h ^= fnv(1469598103934665603ull ^ (uint64_t)r[0], sqlite3_column_blob(b, 0), sqlite3_column_bytes(b, 0));
+    sqlite3_reset(b);
+  }
+  ok = 1;
+out:
+  if (!ok && !why[0]) snprintf(why, nwhy, "%s", sqlite3_errmsg(db));
+done:
+  sqlite3_finalize(m); sqlite3_finalize(f); sqlite3_finalize(b);
+  return ok ? h : 0;
+}
+
+typedef struct { const char *uri; uint64_t want; int start, ok; char why[512]; } fetchw_t;
+
+static void *fetch_main(void *arg) {
+  fetchw_t *w = arg;
+  sqlite3 *db = open_db(w->uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, w->why, sizeof w->why);
+  if (!db) return NULL;
+  uint64_t h = tiles_digest(db, w->start, 1, w->why, sizeof w->why);
+  if (h && h != w->want) snprintf(w->why, sizeof w->why, "the tiles differ from the local file's");
+  else if (h) w->ok = 1;
+  sqlite3_close(db);
+  return NULL;
+}
+
+static int test_fetch_threads(char *why, size_t nwhy) {
+  sqlite3 *db = open_db(g_path, SQLITE_OPEN_READONLY, why, nwhy);
+  if (!db) return 0;
+  uint64_t want = tiles_digest(db, 0, 0, why, nwhy);
+  sqlite3_close(db);
+  if (!want) return 0;
+  char u[4300];
+  snprintf(u, sizeof u, "file:%s/fetch/d.dcdb?vfs=dchttp&block_kb=8&mem_blocks=16&readahead_kb=64&max_inflight=3",
+           g_url_base);
+  int64_t req0 = stat_of("prefetch_requests");
+  enum { NW = 3 };
+  pthread_t t[NW];
+  fetchw_t w[NW];
+  for (int i = 0; i < NW; i++) {
+    w[i] = (fetchw_t){u, want, i * 5, 0, ""};
+    if (pthread_create(&t[i], NULL, fetch_main, &w[i]) != 0) { snprintf(why, nwhy, "pthread_create"); return 0; }
+  }
+  int ok = 1;
+  for (int i = 0; i < NW; i++) {
+    pthread_join(t[i], NULL);
+    if (ok && !w[i].ok) { snprintf(why, nwhy, "thread %d: %s", i, w[i].why); ok = 0; }
+  }
+  if (ok && stat_of("prefetch_requests") - req0 <= 0) {
+    snprintf(why, nwhy, "no prefetch request was made");
+    ok = 0;
+  }
+  return ok;
+}
+
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "build/tsan/tsan_vfs.dcdb";
   g_path = path;
@@ -617,6 +708,7 @@ int main(int argc, char **argv) {
     {"tsan_vfs_close_throttled_local", test_close_throttled_local},
     {"tsan_vfs_faults", test_faults},
     {"tsan_vfs_shared_threads", test_shared_threads},
+    {"tsan_vfs_fetch_threads", test_fetch_threads},
   };
   int failed = 0;
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {

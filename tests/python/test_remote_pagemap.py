@@ -1,0 +1,257 @@
+"""The page map (tiles_data_pages, ext/dc_format.h; converter/pagemap.c) and dc_vfs_fetch
+(ext/vfs_http.c): where each tile's pages lie, so that a remote tile costs one round trip to the
+store, not two one after the other (its row's leaf page, then the overflow pages it names).
+
+- convert, append and merge write a map that agrees with SQLite's own account of the pages
+  (dbstat, read here independently of the converter's code); tiles whose blob fits in its leaf
+  have no overflow pages (0 0 0);
+- _fetchahead.page_map gives each tile's byte ranges, leaves out tiles whose pages lie apart, and
+  refuses a map that names pages past the file's end;
+- dc_vfs_fetch(schema, offset, nbytes, ...) brings a tile's pages in at once: reading the tile
+  afterwards asks the store for nothing; its arguments are checked; NULL for a local file; it
+  works with prefetch off (max_inflight 0) too;
+- a CellDataset epoch over a remote dataset whose map is wrong (moved pages: a VACUUM, an older
+  writer) gives the same batches as the local file: the map is a hint, never data.
+Remote parts against nginx on 127.0.0.1 (skipped with the reason when it cannot start).
+"""
+import os
+import shutil
+import sqlite3
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _converter_util import need_converter, run  # noqa: E402
+from _python_data import ROOT  # noqa: E402
+from _remote_util import alarm, nginx_or_skip  # noqa: E402
+from test_append_merge import write_h5ad  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import deltacells  # noqa: E402
+from deltacells import _fetchahead  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def time_limit():
+    with alarm(300, "test_remote_pagemap"):
+        yield
+
+
+def truth(db):
+    """{tile: (leaf, first, last, pages)} from dbstat: each overflow page's path names its cell
+    (leaf path + cell number in hex), each leaf path its page; cells in path order are the rows
+    in tile order."""
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT path, pageno, pagetype, ncell FROM dbstat WHERE name = 'tiles_data'").fetchall()
+    tiles = [t for (t,) in con.execute("SELECT tile FROM tiles_data ORDER BY tile")]
+    con.close()
+    leaves = sorted((p, n, c) for p, n, t, c in rows if t == "leaf")
+    cells = []                                   # (leaf path, cell number) in order
+    for p, n, c in leaves:
+        cells += [(p, k) for k in range(c)]
+    leaf_page = {p: n for p, n, _ in leaves}
+    over = {}
+    for p, n, t, _ in rows:
+        if t == "overflow":
+            cell = p.split("+")[0]
+            lp, k = cell[:cell.rindex("/") + 1], int(cell[cell.rindex("/") + 1:], 16)
+            over.setdefault((lp, k), []).append(n)
+    assert len(cells) == len(tiles)
+    out = {}
+    for tile, (lp, k) in zip(tiles, cells):
+        v = over.get((lp, k), [])
+        out[tile] = (leaf_page[lp], min(v) if v else 0, max(v) if v else 0, len(v))
+    return out
+
+
+def stored(db):
+    con = sqlite3.connect(db)
+    try:
+        return {t: (a, b, c, d) for t, a, b, c, d in con.execute("SELECT * FROM tiles_data_pages")}
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    need_converter()
+    d = tmp_path_factory.mktemp("pagemap")
+    genes = [f"G{i}" for i in range(400)]
+    a = write_h5ad(d / "a.h5ad", 3000, genes, 1)                      # blobs of many pages
+    b = write_h5ad(d / "b.h5ad", 1500, genes[100:] + ["X1"], 2)
+    small = write_h5ad(d / "s.h5ad", 40, genes[:30], 3, density=0.1)    # a blob that fits in its leaf
+    return d, a, b, small
+
+
+def test_convert_append_merge_write_a_map_that_agrees_with_dbstat(files, tmp_path):
+    d, a, b, small = files
+    x = tmp_path / "x.dcdb"
+    run("convert", a, "-o", x, "--quiet", "--tile-cells", "700")
+    got = stored(x)
+    assert got == truth(x) and len(got) >= 4
+    assert all(p > 0 and last - first + 1 == p for _, first, last, p in got.values()), got
+    run("append", x, b, "--quiet")                   # rows and leaves after the old ones
+    got = stored(x)
+    assert got == truth(x) and len(got) >= 7
+    s = tmp_path / "s.dcdb"
+    run("convert", small, "-o", s, "--quiet")
+    assert stored(s) == truth(s)
+    assert [v[1:] for v in stored(s).values()] == [(0, 0, 0)]   # all in the leaf
+    m = tmp_path / "m.dcdb"
+    run("merge", x, s, "-o", m, "--quiet")
+    got = stored(m)
+    assert got == truth(m) and len(got) == len(stored(x)) + 1
+
+
+def test_page_map_gives_byte_ranges_and_refuses_a_map_past_the_end(files, tmp_path):
+    d, a, b, small = files
+    x = tmp_path / "x.dcdb"
+    run("convert", a, "-o", x, "--quiet", "--tile-cells", "700")
+    con = sqlite3.connect(x)
+    ps = con.execute("PRAGMA page_size").fetchone()[0]
+    want = stored(x)
+    pm = _fetchahead.page_map(con)
+    assert set(pm) == set(want)
+    for t, (leaf, first, last, pages) in want.items():
+        assert pm[t] == ((leaf - 1) * ps, ps, (first - 1) * ps, pages * ps)
+    # a tile whose overflow pages lie apart: read without the map (the others keep it)
+    t0 = min(want)
+    con.execute("UPDATE tiles_data_pages SET last = last + 5 WHERE tile = ?", (t0,))
+    pm = _fetchahead.page_map(con)
+    assert t0 not in pm and len(pm) == len(want) - 1
+    # a page past the file's end: a map this file has outlived, not used at all
+    con.execute("UPDATE tiles_data_pages SET leaf = 1 << 40 WHERE tile = ?", (t0,))
+    assert _fetchahead.page_map(con) is None
+    con.execute("DROP TABLE tiles_data_pages")
+    assert _fetchahead.page_map(con) is None                     # a file without a map
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def served(files, tmp_path_factory):
+    d, a, b, small = files
+    w = tmp_path_factory.mktemp("pagemap_www")
+    x = w / "x.dcdb"
+    run("convert", a, "-o", x, "--quiet", "--tile-cells", "300")
+    for name in ("f1", "f2", "f3", "f4", "f5", "f6"):          # one name per test: the block cache is the process's
+        shutil.copy(x, w / f"{name}.dcdb")
+    ng = nginx_or_skip(w, tmp_path_factory.mktemp("pagemap_nginx"))
+    yield ng, x
+    ng.stop()
+
+
+def _requests(con):
+    return deltacells.vfs_stats(con)["requests"]
+
+
+def _read_tile(con, t):
+    return con.execute("SELECT length(data), checksum FROM tiles_data NOT INDEXED WHERE tile = ?", (t,)).fetchone()
+
+
+def _reads(url, x, fetch):
+    """Reads every tile but the first (which brings in the b-tree's upper pages), from the last
+    back, each after dc_vfs_fetch of its map's ranges when fetch: (the requests the reads made,
+    the blocks the fetches fetched).  Checks the bytes against the local file."""
+    local = sqlite3.connect(x)
+    con = deltacells.connect(url)
+    try:
+        pm = _fetchahead.page_map(con)
+        tiles = sorted(pm)
+        assert _read_tile(con, tiles[0]) == _read_tile(local, tiles[0])
+        reads = fetched = 0
+        for t in tiles[:0:-1]:
+            if fetch:
+                fetched += con.execute("SELECT dc_vfs_fetch('main', ?, ?, ?, ?)", pm[t]).fetchone()[0]
+                # again: all held, nothing fetched
+                assert con.execute("SELECT dc_vfs_fetch('main', ?, ?, ?, ?)", pm[t]).fetchone()[0] == 0
+            n0 = _requests(con)
+            assert _read_tile(con, t) == _read_tile(local, t)
+            reads += _requests(con) - n0
+        blob = con.execute("SELECT data FROM tiles_data WHERE tile = ?", (tiles[-1],)).fetchone()[0]
+        assert blob == local.execute("SELECT data FROM tiles_data WHERE tile = ?", (tiles[-1],)).fetchone()[0]
+        return reads, fetched
+    finally:
+        con.close()
+        local.close()
+
+
+@pytest.mark.parametrize("inflight", ["4", "0"])
+def test_vfs_fetch_brings_a_tile_in_at_once(served, monkeypatch, inflight):
+    """Blocks of 16 KiB and read-ahead of one block, so that a tile's leaf page and its overflow
+    pages are blocks apart and a read brings in little more than it needs: after dc_vfs_fetch of
+    its two ranges, reading a tile asks the store for nothing, where the same reads without it
+    ask.  With max_inflight 0 (no prefetch threads) the fetch runs on the calling thread."""
+    ng, x = served
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "16")
+    monkeypatch.setenv("DC_HTTP_READAHEAD_KB", "16")
+    monkeypatch.setenv("DC_HTTP_MAX_INFLIGHT", inflight)
+    reads, fetched = _reads(ng.url("f1.dcdb" if inflight == "4" else "f2.dcdb"), x, True)
+    assert reads == 0 and fetched > 0, (reads, fetched)
+    reads, fetched = _reads(ng.url("f5.dcdb" if inflight == "4" else "f6.dcdb"), x, False)
+    assert reads > 0, reads
+
+
+def test_vfs_fetch_arguments(served, tmp_path):
+    ng, x = served
+    con = deltacells.connect(ng.url("f3.dcdb"))
+    try:
+        size = os.path.getsize(x)
+        # past the end, empty: nothing to fetch; a range that runs past the end: up to it
+        assert con.execute("SELECT dc_vfs_fetch('main', ?, 100)", (size + 10,)).fetchone()[0] == 0
+        assert con.execute("SELECT dc_vfs_fetch('main', 0, 0)").fetchone()[0] == 0
+        assert con.execute("SELECT dc_vfs_fetch('main', ?, 1 << 40)", (size - 1,)).fetchone()[0] in (0, 1)
+        assert con.execute("SELECT dc_vfs_fetch('main', 0, ?)", (size,)).fetchone()[0] >= 0   # the whole file
+        assert con.execute("SELECT dc_vfs_fetch('main', 0, ?, 5, 10)", (size,)).fetchone()[0] == 0  # held now
+        for bad, why in [("'main'", "schema, then offset and nbytes pairs"),
+                         ("'main', 1", "schema, then offset and nbytes pairs"),
+                         ("'main', -1, 5", "integers >= 0"), ("'main', 0, 'x'", "integers >= 0"),
+                         ("'main', 0, 1.5", "integers >= 0"),
+                         ("'main'" + ", 0, 1" * 33, "at most 32 ranges")]:
+            with pytest.raises(sqlite3.Error, match=why):
+                con.execute(f"SELECT dc_vfs_fetch({bad})").fetchone()
+        assert con.execute("SELECT dc_vfs_fetch('nosuch', 0, 1)").fetchone()[0] is None
+    finally:
+        con.close()
+    loc = deltacells.connect(str(x))
+    try:
+        assert loc.execute("SELECT dc_vfs_fetch('main', 0, 100)").fetchone()[0] is None   # not read through dchttp
+    finally:
+        loc.close()
+
+
+def _epoch(path, **kw):
+    ds = deltacells.CellDataset(str(path), batch_size=800, shuffle=True, seed=3, output="csr", **kw)
+    out = []
+    for b in ds:
+        x = b["X"]
+        out.append((np.asarray(b["cell_id"]).copy(), x.crow_indices().numpy().copy(),
+                    x.col_indices().numpy().copy(), x.values().numpy().copy()))
+    return out
+
+
+def test_an_epoch_over_a_wrong_map_equals_the_local_file(served, tmp_path, monkeypatch):
+    """Every tile's map row names the pages of another tile (a map that no longer fits the file):
+    the fetch-ahead asks for the wrong blocks and the loader reads the right ones itself."""
+    ng, x = served
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "16")
+    want = _epoch(x)
+    w = ng.root
+    wrong = os.path.join(w, "f4.dcdb")
+    con = sqlite3.connect(wrong)
+    m = stored(wrong)
+    ts = sorted(m)
+    for t, u in zip(ts, ts[1:] + ts[:1]):
+        con.execute("UPDATE tiles_data_pages SET leaf = ?, first = ?, last = ?, pages = ? WHERE tile = ?", m[u] + (t,))
+    con.commit()
+    con.close()
+    url = ng.url("f4.dcdb")
+    c = deltacells.connect(url)
+    assert _fetchahead.page_map(c) is not None           # used: it fits the file
+    c.close()
+    got = _epoch(url, prefetch_tiles=2)
+    assert len(got) == len(want)
+    for g, e in zip(got, want):
+        for p, q in zip(g, e):
+            assert np.array_equal(p, q)
