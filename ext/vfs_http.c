@@ -631,15 +631,17 @@ int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes) {
   return f->expect_blocks;
 }
 
-/* Fetches the blocks of byte ranges [off[i], off[i] + len[i]) that this process does not hold, all
-** requested at once (the file's prefetch requests, max_inflight in flight; on the calling thread
-** when it has none), and waits for them: they are then in the caches like any block read.  The
-** ranges' blocks, in order, merged where they meet.  Returns the blocks fetched, or -1 with dh_err
-** set when a request failed after its retries. */
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;
 }
+
+/* Fetches the blocks of byte ranges r[i] = {offset, nbytes} that this process does not hold, all
+** requested at once (the file's prefetch requests, max_inflight in flight; on the calling thread
+** when it has none, or where a request failed, with retries), and waits for them: they are then in
+** the caches like any block read.  The ranges' blocks, in order, merged where they meet (r is
+** overwritten with them).  Returns the blocks fetched, or -1 with dh_err set when a request failed
+** after its retries.  No stream goes on from here. */
 static int64_t fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]) {
   int64_t nblocks = (f->size + f->bsize - 1) / f->bsize, fetched = 0;
   int m = 0;
