@@ -616,8 +616,8 @@ int cv_annotate(const cv_annotate_opts *o, cv_err *e) {
     sqlite3_str_appendf(said, "%s: column '%s'%s%s%s (%s) %s\n", o->dataset, hdr[c], renamed ? " (stored as '" : "",
                         renamed ? stored : "", renamed ? "')" : "", cv_obs_kind_label(kind), replaced ? "replaced" : "added");
   }
-  if (cv_exec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e) || cv_check_interrupt(e) ||
-      cv_commit(db, o->dataset, e)) { sqlite3_free(ums); goto done; }
+  if (cv_exec(db, "CREATE TABLE main.dc_append_schema_bump(x); DROP TABLE main.dc_append_schema_bump;", e) ||
+      cv_pagemap_still(db, e) || cv_check_interrupt(e) || cv_commit(db, o->dataset, e)) { sqlite3_free(ums); goto done; }
   in_tx = 0;
   if (!o->quiet && sqlite3_str_length(said)) fputs(sqlite3_str_value(said), stdout);
   int64_t matched = 0;

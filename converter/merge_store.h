@@ -20,6 +20,9 @@ sqlite3_stmt *cv_prep(sqlite3 *db, cv_err *e, const char *fmt, ...);
 /* (Re)writes main's page map of its tiles (DC_TILES_PAGES, dc_format.h; pagemap.c): last, once the
 ** tiles are in, in the writer's transaction.  0 also where SQLite has no dbstat (no map). */
 int cv_write_pagemap(sqlite3 *db, cv_err *e);
+/* The map still fits the file after a schema change that moved no tile page (annotate): records
+** the schema_version it holds for (a no-op without a map). */
+int cv_pagemap_still(sqlite3 *db, cv_err *e);
 
 /* A dataset's dc_meta (defaults where older datasets lack a key). */
 typedef struct dsinfo {

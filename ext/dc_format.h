@@ -54,12 +54,15 @@
   "CREATE INDEX IF NOT EXISTS \"%w\".\"%w" DC_TILES_INDEX_SUFFIX "\" ON \"%w\"(tile, first_cell, n_cells, nnz, chunks, checksum)"
 /* Where each tile's pages lie, <shadow>_pages: tile, the b-tree leaf page that holds its row, and
 ** the first and last of its overflow pages and how many there are (0 0 0: its blob is all in the
-** leaf).  Over a remote store a tile's read otherwise costs two round trips one after the other
-** (the leaf page, where SQLite learns where the overflow pages are, then those pages); with the map,
-** the fetch-ahead (python/deltacells/_fetchahead.py) asks for both at once (dc_vfs_fetch).  A hint,
-** not part of the format: a file without it, or with a stale one (after a VACUUM, or tiles written
-** by an older release), reads the same bytes with more requests.  Written last, by convert, merge
-** and append (converter/pagemap.c, from SQLite's dbstat; none where SQLite lacks dbstat). */
+** leaf); the row of tile -1 holds, as its leaf, the PRAGMA schema_version the map was written
+** under (a VACUUM, or any schema change since, retires it).  Over a remote store a tile's read
+** otherwise costs two round trips one after the other (the leaf page, where SQLite learns where
+** the overflow pages are, then those pages); with the map, the fetch-ahead
+** (python/deltacells/_fetchahead.py) asks for both at once (dc_vfs_fetch).  A hint, not part of
+** the format: a file without it, or with a stale one (tiles written by an older release), reads
+** the same bytes with more requests.  Written last, by convert, merge and append, its version
+** recorded again by annotate (converter/pagemap.c, from SQLite's dbstat; none where SQLite lacks
+** dbstat). */
 #define DC_TILES_PAGES DC_TILES_DATA "_pages"
 #define DC_TILES_PAGES_COLUMNS                                                                    \
   "tile INTEGER PRIMARY KEY, leaf INTEGER NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL," \

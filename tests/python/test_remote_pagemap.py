@@ -67,9 +67,12 @@ def truth(db):
 
 
 def stored(db):
+    """The map's tile rows; checks its row of tile -1: the file's schema_version."""
     con = sqlite3.connect(db)
     try:
-        return {t: (a, b, c, d) for t, a, b, c, d in con.execute("SELECT * FROM tiles_data_pages")}
+        rows = {t: (a, b, c, d) for t, a, b, c, d in con.execute("SELECT * FROM tiles_data_pages")}
+        assert rows.pop(-1) == (con.execute("PRAGMA schema_version").fetchone()[0], 0, 0, 0)
+        return rows
     finally:
         con.close()
 
@@ -126,6 +129,37 @@ def test_page_map_gives_byte_ranges_and_refuses_a_map_past_the_end(files, tmp_pa
     assert _fetchahead.page_map(con) is None
     con.execute("DROP TABLE tiles_data_pages")
     assert _fetchahead.page_map(con) is None                     # a file without a map
+    con.close()
+
+
+def test_a_schema_change_retires_the_map_and_annotate_keeps_it(files, tmp_path):
+    """A VACUUM moves pages (and changes the schema_version): the map is not used after it; nor
+    after any other schema change (an index made by hand).  annotate changes the schema but
+    moves no tile page: its map stays in use."""
+    d, a, b, small = files
+    x = tmp_path / "x.dcdb"
+    run("convert", a, "-o", x, "--quiet", "--tile-cells", "700")
+    con = sqlite3.connect(x)
+    assert _fetchahead.page_map(con) is not None
+    con.close()
+    csv = tmp_path / "t.csv"
+    with open(csv, "w") as f:
+        f.write("cell_id,score\n" + "".join(f"{i},{i * 0.5}\n" for i in range(100)))
+    run("annotate", x, csv, "--key", "cell_id", "--quiet")
+    want = stored(x)                                             # its version is the file's again
+    assert want == truth(x)
+    con = sqlite3.connect(x)
+    assert _fetchahead.page_map(con) is not None
+    con.execute("CREATE INDEX by_hand ON cells_columns(kind)")
+    assert _fetchahead.page_map(con) is None
+    con.execute("DROP INDEX by_hand")
+    con.commit()
+    con.close()
+    v = tmp_path / "v.dcdb"
+    shutil.copy(x, v)
+    con = sqlite3.connect(v)
+    con.execute("VACUUM")
+    assert _fetchahead.page_map(con) is None
     con.close()
 
 
@@ -232,8 +266,9 @@ def _epoch(path, **kw):
 
 
 def test_an_epoch_over_a_wrong_map_equals_the_local_file(served, tmp_path, monkeypatch):
-    """Every tile's map row names the pages of another tile (a map that no longer fits the file):
-    the fetch-ahead asks for the wrong blocks and the loader reads the right ones itself."""
+    """Every tile's map row names the pages of another tile (a map that no longer fits the file,
+    its version left as it was): the fetch-ahead asks for the wrong blocks and the loader reads
+    the right ones itself."""
     ng, x = served
     monkeypatch.setenv("DC_HTTP_BLOCK_KB", "16")
     want = _epoch(x)
@@ -242,7 +277,7 @@ def test_an_epoch_over_a_wrong_map_equals_the_local_file(served, tmp_path, monke
     con = sqlite3.connect(wrong)
     m = stored(wrong)
     ts = sorted(m)
-    for t, u in zip(ts, ts[1:] + ts[:1]):
+    for t, u in zip(ts, ts[1:] + ts[:1]):   # (rows, not the schema: the version still matches)
         con.execute("UPDATE tiles_data_pages SET leaf = ?, first = ?, last = ?, pages = ? WHERE tile = ?", m[u] + (t,))
     con.commit()
     con.close()

@@ -617,7 +617,7 @@ static uint64_t tiles_digest(sqlite3 *db, int start, int fetch, char *why, size_
   if (sqlite3_prepare_v2(db, "PRAGMA page_size", -1, &m, NULL) != SQLITE_OK || sqlite3_step(m) != SQLITE_ROW) goto out;
   ps = sqlite3_column_int64(m, 0);
   sqlite3_finalize(m);
-  if (sqlite3_prepare_v2(db, "SELECT tile, leaf, first, last, pages FROM tiles_data_pages", -1, &m, NULL) != SQLITE_OK ||
+  if (sqlite3_prepare_v2(db, "SELECT tile, leaf, first, last, pages FROM tiles_data_pages WHERE tile >= 0", -1, &m, NULL) != SQLITE_OK ||
       sqlite3_prepare_v2(db, "SELECT dc_vfs_fetch('main', ?1, ?2, ?3, ?4)", -1, &f, NULL) != SQLITE_OK ||
       sqlite3_prepare_v2(db, "SELECT data FROM tiles_data WHERE tile = ?1", -1, &b, NULL) != SQLITE_OK)
     goto out;
