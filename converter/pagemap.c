@@ -2,7 +2,7 @@
 ** pagemap.c — where each tile's pages lie in the file (DC_TILES_PAGES, dc_format.h): written by
 ** the commands that write tiles (convert, merge, append), read by the Python fetch-ahead of a
 ** remote dataset, which then asks the store for a tile's leaf page and overflow pages in one
-** round trip instead of two (docs/format.md, "The page map").  A hint only: a reader that finds
+** round trip instead of two (docs/format.md, tiles_data_pages).  A hint only: a reader that finds
 ** it missing or wrong reads the same bytes, with more requests.
 */
 #include <stdlib.h>

@@ -38,10 +38,11 @@ def page_map(con):
     """{tile: (leaf offset, page size, first overflow page's offset, bytes to the last)}: where
     each tile's pages lie in the file, from the page map the converter writes (tiles_data_pages,
     ext/dc_format.h), for the tiles whose overflow pages lie together (all of them in a file
-    written in one go); None when the file has no map or one that may not fit it: its row of
-    tile -1 holds the schema_version it was written under, and a VACUUM (which moves pages) or
-    any schema change since makes the file's differ; or it names pages past the file's end.  With it a tile costs one round trip
-    to the store, not two (the leaf page, then the overflow pages it names): FetchAhead."""
+    written in one go).  None when the file has no map, or one that may not fit it: its row of
+    tile -1 holds the schema_version it was written under, which a VACUUM (it moves pages) or
+    any schema change since makes differ from the file's; or it names pages past the file's
+    end.  With it a tile costs one round trip to the store, not two (the leaf page, then the
+    overflow pages it names): FetchAhead."""
     try:
         if not con.execute("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'tiles_data_pages'").fetchone():
             return None
