@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "dc_format.h"
+#include "inspect.h"        /* cv_q_int */
 #include "merge_store.h"
 
 typedef struct {
@@ -20,14 +21,9 @@ typedef struct {
 ** leaves before) of its leaf. */
 int cv_write_pagemap(sqlite3 *db, cv_err *e) {
   if (cv_exec(db, "DROP TABLE IF EXISTS main." DC_TILES_PAGES, e)) return -1;
-  int64_t n = 0;
-  {
-    sqlite3_stmt *c = cv_prep(db, e, "SELECT count(*) FROM main." DC_TILES_DATA);
-    if (!c) return -1;
-    if (sqlite3_step(c) == SQLITE_ROW) n = sqlite3_column_int64(c, 0);
-    sqlite3_finalize(c);
-  }
-  if (n <= 0) return 0;
+  int64_t n = cv_q_int(db, "SELECT count(*) FROM main." DC_TILES_DATA, -1);
+  if (n < 0) return cv_sql_fail(db, e, "the page map (" DC_TILES_DATA ")");
+  if (n == 0) return 0;
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(db, "SELECT path, pageno, pagetype, ncell FROM dbstat('main') WHERE name = '" DC_TILES_DATA "'",
                          -1, &st, NULL) != SQLITE_OK) {
@@ -92,28 +88,16 @@ int cv_write_pagemap(sqlite3 *db, cv_err *e) {
   return rc ? rc : cv_pagemap_still(db, e);
 }
 
-/* PRAGMA schema_version of main (-1 on failure, with e set) */
-static int64_t schema_version(sqlite3 *db, cv_err *e) {
-  sqlite3_stmt *st = cv_prep(db, e, "PRAGMA main.schema_version");
-  if (!st) return -1;
-  int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-  sqlite3_finalize(st);
-  if (v < 0) cv_sql_fail(db, e, "PRAGMA schema_version");
-  return v;
-}
-
 /* The map's row of tile -1 holds (as its leaf) the schema_version the map was written under: a
 ** VACUUM, which moves pages, or any schema change since, makes the two differ, and a reader then
 ** leaves the map unused.  A command that changes the schema without moving the tiles' pages
 ** (annotate, append's bump) says so here, after its last schema change. */
 int cv_pagemap_still(sqlite3 *db, cv_err *e) {
-  sqlite3_stmt *t = cv_prep(db, e, "SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '" DC_TILES_PAGES "'");
-  if (!t) return -1;
-  int have = sqlite3_step(t) == SQLITE_ROW && sqlite3_column_int64(t, 0) > 0;
-  sqlite3_finalize(t);
+  int64_t have = cv_q_int(db, "SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '" DC_TILES_PAGES "'", -1);
+  if (have < 0) return cv_sql_fail(db, e, "the page map (sqlite_schema)");
   if (!have) return 0;
-  int64_t v = schema_version(db, e);
-  if (v < 0) return -1;
+  int64_t v = cv_q_int(db, "PRAGMA main.schema_version", -1);
+  if (v < 0) return cv_sql_fail(db, e, "the page map (PRAGMA schema_version)");
   sqlite3_stmt *st = cv_prep(db, e, "INSERT OR REPLACE INTO main." DC_TILES_PAGES " VALUES(-1, %lld, 0, 0, 0)", (long long)v);
   if (!st) return -1;
   int r = sqlite3_step(st);

@@ -131,12 +131,5 @@ const char *dc_vfs_last_error(void);
 ** Returns the blocks announced, -1 when that schema's file is no dchttp file (nothing done).
 ** Call on the thread that runs the connection's queries.  SQL: dc_vfs_expect(schema, nbytes). */
 int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes);
-/* The blocks of the n byte ranges [off[i], off[i] + len[i]) of schema's dchttp file that this process
-** does not hold, requested at once (max_inflight in flight) and waited for: where a reader knows
-** where the pages it will read lie (a tile's leaf page and overflow chain, docs/format.md), one
-** round trip instead of one per b-tree level.  Returns the blocks fetched, -1 when a request failed
-** (dc_vfs_error() says why), -2 for a file not read through dchttp.  Call on the thread that runs
-** the connection's queries.  SQL: dc_vfs_fetch(schema, offset, nbytes [, offset, nbytes ...]). */
-int64_t dc_vfs_fetch(sqlite3 *db, const char *schema, int n, const int64_t *off, const int64_t *len);
 
 #endif

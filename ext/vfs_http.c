@@ -642,6 +642,14 @@ static int cmp_i64(const void *a, const void *b) {
 ** the caches like any block read.  The ranges' blocks, in order, merged where they meet (r is
 ** overwritten with them).  Returns the blocks fetched, or -1 with dh_err set when a request failed
 ** after its retries.  No stream goes on from here. */
+/* queue prefetch requests for blocks from..last (as far as the entries go), the stream bounded there */
+static void queue_run(dc_hfile *f, dc_prefetch *p, int64_t from, int64_t last) {
+  f->pf_begin = from;
+  f->pf_end = last + 1;
+  f->pf_depth = 1 << 30;
+  dh_pf_schedule(f, p, from);
+}
+
 static int64_t fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]) {
   int64_t nblocks = (f->size + f->bsize - 1) / f->bsize, fetched = 0;
   int m = 0;
@@ -661,22 +669,14 @@ static int64_t fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]) {
   dc_prefetch *p = dh_pf_get(f);
   if (p) {                                  /* every run queued (as far as the entries go), in order */
     dh_pf_jump(p);
-    for (int i = 0; i < k; i++) {
-      f->pf_begin = r[i][0];
-      f->pf_end = r[i][1] + 1;
-      f->pf_depth = 1 << 30;
-      dh_pf_schedule(f, p, r[i][0]);
-    }
+    for (int i = 0; i < k; i++) queue_run(f, p, r[i][0], r[i][1]);
   }
   for (int i = 0; i < k; i++)
     for (int64_t b = r[i][0]; b <= r[i][1] && b < nblocks; b++) {
       if (have_block(f, b) || dh_on_disk(f, b)) continue;
       pf_ent *e = p ? dh_pf_find(p, b) : NULL;
       if (!e && p) {                        /* not queued (no entry was free): from here on */
-        f->pf_begin = b;
-        f->pf_end = r[i][1] + 1;
-        f->pf_depth = 1 << 30;
-        dh_pf_schedule(f, p, b);
+        queue_run(f, p, b, r[i][1]);
         e = dh_pf_find(p, b);
       }
       int64_t pend;
@@ -700,27 +700,19 @@ static int64_t fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]) {
   return fetched;
 }
 
-int64_t dc_vfs_fetch(sqlite3 *db, const char *schema, int n, const int64_t *off, const int64_t *len) {
-  dc_hfile *f = hfile_of(db, schema);
-  if (!f) return -2;
-  if (n <= 0) return 0;
-  int64_t (*r)[2] = malloc(sizeof *r * (size_t)n);
-  if (!r) return -1;
-  for (int i = 0; i < n; i++) { r[i][0] = off[i]; r[i][1] = len[i]; }
-  int64_t got = fetch_ranges(f, n, r);
-  free(r);
-  return got;
-}
-
-/* dc_vfs_fetch(schema, offset, nbytes [, offset, nbytes ...]) in SQL: the blocks fetched, NULL for a
-** file not read through dchttp */
+/* dc_vfs_fetch(schema, offset, nbytes [, offset, nbytes ...]) in SQL: the blocks of those byte
+** ranges of schema's dchttp file that this process does not hold, requested at once and waited for
+** (fetch_ranges): where a reader knows where the pages it will read lie (a tile's leaf page and
+** overflow chain: the page map, docs/format.md), one round trip instead of one per b-tree level.
+** The blocks fetched; NULL for a file not read through dchttp; an error (dc_vfs_error's reason)
+** when a request failed.  Call on the thread that runs the connection's queries. */
 static void fetch_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (argc < 3 || argc % 2 == 0) {
     sqlite3_result_error(ctx, "dc_vfs_fetch: arguments are schema, then offset and nbytes pairs", -1);
     return;
   }
   int n = (argc - 1) / 2;
-  int64_t off[32], len[32];
+  int64_t r[32][2];
   if (n > 32) {
     sqlite3_result_error(ctx, "dc_vfs_fetch: at most 32 ranges", -1);
     return;
@@ -732,12 +724,16 @@ static void fetch_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
       sqlite3_result_error(ctx, "dc_vfs_fetch: offsets and nbytes must be integers >= 0", -1);
       return;
     }
-    off[i] = sqlite3_value_int64(a);
-    len[i] = sqlite3_value_int64(b);
+    r[i][0] = sqlite3_value_int64(a);
+    r[i][1] = sqlite3_value_int64(b);
   }
-  int64_t got = dc_vfs_fetch(sqlite3_context_db_handle(ctx), (const char *)sqlite3_value_text(argv[0]), n, off, len);
-  if (got == -2) sqlite3_result_null(ctx);
-  else if (got < 0) sqlite3_result_error(ctx, dh_err, -1);
+  dc_hfile *f = hfile_of(sqlite3_context_db_handle(ctx), (const char *)sqlite3_value_text(argv[0]));
+  if (!f) {
+    sqlite3_result_null(ctx);
+    return;
+  }
+  int64_t got = fetch_ranges(f, n, r);
+  if (got < 0) sqlite3_result_error(ctx, dh_err, -1);
   else sqlite3_result_int64(ctx, got);
 }
 

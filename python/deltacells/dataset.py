@@ -358,7 +358,7 @@ class _Base:
             int(self._vfs["block_kb"]) << 10, tiles=len(order))
         remote = {"max_inflight": per_reader} if readers > 1 else None
         return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False, remote=remote),
-                                      order, ahead, readers=readers, pages=getattr(self, "_pages", None))
+                                      order, ahead, readers=readers, pages=self._pages)
 
     def _obs_reader(self):
         """(ObsCodes of the columns dc_batch returns with the counts, ObsReader of the
