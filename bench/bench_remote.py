@@ -37,7 +37,10 @@ rate in the same run; where it is below the store's ceiling, decoding, not the s
 The ceiling (same run, same throttle, same concurrency): max(workers, 1) processes, each with
 its own connection, read their share of the tiles' blobs (contiguous tiles, as the loader's
 workers split them) through the same VFS and throttle, no decoding; measured per max_inflight
-value.  Target: >= 85%.
+value.  Its time is the longest reader's own, from its first read (after its connect) to its
+last byte: the readers are spawned interpreters, whose imports and open the loader's epochs do
+not pay (the wall time from starting them, printed too, was the ceiling until 2026-12-07: 0.13-0.15
+s more of about 0.7 s, a ceiling 1.2x too low).  Target: >= 85%.
 mbps is MB/s (10^6 bytes/s) per connection.
 """
 import argparse
@@ -73,7 +76,9 @@ def _raw_reader(url, tiles, remote, out):
 
 
 def ceiling(url, n_tiles, conns, remote):
-    """max(workers,1) processes, contiguous tile ranges, raw blob reads: (seconds, bytes)."""
+    """max(workers,1) processes, contiguous tile ranges, raw blob reads: (seconds from starting
+    the processes to the last one's result, bytes, the longest reader's own read time: from its
+    first read, after its connect, to its last byte)."""
     per = -(-n_tiles // conns)
     ctx = mp.get_context("spawn")     # fresh processes: nothing cached in memory
     q = ctx.Queue()
@@ -210,9 +215,12 @@ def main(argv):
             ceil = {}
             for mi in sorted(set(mis) | {0}):
                 os.environ["DC_HTTP_MAX_INFLIGHT"] = str(mi)
-                wall, nbytes, _ = ceiling(url, n_tiles, conns, None)
+                wall, nbytes, reads = ceiling(url, n_tiles, conns, None)
                 assert nbytes == tile_bytes, (nbytes, tile_bytes)
-                ceil[mi] = {"MB_per_s": nbytes / wall / 1e6, "s": wall}
+                # the store's rate: the readers' own read time, not their processes' start (a
+                # fresh interpreter's imports and its connect: 0.13-0.15 s of a 0.7 s wall here,
+                # which the loader's epochs do not pay; until 2026-12-07 the wall was the ceiling)
+                ceil[mi] = {"MB_per_s": nbytes / reads / 1e6, "s": reads, "s_with_start": wall}
             rows = []
             local_mbs = {}
             for pf in _ints(a.prefetch_tiles):
@@ -266,7 +274,8 @@ def main(argv):
     print(f"store: {a.latency_ms:g} ms per request, {a.bandwidth_mbps:g} MB/s per connection, "
           f"{max(a.workers, 1)} connections, {a.block_kb} KiB blocks")
     for mi, c in sorted(ceil.items()):
-        print(f"raw-read ceiling, max_inflight={mi}: {c['MB_per_s']:.1f} MB/s ({c['s']:.2f} s for the tiles)")
+        print(f"raw-read ceiling, max_inflight={mi}: {c['MB_per_s']:.1f} MB/s ({c['s']:.2f} s for the tiles; "
+              f"{c['s_with_start']:.2f} s with the readers' process start)")
     for r in rows:
         w = r.get("warm")
         if r["source"] == "local":
