@@ -17,6 +17,7 @@
 #include "dataset.h"
 #include "dc_codec.h"
 #include "dc_format.h"
+#include "merge_store.h"   /* cv_pagemap_state */
 #include "dc_obs.h"
 #include "dc_seal.h"
 
@@ -122,6 +123,9 @@ int cv_info(const char *path, int json, cv_err *e) {
   int64_t ccells = cv_meta_int(db, "chunk_cells");   /* -1: absent (then every tile had `chunks`) */
   char *codec = cv_meta_text(db, "codec"), *sources = cv_meta_text(db, "sources"), *by = cv_meta_text(db, "created_by");
   double bpn = nnz > 0 ? 8.0 * (double)xb / (double)nnz : 0;
+  int64_t map_held;
+  int map = cv_pagemap_state(db, &map_held);
+  static const char *const map_word[3] = {"none", "retired", "current"};
   if (json) {
     printf("{\"path\":");
     cv_json_print(stdout, path);
@@ -132,8 +136,10 @@ int cv_info(const char *path, int json, cv_err *e) {
            (long long)ob, (long long)ncol, (long long)fb, bpn);
     cv_json_print(stdout, codec);
     if (gb >= 0) printf(",\"genes_bytes\":%lld", (long long)gb);
-    printf(",\"level\":%lld,\"chunks\":%lld,\"chunk_cells\":%lld,\"tile_cells\":%lld,\"sources\":%s,\"created_by\":",
-           (long long)level, (long long)chunks, (long long)(ccells > 0 ? ccells : 0), (long long)tc, sources ? sources : "[]");
+    printf(",\"level\":%lld,\"chunks\":%lld,\"chunk_cells\":%lld,\"tile_cells\":%lld,\"page_map\":\"%s\",\"sources\":%s,"
+           "\"created_by\":",
+           (long long)level, (long long)chunks, (long long)(ccells > 0 ? ccells : 0), (long long)tc, map_word[map + 1],
+           sources ? sources : "[]");
     cv_json_print(stdout, by);
     printf("}\n");
   } else {
@@ -163,6 +169,14 @@ int cv_info(const char *path, int json, cv_err *e) {
              (long long)chunks, (long long)ccells);
     else
       printf("codec        %s, level %s, %lld chunks per tile\n", codec ? codec : "?", lv, (long long)chunks);
+    if (map > 0)
+      printf("page map     current: a remote reader fetches each tile in one round trip\n");
+    else if (map == 0)
+      printf("page map     retired (written under schema version %lld; a VACUUM or another schema change since): remote "
+             "reads take two round trips per tile until the next append writes a new one\n", (long long)map_held);
+    else
+      printf("page map     none (written before 2026-12-07, or by an SQLite without dbstat): remote reads take two round "
+             "trips per tile until the next append writes one\n");
     printf("sources      %s\n", sources ? sources : "?");
     printf("created by   %s\n", by ? by : "?");
   }

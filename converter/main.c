@@ -31,7 +31,7 @@ static const char *HELP_MAIN =
     "\n"
     "commands:\n"
     "  convert IN.h5ad [IN2 ...] -o OUT.dcdb [options]   h5ad / 10x files -> one dataset\n"
-    "  info DATASET [--json]     cells, genes, nonzeros, tiles, bytes, codec settings\n"
+    "  info DATASET [--json]     cells, genes, nonzeros, tiles, bytes, codec settings, page map\n"
     "  obs info DATASET          one row per obs column: type, categories, stored size\n"
     "  verify DATASET            decode every tile and obs block, check every checksum\n"
     "  version                   the versions of deltacells, its format and libraries\n"
@@ -131,7 +131,9 @@ static const char *HELP_INFO =
     "bytes, file bytes, the codec settings and the source files.  --json prints one JSON\n"
     "object with n_cells, n_genes, nnz, tiles, expression_bytes, obs_bytes, file_bytes,\n"
     "bits_per_nnz, codec, level, chunks, chunk_cells (0: every tile has `chunks`), tile_cells,\n"
-    "sources.\n";
+    "page_map, sources.  page_map (the map of each tile's pages that lets a remote reader fetch\n"
+    "a tile in one round trip, docs/format.md): current, retired (a VACUUM or another schema\n"
+    "change since) or none (written before it existed); the next append writes a new one.\n";
 
 static const char *HELP_OBS =
     "usage: deltacells obs info DATASET\n"

@@ -23,6 +23,10 @@ int cv_write_pagemap(sqlite3 *db, cv_err *e);
 /* The map still fits the file after a schema change that moved no tile page (annotate): records
 ** the schema_version it holds for (a no-op without a map). */
 int cv_pagemap_still(sqlite3 *db, cv_err *e);
+/* The state of main's page map, for `info`: 1 current (written under the file's schema_version),
+** 0 retired (a VACUUM or another schema change since; *held gets the version it was written under),
+** -1 none (a dataset written before the map, or by an SQLite without dbstat). */
+int cv_pagemap_state(sqlite3 *db, int64_t *held);
 
 /* A dataset's dc_meta (defaults where older datasets lack a key). */
 typedef struct dsinfo {

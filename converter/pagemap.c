@@ -104,3 +104,11 @@ int cv_pagemap_still(sqlite3 *db, cv_err *e) {
   sqlite3_finalize(st);
   return r == SQLITE_DONE ? 0 : cv_sql_fail(db, e, "the page map");
 }
+
+int cv_pagemap_state(sqlite3 *db, int64_t *held) {
+  *held = -1;
+  if (cv_q_int(db, "SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '" DC_TILES_PAGES "'", 0) <= 0)
+    return -1;
+  *held = cv_q_int(db, "SELECT leaf FROM main." DC_TILES_PAGES " WHERE tile = -1", -1);
+  return *held >= 0 && *held == cv_q_int(db, "PRAGMA main.schema_version", -2) ? 1 : 0;
+}

@@ -10,10 +10,12 @@ store, not two one after the other (its row's leaf page, then the overflow pages
 - dc_vfs_fetch(schema, offset, nbytes, ...) brings a tile's pages in at once: reading the tile
   afterwards asks the store for nothing; its arguments are checked; NULL for a local file; it
   works with prefetch off (max_inflight 0) too;
+- `deltacells info` says whether the map is current, retired or absent;
 - a CellDataset epoch over a remote dataset whose map is wrong (moved pages: a VACUUM, an older
   writer) gives the same batches as the local file: the map is a hint, never data.
 Remote parts against nginx on 127.0.0.1 (skipped with the reason when it cannot start).
 """
+import json
 import os
 import shutil
 import sqlite3
@@ -148,6 +150,7 @@ def test_a_schema_change_retires_the_map_and_annotate_keeps_it(files, tmp_path):
     run("annotate", x, csv, "--key", "cell_id", "--quiet")
     want = stored(x)                                             # its version is the file's again
     assert want == truth(x)
+    assert map_state(x) == "current"                             # `info` says so
     con = sqlite3.connect(x)
     assert _fetchahead.page_map(con) is not None
     con.execute("CREATE INDEX by_hand ON cells_columns(kind)")
@@ -161,6 +164,23 @@ def test_a_schema_change_retires_the_map_and_annotate_keeps_it(files, tmp_path):
     con.execute("VACUUM")
     assert _fetchahead.page_map(con) is None
     con.close()
+    # `info` says which: retired after the hand-made index (dropped again: the schema changed) and
+    # the VACUUM, current again once an append wrote a new map, none where the table is gone
+    assert map_state(x) == "retired"
+    assert map_state(v) == "retired"
+    assert "retired (written under schema version" in run("info", v).stdout
+    run("append", v, b, "--quiet")
+    assert map_state(v) == "current" and stored(v) == truth(v)
+    con = sqlite3.connect(v)
+    con.execute("DROP TABLE tiles_data_pages")
+    con.commit()
+    con.close()
+    assert map_state(v) == "none"
+    assert "page map     none" in run("info", v).stdout
+
+
+def map_state(db):
+    return json.loads(run("info", db, "--json").stdout)["page_map"]
 
 
 @pytest.fixture(scope="module")
