@@ -114,6 +114,22 @@ void dc_sharedcache_publish(dc_sharedcache *c, int slot, uint64_t key, int64_t i
 ** here; their slots become empty */
 void dc_sharedcache_drop_fills(dc_sharedcache *c);
 
+/* --- parts of blocks: byte ranges of a file version that lie inside blocks the process does not
+** hold whole (the first and last pages of a tile fetched by its page map: the rest of those
+** blocks belongs to tiles another process reads; fetching whole blocks cost the store about 1.3x
+** the tiles' bytes over tiles of about 2 blocks).  A ring of cap bytes: each part is copied in
+** after the last, from the start again where it does not fit, and the parts it overwrites go;
+** at most DC_PARTS_MAX parts (the oldest goes).  No locking here (the VFS holds its mutex). */
+enum { DC_PARTS_MAX = 512 };
+typedef struct dc_partstore dc_partstore;
+dc_partstore *dc_partstore_new(int64_t cap);
+void dc_partstore_free(dc_partstore *s);
+/* stores a copy of bytes [lo, lo + len) of version key (nothing where len is over cap or < 1) */
+void dc_partstore_put(dc_partstore *s, uint64_t key, int64_t lo, const uint8_t *b, int64_t len);
+/* 1 when one part holds all of bytes [off, off + n) of version key: copied into out (out may be
+** NULL: only the answer) */
+int dc_partstore_get(const dc_partstore *s, uint64_t key, int64_t off, int64_t n, uint8_t *out);
+
 /* --- versions a process has confirmed, so that another open of the same file soon after need
 ** not ask the server again.  An entry: who (dc_known_who: the URL and the credential it was read
 ** with), the version's validators and size, and when a response of the server last confirmed it

@@ -27,6 +27,7 @@
 static dc_sharedcache *g_shared;
 static int64_t g_shared_bsize, g_shared_slots;
 static dc_knownset g_known;        /* versions confirmed, under g_shared_lock too */
+static dc_partstore *g_parts;      /* parts of blocks (dc_partstore), under g_shared_lock too */
 static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static void shared_prepare(void) { pthread_mutex_lock(&g_shared_lock); }
 static void shared_release(void) { pthread_mutex_unlock(&g_shared_lock); }
@@ -45,6 +46,8 @@ void dh_shared_init(int64_t mb) {
     g_shared_bsize = 1 << 20;
     if (mb > 0) g_shared = dc_sharedcache_new((int)mb, g_shared_bsize);
     if (g_shared) g_shared_slots = mb;
+    /* parts: an eighth of the budget, at most 32 MiB (a tile's two edges each take at most a block) */
+    if (g_shared) g_parts = dc_partstore_new((mb / 8 < 32 ? (mb / 8 > 1 ? mb / 8 : 1) : 32) << 20);
   }
   pthread_mutex_unlock(&g_shared_lock);
 }
@@ -219,6 +222,57 @@ void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len) {
   pthread_mutex_lock(&g_shared_lock);
   dc_sharedcache_publish(g_shared, slot, key, idx, len);
   pthread_mutex_unlock(&g_shared_lock);
+}
+
+int dh_part_get(dc_hfile *f, int64_t off, int64_t n, uint8_t *out) {
+  if (!dh_shared_used(f)) return 0;
+  pthread_mutex_lock(&g_shared_lock);
+  int ok = dc_partstore_get(g_parts, f->key, off, n, out);
+  pthread_mutex_unlock(&g_shared_lock);
+  if (ok && out) atomic_fetch_add(&dh_st.part_hits, 1);
+  return ok;
+}
+
+void dh_part_put(dc_hfile *f, int64_t lo, const uint8_t *b, int64_t len) {
+  if (!dh_shared_used(f)) return;
+  pthread_mutex_lock(&g_shared_lock);      /* the copy too: a part is at most a block */
+  dc_partstore_put(g_parts, f->key, lo, b, len);
+  pthread_mutex_unlock(&g_shared_lock);
+}
+
+int dh_parts_used(const dc_hfile *f) { return g_parts && dh_shared_used(f) && !f->cache_dir; }
+
+/* [lo, hi) cut into its head part (up to the first block boundary), whole blocks and tail part */
+static void span_cut(const dc_hfile *f, int64_t lo, int64_t hi, int64_t *b0, int64_t *b1) {
+  *b0 = (lo + f->bsize - 1) / f->bsize;           /* the first whole block */
+  *b1 = hi / f->bsize;                            /* the block after the last whole one */
+  if (hi == f->size) *b1 = (hi + f->bsize - 1) / f->bsize;   /* the file's last block, shorter, whole */
+  if (*b1 < *b0) *b1 = *b0;
+}
+
+void dh_span_put(dc_hfile *f, int64_t lo, int64_t len, const uint8_t *b) {
+  int64_t hi = lo + len, b0, b1;
+  span_cut(f, lo, hi, &b0, &b1);
+  if (b0 >= b1) {                                 /* inside one block */
+    dh_part_put(f, lo, b, len);
+    return;
+  }
+  if (lo < b0 * f->bsize) dh_part_put(f, lo, b, b0 * f->bsize - lo);
+  for (int64_t k = b0; k < b1; k++)
+    dh_shared_put(f, k, b + (k * f->bsize - lo), dc_block_len(k, f->bsize, f->size));
+  int64_t end = b1 * f->bsize < f->size ? b1 * f->bsize : f->size;
+  if (hi > end) dh_part_put(f, end, b + (end - lo), hi - end);
+}
+
+int dh_span_held(dc_hfile *f, int64_t lo, int64_t len) {
+  int64_t hi = lo + len, b0, b1;
+  span_cut(f, lo, hi, &b0, &b1);
+  if (b0 >= b1) return dh_part_get(f, lo, len, NULL);
+  if (lo < b0 * f->bsize && !dh_part_get(f, lo, b0 * f->bsize - lo, NULL)) return 0;
+  for (int64_t k = b0; k < b1; k++)
+    if (!dh_shared_has(f, k)) return 0;
+  int64_t end = b1 * f->bsize < f->size ? b1 * f->bsize : f->size;
+  return hi <= end || dh_part_get(f, end, hi - end, NULL);
 }
 
 /* --- versions confirmed ---------------------------------------------------- */

@@ -39,7 +39,9 @@
 enum { PF_FREE = 0, PF_QUEUED, PF_BUSY, PF_DONE, PF_FAILED };
 struct pf_ent {
   int state;
-  int64_t first, n;
+  unsigned seq;                 /* counts the requests the entry has been given (dh_pf_wait_part) */
+  int64_t first, n;             /* blocks first .. first + n - 1 (n 0: a part request) */
+  int64_t plo, plen;            /* a span request (n 0): bytes [plo, plo + plen) (dh_pf_queue_span) */
   uint8_t *buf;                 /* pf_chunk blocks, in huge pages where the system has them (a new
                                    process fills it in fresh memory: dc_mem_alloc_huge) */
   size_t buf_map;               /* dc_mem_free's */
@@ -66,15 +68,15 @@ static int pf_abort(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off
   return atomic_load(&((dc_prefetch *)ud)->stop);     /* nonzero: abort the transfer (close) */
 }
 
-/* one prefetch request, one attempt: 1 when all n blocks from first are in buf */
-static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t *buf) {
+/* one prefetch request, one attempt: 1 when all `total` bytes from `off` are in buf (the blocks
+** first .. first + n - 1, or a span: n 0) */
+static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, int64_t off, int64_t total, uint8_t *buf) {
   dc_hfile *f = p->f;
-  int64_t total = (n - 1) * f->bsize + dc_block_len(first + n - 1, f->bsize, f->size);
   if (f->local) {
     double t0 = dh_now();
     int64_t done = 0;
     while (done < total) {
-      ssize_t k = pread(f->pf_fd, buf + done, (size_t)(total - done), first * f->bsize + done);
+      ssize_t k = pread(f->pf_fd, buf + done, (size_t)(total - done), off + done);
       if (k <= 0) return 0;
       done += k;
     }
@@ -92,10 +94,13 @@ static int pf_fetch(dc_prefetch *p, CURL **cp, int64_t first, int64_t n, uint8_t
   char err[900];
   int64_t got = 0;
   double t0 = dh_trace ? dh_now() : 0;
-  int rc = dh_get_on(f, *cp, 0, first * f->bsize, total, buf, &got, 0, err, sizeof err, &p->stop);
-  if (dh_trace)
+  int rc = dh_get_on(f, *cp, 0, off, total, buf, &got, 0, err, sizeof err, &p->stop);
+  if (dh_trace && n)
     fprintf(stderr, "dchttp: %.3f %d %s prefetched blocks %lld..%lld in %.3f s: %s\n", dh_now(), (int)getpid(), f->name,
             (long long)first, (long long)(first + n - 1), dh_now() - t0, rc == SQLITE_OK ? "ok" : err);
+  else if (dh_trace)
+    fprintf(stderr, "dchttp: %.3f %d %s prefetched bytes %lld..%lld in %.3f s: %s\n", dh_now(), (int)getpid(), f->name,
+            (long long)off, (long long)(off + total - 1), dh_now() - t0, rc == SQLITE_OK ? "ok" : err);
   return rc == SQLITE_OK && got == total;
 }
 
@@ -114,15 +119,22 @@ static void *pf_main(void *arg) {
     if (atomic_load(&p->stop)) break;
     e->state = PF_BUSY;
     note_peak(++p->inflight);
-    int64_t first = e->first, n = e->n;
+    int64_t first = e->first, n = e->n, plo = e->plo, plen = e->plen;
     pthread_mutex_unlock(&p->mu);
     int ok = 0;
-    if (!e->buf) e->buf = dc_mem_alloc_huge((size_t)(p->f->pf_chunk * p->f->bsize), &e->buf_map);
-    if (e->buf) ok = pf_fetch(p, &c, first, n, e->buf);
-    /* into the process's shared cache here, off the reading thread (its copies into fresh memory
-    ** are slow on some machines); it has its own lock and no SQLite */
+    dc_hfile *f = p->f;
+    if (!e->buf) e->buf = dc_mem_alloc_huge((size_t)(f->pf_chunk * f->bsize), &e->buf_map);
+    if (e->buf && n)
+      ok = pf_fetch(p, &c, first, n, first * f->bsize, (n - 1) * f->bsize + dc_block_len(first + n - 1, f->bsize, f->size),
+                    e->buf);
+    else if (e->buf)
+      ok = plen <= f->pf_chunk * f->bsize && pf_fetch(p, &c, 0, 0, plo, plen, e->buf);
+    /* into the process's shared cache (and a span's edges into the parts) here, off the reading
+    ** thread (its copies into fresh memory are slow on some machines); it has its own lock and no SQLite */
     for (int64_t k = first; ok && k < first + n; k++)
-      dh_shared_put(p->f, k, e->buf + (k - first) * p->f->bsize, dc_block_len(k, p->f->bsize, p->f->size));
+      dh_shared_put(f, k, e->buf + (k - first) * f->bsize, dc_block_len(k, f->bsize, f->size));
+    if (ok && !n) dh_span_put(f, plo, plen, e->buf);
+    if (!n) atomic_fetch_add(&dh_st.spans, 1);
     atomic_fetch_add(&dh_st.pf_requests, 1);
     if (!ok) atomic_fetch_add(&dh_st.pf_failed, 1);
     pthread_mutex_lock(&p->mu);
@@ -271,7 +283,8 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
     int64_t n = 1;
     while (n < f->pf_chunk && (!f->pf_end || f->pf_next + n < f->pf_end) && f->pf_next + n < nblocks && !pf_held(f, p, f->pf_next + n)) n++;
     pthread_mutex_lock(&p->mu);
-    e->first = f->pf_next; e->n = n; e->state = PF_QUEUED;
+    e->first = f->pf_next; e->n = n; e->plen = 0; e->state = PF_QUEUED;
+    e->seq++;
     pthread_mutex_unlock(&p->mu);
     f->pf_next += n;
     queued++;
@@ -316,4 +329,29 @@ void dh_pf_jump(dc_prefetch *p) {
   p->f->pf_detour = 0;
   p->f->pf_depth = 2;
   p->f->pf_end = 0;
+}
+
+pf_ent *dh_pf_queue_span(dc_prefetch *p, int64_t lo, int64_t len, unsigned *seq) {
+  pf_ent *e = NULL;
+  if (len > p->f->pf_chunk * p->f->bsize) return NULL;    /* (an entry's buffer) */
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < p->nent && !e; i++)
+    if (p->ent[i].state == PF_FREE) e = &p->ent[i];
+  if (e) {
+    e->first = -1; e->n = 0;        /* no block: dh_pf_find never gives it, pf_main takes it first */
+    e->plo = lo; e->plen = len;
+    e->state = PF_QUEUED;
+    *seq = ++e->seq;
+    pthread_cond_broadcast(&p->work);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return e;
+}
+
+void dh_pf_wait_span(dc_prefetch *p, pf_ent *e, unsigned seq) {
+  pthread_mutex_lock(&p->mu);
+  if (e->seq == seq && (e->state == PF_QUEUED || e->state == PF_BUSY)) atomic_fetch_add(&dh_st.pf_waits, 1);
+  while (e->seq == seq && (e->state == PF_QUEUED || e->state == PF_BUSY)) pthread_cond_wait(&p->done, &p->mu);
+  if (e->seq == seq && e->state != PF_FREE) e->state = PF_FREE;   /* (else given another request since) */
+  pthread_mutex_unlock(&p->mu);
 }

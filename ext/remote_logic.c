@@ -476,3 +476,61 @@ int dc_s3_error(const char *body, size_t n, char *out, size_t out_n) {
   else snprintf(out, out_n, "%s", code);
   return 1;
 }
+
+/* --- parts of blocks ------------------------------------------------------------------------ */
+typedef struct {
+  uint64_t key;
+  int64_t lo, len, pos;             /* bytes [lo, lo + len) of the file, at ring[pos] */
+} dc_part;
+
+struct dc_partstore {
+  uint8_t *ring;
+  size_t ring_map;
+  int64_t cap, head;                /* the next part goes at ring[head] (or at 0 where it does not fit) */
+  int n;                            /* parts held, oldest first */
+  dc_part part[DC_PARTS_MAX];
+};
+
+dc_partstore *dc_partstore_new(int64_t cap) {
+  if (cap < 1) return NULL;
+  dc_partstore *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->cap = cap;
+  return s;
+}
+
+void dc_partstore_free(dc_partstore *s) {
+  if (!s) return;
+  dc_mem_free(s->ring, s->ring_map);
+  free(s);
+}
+
+void dc_partstore_put(dc_partstore *s, uint64_t key, int64_t lo, const uint8_t *b, int64_t len) {
+  if (!s || len < 1 || len > s->cap || lo < 0) return;
+  if (!s->ring && !(s->ring = dc_mem_alloc_huge((size_t)s->cap, &s->ring_map))) return;
+  int64_t pos = s->head + len <= s->cap ? s->head : 0;
+  /* the parts the new one overwrites go, and the oldest where the list is full */
+  int k = 0;
+  for (int i = 0; i < s->n; i++) {
+    const dc_part *o = &s->part[i];
+    if ((o->pos < pos + len && pos < o->pos + o->len) || (s->n == DC_PARTS_MAX && i == 0)) continue;
+    s->part[k++] = *o;
+  }
+  s->n = k;
+  memcpy(s->ring + pos, b, (size_t)len);
+  dc_part *p = &s->part[s->n++];
+  p->key = key; p->lo = lo; p->len = len; p->pos = pos;
+  s->head = pos + len;
+}
+
+int dc_partstore_get(const dc_partstore *s, uint64_t key, int64_t off, int64_t n, uint8_t *out) {
+  if (!s || n < 1 || off < 0) return 0;
+  for (int i = s->n - 1; i >= 0; i--) {     /* the newest first */
+    const dc_part *p = &s->part[i];
+    if (p->key == key && p->lo <= off && off + n <= p->lo + p->len) {
+      if (out) memcpy(out, s->ring + p->pos + (off - p->lo), (size_t)n);
+      return 1;
+    }
+  }
+  return 0;
+}

@@ -243,7 +243,8 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
       /* from the process's shared cache, the part this read needs only: no copy of the block
       ** into this file's memory (a copy, and fresh pages, per connection and block) */
       int64_t from = (b == first ? off : bstart) - bstart, to = (end - bstart < blen ? end - bstart : blen);
-      if (dh_shared_get(f, b, blen, from, to - from, dst + (bstart + from - off))) {
+      if (dh_shared_get(f, b, blen, from, to - from, dst + (bstart + from - off)) ||
+          dh_part_get(f, bstart + from, to - from, dst + (bstart + from - off))) {   /* or a part of it */
         read_at(f, b);
         continue;
       }
@@ -589,20 +590,21 @@ static void stats_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     dh_st.requests = dh_st.bytes = dh_st.retries = dh_st.mem_hits = dh_st.disk_hits = dh_st.disk_bytes = dh_st.disk_writes = 0;
     dh_st.evictions = dh_st.errors = dh_st.opens = dh_st.throttle_ns = dh_st.shared_hits = dh_st.disk_bad = 0;
     dh_st.pf_requests = dh_st.pf_failed = dh_st.pf_blocks = dh_st.pf_unused = dh_st.pf_waits = dh_st.pf_peak = 0;
-    dh_st.opens_known = 0;
+    dh_st.opens_known = dh_st.spans = dh_st.part_hits = 0;
   }
   char *m = sqlite3_mprintf(
       "{\"requests\": %lld, \"bytes\": %lld, \"retries\": %lld, \"mem_hits\": %lld, \"disk_hits\": %lld, "
       "\"disk_bytes\": %lld, \"disk_writes\": %lld, \"evictions\": %lld, \"errors\": %lld, \"opens\": %lld, "
       "\"throttle_s\": %.6f, \"shared_hits\": %lld, \"prefetch_requests\": %lld, \"prefetch_failed\": %lld, "
       "\"prefetch_blocks_used\": %lld, \"prefetch_blocks_unused\": %lld, \"prefetch_waits\": %lld, "
-      "\"prefetch_peak_inflight\": %lld, \"disk_bad\": %lld, \"opens_known\": %lld}",
+      "\"prefetch_peak_inflight\": %lld, \"disk_bad\": %lld, \"opens_known\": %lld, \"spans\": %lld, "
+      "\"part_hits\": %lld}",
       (long long)dh_st.requests, (long long)dh_st.bytes, (long long)dh_st.retries, (long long)dh_st.mem_hits,
       (long long)dh_st.disk_hits, (long long)dh_st.disk_bytes, (long long)dh_st.disk_writes, (long long)dh_st.evictions,
       (long long)dh_st.errors, (long long)dh_st.opens, (double)dh_st.throttle_ns * 1e-9,
       (long long)dh_st.shared_hits, (long long)dh_st.pf_requests, (long long)dh_st.pf_failed, (long long)dh_st.pf_blocks,
       (long long)dh_st.pf_unused, (long long)dh_st.pf_waits, (long long)dh_st.pf_peak, (long long)dh_st.disk_bad,
-      (long long)dh_st.opens_known);
+      (long long)dh_st.opens_known, (long long)dh_st.spans, (long long)dh_st.part_hits);
   if (!m) { sqlite3_result_error_nomem(ctx); return; }
   sqlite3_result_text(ctx, m, -1, sqlite3_free);
 }
@@ -640,8 +642,9 @@ static int cmp_i64(const void *a, const void *b) {
 ** requested at once (the file's prefetch requests, max_inflight in flight; on the calling thread
 ** when it has none, or where a request failed, with retries), and waits for them: they are then in
 ** the caches like any block read.  The ranges' blocks, in order, merged where they meet (r is
-** overwritten with them).  Returns the blocks fetched, or -1 with dh_err set when a request failed
-** after its retries.  No stream goes on from here. */
+** overwritten with them); where parts are used (dh_parts_used), each range's bytes as they are
+** (fetch_spans).  Returns the blocks (or spans) fetched, or -1 with dh_err set when a request
+** failed after its retries.  No stream goes on from here. */
 /* queue prefetch requests for blocks from..last (as far as the entries go), the stream bounded there */
 static void queue_run(dc_hfile *f, dc_prefetch *p, int64_t from, int64_t last) {
   f->pf_begin = from;
@@ -650,7 +653,93 @@ static void queue_run(dc_hfile *f, dc_prefetch *p, int64_t from, int64_t last) {
   dh_pf_schedule(f, p, from);
 }
 
+/* A span of fetch_ranges: bytes [lo, hi), its request's entry */
+typedef struct { int64_t lo, hi; pf_ent *e; unsigned seq; } fr_span;
+
+static int cmp_span(const void *a, const void *b) {
+  int64_t x = ((const fr_span *)a)->lo, y = ((const fr_span *)b)->lo;
+  return x < y ? -1 : x > y;
+}
+
+/* a range's part of block b is here (the block whole, or a part holding that part) */
+static int range_held(dc_hfile *f, int64_t b, int64_t s, int64_t e) {
+  int64_t lo = b * f->bsize > s ? b * f->bsize : s, hi = (b + 1) * f->bsize < e ? (b + 1) * f->bsize : e;
+  return have_block(f, b) || dh_part_get(f, lo, hi - lo, NULL);
+}
+
+/* fetch_ranges where the file's blocks go through the shared cache and there is no disk cache
+** (dh_parts_used): each range is fetched as it is, in spans of at most an entry's blocks cut at
+** block boundaries, its whole blocks into the shared cache and the parts of blocks at its ends
+** into the parts (dh_span_put): a tile's first and last blocks hold parts of the tiles before and
+** after it, which another process may be the one to read (with whole blocks the store served
+** about 1.3x the bytes of tiles of about 2 blocks, 2 DataLoader workers).  Blocks or parts held
+** already at a range's ends are left out. */
+static int64_t fetch_spans(dc_hfile *f, int n, int64_t (*r)[2]) {
+  dc_prefetch *p = dh_pf_get(f);
+  int64_t chunk = (p ? f->pf_chunk : f->ra_blocks) * f->bsize, fetched = 0;
+  fr_span *sp = NULL;
+  int ns = 0, cap = 0;
+  for (int i = 0; i < n; i++) {
+    if (r[i][1] <= 0 || r[i][0] < 0 || r[i][0] >= f->size) continue;
+    int64_t s = r[i][0], e = r[i][0] + r[i][1] < f->size ? r[i][0] + r[i][1] : f->size;
+    int64_t b0 = s / f->bsize, b1 = (e - 1) / f->bsize;
+    while (b0 <= b1 && range_held(f, b0, s, e)) s = ++b0 * f->bsize;
+    while (b1 >= b0 && range_held(f, b1, s, e)) e = b1-- * f->bsize;
+    for (int64_t lo = s; lo < e;) {        /* at most `chunk` bytes, cut at a block boundary */
+      int64_t hi = (lo / f->bsize) * f->bsize + chunk;
+      if (hi > e) hi = e;
+      if (ns == cap) {
+        fr_span *x = realloc(sp, sizeof *sp * (size_t)(cap = cap ? 2 * cap : 16));
+        if (!x) { free(sp); dh_set_error("%s: out of memory", f->name); return -1; }
+        sp = x;
+      }
+      sp[ns++] = (fr_span){lo, hi, NULL, 0};
+      lo = hi;
+    }
+  }
+  /* spans that meet (a leaf page just before its blob's pages), one request where it fits an entry */
+  qsort(sp, (size_t)ns, sizeof *sp, cmp_span);
+  int k = 0;
+  for (int i = 0; i < ns; i++) {
+    if (k && sp[i].lo <= sp[k - 1].hi && (sp[i].hi > sp[k - 1].hi ? sp[i].hi : sp[k - 1].hi) - sp[k - 1].lo <= chunk) {
+      if (sp[i].hi > sp[k - 1].hi) sp[k - 1].hi = sp[i].hi;
+    } else {
+      sp[k++] = sp[i];
+    }
+  }
+  ns = k;
+  if (p) dh_pf_jump(p);
+  /* as many in flight as the entries take; each next one queued as one ends */
+  int next = 0, rc = SQLITE_OK;
+  for (int i = 0; i < ns && rc == SQLITE_OK; i++) {
+    while (p && next < ns && (next < i || (sp[next].e = dh_pf_queue_span(p, sp[next].lo, sp[next].hi - sp[next].lo,
+                                                                          &sp[next].seq)) != NULL))
+      next++;
+    if (next <= i) next = i + 1;            /* not queued: on this thread below */
+    if (sp[i].e) dh_pf_wait_span(p, sp[i].e, sp[i].seq);
+    int64_t len = sp[i].hi - sp[i].lo;
+    if (!sp[i].e || !dh_span_held(f, sp[i].lo, len)) {
+      /* not queued (no entry was free), or its request failed (or what it brought is gone): on
+      ** this thread, with retries */
+      uint8_t *buf = malloc((size_t)len);
+      int64_t got = 0;
+      rc = buf ? dh_get(f, sp[i].lo, len, buf, &got, 0) : SQLITE_IOERR_NOMEM;
+      if (rc == SQLITE_OK && got == len) dh_span_put(f, sp[i].lo, len, buf);
+      else if (rc == SQLITE_OK) { rc = SQLITE_IOERR_SHORT_READ; dh_set_error("%s: a short read", f->name); }
+      else if (!buf) dh_set_error("%s: out of memory", f->name);
+      free(buf);
+      atomic_fetch_add(&dh_st.spans, 1);
+    }
+    fetched++;
+  }
+  /* (spans queued past a failure finish on their threads; their entries are taken again later) */
+  free(sp);
+  if (p) dh_pf_jump(p);
+  return rc == SQLITE_OK ? fetched : -1;
+}
+
 static int64_t fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]) {
+  if (dh_parts_used(f)) return fetch_spans(f, n, r);
   int64_t nblocks = (f->size + f->bsize - 1) / f->bsize, fetched = 0;
   int m = 0;
   for (int i = 0; i < n; i++) {             /* byte ranges -> block runs [first, last] */

@@ -76,6 +76,7 @@ typedef struct {
   _Atomic int64_t shared_hits, requests, bytes, retries, mem_hits, disk_hits, disk_bytes, disk_writes, evictions,
       errors, opens, throttle_ns, disk_bad, opens_known;
   _Atomic int64_t pf_requests, pf_failed, pf_blocks, pf_unused, pf_waits, pf_peak;
+  _Atomic int64_t spans, part_hits;   /* span requests (fetch_ranges), reads served from parts */
 } dh_stats;
 extern dh_stats dh_st;
 extern _Thread_local char dh_err[1024];   /* this thread's last reason (dc_vfs_error()) */
@@ -116,6 +117,17 @@ int dh_shared_keeps(dc_hfile *f, int64_t idx);
 int dh_shared_get(dc_hfile *f, int64_t idx, int64_t len, int64_t off, int64_t n, uint8_t *out);
 int dh_shared_has(dc_hfile *f, int64_t idx);
 void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len);
+/* parts of blocks (dc_partstore: byte ranges inside blocks not held whole; with the shared cache):
+** get copies [off, off + n) into out where one part holds it (out NULL: only the answer); put
+** stores a copy.  used: whether fetch_ranges fetches parts for f (a remote file in the shared
+** cache, no disk cache: the disk cache keeps whole blocks across runs) */
+int dh_part_get(dc_hfile *f, int64_t off, int64_t n, uint8_t *out);
+void dh_part_put(dc_hfile *f, int64_t lo, const uint8_t *b, int64_t len);
+int dh_parts_used(const dc_hfile *f);
+/* bytes [lo, lo + len) of f: its whole blocks into the shared cache, the parts of blocks at its
+** ends into the parts; span_held: whether they are all there */
+void dh_span_put(dc_hfile *f, int64_t lo, int64_t len, const uint8_t *b);
+int dh_span_held(dc_hfile *f, int64_t lo, int64_t len);
 /* creates the shared cache on the first remote open (DC_HTTP_SHARED_MB) */
 void dh_shared_init(int64_t mb);   /* the first call makes it, with mb slots of 1 MiB (0: none) */
 /* once, at the VFS's registration: no fork inside a shared-cache copy */
@@ -150,4 +162,10 @@ int64_t dh_pf_take(dc_hfile *f, dc_prefetch *p, pf_ent *e);
 void dh_pf_advance(dc_hfile *f, dc_prefetch *p, int64_t from);
 /* the reader left the stream: queued requests dropped */
 void dh_pf_jump(dc_prefetch *p);
+/* a span request (bytes [lo, lo + len), at most an entry's pf_chunk blocks) in a free entry,
+** fetched by the threads before any block request and put into the caches by dh_span_put; NULL
+** when no entry is free (or len is over an entry).  *seq: what dh_pf_wait_span needs */
+pf_ent *dh_pf_queue_span(dc_prefetch *p, int64_t lo, int64_t len, unsigned *seq);
+/* waits for it (the entry is then free again); whether its bytes arrived is the caller's to check */
+void dh_pf_wait_span(dc_prefetch *p, pf_ent *e, unsigned seq);
 #endif

@@ -239,6 +239,51 @@ static void test_cache_names_and_eviction(void) {
   DCT_CHECK(dc_evict_plan(NULL, 0, 50, 10) == 0);   /* an empty directory */
 }
 
+static void test_partstore(void) {
+  DCT_CHECK(dc_partstore_new(0) == NULL);
+  dc_partstore *s = dc_partstore_new(10);
+  DCT_CHECK(s != NULL);
+  if (!s) return;
+  uint8_t o[12];
+  DCT_CHECK(!dc_partstore_get(s, 1, 0, 1, o));              /* empty */
+  dc_partstore_put(s, 1, 100, (const uint8_t *)"abcdef", 6); /* bytes 100..105 of version 1: ring [0, 6) */
+  DCT_CHECK(dc_partstore_get(s, 1, 100, 6, o) && !memcmp(o, "abcdef", 6));
+  memset(o, 0, sizeof o);
+  DCT_CHECK(dc_partstore_get(s, 1, 102, 3, o) && !memcmp(o, "cde", 3) && o[3] == 0);
+  DCT_CHECK(dc_partstore_get(s, 1, 101, 2, NULL));           /* only the answer */
+  DCT_CHECK(!dc_partstore_get(s, 1, 99, 2, o) && !dc_partstore_get(s, 1, 105, 2, o) &&
+            !dc_partstore_get(s, 2, 100, 6, o) && !dc_partstore_get(s, 1, 100, 0, o) &&
+            !dc_partstore_get(s, 1, -1, 1, o));              /* across an end, another version, empty */
+  dc_partstore_put(s, 1, 200, (const uint8_t *)"WXYZ", 4);  /* ring [6, 10) */
+  DCT_CHECK(dc_partstore_get(s, 1, 200, 4, o) && !memcmp(o, "WXYZ", 4) && dc_partstore_get(s, 1, 100, 6, NULL));
+  dc_partstore_put(s, 2, 100, (const uint8_t *)"123", 3);   /* no room at the end: ring [0, 3), overwrites the first */
+  DCT_CHECK(!dc_partstore_get(s, 1, 100, 1, o) && dc_partstore_get(s, 1, 200, 4, NULL));
+  DCT_CHECK(dc_partstore_get(s, 2, 100, 3, o) && !memcmp(o, "123", 3));
+  dc_partstore_put(s, 2, 300, (const uint8_t *)"pq", 2);    /* ring [3, 5) */
+  /* wrapping again while the oldest part (version 1's, at [6, 10)) lies past the new one: every
+  ** part the new one overwrites goes, not only the oldest */
+  dc_partstore_put(s, 3, 0, (const uint8_t *)"qrstuv", 6);  /* 5 + 6 > 10: ring [0, 6) */
+  DCT_CHECK(!dc_partstore_get(s, 2, 100, 1, o) && !dc_partstore_get(s, 2, 300, 1, o));
+  DCT_CHECK(dc_partstore_get(s, 1, 200, 4, o) && !memcmp(o, "WXYZ", 4));
+  DCT_CHECK(dc_partstore_get(s, 3, 0, 6, o) && !memcmp(o, "qrstuv", 6));
+  uint8_t big[11] = {0};
+  dc_partstore_put(s, 4, 0, big, 11);                       /* over cap: not kept, nothing goes */
+  DCT_CHECK(!dc_partstore_get(s, 4, 0, 1, o) && dc_partstore_get(s, 3, 0, 6, NULL));
+  dc_partstore_free(s);
+  /* at most DC_PARTS_MAX parts: the oldest goes */
+  s = dc_partstore_new(4 * DC_PARTS_MAX);
+  DCT_CHECK(s != NULL);
+  if (!s) return;
+  for (int i = 0; i <= DC_PARTS_MAX; i++) {
+    uint8_t b[2] = {(uint8_t)i, (uint8_t)(i >> 8)};
+    dc_partstore_put(s, 9, 10 * (int64_t)i, b, 2);
+  }
+  DCT_CHECK(!dc_partstore_get(s, 9, 0, 2, o));
+  DCT_CHECK(dc_partstore_get(s, 9, 10, 2, o) && o[0] == 1);
+  DCT_CHECK(dc_partstore_get(s, 9, 10 * (int64_t)DC_PARTS_MAX, 2, o) && o[0] == (uint8_t)DC_PARTS_MAX);
+  dc_partstore_free(s);
+}
+
 static void test_s3(void) {
   char u[256], why[128];
   DCT_CHECK(dc_s3_url("s3://bkt/dir/a.dcdb", "http://127.0.0.1:9000/", "eu-west-1", u, sizeof u, why, sizeof why));
@@ -371,6 +416,7 @@ int main(void) {
   DCT_RUN(test_validators);
   DCT_RUN(test_blockcache);
   DCT_RUN(test_sharedcache);
+  DCT_RUN(test_partstore);
   DCT_RUN(test_cache_names_and_eviction);
   DCT_RUN(test_s3);
   DCT_RUN(test_range_check);

@@ -10,6 +10,9 @@ store, not two one after the other (its row's leaf page, then the overflow pages
 - dc_vfs_fetch(schema, offset, nbytes, ...) brings a tile's pages in at once: reading the tile
   afterwards asks the store for nothing; its arguments are checked; NULL for a local file; it
   works with prefetch off (max_inflight 0) too;
+- with blocks larger than pages, dc_vfs_fetch asks for a tile's own bytes, its edge blocks' parts
+  alone (a neighbour's pages in them are fetched when read, never taken from a part); not with a
+  disk cache (whole blocks); an epoch with such parts equals the local file's;
 - `deltacells info` says whether the map is current, retired or absent;
 - a CellDataset epoch over a remote dataset whose map is wrong (moved pages: a VACUUM, an older
   writer) gives the same batches as the local file: the map is a hint, never data.
@@ -189,7 +192,7 @@ def served(files, tmp_path_factory):
     w = tmp_path_factory.mktemp("pagemap_www")
     x = w / "x.dcdb"
     run("convert", a, "-o", x, "--quiet", "--tile-cells", "300")
-    for name in ("f1", "f2", "f3", "f4", "f5", "f6"):          # one name per test: the block cache is the process's
+    for name in ("f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10"):   # one name per test: the block cache is the process's
         shutil.copy(x, w / f"{name}.dcdb")
     ng = nginx_or_skip(w, tmp_path_factory.mktemp("pagemap_nginx"))
     yield ng, x
@@ -306,6 +309,89 @@ def test_an_epoch_over_a_wrong_map_equals_the_local_file(served, tmp_path, monke
     assert _fetchahead.page_map(c) is not None           # used: it fits the file
     c.close()
     got = _epoch(url, prefetch_tiles=2)
+    assert len(got) == len(want)
+    for g, e in zip(got, want):
+        for p, q in zip(g, e):
+            assert np.array_equal(p, q)
+
+
+@pytest.mark.parametrize("inflight", ["4", "0"])
+def test_vfs_fetch_takes_a_tiles_bytes_not_its_edge_blocks_whole(served, monkeypatch, inflight):
+    """Blocks of 64 KiB, four pages each, so that a tile's pages begin and end inside blocks whose
+    other pages are the tiles before and after it: dc_vfs_fetch asks the store for the tile's own
+    bytes (its whole blocks into the shared cache, the parts of its edge blocks into the parts),
+    not for the edge blocks whole, which another process reading the neighbours would fetch again.
+    Reading the tile then asks for nothing; reading its neighbours, whose pages in those blocks no
+    part holds, asks and gets the right bytes (a part never stands in for its block)."""
+    ng, x = served
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "64")
+    monkeypatch.setenv("DC_HTTP_READAHEAD_KB", "64")
+    monkeypatch.setenv("DC_HTTP_MAX_INFLIGHT", inflight)
+    local = sqlite3.connect(x)
+    con = deltacells.connect(ng.url("f7.dcdb" if inflight == "4" else "f8.dcdb"))
+    try:
+        pm = _fetchahead.page_map(con)
+        bs = 64 << 10
+        tiles = sorted(pm)
+        assert _read_tile(con, tiles[0]) == _read_tile(local, tiles[0])     # the b-tree's upper pages
+        # tiles whose pages begin and end inside blocks, far enough from tile 0 and each other
+        # that no block of theirs came in before
+        cand = [t for t in tiles[2:-1] if pm[t][3] and pm[t][2] % bs and (pm[t][2] + pm[t][3]) % bs]
+        assert len(cand) >= 2, pm
+        t = cand[len(cand) // 2]
+        s0 = deltacells.vfs_stats(con)
+        assert con.execute("SELECT dc_vfs_fetch('main', ?, ?, ?, ?)", pm[t]).fetchone()[0] > 0
+        s1 = deltacells.vfs_stats(con)
+        leaf, ps, lo, n = pm[t]
+        own = n + (0 if lo <= leaf < lo + n else ps)
+        blocks = {b for a, m in ((leaf, ps), (lo, n)) for b in range(a // bs, (a + m - 1) // bs + 1)}
+        got = s1["bytes"] - s0["bytes"]
+        assert s1["spans"] > s0["spans"]
+        assert got <= own + ps and got < len(blocks) * bs, (got, own, len(blocks) * bs)
+        assert con.execute("SELECT dc_vfs_fetch('main', ?, ?, ?, ?)", pm[t]).fetchone()[0] == 0   # all here
+        n0 = _requests(con)
+        assert _read_tile(con, t) == _read_tile(local, t)
+        assert _requests(con) == n0
+        assert deltacells.vfs_stats(con)["part_hits"] > s1["part_hits"]
+        for u in (t - 1, t + 1):                                          # their pages in the edge blocks
+            q = "SELECT data FROM tiles_data WHERE tile = ?"
+            assert con.execute(q, (u,)).fetchone()[0] == local.execute(q, (u,)).fetchone()[0]
+    finally:
+        con.close()
+        local.close()
+
+
+def test_with_a_disk_cache_the_fetch_takes_whole_blocks(served, monkeypatch, tmp_path):
+    """A disk cache keeps whole blocks across runs: there the fetch asks for whole blocks, as before."""
+    ng, x = served
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "64")
+    monkeypatch.setenv("DC_CACHE_DIR", str(tmp_path / "cache"))
+    con = deltacells.connect(ng.url("f9.dcdb"))
+    try:
+        pm = _fetchahead.page_map(con)
+        s0 = deltacells.vfs_stats(con)
+        t = sorted(pm)[len(pm) // 2]
+        assert con.execute("SELECT dc_vfs_fetch('main', ?, ?, ?, ?)", pm[t]).fetchone()[0] > 0
+        s1 = deltacells.vfs_stats(con)
+        assert s1["spans"] == s0["spans"] and (s1["bytes"] - s0["bytes"]) % (64 << 10) == 0
+    finally:
+        con.close()
+
+
+def test_an_epoch_with_edge_parts_equals_the_local_file(served, monkeypatch):
+    """The fetch-ahead over 64 KiB blocks (tiles' edges fetched as parts, the loader reading them
+    and fetching its neighbours' pages itself): the same batches as the local file."""
+    ng, x = served
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "64")
+    monkeypatch.setenv("DC_HTTP_READAHEAD_KB", "64")     # (the file is small: opening it reads no tile ahead)
+    want = _epoch(x)
+    url = ng.url("f10.dcdb")
+    s0 = deltacells.vfs_stats(deltacells.connect(url))
+    got = _epoch(url, prefetch_tiles=2)
+    c = deltacells.connect(url)
+    s1 = deltacells.vfs_stats(c)
+    c.close()
+    assert s1["spans"] > s0["spans"]
     assert len(got) == len(want)
     for g, e in zip(got, want):
         for p, q in zip(g, e):

@@ -669,25 +669,33 @@ static int test_fetch_threads(char *why, size_t nwhy) {
   uint64_t want = tiles_digest(db, 0, 0, why, nwhy);
   sqlite3_close(db);
   if (!want) return 0;
-  char u[4300];
-  snprintf(u, sizeof u, "file:%s/fetch/d.dcdb?vfs=dchttp&block_kb=8&mem_blocks=16&readahead_kb=64&max_inflight=3",
-           g_url_base);
-  int64_t req0 = stat_of("prefetch_requests");
-  enum { NW = 3 };
-  pthread_t t[NW];
-  fetchw_t w[NW];
-  for (int i = 0; i < NW; i++) {
-    w[i] = (fetchw_t){u, want, i * 5, 0, ""};
-    if (pthread_create(&t[i], NULL, fetch_main, &w[i]) != 0) { snprintf(why, nwhy, "pthread_create"); return 0; }
-  }
+  /* blocks of 8 KiB (under a page: whole blocks), then of 64 KiB (four pages: a tile's edge
+  ** blocks fetched in part, the parts read by the other threads' tiles' neighbours too) */
   int ok = 1;
-  for (int i = 0; i < NW; i++) {
-    pthread_join(t[i], NULL);
-    if (ok && !w[i].ok) { snprintf(why, nwhy, "thread %d: %s", i, w[i].why); ok = 0; }
-  }
-  if (ok && stat_of("prefetch_requests") - req0 <= 0) {
-    snprintf(why, nwhy, "no prefetch request was made");
-    ok = 0;
+  for (int v = 0; v < 2 && ok; v++) {
+    char u[4300];
+    snprintf(u, sizeof u, "file:%s/fetch/d.dcdb?vfs=dchttp&block_kb=%d&mem_blocks=16&readahead_kb=%d&max_inflight=3",
+             g_url_base, v ? 64 : 8, v ? 256 : 64);
+    int64_t req0 = stat_of("prefetch_requests"), spans0 = stat_of("spans");
+    enum { NW = 3 };
+    pthread_t t[NW];
+    fetchw_t w[NW];
+    for (int i = 0; i < NW; i++) {
+      w[i] = (fetchw_t){u, want, i * 5, 0, ""};
+      if (pthread_create(&t[i], NULL, fetch_main, &w[i]) != 0) { snprintf(why, nwhy, "pthread_create"); return 0; }
+    }
+    for (int i = 0; i < NW; i++) {
+      pthread_join(t[i], NULL);
+      if (ok && !w[i].ok) { snprintf(why, nwhy, "block_kb %d, thread %d: %s", v ? 64 : 8, i, w[i].why); ok = 0; }
+    }
+    if (ok && stat_of("prefetch_requests") - req0 <= 0) {
+      snprintf(why, nwhy, "no prefetch request was made");
+      ok = 0;
+    }
+    if (ok && v && stat_of("spans") - spans0 <= 0) {
+      snprintf(why, nwhy, "no span request was made");
+      ok = 0;
+    }
   }
   return ok;
 }
