@@ -39,8 +39,8 @@
 enum { PF_FREE = 0, PF_QUEUED, PF_BUSY, PF_DONE, PF_FAILED };
 struct pf_ent {
   int state;
-  unsigned seq;                 /* counts the requests the entry has been given (dh_pf_wait_part) */
-  int64_t first, n;             /* blocks first .. first + n - 1 (n 0: a part request) */
+  unsigned seq;                 /* counts the requests the entry has been given (dh_pf_wait_span) */
+  int64_t first, n;             /* blocks first .. first + n - 1 (n 0: a span request) */
   int64_t plo, plen;            /* a span request (n 0): bytes [plo, plo + plen) (dh_pf_queue_span) */
   uint8_t *buf;                 /* pf_chunk blocks, in huge pages where the system has them (a new
                                    process fills it in fresh memory: dc_mem_alloc_huge) */
@@ -334,9 +334,19 @@ void dh_pf_jump(dc_prefetch *p) {
 pf_ent *dh_pf_queue_span(dc_prefetch *p, int64_t lo, int64_t len, unsigned *seq) {
   pf_ent *e = NULL;
   if (len > p->f->pf_chunk * p->f->bsize) return NULL;    /* (an entry's buffer) */
+  pf_ent *old = NULL;
   pthread_mutex_lock(&p->mu);
-  for (int i = 0; i < p->nent && !e; i++)
+  for (int i = 0; i < p->nent && !e; i++) {
     if (p->ent[i].state == PF_FREE) e = &p->ent[i];
+    else if (p->ent[i].state == PF_DONE || p->ent[i].state == PF_FAILED) old = &p->ent[i];
+  }
+  if (!e && old) {                  /* a request nobody took (a stream left, a fetch that failed) */
+    int st = old->state;
+    pthread_mutex_unlock(&p->mu);
+    if (st == PF_DONE) pf_install(p->f, p, old, 0);      /* its blocks to the disk cache; freed */
+    pthread_mutex_lock(&p->mu);
+    if (old->state == PF_FAILED || old->state == PF_FREE) { old->state = PF_FREE; e = old; }
+  }
   if (e) {
     e->first = -1; e->n = 0;        /* no block: dh_pf_find never gives it, pf_main takes it first */
     e->plo = lo; e->plen = len;

@@ -712,10 +712,9 @@ static int64_t fetch_spans(dc_hfile *f, int n, int64_t (*r)[2]) {
   /* as many in flight as the entries take; each next one queued as one ends */
   int next = 0, rc = SQLITE_OK;
   for (int i = 0; i < ns && rc == SQLITE_OK; i++) {
-    while (p && next < ns && (next < i || (sp[next].e = dh_pf_queue_span(p, sp[next].lo, sp[next].hi - sp[next].lo,
-                                                                          &sp[next].seq)) != NULL))
+    while (p && next < ns && (sp[next].e = dh_pf_queue_span(p, sp[next].lo, sp[next].hi - sp[next].lo, &sp[next].seq)))
       next++;
-    if (next <= i) next = i + 1;            /* not queued: on this thread below */
+    if (next <= i) next = i + 1;            /* no entry was free for it: on this thread below */
     if (sp[i].e) dh_pf_wait_span(p, sp[i].e, sp[i].seq);
     int64_t len = sp[i].hi - sp[i].lo;
     if (!sp[i].e || !dh_span_held(f, sp[i].lo, len)) {
