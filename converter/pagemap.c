@@ -88,6 +88,78 @@ int cv_write_pagemap(sqlite3 *db, cv_err *e) {
   return rc ? rc : cv_pagemap_still(db, e);
 }
 
+static int cmp_pg(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* dc_meta `catalogue_pages` (docs/format.md): {"schema_version": v, "runs": [[first, last], ...]},
+** the pages a reader reads when it opens the dataset, at most DC_CATALOGUE_RUNS runs of them: every
+** page of every table and index but the tiles' (their interior pages only: the leaves and overflow
+** pages are a tile's own) and the obs blocks' (their b-tree pages, not the blobs' overflow pages).
+** A remote reader asks for them all at once when it connects (one round trip, not one per b-tree
+** it meets; deltacells.connect).  A hint, as the map: v is the schema_version it holds for. */
+enum { DC_CATALOGUE_RUNS = 32 };
+static int write_catalogue(sqlite3 *db, int64_t version, cv_err *e) {
+  sqlite3_stmt *names = cv_prep(db, e, "SELECT name FROM main.sqlite_schema WHERE rootpage > 0");
+  sqlite3_stmt *pg = names ? cv_prep(db, e, "SELECT pageno, pagetype FROM dbstat('main') WHERE name = ?1") : NULL;
+  if (!pg) { sqlite3_finalize(names); return -1; }
+  int64_t *pages = NULL, n = 0, cap = 0;
+  int rc = 0;
+  while (!rc && sqlite3_step(names) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(names, 0);
+    if (!name) continue;
+    int tiles = !strcmp(name, DC_TILES_DATA), blocks = !strcmp(name, "cells_blocks");
+    sqlite3_bind_text(pg, 1, name, -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(pg) == SQLITE_ROW) {
+      const char *type = (const char *)sqlite3_column_text(pg, 1);
+      if (!type || (tiles && strcmp(type, "internal")) || (blocks && !strcmp(type, "overflow"))) continue;
+      if (n == cap) {
+        int64_t *x = realloc(pages, sizeof *pages * (size_t)(cap = cap ? 2 * cap : 256));
+        if (!x) { rc = cv_fail(e, "out of memory"); break; }
+        pages = x;
+      }
+      pages[n++] = sqlite3_column_int64(pg, 0);
+    }
+    sqlite3_reset(pg);
+  }
+  sqlite3_finalize(pg);
+  sqlite3_finalize(names);
+  if (rc) { free(pages); return rc; }
+  /* runs of pages, then the nearest runs joined until at most DC_CATALOGUE_RUNS are left */
+  qsort(pages, (size_t)n, sizeof *pages, cmp_pg);
+  int64_t (*run)[2] = n ? malloc(sizeof *run * (size_t)n) : NULL;
+  int64_t nr = 0;
+  if (n && !run) { free(pages); return cv_fail(e, "out of memory"); }
+  for (int64_t i = 0; i < n; i++) {
+    if (nr && pages[i] <= run[nr - 1][1] + 1) { if (pages[i] > run[nr - 1][1]) run[nr - 1][1] = pages[i]; }
+    else { run[nr][0] = run[nr][1] = pages[i]; nr++; }
+  }
+  free(pages);
+  while (nr > DC_CATALOGUE_RUNS) {
+    int64_t best = 1;
+    for (int64_t i = 2; i < nr; i++)
+      if (run[i][0] - run[i - 1][1] < run[best][0] - run[best - 1][1]) best = i;
+    run[best - 1][1] = run[best][1];
+    memmove(run + best, run + best + 1, sizeof *run * (size_t)(nr - best - 1));
+    nr--;
+  }
+  sqlite3_str *j = sqlite3_str_new(db);
+  sqlite3_str_appendf(j, "{\"schema_version\": %lld, \"runs\": [", (long long)version);
+  for (int64_t i = 0; i < nr; i++)
+    sqlite3_str_appendf(j, "%s[%lld, %lld]", i ? ", " : "", (long long)run[i][0], (long long)run[i][1]);
+  sqlite3_str_appendall(j, "]}");
+  free(run);
+  char *json = sqlite3_str_finish(j);
+  if (!json) return cv_fail(e, "out of memory");
+  sqlite3_stmt *ins = cv_prep(db, e, "INSERT OR REPLACE INTO main.dc_meta(key, value) VALUES('catalogue_pages', %Q)", json);
+  sqlite3_free(json);
+  if (!ins) return -1;
+  int r = sqlite3_step(ins);
+  sqlite3_finalize(ins);
+  return r == SQLITE_DONE ? 0 : cv_sql_fail(db, e, "dc_meta catalogue_pages");
+}
+
 /* The map's row of tile -1 holds (as its leaf) the schema_version the map was written under: a
 ** VACUUM, which moves pages, or any schema change since, makes the two differ, and a reader then
 ** leaves the map unused.  A command that changes the schema without moving the tiles' pages
@@ -102,7 +174,8 @@ int cv_pagemap_still(sqlite3 *db, cv_err *e) {
   if (!st) return -1;
   int r = sqlite3_step(st);
   sqlite3_finalize(st);
-  return r == SQLITE_DONE ? 0 : cv_sql_fail(db, e, "the page map");
+  if (r != SQLITE_DONE) return cv_sql_fail(db, e, "the page map");
+  return write_catalogue(db, v, e);
 }
 
 int cv_pagemap_state(sqlite3 *db, int64_t *held) {

@@ -39,7 +39,11 @@ from deltacells import _fetchahead  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def time_limit():
+def time_limit(monkeypatch):
+    # connect() asks for the catalogue's pages at once, runs less than CATALOGUE_GAP apart as one:
+    # these files are small enough for that to be all of them, tiles included; the tests here
+    # want the tiles' pages still out there
+    monkeypatch.setattr(deltacells._connect, "CATALOGUE_GAP", 0)
     with alarm(300, "test_remote_pagemap"):
         yield
 
@@ -93,6 +97,36 @@ def files(tmp_path_factory):
     return d, a, b, small
 
 
+def catalogue_truth(db):
+    """The pages the catalogue hint must cover, from dbstat: every page of every b-tree but the
+    tiles' leaves and overflow pages and the obs blocks' overflow pages."""
+    con = sqlite3.connect(db)
+    try:
+        out = set()
+        for (name,) in con.execute("SELECT name FROM sqlite_schema WHERE rootpage > 0").fetchall():
+            for pg, t in con.execute("SELECT pageno, pagetype FROM dbstat WHERE name = ?", (name,)):
+                if (name == "tiles_data" and t != "internal") or (name == "cells_blocks" and t == "overflow"):
+                    continue
+                out.add(pg)
+        return out
+    finally:
+        con.close()
+
+
+def check_catalogue(db):
+    con = sqlite3.connect(db)
+    try:
+        hint = json.loads(con.execute("SELECT value FROM dc_meta WHERE key = 'catalogue_pages'").fetchone()[0])
+        assert hint["schema_version"] == con.execute("PRAGMA schema_version").fetchone()[0]
+    finally:
+        con.close()
+    runs = hint["runs"]
+    assert 0 < len(runs) <= 32 and all(a <= b for a, b in runs)
+    assert all(runs[i][1] < runs[i + 1][0] for i in range(len(runs) - 1))
+    covered = {p for a, b in runs for p in range(a, b + 1)}
+    assert catalogue_truth(db) <= covered
+
+
 def test_convert_append_merge_write_a_map_that_agrees_with_dbstat(files, tmp_path):
     d, a, b, small = files
     x = tmp_path / "x.dcdb"
@@ -100,9 +134,11 @@ def test_convert_append_merge_write_a_map_that_agrees_with_dbstat(files, tmp_pat
     got = stored(x)
     assert got == truth(x) and len(got) >= 4
     assert all(p > 0 and last - first + 1 == p for _, first, last, p in got.values()), got
+    check_catalogue(x)                               # and the catalogue hint covers what it must
     run("append", x, b, "--quiet")                   # rows and leaves after the old ones
     got = stored(x)
     assert got == truth(x) and len(got) >= 7
+    check_catalogue(x)
     s = tmp_path / "s.dcdb"
     run("convert", small, "-o", s, "--quiet")
     assert stored(s) == truth(s)
@@ -111,6 +147,12 @@ def test_convert_append_merge_write_a_map_that_agrees_with_dbstat(files, tmp_pat
     run("merge", x, s, "-o", m, "--quiet")
     got = stored(m)
     assert got == truth(m) and len(got) == len(stored(x)) + 1
+    check_catalogue(m)
+    csv = tmp_path / "t.csv"                         # annotate: new obs pages, the hint written again
+    with open(csv, "w") as f:
+        f.write("cell_id,score\n" + "".join(f"{i},{i * 0.5}\n" for i in range(100)))
+    run("annotate", m, csv, "--key", "cell_id", "--quiet")
+    check_catalogue(m)
 
 
 def test_page_map_gives_byte_ranges_and_refuses_a_map_past_the_end(files, tmp_path):
@@ -192,7 +234,7 @@ def served(files, tmp_path_factory):
     w = tmp_path_factory.mktemp("pagemap_www")
     x = w / "x.dcdb"
     run("convert", a, "-o", x, "--quiet", "--tile-cells", "300")
-    for name in ("f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10"):   # one name per test: the block cache is the process's
+    for name in ("f1", "f2", "f3", "f4", "f5", "f6", "f7", "f8", "f9", "f10", "c1"):   # one name per test: the block cache is the process's
         shutil.copy(x, w / f"{name}.dcdb")
     ng = nginx_or_skip(w, tmp_path_factory.mktemp("pagemap_nginx"))
     yield ng, x
@@ -396,3 +438,44 @@ def test_an_epoch_with_edge_parts_equals_the_local_file(served, monkeypatch):
     for g, e in zip(got, want):
         for p, q in zip(g, e):
             assert np.array_equal(p, q)
+
+
+def test_connect_asks_for_the_catalogue_at_once(served, monkeypatch, tmp_path):
+    """Blocks of 16 KiB, one read ahead: opening a dataset and reading its genes, tile index and
+    obs columns (what CellDataset reads before its first batch) costs a request per b-tree level
+    as SQLite meets them; with the catalogue hint (dc_meta catalogue_pages) connect() asks for
+    those pages at once, and the reads after it ask for nothing.  A file whose schema changed since
+    the hint was written (a VACUUM) reads as without it."""
+    ng, x = served
+    monkeypatch.setenv("DC_HTTP_BLOCK_KB", "16")
+    monkeypatch.setenv("DC_HTTP_READAHEAD_KB", "16")
+    w = ng.root
+    for name, edit in (("c2", "DELETE FROM dc_meta WHERE key = 'catalogue_pages'"), ("c3", "VACUUM")):
+        shutil.copy(x, os.path.join(w, f"{name}.dcdb"))
+        c = sqlite3.connect(os.path.join(w, f"{name}.dcdb"))
+        c.execute(edit)
+        c.commit()
+        c.close()
+
+    def open_and_read(name):
+        """(the requests the open made, the requests the reads after it made)"""
+        n0 = _requests(local)
+        con = deltacells.connect(ng.url(f"{name}.dcdb"))
+        try:
+            n1 = _requests(con)
+            con.execute("SELECT count(*), max(name) FROM genes").fetchone()
+            con.execute("SELECT tile, first_cell, n_cells, nnz FROM tiles_data ORDER BY tile").fetchall()   # (Catalogue's)
+            con.execute("SELECT col, name FROM cells_columns").fetchall()
+            return n1 - n0, _requests(con) - n1
+        finally:
+            con.close()
+
+    local = deltacells.connect(str(x))               # (the counters are the process's)
+    s0 = deltacells.vfs_stats(local)["spans"]
+    _, after = open_and_read("c1")
+    assert after == 0 and deltacells.vfs_stats(local)["spans"] > s0
+    _, after_none = open_and_read("c2")              # no hint: the reads ask
+    assert after_none > 0
+    _, after_vac = open_and_read("c3")               # a hint for another schema: not used
+    assert after_vac > 0
+    local.close()
