@@ -213,7 +213,8 @@ class PeakMemory:
 def _stale(db):
     """A cached dataset written by an older converter: an older format version, no covering
     index of the tile index (docs/format.md), which the remote benchmarks' open time depends on,
-    or no page map (tiles_data_pages), which their fetch-ahead's round trips do."""
+    no page map (tiles_data_pages), which their fetch-ahead's round trips do, or no catalogue
+    hint (dc_meta catalogue_pages), which their open's round trips do."""
     import sqlite3
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -222,11 +223,12 @@ def _stale(db):
             ix = con.execute("SELECT count(*) FROM pragma_index_info('tiles_data_meta') "
                              "WHERE name = 'checksum'").fetchone()[0]
             pm = con.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'tiles_data_pages'").fetchone()[0]
+            cat = con.execute("SELECT count(*) FROM dc_meta WHERE key = 'catalogue_pages'").fetchone()[0]
         finally:
             con.close()
     except sqlite3.Error:
         return True
-    return not v or int(v[0]) < 3 or not ix or not pm
+    return not v or int(v[0]) < 3 or not ix or not pm or not cat
 
 
 def ensure_data(cells, genes, seed=1):
