@@ -95,10 +95,11 @@ static int cmp_pg(const void *a, const void *b) {
 
 /* dc_meta `catalogue_pages` (docs/format.md): {"schema_version": v, "runs": [[first, last], ...]},
 ** the pages a reader reads when it opens the dataset, at most DC_CATALOGUE_RUNS runs of them: every
-** page of every table and index but the tiles' (their interior pages only: the leaves and overflow
-** pages are a tile's own) and the obs blocks' (their b-tree pages, not the blobs' overflow pages).
-** A remote reader asks for them all at once when it connects (one round trip, not one per b-tree
-** it meets; deltacells.connect).  A hint, as the map: v is the schema_version it holds for. */
+** page of every table and index but the tiles table's (a tile's pages are its own, and the tile
+** index is read from the covering index tiles_data_meta; walking the table would read every
+** tile's pages again) and the obs blocks' overflow pages (their b-tree pages are in).  A remote
+** reader asks for them all at once when it connects (one round trip, not one per b-tree it meets;
+** deltacells.connect).  A hint, as the map: v is the schema_version it holds for. */
 enum { DC_CATALOGUE_RUNS = 32 };
 static int write_catalogue(sqlite3 *db, int64_t version, cv_err *e) {
   sqlite3_stmt *names = cv_prep(db, e, "SELECT name FROM main.sqlite_schema WHERE rootpage > 0");
@@ -108,12 +109,12 @@ static int write_catalogue(sqlite3 *db, int64_t version, cv_err *e) {
   int rc = 0;
   while (!rc && sqlite3_step(names) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(names, 0);
-    if (!name) continue;
-    int tiles = !strcmp(name, DC_TILES_DATA), blocks = !strcmp(name, "cells_blocks");
+    if (!name || !strcmp(name, DC_TILES_DATA)) continue;
+    int blocks = !strcmp(name, "cells_blocks");
     sqlite3_bind_text(pg, 1, name, -1, SQLITE_TRANSIENT);
     while (sqlite3_step(pg) == SQLITE_ROW) {
       const char *type = (const char *)sqlite3_column_text(pg, 1);
-      if (!type || (tiles && strcmp(type, "internal")) || (blocks && !strcmp(type, "overflow"))) continue;
+      if (!type || (blocks && !strcmp(type, "overflow"))) continue;
       if (n == cap) {
         int64_t *x = realloc(pages, sizeof *pages * (size_t)(cap = cap ? 2 * cap : 256));
         if (!x) { rc = cv_fail(e, "out of memory"); break; }

@@ -99,13 +99,13 @@ def files(tmp_path_factory):
 
 def catalogue_truth(db):
     """The pages the catalogue hint must cover, from dbstat: every page of every b-tree but the
-    tiles' leaves and overflow pages and the obs blocks' overflow pages."""
+    tiles table's and the obs blocks' overflow pages."""
     con = sqlite3.connect(db)
     try:
         out = set()
         for (name,) in con.execute("SELECT name FROM sqlite_schema WHERE rootpage > 0").fetchall():
             for pg, t in con.execute("SELECT pageno, pagetype FROM dbstat WHERE name = ?", (name,)):
-                if (name == "tiles_data" and t != "internal") or (name == "cells_blocks" and t == "overflow"):
+                if name == "tiles_data" or (name == "cells_blocks" and t == "overflow"):
                     continue
                 out.add(pg)
         return out
