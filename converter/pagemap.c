@@ -128,7 +128,7 @@ static int write_catalogue(sqlite3 *db, int64_t version, cv_err *e) {
   sqlite3_finalize(names);
   if (rc) { free(pages); return rc; }
   /* runs of pages, then the nearest runs joined until at most DC_CATALOGUE_RUNS are left */
-  qsort(pages, (size_t)n, sizeof *pages, cmp_pg);
+  if (n > 1) qsort(pages, (size_t)n, sizeof *pages, cmp_pg);
   int64_t (*run)[2] = n ? malloc(sizeof *run * (size_t)n) : NULL;
   int64_t nr = 0;
   if (n && !run) { free(pages); return cv_fail(e, "out of memory"); }

@@ -697,11 +697,13 @@ static int64_t fetch_spans(dc_hfile *f, int n, int64_t (*r)[2]) {
       lo = hi;
     }
   }
-  /* spans that meet (a leaf page just before its blob's pages), one request where it fits an entry */
-  qsort(sp, (size_t)ns, sizeof *sp, cmp_span);
+  /* spans less than a block apart (a leaf page near its blob's pages, a catalogue's runs), one
+  ** request where it fits an entry: the bytes between cost less than a request */
+  if (ns > 1) qsort(sp, (size_t)ns, sizeof *sp, cmp_span);
   int k = 0;
   for (int i = 0; i < ns; i++) {
-    if (k && sp[i].lo <= sp[k - 1].hi && (sp[i].hi > sp[k - 1].hi ? sp[i].hi : sp[k - 1].hi) - sp[k - 1].lo <= chunk) {
+    if (k && sp[i].lo < sp[k - 1].hi + f->bsize &&
+        (sp[i].hi > sp[k - 1].hi ? sp[i].hi : sp[k - 1].hi) - sp[k - 1].lo <= chunk) {
       if (sp[i].hi > sp[k - 1].hi) sp[k - 1].hi = sp[i].hi;
     } else {
       sp[k++] = sp[i];

@@ -215,7 +215,6 @@ def _connect_vfs(path, remote, check_same_thread, ext, timeout):
 
 
 CATALOGUE_MAX_BYTES = 64 << 20
-CATALOGUE_GAP = 2 << 20     # about the bytes an object store sends in one request's latency
 
 
 def _fetch_catalogue(con, meta):
@@ -241,12 +240,8 @@ def _fetch_catalogue(con, meta):
     for r in runs[:32]:
         if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r) and 1 <= r[0] <= r[1]):
             return
-        lo, hi = (r[0] - 1) * ps, r[1] * ps
-        # runs less than CATALOGUE_GAP apart as one: a request costs more than that many bytes
-        if spans and lo - spans[-1][1] <= CATALOGUE_GAP:
-            spans[-1][1] = max(spans[-1][1], hi)
-        else:
-            spans.append([lo, hi])
+        # (the VFS asks for runs less than one of its blocks apart as one request)
+        spans.append([(r[0] - 1) * ps, r[1] * ps])
     if sum(hi - lo for lo, hi in spans) > CATALOGUE_MAX_BYTES:
         return
     args = [x for lo, hi in spans for x in (lo, hi - lo)]

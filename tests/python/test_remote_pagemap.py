@@ -39,11 +39,7 @@ from deltacells import _fetchahead  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def time_limit(monkeypatch):
-    # connect() asks for the catalogue's pages at once, runs less than CATALOGUE_GAP apart as one:
-    # these files are small enough for that to be all of them, tiles included; the tests here
-    # want the tiles' pages still out there
-    monkeypatch.setattr(deltacells._connect, "CATALOGUE_GAP", 0)
+def time_limit():
     with alarm(300, "test_remote_pagemap"):
         yield
 
