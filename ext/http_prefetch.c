@@ -127,8 +127,8 @@ static void *pf_main(void *arg) {
     if (e->buf && n)
       ok = pf_fetch(p, &c, first, n, first * f->bsize, (n - 1) * f->bsize + dc_block_len(first + n - 1, f->bsize, f->size),
                     e->buf);
-    else if (e->buf)
-      ok = plen <= f->pf_chunk * f->bsize && pf_fetch(p, &c, 0, 0, plo, plen, e->buf);
+    else if (e->buf)                  /* (a span fits the buffer: dh_pf_queue_span) */
+      ok = pf_fetch(p, &c, 0, 0, plo, plen, e->buf);
     /* into the process's shared cache (and a span's edges into the parts) here, off the reading
     ** thread (its copies into fresh memory are slow on some machines); it has its own lock and no SQLite */
     for (int64_t k = first; ok && k < first + n; k++)
@@ -245,6 +245,26 @@ static void pf_install(dc_hfile *f, dc_prefetch *p, pf_ent *e, int mem) {
   pthread_mutex_unlock(&p->mu);
 }
 
+/* A free entry for a new request, else one fetched (or failed) whose blocks lie outside [from,
+** limit), freed first (a fetched one's blocks to the caches); NULL when there is none.  The
+** reading thread only (no thread takes an entry that is not queued). */
+static pf_ent *pf_entry(dc_hfile *f, dc_prefetch *p, int64_t from, int64_t limit) {
+  pf_ent *e = NULL, *old = NULL;
+  int old_done = 0;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < p->nent && !e; i++) {
+    pf_ent *x = &p->ent[i];
+    if (x->state == PF_FREE) e = x;
+    else if ((x->state == PF_DONE || x->state == PF_FAILED) && (x->first + x->n <= from || x->first >= limit))
+      old = x;
+  }
+  if (!e && old && old->state == PF_FAILED) { old->state = PF_FREE; e = old; }
+  else if (!e && old) old_done = 1;
+  pthread_mutex_unlock(&p->mu);
+  if (old_done) { pf_install(f, p, old, 0); e = old; }
+  return e;
+}
+
 /* queue requests for the blocks from `from` on, up to the window, in the free entries; the
 ** stale entries already fetched go to the caches first */
 void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
@@ -265,20 +285,7 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
   int queued = 0;
   while (f->pf_next < limit && f->pf_next < nblocks) {
     if (pf_held(f, p, f->pf_next)) { f->pf_next++; continue; }
-    /* a free entry, else one fetched (or failed) outside the window: its blocks to the caches */
-    pf_ent *e = NULL, *old = NULL;
-    int old_st = PF_FREE;
-    pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < p->nent && !e; i++) {
-      pf_ent *x = &p->ent[i];
-      if (x->state == PF_FREE) e = x;
-      else if ((x->state == PF_DONE || x->state == PF_FAILED) && (x->first + x->n <= from || x->first >= limit))
-        old = x;
-    }
-    if (!e && old && old->state == PF_FAILED) { old->state = PF_FREE; e = old; old = NULL; }
-    else if (!e && old) old_st = PF_DONE;
-    pthread_mutex_unlock(&p->mu);
-    if (!e && old_st == PF_DONE) { pf_install(f, p, old, 0); e = old; }
+    pf_ent *e = pf_entry(f, p, from, limit);
     if (!e) break;
     int64_t n = 1;
     while (n < f->pf_chunk && (!f->pf_end || f->pf_next + n < f->pf_end) && f->pf_next + n < nblocks && !pf_held(f, p, f->pf_next + n)) n++;
@@ -332,21 +339,11 @@ void dh_pf_jump(dc_prefetch *p) {
 }
 
 pf_ent *dh_pf_queue_span(dc_prefetch *p, int64_t lo, int64_t len, unsigned *seq) {
-  pf_ent *e = NULL;
   if (len > p->f->pf_chunk * p->f->bsize) return NULL;    /* (an entry's buffer) */
-  pf_ent *old = NULL;
+  /* a free entry, else any request nobody took (a stream left, a fetch that failed): every
+  ** entry's blocks lie before INT64_MAX */
+  pf_ent *e = pf_entry(p->f, p, INT64_MAX, INT64_MAX);
   pthread_mutex_lock(&p->mu);
-  for (int i = 0; i < p->nent && !e; i++) {
-    if (p->ent[i].state == PF_FREE) e = &p->ent[i];
-    else if (p->ent[i].state == PF_DONE || p->ent[i].state == PF_FAILED) old = &p->ent[i];
-  }
-  if (!e && old) {                  /* a request nobody took (a stream left, a fetch that failed) */
-    int st = old->state;
-    pthread_mutex_unlock(&p->mu);
-    if (st == PF_DONE) pf_install(p->f, p, old, 0);      /* its blocks to the disk cache; freed */
-    pthread_mutex_lock(&p->mu);
-    if (old->state == PF_FAILED || old->state == PF_FREE) { old->state = PF_FREE; e = old; }
-  }
   if (e) {
     e->first = -1; e->n = 0;        /* no block: dh_pf_find never gives it, pf_main takes it first */
     e->plo = lo; e->plen = len;

@@ -136,14 +136,14 @@ static int make_dirs(const char *dir) {
 ** that block, or a few blocks later with every block between already in memory (the reader had
 ** them: a leaf page between two blobs, a stream's blocks it read before).  Pages far apart, with
 ** blocks between that nobody read, do not go on. */
-static int have_block(dc_hfile *f, int64_t k) {     /* in this file's memory or the shared cache */
+int dh_have_block(dc_hfile *f, int64_t k) {        /* (vfs_http_int.h) */
   int64_t l;
   return dc_blockcache_get(f->mem, k, &l) != NULL || dh_shared_has(f, k);
 }
 static int goes_on(dc_hfile *f, int64_t from, int64_t b) {
   if (from < 0 || b < from || b - from > f->pf_chunk) return 0;
   for (int64_t k = from; k < b; k++)
-    if (!have_block(f, k)) return 0;
+    if (!dh_have_block(f, k)) return 0;
   return 1;
 }
 
@@ -163,9 +163,8 @@ static void announced_blocks(const dc_hfile *f, int64_t b, int64_t nblocks, int6
   if (*xend > nblocks) *xend = nblocks;
 }
 
-/* Blocks b..x of a request (in f->rabuf) into the caches: the disk cache and the process's shared
-** cache; into this file's memory those from keep_from on that the shared cache does not keep */
-static void install_fetched(dc_hfile *f, int64_t b, int64_t x, int64_t keep_from) {
+/* (vfs_http_int.h) */
+void dh_install_fetched(dc_hfile *f, int64_t b, int64_t x, int64_t keep_from) {
   for (int64_t k = b; k <= x; k++) {
     int64_t lk = dc_block_len(k, f->bsize, f->size);
     const uint8_t *src = f->rabuf + (k - b) * f->bsize;
@@ -321,7 +320,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     }
     int64_t x = b;
     while (x + 1 < b + want && x + 1 < nblocks) {
-      if (have_block(f, x + 1) || dh_on_disk(f, x + 1) || (p && dh_pf_find(p, x + 1))) break;
+      if (dh_have_block(f, x + 1) || dh_on_disk(f, x + 1) || (p && dh_pf_find(p, x + 1))) break;
       x++;
     }
     f->last_miss = x;
@@ -334,7 +333,7 @@ static int hf_read(sqlite3_file *pf, void *out, int amt, sqlite3_int64 off) {
     for (int64_t k = b; k <= x && k <= last; k++) read_at(f, k);
     /* every block into the disk cache; into memory those that fit, the last ones kept */
     int64_t nb = x - b + 1;
-    install_fetched(f, b, x, b + (nb > f->mem_slots ? nb - f->mem_slots : 0));
+    dh_install_fetched(f, b, x, b + (nb > f->mem_slots ? nb - f->mem_slots : 0));
     b = x;
   }
   if (end < off + amt) {
@@ -633,166 +632,9 @@ int64_t dc_vfs_expect(sqlite3 *db, const char *schema, int64_t nbytes) {
   return f->expect_blocks;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Fetches the blocks of byte ranges r[i] = {offset, nbytes} that this process does not hold, all
-** requested at once (the file's prefetch requests, max_inflight in flight; on the calling thread
-** when it has none, or where a request failed, with retries), and waits for them: they are then in
-** the caches like any block read.  The ranges' blocks, in order, merged where they meet (r is
-** overwritten with them); where parts are used (dh_parts_used), each range's bytes as they are
-** (fetch_spans).  Returns the blocks (or spans) fetched, or -1 with dh_err set when a request
-** failed after its retries.  No stream goes on from here. */
-/* queue prefetch requests for blocks from..last (as far as the entries go), the stream bounded there */
-static void queue_run(dc_hfile *f, dc_prefetch *p, int64_t from, int64_t last) {
-  f->pf_begin = from;
-  f->pf_end = last + 1;
-  f->pf_depth = 1 << 30;
-  dh_pf_schedule(f, p, from);
-}
-
-/* A span of fetch_ranges: bytes [lo, hi), its request's entry */
-typedef struct { int64_t lo, hi; pf_ent *e; unsigned seq; } fr_span;
-
-static int cmp_span(const void *a, const void *b) {
-  int64_t x = ((const fr_span *)a)->lo, y = ((const fr_span *)b)->lo;
-  return x < y ? -1 : x > y;
-}
-
-/* a range's part of block b is here (the block whole, or a part holding that part) */
-static int range_held(dc_hfile *f, int64_t b, int64_t s, int64_t e) {
-  int64_t lo = b * f->bsize > s ? b * f->bsize : s, hi = (b + 1) * f->bsize < e ? (b + 1) * f->bsize : e;
-  return have_block(f, b) || dh_part_get(f, lo, hi - lo, NULL);
-}
-
-/* fetch_ranges where the file's blocks go through the shared cache and there is no disk cache
-** (dh_parts_used): each range is fetched as it is, in spans of at most an entry's blocks cut at
-** block boundaries, its whole blocks into the shared cache and the parts of blocks at its ends
-** into the parts (dh_span_put): a tile's first and last blocks hold parts of the tiles before and
-** after it, which another process may be the one to read (with whole blocks the store served
-** about 1.3x the bytes of tiles of about 2 blocks, 2 DataLoader workers).  Blocks or parts held
-** already at a range's ends are left out. */
-static int64_t fetch_spans(dc_hfile *f, int n, int64_t (*r)[2]) {
-  dc_prefetch *p = dh_pf_get(f);
-  int64_t chunk = (p ? f->pf_chunk : f->ra_blocks) * f->bsize, fetched = 0;
-  fr_span *sp = NULL;
-  int ns = 0, cap = 0;
-  for (int i = 0; i < n; i++) {
-    if (r[i][1] <= 0 || r[i][0] < 0 || r[i][0] >= f->size) continue;
-    int64_t s = r[i][0], e = r[i][0] + r[i][1] < f->size ? r[i][0] + r[i][1] : f->size;
-    int64_t b0 = s / f->bsize, b1 = (e - 1) / f->bsize;
-    while (b0 <= b1 && range_held(f, b0, s, e)) s = ++b0 * f->bsize;
-    while (b1 >= b0 && range_held(f, b1, s, e)) e = b1-- * f->bsize;
-    for (int64_t lo = s; lo < e;) {        /* at most `chunk` bytes, cut at a block boundary */
-      int64_t hi = (lo / f->bsize) * f->bsize + chunk;
-      if (hi > e) hi = e;
-      if (ns == cap) {
-        fr_span *x = realloc(sp, sizeof *sp * (size_t)(cap = cap ? 2 * cap : 16));
-        if (!x) { free(sp); dh_set_error("%s: out of memory", f->name); return -1; }
-        sp = x;
-      }
-      sp[ns++] = (fr_span){lo, hi, NULL, 0};
-      lo = hi;
-    }
-  }
-  /* spans less than a block apart (a leaf page near its blob's pages, a catalogue's runs), one
-  ** request where it fits an entry: the bytes between cost less than a request */
-  if (ns > 1) qsort(sp, (size_t)ns, sizeof *sp, cmp_span);
-  int k = 0;
-  for (int i = 0; i < ns; i++) {
-    if (k && sp[i].lo < sp[k - 1].hi + f->bsize &&
-        (sp[i].hi > sp[k - 1].hi ? sp[i].hi : sp[k - 1].hi) - sp[k - 1].lo <= chunk) {
-      if (sp[i].hi > sp[k - 1].hi) sp[k - 1].hi = sp[i].hi;
-    } else {
-      sp[k++] = sp[i];
-    }
-  }
-  ns = k;
-  if (p) dh_pf_jump(p);
-  /* as many in flight as the entries take; each next one queued as one ends */
-  int next = 0, rc = SQLITE_OK;
-  for (int i = 0; i < ns && rc == SQLITE_OK; i++) {
-    while (p && next < ns && (sp[next].e = dh_pf_queue_span(p, sp[next].lo, sp[next].hi - sp[next].lo, &sp[next].seq)))
-      next++;
-    if (next <= i) next = i + 1;            /* no entry was free for it: on this thread below */
-    if (sp[i].e) dh_pf_wait_span(p, sp[i].e, sp[i].seq);
-    int64_t len = sp[i].hi - sp[i].lo;
-    if (!sp[i].e || !dh_span_held(f, sp[i].lo, len)) {
-      /* not queued (no entry was free), or its request failed (or what it brought is gone): on
-      ** this thread, with retries */
-      uint8_t *buf = malloc((size_t)len);
-      int64_t got = 0;
-      rc = buf ? dh_get(f, sp[i].lo, len, buf, &got, 0) : SQLITE_IOERR_NOMEM;
-      if (rc == SQLITE_OK && got == len) dh_span_put(f, sp[i].lo, len, buf);
-      else if (rc == SQLITE_OK) { rc = SQLITE_IOERR_SHORT_READ; dh_set_error("%s: a short read", f->name); }
-      else if (!buf) dh_set_error("%s: out of memory", f->name);
-      free(buf);
-      atomic_fetch_add(&dh_st.spans, 1);
-    }
-    fetched++;
-  }
-  /* (spans queued past a failure finish on their threads; their entries are taken again later) */
-  free(sp);
-  if (p) dh_pf_jump(p);
-  return rc == SQLITE_OK ? fetched : -1;
-}
-
-static int64_t fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]) {
-  if (dh_parts_used(f)) return fetch_spans(f, n, r);
-  int64_t nblocks = (f->size + f->bsize - 1) / f->bsize, fetched = 0;
-  int m = 0;
-  for (int i = 0; i < n; i++) {             /* byte ranges -> block runs [first, last] */
-    if (r[i][1] <= 0 || r[i][0] < 0 || r[i][0] >= f->size) continue;
-    int64_t e = r[i][0] + r[i][1] < f->size ? r[i][0] + r[i][1] : f->size;
-    r[m][0] = r[i][0] / f->bsize;
-    r[m][1] = (e - 1) / f->bsize;
-    m++;
-  }
-  qsort(r, (size_t)m, sizeof r[0], cmp_i64);
-  int k = 0;
-  for (int i = 0; i < m; i++) {
-    if (k && r[i][0] <= r[k - 1][1] + 1) { if (r[i][1] > r[k - 1][1]) r[k - 1][1] = r[i][1]; }
-    else { r[k][0] = r[i][0]; r[k][1] = r[i][1]; k++; }
-  }
-  dc_prefetch *p = dh_pf_get(f);
-  if (p) {                                  /* every run queued (as far as the entries go), in order */
-    dh_pf_jump(p);
-    for (int i = 0; i < k; i++) queue_run(f, p, r[i][0], r[i][1]);
-  }
-  for (int i = 0; i < k; i++)
-    for (int64_t b = r[i][0]; b <= r[i][1] && b < nblocks; b++) {
-      if (have_block(f, b) || dh_on_disk(f, b)) continue;
-      pf_ent *e = p ? dh_pf_find(p, b) : NULL;
-      if (!e && p) {                        /* not queued (no entry was free): from here on */
-        queue_run(f, p, b, r[i][1]);
-        e = dh_pf_find(p, b);
-      }
-      int64_t pend;
-      if (e && (pend = dh_pf_take(f, p, e))) {
-        fetched += pend - b;
-        b = pend - 1;
-        continue;
-      }
-      /* no prefetcher, or its request failed: on this thread, with retries */
-      int64_t x = b, total;
-      while (x < r[i][1] && x - b + 1 < f->ra_blocks && !have_block(f, x + 1) && !(p && dh_pf_find(p, x + 1))) x++;
-      if (dh_fetch_range(f, b, x, &total) != SQLITE_OK) {
-        if (p) dh_pf_jump(p);
-        return -1;
-      }
-      install_fetched(f, b, x, b);
-      fetched += x - b + 1;
-      b = x;
-    }
-  if (p) dh_pf_jump(p);                     /* no stream goes on from here */
-  return fetched;
-}
-
 /* dc_vfs_fetch(schema, offset, nbytes [, offset, nbytes ...]) in SQL: the blocks of those byte
 ** ranges of schema's dchttp file that this process does not hold, requested at once and waited for
-** (fetch_ranges): where a reader knows where the pages it will read lie (a tile's leaf page and
+** (dh_fetch_ranges, http_fetch.c): where a reader knows where the pages it will read lie (a tile's leaf page and
 ** overflow chain: the page map, docs/format.md), one round trip instead of one per b-tree level.
 ** The blocks fetched; NULL for a file not read through dchttp; an error (dc_vfs_error's reason)
 ** when a request failed.  Call on the thread that runs the connection's queries. */
@@ -822,7 +664,7 @@ static void fetch_func(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     sqlite3_result_null(ctx);
     return;
   }
-  int64_t got = fetch_ranges(f, n, r);
+  int64_t got = dh_fetch_ranges(f, n, r);
   if (got < 0) sqlite3_result_error(ctx, dh_err, -1);
   else sqlite3_result_int64(ctx, got);
 }

@@ -76,7 +76,7 @@ typedef struct {
   _Atomic int64_t shared_hits, requests, bytes, retries, mem_hits, disk_hits, disk_bytes, disk_writes, evictions,
       errors, opens, throttle_ns, disk_bad, opens_known;
   _Atomic int64_t pf_requests, pf_failed, pf_blocks, pf_unused, pf_waits, pf_peak;
-  _Atomic int64_t spans, part_hits;   /* span requests (fetch_ranges), reads served from parts */
+  _Atomic int64_t spans, part_hits;   /* span requests (dh_fetch_ranges), reads served from parts */
 } dh_stats;
 extern dh_stats dh_st;
 extern _Thread_local char dh_err[1024];   /* this thread's last reason (dc_vfs_error()) */
@@ -101,6 +101,23 @@ int dh_get(dc_hfile *f, int64_t off, int64_t len, uint8_t *buf, int64_t *got, in
 /* blocks idx..last (all missing) in one request into f->rabuf; *total_out: their bytes */
 int dh_fetch_range(dc_hfile *f, int64_t idx, int64_t last, int64_t *total_out);
 
+/* --- vfs_http.c (what the fetch below shares with the read) ---------------- */
+/* block k is in this file's memory or the process's shared cache */
+int dh_have_block(dc_hfile *f, int64_t k);
+/* blocks b..x of a request (in f->rabuf) into the caches: the disk cache and the process's shared
+** cache; into this file's memory those from keep_from on that the shared cache does not keep */
+void dh_install_fetched(dc_hfile *f, int64_t b, int64_t x, int64_t keep_from);
+
+/* --- http_fetch.c ---------------------------------------------------------- */
+/* Fetches the blocks of byte ranges r[i] = {offset, nbytes} that this process does not hold, all
+** requested at once (the file's prefetch requests, max_inflight in flight; on the calling thread
+** when it has none, or where a request failed, with retries), and waits for them: they are then in
+** the caches like any block read.  The ranges' blocks, in order, merged where they meet (r is
+** overwritten with them); where parts are used (dh_parts_used), each range's bytes as they are
+** (spans).  Returns the blocks (or spans) fetched, or -1 with dh_err set when a request failed
+** after its retries.  No stream goes on from here.  dc_vfs_fetch in SQL. */
+int64_t dh_fetch_ranges(dc_hfile *f, int n, int64_t (*r)[2]);
+
 /* --- http_cache.c ---------------------------------------------------------- */
 /* block idx (len bytes) from the on-disk cache into buf: 1 when held */
 int dh_disk_get(dc_hfile *f, int64_t idx, uint8_t *buf, int64_t len);
@@ -119,7 +136,7 @@ int dh_shared_has(dc_hfile *f, int64_t idx);
 void dh_shared_put(dc_hfile *f, int64_t idx, const uint8_t *b, int64_t len);
 /* parts of blocks (dc_partstore: byte ranges inside blocks not held whole; with the shared cache):
 ** get copies [off, off + n) into out where one part holds it (out NULL: only the answer); put
-** stores a copy.  used: whether fetch_ranges fetches parts for f (a remote file in the shared
+** stores a copy.  used: whether dh_fetch_ranges fetches parts for f (a remote file in the shared
 ** cache, no disk cache: the disk cache keeps whole blocks across runs) */
 int dh_part_get(dc_hfile *f, int64_t off, int64_t n, uint8_t *out);
 void dh_part_put(dc_hfile *f, int64_t lo, const uint8_t *b, int64_t len);
