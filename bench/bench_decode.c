@@ -29,8 +29,10 @@
 ** encoder choose as the converter's does.  --pairs on|off codes every context
 ** that can be in pairs, or none (dc_encode_opts .rans_pairs; "pairs" in the
 ** JSON); auto, the default, pairs a context where that pays (the converter's).
-** Chunks per tile: by default the converter's (up to 8, at least DC_CHUNK_CELLS
-** cells each where a tile has room for two); --chunks N gives exactly N.
+** Chunks per tile: by default the converter's (dc_encode_chunks: 8, one per
+** DC_CHUNK_NNZ nonzeros in tiles of more, at most DC_CHUNKS_MAX, at least
+** DC_CHUNK_CELLS cells each where a tile has room for two; the reference tile
+** gets 19); --chunks N gives exactly N.  The JSON's "chunks": the first tile's.
 */
 #include "dc_codec.h"
 
@@ -379,7 +381,7 @@ int main(int argc, char **argv) {
   }
   const char *csr_dir = NULL;
   int gen_only = 0, threads[16], n_threads = 0, codec = DC_CODEC_RANS, level = 0, runs = 7, json = 0, cmp_zstd = 1;
-  uint32_t chunks = 8;
+  uint32_t chunks = DC_CHUNKS_MAX;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -564,7 +566,7 @@ int main(int argc, char **argv) {
     printf("{\"input\":\"%s\",\"codec\":\"%s\",\"level\":%d,\"chunks\":%u,\"n_tiles\":%u,"
            "\"nnz\":%llu,\"n_cells\":%u,\"n_genes\":%u,\"bytes\":%llu,\"bits_per_nnz\":%.4f,"
            "\"encode_ms\":%.1f,\"memset_ms\":%.3f,\"runs\":%d,\"simd\":\"%s\"",
-           csr_dir ? csr_dir : "reference", dc_codec_name(codec), level, chunks, e.n_tiles,
+           csr_dir ? csr_dir : "reference", dc_codec_name(codec), level, e.n_tiles ? e.hdr[0].n_chunks : 0, e.n_tiles,
            (unsigned long long)nnz, m.n_cells, m.n_genes, (unsigned long long)e.bytes, bpn, e.encode_ms,
            memset_ms, runs, simd);
     for (int k = 0; k < n_threads; k++) printf(",\"decode_%dt_ms\":%.3f", threads[k], dec_ms[k]);

@@ -64,8 +64,9 @@ static const char *HELP_CONVERT =
     "  --tile-cells N         cells per tile (default 10000); each input has tiles of its\n"
     "                         own (its last one shorter), so no tile spans two inputs\n"
     "  --chunks N             independently compressed chunks per tile (at most 256).  By\n"
-    "                         default up to 8, with at least 512 cells each where a tile\n"
-    "                         has room for two (a small tile's streams stay long)\n"
+    "                         default 8, one per 1 M nonzeros in tiles of more than 8 M (at\n"
+    "                         most 32), with at least 512 cells each where a tile has room\n"
+    "                         for two (a small tile's streams stay long)\n"
     "  --codec rans|zstd|rans-v1  tile codec (default rans: smaller than zstd and faster to\n"
     "                         encode and decode; zstd is the published design, kept to\n"
     "                         compare; rans-v1 is the first release's codec)\n"
@@ -297,7 +298,7 @@ static int cmd_convert(int argc, char **argv) {
   cv_opts o;
   memset(&o, 0, sizeof o);
   o.tile_cells = 10000;
-  o.chunks = 8;
+  o.chunks = DC_CHUNKS_MAX;
   o.chunk_cells = DC_CHUNK_CELLS;
   const char **in = calloc((size_t)argc + 1, sizeof *in);
   const char *gene_order = NULL;

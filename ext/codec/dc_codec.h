@@ -70,13 +70,17 @@ typedef struct dc_encode_opts {
                           nonzeros, 2, 3, 4 from 12 M); rans-v1: 1..8.
                           Out of range: the default (dc_codec_levels says
                           what a codec takes)                               */
-  uint32_t n_chunks;   /* chunks per tile, at most; default 8               */
-  uint32_t chunk_cells;/* the fewest cells a chunk should hold: a tile gets
-                          min(n_chunks, max(2, n_cells / chunk_cells))
-                          chunks, so that a small tile's context streams
-                          stay long (docs/codec-design.md, 2026-12-06,
-                          later); default DC_CHUNK_CELLS; 0: n_chunks
-                          exactly.  Either way at most n_cells          */
+  uint32_t n_chunks;   /* chunks per tile, at most; default DC_CHUNKS_MAX  */
+  uint32_t chunk_cells;/* the fewest cells a chunk should hold: a tile of
+                          nnz nonzeros gets min(n_chunks, max(DC_CHUNKS_BASE,
+                          ceil(nnz / DC_CHUNK_NNZ)), max(2, n_cells /
+                          chunk_cells)) chunks: 8, more where a tile has
+                          over 8 M nonzeros (a chunk's scratch then stays
+                          near the cores' caches, docs/codec-design.md,
+                          2026-12-07 (stop 65)), fewer where its cells are
+                          few, so that a small tile's context streams stay
+                          long (2026-12-06, later); default DC_CHUNK_CELLS;
+                          0: n_chunks exactly.  Either way at most n_cells */
   int threads;         /* encoder threads across chunks; 0 = one per core    */
   int rans_v2;         /* rans: 1 writes the previous model (tile version 2:
                           one symbol per rANS step everywhere), which readers
@@ -94,8 +98,11 @@ typedef struct dc_encode_opts {
 } dc_encode_opts;
 void dc_encode_opts_default(dc_encode_opts *o);
 #define DC_CHUNK_CELLS 512
-/* The chunks a tile of n_cells cells is encoded in under o (the rule above). */
-uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells);
+#define DC_CHUNKS_MAX 32           /* n_chunks's default                                */
+#define DC_CHUNKS_BASE 8           /* chunks of a tile of up to 8 x DC_CHUNK_NNZ nonzeros */
+#define DC_CHUNK_NNZ (1u << 20)    /* a chunk's nonzeros, at most, where its tile has room */
+/* The chunks a tile of n_cells cells and nnz nonzeros is encoded in under o (the rule above). */
+uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells, uint64_t nnz);
 
 /* A CSR tile given to the encoder.  indptr has n_cells+1 entries, indptr[0]
 ** need not be 0 (the tile may be a window of a larger CSR); indices and data

@@ -168,10 +168,15 @@ const char *dc_simd_name(int level) {
   }
 }
 
-uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells) {
-  uint32_t nc = o->n_chunks ? o->n_chunks : 8;
+uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells, uint64_t nnz) {
+  uint32_t nc = o->n_chunks ? o->n_chunks : DC_CHUNKS_MAX;
   if (nc > DC_MAX_CHUNKS) nc = DC_MAX_CHUNKS;
   if (o->chunk_cells) {
+    /* 8, or one per DC_CHUNK_NNZ nonzeros where that is more (with n_chunks 8, as datasets
+    ** written before 2026-12-07 record it, the rule is the one they were written with) */
+    uint64_t want = nnz / DC_CHUNK_NNZ + (nnz % DC_CHUNK_NNZ != 0);
+    if (want < DC_CHUNKS_BASE) want = DC_CHUNKS_BASE;
+    if (nc > want) nc = (uint32_t)want;
     uint32_t room = n_cells / o->chunk_cells;
     if (room < 2) room = 2;
     if (nc > room) nc = room;
@@ -182,7 +187,7 @@ uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells) {
 void dc_encode_opts_default(dc_encode_opts *o) {
   o->codec = DC_CODEC_DEFAULT;
   o->level = 0;       /* codec default: zstd 19, rans 0 */
-  o->n_chunks = 8;
+  o->n_chunks = DC_CHUNKS_MAX;
   o->chunk_cells = DC_CHUNK_CELLS;
   o->threads = 0;
   o->rans_v2 = 0;

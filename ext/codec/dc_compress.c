@@ -224,7 +224,7 @@ int dc_tile_encode(const dc_csr *in, const dc_encode_opts *o_in,
     dc_error_set(err, DC_EARG, "encode: NULL indices or data");
     return DC_EARG;
   }
-  uint32_t nc = dc_encode_chunks(&o, in->n_cells);
+  uint32_t nc = dc_encode_chunks(&o, in->n_cells, nnz);
 
   int rc = DC_OK;
   dc_pool *pool = NULL;

@@ -53,7 +53,7 @@ static void roundtrip(const dct_mat *m, int codec, int level, uint32_t n_chunks,
     DCT_CHECKF(rc == DC_OK, "decode %s: %s", cname(codec), err.msg);
     if (rc) break;
     DCT_CHECKF(d.hdr.codec == (uint32_t)(codec & 0xff), "codec %u", d.hdr.codec);
-    uint32_t want_chunks = n_chunks ? n_chunks : 8;
+    uint32_t want_chunks = n_chunks ? n_chunks : DC_CHUNKS_MAX;   /* chunk_cells 0: exactly */
     if (want_chunks > m->n_cells) want_chunks = m->n_cells;
     DCT_CHECKF(d.hdr.n_chunks == want_chunks, "%u chunks, want %u", d.hdr.n_chunks, want_chunks);
     DCT_CHECKF(dct_same(m, &d, f32), "%s level %d chunks %u f32 %d: mismatch", cname(codec), level,
@@ -83,31 +83,51 @@ static void test_roundtrip_random(void) {
     }
 }
 
-/* Chunks per tile: at most n_chunks, at least chunk_cells cells each where a tile has room for
-** two, never more than its cells; chunk_cells 0 gives n_chunks exactly.  A default-encoded small
-** tile gets that count, balanced by nonzeros, and decodes to its input. */
+/* Chunks per tile: 8, or one per DC_CHUNK_NNZ nonzeros where that is more, at most n_chunks
+** (32), at least chunk_cells cells each where a tile has room for two, never more than its
+** cells; chunk_cells 0 gives n_chunks exactly.  n_chunks 8 (what datasets written before
+** 2026-12-07 record) gives their rule whatever the nonzeros.  A default-encoded small tile gets
+** that count, balanced by nonzeros, and decodes to its input. */
 static void test_chunk_count_rule(void) {
   dc_encode_opts o;
   dc_encode_opts_default(&o);
-  DCT_CHECK(o.n_chunks == 8 && o.chunk_cells == DC_CHUNK_CELLS && DC_CHUNK_CELLS == 512);
+  DCT_CHECK(o.n_chunks == 32 && o.chunk_cells == DC_CHUNK_CELLS && DC_CHUNK_CELLS == 512);
+  DCT_CHECK(DC_CHUNKS_MAX == 32 && DC_CHUNKS_BASE == 8 && DC_CHUNK_NNZ == 1048576);
+  const uint64_t M = 1048576;
+  /* few nonzeros: the cells decide, as before */
   static const uint32_t cells[] = {0, 1, 2, 3, 511, 1000, 1535, 1536, 2700, 4095, 4096, 10000, 200000};
   static const uint32_t want[] = {0, 1, 2, 2, 2, 2, 2, 3, 5, 7, 8, 8, 8};
   for (size_t i = 0; i < sizeof cells / sizeof *cells; i++)
-    DCT_CHECKF(dc_encode_chunks(&o, cells[i]) == want[i], "%u cells: %u chunks, want %u", cells[i],
-               dc_encode_chunks(&o, cells[i]), want[i]);
+    for (uint64_t nnz = 0; nnz <= 8 * M; nnz += 4 * M)
+      DCT_CHECKF(dc_encode_chunks(&o, cells[i], nnz) == want[i], "%u cells, %llu nonzeros: %u chunks, want %u",
+                 cells[i], (unsigned long long)nnz, dc_encode_chunks(&o, cells[i], nnz), want[i]);
+  /* past 8 M nonzeros one chunk per M (rounded up), as the cells allow, at most 32 */
+  static const struct { uint32_t cells; uint64_t nnz; uint32_t want; } big[] = {
+      {10000, 8 * M + 1, 9}, {10000, 12 * M, 12}, {10000, 23472816, 19}, {10000, 40 * M, 19},
+      {20000, 23472816, 23}, {100000, 31 * M + 5, 32}, {100000, 500 * M, 32}, {4096, 20 * M, 8},
+      {6000, 20 * M, 11}, {1000, 20 * M, 2}};
+  for (size_t i = 0; i < sizeof big / sizeof *big; i++)
+    DCT_CHECKF(dc_encode_chunks(&o, big[i].cells, big[i].nnz) == big[i].want, "%u cells, %llu nonzeros: %u chunks, want %u",
+               big[i].cells, (unsigned long long)big[i].nnz, dc_encode_chunks(&o, big[i].cells, big[i].nnz), big[i].want);
+  o.n_chunks = 8;                        /* a dataset written before 2026-12-07 */
+  DCT_CHECK(dc_encode_chunks(&o, 10000, 23472816) == 8 && dc_encode_chunks(&o, 100000, 500 * M) == 8 &&
+            dc_encode_chunks(&o, 2700, 23472816) == 5);
   o.n_chunks = 3;
-  DCT_CHECK(dc_encode_chunks(&o, 1000) == 2 && dc_encode_chunks(&o, 100000) == 3);
+  DCT_CHECK(dc_encode_chunks(&o, 1000, 0) == 2 && dc_encode_chunks(&o, 100000, 0) == 3 &&
+            dc_encode_chunks(&o, 100000, 100 * M) == 3);
   o.n_chunks = 1;
-  DCT_CHECK(dc_encode_chunks(&o, 100000) == 1);
+  DCT_CHECK(dc_encode_chunks(&o, 100000, 100 * M) == 1);
   o.n_chunks = 8;
-  o.chunk_cells = 0;                     /* exactly n_chunks, at most the cells */
-  DCT_CHECK(dc_encode_chunks(&o, 1000) == 8 && dc_encode_chunks(&o, 5) == 5);
+  o.chunk_cells = 0;                     /* exactly n_chunks, at most the cells, whatever the nonzeros */
+  DCT_CHECK(dc_encode_chunks(&o, 1000, 0) == 8 && dc_encode_chunks(&o, 5, 0) == 5 &&
+            dc_encode_chunks(&o, 100000, 100 * M) == 8);
   o.n_chunks = 1000;                     /* more than a tile may hold */
-  DCT_CHECK(dc_encode_chunks(&o, 100000) == DC_MAX_CHUNKS);
-  o.n_chunks = 0;                        /* 0: the default of 8 */
-  DCT_CHECK(dc_encode_chunks(&o, 100000) == 8);
+  DCT_CHECK(dc_encode_chunks(&o, 100000, 0) == DC_MAX_CHUNKS);
+  o.n_chunks = 0;                        /* 0: the default, 32 */
+  DCT_CHECK(dc_encode_chunks(&o, 100000, 0) == 32);
   o.chunk_cells = 100;
-  DCT_CHECK(dc_encode_chunks(&o, 450) == 4 && dc_encode_chunks(&o, 150) == 2);
+  DCT_CHECK(dc_encode_chunks(&o, 450, 0) == 4 && dc_encode_chunks(&o, 150, 0) == 2 &&
+            dc_encode_chunks(&o, 450, 100 * M) == 4 && dc_encode_chunks(&o, 1500, 10 * M) == 10);
 
   /* encoded with the defaults: 1,000 cells in 2 chunks, about half the nonzeros each */
   dct_mat m;
@@ -122,6 +142,20 @@ static void test_chunk_count_rule(void) {
   DCT_CHECKF(d.hdr.n_chunks == 2, "%u chunks", d.hdr.n_chunks);
   uint64_t nnz = m.indptr[m.n_cells];
   DCT_CHECK(d.hdr.chunk[0].nnz * 4 >= nnz && d.hdr.chunk[0].nnz * 4 <= 3 * nnz);
+  DCT_CHECK(dct_same(&m, &d, 0));
+  dct_dec_free(&d);
+  free(buf);
+  dct_mat_free(&m);
+
+  /* and a tile of 9,216,000 nonzeros (5,120 dense cells of 1,800 genes): 9 chunks (8.8 M
+  ** nonzeros, one chunk per M rounded up; room for 10 of 512 cells), at most DC_CHUNK_NNZ each */
+  DCT_CHECK(dct_mat_random(&m, 32, 5120, 1800, 0.8, DCT_SMALL, 0.0, 1.0) == 0);
+  DCT_CHECK(m.indptr[m.n_cells] == 9216000);
+  in = dct_csr(&m);
+  DCT_CHECK(dc_tile_encode(&in, NULL, &buf, &len, &err) == DC_OK);
+  DCT_CHECK(dct_decode(buf, len, 0, &d, &err) == DC_OK);
+  DCT_CHECKF(d.hdr.n_chunks == 9, "%u chunks", d.hdr.n_chunks);
+  for (uint32_t c = 0; c < d.hdr.n_chunks; c++) DCT_CHECK(d.hdr.chunk[c].nnz <= DC_CHUNK_NNZ);
   DCT_CHECK(dct_same(&m, &d, 0));
   dct_dec_free(&d);
   free(buf);

@@ -354,11 +354,11 @@ def test_info_obs_info(tmp_path):
     assert j["expression_bytes"] == ds.db.execute("SELECT sum(length(data)) FROM tiles_data").fetchone()[0]
     assert j["obs_bytes"] == ds.db.execute("SELECT sum(bytes) FROM cells_columns").fetchone()[0]
     assert j["file_bytes"] == os.path.getsize(out)
-    assert j["chunks"] == 8 and j["chunk_cells"] == 512 and j["tile_cells"] == 100 and j["codec"] in ("rans", "zstd")
+    assert j["chunks"] == 32 and j["chunk_cells"] == 512 and j["tile_cells"] == 100 and j["codec"] in ("rans", "zstd")
     ds.close()
     t = run("info", out).stdout
     assert "cells        300" in t and "bits per nonzero" in t
-    assert "up to 8 chunks per tile of at least 512 cells each" in t
+    assert "up to 32 chunks per tile (8, one per 1 M nonzeros past 8 M) of at least 512 cells each" in t
     convert(p, out, "--tile-cells", "100", "--chunks", "4", "--force")   # given: exactly 4
     assert json.loads(run("info", out, "--json").stdout)["chunk_cells"] == 0
     assert "4 chunks per tile\n" in run("info", out).stdout
