@@ -151,7 +151,13 @@ $(TSAN_VFS_DB): $(CONVERTER) scripts/gen_h5ad.py
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRC)
 	@mkdir -p $(dir $@)
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
-	  -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $< $(CORE_SRC) $(LDLIBS_CORE)
+
+# the remote VFS's pure logic (what servers and users send it), with the core (its allocator)
+$(BUILD)/fuzz/fuzz_remote: tests/fuzz/fuzz_remote.c ext/remote_logic.c ext/dc_remote.h $(CORE_SRC)
+	@mkdir -p $(dir $@)
+	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $< ext/remote_logic.c $(CORE_SRC) $(LDLIBS_CORE)
 
 # the SQL-level target: the extension compiled in (SQLITE_CORE), over a small dataset made once,
 # of two inputs with different genes (the second one's tile maps its genes: tiles skipped by gene)
@@ -159,7 +165,7 @@ FUZZ_SQL_DB := $(BUILD)/fuzz/fuzz_sql.dcdb
 $(BUILD)/fuzz/fuzz_sql: tests/fuzz/fuzz_sql.c $(CORE_SRC) $(EXT_SRC) $(BUILD)/gen/dc_modules.h
 	@mkdir -p $(dir $@)
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -DSQLITE_CORE -Iext -Iext/codec -Iext/obs -Iext/agg -I$(BUILD)/gen \
-	  $(PKG_CFLAGS) $(CURL_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) \
+	  $(PKG_CFLAGS) $(CURL_CFLAGS) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $< $(CORE_SRC) $(EXT_SRC) $(SQLITE_LIBS) \
 	  $(CURL_LIBS) $(LDLIBS_CORE)
 $(FUZZ_SQL_DB): $(CONVERTER) scripts/gen_h5ad.py
 	@mkdir -p $(dir $@)

@@ -12,17 +12,15 @@
 
 int dc_blocks_for(int64_t off, int64_t len, int64_t bsize, int64_t fsize, int64_t *first, int64_t *last) {
   if (off < 0 || len <= 0 || bsize <= 0 || off >= fsize) return 0;
-  int64_t end = off + len;                 /* exclusive */
-  if (end > fsize || end < off) end = fsize;
+  int64_t end = len > fsize - off ? fsize : off + len;   /* exclusive; fsize - off > 0: no overflow */
   *first = off / bsize;
   *last = (end - 1) / bsize;
   return 1;
 }
 
 int64_t dc_block_len(int64_t idx, int64_t bsize, int64_t fsize) {
-  if (idx < 0 || bsize <= 0) return 0;
+  if (idx < 0 || bsize <= 0 || fsize <= 0 || idx > (fsize - 1) / bsize) return 0;   /* no idx * bsize overflow */
   int64_t start = idx * bsize;
-  if (start >= fsize) return 0;
   return fsize - start < bsize ? fsize - start : bsize;
 }
 
@@ -94,23 +92,29 @@ int dc_validator_differs(const dc_validator *a, const dc_validator *r, char *why
   return 0;
 }
 
+/* Offsets past 2^62 (4 EiB) name no file: refused, so that no sum of them can overflow. */
+#define CR_MAX (1LL << 62)
+
 int dc_parse_content_range(const char *v, int64_t *start, int64_t *end, int64_t *total) {
   while (*v == ' ') v++;
   if (strncasecmp(v, "bytes", 5) != 0) return 0;
   v += 5;
   while (*v == ' ') v++;
   char *e;
+  if (*v < '0' || *v > '9') return 0;         /* digits only: no sign, no blanks (strtoll takes both) */
   long long s = strtoll(v, &e, 10);
-  if (e == v || *e != '-' || s < 0) return 0;
+  if (*e != '-' || s < 0 || s >= CR_MAX) return 0;
   v = e + 1;
+  if (*v < '0' || *v > '9') return 0;
   long long x = strtoll(v, &e, 10);
-  if (e == v || *e != '/' || x < s) return 0;
+  if (*e != '/' || x < s || x >= CR_MAX) return 0;
   v = e + 1;
   long long t;
   if (*v == '*') t = -1;
   else {
+    if (*v < '0' || *v > '9') return 0;
     t = strtoll(v, &e, 10);
-    if (e == v || t <= x) return 0;
+    if (t <= x || t > CR_MAX) return 0;
   }
   *start = s; *end = x; *total = t;
   return 1;
@@ -429,7 +433,7 @@ int dc_range_check(const dc_range_resp *r, int *transport, char *why, size_t why
     snprintf(why, why_n, "HTTP 206 without a matching Content-Range");
     return DC_RESP_BAD;
   }
-  if (r->got != r->cr_end - r->cr_start + 1) {
+  if ((uint64_t)r->got != (uint64_t)r->cr_end - (uint64_t)r->cr_start + 1) {   /* cr_end >= cr_start: parsed */
     *transport = 1;
     snprintf(why, why_n, "short body: %lld of %lld bytes", (long long)r->got, (long long)(r->cr_end - r->cr_start + 1));
     return DC_RESP_BAD;

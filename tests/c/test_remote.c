@@ -24,6 +24,11 @@ static void test_blocks(void) {
   DCT_CHECK(!dc_blocks_for(100000, 10, 4096, 100000, &a, &b));
   DCT_CHECK(!dc_blocks_for(5, 0, 4096, 100000, &a, &b));
   DCT_CHECK(!dc_blocks_for(-1, 10, 4096, 100000, &a, &b));
+  /* extremes: no sum or product may overflow (fuzz_remote found dc_block_len's) */
+  DCT_CHECK(dc_blocks_for(99999, INT64_MAX, 4096, 100000, &a, &b) && a == 24 && b == 24);
+  DCT_CHECK(dc_blocks_for(INT64_MAX - 1, INT64_MAX, 1, INT64_MAX, &a, &b) && a == INT64_MAX - 1 && b == INT64_MAX - 1);
+  DCT_CHECK(dc_block_len(INT64_MAX / 2, 1 << 20, 100000) == 0 && dc_block_len(INT64_MAX, INT64_MAX, INT64_MAX) == 0);
+  DCT_CHECK(dc_block_len(0, INT64_MAX, INT64_MAX) == INT64_MAX && dc_block_len(1, 2, 0) == 0 && dc_block_len(0, 2, -5) == 0);
 }
 
 static void test_readahead(void) {
@@ -126,6 +131,17 @@ static void test_validators(void) {
   DCT_CHECK(!dc_parse_content_range("bytes 10-5/5000", &s, &e, &t));
   DCT_CHECK(!dc_parse_content_range("bytes 0-5000/5000", &s, &e, &t));
   DCT_CHECK(!dc_parse_content_range("items 0-1/2", &s, &e, &t));
+  /* numbers past 2^62 (no file is that large; their sums would overflow), signs and blanks
+  ** inside the range (strtoll would take them) are refused (fuzz_remote found the first) */
+  DCT_CHECK(!dc_parse_content_range("bytes 0-9223372036854775807/*", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("bytes 0-4611686018427387904/*", &s, &e, &t));
+  DCT_CHECK(dc_parse_content_range("bytes 0-4611686018427387903/4611686018427387904", &s, &e, &t) &&
+            e == 4611686018427387903LL && t == 4611686018427387904LL);
+  DCT_CHECK(!dc_parse_content_range("bytes 0-10/99999999999999999999", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("bytes +0-10/20", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("bytes 0- 10/20", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("bytes 0-10/ 20", &s, &e, &t));
+  DCT_CHECK(!dc_parse_content_range("bytes 0-+10/20", &s, &e, &t));
   char v[16];
   dc_header_value("  \"x\"\r\n", 7, v, sizeof v);
   DCT_CHECK(strcmp(v, "\"x\"") == 0);
