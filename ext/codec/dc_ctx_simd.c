@@ -278,7 +278,7 @@ AVX2 uint64_t dc_ctx_width_sum_avx2(const uint8_t *nbt, uint32_t nsym, const uin
 ** funnel shift per lane: a symbol's bits start at most 7 + 7 * 28 = 203 bits
 ** into the load and need 28 more).  A second prefix sum turns the gaps
 ** into gene indices.  The last step of a cell keeps only its live lanes. */
-#define CELL_AVX2 __attribute__((target("avx2,bmi,bmi2")))
+#define CELL_AVX2 __attribute__((target("avx2,bmi,bmi2,prfchw")))
 
 /* inclusive prefix sum of eight int32 lanes */
 CELL_AVX2 static inline __m256i prefix8(__m256i x) {
@@ -339,6 +339,10 @@ CELL_AVX2 static inline __m256i prefix8(__m256i x) {
       if (f32) _mm256_maskstore_ps((float *)val + (J), live, _mm256_cvtepi32_ps(cnt_)); \
       else _mm256_maskstore_epi32((int *)val + (J), live, cnt_);                 \
     } else {                                                                     \
+      /* the lines 256 bytes on asked for in the state a store wants (prefetchw: \
+      ** a NOP where the CPU lacks it; never a fault) */                        \
+      __builtin_prefetch(ix + (J) + 64, 1, 3);                                   \
+      __builtin_prefetch((int32_t *)val + (J) + 64, 1, 3);                       \
       _mm256_storeu_si256((__m256i *)(ix + (J)), gene_);                         \
       if (f32) _mm256_storeu_ps((float *)val + (J), _mm256_cvtepi32_ps(cnt_));   \
       else _mm256_storeu_si256((__m256i *)((int32_t *)val + (J)), cnt_);         \
