@@ -22,6 +22,26 @@ int cv_fail(cv_err *e, const char *fmt, ...) {
   return -1;
 }
 
+void cv_put_text(FILE *f, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned c = *p;
+    int len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    int ok = len == 1 ? c >= 0x20 && c != 0x7f : len > 1;
+    for (int i = 1; ok && i < len; i++) ok = (p[i] & 0xc0) == 0x80;      /* stops at the NUL */
+    /* no overlong forms, no surrogates, nothing past U+10FFFF */
+    if (ok && len == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0))) ok = 0;
+    if (ok && len == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90))) ok = 0;
+    if (ok) {
+      fwrite(p, 1, (size_t)len, f);
+      p += len;
+    } else {
+      fprintf(f, "\\x%02x", c);
+      p++;
+    }
+  }
+}
+
 int cv_prefix(cv_err *e, const char *fmt, ...) {
   if (!e) return -1;
   char pre[512], old[sizeof e->msg];

@@ -34,6 +34,11 @@ int cv_prefix(cv_err *e, const char *fmt, ...)
 #endif
     ;
 
+/* Writes s to f as text any terminal and any UTF-8 reader of stderr takes: valid UTF-8 as it is,
+** control bytes and bytes that are not valid UTF-8 (a damaged input's, quoted in a message) as
+** \xNN.  So a message stays one line of text, whatever it quotes. */
+void cv_put_text(FILE *f, const char *s);
+
 /* A message "FROM: ..." becomes "TO: ..." (a scratch file named as the dataset it serves). */
 void cv_rename_subject(cv_err *e, const char *from, const char *to);
 

@@ -260,7 +260,9 @@ static int usage(const char *msg, const char *help) {
     while (p[n] && ((p[n] >= 'a' && p[n] <= 'z') || (p[n] == ' ' && p[n + 1] >= 'a' && p[n + 1] <= 'z'))) n++;
     if (n && n < sizeof cmd - 1) { memcpy(cmd, p, n); cmd[n] = ' '; cmd[n + 1] = 0; }
   }
-  fprintf(stderr, "deltacells: %s (see deltacells %s--help)\n", msg, cmd);
+  fputs("deltacells: ", stderr);
+  cv_put_text(stderr, msg);                /* an argument quoted in it may be any bytes */
+  fprintf(stderr, " (see deltacells %s--help)\n", cmd);
   return 2;
 }
 
@@ -288,7 +290,9 @@ static int int_arg(const char *opt, const char *v, long lo, long hi, long *out, 
 
 static int finish(int rc, cv_err *e) {
   if (rc) {
-    fprintf(stderr, "deltacells: %s\n", e->msg);
+    fputs("deltacells: ", stderr);
+    cv_put_text(stderr, e->msg);           /* it may quote a damaged input's bytes */
+    fputc('\n', stderr);
     return cv_interrupted ? 130 : 1;
   }
   return 0;

@@ -501,3 +501,16 @@ def test_a_truncated_dataset_is_called_damaged(tmp_path):
             assert r.returncode == 1, (cmd, frac, r.stdout)
             if "damaged or truncated" not in r.stderr:     # a cut that leaves dc_meta readable: said otherwise
                 assert frac == 0.9 and "not a deltacells dataset" not in r.stderr, (cmd, frac, r.stderr)
+
+
+def test_messages_are_text_whatever_they_quote(tmp_path):
+    """A message quotes paths, arguments and a damaged input's bytes; it reaches stderr as one
+    line of valid UTF-8 (a UTF-8 reader of stderr, as subprocess's text mode, took a raw byte of a
+    damaged matrix.mtx as a UnicodeDecodeError): control bytes and bytes that are not UTF-8 as
+    \\xNN, valid UTF-8 as it is."""
+    bad = str(tmp_path / "donn\u00e9es-\udcff\x01\x1b[31m.h5ad")      # \udcff: the byte 0xff in a path
+    r = run("convert", bad, "-o", tmp_path / "o.dcdb", check=False)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "donn\u00e9es-\\xff\\x01\\x1b[31m.h5ad" in r.stderr, r.stderr
+    r = run("convert", tmp_path / "x.h5ad", "-o", tmp_path / "o.dcdb", "--tile-cells", "\udcfe\t7", check=False)
+    assert r.returncode == 2 and "'\\xfe\\x097'" in r.stderr and r.stderr.count("\n") == 1, r.stderr

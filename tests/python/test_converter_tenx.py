@@ -343,6 +343,74 @@ def test_mtx_duplicate_entry(tmp_path, mat):
     bad(tmp_path, d, "appears twice", f"'{bc[int(j) - 1]}'", f"'{names[int(i) - 1]}'")
 
 
+def _damage(rng, raw):
+    """One random damage to a text file's bytes: a byte changed, bytes cut out or put in, a
+    line repeated, a token replaced by an awkward number, or the end cut off."""
+    kind = int(rng.integers(6))
+    i = int(rng.integers(max(1, len(raw))))
+    if kind == 0:
+        return raw[:i] + bytes([int(rng.choice(list(b"\x00\n\t -+.e019%x\xff")))]) + raw[i + 1:]
+    if kind == 1:
+        return raw[:i] + raw[i + int(rng.integers(1, 40)):]
+    if kind == 2:
+        return raw[:i] + bytes(rng.integers(0, 256, int(rng.integers(1, 12))).astype(np.uint8)) + raw[i:]
+    if kind == 3:
+        lines = raw.split(b"\n")
+        k = int(rng.integers(len(lines)))
+        return b"\n".join(lines[:k + 1] + lines[k:])
+    if kind == 4:
+        tokens = raw.split(b" ")
+        k = int(rng.integers(len(tokens)))
+        tokens[k] = rng.choice([b"", b"0", b"-1", b"4294967296", b"18446744073709551616", b"1e10", b"nan",
+                                b"99999999999999999999999", b"2147483648", b"007"])
+        return b" ".join(tokens)
+    return raw[:i]
+
+
+def test_mtx_random_damage_is_an_error_or_a_dataset(tmp_path, mat):
+    """A 10x directory damaged at random, 80 times (seeded): the converter either says what is
+    wrong (exit 1, one 'deltacells: ' message, no output, no leftovers; under make test's ASan run
+    no sanitizer report, which would not start so) or writes a dataset that verifies, and when
+    the damage was to matrix.mtx and scipy reads the damaged file as a Matrix Market file, its
+    matrix, cell for cell and gene for gene."""
+    import scipy.io
+    X, bc, ids, names, types = mat
+    rng = np.random.default_rng(20261207)
+    clean = write_mtx(tmp_path / "clean", *mat, gz=False)
+    files = ["matrix.mtx"] * 6 + ["features.tsv", "barcodes.tsv"]
+    outcomes = {0: 0, 1: 0}
+    for k in range(80):
+        d = tmp_path / f"d{k}"
+        shutil.copytree(clean, d)
+        name = files[int(rng.integers(len(files)))]
+        p = d / name
+        p.write_bytes(_damage(rng, p.read_bytes()))
+        out = tmp_path / f"o{k}.dcdb"
+        r = convert(d, out, check=False)
+        assert r.returncode in (0, 1), (k, name, r.returncode, r.stderr[-2000:])
+        outcomes[r.returncode] += 1
+        if r.returncode == 1:
+            assert r.stderr.startswith("deltacells: ") and r.stderr.count("\n") == 1, (k, name, r.stderr[-2000:])
+            assert not out.exists()
+            assert not [f for f in os.listdir(tmp_path) if ".tmp-" in f or "spool" in f]
+            continue
+        assert "Sanitizer" not in r.stderr and "runtime error" not in r.stderr, r.stderr[-2000:]
+        run("verify", out)
+        if name == "matrix.mtx":
+            try:
+                ref = sp.csr_matrix(scipy.io.mmread(str(p)).T)
+            except Exception:
+                ref = None
+            if ref is not None and ref.shape == X.shape:
+                got = contents(out)
+                want_order = np.argsort(names, kind="stable")
+                assert got["genes"] == [names[i] for i in want_order]
+                assert np.array_equal(got["X"], ref.toarray()[:, want_order]), (k, "X differs from scipy's reading")
+        shutil.rmtree(d)
+    # the damage is not all harmless, nor all fatal
+    assert outcomes[1] >= 20 and outcomes[0] >= 1, outcomes
+
+
 def test_h5_malformed(tmp_path, mat):
     X, bc, ids, names, types = mat
     p = write_h5_v3(tmp_path / "s.h5", *mat)
