@@ -157,7 +157,8 @@ fi
 # The extension and the converter built with ASan+UBSan (build/asan/deltacells.so and
 # build/asan/deltacells): the SQL-file tests, then a subset of pytest (the damage, verify, limits
 # and dc_batch error tests, the loader's hand-off, tickets, placing and workers' lanes; the 10x/loom readers and unsorted rows;
-# merge's tiles encoded again on threads; a full disk under append, annotate, merge and export; tiles skipped by their gene maps) against them.  A process that loads the library must have libasan
+# merge's tiles encoded again on threads; a full disk under append, annotate, merge and export; tiles skipped by their gene maps;
+# annotate and its CSV reader, also on tables damaged at random) against them.  A process that loads the library must have libasan
 # first (LD_PRELOAD); leak checks are off there (Python itself keeps memory at exit).
 echo "== SQL-file tests and a pytest subset with the extension and converter built with ASan+UBSan"
 asan_lib=$(${CC:-gcc} -print-file-name=libasan.so)
@@ -173,7 +174,7 @@ if [ -x build/asan/deltacells ] && [ -f build/asan/deltacells.so ] && [ -f "$asa
               tests/python/test_python_obs_batch.py tests/python/test_python_handoff.py tests/python/test_remote.py
               tests/python/test_remote_prefetch.py tests/python/test_place.py tests/python/test_python_workers.py
               tests/python/test_merge_copy.py tests/python/test_full_disk.py tests/python/test_large_counts.py
-              tests/python/test_expression_gene_skip.py)
+              tests/python/test_expression_gene_skip.py tests/python/test_annotate.py)
   "${san_env[@]}" DC_BUILD=build/asan DELTACELLS_CONVERTER=build/asan/deltacells \
     DELTACELLS_EXTENSION="$PWD/build/asan/deltacells.so" PYTHONPATH=python \
     "$PYTHON" -m pytest -q -p no:cacheprovider -rfEs "${asan_tests[@]}" >"$log/pytest-asan.log" 2>&1

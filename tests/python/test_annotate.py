@@ -124,6 +124,51 @@ def test_bad_csv_names_line_and_reason_and_changes_nothing(ds, tmp_path, text, o
     verify_ok(ds)
 
 
+def test_csv_damaged_at_random_is_an_error_that_changes_nothing_or_an_annotation(ds, tmp_path):
+    """A valid table damaged at random, 60 times (seeded: bytes changed, cut, put in, lines
+    repeated, quotes and separators inserted, truncation): annotate either refuses it (exit 1,
+    one line of text naming the table, the dataset's bytes unchanged) or annotates, and the
+    dataset then verifies and still has every cell."""
+    names = [r[0] for r in cells(ds, ["age"])]
+    rows = ["name,score,label,flag"] + [f"{n},{i * 0.5},lab{i % 7},{'true' if i % 3 else 'false'}"
+                                         for i, n in enumerate(names[:120])]
+    clean = ("\n".join(rows) + "\n").encode()
+    rng = np.random.default_rng(7)
+    outcomes = {0: 0, 1: 0}
+    for k in range(60):
+        raw = clean
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(raw)))
+            kind = int(rng.integers(6))
+            if kind == 0:
+                raw = raw[:i] + bytes([int(rng.choice(list(b'",\n\r\x00\xff\xc3 9-e')))]) + raw[i + 1:]
+            elif kind == 1:
+                raw = raw[:i] + raw[i + int(rng.integers(1, 30)):]
+            elif kind == 2:
+                raw = raw[:i] + bytes(rng.integers(0, 256, int(rng.integers(1, 8))).astype(np.uint8)) + raw[i:]
+            elif kind == 3:
+                lines = raw.split(b"\n")
+                j = int(rng.integers(len(lines)))
+                raw = b"\n".join(lines[:j + 1] + lines[j:])
+            elif kind == 4:
+                raw = raw[:i] + b'"' + raw[i:]
+            else:
+                raw = raw[:i]
+        csv = tmp_path / f"t{k}.csv"
+        csv.write_bytes(raw)
+        before = sha(ds)
+        p = run("annotate", ds, csv, check=False)
+        assert p.returncode in (0, 1), (k, p.returncode, p.stderr[-2000:])
+        outcomes[p.returncode] += 1
+        if p.returncode == 1:
+            assert p.stderr.startswith("deltacells: ") and p.stderr.count("\n") == 1, (k, p.stderr[-2000:])
+            assert sha(ds) == before, k
+        else:
+            verify_ok(ds)
+            assert [r[0] for r in cells(ds, ["age"])] == names
+    assert outcomes[1] >= 20 and outcomes[0] >= 1, outcomes
+
+
 def test_annotate_integer_out_of_int64_range_says_so(ds, tmp_path):
     """An integer beyond int64 in an int column was 'not an integer'; it is out of the signed
     64-bit range, and the message names the column, the line and key, and the value (as convert
