@@ -242,17 +242,19 @@ void dh_part_put(dc_hfile *f, int64_t lo, const uint8_t *b, int64_t len) {
 
 int dh_parts_used(const dc_hfile *f) { return g_parts && dh_shared_used(f) && !f->cache_dir; }
 
-/* [lo, hi) cut into its head part (up to the first block boundary), whole blocks and tail part */
-static void span_cut(const dc_hfile *f, int64_t lo, int64_t hi, int64_t *b0, int64_t *b1) {
+/* [lo, hi) cut into its head part [lo, b0 * bsize), whole blocks b0 .. b1 - 1 and tail part
+** [*tail, hi); b0 == b1: inside one block, a part */
+static void span_cut(const dc_hfile *f, int64_t lo, int64_t hi, int64_t *b0, int64_t *b1, int64_t *tail) {
   *b0 = (lo + f->bsize - 1) / f->bsize;           /* the first whole block */
   *b1 = hi / f->bsize;                            /* the block after the last whole one */
   if (hi == f->size) *b1 = (hi + f->bsize - 1) / f->bsize;   /* the file's last block, shorter, whole */
   if (*b1 < *b0) *b1 = *b0;
+  *tail = *b1 * f->bsize < f->size ? *b1 * f->bsize : f->size;
 }
 
 void dh_span_put(dc_hfile *f, int64_t lo, int64_t len, const uint8_t *b) {
-  int64_t hi = lo + len, b0, b1;
-  span_cut(f, lo, hi, &b0, &b1);
+  int64_t hi = lo + len, b0, b1, tail;
+  span_cut(f, lo, hi, &b0, &b1, &tail);
   if (b0 >= b1) {                                 /* inside one block */
     dh_part_put(f, lo, b, len);
     return;
@@ -260,19 +262,17 @@ void dh_span_put(dc_hfile *f, int64_t lo, int64_t len, const uint8_t *b) {
   if (lo < b0 * f->bsize) dh_part_put(f, lo, b, b0 * f->bsize - lo);
   for (int64_t k = b0; k < b1; k++)
     dh_shared_put(f, k, b + (k * f->bsize - lo), dc_block_len(k, f->bsize, f->size));
-  int64_t end = b1 * f->bsize < f->size ? b1 * f->bsize : f->size;
-  if (hi > end) dh_part_put(f, end, b + (end - lo), hi - end);
+  if (hi > tail) dh_part_put(f, tail, b + (tail - lo), hi - tail);
 }
 
 int dh_span_held(dc_hfile *f, int64_t lo, int64_t len) {
-  int64_t hi = lo + len, b0, b1;
-  span_cut(f, lo, hi, &b0, &b1);
+  int64_t hi = lo + len, b0, b1, tail;
+  span_cut(f, lo, hi, &b0, &b1, &tail);
   if (b0 >= b1) return dh_part_get(f, lo, len, NULL);
   if (lo < b0 * f->bsize && !dh_part_get(f, lo, b0 * f->bsize - lo, NULL)) return 0;
   for (int64_t k = b0; k < b1; k++)
     if (!dh_shared_has(f, k)) return 0;
-  int64_t end = b1 * f->bsize < f->size ? b1 * f->bsize : f->size;
-  return hi <= end || dh_part_get(f, end, hi - end, NULL);
+  return hi <= tail || dh_part_get(f, tail, hi - tail, NULL);
 }
 
 /* --- versions confirmed ---------------------------------------------------- */

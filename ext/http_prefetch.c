@@ -290,7 +290,7 @@ void dh_pf_schedule(dc_hfile *f, dc_prefetch *p, int64_t from) {
     int64_t n = 1;
     while (n < f->pf_chunk && (!f->pf_end || f->pf_next + n < f->pf_end) && f->pf_next + n < nblocks && !pf_held(f, p, f->pf_next + n)) n++;
     pthread_mutex_lock(&p->mu);
-    e->first = f->pf_next; e->n = n; e->plen = 0; e->state = PF_QUEUED;
+    e->first = f->pf_next; e->n = n; e->state = PF_QUEUED;      /* (n > 0: plo, plen unused) */
     e->seq++;
     pthread_mutex_unlock(&p->mu);
     f->pf_next += n;

@@ -215,6 +215,7 @@ def _connect_vfs(path, remote, check_same_thread, ext, timeout):
 
 
 CATALOGUE_MAX_BYTES = 64 << 20
+CATALOGUE_MAX_RUNS = 32     # what the writers write at most (converter/pagemap.c DC_CATALOGUE_RUNS)
 
 
 def _fetch_catalogue(con, meta):
@@ -237,7 +238,7 @@ def _fetch_catalogue(con, meta):
         return
     ps = con.execute("PRAGMA page_size").fetchone()[0]
     spans = []
-    for r in runs[:32]:
+    for r in runs[:CATALOGUE_MAX_RUNS]:
         if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r) and 1 <= r[0] <= r[1]):
             return
         # (the VFS asks for runs less than one of its blocks apart as one request)

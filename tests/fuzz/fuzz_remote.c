@@ -260,7 +260,7 @@ static void arithmetic(src *s) {
     CHECK(first == off / bsize && first <= last && last <= (fsize - 1) / bsize);
     CHECK(last == (len > fsize - off ? fsize - 1 : off + len - 1) / bsize);
     int64_t bl = dc_block_len(last, bsize, fsize);
-    CHECK(bl >= 1 && bl <= bsize && bl == (fsize - 1) % bsize + 1 - (last < (fsize - 1) / bsize ? (fsize - 1) % bsize + 1 - bsize : 0));
+    CHECK(bl == (last < (fsize - 1) / bsize ? bsize : (fsize - 1) % bsize + 1));   /* whole, or the file's last */
   } else {
     CHECK(first == -5 && last == -5);
   }
