@@ -159,6 +159,16 @@ $(BUILD)/fuzz/fuzz_remote: tests/fuzz/fuzz_remote.c ext/remote_logic.c ext/dc_re
 	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg $(PKG_CFLAGS) \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $< ext/remote_logic.c $(CORE_SRC) $(LDLIBS_CORE)
 
+# the converter's 10x Matrix Market reader (text a user hands it) with the parts of the converter
+# it uses, HDF5, zlib (and libsqlite3 for its string builder)
+TENX_SRC := converter/tenx.c converter/h5ad.c converter/h5ad_hdf5.c converter/h5ad_frame.c converter/h5ad_rows.c \
+            converter/cv_util.c converter/cv_dtype.c
+$(BUILD)/fuzz/fuzz_tenx: tests/fuzz/fuzz_tenx.c $(TENX_SRC) $(wildcard converter/*.h) $(CORE_SRC)
+	@mkdir -p $(dir $@)
+	$(CLANG) -O1 -g -std=c11 -D_GNU_SOURCE -Iext -Iext/codec -Iext/obs -Iext/agg -Iconverter $(PKG_CFLAGS) \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $< $(TENX_SRC) $(CORE_SRC) \
+	  $(HDF5_LIBS) $(ZLIB_LIBS) $(SQLITE_LIBS) $(LDLIBS_CORE)
+
 # the SQL-level target: the extension compiled in (SQLITE_CORE), over a small dataset made once,
 # of two inputs with different genes (the second one's tile maps its genes: tiles skipped by gene)
 FUZZ_SQL_DB := $(BUILD)/fuzz/fuzz_sql.dcdb
