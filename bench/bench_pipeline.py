@@ -216,7 +216,8 @@ def _stale(db):
     no page map (tiles_data_pages), which their fetch-ahead's round trips do, or no catalogue
     hint (dc_meta catalogue_pages), which their open's round trips do, or tiles in chunks of the
     rule before 2026-12-07 (dc_meta chunks 8: every tile at most 8 chunks, where tiles of more
-    than 8 M nonzeros now get one per M: docs/codec-design.md)."""
+    than 8 M nonzeros now get one per M: docs/codec-design.md), or of that day's rule (more than 8
+    chunks, not a multiple of 4)."""
     import sqlite3
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -227,11 +228,12 @@ def _stale(db):
             pm = con.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'tiles_data_pages'").fetchone()[0]
             cat = con.execute("SELECT count(*) FROM dc_meta WHERE key = 'catalogue_pages'").fetchone()[0]
             ch = con.execute("SELECT value FROM dc_meta WHERE key = 'chunks'").fetchone()
+            odd = con.execute("SELECT count(*) FROM tiles_data WHERE chunks > 8 AND chunks % 4 != 0").fetchone()[0]
         finally:
             con.close()
     except sqlite3.Error:
         return True
-    return not v or int(v[0]) < 3 or not ix or not pm or not cat or not ch or int(ch[0]) < 32
+    return not v or int(v[0]) < 3 or not ix or not pm or not cat or not ch or int(ch[0]) < 32 or odd > 0
 
 
 def ensure_data(cells, genes, seed=1):

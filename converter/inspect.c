@@ -165,9 +165,9 @@ int cv_info(const char *path, int json, cv_err *e) {
     if (level == 0) snprintf(lv, sizeof lv, "default");
     else snprintf(lv, sizeof lv, "%lld", (long long)level);
     if (ccells > 0 && chunks > DC_CHUNKS_BASE)   /* dc_encode_chunks: more in tiles over 8 x DC_CHUNK_NNZ */
-      printf("codec        %s, level %s, up to %lld chunks per tile (%d, one per %u M nonzeros past %u M) of at least "
-             "%lld cells each\n", codec ? codec : "?", lv, (long long)chunks, DC_CHUNKS_BASE, DC_CHUNK_NNZ >> 20,
-             (DC_CHUNKS_BASE * DC_CHUNK_NNZ) >> 20, (long long)ccells);
+      printf("codec        %s, level %s, up to %lld chunks per tile (%d, one per %u M nonzeros past %u M, then a "
+             "multiple of 4) of at least %lld cells each\n", codec ? codec : "?", lv, (long long)chunks, DC_CHUNKS_BASE,
+             DC_CHUNK_NNZ >> 20, (DC_CHUNKS_BASE * DC_CHUNK_NNZ) >> 20, (long long)ccells);
     else if (ccells > 0)
       printf("codec        %s, level %s, up to %lld chunks per tile of at least %lld cells each\n", codec ? codec : "?", lv,
              (long long)chunks, (long long)ccells);

@@ -74,12 +74,15 @@ typedef struct dc_encode_opts {
   uint32_t chunk_cells;/* the fewest cells a chunk should hold: a tile of
                           nnz nonzeros gets min(n_chunks, max(DC_CHUNKS_BASE,
                           ceil(nnz / DC_CHUNK_NNZ)), max(2, n_cells /
-                          chunk_cells)) chunks: 8, more where a tile has
-                          over 8 M nonzeros (a chunk's scratch then stays
-                          near the cores' caches, docs/codec-design.md,
-                          2026-12-07 (stop 65)), fewer where its cells are
-                          few, so that a small tile's context streams stay
-                          long (2026-12-06, later); default DC_CHUNK_CELLS;
+                          chunk_cells)) chunks, past 8 rounded up to a
+                          multiple of 4 (down where n_chunks is lower), so
+                          that 2 or 4 threads share a tile evenly: 8, more
+                          where a tile has over 8 M nonzeros (a chunk's
+                          scratch then stays near the cores' caches,
+                          docs/codec-design.md, 2026-12-07 (stop 65)), fewer
+                          where its cells are few, so that a small tile's
+                          context streams stay long (2026-12-06, later);
+                          default DC_CHUNK_CELLS;
                           0: n_chunks exactly.  Either way at most n_cells */
   int threads;         /* encoder threads across chunks; 0 = one per core    */
   int rans_v2;         /* rans: 1 writes the previous model (tile version 2:

@@ -171,6 +171,7 @@ const char *dc_simd_name(int level) {
 uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells, uint64_t nnz) {
   uint32_t nc = o->n_chunks ? o->n_chunks : DC_CHUNKS_MAX;
   if (nc > DC_MAX_CHUNKS) nc = DC_MAX_CHUNKS;
+  const uint32_t cap = nc;
   if (o->chunk_cells) {
     /* 8, or one per DC_CHUNK_NNZ nonzeros where that is more (with n_chunks 8, as datasets
     ** written before 2026-12-07 record it, the rule is the one they were written with) */
@@ -180,6 +181,14 @@ uint32_t dc_encode_chunks(const dc_encode_opts *o, uint32_t n_cells, uint64_t nn
     uint32_t room = n_cells / o->chunk_cells;
     if (room < 2) room = 2;
     if (nc > room) nc = room;
+    /* past 8, a multiple of 4, so that 2 or 4 threads decoding one tile finish together (19
+    ** equal chunks bound 2 threads to 19 / 10 = 1.9x one): rounded up (at most 3 more chunks
+    ** than the cells had room for: at least 3/4 of chunk_cells each), down where n_chunks
+    ** is lower than that */
+    if (nc > DC_CHUNKS_BASE) {
+      uint32_t up = (nc + 3) & ~3u;
+      nc = up <= cap ? up : nc & ~3u;
+    }
   }
   return nc < n_cells ? nc : n_cells;
 }

@@ -101,17 +101,24 @@ static void test_chunk_count_rule(void) {
     for (uint64_t nnz = 0; nnz <= 8 * M; nnz += 4 * M)
       DCT_CHECKF(dc_encode_chunks(&o, cells[i], nnz) == want[i], "%u cells, %llu nonzeros: %u chunks, want %u",
                  cells[i], (unsigned long long)nnz, dc_encode_chunks(&o, cells[i], nnz), want[i]);
-  /* past 8 M nonzeros one chunk per M (rounded up), as the cells allow, at most 32 */
+  /* past 8 M nonzeros one chunk per M (rounded up), as the cells allow, at most 32; past 8
+  ** chunks the count rounded up to a multiple of 4 (10,000 cells have room for 19 of 512:
+  ** 20 of 500) */
   static const struct { uint32_t cells; uint64_t nnz; uint32_t want; } big[] = {
-      {10000, 8 * M + 1, 9}, {10000, 12 * M, 12}, {10000, 23472816, 19}, {10000, 40 * M, 19},
-      {20000, 23472816, 23}, {100000, 31 * M + 5, 32}, {100000, 500 * M, 32}, {4096, 20 * M, 8},
-      {6000, 20 * M, 11}, {1000, 20 * M, 2}};
+      {10000, 8 * M + 1, 12}, {10000, 12 * M, 12}, {10000, 12 * M + 1, 16}, {10000, 23472816, 20},
+      {10000, 40 * M, 20}, {20000, 23472816, 24}, {100000, 31 * M + 5, 32}, {100000, 500 * M, 32},
+      {4096, 20 * M, 8}, {4608, 20 * M, 12}, {6000, 20 * M, 12}, {1000, 20 * M, 2}};
   for (size_t i = 0; i < sizeof big / sizeof *big; i++)
     DCT_CHECKF(dc_encode_chunks(&o, big[i].cells, big[i].nnz) == big[i].want, "%u cells, %llu nonzeros: %u chunks, want %u",
                big[i].cells, (unsigned long long)big[i].nnz, dc_encode_chunks(&o, big[i].cells, big[i].nnz), big[i].want);
   o.n_chunks = 8;                        /* a dataset written before 2026-12-07 */
   DCT_CHECK(dc_encode_chunks(&o, 10000, 23472816) == 8 && dc_encode_chunks(&o, 100000, 500 * M) == 8 &&
             dc_encode_chunks(&o, 2700, 23472816) == 5);
+  o.n_chunks = 10;                       /* a cap that is no multiple of 4: rounded down past 8 */
+  DCT_CHECK(dc_encode_chunks(&o, 10000, 23472816) == 8 && dc_encode_chunks(&o, 4608, 20 * M) == 8 &&
+            dc_encode_chunks(&o, 100000, 9 * M) == 8);
+  o.n_chunks = 13;
+  DCT_CHECK(dc_encode_chunks(&o, 10000, 23472816) == 12 && dc_encode_chunks(&o, 100000, 9 * M) == 12);
   o.n_chunks = 3;
   DCT_CHECK(dc_encode_chunks(&o, 1000, 0) == 2 && dc_encode_chunks(&o, 100000, 0) == 3 &&
             dc_encode_chunks(&o, 100000, 100 * M) == 3);
@@ -127,7 +134,7 @@ static void test_chunk_count_rule(void) {
   DCT_CHECK(dc_encode_chunks(&o, 100000, 0) == 32);
   o.chunk_cells = 100;
   DCT_CHECK(dc_encode_chunks(&o, 450, 0) == 4 && dc_encode_chunks(&o, 150, 0) == 2 &&
-            dc_encode_chunks(&o, 450, 100 * M) == 4 && dc_encode_chunks(&o, 1500, 10 * M) == 10);
+            dc_encode_chunks(&o, 450, 100 * M) == 4 && dc_encode_chunks(&o, 1500, 10 * M) == 12);   /* 10, rounded up */
 
   /* encoded with the defaults: 1,000 cells in 2 chunks, about half the nonzeros each */
   dct_mat m;
@@ -147,14 +154,15 @@ static void test_chunk_count_rule(void) {
   free(buf);
   dct_mat_free(&m);
 
-  /* and a tile of 9,216,000 nonzeros (5,120 dense cells of 1,800 genes): 9 chunks (8.8 M
-  ** nonzeros, one chunk per M rounded up; room for 10 of 512 cells), at most DC_CHUNK_NNZ each */
+  /* and a tile of 9,216,000 nonzeros (5,120 dense cells of 1,800 genes): 12 chunks (8.8 M
+  ** nonzeros, one chunk per M rounded up: 9; room for 10 of 512 cells; 9 rounded up to a
+  ** multiple of 4), at most DC_CHUNK_NNZ each */
   DCT_CHECK(dct_mat_random(&m, 32, 5120, 1800, 0.8, DCT_SMALL, 0.0, 1.0) == 0);
   DCT_CHECK(m.indptr[m.n_cells] == 9216000);
   in = dct_csr(&m);
   DCT_CHECK(dc_tile_encode(&in, NULL, &buf, &len, &err) == DC_OK);
   DCT_CHECK(dct_decode(buf, len, 0, &d, &err) == DC_OK);
-  DCT_CHECKF(d.hdr.n_chunks == 9, "%u chunks", d.hdr.n_chunks);
+  DCT_CHECKF(d.hdr.n_chunks == 12, "%u chunks", d.hdr.n_chunks);
   for (uint32_t c = 0; c < d.hdr.n_chunks; c++) DCT_CHECK(d.hdr.chunk[c].nnz <= DC_CHUNK_NNZ);
   DCT_CHECK(dct_same(&m, &d, 0));
   dct_dec_free(&d);

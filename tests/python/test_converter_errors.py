@@ -358,7 +358,7 @@ def test_info_obs_info(tmp_path):
     ds.close()
     t = run("info", out).stdout
     assert "cells        300" in t and "bits per nonzero" in t
-    assert "up to 32 chunks per tile (8, one per 1 M nonzeros past 8 M) of at least 512 cells each" in t
+    assert "up to 32 chunks per tile (8, one per 1 M nonzeros past 8 M, then a multiple of 4) of at least 512 cells each" in t
     convert(p, out, "--tile-cells", "100", "--chunks", "4", "--force")   # given: exactly 4
     assert json.loads(run("info", out, "--json").stdout)["chunk_cells"] == 0
     assert "4 chunks per tile\n" in run("info", out).stdout
