@@ -96,6 +96,12 @@ static int csv_read(const char *path, csvtab *t, cv_err *e) {
         }
       }
       char sep = i < n ? b[i] : '\n';
+      if (memchr(out, 0, (size_t)(w - out))) {   /* it would end the field there, unseen */
+        free(fl);
+        free(ql);
+        return cv_fail(e, "%s: line %lld: field %zu holds a NUL byte (not a text file, or a damaged one)", path,
+                       (long long)line, nf + 1);
+      }
       *w = 0;   /* overwrites the separator or the quote, both already read */
       if (cv_grow((void **)&fl, &fcap, nf + 1, sizeof *fl, e) || cv_grow((void **)&ql, &qcap, nf + 1, 1, e)) { free(fl); free(ql); return -1; }
       ql[nf] = (uint8_t)q;

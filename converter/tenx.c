@@ -352,7 +352,8 @@ static int lr_read(lreader *r, cv_err *e) {
 }
 
 /* The next line (without its end of line, NUL-terminated) in *s, *n; 1 at the
-** end of the file, -1 on an error (a damaged or truncated .gz file). */
+** end of the file, -1 on an error (a damaged or truncated .gz file, or a line that holds a NUL
+** byte: text has none, and the names and numbers read from it would end there unseen). */
 static int lr_next(lreader *r, char **s, size_t *n, cv_err *e) {
   for (;;) {
     char *nl = r->pos < r->len ? memchr(r->buf + r->pos, '\n', r->len - r->pos) : NULL;
@@ -362,10 +363,13 @@ static int lr_next(lreader *r, char **s, size_t *n, cv_err *e) {
       if (z > a && z[-1] == '\r') z--;
       /* a UTF-8 byte-order mark (Excel's "UTF-8 CSV", PowerShell) is not part of the first name */
       if (r->line == 0 && z - a >= 3 && !memcmp(a, "\xEF\xBB\xBF", 3)) a += 3;
+      r->line++;
+      if (memchr(a, 0, (size_t)(z - a)))
+        return cv_fail(e, "%s: line %llu holds a NUL byte (not a text file, or a damaged one)", r->path,
+                       (unsigned long long)r->line);
       *z = 0;
       *s = a;
       *n = (size_t)(z - a);
-      r->line++;
       return 0;
     }
     if (r->eof) return 1;

@@ -106,6 +106,9 @@ def test_annotate_replaces_a_column_and_keys_by_cell_id(ds, tmp_path):
     ("name\nx\n", [], "one column only"),
     ("", [], "empty"),
     ('name,a\nx,ab"c\n', [], "line 2: a quote inside an unquoted field"),
+    # a NUL byte would end the field there unseen
+    ("name,a\nCELL,x\0y\n", [], "line 2: field 2 holds a NUL byte"),
+    ('name,a\nCELL,"x\0y"\n', [], "line 2: field 2 holds a NUL byte"),
     # no key matches a cell: the columns would only be replaced by NULLs
     ("name,age\n", [], "no rows under its header: nothing to annotate; nothing was changed"),
     ("name,age\nnobody,1\n", [], "no key of its 1 row matches a cell of"),

@@ -329,6 +329,22 @@ def test_mtx_bad_entries(tmp_path, mat):
         bad(tmp_path, d, "matrix.mtx", *words)
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_mtx_nul_byte_in_any_file_is_an_error(tmp_path, mat, gz):
+    """A NUL byte inside a line of any of the three files is an error naming the file and the
+    line: it would have ended a barcode, a gene name or an entry there unseen (barcode
+    'AAAC\\0X-1' read as 'AAAC', a count '3\\0junk' as 3)."""
+    ext = ".gz" if gz else ""
+    for k, (name, line) in enumerate([("barcodes.tsv", 5), ("features.tsv", 2), ("matrix.mtx", 7)]):
+        d = write_mtx(tmp_path / f"nul{k}", *mat, gz=gz)
+        p = d / (name + ext)
+        raw = (gzip.decompress(p.read_bytes()) if gz else p.read_bytes()).split(b"\n")
+        raw[line - 1] = raw[line - 1][:2] + b"\0" + raw[line - 1][2:]
+        data = b"\n".join(raw)
+        p.write_bytes(gzip.compress(data) if gz else data)
+        bad(tmp_path, d, name + ext, f"line {line} holds a NUL byte")
+
+
 def test_mtx_duplicate_entry(tmp_path, mat):
     X, bc, ids, names, types = mat
     d = write_mtx(tmp_path / "dup", *mat, gz=False, shuffle=True)
