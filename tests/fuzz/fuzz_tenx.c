@@ -13,10 +13,11 @@
 ** does.  Checked, besides what ASan and UBSan catch:
 **   - an error is a message of one or more bytes, a NUL-terminated string within cv_err, and it
 **     names the input (the directory, or a file in it), except when memory ran out;
-**   - an input that reads is consistent: one row per barcode, every gene index below the
-**     number of features, no zero count, and the rows read back hold exactly the nonzeros and
-**     the count sums per gene that the reading pass counted (the spool loses and invents
-**     nothing).
+**   - an input that reads is what its files say: its barcodes and gene names are the files'
+**     lines (the first field of a barcode line; the second of a features line, or its only
+**     one), every gene index is below the number of features, no count is zero, and the rows
+**     read back hold exactly the nonzeros and the count sums per gene that the reading pass
+**     counted (the spool loses and invents nothing).
 ** Seeds: tests/fuzz/corpus/fuzz_tenx (LLVMFuzzerInitialize writes a few where missing).
 ** FUZZ_TENX_SHOW=1 prints each input's outcome (the error, or the shape read).
 */
@@ -73,6 +74,76 @@ static void check_error(const cv_err *e) {
   size_t n = strnlen(e->msg, sizeof e->msg);
   CHECK(n > 0 && n < sizeof e->msg);
   CHECK(strstr(e->msg, g_dir) != NULL || strstr(e->msg, "out of memory") != NULL);
+}
+
+/* The names a text file's lines give, as a 10x reader takes them (the oracle): each line
+** without its end of line (LF, or CR LF) nor a first line's UTF-8 byte-order mark, cut to its
+** field `field` (0 or 1; a line of one field: that field), at most one blank last line
+** dropped.  *n names, malloc'd copies; their lengths in lens[]. */
+static size_t lens[1 << 17];    /* the names' lengths (file_names); inputs are far shorter */
+static char **file_names(const uint8_t *p, size_t len, int field, size_t *n) {
+  char **v = NULL;
+  size_t k = 0, cap = 0;
+  int last_blank = 0;
+  for (size_t i = 0; i < len;) {
+    const uint8_t *nl = memchr(p + i, '\n', len - i);
+    size_t end = nl ? (size_t)(nl - p) : len, a = i, z = end;
+    if (z > a && p[z - 1] == '\r') z--;
+    if (i == 0 && z - a >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) a += 3;
+    last_blank = z == a;
+    const uint8_t *t = memchr(p + a, '\t', z - a);
+    if (field == 1 && t) {
+      a = (size_t)(t - p) + 1;
+      t = memchr(p + a, '\t', z - a);
+    }
+    if (t) z = (size_t)(t - p);
+    if (k == cap) {
+      cap = cap ? 2 * cap : 16;
+      v = realloc(v, cap * sizeof *v);
+      CHECK(v);
+    }
+    v[k] = malloc(z - a + 1);      /* the bytes as they are, a NUL byte among them included */
+    CHECK(v[k]);
+    memcpy(v[k], p + a, z - a);
+    v[k][z - a] = 0;
+    CHECK(k < sizeof lens / sizeof *lens || !"too many lines for the oracle");
+    lens[k] = z - a;
+    k++;
+    i = nl ? end + 1 : len;
+  }
+  if (k && last_blank) free(v[--k]);
+  *n = k;
+  return v;
+}
+
+static void free_names(char **v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+}
+
+/* name (a C string) is want[i], whose length is lens[i] */
+static int same(const char *name, char **want, size_t i) {
+  return name && strlen(name) == lens[i] && memcmp(name, want[i], lens[i]) == 0;
+}
+
+/* The barcodes and gene names read against the files' lines. */
+static void check_names(h5file *f, const uint8_t *bc, size_t nb, const uint8_t *ft, size_t nf) {
+  size_t n;
+  char **want = file_names(bc, nb, 0, &n);
+  CHECK(n == f->n_obs);
+  colbuf cb = {0};
+  cv_err e = {{0}};
+  if (n) {
+    CHECK(h5ad_col_read(f, &f->obs.index, 0, n, &cb, &e) == 0);
+    CHECK(cb.kind == CVK_TEXT && cb.n == n);
+    for (size_t i = 0; i < n; i++) CHECK(same(cb.text[i], want, i));
+  }
+  colbuf_free(&cb);
+  free_names(want, n);
+  want = file_names(ft, nf, 1, &n);
+  CHECK(n == f->n_vars);
+  for (size_t i = 0; i < n; i++) CHECK(same(f->var_names[i], want, i));
+  free_names(want, n);
 }
 
 /* Reads every tile's rows back and checks them against the reading pass's sums. */
@@ -136,6 +207,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     h5ad_close(&f);
     return 0;
   }
+  check_names(&f, bc, nb, ft, nf);
   uint32_t parts = 1 + ((flags >> 3) & 7);
   uint32_t tile_cells = (uint32_t)(f.n_obs / parts) + 1;
   uint64_t *total = calloc(f.n_vars + 1, sizeof *total), *ncells = calloc(f.n_vars + 1, sizeof *ncells);
