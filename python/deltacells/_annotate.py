@@ -136,7 +136,8 @@ def annotate(path, data, key="name", quiet=True):
     Returns the command's report: {"stdout", "unmatched_note"} (keys that match no cell are
     reported there, how many and the first few; when none matches, an error: the columns would
     only have been replaced by NULLs).  Raises RuntimeError with the command's message
-    on any error (the dataset is then unchanged).
+    on any error (the dataset is then unchanged); a string that holds a NUL byte (text
+    cannot) is a ValueError naming its column and key, before anything is written.
     """
     if key not in ("name", "cell_id"):
         raise ValueError("key must be 'name' or 'cell_id'")
@@ -176,6 +177,13 @@ def annotate(path, data, key="name", quiet=True):
         if len(vs) != len(keys):
             raise ValueError(f"column {c!r} has {len(vs)} values for {len(keys)} keys")
     kinds = {c: _kind(vs, dtypes.get(c)) for c, vs in cols.items()}
+    # text cannot hold a NUL byte (the command refuses one in its table: it would end the value)
+    for what, vs in [(f"key column {key!r}", keys)] + [(f"column {c!r}", vs) for c, vs in cols.items()]:
+        for i, v in enumerate(vs):
+            if isinstance(v, str) and "\0" in v:
+                where = f"row {i}" if what.startswith("key") else f"key {keys[i]!r}"
+                raise ValueError(f"{what}, {where}: {v!r} holds a NUL byte, which text cannot hold "
+                                 "(nothing was written)")
     conv = find_converter()
     schema = _schema(dtypes, kinds)
     fd, tmp = tempfile.mkstemp(suffix=".csv", prefix="deltacells-annotate-")

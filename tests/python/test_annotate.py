@@ -6,6 +6,7 @@ keys that match no cell are reported; bad CSV is an error naming the line, and c
 """
 import hashlib
 import os
+import re
 import sqlite3
 import sys
 
@@ -213,6 +214,25 @@ def test_python_annotate_a_column_without_a_name_is_refused(ds):
     df = pd.DataFrame({"ok": [1, 2], "": [3, 4]}, index=names[:2])
     for data in (df, {"name": names[:2], "": ["x", "y"]}):
         with pytest.raises(ValueError, match="an obs column needs a name: column [01] of the data is named ''"):
+            deltacells.annotate(str(ds), data)
+        assert sha(ds) == before
+
+
+def test_python_annotate_a_nul_byte_in_a_string_is_refused(ds):
+    """A string holding a NUL byte (a value, a category or a key) is a ValueError naming the
+    column, the key (or row) and the value, before anything is written (the command would
+    refuse the table with a line number in a temporary file)."""
+    import pandas as pd
+
+    import deltacells
+    names = [r[0] for r in cells(ds, ["age"])]
+    before = sha(ds)
+    cases = [({"name": names[:2], "lab": ["x\0y", "ok"]}, rf"column 'lab', key '{re.escape(names[0])}': 'x\\x00y' holds a NUL byte"),
+             (pd.DataFrame({"lab": pd.Categorical(["a", "b\0"])}, index=names[:2]),
+              rf"column 'lab', key '{re.escape(names[1])}': 'b\\x00' holds a NUL byte"),
+             ({"name": [names[0], "bad\0name"], "lab": ["x", "y"]}, r"key column 'name', row 1: 'bad\\x00name' holds a NUL byte")]
+    for data, message in cases:
+        with pytest.raises(ValueError, match=message):
             deltacells.annotate(str(ds), data)
         assert sha(ds) == before
 
