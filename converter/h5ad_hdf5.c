@@ -336,6 +336,13 @@ int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t
     for (size_t i = 0; i < n && rc == 0; i++) {
       char *s = v + i * sz;
       size_t k = strnlen(s, sz);
+      /* a NUL byte ends a fixed-length string only where padding follows it; one with more
+      ** text after it would lose that text unseen */
+      for (size_t j = k; j < sz && rc == 0; j++)
+        if (s[j] != 0 && !(pad == H5T_STR_SPACEPAD && s[j] == ' '))
+          rc = cv_fail(e, "%s: %s: string %llu holds a NUL byte before its end (text cannot: the rest would be lost)",
+                       f->path, what, (unsigned long long)(start + i));
+      if (rc) break;
       if (pad == H5T_STR_SPACEPAD) while (k > 0 && s[k - 1] == ' ') k--;
       if (loom && memchr(s, '&', k)) k = xml_unescape(s, k);
       rc = colbuf_text_set(cb, off + i, s, k, e);

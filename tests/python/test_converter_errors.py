@@ -215,6 +215,26 @@ def test_obs_column_wrong_length(tmp_path):
     fails(tmp_path, p, "obs/ct", "39 values", "40 rows")
 
 
+def test_fixed_length_string_with_a_nul_inside_is_an_error(tmp_path):
+    """A fixed-length HDF5 string (numpy 'S') ends at its first NUL byte only where padding
+    follows; b'AB\\0CD' was stored as 'AB', the rest lost unseen. Now an error naming the file,
+    the dataset and the string; padding NULs (b'c2' in 'S5') stay fine."""
+    p = small(tmp_path, n=4)
+
+    def index(values):
+        def fn(f):
+            del f["obs/_index"]
+            f["obs"].create_dataset("_index", data=np.array(values, dtype="S5"))
+        return fn
+    edit(p, index([b"c0", b"c1", b"AB\0CD", b"c3"]))
+    fails(tmp_path, p, "ok.h5ad", "_index", "string 2 holds a NUL byte before its end")
+    p = small(tmp_path, n=4)
+    edit(p, index([b"c0", b"c1", b"c2", b"c3xyz"]))
+    out = tmp_path / "pad.dcdb"
+    convert(p, out)
+    assert Dataset(out).obs("_index") == ["c0", "c1", "c2", "c3xyz"]
+
+
 def test_bad_input_among_several_keeps_out(tmp_path):
     good = small(tmp_path)
     out = tmp_path / "out.dcdb"
