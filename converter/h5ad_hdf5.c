@@ -338,11 +338,13 @@ int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t
       size_t k = strnlen(s, sz);
       /* a NUL byte ends a fixed-length string only where padding follows it; one with more
       ** text after it would lose that text unseen */
-      for (size_t j = k; j < sz && rc == 0; j++)
-        if (s[j] != 0 && !(pad == H5T_STR_SPACEPAD && s[j] == ' '))
-          rc = cv_fail(e, "%s: %s: string %llu holds a NUL byte before its end (text cannot: the rest would be lost)",
-                       f->path, what, (unsigned long long)(start + i));
-      if (rc) break;
+      size_t j = k;
+      while (j < sz && (s[j] == 0 || (pad == H5T_STR_SPACEPAD && s[j] == ' '))) j++;
+      if (j < sz) {
+        rc = cv_fail(e, "%s: %s: string %llu holds a NUL byte before its end (text cannot: the rest would be lost)",
+                     f->path, what, (unsigned long long)(start + i));
+        break;
+      }
       if (pad == H5T_STR_SPACEPAD) while (k > 0 && s[k - 1] == ' ') k--;
       if (loom && memchr(s, '&', k)) k = xml_unescape(s, k);
       rc = colbuf_text_set(cb, off + i, s, k, e);

@@ -76,13 +76,15 @@ static void check_error(const cv_err *e) {
   CHECK(strstr(e->msg, g_dir) != NULL || strstr(e->msg, "out of memory") != NULL);
 }
 
+/* A name as a file's line gives it: its bytes as they are, a NUL byte among them included. */
+typedef struct name { char *s; size_t n; } name;
+
 /* The names a text file's lines give, as a 10x reader takes them (the oracle): each line
 ** without its end of line (LF, or CR LF) nor a first line's UTF-8 byte-order mark, cut to its
 ** field `field` (0 or 1; a line of one field: that field), at most one blank last line
-** dropped.  *n names, malloc'd copies; their lengths in lens[]. */
-static size_t lens[1 << 17];    /* the names' lengths (file_names); inputs are far shorter */
-static char **file_names(const uint8_t *p, size_t len, int field, size_t *n) {
-  char **v = NULL;
+** dropped.  *n names, malloc'd. */
+static name *file_names(const uint8_t *p, size_t len, int field, size_t *n) {
+  name *v = NULL;
   size_t k = 0, cap = 0;
   int last_blank = 0;
   for (size_t i = 0; i < len;) {
@@ -102,47 +104,45 @@ static char **file_names(const uint8_t *p, size_t len, int field, size_t *n) {
       v = realloc(v, cap * sizeof *v);
       CHECK(v);
     }
-    v[k] = malloc(z - a + 1);      /* the bytes as they are, a NUL byte among them included */
-    CHECK(v[k]);
-    memcpy(v[k], p + a, z - a);
-    v[k][z - a] = 0;
-    CHECK(k < sizeof lens / sizeof *lens || !"too many lines for the oracle");
-    lens[k] = z - a;
+    v[k].n = z - a;
+    v[k].s = malloc(v[k].n + 1);
+    CHECK(v[k].s);
+    memcpy(v[k].s, p + a, v[k].n);
     k++;
     i = nl ? end + 1 : len;
   }
-  if (k && last_blank) free(v[--k]);
+  if (k && last_blank) free(v[--k].s);
   *n = k;
   return v;
 }
 
-static void free_names(char **v, size_t n) {
-  for (size_t i = 0; i < n; i++) free(v[i]);
+static void free_names(name *v, size_t n) {
+  for (size_t i = 0; i < n; i++) free(v[i].s);
   free(v);
 }
 
-/* name (a C string) is want[i], whose length is lens[i] */
-static int same(const char *name, char **want, size_t i) {
-  return name && strlen(name) == lens[i] && memcmp(name, want[i], lens[i]) == 0;
+/* the C string got is the name want */
+static int same(const char *got, const name *want) {
+  return got && strlen(got) == want->n && memcmp(got, want->s, want->n) == 0;
 }
 
 /* The barcodes and gene names read against the files' lines. */
 static void check_names(h5file *f, const uint8_t *bc, size_t nb, const uint8_t *ft, size_t nf) {
   size_t n;
-  char **want = file_names(bc, nb, 0, &n);
+  name *want = file_names(bc, nb, 0, &n);
   CHECK(n == f->n_obs);
   colbuf cb = {0};
   cv_err e = {{0}};
   if (n) {
     CHECK(h5ad_col_read(f, &f->obs.index, 0, n, &cb, &e) == 0);
     CHECK(cb.kind == CVK_TEXT && cb.n == n);
-    for (size_t i = 0; i < n; i++) CHECK(same(cb.text[i], want, i));
+    for (size_t i = 0; i < n; i++) CHECK(same(cb.text[i], &want[i]));
   }
   colbuf_free(&cb);
   free_names(want, n);
   want = file_names(ft, nf, 1, &n);
   CHECK(n == f->n_vars);
-  for (size_t i = 0; i < n; i++) CHECK(same(f->var_names[i], want, i));
+  for (size_t i = 0; i < n; i++) CHECK(same(f->var_names[i], &want[i]));
   free_names(want, n);
 }
 
@@ -220,8 +220,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   return 0;
 }
 
-/* A few seeds where the corpus directory has none (argv: libFuzzer's, the corpus directory last). */
-static void seed(const char *dir, const char *name, int flags, const char *bc, const char *ft, const char *mtx) {
+/* A seed in the input format above, unless the corpus directory has one of that name. */
+static void seed_bytes(const char *dir, const char *name, int flags, const char *bc, const char *ft,
+                       const void *mtx, size_t nm) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   struct stat st;
@@ -233,11 +234,15 @@ static void seed(const char *dir, const char *name, int flags, const char *bc, c
   fwrite(h, 1, 5, o);
   fputs(bc, o);
   fputs(ft, o);
-  fputs(mtx, o);
+  fwrite(mtx, 1, nm, o);
   fclose(o);
 }
 
-/* A seed whose matrix part is a gzip file's bytes (flag bit 6). */
+static void seed(const char *dir, const char *name, int flags, const char *bc, const char *ft, const char *mtx) {
+  seed_bytes(dir, name, flags, bc, ft, mtx, strlen(mtx));
+}
+
+/* A seed whose matrix part is a gzip file's bytes (flag bit 6), made through a file in g_dir. */
 static void seed_gz(const char *dir, const char *name, const char *bc, const char *ft, const char *mtx) {
   char path[512];
   snprintf(path, sizeof path, "%s/seed.gz.tmp", g_dir);
@@ -247,21 +252,10 @@ static void seed_gz(const char *dir, const char *name, const char *bc, const cha
   gzclose(g);
   FILE *in = fopen(path, "rb");
   char buf[4096];
-  size_t n = in ? fread(buf, 1, sizeof buf - 1, in) : 0;
+  size_t n = in ? fread(buf, 1, sizeof buf, in) : 0;
   if (in) fclose(in);
   unlink(path);
-  size_t nb = strlen(bc), nf = strlen(ft);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  struct stat st;
-  if (!n || stat(path, &st) == 0) return;
-  FILE *o = fopen(path, "wb");
-  if (!o) return;
-  uint8_t h[5] = {64, (uint8_t)nb, (uint8_t)(nb >> 8), (uint8_t)nf, (uint8_t)(nf >> 8)};
-  fwrite(h, 1, 5, o);
-  fputs(bc, o);
-  fputs(ft, o);
-  fwrite(buf, 1, n, o);
-  fclose(o);
+  if (n) seed_bytes(dir, name, 64, bc, ft, buf, n);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
