@@ -383,7 +383,7 @@ class _Lane:
             # exactly what is needed (64 KiB steps): a slot that must hold more later grows
             # in place, so a margin would only be more fresh pages in the first epoch
             cap = min(SPANS[i], (need + (1 << 16) - 1) & ~((1 << 16) - 1))
-            _populate(addr, cap)
+            _populate(addr + self.mapped[i], cap - self.mapped[i])
             self.mapped[i] = cap
             if self.ever[i] < cap:
                 self.ever[i] = cap

@@ -513,6 +513,70 @@ def test_warm_gives_pages_to_the_slots_the_next_batches_take(db):
     assert out.strip().endswith("ok"), out
 
 
+def test_a_lane_slot_that_grows_populates_only_its_new_pages(db):
+    """A batch larger than any slot this worker filled grows the fullest free slot in place:
+    only the pages past what the slot held before are populated (MADV_POPULATE_WRITE), not the
+    whole slot again (a 5,000-cell batch of the reference data grew slots a few times per
+    epoch, each time populating its whole 40-50 MB again)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    code = LANES + """
+        from deltacells import _core
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            msg = "ok-child"
+            try:
+                slots = _xfer.worker_slots(_core.BufferPool())
+                lane = slots.lane
+                assert lane is not None
+                calls = []
+                real = _xfer._populate
+                def spy(addr, n):
+                    calls.append((addr - lane.first, n))
+                    return real(addr, n)
+                _xfer._populate = spy
+                a = lane.take(300_000, np.int32)            # 1.2 MB: 19 steps of 64 KiB
+                i = int(np.searchsorted(_xfer.OFFS, a.ctypes.data - lane.first, side="right")) - 1
+                first = lane.mapped[i]
+                assert calls == [(int(_xfer.OFFS[i]), first)], calls
+                a[:] = 7
+                del a
+                gc.collect()
+                calls.clear()
+                b = lane.take(1_000_000, np.int32)           # 4 MB: the same slot, grown
+                j = int(np.searchsorted(_xfer.OFFS, b.ctypes.data - lane.first, side="right")) - 1
+                assert j == i, (i, j)
+                assert calls == [(int(_xfer.OFFS[i]) + first, lane.mapped[i] - first)], calls
+                assert (b[:300_000] == 7).all()             # the same pages, kept
+                b[:] = 1
+                assert lane.mapped[i] == 4_000_000 + (-4_000_000 % 65536), lane.mapped[i]
+                calls.clear()
+                del b
+                gc.collect()
+                c = lane.take(900_000, np.int32)             # fits what the slot holds: nothing
+                assert calls == [], calls
+                del c
+            except BaseException:
+                import traceback
+                msg = "FAIL " + traceback.format_exc()
+            os.write(w, msg.encode())
+            os._exit(0)
+        os.close(w)
+        out = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            out += chunk
+        os.waitpid(pid, 0)
+        assert out == b"ok-child", out.decode()
+        print("ok")
+    """
+    out = run(code, db, env=LANES_ENV)
+    assert out.strip().endswith("ok"), out
+
+
 def test_warm_gives_private_slots_their_buffers_and_pages_first(db):
     """A worker that copies (private slots: a worker new every epoch) warms too: warm() makes
     the slots' buffers and gives them their pages, leaves every slot free, and the batches
