@@ -2,7 +2,7 @@
 """dc_batch throughput, from the dataset file into CSR blobs.
 
     /usr/bin/python3 bench/bench_batch.py [--threads N] [--runs 7] [--cells 30000] [--work build/bench]
-                                          [--skip-throughput] [--json] [--before DIR]
+                                          [--skip-throughput] [--points 200] [--json] [--before DIR]
 
 1. Whole tiles, against the codec's own decoder in the same run.  A reference-like tile
    (scripts/gen_h5ad.py --tile-like: 10,000 cells x 61,497 genes) is converted into a dataset
@@ -18,6 +18,13 @@
 2. Throughput on a dataset of --cells cells (tiles of 10,000, same generator): cells/s for
    batches of 5,000 random cells (cache off, and a second epoch with the cache on), and for
    batches of 5,000 consecutive cells taken from tiles in shuffled order (cache off).
+3. Point queries on the same dataset, as an SQL user makes them (`SELECT genes, counts FROM
+   expression WHERE cell_id = ?`, a plain connection): --points random cells, the median ms
+   per query with the cache off, and with the cache on (a new connection, its cache empty)
+   the mean ms per query over three passes of the same cells (a chunk not cached is decoded
+   for the cells a query wants while few are wanted, and whole when asked for again: the
+   first pass shows the partial decodes, the second the chunks made whole, the third the
+   cache).
 
 With --before DIR, every dc_batch measurement is taken with another checkout's extension
 too (DIR/build/deltacells.so, e.g. a `git worktree add DIR REV` built with `make -j2
@@ -240,6 +247,49 @@ def bench_throughput(work, n_cells, threads, runs, before=None):
     return res
 
 
+def bench_points(work, n_cells, n_points, before=None):
+    """point queries through expression: this build and (--before) the other, ABBA"""
+    _, db = make_dataset(work, f"multi{n_cells}", ["--cells", str(n_cells), "--genes", "61497", "--seed", "4"])
+    exts = {"": None}
+    if before:
+        exts["before_"] = before
+    n = meta(connect(db), "n_cells")
+    cells = [int(c) for c in np.random.default_rng(1).choice(n, n_points, replace=False)]
+    q = "SELECT genes, counts FROM expression WHERE cell_id = ?"
+    acc = {}
+
+    def one(con, c):
+        t = time.perf_counter()
+        con.execute(q, (c,)).fetchone()
+        return (time.perf_counter() - t) * 1e3
+
+    order = list(exts.items())
+    for p, ext in (order + order[::-1] if len(order) > 1 else order):
+        con = connect(db, ext)
+        con.execute("SELECT dc_config('cache_mb', 0)")
+        one(con, cells[-1])                          # warm: file pages, pool threads
+        acc.setdefault(p + "point_cold_ms", []).append(statistics.median(one(con, c) for c in cells))
+        con.close()
+        con = connect(db, ext)                       # the default cache, empty
+        for k, name in enumerate(("first", "second", "third")):
+            acc.setdefault(f"{p}point_cached_{name}_pass_ms", []).append(statistics.mean(one(con, c) for c in cells))
+        acc.setdefault(p + "point_cache_entries", []).append(con.execute("SELECT dc_config('cache_entries')").fetchone()[0])
+        con.close()
+    res = {"points": n_points}
+    for k, v in acc.items():
+        res[k] = round(statistics.mean(v), 3)
+    for p in exts:
+        log(f"{p}point queries, {n_points} random cells: cache off {res[p + 'point_cold_ms']:.2f} ms (median); "
+            f"cache on, new connection, mean of each pass: {res[p + 'point_cached_first_pass_ms']:.2f}, "
+            f"{res[p + 'point_cached_second_pass_ms']:.2f}, {res[p + 'point_cached_third_pass_ms']:.3f} ms "
+            f"({res[p + 'point_cache_entries']:.0f} chunks cached)")
+    if before:   # time before / time now
+        for k in ("point_cold_ms", "point_cached_first_pass_ms", "point_cached_second_pass_ms",
+                  "point_cached_third_pass_ms"):
+            res["before_over_now_" + k.replace("_ms", "")] = round(res["before_" + k] / res[k], 3)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -247,6 +297,7 @@ def main():
     ap.add_argument("--cells", type=int, default=30000)
     ap.add_argument("--work", default=str(ROOT / "build" / "bench"))
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--points", type=int, default=200, help="random cells for the point queries (0: none)")
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     ap.add_argument("--before", metavar="DIR",
                     help="another checkout whose build/deltacells.so is timed too (same run, same data)")
@@ -265,6 +316,8 @@ def main():
     res.update(bench_tile(work, a.threads, a.runs, before))
     if not a.skip_throughput:
         res.update(bench_throughput(work, a.cells, a.threads, a.runs, before))
+    if a.points:
+        res.update(bench_points(work, a.cells, a.points, before))
     print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
 
 

@@ -59,12 +59,14 @@ struct entry {
   entry *prev, *next;        /* LRU list: head = most recent */
 };
 
+#define GHOSTS 1024        /* chunks decoded in part lately (dc_cache_recall): direct-mapped */
 struct dc_cache {
   pthread_mutex_t mu;
   int64_t budget, bytes, n, hits, misses;
   entry **bucket;
   size_t n_bucket;           /* power of two */
   entry *head, *tail;
+  uint64_t ghost[GHOSTS];    /* a key's hash | 1; 0 empty */
 };
 
 static size_t hash_key(uint64_t ns, uint32_t tile, uint32_t chunk) {
@@ -177,6 +179,19 @@ static void grow_locked(dc_cache *c) {
   }
   free(c->bucket);
   c->bucket = b; c->n_bucket = nb;
+}
+
+int dc_cache_recall(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk) {
+  uint64_t h = (uint64_t)hash_key(ns, tile, chunk) | 1;
+  int seen = 0;
+  pthread_mutex_lock(&c->mu);
+  uint64_t *g = &c->ghost[(h >> 1) & (GHOSTS - 1)];
+  if (c->budget > 0) {
+    seen = *g == h;
+    *g = seen ? 0 : h;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return seen;
 }
 
 void dc_cache_put(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, dc_chunk_data *d) {

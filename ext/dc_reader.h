@@ -122,12 +122,20 @@ int dc_reader_tile_may_hold(dc_reader *r, uint32_t tile, const int32_t *genes, i
 /* The chunk of a tile holding tile-relative cell `cell` (header required). */
 uint32_t dc_reader_chunk_of(const dc_tilehead *h, uint32_t cell);
 
+/* The cells of a chunk a caller will read (chunk-relative, any order; repeats allowed). */
+typedef struct dc_want { const uint32_t *cells; uint32_t n; } dc_want;
 /* Decoded chunks for keys[0..n) (distinct), from the cache (unless
 ** `lookup` is 0: the caller looked already) or read and decoded in parallel;
 ** decoded chunks go into the cache.  out[i] holds one reference each
-** (dc_chunk_release).  On error every out[i] is NULL. */
+** (dc_chunk_release).  On error every out[i] is NULL.
+** want (NULL: whole chunks): the cells the caller reads of each key.  A chunk that is not
+** cached and of whose cells at most a quarter are wanted is decoded in part (dc_chunk_place:
+** the streams of the whole chunk, only those cells placed; the other rows are empty) and
+** not cached, unless the cache recalls that it was asked for in part lately
+** (dc_cache_recall): a point query then costs a third of a whole chunk's decode, and a
+** second one in the same chunk makes it whole and cached. */
 int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, int lookup,
-                    char **pzErr);
+                    const dc_want *want, char **pzErr);
 /* Decodes whole chunks straight into caller arrays, in parallel. */
 int dc_reader_decode_into(dc_reader *r, const dc_direct *jobs, size_t n, char **pzErr);
 

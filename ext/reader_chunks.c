@@ -342,16 +342,29 @@ static const uint8_t *tile_buf(const tilebuf *tb, size_t ntb, uint32_t tile) {
 typedef struct missrec { dc_chunkkey key; size_t slot; } missrec;
 static int cmp_miss(const void *a, const void *b) { return cmp_key(a, b); }
 
+/* Whether miss k (key i of the caller) is decoded in part: want says few of its cells, and
+** the cache (if it keeps anything) has not seen it asked for in part lately. */
+static int in_part(dc_reader *r, struct dc_cache *cache, const dc_want *w, const dc_chunkkey *key,
+                   const dc_chunk_info *ci) {
+  if (!w || (uint64_t)w->n * 4 > ci->n_cells || r->heads[key->tile]->hdr.codec != DC_CODEC_RANS) return 0;
+  return !(cache && dc_cache_recall(cache, r->ns, key->tile, key->chunk));
+}
+
 int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, int lookup,
-                    char **pzErr) {
+                    const dc_want *want, char **pzErr) {
   int rc = SQLITE_OK;
   struct dc_cache *cache = dc_conn_cache(r->conn);
   missrec *mr = NULL;
   dc_chunkkey *miss = NULL;
   dc_chunk_data **dec = NULL;
-  size_t n_miss = 0, ntb = 0;
+  size_t n_miss = 0, ntb = 0, n_part = 0;
   dc_job *jobs = NULL;
   tilebuf *tb = NULL;
+  uint8_t *part = NULL;           /* per miss: decoded in part */
+  uint32_t **cnt = NULL;          /* per miss in part: its cells' nonzeros */
+  dc_place *pl = NULL;
+  void **ptrs = NULL;             /* per miss in part: n_cells row addresses, then as many value addresses */
+  dc_pool *pool = NULL;
   for (size_t i = 0; i < n; i++) out[i] = NULL;
   if (n == 0) return SQLITE_OK;
   mr = sqlite3_malloc64(n * sizeof *mr);
@@ -372,20 +385,11 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
   if ((rc = read_tiles(r, miss, n_miss, &tb, &ntb, pzErr)) != SQLITE_OK) goto done;
   jobs = sqlite3_malloc64(n_miss * sizeof *jobs);
   dec = sqlite3_malloc64(n_miss * sizeof *dec);
-  if (!jobs || !dec) { rc = SQLITE_NOMEM; goto done; }
+  part = sqlite3_malloc64(n_miss);
+  if (!jobs || !dec || !part) { rc = SQLITE_NOMEM; goto done; }
   memset(jobs, 0, n_miss * sizeof *jobs);
   memset(dec, 0, n_miss * sizeof *dec);
-  if (cache) {   /* evicted chunks' buffers are then reused for these (no fresh pages) */
-    int64_t incoming = 0;
-    for (size_t k = 0; k < n_miss; k++) {
-      const dc_tilehead *h = r->heads[miss[k].tile];
-      if (miss[k].chunk < h->hdr.n_chunks) {
-        const dc_chunk_info *ci = &h->hdr.chunk[miss[k].chunk];
-        incoming += (int64_t)dc_chunk_size(ci->n_cells, ci->nnz);
-      }
-    }
-    dc_cache_make_room(cache, incoming);
-  }
+  memset(part, 0, n_miss);
   for (size_t k = 0; k < n_miss; k++) {
     const dc_tilehead *h = r->heads[miss[k].tile];
     if (miss[k].chunk >= h->hdr.n_chunks) {
@@ -393,33 +397,111 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       rc = SQLITE_ERROR;
       goto done;
     }
-    const dc_chunk_info *ci = &h->hdr.chunk[miss[k].chunk];
-    dec[k] = dc_chunk_new(r->conn->bufpool, ci->n_cells, ci->nnz);
-    if (!dec[k]) { rc = SQLITE_NOMEM; goto done; }
-    dec[k]->indptr[0] = (int64_t)ci->nnz_before;
+    if (want) {
+      part[k] = (uint8_t)in_part(r, cache, &want[mr[k].slot], &miss[k], &h->hdr.chunk[miss[k].chunk]);
+      n_part += part[k];
+    }
     jobs[k].buf = tile_buf(tb, ntb, miss[k].tile);
     jobs[k].len = (size_t)h->blob_len;
     jobs[k].hdr = &h->hdr;
     jobs[k].chunk = miss[k].chunk;
+  }
+  if (!(pool = dc_conn_pool(r->conn))) { rc = SQLITE_NOMEM; goto done; }
+  if (n_part) {
+    /* the chunks decoded in part: first each cell's nonzeros (nothing decoded), so that the
+    ** wanted rows get their room */
+    dc_job *cj = sqlite3_malloc64(n_part * sizeof *cj);
+    size_t *ck = sqlite3_malloc64(n_part * sizeof *ck);
+    cnt = sqlite3_malloc64(n_miss * sizeof *cnt);
+    pl = sqlite3_malloc64(n_miss * sizeof *pl);
+    ptrs = sqlite3_malloc64(n_miss * sizeof *ptrs);
+    if (!cj || !ck || !cnt || !pl || !ptrs) { sqlite3_free(cj); sqlite3_free(ck); rc = SQLITE_NOMEM; goto done; }
+    memset(cnt, 0, n_miss * sizeof *cnt);
+    memset(ptrs, 0, n_miss * sizeof *ptrs);
+    size_t q = 0;
+    for (size_t k = 0; k < n_miss && rc == SQLITE_OK; k++) {
+      if (!part[k]) continue;
+      const dc_chunk_info *ci = &r->heads[miss[k].tile]->hdr.chunk[miss[k].chunk];
+      cnt[k] = sqlite3_malloc64(((uint64_t)ci->n_cells + 1) * sizeof **cnt);
+      ptrs[k] = sqlite3_malloc64(((uint64_t)ci->n_cells + 1) * 2 * sizeof(void *));
+      if (!cnt[k] || !ptrs[k]) { rc = SQLITE_NOMEM; break; }
+      cj[q] = jobs[k];
+      cj[q].cell_nnz = cnt[k];
+      ck[q++] = k;
+    }
+    if (rc == SQLITE_OK && dc_pool_decode(pool, cj, q) != DC_OK) {
+      rc = SQLITE_ERROR;
+      for (size_t j = 0; j < q; j++)
+        if (cj[j].rc != DC_OK) { rc = decode_error(r, &cj[j], &miss[ck[j]], pzErr); break; }
+    }
+    sqlite3_free(cj);
+    sqlite3_free(ck);
+    if (rc != SQLITE_OK) goto done;
+  }
+  if (cache) {   /* evicted chunks' buffers are then reused for these (no fresh pages) */
+    int64_t incoming = 0;
+    for (size_t k = 0; k < n_miss; k++) {
+      const dc_chunk_info *ci = &r->heads[miss[k].tile]->hdr.chunk[miss[k].chunk];
+      if (!part[k]) incoming += (int64_t)dc_chunk_size(ci->n_cells, ci->nnz);
+    }
+    if (incoming) dc_cache_make_room(cache, incoming);
+  }
+  for (size_t k = 0; k < n_miss; k++) {
+    const dc_chunk_info *ci = &r->heads[miss[k].tile]->hdr.chunk[miss[k].chunk];
+    if (part[k]) {
+      /* the wanted cells' rows, in cell order; every other row empty */
+      const dc_want *w = &want[mr[k].slot];
+      void **base = ptrs[k];
+      int32_t **ix = (int32_t **)base;
+      void **val = base + ci->n_cells;
+      memset(ix, 0, (size_t)ci->n_cells * sizeof *ix);
+      uint64_t total = 0;
+      for (uint32_t j = 0; j < w->n; j++) {
+        uint32_t cl = w->cells[j];
+        if (cl < ci->n_cells && !ix[cl]) { ix[cl] = (int32_t *)(uintptr_t)1; total += cnt[k][cl]; }
+      }
+      if (total > ci->nnz) {
+        dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: its cells' counts exceed its nonzeros", r->what, miss[k].tile,
+               miss[k].chunk);
+        rc = SQLITE_CORRUPT_VTAB;
+        goto done;
+      }
+      if (!(dec[k] = dc_chunk_new(r->conn->bufpool, ci->n_cells, total))) { rc = SQLITE_NOMEM; goto done; }
+      int64_t o = 0;
+      for (uint32_t cl = 0; cl < ci->n_cells; cl++) {
+        dec[k]->indptr[cl] = o;
+        if (ix[cl]) {
+          ix[cl] = dec[k]->indices + o;
+          val[cl] = dec[k]->values + o;
+          o += cnt[k][cl];
+        } else {
+          val[cl] = NULL;
+        }
+      }
+      dec[k]->indptr[ci->n_cells] = o;
+      pl[k] = (dc_place){ (int32_t *const *)ix, (void *const *)val, 0, NULL, NULL, NULL };
+      jobs[k].place = &pl[k];
+      continue;
+    }
+    dec[k] = dc_chunk_new(r->conn->bufpool, ci->n_cells, ci->nnz);
+    if (!dec[k]) { rc = SQLITE_NOMEM; goto done; }
+    dec[k]->indptr[0] = (int64_t)ci->nnz_before;
     jobs[k].out.indptr = SHIFT_BACK(int64_t, dec[k]->indptr, ci->first_cell);
     jobs[k].out.indices = SHIFT_BACK(int32_t, dec[k]->indices, ci->nnz_before);
     jobs[k].out.values = SHIFT_BACK(int32_t, dec[k]->values, ci->nnz_before);
     jobs[k].out.values_f32 = 0;
   }
-  {
-    dc_pool *pool = dc_conn_pool(r->conn);
-    if (!pool) { rc = SQLITE_NOMEM; goto done; }
-    if (dc_pool_decode(pool, jobs, n_miss) != DC_OK) {
-      rc = SQLITE_ERROR;
-      for (size_t k = 0; k < n_miss; k++)
-        if (jobs[k].rc != DC_OK) { rc = decode_error(r, &jobs[k], &miss[k], pzErr); break; }
-      goto done;
-    }
+  if (dc_pool_decode(pool, jobs, n_miss) != DC_OK) {
+    rc = SQLITE_ERROR;
+    for (size_t k = 0; k < n_miss; k++)
+      if (jobs[k].rc != DC_OK) { rc = decode_error(r, &jobs[k], &miss[k], pzErr); break; }
+    goto done;
   }
-  /* rebase indptr to the chunk and check it */
+  /* rebase indptr to the chunk and check it (a chunk in part: its rows were laid out above,
+  ** from counts the decoder checked) */
   for (size_t k = 0; k < n_miss; k++) {
     dc_chunk_data *d = dec[k];
-    if (!dc_indptr_rebase(d->indptr, d->n_cells, d->nnz)) {
+    if (!part[k] && !dc_indptr_rebase(d->indptr, d->n_cells, d->nnz)) {
       dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: decoded row offsets are inconsistent", r->what, miss[k].tile,
               miss[k].chunk);
       rc = SQLITE_CORRUPT_VTAB;
@@ -427,12 +509,18 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
     }
   }
   for (size_t k = 0; k < n_miss; k++) {
-    if (cache) dc_cache_put(cache, r->ns, miss[k].tile, miss[k].chunk, dec[k]);
+    if (cache && !part[k]) dc_cache_put(cache, r->ns, miss[k].tile, miss[k].chunk, dec[k]);
     out[mr[k].slot] = dec[k];
     dec[k] = NULL;
   }
 done:
   if (dec) for (size_t k = 0; k < n_miss; k++) dc_chunk_release(dec[k]);
+  if (cnt) for (size_t k = 0; k < n_miss; k++) sqlite3_free(cnt[k]);
+  if (ptrs) for (size_t k = 0; k < n_miss; k++) sqlite3_free(ptrs[k]);
+  sqlite3_free(cnt);
+  sqlite3_free(ptrs);
+  sqlite3_free(pl);
+  sqlite3_free(part);
   sqlite3_free(dec);
   free_tiles(tb, ntb);
   sqlite3_free(jobs);

@@ -503,7 +503,7 @@ static int fetch_groups(batch_vtab *v, batch_job *j, dc_pool *pool, struct dc_ca
     size_t ng = 0;
     for (size_t q = 0; q < j->n_keys; q++)
       if (j->group[q] == gi && !j->chunks[q]) { j->gkeys[ng] = j->keys[q]; j->gslot[ng] = q; ng++; }
-    if ((rc = dc_reader_fetch(r, j->gkeys, ng, j->gout, 0, &j->err)) != SQLITE_OK) return rc;
+    if ((rc = dc_reader_fetch(r, j->gkeys, ng, j->gout, 0, NULL, &j->err)) != SQLITE_OK) return rc;
     j->n_fetched += ng;
     for (size_t q = 0; q < ng; q++) j->chunks[j->gslot[q]] = j->gout[q];
     /* rows of this group */

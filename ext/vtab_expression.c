@@ -69,8 +69,11 @@ typedef struct expr_cursor {
   /* fetched chunks of the current window */
   dc_chunkkey *keys;
   dc_chunk_data **chunks;
-  size_t n_keys, cap_keys;
+  dc_want *want;                 /* per key: the candidates it holds (cells of wcells) */
+  uint32_t *wcells;              /* the window's candidates, chunk-relative, by key */
+  size_t n_keys, cap_keys, cap_wcells;
   int64_t win_tile;              /* tile of the window, -1 = none */
+  int win_list;                  /* the window was fetched for a list of candidates (want) */
   uint64_t win_ns;               /* cache namespace the window was read in */
   /* current row source */
   const dc_chunk_data *d;
@@ -268,6 +271,20 @@ static int collect(sqlite3_value *v, int is_in, int64_t **list, int64_t *n, int6
   return SQLITE_OK;
 }
 
+/* Whether window chunk i (of `nnz` nonzeros in the tile) holds the row of its cell cl: a
+** chunk decoded in part (fewer nonzeros than the chunk's) holds only its candidates' rows. */
+static int window_holds(const expr_cursor *c, size_t i, uint64_t nnz, uint32_t cl) {
+  if (c->chunks[i]->nnz == nnz) return 1;
+  if (!c->win_list) return 0;
+  const dc_want *w = &c->want[i];
+  uint32_t lo = 0, hi = w->n;                /* the candidates are ascending */
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (w->cells[mid] < cl) lo = mid + 1; else hi = mid;
+  }
+  return lo < w->n && w->cells[lo] == cl;
+}
+
 static void release_window(expr_cursor *c) {
   for (size_t i = 0; i < c->n_keys; i++) dc_chunk_release(c->chunks[i]);
   c->n_keys = 0;
@@ -322,8 +339,10 @@ static int load_cell(expr_cursor *c, int64_t cell) {
   if (c->win_tile == t && c->win_ns == r->ns) {
     for (size_t i = 0; i < c->n_keys; i++) {
       if (c->keys[i].chunk == ch) {
+        uint32_t cl = rel - h->hdr.chunk[ch].first_cell;
+        if (!window_holds(c, i, h->hdr.chunk[ch].nnz, cl)) break;
         c->d = c->chunks[i];
-        c->d_cell = rel - h->hdr.chunk[ch].first_cell;
+        c->d_cell = cl;
         goto out;
       }
     }
@@ -335,24 +354,49 @@ static int load_cell(expr_cursor *c, int64_t cell) {
     dc_chunkkey *nk = sqlite3_realloc64(c->keys, cap * sizeof *nk);
     if (!nk) { rc = SQLITE_NOMEM; goto out; }
     c->keys = nk;
+    dc_want *nw = sqlite3_realloc64(c->want, cap * sizeof *nw);
+    if (!nw) { rc = SQLITE_NOMEM; goto out; }
+    c->want = nw;
     dc_chunk_data **nc = sqlite3_realloc64(c->chunks, cap * sizeof *nc);
     if (!nc) { rc = SQLITE_NOMEM; goto out; }
     c->chunks = nc;
     c->cap_keys = cap;
   }
+  c->win_list = c->list != NULL;
   int64_t tile_end = r->tiles[t].first_cell + r->tiles[t].n_cells;
   int64_t budget = v->conn->work_bytes, bytes = 0;
   uint32_t k = ch;
   size_t nk = 0;
+  const dc_want *want = NULL;
   if (c->list) {
-    for (int64_t p = c->pos; p < c->n_list && c->list[p] < tile_end; p++) {
-      uint32_t cc = dc_reader_chunk_of(h, (uint32_t)(c->list[p] - r->tiles[t].first_cell));
-      if (nk && c->keys[nk - 1].chunk == cc) continue;
-      int64_t b = (int64_t)h->hdr.chunk[cc].nnz * 8;
-      if (nk && bytes + b > budget) break;
-      bytes += b;
-      c->keys[nk].tile = (uint32_t)t; c->keys[nk].chunk = cc; nk++;
+    /* the candidates of each chunk go with it: a chunk not cached of which few are wanted
+    ** is decoded for those alone (dc_reader_fetch) */
+    int64_t end = c->pos;
+    while (end < c->n_list && c->list[end] < tile_end) end++;
+    if ((size_t)(end - c->pos) > c->cap_wcells) {
+      size_t cap = (size_t)(end - c->pos);
+      uint32_t *nw = sqlite3_realloc64(c->wcells, cap * sizeof *nw);
+      if (!nw) { rc = SQLITE_NOMEM; goto out; }
+      c->wcells = nw;
+      c->cap_wcells = cap;
     }
+    size_t nw = 0;
+    for (int64_t p = c->pos; p < end; p++) {
+      uint32_t tr = (uint32_t)(c->list[p] - r->tiles[t].first_cell);
+      uint32_t cc = dc_reader_chunk_of(h, tr);
+      if (!nk || c->keys[nk - 1].chunk != cc) {
+        int64_t b = (int64_t)h->hdr.chunk[cc].nnz * 8;
+        if (nk && bytes + b > budget) break;
+        bytes += b;
+        c->keys[nk].tile = (uint32_t)t; c->keys[nk].chunk = cc;
+        c->want[nk].cells = c->wcells + nw;
+        c->want[nk].n = 0;
+        nk++;
+      }
+      c->wcells[nw++] = tr - h->hdr.chunk[cc].first_cell;
+      c->want[nk - 1].n++;
+    }
+    want = c->want;
   } else {
     int64_t last = c->hi < tile_end - 1 ? c->hi : tile_end - 1;
     uint32_t kl = dc_reader_chunk_of(h, (uint32_t)(last - r->tiles[t].first_cell));
@@ -363,7 +407,7 @@ static int load_cell(expr_cursor *c, int64_t cell) {
       c->keys[nk].tile = (uint32_t)t; c->keys[nk].chunk = k; nk++;
     }
   }
-  rc = dc_reader_fetch(r, c->keys, nk, c->chunks, 1, &err);
+  rc = dc_reader_fetch(r, c->keys, nk, c->chunks, 1, want, &err);
   dc_reader_end(r);
   if (rc != SQLITE_OK) goto out;
   c->n_keys = nk;
@@ -572,6 +616,8 @@ static int expr_close(sqlite3_vtab_cursor *cur) {
   release_window(c);
   sqlite3_free(c->keys);
   sqlite3_free(c->chunks);
+  sqlite3_free(c->want);
+  sqlite3_free(c->wcells);
   sqlite3_free(c);
   return SQLITE_OK;
 }

@@ -174,7 +174,8 @@ if [ -x build/asan/deltacells ] && [ -f build/asan/deltacells.so ] && [ -f "$asa
               tests/python/test_python_obs_batch.py tests/python/test_python_handoff.py tests/python/test_remote.py
               tests/python/test_remote_prefetch.py tests/python/test_place.py tests/python/test_python_workers.py
               tests/python/test_merge_copy.py tests/python/test_full_disk.py tests/python/test_large_counts.py
-              tests/python/test_expression_gene_skip.py tests/python/test_annotate.py)
+              tests/python/test_expression_gene_skip.py tests/python/test_annotate.py
+              tests/python/test_expression_partial.py)
   "${san_env[@]}" DC_BUILD=build/asan DELTACELLS_CONVERTER=build/asan/deltacells \
     DELTACELLS_EXTENSION="$PWD/build/asan/deltacells.so" PYTHONPATH=python \
     "$PYTHON" -m pytest -q -p no:cacheprovider -rfEs "${asan_tests[@]}" >"$log/pytest-asan.log" 2>&1
