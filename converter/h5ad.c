@@ -159,8 +159,15 @@ int h5ad_open(const char *path, const char *layer, int raw, const char *gene_key
     shape[1] = (int64_t)d[1];
     if (check_num_type(f, f->data, "(data)", 1, &f->data_float, e)) return -1;
   } else {
-    char *enc = h5ad_attr_str(x, "encoding-type");
-    char *old = h5ad_attr_str(x, "h5sparse_format");
+    char *enc = NULL, *old = NULL;
+    const char *bad = h5ad_attr_str(x, "encoding-type", &enc) ? "encoding-type"
+                      : h5ad_attr_str(x, "h5sparse_format", &old) ? "h5sparse_format" : NULL;
+    if (bad) {
+      free(enc);
+      h5ad_close_id(&x);
+      return cv_fail(e, "%s: %s: its `%s` attribute holds a NUL byte before its end (text cannot: the rest "
+                     "would be lost)", path, f->mpath, bad);
+    }
     if (enc && strcmp(enc, "csr_matrix") == 0) f->fmt = MAT_CSR;
     else if (enc && strcmp(enc, "csc_matrix") == 0) f->fmt = MAT_CSC;
     else if (!enc && old && strcmp(old, "csr") == 0) f->fmt = MAT_CSR;

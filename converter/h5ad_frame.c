@@ -208,7 +208,12 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
   H5I_type_t t = h5ad_open_obj(g, name, &o);
   if (t == H5I_BADID) return cv_fail(e, "%s: %s: column listed but missing", f->path, what);
   if (t == H5I_GROUP) {
-    char *enc = h5ad_attr_str(o, "encoding-type");
+    char *enc = NULL;
+    if (h5ad_attr_str(o, "encoding-type", &enc)) {
+      h5ad_close_id(&o);
+      return cv_fail(e, "%s: %s: its `encoding-type` attribute holds a NUL byte before its end (text cannot: "
+                     "the rest would be lost)", f->path, what);
+    }
     if (enc && strcmp(enc, "categorical") == 0) {
       hid_t cats = -1;
       c->enc = ENC_CAT;
@@ -259,7 +264,13 @@ int h5ad_col_open(h5file *f, hid_t g, const char *fpath, const char *name, uint6
         hobj_ref_t ref;
         if (H5Aread(a, H5T_STD_REF_OBJ, &ref) >= 0) cats = H5Rdereference2(o, H5P_DEFAULT, H5R_OBJECT, &ref);
       } else if (H5Tget_class(at) == H5T_STRING) {
-        char *p = h5ad_attr_str(o, "categories");
+        char *p = NULL;
+        if (h5ad_attr_str(o, "categories", &p)) {
+          H5Tclose(at);
+          H5Aclose(a);
+          return cv_fail(e, "%s: %s: its `categories` attribute holds a NUL byte before its end (text cannot: "
+                         "the rest would be lost)", f->path, what);
+        }
         if (p) h5ad_open_obj(g, p, &cats);
         free(p);
       }
@@ -328,7 +339,12 @@ int h5ad_frame_open(h5file *f, const char *path, h5frame *fr, cv_err *e) {
     return cv_fail(e, "%s: %s is a dataset (a structured array of anndata < 0.7), which is not "
                    "supported: re-save the file with a newer anndata", f->path, path);
   }
-  char *idx = h5ad_attr_str(g, "_index");
+  char *idx = NULL;
+  if (h5ad_attr_str(g, "_index", &idx)) {
+    cv_fail(e, "%s: %s: its `_index` attribute holds a NUL byte before its end (text cannot: the rest would "
+            "be lost)", f->path, path);
+    goto done;
+  }
   if (!idx) {
     if (h5ad_exists(g, "_index")) idx = strdup("_index");
     else if (h5ad_exists(g, "index")) idx = strdup("index");
@@ -364,6 +380,11 @@ int h5ad_frame_open(h5file *f, const char *path, h5frame *fr, cv_err *e) {
     if (r) goto done;
   }
   n_order = h5ad_attr_strs(g, "column-order", &order);
+  if (n_order == -2) {
+    cv_fail(e, "%s: %s: a name in its `column-order` attribute holds a NUL byte before its end (text cannot: "
+            "the rest would be lost)", f->path, path);
+    goto done;
+  }
   if (n_order < 0) { cv_fail(e, "%s: %s: unreadable `column-order` attribute", f->path, path); goto done; }
   fr->cols = calloc((size_t)n_order + 1, sizeof *fr->cols);
   if (!fr->cols) { cv_fail(e, "out of memory"); goto done; }

@@ -74,12 +74,23 @@ H5I_type_t h5ad_open_obj(hid_t loc, const char *path, hid_t *out) {
   return t;
 }
 
-/* Reads a string attribute (scalar, or first element). *out malloc'd or NULL
-** if absent / not a string. */
-char *h5ad_attr_str(hid_t obj, const char *name) {
-  if (H5Aexists(obj, name) <= 0) { H5Eclear2(H5E_DEFAULT); return NULL; }
+/* The length of fixed-length string s[0, sz) without its padding (NULs, or trailing spaces), or
+** -1 when a NUL byte comes before more text: text cannot hold one, and the rest would be lost. */
+static long fixed_len(const char *s, size_t sz) {
+  size_t k = strnlen(s, sz);
+  for (size_t j = k; j < sz; j++)
+    if (s[j] != 0 && s[j] != ' ') return -1;
+  while (k > 0 && s[k - 1] == ' ') k--;
+  return (long)k;
+}
+
+/* Reads a string attribute (scalar, or first element) into *out (malloc'd), or NULL if absent /
+** not a string; -1 when it holds a NUL byte before its end (fixed_len). */
+int h5ad_attr_str(hid_t obj, const char *name, char **out) {
+  *out = NULL;
+  if (H5Aexists(obj, name) <= 0) { H5Eclear2(H5E_DEFAULT); return 0; }
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = -1, sp = -1, mt = -1;
-  char *res = NULL;
+  int rc = 0;
   if (a < 0) goto done;
   t = H5Aget_type(a);
   sp = H5Aget_space(a);
@@ -90,7 +101,7 @@ char *h5ad_attr_str(hid_t obj, const char *name) {
     mt = h5ad_vlen_str_type(t);
     char **v = calloc((size_t)np, sizeof *v);
     if (v && H5Aread(a, mt, v) >= 0) {
-      res = v[0] ? strdup(v[0]) : strdup("");
+      *out = v[0] ? strdup(v[0]) : strdup("");
       H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, v);
     }
     free(v);
@@ -99,22 +110,25 @@ char *h5ad_attr_str(hid_t obj, const char *name) {
     char *v = calloc((size_t)np * sz + 1, 1);
     mt = H5Tcopy(t);
     if (v && H5Aread(a, mt, v) >= 0) {
-      v[sz] = 0;
-      size_t k = strlen(v);
-      while (k > 0 && v[k - 1] == ' ') v[--k] = 0;
-      res = v;
-      v = NULL;
+      long k = fixed_len(v, sz);
+      if (k < 0) {
+        rc = -1;
+      } else {
+        v[k] = 0;
+        *out = v;
+        v = NULL;
+      }
     }
     free(v);
   }
 done:
   h5ad_close_id(&mt); h5ad_close_id(&sp); h5ad_close_id(&t); h5ad_close_id(&a);
   H5Eclear2(H5E_DEFAULT);
-  return res;
+  return rc;
 }
 
-/* Reads a string-array attribute (e.g. column-order). Returns count or -1;
-** an absent attribute or a numeric empty array gives 0. */
+/* Reads a string-array attribute (e.g. column-order). Returns count, -1 (unreadable), or -2 (a
+** string holding a NUL byte before its end); an absent attribute or a numeric empty array gives 0. */
 long h5ad_attr_strs(hid_t obj, const char *name, char ***out) {
   *out = NULL;
   if (H5Aexists(obj, name) <= 0) { H5Eclear2(H5E_DEFAULT); return 0; }
@@ -144,17 +158,17 @@ long h5ad_attr_strs(hid_t obj, const char *name, char ***out) {
     char *raw = calloc((size_t)np * sz + 1, 1);
     mt = H5Tcopy(t);
     if (raw && H5Aread(a, mt, raw) >= 0) {
-      for (hssize_t i = 0; i < np; i++) {
-        size_t k = strnlen(raw + (size_t)i * sz, sz);
-        while (k > 0 && raw[(size_t)i * sz + k - 1] == ' ') k--;
-        v[i] = strndup(raw + (size_t)i * sz, k);
-      }
       res = (long)np;
+      for (hssize_t i = 0; i < np && res >= 0; i++) {
+        long k = fixed_len(raw + (size_t)i * sz, sz);
+        if (k < 0) res = -2;
+        else v[i] = strndup(raw + (size_t)i * sz, (size_t)k);
+      }
     }
     free(raw);
   }
-  if (res < 0) { free(v); v = NULL; }
-  else for (long i = 0; i < res; i++) if (!v[i]) res = -1;
+  if (res > 0) for (long i = 0; i < res; i++) if (!v[i]) res = -1;
+  if (res < 0) { for (hssize_t i = 0; i < np; i++) free(v[i]); free(v); v = NULL; }
   *out = v;
 done:
   h5ad_close_id(&mt); h5ad_close_id(&sp); h5ad_close_id(&t); h5ad_close_id(&a);

@@ -24,10 +24,12 @@ int h5ad_exists(hid_t loc, const char *path);
 /* H5I_GROUP, H5I_DATASET, or H5I_BADID.  Opens the object into *out. */
 H5I_type_t h5ad_open_obj(hid_t loc, const char *path, hid_t *out);
 
-/* A string attribute (scalar, or first element), malloc()ed; NULL if absent / not a string. */
-char *h5ad_attr_str(hid_t obj, const char *name);
-/* A string-array attribute (e.g. column-order) into *out: the count or -1; an absent attribute
-** or a numeric empty array gives 0. */
+/* A string attribute (scalar, or first element) into *out, malloc()ed; NULL if absent / not a
+** string.  0, or -1 when a fixed-length string holds a NUL byte before its end (the rest of its
+** text would be lost: the caller's error names the attribute). */
+int h5ad_attr_str(hid_t obj, const char *name, char **out);
+/* A string-array attribute (e.g. column-order) into *out: the count, -1 (unreadable) or -2 (a
+** string holding a NUL byte before its end); an absent attribute or a numeric empty array gives 0. */
 long h5ad_attr_strs(hid_t obj, const char *name, char ***out);
 void h5ad_free_strs(char **v, long n);
 /* An integer-array attribute (shape) of at most max values: the count or -1. */

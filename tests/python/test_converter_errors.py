@@ -235,6 +235,27 @@ def test_fixed_length_string_with_a_nul_inside_is_an_error(tmp_path):
     assert Dataset(out).obs("_index") == ["c0", "c1", "c2", "c3xyz"]
 
 
+@pytest.mark.parametrize("obj, attr, value, words", [
+    ("X", "encoding-type", b"csr_matrix\0junk", [": X: ", "`encoding-type` attribute holds a NUL byte"]),
+    ("obs", "_index", b"_index\0x", ["obs", "`_index` attribute holds a NUL byte"]),
+    ("obs", "column-order", [b"ct\0x"], ["obs", "`column-order` attribute holds a NUL byte"]),
+    ("obs/ct", "encoding-type", b"categorical\0x", ["obs/ct", "`encoding-type` attribute holds a NUL byte"]),
+])
+def test_fixed_length_attribute_with_a_nul_inside_is_an_error(tmp_path, obj, attr, value, words):
+    """The same for attributes: `encoding-type` b'csr_matrix\\0junk' was read as 'csr_matrix',
+    `_index` or a `column-order` name as the text before the NUL (another column, or none).
+    Now an error naming the object and the attribute; NUL padding after the text stays fine."""
+    p = small(tmp_path, n=4)
+    edit(p, lambda f: f[obj].attrs.__setitem__(attr, np.array(value, dtype=f"S{len(value[0]) if isinstance(value, list) else len(value)}")))
+    fails(tmp_path, p, "ok.h5ad", *words)
+    p = small(tmp_path, n=4)
+    padded = [v.split(b"\0")[0] for v in value] if isinstance(value, list) else value.split(b"\0")[0]
+    edit(p, lambda f: f[obj].attrs.__setitem__(attr, np.array(padded, dtype="S20")))
+    out = tmp_path / "pad.dcdb"
+    convert(p, out)
+    assert Dataset(out).obs("ct") == ["a", "b", "a", "b"]
+
+
 def test_bad_input_among_several_keeps_out(tmp_path):
     good = small(tmp_path)
     out = tmp_path / "out.dcdb"
