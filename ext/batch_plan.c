@@ -90,17 +90,6 @@ size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t
   return d;
 }
 
-void batch_key_cells(const batch_cellref *ref, const uint8_t *direct, const uint32_t *rowkey, int64_t n,
-                     size_t n_keys, uint64_t *start, uint32_t *cells) {
-  memset(start, 0, (n_keys + 1) * sizeof *start);
-  for (int64_t i = 0; i < n; i++) if (!direct[i]) start[rowkey[i] + 1]++;
-  for (size_t q = 0; q < n_keys; q++) start[q + 1] += start[q];
-  for (int64_t i = 0; i < n; i++)
-    if (!direct[i]) cells[start[rowkey[i]]++] = ref[i].cell;      /* start[q] ends at key q's end */
-  for (size_t q = n_keys; q > 0; q--) start[q] = start[q - 1];
-  start[0] = 0;
-}
-
 int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int64_t n, size_t n_keys,
                           uint64_t *row0, int64_t *rows) {
   memset(row0, 0, (n_keys + 1) * sizeof *row0);

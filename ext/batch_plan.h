@@ -74,13 +74,6 @@ size_t batch_chunk_keys(const batch_cellref *ref, const uint8_t *direct, int64_t
 int64_t batch_rows_by_key(const batch_cellref *ref, const uint32_t *rowkey, int64_t n, size_t n_keys,
                           uint64_t *row0, int64_t *rows);
 
-/* Step 3a'.  The cells each key's rows ask for (the reader decodes a chunk that is not cached for
-** them alone while they are few: dc_reader_fetch's want): the rows to fetch (direct[i] 0) of key
-** q ask for cells[start[q] .. start[q + 1]) (chunk-relative, in row order, repeats kept; start
-** has n_keys + 1 entries, cells room for n). */
-void batch_key_cells(const batch_cellref *ref, const uint8_t *direct, const uint32_t *rowkey, int64_t n,
-                     size_t n_keys, uint64_t *start, uint32_t *cells);
-
 /* Step 3b.  group[q] for each key: 0 for a chunk already held (chunks[q] != NULL), else
 ** consecutive groups of chunks whose decoded size (8 bytes a nonzero and a cell) stays
 ** within budget (a chunk larger than the budget is a group of its own).  Returns the

@@ -181,17 +181,17 @@ static void grow_locked(dc_cache *c) {
   c->bucket = b; c->n_bucket = nb;
 }
 
-int dc_cache_recall(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, int64_t bytes) {
+int dc_cache_recall(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk) {
   uint64_t h = (uint64_t)hash_key(ns, tile, chunk) | 1;
-  int admit = 0;
+  int seen = 0;
   pthread_mutex_lock(&c->mu);
   uint64_t *g = &c->ghost[(h >> 1) & (GHOSTS - 1)];
   if (c->budget > 0) {
-    if (*g != h) *g = h;                                  /* noted for next time */
-    else if (c->bytes + bytes <= c->budget) { admit = 1; *g = 0; }
+    seen = *g == h;
+    *g = seen ? 0 : h;
   }
   pthread_mutex_unlock(&c->mu);
-  return admit;
+  return seen;
 }
 
 void dc_cache_put(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, dc_chunk_data *d) {

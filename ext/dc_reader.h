@@ -131,10 +131,9 @@ typedef struct dc_want { const uint32_t *cells; uint32_t n; } dc_want;
 ** want (NULL: whole chunks): the cells the caller reads of each key.  A chunk that is not
 ** cached and of whose cells at most a quarter are wanted is decoded in part (dc_chunk_place:
 ** the streams of the whole chunk, only those cells placed; the other rows are empty) and
-** not cached, unless the cache recalls that it was asked for in part lately and has room for it
-** without evicting anything (dc_cache_recall): a point query then costs a third of a whole
-** chunk's decode, and a second one in the same chunk makes it whole and cached while the cache
-** has room. */
+** not cached, unless the cache recalls that it was asked for in part lately
+** (dc_cache_recall): a point query then costs a third of a whole chunk's decode, and a
+** second one in the same chunk makes it whole and cached. */
 int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, int lookup,
                     const dc_want *want, char **pzErr);
 /* Decodes whole chunks straight into caller arrays, in parallel. */

@@ -347,7 +347,7 @@ static int cmp_miss(const void *a, const void *b) { return cmp_key(a, b); }
 static int in_part(dc_reader *r, struct dc_cache *cache, const dc_want *w, const dc_chunkkey *key,
                    const dc_chunk_info *ci) {
   if (!w || (uint64_t)w->n * 4 > ci->n_cells || r->heads[key->tile]->hdr.codec != DC_CODEC_RANS) return 0;
-  return !(cache && dc_cache_recall(cache, r->ns, key->tile, key->chunk, (int64_t)dc_chunk_size(ci->n_cells, ci->nnz)));
+  return !(cache && dc_cache_recall(cache, r->ns, key->tile, key->chunk));
 }
 
 int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_data **out, int lookup,

@@ -368,7 +368,6 @@ typedef struct batch_job {
   dc_chunk_data **chunks;           /* per key: decoded (a reference) */
   uint32_t *group;                  /* per key: its group */
   dc_chunkkey *gkeys; size_t *gslot; dc_chunk_data **gout;   /* one group's fetch */
-  uint64_t *wstart; uint32_t *wcells; dc_want *gwant;         /* the cells each key's rows want */
   uint64_t *which;
   int64_t *off;
   int32_t **stage; size_t n_stage;  /* staged rows (more than one group) */
@@ -387,9 +386,6 @@ static void job_free(batch_job *j) {
   sqlite3_free(j->gkeys);
   sqlite3_free(j->gslot);
   sqlite3_free(j->gout);
-  sqlite3_free(j->wstart);
-  sqlite3_free(j->wcells);
-  sqlite3_free(j->gwant);
   sqlite3_free(j->rowkey);
   sqlite3_free(j->stage);
   sqlite3_free(j->chunks);
@@ -493,12 +489,7 @@ static int fetch_groups(batch_vtab *v, batch_job *j, dc_pool *pool, struct dc_ca
   j->gslot = sqlite3_malloc64((uint64_t)nk * sizeof *j->gslot);
   j->gout = sqlite3_malloc64((uint64_t)nk * sizeof *j->gout);
   j->off = sqlite3_malloc64(((uint64_t)n + 1) * sizeof *j->off);
-  j->wstart = sqlite3_malloc64(((uint64_t)nk + 1) * sizeof *j->wstart);
-  j->wcells = sqlite3_malloc64((uint64_t)(n ? n : 1) * sizeof *j->wcells);
-  j->gwant = sqlite3_malloc64((uint64_t)nk * sizeof *j->gwant);
-  if (!j->chunks || !j->group || !j->gkeys || !j->gslot || !j->gout || !j->off || !j->wstart || !j->wcells || !j->gwant)
-    return SQLITE_NOMEM;
-  batch_key_cells(j->ref, j->direct, j->rowkey, n, j->n_keys, j->wstart, j->wcells);
+  if (!j->chunks || !j->group || !j->gkeys || !j->gslot || !j->gout || !j->off) return SQLITE_NOMEM;
   memset(j->chunks, 0, nk * sizeof *j->chunks);
   /* chunks already cached cost no decoding memory: they join group 0; the
   ** others are split into groups whose decoded size fits decode_mb */
@@ -511,14 +502,8 @@ static int fetch_groups(batch_vtab *v, batch_job *j, dc_pool *pool, struct dc_ca
     /* decode this group's missing chunks (in parallel) */
     size_t ng = 0;
     for (size_t q = 0; q < j->n_keys; q++)
-      if (j->group[q] == gi && !j->chunks[q]) {
-        j->gkeys[ng] = j->keys[q];
-        j->gslot[ng] = q;
-        uint64_t nw = j->wstart[q + 1] - j->wstart[q];      /* (so many: decoded whole anyway) */
-        j->gwant[ng] = (dc_want){ j->wcells + j->wstart[q], nw > UINT32_MAX ? UINT32_MAX : (uint32_t)nw };
-        ng++;
-      }
-    if ((rc = dc_reader_fetch(r, j->gkeys, ng, j->gout, 0, j->gwant, &j->err)) != SQLITE_OK) return rc;
+      if (j->group[q] == gi && !j->chunks[q]) { j->gkeys[ng] = j->keys[q]; j->gslot[ng] = q; ng++; }
+    if ((rc = dc_reader_fetch(r, j->gkeys, ng, j->gout, 0, NULL, &j->err)) != SQLITE_OK) return rc;
     j->n_fetched += ng;
     for (size_t q = 0; q < ng; q++) j->chunks[j->gslot[q]] = j->gout[q];
     /* rows of this group */

@@ -315,24 +315,6 @@ static void test_rows_by_key(void) {
   DCT_CHECK(batch_rows_by_key(ref, rowkey, 0, 0, row0, rows) == -1 && row0[0] == 0);
 }
 
-/* the cells each key's rows ask for: rows to fetch only, grouped by key, in row order, repeats kept */
-static void test_key_cells(void) {
-  batch_cellref ref[8] = {{1, 2, 3}, {0, 0, 1}, {1, 2, 0}, {0, 0, 2}, {1, 2, 3}, {0, 2, 0}, {0, 0, 0}, {0, 2, 7}};
-  uint8_t direct[8] = {0, 0, 0, 0, 0, 0, 0, BATCH_ROW_DIRECT};
-  dc_chunkkey keys[8];
-  uint32_t rowkey[8], cells[8];
-  uint64_t start[4];
-  size_t nk = batch_chunk_keys(ref, direct, 8, keys, rowkey);
-  DCT_CHECK(nk == 3);
-  batch_key_cells(ref, direct, rowkey, 8, nk, start, cells);
-  uint64_t want0[4] = {0, 3, 4, 7};
-  uint32_t want[7] = {1, 2, 0, 0, 3, 0, 3};   /* (0,0): rows 1 3 6; (0,2): row 5; (1,2): rows 0 2 4 */
-  DCT_CHECK(!memcmp(start, want0, sizeof want0));
-  DCT_CHECK(!memcmp(cells, want, sizeof want));
-  batch_key_cells(ref, direct, rowkey, 0, 0, start, cells);
-  DCT_CHECK(start[0] == 0);
-}
-
 /* batch_chunk_keys against a plain reference (every key sorted, then made distinct), on many
 ** rows in random order with some direct rows; batch_rows_by_key's repeat against a scan */
 static void test_keys_random(void) {
@@ -526,7 +508,6 @@ int main(void) {
   DCT_RUN(test_kernels_panels);
   DCT_RUN(test_take);
   DCT_RUN(test_rows_by_key);
-  DCT_RUN(test_key_cells);
   DCT_RUN(test_keys_random);
   return dct_done();
 }

@@ -94,17 +94,13 @@ def test_dc_config(ds):
                      ("SELECT dc_config('bogus', 'x')", r"unknown setting 'bogus'"),
                      ("SELECT dc_config(5)", r"first argument must be a setting name")]:
         assert re.search(pat, str(err_of(con, sql))), sql
-    # the cache counts hits: the same batch three times (two cells of two chunks: the first
-    # decodes them in part and keeps nothing, the second whole and keeps them, the third hits)
+    # the cache counts hits: the same batch twice
     con.execute("SELECT dc_config('cache_mb', 64)")
     h0 = con.execute("SELECT dc_config('cache_hits')").fetchone()[0]
     batch(con, "[5, 1500]")
-    assert con.execute("SELECT dc_config('cache_entries')").fetchone()[0] == 0
-    batch(con, "[5, 1500]")
-    assert con.execute("SELECT dc_config('cache_hits')").fetchone()[0] - h0 == 0
-    assert con.execute("SELECT dc_config('cache_entries')").fetchone()[0] == 2
     batch(con, "[5, 1500]")
     assert con.execute("SELECT dc_config('cache_hits')").fetchone()[0] - h0 == 2
+    assert con.execute("SELECT dc_config('cache_entries')").fetchone()[0] >= 2
     con.execute("SELECT dc_config('cache_mb', 0)")
     assert con.execute("SELECT dc_config('cache_entries')").fetchone()[0] == 0
 

@@ -135,28 +135,3 @@ def test_a_damaged_chunk_decoded_in_part_is_an_error_naming_it(ds):
                    for m in msgs), failed
         # the other tiles still answer
         assert con.execute("SELECT count(*) FROM expression WHERE cell_id IN (5, 2500)").fetchone()[0] == 2
-
-
-def test_reads_of_few_cells_never_evict(ds):
-    """A chunk asked for in part again is made whole only while the cache has room for it
-    without evicting anything: random cells of a dataset larger than the cache then cost a
-    partial decode each, instead of whole decodes that evict one another."""
-    db, X, _ = ds
-    con = connect(db)
-    con.execute("SELECT dc_config('cache_mb', 1)")
-    first = [0, 500, 1000, 1500, 2000, 2500]        # one cell of each of the six chunks
-    check(X, 0, row(con, 0))
-    check(X, 1, row(con, 1))
-    assert stats(con)[0] == 1
-    per_chunk = con.execute("SELECT dc_config('cache_used_mb')").fetchone()[0]
-    fit = int(1.0 // per_chunk)
-    assert 1 <= fit < 5, per_chunk                  # the test needs chunks that do not all fit
-    for c in first[1:]:
-        for k in range(3):                          # asked for three times each
-            check(X, c + k, row(con, c + k))
-    assert stats(con)[0] == fit                     # the first that fit, nothing evicted
-    used = con.execute("SELECT dc_config('cache_used_mb')").fetchone()[0]
-    assert used <= 1.0
-    e, h, _ = stats(con)
-    check(X, 3, row(con, 3))                        # the first chunk is still cached
-    assert stats(con)[1] == h + 1
