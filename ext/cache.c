@@ -188,7 +188,7 @@ int dc_cache_recall(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk) {
   uint64_t *g = &c->ghost[(h >> 1) & (GHOSTS - 1)];
   if (c->budget > 0) {
     seen = *g == h;
-    *g = seen ? 0 : h;
+    *g = h;              /* kept: a chunk evicted since is decoded whole when asked for again */
   }
   pthread_mutex_unlock(&c->mu);
   return seen;

@@ -57,10 +57,12 @@ void dc_cache_put(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk, dc_ch
 ** pool and the new chunks reuse them (instead of fresh memory, then evictions at the put). */
 void dc_cache_make_room(dc_cache *c, int64_t incoming);
 /* A reader about to decode only some cells of a chunk that is not cached asks this first: 1 when
-** the chunk was asked for in part lately (then the caller decodes it whole and puts it: a second
-** look at a chunk is a sign of more), else 0, and the chunk is noted for next time.  Always 0
-** when the budget is 0 (nothing would be kept).  The notes are a small direct-mapped table of
-** key hashes: a note may be overwritten by another chunk's, which only costs a partial decode. */
+** the chunk was asked for in part before (then the caller decodes it whole and puts it: a second
+** look at a chunk is a sign of more), else 0; either way the chunk is noted.  The note stays, so
+** a chunk that was cached and evicted since is decoded whole at once when asked for again.
+** Always 0 when the budget is 0 (nothing would be kept).  The notes are a small direct-mapped
+** table of key hashes: a note may be overwritten by another chunk's, which only costs a partial
+** decode. */
 int dc_cache_recall(dc_cache *c, uint64_t ns, uint32_t tile, uint32_t chunk);
 /* Statistics: bytes held, entries, hits, misses. */
 void dc_cache_stats(dc_cache *c, int64_t *bytes, int64_t *entries, int64_t *hits, int64_t *misses);

@@ -61,6 +61,15 @@ def test_point_query_decodes_in_part_then_whole_on_a_second_look(ds):
     for cid, g, c in got:
         check(X, cid, (np.frombuffer(g, "<i4"), np.frombuffer(c, "<i4")))
     assert stats(con)[0] == 2
+    # room for one chunk: the first goes.  Asked for again, it is decoded whole at once (it was
+    # asked for before) and cached in place of the other, so its next cell is a hit
+    con.execute("SELECT dc_config('cache_mb', 1)")
+    assert stats(con)[0] == 1
+    check(X, 1300, row(con, 1300))
+    e, h, _ = stats(con)
+    assert e == 1
+    check(X, 1301, row(con, 1301))
+    assert stats(con)[1] == h + 1
 
 
 @pytest.mark.parametrize("cache_mb", [0, 256])
