@@ -24,6 +24,9 @@ typedef struct slot {
   int64_t *ip;
   int32_t *ix, *vx;
   size_t ip_cap, ix_cap, vx_cap;
+  uint32_t *cnt;          /* a chunk decoded in part: its cells' nonzeros */
+  void **rowp;            /* ... and each cell's place: n_cells row addresses, then value addresses */
+  size_t cnt_cap, rowp_cap;
   int busy;               /* atomic */
   int failed;             /* out of memory growing (set on the slot's thread) */
 } slot;
@@ -66,7 +69,7 @@ static int check_opts(const dc_agg_opts *o, dc_error *err) {
 
 static void slot_free(slot *s) {
   free(s->acc); free(s->lsum); free(s->ncells);
-  free(s->ip); free(s->ix); free(s->vx);
+  free(s->ip); free(s->ix); free(s->vx); free(s->cnt); free(s->rowp);
   dc_decoder_free(s->dec);
   memset(s, 0, sizeof *s);
 }
@@ -203,6 +206,48 @@ bad_gene:
 ** k back before writing), as ext/reader.c does. */
 #define SHIFT_BACK(T, p, k) ((T *)((uintptr_t)(p) - (uintptr_t)(k) * sizeof(T)))
 
+/* A rans chunk of whose cells at most half are in a group: the streams of the whole chunk
+** decoded, only those cells placed (dc_chunk_place; the others' rows stay empty, and add_rows
+** passes them by).  Placing skips the cell loop of the cells left out, most of a decode: a
+** pseudobulk of one cell type, whose cells are spread over every chunk, decodes a fraction. */
+static int run_part(dc_agg *a, slot *s, dc_agg_job *j, const dc_chunk_info *ci) {
+  const uint32_t n = ci->n_cells;
+  if (!grow((void **)&s->cnt, &s->cnt_cap, (size_t)n + 1, sizeof *s->cnt) ||
+      !grow((void **)&s->rowp, &s->rowp_cap, 2 * (size_t)n + 2, sizeof *s->rowp) ||
+      !grow((void **)&s->ip, &s->ip_cap, (size_t)n + 1, sizeof *s->ip))
+    goto oom;
+  int rc = dc_chunk_cell_nnz(s->dec, j->buf, j->len, j->hdr, j->chunk, s->cnt, &j->err);
+  if (rc != DC_OK) return rc;
+  uint64_t total = 0;
+  for (uint32_t c = 0; c < n; c++)
+    if (j->group[c] >= 0) total += s->cnt[c];
+  if (total > ci->nnz) {
+    dc_error_set(&j->err, DC_ECORRUPT, "chunk %u: its cells' counts exceed its %llu nonzeros", j->chunk,
+                 (unsigned long long)ci->nnz);
+    return DC_ECORRUPT;
+  }
+  if (!grow((void **)&s->ix, &s->ix_cap, (size_t)total, sizeof *s->ix) ||
+      !grow((void **)&s->vx, &s->vx_cap, (size_t)total, sizeof *s->vx))
+    goto oom;
+  int32_t **ix = (int32_t **)s->rowp;
+  void **val = s->rowp + n;
+  int64_t o = 0;
+  for (uint32_t c = 0; c < n; c++) {
+    s->ip[c] = o;
+    int in = j->group[c] >= 0;
+    ix[c] = in ? s->ix + o : NULL;
+    val[c] = in ? (void *)(s->vx + o) : NULL;
+    if (in) o += s->cnt[c];
+  }
+  s->ip[n] = o;
+  dc_place pl = { (int32_t *const *)ix, (void *const *)val, 0, NULL, NULL, NULL };
+  if ((rc = dc_chunk_place(s->dec, j->buf, j->len, j->hdr, j->chunk, &pl, &j->err)) != DC_OK) return rc;
+  return add_rows(a, s, n, s->ip, s->ix, s->vx, j->group, j->chunk, &j->err);
+oom:
+  dc_error_set(&j->err, DC_ENOMEM, "chunk %u: out of memory for its decoded rows", j->chunk);
+  return DC_ENOMEM;
+}
+
 static int run_job(dc_agg *a, slot *s, dc_agg_job *j) {
   if (!slot_ready(a, s)) {
     dc_error_set(&j->err, DC_ENOMEM, "chunk %u: out of memory for %u groups x %u genes", j->chunk, a->n_groups,
@@ -232,6 +277,11 @@ static int run_job(dc_agg *a, slot *s, dc_agg_job *j) {
   }
   const dc_chunk_info *ci = &h->chunk[j->chunk];
   if (!s->dec && !(s->dec = dc_decoder_new())) goto oom;
+  if (h->codec == DC_CODEC_RANS) {
+    uint32_t in = 0;
+    for (uint32_t c = 0; c < ci->n_cells; c++) in += j->group[c] >= 0;
+    if ((uint64_t)in * 2 <= ci->n_cells) return run_part(a, s, j, ci);
+  }
   if (!grow((void **)&s->ip, &s->ip_cap, (size_t)ci->n_cells + 1, sizeof *s->ip)) goto oom;
   if (!grow((void **)&s->ix, &s->ix_cap, ci->nnz ? (size_t)ci->nnz : 1, sizeof *s->ix)) goto oom;
   if (!grow((void **)&s->vx, &s->vx_cap, ci->nnz ? (size_t)ci->nnz : 1, sizeof *s->vx)) goto oom;

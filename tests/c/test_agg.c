@@ -96,18 +96,26 @@ static size_t jobs_make(dc_agg_job *jobs, const tile *t, const int32_t *group) {
   return t->hdr.n_chunks;
 }
 
-static int32_t *random_groups(uint32_t n, uint32_t G, uint64_t seed) {
+/* keep of 7 cells in a group (at random), the rest in none (-1) */
+static int32_t *random_groups_keep(uint32_t n, uint32_t G, uint64_t seed, uint32_t keep) {
   int32_t *g = malloc((size_t)n * 4 + 4);
   uint64_t s = seed;
-  for (uint32_t i = 0; i < n; i++) g[i] = dct_rng(&s) % 7 == 0 ? -1 : (int32_t)(dct_rng(&s) % G);
+  for (uint32_t i = 0; i < n; i++) g[i] = dct_rng(&s) % 7 >= keep ? -1 : (int32_t)(dct_rng(&s) % G);
   return g;
 }
+static int32_t *random_groups(uint32_t n, uint32_t G, uint64_t seed) { return random_groups_keep(n, G, seed, 6); }
 
+static void check_case_keep(int kind, const int32_t *panel, uint32_t J, int log1p_on, int threads, uint32_t keep);
 static void check_case(int kind, const int32_t *panel, uint32_t J, int log1p_on, int threads) {
+  check_case_keep(kind, panel, J, log1p_on, threads, 6);
+}
+
+/* keep: of 7 cells in a group; at most half in a group makes a rans chunk decoded in part */
+static void check_case_keep(int kind, const int32_t *panel, uint32_t J, int log1p_on, int threads, uint32_t keep) {
   dct_mat m;
   DCT_CHECK(dct_mat_random(&m, 11 + (uint64_t)kind, 700, 300, 0.3, kind, 0.05, 0.01) == 0);
   uint32_t G = 5;
-  int32_t *group = random_groups(m.n_cells, G, 3);
+  int32_t *group = random_groups_keep(m.n_cells, G, 3, keep);
   tile t;
   DCT_CHECK(tile_make(&t, &m, 6) == 0);
   dc_agg_job jobs[DC_MAX_CHUNKS];
@@ -163,6 +171,20 @@ static void test_panel(void) {
   int32_t empty[300];
   for (int g = 0; g < 300; g++) empty[g] = -1;
   check_case(DCT_SMALL, empty, 0, 1, 2);
+}
+
+/* Selections of a few cells per chunk (a cell type's pseudobulk): chunks decoded in part
+** (their other cells' cell loop skipped), at 1, 2 and 3 of 7 cells, against 4 of 7 (whole) */
+static void test_sparse_selection(void) {
+  int32_t panel[300];
+  uint32_t J = 0;
+  for (int g = 0; g < 300; g++) panel[g] = g % 4 == 1 ? (int32_t)J++ : -1;
+  for (uint32_t keep = 0; keep <= 4; keep++)
+    for (int lg = 0; lg <= 1; lg++) {
+      check_case_keep(DCT_MIXED, NULL, 300, lg, keep % 2 ? 3 : 0, keep);
+      check_case_keep(DCT_SMALL, panel, J, lg, 2, keep);
+    }
+  check_case_keep(DCT_HUGE, NULL, 300, 1, 2, 1);
 }
 
 /* Two tiles of one dataset, groups growing between the runs, and a
@@ -252,6 +274,16 @@ static void test_errors(void) {
   DCT_CHECK(rc == DC_ECORRUPT);
   DCT_CHECK(jobs[0].rc == DC_OK && jobs[1].rc == DC_ECORRUPT);
   DCT_CHECKF(strstr(jobs[1].err.msg, "chunk 1") != NULL, "%s", jobs[1].err.msg);
+  /* the same damage in a chunk decoded in part (one cell in 7 in a group) */
+  int32_t *few = random_groups_keep(m.n_cells, 2, 1, 1);
+  nj = jobs_make(jobs, &t, few);
+  DCT_CHECK(dc_agg_reset(a, &o, &err) == DC_OK);
+  DCT_CHECK(dc_agg_set_groups(a, 2, &err) == DC_OK);
+  rc = dc_agg_run(a, pool, jobs, nj);
+  DCT_CHECK(rc == DC_ECORRUPT);
+  DCT_CHECK(jobs[0].rc == DC_OK && jobs[1].rc == DC_ECORRUPT);
+  DCT_CHECKF(strstr(jobs[1].err.msg, "chunk 1") != NULL, "%s", jobs[1].err.msg);
+  free(few);
   /* a chunk number beyond the tile */
   jobs[0].chunk = 9;
   DCT_CHECK(dc_agg_run(a, NULL, jobs, 1) == DC_EARG);
@@ -266,6 +298,7 @@ int main(void) {
   DCT_RUN(test_all_genes);
   DCT_RUN(test_huge_counts);
   DCT_RUN(test_panel);
+  DCT_RUN(test_sparse_selection);
   DCT_RUN(test_groups_grow_and_decoded_input);
   DCT_RUN(test_errors);
   return dct_done();
