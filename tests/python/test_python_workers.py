@@ -307,7 +307,48 @@ LANES = """
         ar = ds._arena
         if ar is None:
             print("no arena here"); print("ok"); sys.exit(0)
+
+        def in_child(fn):
+            # fn(slots, lane) in a forked child (a worker with its lane of the arena); "ok-child"
+            # or its traceback
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                msg = "ok-child"
+                try:
+                    from deltacells import _core
+                    slots = _xfer.worker_slots(_core.BufferPool())
+                    assert slots.lane is not None
+                    fn(slots, slots.lane)
+                except BaseException:
+                    import traceback
+                    msg = "FAIL " + traceback.format_exc()
+                os.write(w, msg.encode())
+                os._exit(0)
+            os.close(w)
+            out = b""
+            while True:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                out += chunk
+            os.waitpid(pid, 0)
+            return out.decode()
 """
+
+
+def run_in_child(code, db):
+    """LANES, then code, which defines body(slots, lane): body runs in a forked child of the
+    process that made the arena (a worker, with its lane), and a failure there fails the test."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux only")
+    code = LANES + code + """
+        msg = in_child(body)
+        assert msg == "ok-child", msg
+        print("ok")
+"""
+    out = run(code, db, env=LANES_ENV)
+    assert out.strip().endswith("ok"), out
 
 
 def test_lane_slots_are_freed_when_dropped_and_taken_back_after_an_early_stop(db):
@@ -446,71 +487,46 @@ def test_warm_gives_pages_to_the_slots_the_next_batches_take(db):
     first window's batches (Placer.warm -> WorkerSlots.warm): they are left free, with their
     pages, and the batches then take those slots without populating more; the estimate of
     each batch's nonzeros (the tiles' mean per cell) is close to what the batch holds."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    code = LANES + """
+    code = """
         from deltacells import _core, _place
         from deltacells.dataset import _placer
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            msg = "ok-child"
-            try:
-                slots = _xfer.worker_slots(_core.BufferPool())
-                lane = slots.lane
-                assert lane is not None
-                shapes = [(300, 50000, "float32"), (300, 40000, "float32")]
-                slots.warm(shapes)
-                assert lane.n_free() == _xfer.LANE_SLOTS          # every slot free again
-                warmed = [i for i in range(_xfer.LANE_SLOTS) if lane.mapped[i]]
-                assert len(warmed) == 6, warmed
-                before = list(lane.mapped)
-                got = [slots.take_batch(n, nnz, dt) for n, nnz, dt in shapes]
-                assert list(lane.mapped) == before                # nothing more populated
-                used = sorted(int(np.searchsorted(_xfer.OFFS, a.ctypes.data - lane.first, side="right")) - 1
-                              for g in got for a in g)
-                assert used == warmed, (used, warmed)
-                del got
-                # the placer's estimate for its first window, against what placing it takes
-                class Rec:
-                    def __init__(self, pool):
-                        self.pool, self.shapes, self.taken = pool, None, []
-                    def warm(self, shapes):
-                        self.shapes = shapes
-                    def take_batch(self, n, nnz, dtype):
-                        self.taken.append((n, nnz, np.dtype(dtype).name))
-                        return self.pool.take_batch(n, nnz, dtype)
-                    def take(self, n, dtype):
-                        return self.pool.take(n, dtype)
-                it = iter(ds)
-                rec = Rec(_core.BufferPool())
-                placer = _placer(ds, it.batches, it.cuts, 0, rec)
-                assert placer is not None
-                placer.warm(rec)
-                con = ds._open()
-                placer.get(con, ds._obs_reader(), 0, rec, None)
-                con.close()
-                assert rec.shapes and len(rec.shapes) == len(rec.taken), (rec.shapes, rec.taken)
-                for (n, est, dt), (n2, nnz, dt2) in zip(rec.shapes, rec.taken):
-                    assert n == n2 and dt == dt2 and abs(est - nnz) <= 0.25 * nnz + 50, (est, nnz)
-            except BaseException as e:
-                import traceback
-                msg = "FAIL " + traceback.format_exc()
-            os.write(w, msg.encode())
-            os._exit(0)
-        os.close(w)
-        out = b""
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            out += chunk
-        os.waitpid(pid, 0)
-        assert out == b"ok-child", out.decode()
-        print("ok")
+        def body(slots, lane):
+            shapes = [(300, 50000, "float32"), (300, 40000, "float32")]
+            slots.warm(shapes)
+            assert lane.n_free() == _xfer.LANE_SLOTS          # every slot free again
+            warmed = [i for i in range(_xfer.LANE_SLOTS) if lane.mapped[i]]
+            assert len(warmed) == 6, warmed
+            before = list(lane.mapped)
+            got = [slots.take_batch(n, nnz, dt) for n, nnz, dt in shapes]
+            assert list(lane.mapped) == before                # nothing more populated
+            used = sorted(int(np.searchsorted(_xfer.OFFS, a.ctypes.data - lane.first, side="right")) - 1
+                          for g in got for a in g)
+            assert used == warmed, (used, warmed)
+            del got
+            # the placer's estimate for its first window, against what placing it takes
+            class Rec:
+                def __init__(self, pool):
+                    self.pool, self.shapes, self.taken = pool, None, []
+                def warm(self, shapes):
+                    self.shapes = shapes
+                def take_batch(self, n, nnz, dtype):
+                    self.taken.append((n, nnz, np.dtype(dtype).name))
+                    return self.pool.take_batch(n, nnz, dtype)
+                def take(self, n, dtype):
+                    return self.pool.take(n, dtype)
+            it = iter(ds)
+            rec = Rec(_core.BufferPool())
+            placer = _placer(ds, it.batches, it.cuts, 0, rec)
+            assert placer is not None
+            placer.warm(rec)
+            con = ds._open()
+            placer.get(con, ds._obs_reader(), 0, rec, None)
+            con.close()
+            assert rec.shapes and len(rec.shapes) == len(rec.taken), (rec.shapes, rec.taken)
+            for (n, est, dt), (n2, nnz, dt2) in zip(rec.shapes, rec.taken):
+                assert n == n2 and dt == dt2 and abs(est - nnz) <= 0.25 * nnz + 50, (est, nnz)
     """
-    out = run(code, db, env=LANES_ENV)
-    assert out.strip().endswith("ok"), out
+    run_in_child(code, db)
 
 
 def test_a_lane_slot_that_grows_populates_only_its_new_pages(db):
@@ -518,63 +534,37 @@ def test_a_lane_slot_that_grows_populates_only_its_new_pages(db):
     only the pages past what the slot held before are populated (MADV_POPULATE_WRITE), not the
     whole slot again (a 5,000-cell batch of the reference data grew slots a few times per
     epoch, each time populating its whole 40-50 MB again)."""
-    if not sys.platform.startswith("linux"):
-        pytest.skip("Linux only")
-    code = LANES + """
-        from deltacells import _core
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            msg = "ok-child"
-            try:
-                slots = _xfer.worker_slots(_core.BufferPool())
-                lane = slots.lane
-                assert lane is not None
-                calls = []
-                real = _xfer._populate
-                def spy(addr, n):
-                    calls.append((addr - lane.first, n))
-                    return real(addr, n)
-                _xfer._populate = spy
-                a = lane.take(300_000, np.int32)            # 1.2 MB: 19 steps of 64 KiB
-                i = int(np.searchsorted(_xfer.OFFS, a.ctypes.data - lane.first, side="right")) - 1
-                first = lane.mapped[i]
-                assert calls == [(int(_xfer.OFFS[i]), first)], calls
-                a[:] = 7
-                del a
-                gc.collect()
-                calls.clear()
-                b = lane.take(1_000_000, np.int32)           # 4 MB: the same slot, grown
-                j = int(np.searchsorted(_xfer.OFFS, b.ctypes.data - lane.first, side="right")) - 1
-                assert j == i, (i, j)
-                assert calls == [(int(_xfer.OFFS[i]) + first, lane.mapped[i] - first)], calls
-                assert (b[:300_000] == 7).all()             # the same pages, kept
-                b[:] = 1
-                assert lane.mapped[i] == 4_000_000 + (-4_000_000 % 65536), lane.mapped[i]
-                calls.clear()
-                del b
-                gc.collect()
-                c = lane.take(900_000, np.int32)             # fits what the slot holds: nothing
-                assert calls == [], calls
-                del c
-            except BaseException:
-                import traceback
-                msg = "FAIL " + traceback.format_exc()
-            os.write(w, msg.encode())
-            os._exit(0)
-        os.close(w)
-        out = b""
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            out += chunk
-        os.waitpid(pid, 0)
-        assert out == b"ok-child", out.decode()
-        print("ok")
+    code = """
+        def body(slots, lane):
+            calls = []
+            real = _xfer._populate
+            def spy(addr, n):
+                calls.append((addr - lane.first, n))
+                return real(addr, n)
+            _xfer._populate = spy
+            a = lane.take(300_000, np.int32)            # 1.2 MB: 19 steps of 64 KiB
+            i = int(np.searchsorted(_xfer.OFFS, a.ctypes.data - lane.first, side="right")) - 1
+            first = lane.mapped[i]
+            assert calls == [(int(_xfer.OFFS[i]), first)], calls
+            a[:] = 7
+            del a
+            gc.collect()
+            calls.clear()
+            b = lane.take(1_000_000, np.int32)           # 4 MB: the same slot, grown
+            j = int(np.searchsorted(_xfer.OFFS, b.ctypes.data - lane.first, side="right")) - 1
+            assert j == i, (i, j)
+            assert calls == [(int(_xfer.OFFS[i]) + first, lane.mapped[i] - first)], calls
+            assert (b[:300_000] == 7).all()             # the same pages, kept
+            b[:] = 1
+            assert lane.mapped[i] == 4_000_000 + (-4_000_000 % 65536), lane.mapped[i]
+            calls.clear()
+            del b
+            gc.collect()
+            c = lane.take(900_000, np.int32)             # fits what the slot holds: nothing
+            assert calls == [], calls
+            del c
     """
-    out = run(code, db, env=LANES_ENV)
-    assert out.strip().endswith("ok"), out
+    run_in_child(code, db)
 
 
 def test_warm_gives_private_slots_their_buffers_and_pages_first(db):
