@@ -74,13 +74,14 @@ H5I_type_t h5ad_open_obj(hid_t loc, const char *path, hid_t *out) {
   return t;
 }
 
-/* The length of fixed-length string s[0, sz) without its padding (NULs, or trailing spaces), or
-** -1 when a NUL byte comes before more text: text cannot hold one, and the rest would be lost. */
-static long fixed_len(const char *s, size_t sz) {
+/* The length of fixed-length string s[0, sz) without its padding (NULs; with spaces, also
+** spaces: trailing ones are cut), or -1 when a NUL byte comes before more text: text cannot hold
+** one, and the rest would be lost.  Attributes and string datasets alike. */
+static long fixed_len(const char *s, size_t sz, int spaces) {
   size_t k = strnlen(s, sz);
   for (size_t j = k; j < sz; j++)
-    if (s[j] != 0 && s[j] != ' ') return -1;
-  while (k > 0 && s[k - 1] == ' ') k--;
+    if (s[j] != 0 && !(spaces && s[j] == ' ')) return -1;
+  if (spaces) while (k > 0 && s[k - 1] == ' ') k--;
   return (long)k;
 }
 
@@ -110,7 +111,7 @@ int h5ad_attr_str(hid_t obj, const char *name, char **out) {
     char *v = calloc((size_t)np * sz + 1, 1);
     mt = H5Tcopy(t);
     if (v && H5Aread(a, mt, v) >= 0) {
-      long k = fixed_len(v, sz);
+      long k = fixed_len(v, sz, 1);
       if (k < 0) {
         rc = -1;
       } else {
@@ -160,7 +161,7 @@ long h5ad_attr_strs(hid_t obj, const char *name, char ***out) {
     if (raw && H5Aread(a, mt, raw) >= 0) {
       res = (long)np;
       for (hssize_t i = 0; i < np && res >= 0; i++) {
-        long k = fixed_len(raw + (size_t)i * sz, sz);
+        long k = fixed_len(raw + (size_t)i * sz, sz, 1);
         if (k < 0) res = -2;
         else v[i] = strndup(raw + (size_t)i * sz, (size_t)k);
       }
@@ -349,17 +350,13 @@ int h5ad_read_strs(h5file *f, hid_t ds, const char *what, uint64_t start, size_t
     int loom = f->kind && !strcmp(f->kind, "loom");
     for (size_t i = 0; i < n && rc == 0; i++) {
       char *s = v + i * sz;
-      size_t k = strnlen(s, sz);
-      /* a NUL byte ends a fixed-length string only where padding follows it; one with more
-      ** text after it would lose that text unseen */
-      size_t j = k;
-      while (j < sz && (s[j] == 0 || (pad == H5T_STR_SPACEPAD && s[j] == ' '))) j++;
-      if (j < sz) {
+      long kl = fixed_len(s, sz, pad == H5T_STR_SPACEPAD);
+      if (kl < 0) {
         rc = cv_fail(e, "%s: %s: string %llu holds a NUL byte before its end (text cannot: the rest would be lost)",
                      f->path, what, (unsigned long long)(start + i));
         break;
       }
-      if (pad == H5T_STR_SPACEPAD) while (k > 0 && s[k - 1] == ' ') k--;
+      size_t k = (size_t)kl;
       if (loom && memchr(s, '&', k)) k = xml_unescape(s, k);
       rc = colbuf_text_set(cb, off + i, s, k, e);
     }
