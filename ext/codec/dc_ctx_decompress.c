@@ -193,6 +193,8 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
       prev = pa + (uint32_t)((wb & P32[PF_GM + kb]) + P32[kb]);                 \
       ix[j_] = (int32_t)pa;                                                     \
       ix[j_ + 1] = (int32_t)prev;                                               \
+      __builtin_prefetch(ix + j_ + 256, 1, 3);   /* as dc_ctx_cell_avx2 */     \
+      __builtin_prefetch(vi + j_ + 256, 1, 3);                                  \
       uint32_t ca = ((wa >> P8[PF_GB + ka]) & P32[PF_CM + ka]) + P32[PF_CB + ka]; \
       uint32_t cb = ((wb >> P8[PF_GB + kb]) & P32[PF_CM + kb]) + P32[PF_CB + kb]; \
       if (F32) { vf[j_] = (float)ca; vf[j_ + 1] = (float)cb; }                  \
