@@ -363,7 +363,7 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
   uint8_t *part = NULL;           /* per miss: decoded in part */
   uint32_t **cnt = NULL;          /* per miss in part: its cells' nonzeros */
   dc_place *pl = NULL;
-  void **ptrs = NULL;             /* per miss in part: n_cells row addresses, then as many value addresses */
+  void **ptrs = NULL;             /* per miss in part: n_cells row addresses, as many value addresses, a keep byte per cell */
   dc_pool *pool = NULL;
   for (size_t i = 0; i < n; i++) out[i] = NULL;
   if (n == 0) return SQLITE_OK;
@@ -423,7 +423,8 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       if (!part[k]) continue;
       const dc_chunk_info *ci = &r->heads[miss[k].tile]->hdr.chunk[miss[k].chunk];
       cnt[k] = sqlite3_malloc64(((uint64_t)ci->n_cells + 1) * sizeof **cnt);
-      ptrs[k] = sqlite3_malloc64(((uint64_t)ci->n_cells + 1) * 2 * sizeof(void *));
+      /* the rows' places, then one keep byte per cell */
+      ptrs[k] = sqlite3_malloc64(((uint64_t)ci->n_cells + 1) * (2 * sizeof(void *) + 1));
       if (!cnt[k] || !ptrs[k]) { rc = SQLITE_NOMEM; break; }
       cj[q] = jobs[k];
       cj[q].cell_nnz = cnt[k];
@@ -454,31 +455,19 @@ int dc_reader_fetch(dc_reader *r, const dc_chunkkey *keys, size_t n, dc_chunk_da
       void **base = ptrs[k];
       int32_t **ix = (int32_t **)base;
       void **val = base + ci->n_cells;
-      memset(ix, 0, (size_t)ci->n_cells * sizeof *ix);
-      uint64_t total = 0;
-      for (uint32_t j = 0; j < w->n; j++) {
-        uint32_t cl = w->cells[j];
-        if (cl < ci->n_cells && !ix[cl]) { ix[cl] = (int32_t *)(uintptr_t)1; total += cnt[k][cl]; }
-      }
-      if (total > ci->nnz) {
+      uint8_t *keep = (uint8_t *)(base + 2 * (size_t)ci->n_cells);
+      memset(keep, 0, ci->n_cells);
+      for (uint32_t j = 0; j < w->n; j++)
+        if (w->cells[j] < ci->n_cells) keep[w->cells[j]] = 1;
+      int64_t total = dc_part_nnz(cnt[k], keep, ci->n_cells, ci->nnz);
+      if (total < 0) {
         dc_err(pzErr, 0, NULL, "%s: tile %u chunk %u: its cells' counts exceed its nonzeros", r->what, miss[k].tile,
                miss[k].chunk);
         rc = SQLITE_CORRUPT_VTAB;
         goto done;
       }
-      if (!(dec[k] = dc_chunk_new(r->conn->bufpool, ci->n_cells, total))) { rc = SQLITE_NOMEM; goto done; }
-      int64_t o = 0;
-      for (uint32_t cl = 0; cl < ci->n_cells; cl++) {
-        dec[k]->indptr[cl] = o;
-        if (ix[cl]) {
-          ix[cl] = dec[k]->indices + o;
-          val[cl] = dec[k]->values + o;
-          o += cnt[k][cl];
-        } else {
-          val[cl] = NULL;
-        }
-      }
-      dec[k]->indptr[ci->n_cells] = o;
+      if (!(dec[k] = dc_chunk_new(r->conn->bufpool, ci->n_cells, (uint64_t)total))) { rc = SQLITE_NOMEM; goto done; }
+      dc_part_rows(cnt[k], keep, ci->n_cells, dec[k]->indices, dec[k]->values, dec[k]->indptr, ix, val);
       pl[k] = (dc_place){ (int32_t *const *)ix, (void *const *)val, 0, NULL, NULL, NULL };
       jobs[k].place = &pl[k];
       continue;

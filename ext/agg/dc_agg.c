@@ -24,9 +24,10 @@ typedef struct slot {
   int64_t *ip;
   int32_t *ix, *vx;
   size_t ip_cap, ix_cap, vx_cap;
-  uint32_t *cnt;          /* a chunk decoded in part: its cells' nonzeros */
-  void **rowp;            /* ... and each cell's place: n_cells row addresses, then value addresses */
-  size_t cnt_cap, rowp_cap;
+  uint32_t *cnt;          /* a chunk decoded in part: its cells' nonzeros, */
+  void **rowp;            /* each cell's place (n_cells row addresses, then value addresses) */
+  uint8_t *keep;          /* and which cells it places (dc_part_rows) */
+  size_t cnt_cap, rowp_cap, keep_cap;
   int busy;               /* atomic */
   int failed;             /* out of memory growing (set on the slot's thread) */
 } slot;
@@ -69,7 +70,7 @@ static int check_opts(const dc_agg_opts *o, dc_error *err) {
 
 static void slot_free(slot *s) {
   free(s->acc); free(s->lsum); free(s->ncells);
-  free(s->ip); free(s->ix); free(s->vx); free(s->cnt); free(s->rowp);
+  free(s->ip); free(s->ix); free(s->vx); free(s->cnt); free(s->rowp); free(s->keep);
   dc_decoder_free(s->dec);
   memset(s, 0, sizeof *s);
 }
@@ -216,14 +217,14 @@ static int run_part(dc_agg *a, slot *s, dc_agg_job *j, const dc_chunk_info *ci) 
   const uint32_t n = ci->n_cells;
   if (!grow((void **)&s->cnt, &s->cnt_cap, (size_t)n + 1, sizeof *s->cnt) ||
       !grow((void **)&s->rowp, &s->rowp_cap, 2 * (size_t)n + 2, sizeof *s->rowp) ||
-      !grow((void **)&s->ip, &s->ip_cap, (size_t)n + 1, sizeof *s->ip))
+      !grow((void **)&s->ip, &s->ip_cap, (size_t)n + 1, sizeof *s->ip) ||
+      !grow((void **)&s->keep, &s->keep_cap, (size_t)n, 1))
     goto oom;
   int rc = dc_chunk_cell_nnz(s->dec, j->buf, j->len, j->hdr, j->chunk, s->cnt, &j->err);
   if (rc != DC_OK) return rc;
-  uint64_t total = 0;
-  for (uint32_t c = 0; c < n; c++)
-    if (j->group[c] >= 0) total += s->cnt[c];
-  if (total > ci->nnz) {
+  for (uint32_t c = 0; c < n; c++) s->keep[c] = j->group[c] >= 0;
+  int64_t total = dc_part_nnz(s->cnt, s->keep, n, ci->nnz);
+  if (total < 0) {
     dc_error_set(&j->err, DC_ECORRUPT, "chunk %u: its cells' counts exceed its %llu nonzeros", j->chunk,
                  (unsigned long long)ci->nnz);
     return DC_ECORRUPT;
@@ -233,15 +234,7 @@ static int run_part(dc_agg *a, slot *s, dc_agg_job *j, const dc_chunk_info *ci) 
     goto oom;
   int32_t **ix = (int32_t **)s->rowp;
   void **val = s->rowp + n;
-  int64_t o = 0;
-  for (uint32_t c = 0; c < n; c++) {
-    s->ip[c] = o;
-    int in = j->group[c] >= 0;
-    ix[c] = in ? s->ix + o : NULL;
-    val[c] = in ? (void *)(s->vx + o) : NULL;
-    if (in) o += s->cnt[c];
-  }
-  s->ip[n] = o;
+  dc_part_rows(s->cnt, s->keep, n, s->ix, s->vx, s->ip, ix, val);
   dc_place pl = { (int32_t *const *)ix, (void *const *)val, 0, NULL, NULL, NULL };
   if ((rc = dc_chunk_place(s->dec, j->buf, j->len, j->hdr, j->chunk, &pl, &j->err)) != DC_OK) return rc;
   return add_rows(a, s, n, s->ip, s->ix, s->vx, j->group, j->chunk, &j->err);

@@ -237,6 +237,16 @@ int dc_chunk_cell_nnz(dc_decoder *d, const uint8_t *buf, size_t len,
 int dc_chunk_place(dc_decoder *d, const uint8_t *buf, size_t len,
                    const dc_tile_hdr *h, uint32_t c, const dc_place *pl, dc_error *err);
 
+/* A chunk placed in part (dc_chunk_cell_nnz, then dc_chunk_place), its rows one after another:
+** the cells with keep[i] set get their nnz[i] nonzeros in cell order from indices and values
+** (4 bytes each), the others no place (NULL: decoded nowhere).  dc_part_nnz says how many
+** nonzeros the kept cells hold, or -1 where that exceeds max (the chunk's nonzeros: a corrupt
+** chunk's counts); dc_part_rows lays them out: ix[i], val[i] (n cells), and indptr (n + 1
+** offsets from 0, an empty row for a cell not kept) where it is not NULL. */
+int64_t dc_part_nnz(const uint32_t *nnz, const uint8_t *keep, uint32_t n, uint64_t max);
+void dc_part_rows(const uint32_t *nnz, const uint8_t *keep, uint32_t n, int32_t *indices, void *values,
+                  int64_t *indptr, int32_t **ix, void **val);
+
 /* The genes a tile holds, where it says (a rans tile with a gene map: a tile of one input of
 ** a merged dataset, or of cells that leave many genes out): *set = a bitmap of h->n_genes bits
 ** (bit g of byte g / 8 set: gene g has a nonzero in the tile; no other gene has), malloc'ed and

@@ -299,6 +299,25 @@ int dc_chunk_place(dc_decoder *d, const uint8_t *buf, size_t len,
   return ctx_only(d, buf, len, h, c, pl, NULL, "chunk place", err);
 }
 
+int64_t dc_part_nnz(const uint32_t *nnz, const uint8_t *keep, uint32_t n, uint64_t max) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (keep[i] && (total += nnz[i]) > max) return -1;   /* each count < 2^32: no wrap */
+  return (int64_t)total;
+}
+
+void dc_part_rows(const uint32_t *nnz, const uint8_t *keep, uint32_t n, int32_t *indices, void *values,
+                  int64_t *indptr, int32_t **ix, void **val) {
+  int64_t o = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (indptr) indptr[i] = o;
+    ix[i] = keep[i] ? indices + o : NULL;
+    val[i] = keep[i] ? (void *)((uint8_t *)values + 4 * o) : NULL;
+    if (keep[i]) o += nnz[i];
+  }
+  if (indptr) indptr[n] = o;
+}
+
 int dc_tile_decode(dc_decoder *d, const uint8_t *buf, size_t len,
                    const dc_out *out, dc_error *err) {
   dc_tile_hdr *h = malloc(sizeof *h);

@@ -221,6 +221,79 @@ static void test_place_jobs_and_errors(void) {
 ** a plain sum: contexts of 1 to 256 symbols (one to sixteen shuffles per 32), segments of 0 to
 ** 100 symbols (tails of every length), and bytes past a segment (another segment's: any value,
 ** also symbols the context does not have) that must count nothing. */
+/* dc_part_nnz and dc_part_rows: the kept cells' rows one after another, the others NULL and
+** empty; counts past the chunk's nonzeros are -1.  Then a chunk placed through them (every
+** path) equals the input for the kept cells, with the rows exactly as long as their counts. */
+static void test_part_rows(void) {
+  const uint32_t cnt[6] = {3, 0, 5, 2, 7, 1};
+  const uint8_t keep[6] = {1, 1, 0, 1, 0, 1};
+  DCT_CHECK(dc_part_nnz(cnt, keep, 6, 18) == 6);
+  DCT_CHECK(dc_part_nnz(cnt, keep, 6, 6) == 6);
+  DCT_CHECK(dc_part_nnz(cnt, keep, 6, 5) == -1);
+  const uint32_t huge[3] = {UINT32_MAX, UINT32_MAX, 1};
+  const uint8_t all[3] = {1, 1, 1};
+  DCT_CHECK(dc_part_nnz(huge, all, 3, (uint64_t)UINT32_MAX + 5) == -1);
+  DCT_CHECK(dc_part_nnz(huge, all, 3, UINT64_MAX) == 2 * (int64_t)UINT32_MAX + 1);
+  int32_t idx[6];
+  float vals[6];
+  int64_t ip[7];
+  int32_t *ix[6];
+  void *val[6];
+  dc_part_rows(cnt, keep, 6, idx, vals, ip, ix, val);
+  const int64_t want_ip[7] = {0, 3, 3, 3, 5, 5, 6};
+  for (int i = 0; i < 7; i++) DCT_CHECKF(ip[i] == want_ip[i], "indptr[%d] = %lld", i, (long long)ip[i]);
+  for (int i = 0; i < 6; i++) {
+    DCT_CHECKF(keep[i] ? ix[i] == idx + ip[i] && val[i] == (void *)(vals + ip[i]) : !ix[i] && !val[i],
+               "cell %d: its place", i);
+  }
+  dc_part_rows(cnt, keep, 6, idx, vals, NULL, ix, val);      /* no indptr asked for */
+  DCT_CHECK(ix[3] == idx + 3 && val[5] == (void *)(vals + 5) && !ix[4]);
+
+  dct_mat m;
+  DCT_CHECK(dct_mat_random(&m, 91, 300, 2000, 0.9, DCT_MIXED, 0.1, 0.02) == 0);
+  size_t len = 0;
+  uint8_t *buf = encode(&m, DC_CODEC_RANS, 3, &len);
+  dc_tile_hdr h;
+  dc_error err = {0};
+  DCT_CHECK(buf && dc_tile_parse(buf, len, &h, &err) == DC_OK);
+  dc_decoder *d = dc_decoder_new();
+  for (size_t p = 0; p < 3 && buf; p++) {
+    if (!dc_simd_supported(levels[p])) continue;
+    setenv("DC_SIMD", paths[p], 1);
+    for (uint32_t c = 0; c < h.n_chunks; c++) {
+      const dc_chunk_info *ci = &h.chunk[c];
+      uint32_t n = ci->n_cells, *nnz = calloc(n + 1, sizeof *nnz);
+      uint8_t *kp = calloc(n + 1, 1);
+      int32_t **rx = calloc(n + 1, sizeof *rx);
+      void **rv = calloc(n + 1, sizeof *rv);
+      int64_t *rp = calloc(n + 1, sizeof *rp);
+      DCT_CHECK(nnz && kp && rx && rv && rp);
+      DCT_CHECK(dc_chunk_cell_nnz(d, buf, len, &h, c, nnz, &err) == DC_OK);
+      for (uint32_t i = 0; i < n; i++) kp[i] = (uint8_t)((i * 7 + c) % 3 == 0);
+      int64_t t = dc_part_nnz(nnz, kp, n, ci->nnz);
+      DCT_CHECK(t >= 0);
+      int32_t *pi = malloc((size_t)(t ? t : 1) * 4), *pv = malloc((size_t)(t ? t : 1) * 4);   /* exact: ASan */
+      dc_part_rows(nnz, kp, n, pi, pv, rp, rx, rv);
+      dc_place pl = {rx, rv, 0, NULL, NULL, NULL};
+      DCT_CHECKF(dc_chunk_place(d, buf, len, &h, c, &pl, &err) == DC_OK, "%s chunk %u: %s", paths[p], c, err.msg);
+      DCT_CHECK(rp[n] == t);
+      for (uint32_t i = 0; i < n; i++) {
+        if (!kp[i]) { DCT_CHECK(rp[i + 1] == rp[i]); continue; }
+        uint64_t a = m.indptr[ci->first_cell + i];
+        int same = rp[i + 1] - rp[i] == (int64_t)nnz[i];
+        for (uint32_t j = 0; j < nnz[i] && same; j++)
+          same = (uint32_t)pi[rp[i] + j] == m.indices[a + j] && (uint32_t)pv[rp[i] + j] == m.data[a + j];
+        DCT_CHECKF(same, "%s chunk %u cell %u: placed in part, differs from the input", paths[p], c, i);
+      }
+      free(pi); free(pv); free(nnz); free(kp); free(rx); free(rv); free(rp);
+    }
+  }
+  unsetenv("DC_SIMD");
+  dc_decoder_free(d);
+  free(buf);
+  dct_mat_free(&m);
+}
+
 static void test_width_sum(void) {
 #ifdef DC_CTX_X86
   if (!dc_simd_supported(DC_SIMD_AVX2)) {
@@ -253,6 +326,7 @@ int main(void) {
   DCT_RUN(test_place_gene_map);
   DCT_RUN(test_place_edges);
   DCT_RUN(test_place_jobs_and_errors);
+  DCT_RUN(test_part_rows);
   DCT_RUN(test_width_sum);
   return dct_done();
 }
