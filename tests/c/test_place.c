@@ -18,6 +18,16 @@ static uint8_t *encode(const dct_mat *m, int codec, uint32_t chunks, size_t *len
   return rc == DC_OK ? buf : NULL;
 }
 
+/* A random matrix (dct_mat_random with p0 0.9) as one rans tile of `chunks` chunks, parsed into *h. */
+static uint8_t *random_tile(dct_mat *m, uint64_t seed, uint32_t n_cells, uint32_t n_genes, int kind,
+                            double frac_empty, double frac_dense, uint32_t chunks, size_t *len, dc_tile_hdr *h) {
+  DCT_CHECK(dct_mat_random(m, seed, n_cells, n_genes, 0.9, kind, frac_empty, frac_dense) == 0);
+  uint8_t *buf = encode(m, DC_CODEC_RANS, chunks, len);
+  dc_error err = {0};
+  DCT_CHECK(buf && dc_tile_parse(buf, *len, h, &err) == DC_OK);
+  return buf;
+}
+
 /* A filter (dc_place.filter): keeps the nonzeros of odd genes, in place, and counts its calls. */
 typedef struct { uint32_t calls; } odd_arg;
 static uint32_t keep_odd(void *arg, int32_t *ix, void *val, uint32_t n) {
@@ -151,12 +161,10 @@ static void test_place_edges(void) {
 ** chunk is a checksum error for both entry points. */
 static void test_place_jobs_and_errors(void) {
   dct_mat m;
-  DCT_CHECK(dct_mat_random(&m, 11, 120, 3000, 0.9, DCT_SMALL, 0.05, 0.0) == 0);
   size_t len = 0;
-  uint8_t *buf = encode(&m, DC_CODEC_RANS, 4, &len);
   dc_tile_hdr h;
   dc_error err = {0};
-  DCT_CHECK(buf && dc_tile_parse(buf, len, &h, &err) == DC_OK);
+  uint8_t *buf = random_tile(&m, 11, 120, 3000, DCT_SMALL, 0.05, 0.0, 4, &len, &h);
   dc_pool *pool = dc_pool_new(2);
   dc_job jobs[4];
   uint32_t *nnz[4];
@@ -250,12 +258,10 @@ static void test_part_rows(void) {
   DCT_CHECK(ix[3] == idx + 3 && val[5] == (void *)(vals + 5) && !ix[4]);
 
   dct_mat m;
-  DCT_CHECK(dct_mat_random(&m, 91, 300, 2000, 0.9, DCT_MIXED, 0.1, 0.02) == 0);
   size_t len = 0;
-  uint8_t *buf = encode(&m, DC_CODEC_RANS, 3, &len);
   dc_tile_hdr h;
   dc_error err = {0};
-  DCT_CHECK(buf && dc_tile_parse(buf, len, &h, &err) == DC_OK);
+  uint8_t *buf = random_tile(&m, 91, 300, 2000, DCT_MIXED, 0.1, 0.02, 3, &len, &h);
   dc_decoder *d = dc_decoder_new();
   for (size_t p = 0; p < 3 && buf; p++) {
     if (!dc_simd_supported(levels[p])) continue;
