@@ -2,6 +2,7 @@
 #   make        build the codec library, the SQLite extension, the converter, benchmarks, tests
 #   make test   install missing Debian packages, build, run every test (also under ASan+UBSan)
 #   make demo   install missing Debian packages, build, make a small dataset, query it, train an epoch
+#   make bench-ab BASE=REV   this tree's decoder against revision REV's, alternating in one process
 #   make fuzz-long   run each fuzz target for FUZZ_SECONDS (default 600) on build/corpus/NAME, seeded
 #                    from tests/fuzz/corpus/NAME (fuzz_obs also from the encoder; findings worth
 #                    keeping go to tests/fuzz/corpus/)
@@ -63,7 +64,7 @@ CONVERTER   := $(BUILD)/deltacells
 EXTENSION_SAN := $(BUILD)/asan/deltacells.so
 CONVERTER_SAN := $(BUILD)/asan/deltacells
 
-.PHONY: all deps test test-cross demo clean fuzz fuzz-long sanitize bench benchmark coverage
+.PHONY: all deps test test-cross demo clean fuzz fuzz-long sanitize bench bench-ab benchmark coverage
 all: $(LIBCORE) $(EXTENSION) $(CONVERTER) $(BENCHES) $(BUILD)/bench_decode_stages $(CTESTS)
 
 deps:
@@ -211,6 +212,13 @@ demo: deps
 
 bench: all
 	$(BUILD)/bench_decode
+
+# this tree's decoder against revision BASE's, alternating in one process (scripts/bench-ab.sh)
+BASE ?= HEAD
+bench-ab:
+	@BASE=$(BASE) BUILD=$(BUILD) bash scripts/bench-ab.sh
+$(BUILD)/ab/bench_decode_ab: bench/bench_decode.c $(LIBCORE) $(BUILD)/ab/libdccore_base.a
+	$(CC) $(ALLCFLAGS) -O3 -DDC_AB -o $@ $< $(LIBCORE) $(BUILD)/ab/libdccore_base.a $(LDLIBS_CORE)
 
 # every benchmark -> bench/results/*.json -> docs/benchmarks.md (+ docs/img/*.png);
 # the defaults take about 15 minutes on 2 cores

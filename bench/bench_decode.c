@@ -330,7 +330,16 @@ static void free_out(const encoded_t *e, outbufs_t *o) {
 }
 
 /* Decodes every chunk of every tile with a pool of nt threads; ms. */
-static double decode_all(const encoded_t *e, const outbufs_t *o, dc_pool *p, dc_job *jobs) {
+#ifdef DC_AB
+/* make bench-ab: the core library of revision BASE, its symbols renamed base_ (scripts/bench-ab.sh) */
+dc_pool *base_dc_pool_new(int n_threads);
+int base_dc_pool_decode(dc_pool *p, dc_job *jobs, size_t n);
+void base_dc_pool_free(dc_pool *p);
+#endif
+
+/* every chunk of e decoded by pool p through run (dc_pool_decode, or BASE's); the wall time */
+static double decode_with(const encoded_t *e, const outbufs_t *o, dc_pool *p, dc_job *jobs,
+                          int (*run)(dc_pool *, dc_job *, size_t)) {
   size_t nj = 0;
   for (uint32_t t = 0; t < e->n_tiles; t++)
     for (uint32_t c = 0; c < e->hdr[t].n_chunks; c++) {
@@ -340,7 +349,7 @@ static double decode_all(const encoded_t *e, const outbufs_t *o, dc_pool *p, dc_
       j->out.indptr = o->indptr[t]; j->out.indices = o->indices[t]; j->out.values = o->values[t];
     }
   double t0 = now_ms();
-  int rc = dc_pool_decode(p, jobs, nj);
+  int rc = run(p, jobs, nj);
   double ms = now_ms() - t0;
   if (rc != DC_OK) {
     for (size_t i = 0; i < nj; i++)
@@ -348,6 +357,10 @@ static double decode_all(const encoded_t *e, const outbufs_t *o, dc_pool *p, dc_
     exit(1);
   }
   return ms;
+}
+
+static double decode_all(const encoded_t *e, const outbufs_t *o, dc_pool *p, dc_job *jobs) {
+  return decode_with(e, o, p, jobs, dc_pool_decode);
 }
 
 static size_t n_jobs_of(const encoded_t *e) {
@@ -501,6 +514,28 @@ int main(int argc, char **argv) {
            " (fastest run %.2f ms = %.2fx the fastest memset)\n",
            threads[k], dec_ms[k], dec_ms[k] / memset_ms, nnz ? dec_ms[k] * 1e6 / nnz : 0, dec_ms[0] / dec_ms[k],
            threads[0], dec_min[k], dec_min[k] / memset_min);
+
+#ifdef DC_AB
+  /* this tree's decoder against BASE's, the two alternating run by run on the same tiles and
+  ** output buffers (BASE's output checked first) */
+  for (int k = 0; k < n_threads; k++) {
+    dc_pool *bp = base_dc_pool_new(threads[k]);
+    if (!bp) { fprintf(stderr, "bench_decode: no pool\n"); return 1; }
+    decode_with(&e, &o, bp, jobs, base_dc_pool_decode);
+    verify(&m, &e, &o, "BASE's decoder");
+    double bv[64], tv2[64];
+    for (int r = 0; r < 2 * runs; r++) {
+      if (r & 1) tv2[r / 2] = decode_all(&e, &o, pools[k], jobs);
+      else bv[r / 2] = decode_with(&e, &o, bp, jobs, base_dc_pool_decode);
+    }
+    verify(&m, &e, &o, dc_codec_name(codec));
+    double bmed = median(bv, runs), tmed = median(tv2, runs);
+    printf("A/B %d thread(s), %d alternating runs each: BASE %.2f ms, this tree %.2f ms (medians): %.3fx the time;"
+           " fastest %.2f and %.2f ms: %.3fx\n", threads[k], runs, bmed, tmed, tmed / bmed, bv[0], tv2[0],
+           tv2[0] / bv[0]);
+    base_dc_pool_free(bp);
+  }
+#endif
 
   /* where one decode's time goes: the codec's stage timers, in the build made for it */
   double stage_ms[3] = {0, 0, 0};

@@ -159,6 +159,25 @@ def test_decode_stages_build_splits_a_decode(simd):
     assert total <= 1.5 * res["decode_1t_ms"], (st, res["decode_1t_ms"])
 
 
+def test_bench_ab_times_two_revisions_alternately():
+    """make bench-ab BASE=HEAD: HEAD's core library built apart with its symbols renamed, linked
+    into one bench_decode with this tree's, checked to decode the same tiles right, and timed
+    alternately on every decoder path this CPU has.  It does not check speed."""
+    if subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=ROOT, capture_output=True).returncode:
+        pytest.skip("not a git checkout: bench-ab needs a revision to export")
+    env = dict(os.environ, RUNS="2")
+    env.pop("DC_SIMD", None)
+    p = subprocess.run(["make", "-s", "bench-ab", "BASE=HEAD"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("A/B 1 thread(s)")]
+    paths = [ln.split(": ", 1)[1].split(" ")[0] for ln in p.stdout.splitlines() if ln.startswith("decoder path")]
+    assert "scalar" in paths and len(lines) == len(paths) >= 1, p.stdout
+    for ln in lines:
+        ratio = float(ln.split("(medians): ")[1].split("x")[0])
+        assert ratio > 0, ln
+
+
 def test_first_touch_bench_measures_each_kind_of_page():
     """build/bench_first_touch prints the cost per 4 KiB page of each way a loader's buffers
     meet memory for the first time, and the two hand-overs of a worker new every epoch as the
