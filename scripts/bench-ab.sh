@@ -3,8 +3,8 @@
 # revision BASE, both linked into one bench_decode (build/ab/bench_decode_ab) and timed
 # alternately on the same tiles, one path at a time (DC_SIMD=avx2, scalar, avx512 where the CPU
 # has it).  On a shared machine two runs of two programs minutes apart differ by more than
-# most changes to the decoder; decodes alternating in one process do not (A against A reads
-# 0.99-1.01).
+# most changes to the decoder; decodes alternating in one process (ABBA) do not: A against A
+# read 0.986-1.009 on the reference tile (2026-12-07), so a ratio inside that says nothing.
 #
 # How: BASE's tree is exported (git archive) to build/ab/base, its core library built there,
 # and every global symbol it defines renamed with a base_ prefix (objcopy --redefine-syms), so
