@@ -1,5 +1,5 @@
 #!/bin/bash
-# make bench-ab BASE=<rev> [AB_ARGS="--csr DIR ..."]: the decoder of this tree against that of
+# make bench-ab BASE=<rev> [AB_ARGS="--csr DIR ..."] [RUNS=11] [PATHS="avx2 scalar"]: the decoder of this tree against that of
 # revision BASE, both linked into one bench_decode (build/ab/bench_decode_ab) and timed
 # alternately on the same tiles, one path at a time (DC_SIMD=avx2, scalar, avx512 where the CPU
 # has it).  On a shared machine two runs of two programs minutes apart differ by more than
@@ -40,9 +40,10 @@ if [ "$(cat "$AB/base.rev" 2>/dev/null)" != "$rev" ]; then
 fi
 make -s BUILD="$BUILD" "$AB/bench_decode_ab"
 
-paths="scalar"                 # and the vector paths this CPU has
+paths="scalar"                 # and the vector paths this CPU has (PATHS="avx2 ..." picks some)
 grep -qw avx2 /proc/cpuinfo 2>/dev/null && paths="avx2 $paths"
 grep -qw avx512bw /proc/cpuinfo 2>/dev/null && paths="$paths avx512"
+paths=${PATHS:-$paths}
 for p in $paths; do
   # shellcheck disable=SC2086
   DC_SIMD=$p "$AB/bench_decode_ab" --no-zstd --threads 1 --runs "${RUNS:-11}" ${AB_ARGS:-} | grep -E '^(input|decoder path|A/B)'
