@@ -329,7 +329,6 @@ static void free_out(const encoded_t *e, outbufs_t *o) {
   free(o->indptr); free(o->indices); free(o->values);
 }
 
-/* Decodes every chunk of every tile with a pool of nt threads; ms. */
 #ifdef DC_AB
 /* make bench-ab: the core library of revision BASE, its symbols renamed base_ (scripts/bench-ab.sh) */
 dc_pool *base_dc_pool_new(int n_threads);
@@ -337,7 +336,7 @@ int base_dc_pool_decode(dc_pool *p, dc_job *jobs, size_t n);
 void base_dc_pool_free(dc_pool *p);
 #endif
 
-/* every chunk of e decoded by pool p through run (dc_pool_decode, or BASE's); the wall time */
+/* Decodes every chunk of every tile with pool p through run (dc_pool_decode, or BASE's); ms. */
 static double decode_with(const encoded_t *e, const outbufs_t *o, dc_pool *p, dc_job *jobs,
                           int (*run)(dc_pool *, dc_job *, size_t)) {
   size_t nj = 0;

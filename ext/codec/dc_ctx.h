@@ -156,6 +156,10 @@ typedef struct dc_ctx_sinfo {
   uint8_t nb, gb;
 } dc_ctx_sinfo;
 #define DC_CTX_SLOW 255u
+/* Stage 3 asks for the output's lines this many nonzeros ahead of its stores (1 KiB of int32:
+** past a cell's end, the next cell's first lines where rows are contiguous), in both paths; the
+** portable one only in cells at least this long (docs/codec-design.md, stop 68). */
+#define DC_CTX_PF_AHEAD 256
 #if defined(__x86_64__) && defined(__GNUC__)
 #define DC_CTX_X86 1
 

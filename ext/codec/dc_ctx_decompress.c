@@ -194,8 +194,8 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
       ix[j_] = (int32_t)pa;                                                     \
       ix[j_ + 1] = (int32_t)prev;                                               \
       if (PF) {                 /* as dc_ctx_cell_avx2 (PF: a constant) */      \
-        __builtin_prefetch(ix + j_ + 256, 1, 3);                                \
-        __builtin_prefetch(vi + j_ + 256, 1, 3);                                \
+        __builtin_prefetch(ix + j_ + DC_CTX_PF_AHEAD, 1, 3);                    \
+        __builtin_prefetch(vi + j_ + DC_CTX_PF_AHEAD, 1, 3);                    \
       }                                                                         \
       uint32_t ca = ((wa >> P8[PF_GB + ka]) & P32[PF_CM + ka]) + P32[PF_CB + ka]; \
       uint32_t cb = ((wb >> P8[PF_GB + kb]) & P32[PF_CM + kb]) + P32[PF_CB + kb]; \
@@ -229,7 +229,7 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
     const uint8_t *p8 = (const uint8_t *)(p32 + PF_U32);                        \
     /* the output's lines asked for 1 KiB ahead in cells that long; in shorter cells \
     ** (10x10k: 69 nonzeros) they cost more than they gain (2%) */             \
-    if (end - fl >= 256) FAST_PAIRS(fl, end, p32, p8, F32, 1)                   \
+    if (end - fl >= DC_CTX_PF_AHEAD) FAST_PAIRS(fl, end, p32, p8, F32, 1)       \
     else FAST_PAIRS(fl, end, p32, p8, F32, 0)                                   \
     *last = prev;                                                               \
     return pos;                                                                 \
@@ -240,7 +240,7 @@ static __attribute__((noinline)) int slow_sym(const dc_ctx_sinfo *in, mreader *r
   __attribute__((noinline)) static uint64_t NAME(                               \
       const uint8_t *pq, const uint8_t **cq, const uint32_t *bc,                \
       uint32_t used, const uint8_t *mant, uint64_t pos, int64_t *last, int32_t *ix, void *val, \
-      int pf) {                 /* pf: the cell has 256 nonzeros or more (as cell_fast) */ \
+      int pf) {                 /* pf: the cell has DC_CTX_PF_AHEAD nonzeros or more */ \
     int64_t prev = -1;                                                          \
     int32_t *vi = val;                                                          \
     float *vf = val;                                                            \
@@ -381,8 +381,8 @@ static inline uint64_t skip_cell(const uint8_t *nbt, const uint16_t *nsym, int v
       if (!USE_VEC && !(used & slowmask[q]) &&                                \
           tot >= 32ull * nused) {                                             \
         /* long segments: straight from the streams */                        \
-        pos = f32 ? segs_fast_f32(pinf, cq, bc, used, mant, pos, &prev, ix, vf, tot >= 256) \
-                  : segs_fast_i32(pinf, cq, bc, used, mant, pos, &prev, ix, vi, tot >= 256); \
+        pos = f32 ? segs_fast_f32(pinf, cq, bc, used, mant, pos, &prev, ix, vf, tot >= DC_CTX_PF_AHEAD) \
+                  : segs_fast_i32(pinf, cq, bc, used, mant, pos, &prev, ix, vi, tot >= DC_CTX_PF_AHEAD); \
         goto next;                                                            \
       }                                                                       \
       uint16_t *fe = fl;                                                      \

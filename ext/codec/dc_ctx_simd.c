@@ -343,8 +343,8 @@ CELL_AVX2 static inline __m256i prefix8(__m256i x) {
       ** a NOP where the CPU lacks it; never a fault).  Past a cell's end they  \
       ** are the next cell's first lines where rows are contiguous (a decode;   \
       ** docs/codec-design.md, stop 68: 256 bytes on left them cold) */        \
-      __builtin_prefetch(ix + (J) + 256, 1, 3);                                  \
-      __builtin_prefetch((int32_t *)val + (J) + 256, 1, 3);                      \
+      __builtin_prefetch(ix + (J) + DC_CTX_PF_AHEAD, 1, 3);                      \
+      __builtin_prefetch((int32_t *)val + (J) + DC_CTX_PF_AHEAD, 1, 3);          \
       _mm256_storeu_si256((__m256i *)(ix + (J)), gene_);                         \
       if (f32) _mm256_storeu_ps((float *)val + (J), _mm256_cvtepi32_ps(cnt_));   \
       else _mm256_storeu_si256((__m256i *)((int32_t *)val + (J)), cnt_);         \
