@@ -2,16 +2,18 @@
 ** bench_decode.c — size and decode speed of the tile codec.
 **
 **   build/bench_decode [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N]
-**                      [--chunks N] [--runs N] [--no-zstd] [--rans-v2]
+**                      [--chunks N] [--tile-cells N] [--runs N] [--no-zstd] [--rans-v2]
 **                      [--one-bucket auto|on|off] [--pairs auto|on|off] [--json]
 **
 ** Without --csr it generates the reference tile (10,000 cells x 61,497 genes,
 ** about 23.46 M nonzeros: lognormal gene abundances sigma 2.2, lognormal
 ** library sizes of mean 3,500 sigma 0.6, multinomial counts, fixed seed).
 ** With --csr DIR it reads raw little-endian indptr.u64 (n_cells+1),
-** indices.u32 and data.u32 (bench/dump_csr.py writes them from an h5ad) and
-** encodes tiles of 10,000 cells.  Either way genes are renumbered by
-** decreasing total counts first, as the converter does.
+** indices.u32 and data.u32 (bench/dump_csr.py writes them from an h5ad).
+** Either way genes are renumbered by decreasing total counts first, as the
+** converter does, and tiles hold 10,000 cells (--tile-cells N: N each, the
+** last one shorter; a tile that lacks a clear share of the genes then has a
+** gene map, as the small tiles of a dataset of many small inputs have).
 **
 ** Reports bits per nonzero, encode time, decode time of all tiles (median of
 ** --runs) for each thread count, memset of the int32 output (indices+values)
@@ -43,7 +45,7 @@
 #include <string.h>
 #include <time.h>
 
-#define TILE_CELLS 10000u
+static uint32_t tile_cells = 10000u;   /* --tile-cells */
 
 #ifdef DC_CTX_PROFILE
 extern uint64_t dc_ctx_prof[4];   /* ext/codec/dc_ctx_decompress.c, in the stages build */
@@ -273,7 +275,7 @@ static int pairs;      /* --pairs on|off: pair contexts everywhere they can be (
 ** them (0), or exactly that many (--chunks N) */
 static uint32_t chunks_exact;
 static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, encoded_t *e) {
-  e->n_tiles = (m->n_cells + TILE_CELLS - 1) / TILE_CELLS;
+  e->n_tiles = (m->n_cells + tile_cells - 1) / tile_cells;
   if (!e->n_tiles) e->n_tiles = 1;
   e->blob = xmalloc(e->n_tiles * sizeof *e->blob);
   e->len = xmalloc(e->n_tiles * sizeof *e->len);
@@ -291,7 +293,7 @@ static void encode_all(const csr_t *m, int codec, int level, uint32_t chunks, en
   o.rans_pairs = pairs;
   double t0 = now_ms();
   for (uint32_t t = 0; t < e->n_tiles; t++) {
-    uint32_t a = t * TILE_CELLS, n = m->n_cells - a < TILE_CELLS ? m->n_cells - a : TILE_CELLS;
+    uint32_t a = t * tile_cells, n = m->n_cells - a < tile_cells ? m->n_cells - a : tile_cells;
     dc_csr in = {n, m->n_genes, m->indptr + a, m->indices, m->data};
     dc_error err;
     if (dc_tile_encode(&in, &o, &e->blob[t], &e->len[t], &err) != DC_OK) {
@@ -370,9 +372,9 @@ static size_t n_jobs_of(const encoded_t *e) {
 
 static void verify(const csr_t *m, const encoded_t *e, const outbufs_t *o, const char *what) {
   for (uint32_t t = 0; t < e->n_tiles; t++) {
-    uint64_t base = m->indptr[(uint64_t)t * TILE_CELLS];
+    uint64_t base = m->indptr[(uint64_t)t * tile_cells];
     for (uint32_t c = 0; c <= e->hdr[t].n_cells; c++)
-      if ((uint64_t)o->indptr[t][c] != m->indptr[(uint64_t)t * TILE_CELLS + c] - base) {
+      if ((uint64_t)o->indptr[t][c] != m->indptr[(uint64_t)t * tile_cells + c] - base) {
         fprintf(stderr, "bench_decode: %s: tile %u cell %u: indptr mismatch\n", what, t, c);
         exit(1);
       }
@@ -410,6 +412,7 @@ int main(int argc, char **argv) {
       i++;
     } else if (!strcmp(a, "--level") && v) { level = atoi(v); i++; }
     else if (!strcmp(a, "--chunks") && v) { chunks = (uint32_t)atoi(v); chunks_exact = 1; i++; }
+    else if (!strcmp(a, "--tile-cells") && v && atoi(v) > 0) { tile_cells = (uint32_t)atoi(v); i++; }
     else if (!strcmp(a, "--runs") && v) { runs = atoi(v) > 0 ? atoi(v) : 1; i++; }
     else if (!strcmp(a, "--no-zstd")) cmp_zstd = 0;
     else if (!strcmp(a, "--rans-v2")) rans_v2 = 1;
@@ -427,7 +430,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--cpu")) bench_clock = CLOCK_THREAD_CPUTIME_ID;
     else {
       fprintf(stderr, "usage: %s [--csr DIR] [--threads 1,2] [--codec rans|zstd] [--level N] "
-                      "[--chunks N] [--runs N] [--no-zstd] [--rans-v2] [--one-bucket auto|on|off] [--pairs auto|on|off] [--json]\n",
+                      "[--chunks N] [--tile-cells N] [--runs N] [--no-zstd] [--rans-v2] [--one-bucket auto|on|off] [--pairs auto|on|off] [--json]\n",
               argv[0]);
       return 2;
     }
@@ -600,10 +603,10 @@ int main(int argc, char **argv) {
   if (json) {
     printf("{\"input\":\"%s\",\"codec\":\"%s\",\"level\":%d,\"chunks\":%u,\"n_tiles\":%u,"
            "\"nnz\":%llu,\"n_cells\":%u,\"n_genes\":%u,\"bytes\":%llu,\"bits_per_nnz\":%.4f,"
-           "\"encode_ms\":%.1f,\"memset_ms\":%.3f,\"runs\":%d,\"simd\":\"%s\"",
+           "\"encode_ms\":%.1f,\"memset_ms\":%.3f,\"runs\":%d,\"simd\":\"%s\",\"tile_cells\":%u",
            csr_dir ? csr_dir : "reference", dc_codec_name(codec), level, e.n_tiles ? e.hdr[0].n_chunks : 0, e.n_tiles,
            (unsigned long long)nnz, m.n_cells, m.n_genes, (unsigned long long)e.bytes, bpn, e.encode_ms,
-           memset_ms, runs, simd);
+           memset_ms, runs, simd, tile_cells);
     for (int k = 0; k < n_threads; k++) printf(",\"decode_%dt_ms\":%.3f", threads[k], dec_ms[k]);
     for (int k = 0; k < n_threads; k++)
       if (threads[k] == 1) printf(",\"decode_1t_over_memset\":%.3f", dec_ms[k] / memset_ms);

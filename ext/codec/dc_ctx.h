@@ -169,9 +169,12 @@ typedef struct dc_ctx_sinfo {
 ** inf safely.  mant: the padded mantissa copy (64 readable bytes past any
 ** position a cell may reach); pos: the cell's first mantissa bit.  Writes tot
 ** gene indices and counts (int32, or float32 when f32); returns the next
-** bit position, and sets *bad when a gene index reaches n_genes. */
+** bit position, and sets *bad when a gene index reaches n_genes.  map (or
+** NULL): the tile's gene map (n_genes local ids -> genes), applied in the
+** loop (a gather per step) instead of a pass over the cell's indices after it. */
 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
-                          uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad);
+                          uint64_t pos, uint32_t n_genes, const uint32_t *map, int32_t *ix, void *val,
+                          int f32, int *bad);
 /* The sum of the widths nbt[sp[j]] of n symbols of one context whose indices are below nsym
 ** (<= 256): 32 symbols per step, a shuffle per 16 entries of nbt (a skipped cell's bits, AVX2).
 ** Reads up to 31 bytes past sp + n (the symbol buffers' slack). */

@@ -395,10 +395,11 @@ static inline uint64_t skip_cell(const uint8_t *nbt, const uint16_t *nsym, int v
         /* one vectorised loop over the cell's gathered symbols */            \
         memset(fe, 0, 8 * sizeof *fe);      /* the last step's dead lanes */  \
         int bad_ = 0;                                                         \
-        pos = CELL_VEC(inf, fl, tot, mant, pos, (uint32_t)n_genes, ix,        \
+        pos = CELL_VEC(inf, fl, tot, mant, pos, (uint32_t)n_genes,            \
+                       ix != sink ? map : NULL, ix,                           \
                        f32 ? (void *)vf : (void *)vi, f32, &bad_);            \
         if (bad_) return -1;                                                  \
-        goto next;                                                            \
+        goto mapped;              /* genes already (map applied in the loop) */ \
       }                                                                       \
       if (!(used & slowmask[q])) {                                              \
         pos = f32 ? cell_fast_f32(pinf, fl, fe, mant, pos, &prev, ix, vf)  \
@@ -410,6 +411,7 @@ static inline uint64_t skip_cell(const uint8_t *nbt, const uint16_t *nsym, int v
       if (prev >= (int64_t)n_genes) return -1;                                  \
       if (map && ix != sink)      /* local ids (checked) -> genes, from L1 */ \
         for (uint64_t j_ = 0; j_ < tot; j_++) ix[j_] = (int32_t)map[ix[j_]];   \
+    mapped:                                                                   \
       if (PLACING && pl->filter && ix != sink) {  /* the caller's, while in cache */ \
         uint32_t k_ = pl->filter(pl->filter_arg, ix, (void *)vi, (uint32_t)tot); \
         pl->n_out[c] = k_ < tot ? k_ : (uint32_t)tot;                             \
@@ -431,8 +433,9 @@ DEF_CELL_FAST(cell_fast_f32, 1)
 DEF_SEGS_FAST(segs_fast_i32, 0)
 DEF_SEGS_FAST(segs_fast_f32, 1)
 static uint64_t no_cell_vec(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
-                            uint64_t pos, uint32_t n_genes, int32_t *ix, void *val, int f32, int *bad) {
-  (void)inf; (void)fl; (void)tot; (void)mant; (void)n_genes; (void)ix; (void)val; (void)f32;
+                            uint64_t pos, uint32_t n_genes, const uint32_t *map, int32_t *ix, void *val,
+                            int f32, int *bad) {
+  (void)inf; (void)fl; (void)tot; (void)mant; (void)n_genes; (void)map; (void)ix; (void)val; (void)f32;
   *bad = 1;                         /* never called: the portable place has no vector loop */
   return pos;
 }
