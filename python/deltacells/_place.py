@@ -22,8 +22,11 @@ fresh arrays for it faulted in 2,000-5,000 pages per epoch; reused, 1.2x the cel
 workers, three alternating runs against fresh arrays, 2026-12-06).
 
 Memory: a group's batches exist at once, as the window's decoded chunks did in the cache
-before; a window larger than the cache budget (cache_mb) is cut at batch boundaries into
-groups that fit it, each decoding the window's chunks again, as the cache then did.  A reader
+before; a window of more cells than the cache budget (cache_mb) holds is cut at batch
+boundaries into groups that fit it, each decoding the window's chunks again, as the cache
+then did.  A window within the budget is one group, however many batches it touches (the
+budget was once counted in batches: windows of fewer cells than two batches were cut at every
+batch end, and their chunks decoded 1.6 times an epoch).  A reader
 whose pool has no buffers yet makes its first batch alone, the window's chunks decoded again
 for the rest (first_alone()).
 
@@ -88,9 +91,10 @@ class Placer:
     reader makes.  get(i) is called for i = first, first + 1, ... in order and returns the
     batch, or None when the caller must read it the usual way (and every later one)."""
 
-    def __init__(self, ds, batches, cuts, n_real, first, max_batches=None, first_alone=False):
+    def __init__(self, ds, batches, cuts, n_real, first, max_cells=None, first_alone=False):
         self.ds = ds
-        self.max_batches = max_batches   # a group ends after this many batches (memory), or None
+        # a group places at most this many cells (memory), cut at a batch's end, or None
+        self.max_cells = max_cells
         # the first call makes the first batch alone (its window's chunks are decoded again for
         # the others): a reader whose buffers are all fresh memory, whose first batch would
         # otherwise wait for the pages of every batch of its window (see first_alone())
@@ -134,8 +138,14 @@ class Placer:
         k = bisect.bisect_right(self.cuts, g0)
         g1 = self.cuts[k] if k < len(self.cuts) else int(self.starts[-1])
         b0 = self._batch_at(g0)
-        if self.max_batches:          # within the memory budget: the window's chunks are decoded again
-            g1 = min(g1, int(self.starts[min(b0 + self.max_batches, self.n_real)]))
+        if self.max_cells is not None and g1 - g0 > self.max_cells:
+            # within the memory budget: cut at the last batch end it reaches (at least the
+            # first batch's), and the window's chunks are decoded again for the rest.  A
+            # window of fewer cells than that is never cut, whatever its batches: where
+            # windows hold less than two batches (small tiles), cutting at every batch end
+            # decoded most chunks twice (2,000-cell tiles, batch 5,000: 1.6 decodes a chunk)
+            k = int(np.searchsorted(self.starts, g0 + self.max_cells, side="right")) - 1
+            g1 = min(g1, int(self.starts[max(k, min(b0 + 1, self.n_real))]))
         if self.first_alone:
             g1 = min(g1, int(self.starts[min(b0 + 1, self.n_real)]))
         b1 = int(np.searchsorted(self.starts, g1, side="left"))

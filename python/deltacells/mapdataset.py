@@ -42,7 +42,7 @@ DEFAULT_CACHE_MB = 512      # the extension's default decoded-chunk cache (one p
 from ._forksafe import ConnSlot
 from ._convert import CSRBatch
 from ._plan import EpochPlan, interleave
-from .dataset import _Base, _check_equal_batches, _check_int, window_cache_mb, worker_threads
+from .dataset import _Base, _check_equal_batches, _check_int, resolve_window, window_cache_mb, worker_threads
 
 ROWS = ("dense", "sparse")
 
@@ -399,12 +399,12 @@ class WindowBatchSampler(Sampler):
                             num_workers=2, persistent_workers=True)
     """
 
-    def __init__(self, data, batch_size=256, shuffle=True, seed=0, shuffle_window=2, drop_last=False,
+    def __init__(self, data, batch_size=256, shuffle=True, seed=0, shuffle_window=None, drop_last=False,
                  num_replicas=None, rank=None, equal_batches=False, num_workers=0):
         if not isinstance(data, CellMapDataset):
             raise TypeError(f"WindowBatchSampler needs a CellMapDataset, not {type(data).__name__}")
         self.batch_size = _check_int("batch_size", batch_size, 1)
-        self.shuffle_window = _check_int("shuffle_window", shuffle_window, 1)
+        self.shuffle_window = resolve_window(shuffle_window, data._cat)
         self.seed = _check_int("seed", seed, 0)
         self.num_workers = _check_int("num_workers", num_workers, 0)
         self.shuffle = bool(shuffle)

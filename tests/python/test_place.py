@@ -42,6 +42,7 @@ def small(tmp_path_factory):
 
 
 def batches(db, place, **kw):
+    kw.setdefault("shuffle_window", 2)          # windows of 600 cells (the default: every tile)
     os.environ["DELTACELLS_PLACE"] = place
     try:
         ds = deltacells.CellDataset(db, **kw)
@@ -90,6 +91,39 @@ def test_placed_equals_read_one_by_one(small, batch_size, prefetch):
     assert placed in (True, None)               # None: the prefetch thread's placer, not visible
     ids = np.concatenate([b["cell_id"].numpy() for b in new])
     assert np.array_equal(np.sort(ids), np.arange(N_CELLS))
+
+
+def groups(max_cells, sizes=(5, 5, 5, 5), cuts=(8, 16)):
+    """The [g0, g1) of each call a Placer makes over batches of these sizes (windows starting at cuts)."""
+    from deltacells import _place
+    bs, o = [], 0
+    for n in sizes:
+        bs.append(np.arange(o, o + n))
+        o += n
+    pl = _place.Placer(None, bs, cuts=list(cuts), n_real=len(bs), first=0, max_cells=max_cells)
+    out = []
+    while pl.pos < pl.starts[-1]:
+        g0, g1, _, _ = pl._group()
+        assert g1 > g0
+        out.append((g0, g1))
+        pl.pos = g1
+    return out
+
+
+def test_a_group_is_cut_only_where_its_window_exceeds_the_memory_budget():
+    """A call (group) places a window's cells; it is cut at a batch's end only where the window
+    holds more cells than the budget (max_cells; at least the batch it starts in), whatever the
+    number of batches the window touches.  Windows of 8 cells against batches of 5 (small tiles
+    against large batches) under a budget of 8: one call per window, each chunk decoded once;
+    cutting at every batch end, as a budget counted in batches did, decoded most chunks twice."""
+    whole = [(0, 8), (8, 16), (16, 20)]
+    assert groups(None) == whole
+    assert groups(8) == whole and groups(100) == whole
+    assert groups(6) == [(0, 5), (5, 8), (8, 10), (10, 16), (16, 20)]
+    assert groups(2) == [(0, 5), (5, 8), (8, 10), (10, 15), (15, 16), (16, 20)]
+    assert groups(0) == groups(2)
+    # batches longer than a window: a window inside one batch is never cut
+    assert groups(3, sizes=(20,)) == whole
 
 
 def test_a_cold_pool_makes_its_first_batch_alone(small, monkeypatch):
@@ -174,19 +208,19 @@ def test_resume_and_pad_batches(small):
     for place in ("1", "0"):
         os.environ["DELTACELLS_PLACE"] = place
         try:
-            ds = deltacells.CellDataset(small[1], batch_size=170, seed=6, prefetch_tiles=0)
+            ds = deltacells.CellDataset(small[1], batch_size=170, seed=6, prefetch_tiles=0, shuffle_window=2)
             it = iter(ds)
             head = [next(it) for _ in range(5)]
             state = ds.state_dict()
             it.close()
-            ds2 = deltacells.CellDataset(small[1], batch_size=170, seed=6, prefetch_tiles=0)
+            ds2 = deltacells.CellDataset(small[1], batch_size=170, seed=6, prefetch_tiles=0, shuffle_window=2)
             ds2.load_state_dict(state)
             rest = list(ds2)
             if place == "1":
                 new = head + rest
             else:
                 old = head + rest
-            pads = [list(deltacells.CellDataset(small[1], batch_size=170, seed=6, prefetch_tiles=0, rank=r,
+            pads = [list(deltacells.CellDataset(small[1], batch_size=170, seed=6, prefetch_tiles=0, shuffle_window=2, rank=r,
                                                 world_size=3, equal_batches="pad")) for r in range(3)]
             if place == "1":
                 new_pads = pads
@@ -201,7 +235,7 @@ def test_resume_and_pad_batches(small):
 
 def test_dataloader_workers(small):
     """Forked DataLoader workers place their own windows (each opens its own connection)."""
-    kw = dict(batch_size=260, seed=7, obs=["cell_type", "score"])
+    kw = dict(batch_size=260, seed=7, obs=["cell_type", "score"], shuffle_window=2)
     out = {}
     for place in ("1", "0"):
         os.environ["DELTACELLS_PLACE"] = place
@@ -274,7 +308,7 @@ def test_placed_panel_with_missing_genes_and_workers(small, tmp_path):
     h2, _ = gen(tmp_path, 700, 450, 11, 200)
     m = convert(small[0], tmp_path / "m.dcdb", TILE, [str(h2)])
     genes = ["NOT_A_GENE"] + list(stored_gene_names(m)[::7]) + ["ALSO_MISSING"]
-    kw = dict(batch_size=260, seed=7, genes=genes, missing_genes="zeros", obs=["cell_type"])
+    kw = dict(batch_size=260, seed=7, genes=genes, missing_genes="zeros", obs=["cell_type"], shuffle_window=2)
     out = {}
     for place in ("1", "0"):
         os.environ["DELTACELLS_PLACE"] = place

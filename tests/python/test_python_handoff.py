@@ -68,7 +68,8 @@ def test_carried_parts_of_batches_reuse_buffers(small, ref, monkeypatch):
     real = _core._alloc
     monkeypatch.setattr(_core, "_alloc", lambda n: sizes.append(n) or real(n))
     monkeypatch.setattr(_core, "_spare", {"pid": None, "pools": []})
-    ds = deltacells.CellDataset(small[1], batch_size=1000, seed=2, prefetch_tiles=0, output="csr_parts")
+    ds = deltacells.CellDataset(small[1], batch_size=1000, seed=2, prefetch_tiles=0, output="csr_parts",
+                                shuffle_window=2)
     assert ds.shuffle_window * TILE < 1000
     for epoch in range(3):
         ds.set_epoch(epoch)
@@ -88,9 +89,10 @@ def test_carried_parts_of_batches_reuse_buffers(small, ref, monkeypatch):
 
 
 def test_dropped_batches_reuse_buffers(small, ref):
-    """A loop that keeps no batch touches the same few buffers, and every batch is right."""
+    """A loop that keeps no batch touches the same few buffers (a window's: two 300-cell tiles
+    here), and every batch is right."""
     ds = deltacells.CellDataset(small[1], batch_size=250, seed=2, prefetch_tiles=0,
-                                output="csr_parts")
+                                output="csr_parts", shuffle_window=2)
     ptrs = set()
     with iter(ds) as it:
         for b in it:

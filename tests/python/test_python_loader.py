@@ -250,8 +250,8 @@ def test_readers_reuse_the_last_readers_connection(small, adata, stored_genes, t
 
     # persistent DataLoader workers: one connection each for all their epochs
     log.write_text("")
-    dl = DataLoader(deltacells.CellDataset(small[1], batch_size=250, seed=5, threads=1),
-                    batch_size=None, num_workers=2, persistent_workers=True)
+    dl = DataLoader(deltacells.CellDataset(small[1], batch_size=250, seed=5, threads=1, shuffle_window=2),
+                    batch_size=None, num_workers=2, persistent_workers=True)   # windows for both
     for epoch in range(3):
         dl.dataset.set_epoch(epoch)
         check(list(dl))

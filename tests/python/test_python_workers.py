@@ -41,7 +41,7 @@ SAME = """
     db = sys.argv[1]
     NO_ARENA
     def batches(workers, **kw):
-        ds = deltacells.CellDataset(db, batch_size=BATCH, seed=3, obs=["cell_type"], **kw)
+        ds = deltacells.CellDataset(db, batch_size=BATCH, seed=3, obs=["cell_type"], shuffle_window=2, **kw)
         out = []
         for b in DataLoader(ds, batch_size=None, num_workers=workers,
                             multiprocessing_context="fork" if workers else None):
@@ -137,7 +137,7 @@ def test_lane_slots_ask_for_huge_pages_and_the_header_does_not(db):
         from torch.utils.data import DataLoader
         import deltacells
         from deltacells import _xfer
-        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, seed=1)
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, seed=1, shuffle_window=2)
         n = sum(b["X"].shape[0] for b in DataLoader(ds, batch_size=None, num_workers=1,
                                                    multiprocessing_context="fork"))
         assert n == ds.n_cells and _xfer.stats["mapped"] > 0, (n, _xfer.stats)
@@ -246,7 +246,7 @@ def test_a_worker_reads_with_its_share_of_threads_and_no_prefetch_thread(db):
                     th = it._con.execute("SELECT dc_config('threads')").fetchone()[0]
                     yield {"threads": th, "prefetch_thread": it._prod is not None,
                            "expect": worker_threads(2), "n": len(b["cell_id"])}
-        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, prefetch_tiles=2)
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, prefetch_tiles=2, shuffle_window=2)
         got = list(DataLoader(Probe(ds), batch_size=None, num_workers=2,
                               multiprocessing_context="fork"))
         assert len(got) == 2, got
@@ -303,7 +303,7 @@ LANES = """
         import gc, os, pickle, sys, numpy as np, torch
         import deltacells
         from deltacells import _xfer
-        ds = deltacells.CellDataset(sys.argv[1], batch_size=50, seed=1)
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=50, seed=1, shuffle_window=2)
         ar = ds._arena
         if ar is None:
             print("no arena here"); print("ok"); sys.exit(0)
@@ -617,7 +617,7 @@ def test_workers_of_one_epoch_copy_and_persistent_ones_use_their_lane(db):
         from torch.utils.data import DataLoader
         import deltacells
         from deltacells import _xfer
-        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, seed=2)
+        ds = deltacells.CellDataset(sys.argv[1], batch_size=100, seed=2, shuffle_window=2)
         def epochs(persistent):
             dl = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork",
                             persistent_workers=persistent, timeout=60)
@@ -774,11 +774,11 @@ RESUME = """
         return [b["cell_id"].tolist() for b in loader]
 
     def ref(epoch, done=0):
-        r = deltacells.CellDataset(db, batch_size=100, seed=5)
+        r = deltacells.CellDataset(db, batch_size=100, seed=5, shuffle_window=2)
         r.set_epoch(epoch)
         return batches(DataLoader(r, batch_size=None, **dict(kw, persistent_workers=False)))[done:]
 
-    ds = deltacells.CellDataset(db, batch_size=100, seed=5)
+    ds = deltacells.CellDataset(db, batch_size=100, seed=5, shuffle_window=2)
     state = ds.state_dict(batches_done=3)
     ds.load_state_dict(state)
     loader = DataLoader(ds, batch_size=None, **kw)
@@ -838,7 +838,7 @@ FIRST_TURN = """
                 yield b
 
     dsm.FIRST_WAIT_S = 300.0      # worker 1 waits for worker 0 however slow the machine (sanitizers)
-    ds = deltacells.CellDataset(db, batch_size=BATCH, seed=2, timings=True)
+    ds = deltacells.CellDataset(db, batch_size=BATCH, seed=2, timings=True, shuffle_window=2)   # windows for both
     ref = sorted(int(c) for b in DataLoader(ds, batch_size=None) for c in b["cell_id"])
     loader = DataLoader(Probe(ds), batch_size=None, num_workers=2, persistent_workers=PERSISTENT,
                         multiprocessing_context="fork")

@@ -97,7 +97,7 @@ def test_ddp_ranks_read_disjoint_tiles(db):
 
 def test_worker_order_gives_each_worker_its_own_windows(db):
     m = deltacells.CellMapDataset(db)
-    s = deltacells.WindowBatchSampler(m, batch_size=100, seed=5, num_workers=2)
+    s = deltacells.WindowBatchSampler(m, batch_size=100, seed=5, num_workers=2, shuffle_window=2)
     plan = EpochPlan(m._cat.per_tile(m._selected), seed=5, epoch=0, shuffle=True, window=2,
                      batch_size=100, drop_last=False)
     runs = [plan.batches(0, w, 2) for w in range(2)]
@@ -106,7 +106,7 @@ def test_worker_order_gives_each_worker_its_own_windows(db):
     got = sampler_ids(m, s)
     assert got[0::2][:len(runs[0])] == [b.tolist() for b in runs[0]][:len(got[0::2])]
     # the same batches as without workers, in another order
-    s0 = deltacells.WindowBatchSampler(m, batch_size=100, seed=5)
+    s0 = deltacells.WindowBatchSampler(m, batch_size=100, seed=5, shuffle_window=2)
     assert sorted(map(tuple, got)) == sorted(map(tuple, sampler_ids(m, s0)))
 
 
@@ -167,3 +167,33 @@ def test_a_cache_smaller_than_a_window_warns_once(db):
         m2.cache_mb = s2.cache_mb
         list(s2)                                  # the sampler's own size: no warning
     assert s2.cache_mb >= 16 and s2._window_mb > 0
+
+
+def test_the_default_window_holds_about_20000_cells(db):
+    """shuffle_window=None (the default of both): the tiles of about 20,000 cells, at least 2:
+    2 of the converter's 10,000-cell tiles, 10 of 2,000-cell ones (a merged atlas of small
+    samples), rounded from the median tile; the dataset and the sampler resolve it alike, and
+    give the same batches."""
+    from types import SimpleNamespace
+    from deltacells.dataset import WINDOW_CELLS, resolve_window
+
+    def cat(*n):
+        return SimpleNamespace(tile_n=np.array(n, dtype=np.int64))
+    assert WINDOW_CELLS == 20000
+    assert resolve_window(None, cat(10000, 10000, 10000, 3)) == 2        # a short last tile: the median
+    assert resolve_window(None, cat(*[2000] * 50)) == 10
+    assert resolve_window(None, cat(3000, 3000)) == 7                   # 6.67 rounded
+    assert resolve_window(None, cat(9999)) == 2
+    assert resolve_window(None, cat(50000)) == 2                        # at least 2
+    assert resolve_window(None, cat(100, 0, 100)) == 200                # empty tiles do not count
+    assert resolve_window(None, cat()) == 2
+    assert resolve_window(5, cat(2000)) == 5                            # given: kept
+    with pytest.raises(ValueError, match="shuffle_window"):
+        resolve_window(0, cat(2000))
+    m = deltacells.CellMapDataset(db)
+    s = deltacells.WindowBatchSampler(m, batch_size=100, seed=5)
+    ds = deltacells.CellDataset(db, batch_size=100, seed=5)
+    want = resolve_window(None, m._cat)
+    assert s.shuffle_window == ds.shuffle_window == want
+    assert want == max(2, int(WINDOW_CELLS / float(np.median(m._cat.tile_n)) + 0.5))
+    assert sampler_ids(m, s) == [b["cell_id"].tolist() for b in ds]
