@@ -378,6 +378,10 @@ class _Base:
         readers, per_reader, ahead = _fetchahead.plan(
             int(self._vfs["max_inflight"]), self.prefetch_tiles, size / n_tiles if size and n_tiles else None,
             int(self._vfs["block_kb"]) << 10, tiles=len(order))
+        # at least a window's tiles ahead: a window is placed at once, once all its tiles are in
+        # (windows of 10 small tiles against 2 to 6 tiles ahead: the next window was not read
+        # while the last one's batches were made)
+        ahead = max(ahead, int(getattr(self, "shuffle_window", 1)))
         remote = {"max_inflight": per_reader} if readers > 1 else None
         return _fetchahead.FetchAhead(lambda: connect(path, check_same_thread=False, remote=remote),
                                       order, ahead, readers=readers, pages=self._pages)

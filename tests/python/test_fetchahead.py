@@ -348,7 +348,8 @@ def test_a_remote_dataset_fetches_with_readers_by_its_tiles_blocks(nginx, data, 
     """This dataset's tiles are far smaller than a block of 1 MiB: 4 readers of one request each
     (max_inflight 4 by default), 6 tiles ahead; in blocks of 4 KiB they are many blocks each: 2
     readers of half the requests, prefetch_tiles ahead.  The readers' connections get their
-    share of the requests.  An epoch of two tiles: 2 readers of 2 requests each."""
+    share of the requests.  An epoch of two tiles: 2 readers of 2 requests each.  (Windows of 2
+    tiles here; the default window, 20 of these tiles, reads a window ahead: below.)"""
     import json
     every = np.arange(0, 6000, 500)
     for block_kb, readers, ahead, cells in ((None, 4, 6, every), ("4", 2, 2, every), (None, 2, 6, np.array([0, 1500]))):
@@ -356,7 +357,7 @@ def test_a_remote_dataset_fetches_with_readers_by_its_tiles_blocks(nginx, data, 
             monkeypatch.setenv("DC_HTTP_BLOCK_KB", block_kb)
         else:
             monkeypatch.delenv("DC_HTTP_BLOCK_KB", raising=False)
-        ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2)
+        ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2, shuffle_window=2)
         fa = ds._fetch_ahead([cells])
         try:
             assert data["n_tiles"] == 6 and (fa._readers, fa._ahead) == (readers, ahead), (block_kb, cells)
@@ -367,6 +368,21 @@ def test_a_remote_dataset_fetches_with_readers_by_its_tiles_blocks(nginx, data, 
                 assert got["size"] == os.path.getsize(data["db"]), got
             finally:
                 con.close()
+        finally:
+            fa.close()
+
+
+def test_the_fetcher_reads_at_least_a_window_ahead(nginx, data, monkeypatch):
+    """A window is placed at once, once all of its tiles are in: the fetcher reads at least a
+    window's tiles ahead (windows of 10 small tiles against 2-6 ahead had left the next window
+    unread while the last one's batches were made), and no fewer than plan() gives."""
+    monkeypatch.delenv("DC_HTTP_BLOCK_KB", raising=False)
+    every = np.arange(0, 6000, 500)
+    for window, ahead in ((None, 20), (9, 9), (3, 6), (1, 6)):
+        ds = deltacells.CellDataset(nginx.url("d.dcdb"), batch_size=700, prefetch_tiles=2, shuffle_window=window)
+        fa = ds._fetch_ahead([every])
+        try:
+            assert ds.shuffle_window == (window or 20) and fa._ahead == ahead, (window, fa._ahead)
         finally:
             fa.close()
 
