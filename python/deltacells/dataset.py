@@ -174,13 +174,17 @@ def resolve_window(shuffle_window, cat):
 
 def window_cache_mb(cat, window, n_tiles, spare=0):
     """MB of decoded-chunk cache that a shuffle window of `window` tiles (of n_tiles) and
-    `spare` tiles more hold, the largest tile counted for each.  The cache counts the memory
-    its buffers hold: a decoded chunk's size rounded up to its size class (at most 1/8 more)
-    and, when mapped, to 2 MiB.  A window past the last tile holds no more tiles."""
+    `spare` tiles more hold: the dataset's largest tiles, as many as that (a window of
+    many small tiles beside one large one, as a merged atlas has, is not counted as
+    that many large ones).  The cache counts the memory its buffers hold: a decoded
+    chunk's size rounded up to its size class (at most 1/8 more) and, when mapped, to
+    2 MiB.  A window past the last tile holds no more tiles."""
     if not len(cat.tile_nnz):
         return 0.0
-    per_tile = float(cat.tile_nnz.max()) * 8 * 1.25 / 2**20
-    return per_tile * (min(window, n_tiles) + spare)
+    k = min(window, n_tiles) + spare
+    sizes = np.sort(np.asarray(cat.tile_nnz, dtype=np.float64))[::-1]
+    top = float(sizes[:k].sum()) + float(sizes[0]) * max(0, k - len(sizes))
+    return top * 8 * 1.25 / 2**20
 
 
 class _Base:

@@ -197,3 +197,20 @@ def test_the_default_window_holds_about_20000_cells(db):
     assert s.shuffle_window == ds.shuffle_window == want
     assert want == max(2, int(WINDOW_CELLS / float(np.median(m._cat.tile_n)) + 0.5))
     assert sampler_ids(m, s) == [b["cell_id"].tolist() for b in ds]
+
+
+def test_window_cache_counts_the_largest_tiles_not_the_largest_tile_times_the_window():
+    """A window's decoded-chunk budget: the dataset's `window` (+ spare) largest tiles.  A merged
+    atlas of one large input and many small ones gets a default window of many tiles; counting
+    each as the largest (as before) made that budget the large tile times the window."""
+    from types import SimpleNamespace
+    from deltacells.dataset import resolve_window, window_cache_mb
+    mb = 8 * 1.25 / 2 ** 20                     # per nonzero: 8 bytes, size classes and maps
+    cat = SimpleNamespace(tile_nnz=np.array([1000] + [10] * 199), tile_n=np.array([10000] + [100] * 199))
+    w = resolve_window(None, cat)
+    assert w == 200
+    assert window_cache_mb(cat, w, 200, 1) == pytest.approx((1000 + 199 * 10 + 1000) * mb)
+    assert window_cache_mb(cat, 2, 200, 1) == pytest.approx((1000 + 10 + 10) * mb)
+    assert window_cache_mb(cat, 2, 1, 0) == pytest.approx(1000 * mb)    # a window past the last tile
+    even = SimpleNamespace(tile_nnz=np.array([500] * 10))
+    assert window_cache_mb(even, 2, 10, 1) == pytest.approx(3 * 500 * mb)  # equal tiles: as before
