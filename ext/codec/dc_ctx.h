@@ -171,7 +171,7 @@ typedef struct dc_ctx_sinfo {
 ** gene indices and counts (int32, or float32 when f32); returns the next
 ** bit position, and sets *bad when a gene index reaches n_genes.  map (or
 ** NULL): the tile's gene map (n_genes local ids -> genes), applied in the
-** loop (a gather per step) instead of a pass over the cell's indices after it. */
+** loop by scalar loads two steps behind the stores, not by a pass after it. */
 uint64_t dc_ctx_cell_avx2(const dc_ctx_sinfo *inf, const uint16_t *fl, uint64_t tot, const uint8_t *mant,
                           uint64_t pos, uint32_t n_genes, const uint32_t *map, int32_t *ix, void *val,
                           int f32, int *bad);

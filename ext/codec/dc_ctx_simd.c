@@ -353,7 +353,6 @@ CELL_AVX2 static inline __m256i prefix8(__m256i x) {
     if (MAPPED && !TAIL && (J) >= 16) {  /* local ids -> genes, two steps behind */ \
       int32_t *m_ = ix + (J) - 16;                                               \
       for (uint32_t k_ = 0; k_ < 8; k_++) m_[k_] = (int32_t)map[(uint32_t)m_[k_]]; \
-      mdone = (J) - 8;                                                           \
     }                                                                            \
   } while (0)
 
@@ -377,7 +376,7 @@ cell_avx2(const dc_ctx_sinfo *infs, const uint16_t *fl, uint64_t tot, const uint
   const __m256i lim = _mm256_set1_epi32((int)(n_genes - 1));
   __m256i prev = _mm256_set1_epi32(-1), badv = _mm256_setzero_si256(), live = badv;
   __m256i lo, hi, nb, pn;
-  uint64_t j = 0, mdone = 0;
+  uint64_t j = 0;
   if (MAPPED && !n_genes) {           /* a map of no genes: every id is out of it */
     *bad = 1;
     return pos;
@@ -398,8 +397,9 @@ cell_avx2(const dc_ctx_sinfo *infs, const uint16_t *fl, uint64_t tot, const uint
     STEP_A(1, j, lo, hi, nb, pn);
     STEP_B(1, j, lo, hi, nb, pn);
   }
+  /* the ids the full steps left: the last two full steps' (they end at j) and the tail's */
   if (MAPPED)
-    for (; mdone < tot; mdone++) ix[mdone] = (int32_t)map[(uint32_t)ix[mdone]];
+    for (uint64_t k = j >= 16 ? j - 16 : 0; k < tot; k++) ix[k] = (int32_t)map[(uint32_t)ix[k]];
   *bad = !_mm256_testz_si256(badv, badv);
   return pos;
 }

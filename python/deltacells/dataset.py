@@ -166,7 +166,7 @@ def resolve_window(shuffle_window, cat):
     cells (at least 2): WINDOW_CELLS over the median cells of the dataset's tiles, rounded."""
     if shuffle_window is not None:
         return _check_int("shuffle_window", shuffle_window, 1)
-    n = cat.tile_n[cat.tile_n > 0] if len(cat.tile_n) else cat.tile_n
+    n = cat.tile_n[cat.tile_n > 0]
     if not len(n):
         return 2
     return max(2, int(WINDOW_CELLS / float(np.median(n)) + 0.5))
